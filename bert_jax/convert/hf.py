@@ -1,0 +1,230 @@
+"""Hugging Face BERT checkpoints (`config.json` + `model.safetensors` or
+`pytorch_model.bin`) to and from our parameter trees.
+
+The mapping is one table of (HF tensor name, our parameter path, layout). HF
+stores linear weights as [out, in]; we store kernels as [in, out], with the
+attention projections split into [H, heads, head_dim].
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Callable, Iterator, Mapping
+
+import numpy as np
+
+from bert_jax.config import BertConfig
+from bert_jax.convert import layout
+
+# Tensors HF writes that carry no information of their own.
+_DERIVED = ("embeddings.position_ids", "cls.predictions.decoder.weight",
+            "cls.predictions.decoder.bias")
+_HEAD_PREFIXES = ("cls.", "classifier.", "qa_outputs.")
+
+
+class CheckpointMismatchError(ValueError):
+    """A checkpoint whose tensors do not match the config (names the tensors)."""
+
+
+class _Entry:
+    """One tensor: its HF name, our path, and how to move between the layouts."""
+
+    def __init__(self, hf_name: str, path: tuple[str, ...], hf_shape: tuple[int, ...],
+                 to_ours: Callable[[np.ndarray], np.ndarray] = lambda x: x,
+                 to_hf: Callable[[np.ndarray], np.ndarray] = lambda x: x):
+        self.hf_name, self.path, self.hf_shape = hf_name, path, hf_shape
+        self.to_ours, self.to_hf = to_ours, to_hf
+
+
+def _linear(hf, path, n_in, n_out, in_shape=None, out_shape=None):
+    """A torch Linear [out, in] <-> our kernel [*in_shape, *out_shape] and bias [*out_shape]."""
+    in_shape, out_shape = in_shape or (n_in,), out_shape or (n_out,)
+    return [
+        _Entry(f"{hf}.weight", (*path, "kernel"), (n_out, n_in),
+               lambda w: w.T.reshape(*in_shape, *out_shape),
+               lambda k: k.reshape(n_in, n_out).T),
+        _Entry(f"{hf}.bias", (*path, "bias"), (n_out,),
+               lambda b: b.reshape(out_shape), lambda b: b.reshape(n_out)),
+    ]
+
+
+def _layer_norm(hf, path, size):
+    return [_Entry(f"{hf}.weight", (*path, "scale"), (size,)),
+            _Entry(f"{hf}.bias", (*path, "bias"), (size,))]
+
+
+def _entries(config: BertConfig, heads: Mapping[str, int]) -> list[_Entry]:
+    """The table for the encoder plus the given heads ({'mlm': V, 'nsp': 2, 'classifier': n,
+    'qa_outputs': 2})."""
+    h, n, d, i = (config.hidden_size, config.num_attention_heads, config.head_dim,
+                  config.intermediate_size)
+    e = "bert.embeddings"
+    out = [
+        _Entry(f"{e}.word_embeddings.weight", ("bert", "embeddings", "word_embeddings",
+                                               "embedding"), (config.vocab_size, h)),
+        _Entry(f"{e}.position_embeddings.weight", ("bert", "embeddings", "position_embeddings",
+                                                   "embedding"),
+               (config.max_position_embeddings, h)),
+        _Entry(f"{e}.token_type_embeddings.weight", ("bert", "embeddings",
+                                                     "token_type_embeddings", "embedding"),
+               (config.type_vocab_size, h)),
+        *_layer_norm(f"{e}.LayerNorm", ("bert", "embeddings", "layer_norm"), h),
+    ]
+    for k in range(config.num_hidden_layers):
+        hf, ours = f"bert.encoder.layer.{k}", ("bert", "encoder", f"layer_{k}")
+        for proj in ("query", "key", "value"):
+            out += _linear(f"{hf}.attention.self.{proj}", (*ours, "attention", proj), h, h,
+                           out_shape=(n, d))
+        out += _linear(f"{hf}.attention.output.dense", (*ours, "attention", "output"), h, h,
+                       in_shape=(n, d))
+        out += _layer_norm(f"{hf}.attention.output.LayerNorm", (*ours, "attention_layer_norm"),
+                           h)
+        out += _linear(f"{hf}.intermediate.dense", (*ours, "intermediate"), h, i)
+        out += _linear(f"{hf}.output.dense", (*ours, "output"), i, h)
+        out += _layer_norm(f"{hf}.output.LayerNorm", (*ours, "output_layer_norm"), h)
+    if "pooler" in heads:
+        out += _linear("bert.pooler.dense", ("bert", "pooler"), h, h)
+    if "mlm" in heads:
+        out += _linear("cls.predictions.transform.dense", ("mlm", "transform"), h, h)
+        out += _layer_norm("cls.predictions.transform.LayerNorm",
+                           ("mlm", "transform_layer_norm"), h)
+        out.append(_Entry("cls.predictions.bias", ("mlm", "output_bias"), (config.vocab_size,)))
+    if "nsp" in heads:
+        out += _linear("cls.seq_relationship", ("nsp",), h, 2)
+    if "classifier" in heads:
+        out += _linear("classifier", ("classifier",), h, heads["classifier"])
+    if "qa_outputs" in heads:
+        out += _linear("qa_outputs", ("qa_outputs",), h, 2)
+    return out
+
+
+def _normalise_names(state: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """HF names as BertFor* writes them: `bert.` before encoder tensors, LayerNorm
+    `weight`/`bias` (old checkpoints say `gamma`/`beta`)."""
+    out = {}
+    for name, value in state.items():
+        if not name.startswith(("bert.", *_HEAD_PREFIXES)):
+            name = "bert." + name
+        if "LayerNorm" in name:
+            name = name.replace(".gamma", ".weight").replace(".beta", ".bias")
+        out[name] = np.asarray(value)
+    return out
+
+
+def detect_heads(names) -> dict[str, Any]:
+    """Which heads a set of (normalised) HF tensor names contains."""
+    names = set(names)
+    heads: dict[str, Any] = {}
+    if "bert.pooler.dense.weight" in names:
+        heads["pooler"] = True
+    if "cls.predictions.transform.dense.weight" in names:
+        heads["mlm"] = True
+    if "cls.seq_relationship.weight" in names:
+        heads["nsp"] = True
+    if "qa_outputs.weight" in names:
+        heads["qa_outputs"] = True
+    return heads
+
+
+def params_from_hf(state: Mapping[str, np.ndarray], config: BertConfig) -> dict[str, Any]:
+    """HF state dict (numpy) -> our parameter tree, laid out for `config.scan_layers`.
+
+    Raises CheckpointMismatchError naming every missing, unexpected or mis-shaped tensor.
+    """
+    state = _normalise_names(state)
+    heads = detect_heads(state)
+    if "classifier.weight" in state:
+        heads["classifier"] = state["classifier.weight"].shape[0]
+    entries = _entries(config, heads)
+    expected = {e.hf_name for e in entries}
+    problems = [f"missing tensor {name}" for name in sorted(expected - set(state))]
+    problems += [f"unexpected tensor {name}" for name in sorted(set(state) - expected)
+                 if not name.endswith(_DERIVED)]
+    problems += [f"tensor {e.hf_name} has shape {tuple(state[e.hf_name].shape)}, the config "
+                 f"implies {e.hf_shape}" for e in entries
+                 if e.hf_name in state and tuple(state[e.hf_name].shape) != e.hf_shape]
+    decoder = state.get("cls.predictions.decoder.weight")
+    word = state.get("bert.embeddings.word_embeddings.weight")
+    if decoder is not None and word is not None and decoder.shape == word.shape \
+            and not np.array_equal(decoder, word):
+        problems.append("tensor cls.predictions.decoder.weight is not tied to "
+                        "bert.embeddings.word_embeddings.weight; BERT's decoder is tied")
+    if problems:
+        raise CheckpointMismatchError("checkpoint does not match the config:\n  "
+                                      + "\n  ".join(problems))
+    params: dict[str, Any] = {}
+    for e in entries:
+        node = params
+        for key in e.path[:-1]:
+            node = node.setdefault(key, {})
+        node[e.path[-1]] = e.to_ours(state[e.hf_name].astype(np.float32))
+    return layout.match_layout(params, config.scan_layers)
+
+
+def params_to_hf(params: Mapping[str, Any], config: BertConfig) -> dict[str, np.ndarray]:
+    """Our parameter tree (any layout, any heads) -> HF state dict with BertFor* names."""
+    params = layout.to_unscanned(dict(params))
+    heads: dict[str, Any] = {k: True for k in ("mlm", "nsp", "qa_outputs") if k in params}
+    if "pooler" in params["bert"]:
+        heads["pooler"] = True
+    if "classifier" in params:
+        heads["classifier"] = int(np.shape(params["classifier"]["kernel"])[-1])
+    state = {}
+    for e in _entries(config, heads):
+        node = params
+        for key in e.path:
+            node = node[key]
+        state[e.hf_name] = np.ascontiguousarray(e.to_hf(np.asarray(node, np.float32)))
+    if "mlm" in heads:
+        state["cls.predictions.decoder.weight"] = state["bert.embeddings.word_embeddings.weight"]
+        state["cls.predictions.decoder.bias"] = state["cls.predictions.bias"]
+    return state
+
+
+def read_state_dict(directory: str | os.PathLike) -> dict[str, np.ndarray]:
+    """The tensors of `model.safetensors` or `pytorch_model.bin` in an HF model directory."""
+    safetensors_path = os.path.join(directory, "model.safetensors")
+    bin_path = os.path.join(directory, "pytorch_model.bin")
+    if os.path.exists(safetensors_path):
+        from safetensors.numpy import load_file
+        try:
+            return load_file(safetensors_path)
+        except Exception as e:  # safetensors raises its own error types
+            raise CheckpointMismatchError(f"cannot read {safetensors_path}: {e}") from None
+    if os.path.exists(bin_path):
+        from bert_jax.convert.torch_pickle import load_torch_state_dict
+        return load_torch_state_dict(bin_path)
+    raise FileNotFoundError(f"no model.safetensors or pytorch_model.bin in {directory}")
+
+
+def load_hf_dir(directory: str | os.PathLike, **config_overrides):
+    """Reads an HF BERT directory: returns (config, params)."""
+    config_path = os.path.join(directory, "config.json")
+    if not os.path.exists(config_path):
+        raise FileNotFoundError(f"no config.json in {directory}")
+    config = BertConfig.from_json_file(config_path).replace(**config_overrides)
+    return config, params_from_hf(read_state_dict(directory), config)
+
+
+def save_hf_dir(directory: str | os.PathLike, config: BertConfig, params: Mapping[str, Any],
+                architecture: str | None = None, extra_config: Mapping[str, Any] | None = None):
+    """Writes `config.json` and `model.safetensors` that transformers loads."""
+    from safetensors.numpy import save_file
+    os.makedirs(directory, exist_ok=True)
+    state = params_to_hf(params, config)
+    # safetensors refuses tensors that share memory: the tied decoder is re-derived on load.
+    state.pop("cls.predictions.decoder.weight", None)
+    state.pop("cls.predictions.decoder.bias", None)
+    hf_config = config.to_hf_dict()
+    if architecture:
+        hf_config["architectures"] = [architecture]
+    hf_config.update(extra_config or {})
+    with open(os.path.join(directory, "config.json"), "w", encoding="utf-8") as f:
+        json.dump(hf_config, f, indent=2)
+    save_file(state, os.path.join(directory, "model.safetensors"), metadata={"format": "pt"})
+
+
+def iter_hf_names(config: BertConfig, heads: Mapping[str, Any]) -> Iterator[str]:
+    """Every HF tensor name our layout maps, for the given heads."""
+    return (e.hf_name for e in _entries(config, heads))

@@ -1,0 +1,45 @@
+"""Parameter-tree layouts: unrolled layers (`layer_0`, `layer_1`, ...) and
+scanned layers (one `layers` subtree with a leading layer axis)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import jax
+import numpy as np
+
+_LAYER = re.compile(r"layer_(\d+)$")
+
+
+def to_scanned(params: dict[str, Any]) -> dict[str, Any]:
+    """Stacks `bert/encoder/layer_i` into `bert/encoder/layers` (no-op if already scanned)."""
+    encoder = params["bert"]["encoder"]
+    if "layers" in encoder:
+        return params
+    layers = [encoder[f"layer_{i}"] for i in range(len(encoder))]
+    stacked = jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *layers)
+    return _with_encoder(params, {"layers": stacked})
+
+
+def to_unscanned(params: dict[str, Any]) -> dict[str, Any]:
+    """Splits `bert/encoder/layers` into `bert/encoder/layer_i` (no-op if already unrolled)."""
+    encoder = params["bert"]["encoder"]
+    if "layers" not in encoder:
+        return params
+    stacked = encoder["layers"]
+    count = jax.tree.leaves(stacked)[0].shape[0]
+    return _with_encoder(params, {
+        f"layer_{i}": jax.tree.map(lambda x, i=i: x[i], stacked) for i in range(count)})
+
+
+def match_layout(params: dict[str, Any], scan_layers: bool) -> dict[str, Any]:
+    return to_scanned(params) if scan_layers else to_unscanned(params)
+
+
+def _with_encoder(params, encoder):
+    return {**params, "bert": {**params["bert"], "encoder": encoder}}
+
+
+def is_layer_key(key: str) -> bool:
+    return bool(_LAYER.match(key))

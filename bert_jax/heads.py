@@ -1,0 +1,150 @@
+"""BERT with task heads: pretraining (MLM + NSP), classification/regression,
+token tagging, span question answering and multiple choice.
+
+Every model here owns a `bert` submodule (`BertModel`), so the encoder's
+parameters sit under `params['bert']` whatever the head, and a fine-tuning
+run restores exactly that subtree.
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import flax.struct
+import jax
+import jax.numpy as jnp
+
+from bert_jax.config import BertConfig
+from bert_jax.model import (BertModel, BertOutput, activation, dense_init, gather_positions,
+                            layer_norm, zeros_init)
+
+Array = jax.Array
+
+
+def _dense(config: BertConfig, features: int, out_axis: str, name: str) -> nn.Dense:
+    return nn.Dense(features, dtype=config.dtype, param_dtype=config.param_dtype,
+                    kernel_init=dense_init(config, ("embed", out_axis)),
+                    bias_init=zeros_init((out_axis,)), name=name)
+
+
+class MaskedLMHead(nn.Module):
+    """Dense + activation + LayerNorm, then the decoder tied to the word
+    embeddings with its own output bias: [..., H] -> [..., V]."""
+
+    config: BertConfig
+
+    @nn.compact
+    def __call__(self, x: Array, word_embeddings: Array) -> Array:
+        c = self.config
+        x = _dense(c, c.hidden_size, "mlp", "transform")(x)
+        x = layer_norm(c, "transform_layer_norm")(activation(c.hidden_act)(x))
+        bias = self.param("output_bias", zeros_init(("vocab",)), (c.vocab_size,),
+                          c.param_dtype)
+        logits = jnp.einsum("...h,vh->...v", x, word_embeddings.astype(c.dtype))
+        logits = nn.with_logical_constraint(
+            logits, ("activation_batch", "activation_length", "activation_vocab"))
+        return logits + bias.astype(c.dtype)
+
+
+@flax.struct.dataclass
+class PreTrainingOutput:
+    """mlm_logits [B, P, V] at `masked_lm_positions` (or [B, L, V] for every position);
+    nsp_logits [B, 2], or [B, K, 2] for packed rows."""
+
+    mlm_logits: Array
+    nsp_logits: Array
+    encoder: BertOutput
+
+
+class BertForPreTraining(nn.Module):
+    """BERT's pretraining model. The MLM head runs only at the masked positions
+    when they are given, which saves most of the [B, L, V] decoder matmul."""
+
+    config: BertConfig
+
+    def setup(self):
+        self.bert = BertModel(self.config)
+        self.mlm = MaskedLMHead(self.config)
+        self.nsp = _dense(self.config, 2, "classes", "nsp")
+
+    def __call__(self, input_ids, input_mask=None, segment_ids=None, masked_lm_positions=None,
+                 position_ids=None, example_ids=None, next_sentence_positions=None, *,
+                 deterministic: bool = True) -> PreTrainingOutput:
+        out = self.bert(input_ids, input_mask, segment_ids, position_ids, example_ids,
+                        deterministic=deterministic)
+        states = out.sequence_output
+        if masked_lm_positions is not None:
+            states = gather_positions(states, masked_lm_positions)
+        mlm_logits = self.mlm(states, self.bert.embeddings.word_embeddings.embedding)
+        pooled = out.pooled_output
+        if next_sentence_positions is not None:  # packed rows: one [CLS] per example
+            pooled = self.bert.pool(gather_positions(out.sequence_output,
+                                                     next_sentence_positions))
+        return PreTrainingOutput(mlm_logits, self.nsp(pooled), out)
+
+
+class BertForSequenceClassification(nn.Module):
+    """Pooled [CLS] -> dropout -> dense: logits [B, num_labels]; `num_labels=1` is regression."""
+
+    config: BertConfig
+    num_labels: int
+
+    @nn.compact
+    def __call__(self, input_ids, input_mask=None, segment_ids=None, *, position_ids=None,
+                 example_ids=None, cls_positions=None, deterministic: bool = True) -> Array:
+        bert = BertModel(self.config, name="bert")
+        out = bert(input_ids, input_mask, segment_ids, position_ids, example_ids,
+                   deterministic=deterministic)
+        pooled = out.pooled_output
+        if cls_positions is not None:  # packed rows: [B, K] positions of each [CLS]
+            pooled = bert.pool(gather_positions(out.sequence_output, cls_positions))
+        pooled = nn.Dropout(self.config.hidden_dropout_prob)(pooled, deterministic=deterministic)
+        return _dense(self.config, self.num_labels, "classes", "classifier")(pooled)
+
+
+class BertForTokenClassification(nn.Module):
+    """Per-token logits [B, L, num_labels] from the last hidden states."""
+
+    config: BertConfig
+    num_labels: int
+
+    @nn.compact
+    def __call__(self, input_ids, input_mask=None, segment_ids=None, *, position_ids=None,
+                 example_ids=None, deterministic: bool = True) -> Array:
+        out = BertModel(self.config, add_pooling_layer=False, name="bert")(
+            input_ids, input_mask, segment_ids, position_ids, example_ids,
+            deterministic=deterministic)
+        x = nn.Dropout(self.config.hidden_dropout_prob)(out.sequence_output,
+                                                        deterministic=deterministic)
+        return _dense(self.config, self.num_labels, "classes", "classifier")(x)
+
+
+class BertForQuestionAnswering(nn.Module):
+    """Span extraction: (start_logits, end_logits), each [B, L]."""
+
+    config: BertConfig
+
+    @nn.compact
+    def __call__(self, input_ids, input_mask=None, segment_ids=None, *,
+                 deterministic: bool = True) -> tuple[Array, Array]:
+        out = BertModel(self.config, add_pooling_layer=False, name="bert")(
+            input_ids, input_mask, segment_ids, deterministic=deterministic)
+        logits = _dense(self.config, 2, "classes", "qa_outputs")(out.sequence_output)
+        return logits[..., 0], logits[..., 1]
+
+
+class BertForMultipleChoice(nn.Module):
+    """Inputs [B, C, L] (C choices) -> logits [B, C]."""
+
+    config: BertConfig
+
+    @nn.compact
+    def __call__(self, input_ids, input_mask=None, segment_ids=None, *,
+                 deterministic: bool = True) -> Array:
+        batch, choices, length = input_ids.shape
+        flat = lambda x: None if x is None else x.reshape(batch * choices, length)
+        out = BertModel(self.config, name="bert")(
+            flat(input_ids), flat(input_mask), flat(segment_ids), deterministic=deterministic)
+        pooled = nn.Dropout(self.config.hidden_dropout_prob)(out.pooled_output,
+                                                             deterministic=deterministic)
+        logits = _dense(self.config, 1, "classes", "classifier")(pooled)
+        return logits.reshape(batch, choices)

@@ -1,0 +1,276 @@
+"""The BERT encoder as pure Flax linen modules.
+
+Every parameter carries logical axis names (`vocab`, `embed`, `heads`, `kv`,
+`mlp`, `layers`, ...) and activations are constrained with `activation_*`
+names; `bert_jax.sharding` maps both onto a device mesh. Nothing here names a
+mesh axis, reads a file or knows about an optimizer.
+
+Shapes: B batch, L sequence length, H hidden size, N heads, D head size.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import flax.linen as nn
+import flax.struct
+import jax
+import jax.numpy as jnp
+
+from bert_jax.config import BertConfig
+
+Array = jax.Array
+
+
+def dense_init(config: BertConfig, axes: tuple[str, ...]):
+    """BERT's initializer: normal with stddev `initializer_range`, truncated at 2 sigma."""
+    return nn.with_logical_partitioning(
+        nn.initializers.truncated_normal(config.initializer_range), axes)
+
+
+def zeros_init(axes):
+    return nn.with_logical_partitioning(nn.initializers.zeros_init(), axes)
+
+
+def layer_norm(config: BertConfig, name: str) -> nn.LayerNorm:
+    # Statistics are computed in float32 whatever the compute dtype.
+    return nn.LayerNorm(
+        epsilon=config.layer_norm_eps, dtype=config.dtype, param_dtype=config.param_dtype,
+        scale_init=nn.with_logical_partitioning(nn.initializers.ones_init(), ("embed",)),
+        bias_init=zeros_init(("embed",)), name=name)
+
+
+def activation(name: str):
+    return {
+        "gelu": functools.partial(nn.gelu, approximate=False),  # BERT's exact erf GELU
+        "gelu_new": functools.partial(nn.gelu, approximate=True),
+        "gelu_pytorch_tanh": functools.partial(nn.gelu, approximate=True),
+        "relu": nn.relu, "tanh": jnp.tanh, "silu": nn.silu, "swish": nn.silu,
+    }[name]
+
+
+def attention_mask(input_mask: Array, example_ids: Array | None = None) -> Array:
+    """Boolean mask [B, 1, Lq, Lk] of the key positions each query may attend to.
+
+    input_mask: [B, L], 1 for real tokens. example_ids: optional [B, L], the
+    index of the packed example each token belongs to (0 = padding); tokens
+    then only attend within their own example.
+    """
+    keys = input_mask.astype(bool)[:, None, None, :]
+    if example_ids is None:
+        return keys
+    same = example_ids[:, :, None] == example_ids[:, None, :]
+    return keys & same[:, None, :, :]
+
+
+class Embeddings(nn.Module):
+    """Word + learned absolute position + token type embeddings, LayerNorm, dropout."""
+
+    config: BertConfig
+
+    def setup(self):
+        c = self.config
+        embed = functools.partial(nn.Embed, features=c.hidden_size, dtype=c.dtype,
+                                  param_dtype=c.param_dtype)
+        self.word_embeddings = embed(
+            c.vocab_size, embedding_init=dense_init(c, ("vocab", "embed")))
+        self.position_embeddings = embed(
+            c.max_position_embeddings, embedding_init=dense_init(c, ("position", "embed")))
+        self.token_type_embeddings = embed(
+            c.type_vocab_size, embedding_init=dense_init(c, ("token_type", "embed")))
+        self.layer_norm = layer_norm(c, "layer_norm")
+        self.dropout = nn.Dropout(c.hidden_dropout_prob)
+
+    def __call__(self, input_ids, segment_ids, position_ids, deterministic: bool):
+        x = (self.word_embeddings(input_ids) + self.position_embeddings(position_ids)
+             + self.token_type_embeddings(segment_ids))
+        x = self.dropout(self.layer_norm(x), deterministic=deterministic)
+        return nn.with_logical_constraint(
+            x, ("activation_batch", "activation_length", "activation_embed"))
+
+    def attend(self, x: Array) -> Array:
+        """Logits against the word embedding table (the tied MLM decoder): [..., H] -> [..., V]."""
+        return self.word_embeddings.attend(x)
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention; softmax in float32, additive large-negative mask."""
+
+    config: BertConfig
+
+    @nn.compact
+    def __call__(self, x, mask, deterministic: bool):
+        c = self.config
+        qkv = functools.partial(
+            nn.DenseGeneral, features=(c.num_attention_heads, c.head_dim), dtype=c.dtype,
+            param_dtype=c.param_dtype, kernel_init=dense_init(c, ("embed", "heads", "kv")),
+            bias_init=zeros_init(("heads", "kv")))
+        heads = ("activation_batch", "activation_length", "activation_heads", "activation_kv")
+        q = nn.with_logical_constraint(qkv(name="query")(x), heads)
+        k = nn.with_logical_constraint(qkv(name="key")(x), heads)
+        v = nn.with_logical_constraint(qkv(name="value")(x), heads)
+
+        scores = jnp.einsum("bqnd,bknd->bnqk", q, k).astype(jnp.float32)
+        scores = scores / jnp.sqrt(jnp.float32(c.head_dim))
+        scores = jnp.where(mask, scores, jnp.finfo(jnp.float32).min)
+        probs = jax.nn.softmax(scores, axis=-1)
+        dropped = nn.Dropout(c.attention_probs_dropout_prob)(
+            probs, deterministic=deterministic)
+        context = jnp.einsum("bnqk,bknd->bqnd", dropped.astype(c.dtype), v)
+        context = nn.with_logical_constraint(context, heads)
+        out = nn.DenseGeneral(
+            features=c.hidden_size, axis=(-2, -1), dtype=c.dtype, param_dtype=c.param_dtype,
+            kernel_init=dense_init(c, ("heads", "kv", "embed")), bias_init=zeros_init(("embed",)),
+            name="output")(context)
+        return out, probs
+
+
+class Layer(nn.Module):
+    """One post-LayerNorm transformer layer, as in BERT.
+
+    Returns the new hidden states and, for `nn.scan`, the per-layer outputs
+    (hidden states and attention probabilities) that the caller asked for.
+    """
+
+    config: BertConfig
+    output_hidden_states: bool = False
+    output_attentions: bool = False
+
+    @nn.compact
+    def __call__(self, x, mask, deterministic: bool):
+        c = self.config
+        dropout = nn.Dropout(c.hidden_dropout_prob)
+        dense = functools.partial(nn.Dense, dtype=c.dtype, param_dtype=c.param_dtype)
+        act_axes = ("activation_batch", "activation_length", "activation_embed")
+
+        attn, probs = SelfAttention(c, name="attention")(x, mask, deterministic)
+        x = layer_norm(c, "attention_layer_norm")(x + dropout(attn, deterministic=deterministic))
+        x = nn.with_logical_constraint(x, act_axes)
+
+        h = dense(c.intermediate_size, kernel_init=dense_init(c, ("embed", "mlp")),
+                  bias_init=zeros_init(("mlp",)), name="intermediate")(x)
+        h = nn.with_logical_constraint(
+            activation(c.hidden_act)(h),
+            ("activation_batch", "activation_length", "activation_mlp"))
+        h = dense(c.hidden_size, kernel_init=dense_init(c, ("mlp", "embed")),
+                  bias_init=zeros_init(("embed",)), name="output")(h)
+        x = layer_norm(c, "output_layer_norm")(x + dropout(h, deterministic=deterministic))
+        x = nn.with_logical_constraint(x, act_axes)
+
+        extras = (x if self.output_hidden_states else None,
+                  probs if self.output_attentions else None)
+        return x, extras
+
+
+_REMAT_POLICIES = {
+    "full": None,  # save nothing, recompute the whole layer in the backward pass
+    "dots": jax.checkpoint_policies.checkpoint_dots,
+    "dots_with_no_batch_dims": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
+
+
+class Encoder(nn.Module):
+    """A stack of layers: unrolled (`layer_0`, `layer_1`, ...) or one `nn.scan` over
+    `layers` (parameters stacked on a leading `layers` axis; faster compiles)."""
+
+    config: BertConfig
+    output_hidden_states: bool = False
+    output_attentions: bool = False
+
+    @nn.compact
+    def __call__(self, x, mask, deterministic: bool):
+        c = self.config
+        layer_cls = Layer
+        if c.remat_policy != "none":
+            layer_cls = nn.remat(Layer, policy=_REMAT_POLICIES[c.remat_policy],
+                                 static_argnums=(3,), prevent_cse=not c.scan_layers)
+        make = functools.partial(layer_cls, c, self.output_hidden_states, self.output_attentions)
+
+        if c.scan_layers:
+            scanned = nn.scan(
+                layer_cls, variable_axes={"params": 0}, split_rngs={"params": True,
+                                                                    "dropout": True},
+                in_axes=(nn.broadcast, nn.broadcast), length=c.num_hidden_layers,
+                metadata_params={nn.PARTITION_NAME: "layers"})
+            x, (hidden, probs) = scanned(c, self.output_hidden_states, self.output_attentions,
+                                         name="layers")(x, mask, deterministic)
+            hidden = None if hidden is None else tuple(hidden)
+            probs = None if probs is None else tuple(probs)
+        else:
+            per_layer = []
+            for i in range(c.num_hidden_layers):
+                x, extras = make(name=f"layer_{i}")(x, mask, deterministic)
+                per_layer.append(extras)
+            hidden = tuple(h for h, _ in per_layer) if self.output_hidden_states else None
+            probs = tuple(p for _, p in per_layer) if self.output_attentions else None
+        return x, hidden, probs
+
+
+@flax.struct.dataclass
+class BertOutput:
+    """sequence_output [B, L, H]; pooled_output [B, H] (None without a pooler);
+    hidden_states: L+1 arrays [B, L, H] (embeddings first); attentions: L arrays [B, N, L, L]."""
+
+    sequence_output: Array
+    pooled_output: Array | None = None
+    hidden_states: tuple[Array, ...] | None = None
+    attentions: tuple[Array, ...] | None = None
+
+
+class BertModel(nn.Module):
+    """The BERT encoder with the tanh pooler on `[CLS]`.
+
+    Call with int arrays [B, L]: `input_ids`, `input_mask` (1 = real token),
+    `segment_ids`; optional `position_ids` (default 0..L-1) and `example_ids`
+    (packed rows: tokens attend only within their example, see
+    `attention_mask`).
+    """
+
+    config: BertConfig
+    add_pooling_layer: bool = True
+    output_hidden_states: bool = False
+    output_attentions: bool = False
+
+    def setup(self):
+        c = self.config
+        self.embeddings = Embeddings(c)
+        self.encoder = Encoder(c, self.output_hidden_states, self.output_attentions)
+        if self.add_pooling_layer:
+            self.pooler = nn.Dense(c.hidden_size, dtype=c.dtype, param_dtype=c.param_dtype,
+                                   kernel_init=dense_init(c, ("embed", "mlp")),
+                                   bias_init=zeros_init(("mlp",)))
+
+    def __call__(self, input_ids, input_mask=None, segment_ids=None, position_ids=None,
+                 example_ids=None, *, deterministic: bool = True) -> BertOutput:
+        if input_mask is None:
+            input_mask = jnp.ones_like(input_ids)
+        if segment_ids is None:
+            segment_ids = jnp.zeros_like(input_ids)
+        if position_ids is None:
+            position_ids = jnp.broadcast_to(jnp.arange(input_ids.shape[-1]), input_ids.shape)
+        x = self.embeddings(input_ids, segment_ids, position_ids, deterministic)
+        mask = attention_mask(input_mask, example_ids)
+        sequence, hidden, probs = self.encoder(x, mask, deterministic)
+        if hidden is not None:
+            hidden = (x, *hidden)
+        pooled = None
+        if self.add_pooling_layer:
+            pooled = jnp.tanh(self.pooler(sequence[:, 0]))
+        return BertOutput(sequence, pooled, hidden, probs)
+
+    def attend(self, x: Array) -> Array:
+        return self.embeddings.attend(x)
+
+    def pool(self, cls_states: Array) -> Array:
+        """The pooler on arbitrary [..., H] states (e.g. each packed example's [CLS])."""
+        return jnp.tanh(self.pooler(cls_states))
+
+
+def gather_positions(x: Array, positions: Array) -> Array:
+    """x[b, positions[b, p]] for every b, p: [B, L, ...] x [B, P] -> [B, P, ...]."""
+    return jnp.take_along_axis(x, positions[..., None].astype(jnp.int32), axis=1)
+
+
+def count_params(params: Any) -> int:
+    return sum(x.size for x in jax.tree.leaves(params))
