@@ -3,18 +3,16 @@ scanned layers (one `layers` subtree with a leading layer axis)."""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import jax
 import numpy as np
 
-_LAYER = re.compile(r"layer_(\d+)$")
-
 
 def to_scanned(params: dict[str, Any]) -> dict[str, Any]:
-    """Stacks `bert/encoder/layer_i` into `bert/encoder/layers` (no-op if already scanned)."""
-    encoder = params["bert"]["encoder"]
+    """Stacks `[bert/]encoder/layer_i` into `[bert/]encoder/layers` (no-op if already
+    scanned). Accepts the params of a task model or of a bare `BertModel`."""
+    encoder = _encoder(params)
     if "layers" in encoder:
         return params
     layers = [encoder[f"layer_{i}"] for i in range(len(encoder))]
@@ -23,8 +21,8 @@ def to_scanned(params: dict[str, Any]) -> dict[str, Any]:
 
 
 def to_unscanned(params: dict[str, Any]) -> dict[str, Any]:
-    """Splits `bert/encoder/layers` into `bert/encoder/layer_i` (no-op if already unrolled)."""
-    encoder = params["bert"]["encoder"]
+    """Splits `[bert/]encoder/layers` into `[bert/]encoder/layer_i` (no-op if unrolled)."""
+    encoder = _encoder(params)
     if "layers" not in encoder:
         return params
     stacked = encoder["layers"]
@@ -37,9 +35,11 @@ def match_layout(params: dict[str, Any], scan_layers: bool) -> dict[str, Any]:
     return to_scanned(params) if scan_layers else to_unscanned(params)
 
 
+def _encoder(params):
+    return params["bert"]["encoder"] if "bert" in params else params["encoder"]
+
+
 def _with_encoder(params, encoder):
-    return {**params, "bert": {**params["bert"], "encoder": encoder}}
-
-
-def is_layer_key(key: str) -> bool:
-    return bool(_LAYER.match(key))
+    if "bert" in params:
+        return {**params, "bert": {**params["bert"], "encoder": encoder}}
+    return {**params, "encoder": encoder}

@@ -1,0 +1,192 @@
+"""Model behaviour that needs no reference implementation: padding, packing,
+scanned layers, remat, bf16, presets and config files."""
+
+import json
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from bert_jax.config import PRESETS, BertConfig, ConfigError, get_config
+from bert_jax.convert import layout
+from bert_jax.heads import (BertForMultipleChoice, BertForPreTraining, BertForQuestionAnswering,
+                            BertForSequenceClassification, BertForTokenClassification)
+from bert_jax.model import BertModel
+
+CONFIG = BertConfig(vocab_size=120, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
+                    intermediate_size=64, max_position_embeddings=64,
+                    initializer_range=0.3)  # large weights so that differences show
+
+
+def init(model, *args):
+    return nn.unbox(model.init(jax.random.key(0), *args)["params"])
+
+
+def random_ids(shape, seed=0):
+    return np.random.default_rng(seed).integers(1, CONFIG.vocab_size, shape).astype(np.int32)
+
+
+def test_real_token_outputs_do_not_depend_on_padding():
+    ids = random_ids((2, 10))
+    mask = np.array([[1] * 10, [1] * 6 + [0] * 4], np.int32)
+    model = BertModel(CONFIG)
+    params = init(model, ids)
+    short = model.apply({"params": params}, ids, mask)
+    pad = lambda x: np.pad(x, ((0, 0), (0, 30)))
+    long = model.apply({"params": params}, pad(ids * mask), pad(mask))
+    for row, n in enumerate((10, 6)):
+        np.testing.assert_allclose(long.sequence_output[row, :n], short.sequence_output[row, :n],
+                                   atol=1e-5)
+    np.testing.assert_allclose(long.pooled_output, short.pooled_output, atol=1e-5)
+
+
+def test_packed_examples_do_not_attend_to_each_other():
+    a, b = random_ids((1, 7), 1), random_ids((1, 5), 2)
+    model = BertModel(CONFIG)
+    params = init(model, a)
+    alone = [model.apply({"params": params}, x).sequence_output[0] for x in (a, b)]
+    packed = np.concatenate([a, b, np.zeros((1, 4), np.int32)], axis=1)
+    example_ids = np.array([[1] * 7 + [2] * 5 + [0] * 4], np.int32)
+    positions = np.array([list(range(7)) + list(range(5)) + [0] * 4], np.int32)
+    out = model.apply({"params": params}, packed, (example_ids > 0).astype(np.int32),
+                      position_ids=positions, example_ids=example_ids).sequence_output[0]
+    np.testing.assert_allclose(out[:7], alone[0], atol=1e-5)
+    np.testing.assert_allclose(out[7:12], alone[1], atol=1e-5)
+
+
+def test_scanned_and_unrolled_encoders_agree_and_convert():
+    ids = random_ids((2, 9))
+    unrolled = BertForPreTraining(CONFIG)
+    scanned = BertForPreTraining(CONFIG.replace(scan_layers=True))
+    params = init(unrolled, ids)
+    scanned_params = layout.to_scanned(params)
+    shapes = jax.tree.map(jnp.shape, init(scanned, ids))
+    assert jax.tree.map(jnp.shape, scanned_params) == shapes
+    a = unrolled.apply({"params": params}, ids)
+    b = scanned.apply({"params": scanned_params}, ids)
+    np.testing.assert_allclose(a.mlm_logits, b.mlm_logits, atol=1e-5)
+    np.testing.assert_allclose(a.nsp_logits, b.nsp_logits, atol=1e-5)
+    back = layout.to_unscanned(scanned_params)
+    assert jax.tree.all(jax.tree.map(np.array_equal, back, params))
+
+
+@pytest.mark.parametrize("policy", ["full", "dots", "dots_with_no_batch_dims"])
+def test_remat_gives_the_same_gradients(policy):
+    ids = random_ids((2, 8))
+    # A random projection: sum(x**2) of a LayerNorm output has a near-zero gradient.
+    weights = np.random.default_rng(1).normal(size=(2, 8, CONFIG.hidden_size))
+    params = init(BertModel(CONFIG), ids)
+
+    def grads(config, p):
+        loss = lambda q: jnp.sum(BertModel(config).apply({"params": q}, ids).sequence_output
+                                 * weights)
+        return jax.grad(loss)(p)
+
+    for scan in (False, True):
+        p = layout.match_layout(params, scan)
+        expected = grads(CONFIG.replace(scan_layers=scan), p)
+        got = grads(CONFIG.replace(scan_layers=scan, remat_policy=policy), p)
+        jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-4),
+                     got, expected)
+
+
+def test_dropout_only_when_not_deterministic():
+    ids = random_ids((2, 8))
+    model = BertModel(CONFIG)
+    params = init(model, ids)
+    run = lambda det, seed: model.apply({"params": params}, ids, deterministic=det,
+                                        rngs={"dropout": jax.random.key(seed)}).sequence_output
+    np.testing.assert_array_equal(run(True, 0), run(True, 1))
+    assert not np.allclose(run(False, 0), run(False, 1))
+
+
+def test_bfloat16_compute_keeps_float32_params():
+    ids = random_ids((2, 8))
+    model = BertForPreTraining(CONFIG.replace(initializer_range=0.02, dtype="bfloat16"))
+    params = init(model, ids)
+    assert {x.dtype for x in jax.tree.leaves(params)} == {np.dtype("float32")}
+    out = model.apply({"params": params}, ids)
+    assert out.encoder.sequence_output.dtype == jnp.bfloat16
+    ref = BertForPreTraining(CONFIG.replace(initializer_range=0.02)).apply({"params": params}, ids)
+    np.testing.assert_allclose(out.mlm_logits.astype(np.float32), ref.mlm_logits, atol=0.05)
+
+
+def test_task_heads_shapes_and_encoder_subtree():
+    ids = random_ids((3, 8))
+    cases = [
+        (BertForSequenceClassification(CONFIG, 5), (3, 5)),
+        (BertForTokenClassification(CONFIG, 7), (3, 8, 7)),
+    ]
+    for model, shape in cases:
+        params = init(model, ids)
+        assert "bert" in params and "classifier" in params
+        assert model.apply({"params": params}, ids).shape == shape
+    qa = BertForQuestionAnswering(CONFIG)
+    start, end = qa.apply({"params": init(qa, ids)}, ids)
+    assert start.shape == end.shape == (3, 8)
+    mc = BertForMultipleChoice(CONFIG)
+    choices = random_ids((2, 4, 8))
+    assert mc.apply({"params": init(mc, choices)}, choices).shape == (2, 4)
+
+
+def test_initialisation_follows_bert():
+    params = init(BertForPreTraining(CONFIG.replace(initializer_range=0.02)), random_ids((1, 4)))
+    kernel = params["bert"]["encoder"]["layer_0"]["intermediate"]["kernel"]
+    assert abs(float(np.std(kernel)) - 0.0176) < 0.002  # 0.02 truncated at 2 sigma
+    assert np.max(np.abs(kernel)) <= 0.04 + 1e-6
+    assert not np.any(params["bert"]["encoder"]["layer_0"]["intermediate"]["bias"])
+    np.testing.assert_array_equal(params["bert"]["embeddings"]["layer_norm"]["scale"], 1.0)
+    assert not np.any(params["mlm"]["output_bias"])
+
+
+def test_presets():
+    small = [name for name in PRESETS if name.startswith("bert-L")]
+    assert len(small) == 24
+    mini = get_config("bert-L4-H256")
+    assert (mini.num_hidden_layers, mini.hidden_size, mini.num_attention_heads,
+            mini.intermediate_size) == (4, 256, 4, 1024)
+    large = get_config("bert-large")
+    assert (large.num_hidden_layers, large.hidden_size, large.vocab_size) == (24, 1024, 30522)
+    with pytest.raises(ConfigError, match="bert-L4-H256"):
+        get_config("bert-L4-H255")
+
+
+def test_config_files_round_trip(tmp_path):
+    config = get_config("bert-L2-H128", hidden_dropout_prob=0.2)
+    google = tmp_path / "bert_config.json"
+    google.write_text(json.dumps(config.to_google_dict()))
+    assert BertConfig.from_json_file(google) == config
+    hf = tmp_path / "config.json"
+    hf.write_text(json.dumps(config.to_hf_dict()))
+    assert BertConfig.from_json_file(hf) == config
+    ours = tmp_path / "ours.json"
+    config.replace(dtype="bfloat16", scan_layers=True).save(ours)
+    assert BertConfig.from_json_file(ours) == config.replace(dtype="bfloat16", scan_layers=True)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"hidden_size": "768"}, "hidden_size"),
+    ({"num_attention_heads": 5}, "multiple of num_attention_heads"),
+    ({"hidden_act": "mish"}, "hidden_act"),
+    ({"vocab_size": None}, "vocab_size"),
+])
+def test_malformed_config_names_the_field(tmp_path, change, message):
+    values = {**get_config("bert-base").to_hf_dict(), **change}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(values))
+    with pytest.raises(ConfigError, match=message):
+        BertConfig.from_json_file(path)
+
+
+def test_missing_field_and_bad_json(tmp_path):
+    values = get_config("bert-base").to_google_dict()
+    del values["intermediate_size"]
+    path = tmp_path / "bert_config.json"
+    path.write_text(json.dumps(values))
+    with pytest.raises(ConfigError, match="intermediate_size"):
+        BertConfig.from_json_file(path)
+    path.write_text("{not json")
+    with pytest.raises(ConfigError, match="not valid JSON"):
+        BertConfig.from_json_file(path)
