@@ -102,9 +102,13 @@ class SelfAttention(nn.Module):
     @nn.compact
     def __call__(self, x, mask, deterministic: bool):
         c = self.config
+        # nn.Einsum rather than nn.DenseGeneral: DenseGeneral initialises a flat 2-D
+        # kernel and would apply the 3-axis logical constraint to it when traced
+        # under a mesh (flax re-runs the init abstractly to check shapes in apply).
         qkv = functools.partial(
-            nn.DenseGeneral, features=(c.num_attention_heads, c.head_dim), dtype=c.dtype,
-            param_dtype=c.param_dtype, kernel_init=dense_init(c, ("embed", "heads", "kv")),
+            nn.Einsum, shape=(c.hidden_size, c.num_attention_heads, c.head_dim),
+            einsum_str="blh,hnd->blnd", dtype=c.dtype, param_dtype=c.param_dtype,
+            kernel_init=dense_init(c, ("embed", "heads", "kv")),
             bias_init=zeros_init(("heads", "kv")))
         heads = ("activation_batch", "activation_length", "activation_heads", "activation_kv")
         q = nn.with_logical_constraint(qkv(name="query")(x), heads)
@@ -119,8 +123,9 @@ class SelfAttention(nn.Module):
             probs, deterministic=deterministic)
         context = jnp.einsum("bnqk,bknd->bqnd", dropped.astype(c.dtype), v)
         context = nn.with_logical_constraint(context, heads)
-        out = nn.DenseGeneral(
-            features=c.hidden_size, axis=(-2, -1), dtype=c.dtype, param_dtype=c.param_dtype,
+        out = nn.Einsum(
+            shape=(c.num_attention_heads, c.head_dim, c.hidden_size), einsum_str="blnd,ndh->blh",
+            dtype=c.dtype, param_dtype=c.param_dtype,
             kernel_init=dense_init(c, ("heads", "kv", "embed")), bias_init=zeros_init(("embed",)),
             name="output")(context)
         return out, probs
