@@ -16,92 +16,96 @@ CONFIG_NAME = "tokenizer_config.json"
 
 
 class TokenizerError(ValueError):
-  """A vocabulary or model file is missing or unusable."""
+    """A vocabulary or model file is missing or unusable."""
 
 
 @dataclasses.dataclass
 class Encoding:
-  """One tokenized text, without special tokens.
+    """One tokenized text, without special tokens.
 
-  `offsets[i]` is the `(start, end)` character span of token i in the original
-  text; `word_ids[i]` numbers the word token i belongs to (0, 1, ...), where a
-  word is what whole-word masking keeps together.
-  """
-  ids: List[int]
-  tokens: List[str]
-  offsets: List[Tuple[int, int]]
-  word_ids: List[int]
+    `offsets[i]` is the `(start, end)` character span of token i in the original
+    text; `word_ids[i]` numbers the word token i belongs to (0, 1, ...), where a
+    word is what whole-word masking keeps together.
+    """
+    ids: List[int]
+    tokens: List[str]
+    offsets: List[Tuple[int, int]]
+    word_ids: List[int]
 
-  def __len__(self):
-    return len(self.ids)
+    def __len__(self):
+        return len(self.ids)
 
 
 class Tokenizer(abc.ABC):
-  """Text -> ids with offsets and word boundaries; no special tokens added."""
+    """Text -> ids with offsets and word boundaries; no special tokens added."""
 
-  @abc.abstractmethod
-  def encode(self, text: str) -> Encoding:
-    ...
+    @abc.abstractmethod
+    def encode(self, text: str) -> Encoding:
+        ...
 
-  def encode_batch(self, texts: Iterable[str]) -> List[Encoding]:
-    return [self.encode(t) for t in texts]
+    def encode_batch(self, texts: Iterable[str]) -> List[Encoding]:
+        return [self.encode(t) for t in texts]
 
-  @property
-  @abc.abstractmethod
-  def vocab_size(self) -> int:
-    ...
+    def encode_ids(self, texts: Iterable[str]) -> List[List[int]]:
+        """Ids only, one list per text: the fast path for data generation."""
+        return [self.encode(t).ids for t in texts]
 
-  @abc.abstractmethod
-  def token_to_id(self, token: str) -> int:
-    """Id of `token`, or `unk_id` when it is not in the vocabulary."""
+    @property
+    @abc.abstractmethod
+    def vocab_size(self) -> int:
+        ...
 
-  @abc.abstractmethod
-  def id_to_token(self, index: int) -> str:
-    ...
+    @abc.abstractmethod
+    def token_to_id(self, token: str) -> int:
+        """Id of `token`, or `unk_id` when it is not in the vocabulary."""
 
-  @abc.abstractmethod
-  def save(self, directory: str) -> None:
-    """Writes the files `load_tokenizer(directory)` reads back."""
+    @abc.abstractmethod
+    def id_to_token(self, index: int) -> str:
+        ...
 
-  @abc.abstractmethod
-  def tf_tokenize(self, texts):
-    """tf.string tensor [N] -> tf.RaggedTensor [N, None] of int32 ids (in-graph)."""
+    @abc.abstractmethod
+    def save(self, directory: str) -> None:
+        """Writes the files `load_tokenizer(directory)` reads back."""
 
-  @abc.abstractmethod
-  def word_start_table(self) -> np.ndarray:
-    """bool [vocab_size]: True where a token can start a word (whole-word masking)."""
+    @abc.abstractmethod
+    def tf_tokenize(self, texts):
+        """tf.string tensor [N] -> tf.RaggedTensor [N, None] of int32 ids (in-graph)."""
 
-  @property
-  def pad_id(self) -> int:
-    return self.token_to_id("[PAD]")
+    @abc.abstractmethod
+    def word_start_table(self) -> np.ndarray:
+        """bool [vocab_size]: True where a token can start a word (whole-word masking)."""
 
-  @property
-  def unk_id(self) -> int:
-    return self.token_to_id("[UNK]")
+    @property
+    def pad_id(self) -> int:
+        return self.token_to_id("[PAD]")
 
-  @property
-  def cls_id(self) -> int:
-    return self.token_to_id("[CLS]")
+    @property
+    def unk_id(self) -> int:
+        return self.token_to_id("[UNK]")
 
-  @property
-  def sep_id(self) -> int:
-    return self.token_to_id("[SEP]")
+    @property
+    def cls_id(self) -> int:
+        return self.token_to_id("[CLS]")
 
-  @property
-  def mask_id(self) -> int:
-    return self.token_to_id("[MASK]")
+    @property
+    def sep_id(self) -> int:
+        return self.token_to_id("[SEP]")
 
-  def special_ids(self) -> dict:
-    """{'pad': id, 'unk': id, 'cls': id, 'sep': id, 'mask': id}."""
-    return {"pad": self.pad_id, "unk": self.unk_id, "cls": self.cls_id,
-            "sep": self.sep_id, "mask": self.mask_id}
+    @property
+    def mask_id(self) -> int:
+        return self.token_to_id("[MASK]")
 
-  def convert_ids_to_tokens(self, ids: Sequence[int]) -> List[str]:
-    return [self.id_to_token(int(i)) for i in ids]
+    def special_ids(self) -> dict:
+        """{'pad': id, 'unk': id, 'cls': id, 'sep': id, 'mask': id}."""
+        return {"pad": self.pad_id, "unk": self.unk_id, "cls": self.cls_id,
+                "sep": self.sep_id, "mask": self.mask_id}
+
+    def convert_ids_to_tokens(self, ids: Sequence[int]) -> List[str]:
+        return [self.id_to_token(int(i)) for i in ids]
 
 
 def write_config(directory: str, config: dict) -> None:
-  os.makedirs(directory, exist_ok=True)
-  with open(os.path.join(directory, CONFIG_NAME), "w") as f:
-    json.dump(config, f, indent=2)
-    f.write("\n")
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, CONFIG_NAME), "w") as f:
+        json.dump(config, f, indent=2)
+        f.write("\n")

@@ -1,0 +1,1 @@
+"""Pretraining data: corpus reading, create-data, masking and the tf.data pipeline."""

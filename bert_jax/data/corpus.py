@@ -1,0 +1,85 @@
+"""Reading pretraining text in BERT's format, and the embedded default corpus.
+
+BERT format: one sentence per line, a blank line between documents, UTF-8,
+optionally gzip-compressed (`.gz`). Lines that are not valid UTF-8 are decoded
+with U+FFFD replacements and counted, never fatal.
+"""
+import dataclasses
+import glob
+import gzip
+import os
+from typing import Iterator, List, Sequence
+
+_RESOURCES = os.path.join(os.path.dirname(os.path.dirname(__file__)), "resources")
+CORPUS_DIR = os.path.join(_RESOURCES, "corpus")
+# Public-domain text: the King James Bible and the latest 100 State of the
+# Union addresses (see resources/corpus/README.md), gzip shards in BERT format.
+DEFAULT_CORPUS = os.path.join(CORPUS_DIR, "*.txt.gz")
+
+
+@dataclasses.dataclass
+class ReadStats:
+    """What reading found; summed over files with `+=`."""
+    files: int = 0
+    empty_files: int = 0
+    documents: int = 0
+    lines: int = 0
+    bytes: int = 0
+    undecodable_lines: int = 0
+
+    def __iadd__(self, other: "ReadStats") -> "ReadStats":
+        for field in dataclasses.fields(self):
+            setattr(self, field.name, getattr(self, field.name) + getattr(other, field.name))
+        return self
+
+
+def expand_inputs(patterns: Sequence[str]) -> List[str]:
+    """Sorted files matching comma-separated globs; fails at once if any is missing."""
+    files = []
+    for pattern in patterns:
+        for part in filter(None, (p.strip() for p in pattern.split(","))):
+            matches = sorted(glob.glob(part))
+            if not matches:
+                raise FileNotFoundError(f"input file not found: {part}")
+            files.extend(m for m in matches if os.path.isfile(m))
+    if not files:
+        raise FileNotFoundError(f"no input files in {list(patterns)}")
+    return files
+
+
+def _open_binary(path: str):
+    return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
+
+
+def iter_lines(path: str, stats: ReadStats) -> Iterator[str]:
+    """Stripped lines of one file, decoding bad bytes as U+FFFD (counted)."""
+    stats.files += 1
+    size = 0
+    with _open_binary(path) as f:
+        for raw in f:
+            size += len(raw)
+            stats.bytes += len(raw)
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                line = raw.decode("utf-8", errors="replace")
+                stats.undecodable_lines += 1
+            yield line.strip()
+    if size == 0:
+        stats.empty_files += 1
+
+
+def read_documents(path: str, stats: ReadStats) -> List[List[str]]:
+    """The documents of one file: lists of non-empty sentences."""
+    documents, current = [], []
+    for line in iter_lines(path, stats):
+        if line:
+            current.append(line)
+            stats.lines += 1
+        elif current:
+            documents.append(current)
+            current = []
+    if current:
+        documents.append(current)
+    stats.documents += len(documents)
+    return documents

@@ -1,0 +1,304 @@
+"""`bert-jax create-data`: BERT-format text -> sharded TFRecords of MLM/NSP examples.
+
+Each input file is one unit of work, processed by one worker with random
+generators derived from (random_seed, file index, dupe index): the output is
+the same for a seed whatever the number of workers, and memory is bounded by
+one input file (random next sentences come from other documents of the same
+file, so shard big corpora into many files as for the original tool).
+Instances of a file are shuffled, then dealt round-robin, in file order, into
+the output shards.
+
+Features (BERT's names): input_ids, input_mask, segment_ids (int64 [L]),
+next_sentence_labels (int64 [1], 1 = random next) and, unless
+`--no_static_masking`, masked_lm_positions, masked_lm_ids (int64 [P]) and
+masked_lm_weights (float [P]). Files without masks are for dynamic masking;
+the pipeline also re-masks statically masked files by restoring their tokens.
+"""
+import argparse
+import dataclasses
+import json
+import multiprocessing
+import os
+import random
+import sys
+from typing import List, Optional, Sequence
+
+import numpy as np
+
+from bert_jax.data import corpus, instances, masking
+from bert_jax.tokenization import DEFAULT_VOCAB, TokenizerError, load_tokenizer
+
+
+@dataclasses.dataclass
+class Options:
+    max_seq_length: int = 128
+    max_predictions_per_seq: int = 20
+    masked_lm_prob: float = 0.15
+    short_seq_prob: float = 0.1
+    dupe_factor: int = 5
+    random_seed: int = 12345
+    do_whole_word_mask: bool = False
+    static_masking: bool = True
+
+
+@dataclasses.dataclass
+class Stats:
+    """Counts for the summary; summed over files."""
+    files: int = 0
+    empty_files: int = 0
+    single_document_files: int = 0
+    documents: int = 0
+    one_sentence_documents: int = 0
+    sentences: int = 0
+    empty_sentences: int = 0
+    long_sentences: int = 0
+    undecodable_lines: int = 0
+    bytes: int = 0
+    instances: int = 0
+    tokens: int = 0
+    maskable_tokens: int = 0
+    masked_tokens: int = 0
+    masked_as_mask: int = 0
+    masked_unchanged: int = 0
+    random_next: int = 0
+    random_from_same_document: int = 0
+    short_targets: int = 0
+
+    def __iadd__(self, other: "Stats") -> "Stats":
+        for field in dataclasses.fields(self):
+            setattr(self, field.name, getattr(self, field.name) + getattr(other, field.name))
+        return self
+
+    def summary(self) -> dict:
+        ratio = lambda a, b: round(a / b, 4) if b else 0.0
+        return dict(dataclasses.asdict(self),
+                    masked_fraction=ratio(self.masked_tokens, self.maskable_tokens),
+                    mask_token_fraction=ratio(self.masked_as_mask, self.masked_tokens),
+                    unchanged_fraction=ratio(self.masked_unchanged, self.masked_tokens),
+                    random_next_fraction=ratio(self.random_next, self.instances),
+                    short_target_fraction=ratio(self.short_targets, self.instances))
+
+
+_worker = {}
+
+
+def _init_worker(vocab: str, do_lower_case: Optional[bool], options: Options):
+    tokenizer = load_tokenizer(vocab, do_lower_case)
+    _worker.update(tokenizer=tokenizer, options=options,
+                   word_start=tokenizer.word_start_table() if options.do_whole_word_mask else None)
+
+
+def _tokenize_documents(path: str, stats: Stats):
+    tokenizer, options = _worker["tokenizer"], _worker["options"]
+    read = corpus.ReadStats()
+    documents = []
+    for raw_document in corpus.read_documents(path, read):
+        document = []
+        for ids in tokenizer.encode_ids(raw_document):
+            ids = np.asarray(ids, np.int32)
+            stats.empty_sentences += len(ids) == 0
+            stats.long_sentences += len(ids) > options.max_seq_length - 3
+            if len(ids):
+                document.append(ids)
+        if document:
+            documents.append(document)
+            stats.one_sentence_documents += len(document) == 1
+            stats.sentences += len(document)
+    stats.files += read.files
+    stats.empty_files += read.empty_files
+    stats.undecodable_lines += read.undecodable_lines
+    stats.bytes += read.bytes
+    stats.documents += len(documents)
+    stats.single_document_files += len(documents) == 1
+    return documents
+
+
+def process_file(task) -> tuple:
+    """One input file -> (serialized tf.train.Examples in output order, Stats)."""
+    file_index, path = task
+    tokenizer, options = _worker["tokenizer"], _worker["options"]
+    stats = Stats()
+    documents = _tokenize_documents(path, stats)
+    made = []
+    counts = instances.InstanceStats()
+    for dupe in range(options.dupe_factor if documents else 0):
+        rng = random.Random(f"{options.random_seed}/{file_index}/{dupe}")
+        for index in range(len(documents)):
+            made.extend(instances.instances_from_document(
+                documents, index, options.max_seq_length, options.short_seq_prob, rng, counts))
+    rng = random.Random(f"{options.random_seed}/{file_index}/shuffle")
+    rng.shuffle(made)
+    stats.instances, stats.random_next = counts.instances, counts.random_next
+    stats.short_targets = counts.short_targets
+    stats.random_from_same_document = counts.random_from_same_document
+    if not made:
+        return [], stats
+    rows = instances.pack_instances(made, options.max_seq_length, tokenizer.cls_id,
+                                    tokenizer.sep_id)
+    stats.tokens = int(rows["input_mask"].sum())
+    stats.maskable_tokens = stats.tokens - 3 * len(made)
+    if options.static_masking:
+        unmasked = rows["input_ids"]
+        keys = np.array([rng.getrandbits(64) for _ in made], np.uint64)
+        word_start = None if _worker["word_start"] is None else _worker["word_start"][unmasked]
+        rows.update(masking.mask_batch(
+            unmasked, rows["input_mask"], keys, vocab_size=tokenizer.vocab_size,
+            mask_id=tokenizer.mask_id, cls_id=tokenizer.cls_id, sep_id=tokenizer.sep_id,
+            max_predictions=options.max_predictions_per_seq,
+            masked_lm_prob=options.masked_lm_prob, word_start=word_start))
+        weights = rows["masked_lm_weights"] > 0
+        at_positions = np.take_along_axis(rows["input_ids"], rows["masked_lm_positions"], 1)
+        stats.masked_tokens = int(weights.sum())
+        stats.masked_as_mask = int((weights & (at_positions == tokenizer.mask_id)).sum())
+        stats.masked_unchanged = int((weights & (at_positions == rows["masked_lm_ids"])).sum())
+    return serialize_examples(rows), stats
+
+
+def examples_from_texts(documents: Sequence[Sequence[str]], tokenizer, options: Options,
+                        seed: int = 0) -> dict:
+    """Masked MLM/NSP examples for in-memory documents (lists of sentences), no files.
+
+    For tests and small runs. Returns the pipeline's unpacked keys: input_ids,
+    input_mask, segment_ids int32 [N, L]; masked_lm_positions, masked_lm_ids
+    int32 [N, P]; masked_lm_weights float32 [N, P]; next_sentence_labels int32 [N].
+    """
+    tokenized = [[np.asarray(ids, np.int32) for ids in tokenizer.encode_ids(doc) if ids]
+                 for doc in documents]
+    tokenized = [doc for doc in tokenized if doc]
+    if not tokenized:
+        raise ValueError("no text to make examples from")
+    rng = random.Random(f"{seed}/texts")
+    made, counts = [], instances.InstanceStats()
+    for _ in range(options.dupe_factor):
+        for index in range(len(tokenized)):
+            made.extend(instances.instances_from_document(
+                tokenized, index, options.max_seq_length, options.short_seq_prob, rng, counts))
+    rows = instances.pack_instances(made, options.max_seq_length, tokenizer.cls_id,
+                                    tokenizer.sep_id)
+    keys = np.array([rng.getrandbits(64) for _ in made], np.uint64)
+    word_start = tokenizer.word_start_table()[rows["input_ids"]] if options.do_whole_word_mask \
+        else None
+    rows.update(masking.mask_batch(
+        rows["input_ids"], rows["input_mask"], keys, vocab_size=tokenizer.vocab_size,
+        mask_id=tokenizer.mask_id, cls_id=tokenizer.cls_id, sep_id=tokenizer.sep_id,
+        max_predictions=options.max_predictions_per_seq, masked_lm_prob=options.masked_lm_prob,
+        word_start=word_start))
+    return rows
+
+
+def serialize_examples(rows: dict) -> List[bytes]:
+    """Row dicts of numpy arrays ([N, ...] each) -> serialized tf.train.Examples."""
+    from tensorflow.core.example import example_pb2
+    serialized = []
+    for i in range(len(rows["input_ids"])):
+        example = example_pb2.Example()
+        feature = example.features.feature
+        for name, values in rows.items():
+            if name == "masked_lm_weights":
+                feature[name].float_list.value.extend(values[i].tolist())
+            else:
+                feature[name].int64_list.value.extend(np.atleast_1d(values[i]).tolist())
+        serialized.append(example.SerializeToString())
+    return serialized
+
+
+def shard_paths(output_dir: str, num_shards: int) -> List[str]:
+    return [os.path.join(output_dir, f"pretrain-{i:05d}-of-{num_shards:05d}.tfrecord")
+            for i in range(num_shards)]
+
+
+def create_pretraining_data(inputs: Sequence[str], output_files: Sequence[str], vocab: str,
+                            options: Options, do_lower_case: Optional[bool] = None,
+                            num_workers: int = 1, progress: bool = True) -> Stats:
+    """Writes `output_files` (one per shard) and returns the summed Stats.
+
+    Fails at once (FileNotFoundError / TokenizerError) for a missing input or
+    vocabulary; bad content (empty files, bad bytes, long lines) is counted.
+    """
+    import tensorflow as tf
+    from tqdm import tqdm
+    if options.max_seq_length < 5:
+        raise ValueError("max_seq_length must be at least 5")
+    files = corpus.expand_inputs(inputs)
+    load_tokenizer(vocab, do_lower_case)  # fail before forking workers
+    tasks = list(enumerate(files))
+    for path in output_files:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    writers = [tf.io.TFRecordWriter(path) for path in output_files]
+    bar = tqdm(total=sum(os.path.getsize(f) for f in files), unit="B", unit_scale=True,
+               desc="create-data", disable=not progress, file=sys.stderr)
+    total, written = Stats(), 0
+    pool = None
+    if num_workers > 1 and len(files) > 1:
+        pool = multiprocessing.get_context("fork").Pool(
+            min(num_workers, len(files)), _init_worker, (vocab, do_lower_case, options))
+        results = pool.imap(process_file, tasks)
+    else:
+        _init_worker(vocab, do_lower_case, options)
+        results = map(process_file, tasks)
+    try:
+        for (_, path), (serialized, stats) in zip(tasks, results):
+            for record in serialized:
+                writers[written % len(writers)].write(record)
+                written += 1
+            total += stats
+            bar.update(os.path.getsize(path))
+    finally:
+        if pool is not None:
+            pool.terminate()
+        for writer in writers:
+            writer.close()
+        bar.close()
+    return total
+
+
+def _parse_args(argv: List[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="bert-jax create-data", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--input", nargs="+", default=[corpus.DEFAULT_CORPUS],
+                        help="text files or globs; default: the embedded corpus")
+    parser.add_argument("--output_dir", required=True)
+    parser.add_argument("--vocab", default=DEFAULT_VOCAB,
+                        help="tokenizer directory, vocab.txt or .model; default: embedded vocab")
+    case = parser.add_mutually_exclusive_group()
+    case.add_argument("--do_lower_case", dest="do_lower_case", action="store_true", default=None)
+    case.add_argument("--cased", dest="do_lower_case", action="store_false")
+    for field in dataclasses.fields(Options):
+        if isinstance(field.default, bool):
+            continue
+        parser.add_argument(f"--{field.name}", type=type(field.default), default=field.default)
+    parser.add_argument("--do_whole_word_mask", action="store_true")
+    parser.add_argument("--no_static_masking", action="store_true",
+                        help="write unmasked examples (for dynamic masking in the pipeline)")
+    parser.add_argument("--num_shards", type=int, default=4)
+    parser.add_argument("--num_workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--no_progress", action="store_true")
+    return parser.parse_args(argv)
+
+
+def run(args, output_files: List[str], summary_dir: Optional[str]) -> int:
+    """Shared by `main` and tools/create_pretraining_data.py: runs, prints, saves the summary."""
+    options = Options(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Options)
+                         if f.name != "static_masking"},
+                      static_masking=not getattr(args, "no_static_masking", False))
+    try:
+        stats = create_pretraining_data(args.input, output_files, args.vocab, options,
+                                        args.do_lower_case, args.num_workers,
+                                        progress=not getattr(args, "no_progress", False))
+    except (FileNotFoundError, TokenizerError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    summary = dict(stats.summary(), options=dataclasses.asdict(options),
+                   vocab=os.path.abspath(args.vocab), output_files=list(output_files))
+    for key, value in stats.summary().items():
+        print(f"{key:>28}: {value}")
+    if summary_dir:
+        with open(os.path.join(summary_dir, "summary.json"), "w") as f:
+            json.dump(summary, f, indent=2)
+    return 0
+
+
+def main(argv: List[str]) -> int:
+    args = _parse_args(argv)
+    os.makedirs(args.output_dir, exist_ok=True)
+    return run(args, shard_paths(args.output_dir, args.num_shards), args.output_dir)

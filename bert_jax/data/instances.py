@@ -1,0 +1,124 @@
+"""Next-sentence-prediction instances from tokenized documents (BERT's rules).
+
+Per document, sentences accumulate until a target length (max_seq_length - 3,
+or with probability short_seq_prob a length uniform in [2, that]); the chunk
+is split at a random sentence boundary into A and B; with p=0.5 (always when
+the chunk is a single sentence) B is replaced by text from a random other
+document of the same input file and the unused sentences are put back; the
+pair is truncated by dropping tokens of the longer side from the front or
+back at random.
+
+Two deliberate changes, both so the advertised rates hold: BERT draws the
+short target once per *document*, we draw it per instance, so the share of
+short instances is short_seq_prob however long the documents are; and BERT
+forces a random B whenever the chunk is a single sentence (frequent with
+short targets, which pushed random-next to ~52%), we take the actual next
+sentence as B when the coin says so and the document has one, so only a
+document's last lone sentence forces a random B.
+"""
+import dataclasses
+import random
+from typing import List, Sequence
+
+import numpy as np
+
+
+@dataclasses.dataclass
+class Instance:
+    tokens_a: List[int]
+    tokens_b: List[int]
+    is_random_next: bool
+    short_target: bool
+
+
+@dataclasses.dataclass
+class InstanceStats:
+    instances: int = 0
+    random_next: int = 0
+    short_targets: int = 0
+    random_from_same_document: int = 0
+
+
+def _truncate_pair(tokens_a: list, tokens_b: list, max_tokens: int, rng: random.Random):
+    """Drops tokens from the longer side, at its front or back (p=0.5), in place."""
+    while len(tokens_a) + len(tokens_b) > max_tokens:
+        longer = tokens_a if len(tokens_a) > len(tokens_b) else tokens_b
+        if rng.random() < 0.5:
+            del longer[0]
+        else:
+            longer.pop()
+
+
+def instances_from_document(documents: Sequence[Sequence[np.ndarray]], index: int,
+                            max_seq_length: int, short_seq_prob: float, rng: random.Random,
+                            stats: InstanceStats) -> List[Instance]:
+    """Instances of `documents[index]`, each document a list of id arrays (one per sentence)."""
+    document = documents[index]
+    max_tokens = max_seq_length - 3
+    instances = []
+
+    def new_target():
+        if rng.random() < short_seq_prob:
+            return rng.randint(2, max_tokens), True
+        return max_tokens, False
+
+    target, short = new_target()
+    chunk, chunk_length = [], 0
+    i = 0
+    while i < len(document):
+        chunk.append(document[i])
+        chunk_length += len(document[i])
+        if i == len(document) - 1 or chunk_length >= target:
+            is_random_next = rng.random() < 0.5
+            if len(chunk) == 1 and not is_random_next:
+                if i + 1 < len(document):  # B is the actual next sentence
+                    i += 1
+                    chunk.append(document[i])
+                else:
+                    is_random_next = True
+            a_end = rng.randint(1, len(chunk) - 1) if len(chunk) >= 2 else 1
+            tokens_a = [t for s in chunk[:a_end] for t in s.tolist()]
+            tokens_b: List[int] = []
+            if is_random_next:
+                other = index
+                for _ in range(10):
+                    other = rng.randint(0, len(documents) - 1)
+                    if other != index:
+                        break
+                stats.random_from_same_document += other == index
+                other_document = documents[other]
+                for sentence in other_document[rng.randint(0, len(other_document) - 1):]:
+                    tokens_b.extend(sentence.tolist())
+                    if len(tokens_b) >= target - len(tokens_a):
+                        break
+                i -= len(chunk) - a_end  # the sentences B did not use go back
+            else:
+                for sentence in chunk[a_end:]:
+                    tokens_b.extend(sentence.tolist())
+            _truncate_pair(tokens_a, tokens_b, max_tokens, rng)
+            instances.append(Instance(tokens_a, tokens_b, is_random_next, short))
+            stats.instances += 1
+            stats.random_next += is_random_next
+            stats.short_targets += short
+            chunk, chunk_length = [], 0
+            target, short = new_target()
+        i += 1
+    return instances
+
+
+def pack_instances(instances: Sequence[Instance], max_seq_length: int, cls_id: int, sep_id: int):
+    """[CLS] A [SEP] B [SEP] rows: input_ids, input_mask, segment_ids int32 [N, L];
+    next_sentence_labels int32 [N] (1 = random next, as in BERT)."""
+    n = len(instances)
+    input_ids = np.zeros((n, max_seq_length), np.int32)
+    segment_ids = np.zeros((n, max_seq_length), np.int32)
+    lengths = np.zeros(n, np.int64)
+    for row, inst in enumerate(instances):
+        tokens = [cls_id] + inst.tokens_a + [sep_id] + inst.tokens_b + [sep_id]
+        input_ids[row, :len(tokens)] = tokens
+        segment_ids[row, len(inst.tokens_a) + 2:len(tokens)] = 1
+        lengths[row] = len(tokens)
+    input_mask = (np.arange(max_seq_length)[None, :] < lengths[:, None]).astype(np.int32)
+    labels = np.array([inst.is_random_next for inst in instances], np.int32)
+    return {"input_ids": input_ids, "input_mask": input_mask, "segment_ids": segment_ids,
+            "next_sentence_labels": labels}

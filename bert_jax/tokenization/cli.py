@@ -1,0 +1,29 @@
+"""`bert-jax tokenize`: text on stdin -> tokens (or ids) on stdout, one line per line."""
+import argparse
+import sys
+from typing import List
+
+from bert_jax.tokenization import DEFAULT_VOCAB, TokenizerError, load_tokenizer
+
+
+def main(argv: List[str]) -> int:
+    parser = argparse.ArgumentParser(prog="bert-jax tokenize", description=__doc__)
+    parser.add_argument("--vocab", default=DEFAULT_VOCAB,
+                        help="tokenizer directory, vocab.txt or SentencePiece .model")
+    parser.add_argument("--cased", action="store_true",
+                        help="a cased vocab.txt: keep case and accents")
+    parser.add_argument("--ids", action="store_true", help="print ids instead of tokens")
+    args = parser.parse_args(argv)
+    try:
+        tokenizer = load_tokenizer(args.vocab, do_lower_case=False if args.cased else None)
+    except TokenizerError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    stdin = open(sys.stdin.fileno(), encoding="utf-8", errors="replace", newline="\n",
+                 closefd=False)
+    for line in stdin:
+        encoding = tokenizer.encode(line.rstrip("\n"))
+        items = encoding.ids if args.ids else encoding.tokens
+        sys.stdout.write(" ".join(map(str, items)) + "\n")
+    sys.stdout.flush()
+    return 0

@@ -1,0 +1,94 @@
+"""Training a vocabulary: `bert-jax train-tokenizer`.
+
+WordPiece uses tensorflow-text's `bert_vocab_from_dataset` (the learner
+Google published for BERT vocabularies); unigram and BPE use SentencePiece.
+Both put BERT's special tokens first: [PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3,
+[MASK]=4; WordPiece vocabularies also reserve `[unusedN]` slots after them
+(as BERT's released vocabularies do) so a fine-tuning run can add tokens.
+"""
+import argparse
+import os
+import sys
+import tempfile
+from typing import Iterator, List, Sequence
+
+from bert_jax.data import corpus
+from bert_jax.tokenization import base
+from bert_jax.tokenization.sentencepiece_tokenizer import SentencePieceTokenizer
+from bert_jax.tokenization.wordpiece import WordPieceTokenizer
+
+
+def _sentences(files: Sequence[str]) -> Iterator[str]:
+    stats = corpus.ReadStats()
+    for path in files:
+        for line in corpus.iter_lines(path, stats):
+            if line:
+                yield line
+
+
+def train_wordpiece(files: Sequence[str], vocab_size: int, do_lower_case: bool = True,
+                    num_unused: int = 95) -> WordPieceTokenizer:
+    """A WordPiece vocabulary of exactly `vocab_size` tokens (padded with [unusedN])."""
+    import tensorflow as tf
+    from tensorflow_text.tools.wordpiece_vocab import bert_vocab_from_dataset as learner
+    reserved = list(base.SPECIAL_TOKENS) + [f"[unused{i}]" for i in range(num_unused)]
+    dataset = tf.data.Dataset.from_generator(
+        lambda: _sentences(files), output_signature=tf.TensorSpec([], tf.string)).batch(1024)
+    learned = learner.bert_vocab_from_dataset(
+        dataset, vocab_size=vocab_size, reserved_tokens=reserved,
+        bert_tokenizer_params={"lower_case": do_lower_case},
+        learn_params={"max_input_tokens": 5_000_000})
+    vocab = learned[:vocab_size]
+    vocab += [f"[unused{i}]" for i in range(num_unused, num_unused + vocab_size - len(vocab))]
+    return WordPieceTokenizer(vocab, do_lower_case=do_lower_case)
+
+
+def train_sentencepiece(files: Sequence[str], vocab_size: int, model_type: str,
+                        out_dir: str) -> SentencePieceTokenizer:
+    """Trains `out_dir/spm.model` (`model_type` 'unigram' or 'bpe')."""
+    import sentencepiece as spm
+    os.makedirs(out_dir, exist_ok=True)
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=_sentences(files), model_prefix=os.path.join(out_dir, "spm"),
+        vocab_size=vocab_size, model_type=model_type, character_coverage=0.9995,
+        pad_id=0, unk_id=1, bos_id=-1, eos_id=-1, pad_piece="[PAD]", unk_piece="[UNK]",
+        user_defined_symbols=["[CLS]", "[SEP]", "[MASK]"], input_sentence_size=2_000_000,
+        shuffle_input_sentence=True, minloglevel=2)
+    return SentencePieceTokenizer(os.path.join(out_dir, "spm.model"))
+
+
+def train_tokenizer(files: Sequence[str], vocab_size: int, kind: str, out_dir: str,
+                    do_lower_case: bool = True) -> base.Tokenizer:
+    """Trains a tokenizer of `kind` ('wordpiece', 'unigram', 'bpe') and saves it to `out_dir`."""
+    files = corpus.expand_inputs(files)
+    if kind == "wordpiece":
+        tokenizer = train_wordpiece(files, vocab_size, do_lower_case)
+        tokenizer.save(out_dir)
+        return tokenizer
+    if kind in ("unigram", "bpe"):
+        with tempfile.TemporaryDirectory() as tmp:
+            tokenizer = train_sentencepiece(files, vocab_size, kind, tmp)
+            tokenizer.save(out_dir)
+        return SentencePieceTokenizer(os.path.join(out_dir, "spm.model"))
+    raise ValueError(f"unknown tokenizer type {kind!r}: use wordpiece, unigram or bpe")
+
+
+def main(argv: List[str]) -> int:
+    parser = argparse.ArgumentParser(prog="bert-jax train-tokenizer", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--input", nargs="+", default=[corpus.DEFAULT_CORPUS],
+                        help="text files or globs (BERT format, .gz accepted); "
+                        "default: the embedded corpus")
+    parser.add_argument("--vocab-size", type=int, default=8192)
+    parser.add_argument("--type", choices=["wordpiece", "unigram", "bpe"], default="wordpiece")
+    parser.add_argument("--cased", action="store_true", help="keep case and accents (WordPiece)")
+    parser.add_argument("--out", required=True, help="output directory")
+    args = parser.parse_args(argv)
+    try:
+        tokenizer = train_tokenizer(args.input, args.vocab_size, args.type, args.out,
+                                    do_lower_case=not args.cased)
+    except (FileNotFoundError, base.TokenizerError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote a {args.type} vocabulary of {tokenizer.vocab_size} tokens to {args.out}")
+    return 0

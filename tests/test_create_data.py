@@ -1,0 +1,212 @@
+"""create-data: BERT's masking and NSP rules, measured on the written TFRecords."""
+import glob
+import gzip
+import json
+import os
+import importlib.util
+
+import numpy as np
+import pytest
+
+from bert_jax.data import corpus
+from bert_jax.data import create_pretraining_data as cpd
+from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MAX_SEQ, MAX_PRED = 128, 20
+SHARDS = sorted(glob.glob(corpus.DEFAULT_CORPUS))
+
+
+def read_records(paths, max_seq_length=MAX_SEQ, max_predictions=MAX_PRED):
+    """All examples of TFRecord files as numpy arrays [N, ...] (masks default to zeros)."""
+    import tensorflow as tf
+    from bert_jax.data.pipeline import _feature_spec
+    spec = _feature_spec(max_seq_length, max_predictions)
+    ds = tf.data.TFRecordDataset(list(paths)).batch(4096)
+    ds = ds.map(lambda serialized: tf.io.parse_example(serialized, spec))
+    parts = list(ds.as_numpy_iterator())
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+
+def mask_statistics(rows, tok):
+    """BERT's masking rules checked row by row; returns overall fractions."""
+    n = rows["input_mask"].sum(1)
+    weights = rows["masked_lm_weights"] > 0
+    positions, targets = rows["masked_lm_positions"], rows["masked_lm_ids"]
+    expected = np.minimum(MAX_PRED, np.maximum(1, np.round(n * 0.15)))
+    at_positions = np.take_along_axis(rows["input_ids"], positions, 1)
+    assert (positions[weights] < np.broadcast_to(n[:, None], positions.shape)[weights]).all()
+    assert not np.isin(targets[weights], [tok.cls_id, tok.sep_id, tok.pad_id]).any()
+    assert (np.diff(weights.astype(int), axis=1) <= 0).all(), "real slots first"
+    assert (np.diff(positions, axis=1)[weights[:, 1:]] > 0).all(), "positions sorted"
+    unconstrained = np.round(n * 0.15) <= MAX_PRED
+    return {
+        "per_row_counts": weights.sum(1), "expected_counts": expected,
+        "masked_share": weights[unconstrained].sum() / (n[unconstrained] - 3).sum(),
+        "as_mask": (at_positions[weights] == tok.mask_id).mean(),
+        "unchanged": (at_positions[weights] == targets[weights]).mean(),
+        "random": ((at_positions[weights] != tok.mask_id) &
+                   (at_positions[weights] != targets[weights])).mean(),
+    }
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    out = tmp_path_factory.mktemp("made")
+    options = cpd.Options(max_seq_length=MAX_SEQ, max_predictions_per_seq=MAX_PRED, dupe_factor=3)
+    files = cpd.shard_paths(str(out), 2)
+    stats = cpd.create_pretraining_data([SHARDS[2], SHARDS[3]], files, DEFAULT_VOCAB, options,
+                                        progress=False)
+    return stats, read_records(files)
+
+
+def test_statistics_follow_bert_rules(made):
+    stats, rows = made
+    tok = load_tokenizer(DEFAULT_VOCAB)
+    assert stats.instances == len(rows["input_ids"]) > 4000
+    measured = mask_statistics(rows, tok)
+    np.testing.assert_array_equal(measured["per_row_counts"], measured["expected_counts"])
+    assert abs(measured["masked_share"] - 0.15) < 0.005
+    assert abs(measured["as_mask"] - 0.8) < 0.015
+    assert abs(measured["unchanged"] - 0.1) < 0.015
+    assert abs(measured["random"] - 0.1) < 0.015
+    assert abs(rows["next_sentence_labels"].mean() - 0.5) < 0.02
+    assert abs(stats.summary()["short_target_fraction"] - 0.1) < 0.02
+    assert abs(stats.summary()["masked_fraction"] - 0.15) < 0.006
+
+
+def test_layout_cls_a_sep_b_sep(made):
+    _, rows = made
+    tok = load_tokenizer(DEFAULT_VOCAB)
+    original = rows["input_ids"].copy()
+    w = rows["masked_lm_weights"] > 0
+    r, c = np.nonzero(w)
+    original[r, rows["masked_lm_positions"][r, c]] = rows["masked_lm_ids"][r, c]
+    n = rows["input_mask"].sum(1)
+    assert (rows["input_mask"] == (np.arange(MAX_SEQ) < n[:, None])).all()
+    assert (original[:, 0] == tok.cls_id).all()
+    assert ((original == tok.sep_id) & (rows["input_mask"] == 1)).sum(1).tolist() == [2] * len(n)
+    assert (original[np.arange(len(n)), n - 1] == tok.sep_id).all()
+    first_b = rows["segment_ids"].argmax(1)
+    assert (original[np.arange(len(n)), first_b - 1] == tok.sep_id).all()
+    assert (rows["segment_ids"].sum(1) == n - first_b).all()
+    assert (original[rows["input_mask"] == 0] == 0).all()
+
+
+def _assert_whole_words(rows, tok):
+    starts = tok.word_start_table()
+    for row in range(len(rows["input_ids"])):
+        w = rows["masked_lm_weights"][row] > 0
+        original = rows["input_ids"][row].copy()
+        original[rows["masked_lm_positions"][row][w]] = rows["masked_lm_ids"][row][w]
+        masked = np.zeros(MAX_SEQ, bool)
+        masked[rows["masked_lm_positions"][row][w]] = True
+        for i in range(1, int(rows["input_mask"][row].sum())):
+            after_special = original[i - 1] in (tok.cls_id, tok.sep_id)
+            if not starts[original[i]] and not after_special:  # a continuation piece
+                assert masked[i] == masked[i - 1], (row, i)
+
+
+def test_whole_word_masking_never_masks_part_of_a_word(tmp_path):
+    tok = load_tokenizer(DEFAULT_VOCAB)
+    options = cpd.Options(do_whole_word_mask=True, dupe_factor=1)
+    files = cpd.shard_paths(str(tmp_path), 1)
+    cpd.create_pretraining_data([SHARDS[3]], files, DEFAULT_VOCAB, options, progress=False)
+    rows = read_records(files)
+    assert (rows["masked_lm_weights"].sum(1) >= 1).all()
+    _assert_whole_words(rows, tok)
+    stats = mask_statistics(rows, tok)
+    assert abs(stats["masked_share"] - 0.15) < 0.01
+
+
+def test_same_output_whatever_the_number_of_workers(tmp_path):
+    outputs = []
+    for workers in (1, 2):
+        files = cpd.shard_paths(str(tmp_path / str(workers)), 3)
+        cpd.create_pretraining_data([SHARDS[0], SHARDS[3]], files, DEFAULT_VOCAB,
+                                    cpd.Options(dupe_factor=1), num_workers=workers, progress=False)
+        outputs.append([open(f, "rb").read() for f in files])
+    assert outputs[0] == outputs[1]
+    assert all(len(content) > 0 for content in outputs[0])
+
+
+def test_bad_input_is_counted_not_fatal(tmp_path):
+    (tmp_path / "empty.txt").write_bytes(b"")
+    long_line = " ".join(["word"] * 400)
+    body = (b"Only one sentence here.\n\n"
+            b"First sentence of a real document.\nA second one \xff\xfe with bad bytes.\n" +
+            long_line.encode() + b"\nAnd a last sentence.\n\n"
+            b"Another document starts.\nIt goes on.\nAnd ends.\n")
+    with gzip.open(tmp_path / "mixed.txt.gz", "wb") as f:
+        f.write(body)
+    files = cpd.shard_paths(str(tmp_path / "out"), 1)
+    stats = cpd.create_pretraining_data([str(tmp_path / "*.txt*")], files, DEFAULT_VOCAB,
+                                        cpd.Options(dupe_factor=2), progress=False)
+    assert stats.files == 2 and stats.empty_files == 1
+    assert stats.documents == 3 and stats.one_sentence_documents == 1
+    assert stats.undecodable_lines == 1 and stats.long_sentences == 1
+    rows = read_records(files)
+    assert len(rows["input_ids"]) == stats.instances > 0
+
+
+def test_missing_input_or_vocab_fails_at_once(tmp_path, capsys):
+    assert cpd.main(["--input", str(tmp_path / "nope.txt"), "--output_dir", str(tmp_path)]) == 2
+    assert "input file not found" in capsys.readouterr().err
+    (tmp_path / "a.txt").write_text("One.\nTwo.\n")
+    assert cpd.main(["--input", str(tmp_path / "a.txt"), "--output_dir", str(tmp_path),
+                     "--vocab", str(tmp_path / "vocab.txt")]) == 2
+    assert "not found" in capsys.readouterr().err
+
+
+def test_cli_writes_shards_and_summary(tmp_path):
+    out = tmp_path / "out"
+    assert cpd.main(["--input", SHARDS[3], "--output_dir", str(out), "--num_shards", "2",
+                     "--dupe_factor", "1", "--no_static_masking", "--num_workers", "1",
+                     "--no_progress"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["instances"] > 0 and summary["masked_tokens"] == 0
+    rows = read_records(sorted(glob.glob(str(out / "*.tfrecord"))))
+    assert len(rows["input_ids"]) == summary["instances"]
+    assert not rows["masked_lm_weights"].any()
+
+
+def test_original_tool_flags(tmp_path):
+    outputs = [str(tmp_path / "a.tfrecord"), str(tmp_path / "b.tfrecord")]
+    spec = importlib.util.spec_from_file_location(
+        "original_tool", os.path.join(REPO, "tools", "create_pretraining_data.py"))
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    assert tool.main([
+        f"--input_file={SHARDS[3]}", f"--output_file={','.join(outputs)}",
+        f"--vocab_file={DEFAULT_VOCAB}/vocab.txt", "--do_lower_case=True",
+        "--do_whole_word_mask=False", "--max_seq_length=64", "--max_predictions_per_seq=10",
+        "--random_seed=7", "--dupe_factor=1", "--masked_lm_prob=0.15", "--short_seq_prob=0.1"]) == 0
+    rows = read_records(outputs, 64, 10)
+    assert rows["input_ids"].shape[1] == 64 and rows["masked_lm_weights"].sum() > 0
+
+
+def test_sentencepiece_whole_word_masking(tmp_path):
+    from bert_jax.tokenization import train
+    assert train.main(["--input", SHARDS[3], "--vocab-size", "1500", "--type", "unigram",
+                       "--out", str(tmp_path / "spm")]) == 0
+    tok = load_tokenizer(str(tmp_path / "spm"))
+    files = cpd.shard_paths(str(tmp_path / "out"), 1)
+    cpd.create_pretraining_data([SHARDS[3]], files, str(tmp_path / "spm"),
+                                cpd.Options(do_whole_word_mask=True, dupe_factor=1), progress=False)
+    rows = read_records(files)
+    _assert_whole_words(rows, tok)
+    assert abs(mask_statistics(rows, tok)["masked_share"] - 0.15) < 0.01
+
+
+def test_examples_from_texts():
+    tok = load_tokenizer(DEFAULT_VOCAB)
+    documents = [["In the beginning God created the heaven and the earth.",
+                  "And the earth was without form, and void."],
+                 ["We the people.", "Of the United States.", "In order to form a union."]]
+    rows = cpd.examples_from_texts(documents, tok, cpd.Options(max_seq_length=32,
+                                                               max_predictions_per_seq=5,
+                                                               dupe_factor=20))
+    assert rows["input_ids"].shape[1] == 32 and rows["masked_lm_ids"].shape[1] == 5
+    assert rows["input_ids"].dtype == np.int32 and rows["masked_lm_weights"].dtype == np.float32
+    assert (rows["input_ids"][:, 0] == tok.cls_id).all() and rows["masked_lm_weights"].sum() > 0
+    assert 0 < rows["next_sentence_labels"].mean() < 1
