@@ -1,6 +1,12 @@
 """`bert-jax convert`: published checkpoints to and from bert_jax model directories.
 
   bert-jax convert --from-hf HF_DIR --out MODEL_DIR
+  bert-jax convert --from-tf1 GOOGLE_DIR --out MODEL_DIR
+  bert-jax convert --checkpoint MODEL_DIR --to-hf HF_DIR
+
+GOOGLE_DIR holds bert_model.ckpt.{index,data-*}, bert_config.json and vocab.txt
+(as in Google's uncased_L-12_H-768_A-12.zip). MODEL_DIR may also be a
+pretraining or fine-tuning workdir. Nothing is written when a conversion fails.
 """
 
 from __future__ import annotations
@@ -8,6 +14,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
+import tempfile
+from typing import Any
 
 from bert_jax import pretrained
 
@@ -22,21 +31,147 @@ def _hf_do_lower_case(hf_dir: str) -> bool:
     return True
 
 
+def _google_do_lower_case(google_dir: str) -> bool:
+    """Google names its releases `uncased_L-...` / `cased_L-...`; nothing inside says."""
+    name = os.path.basename(os.path.normpath(google_dir)).lower()
+    return "uncased" in name or "cased" not in name
+
+
+def _save_with_vocab(vocab: str, do_lower_case: bool, config, params, out, task, overwrite):
+    from bert_jax.tokenization import load_tokenizer
+
+    if not os.path.exists(vocab):
+        raise FileNotFoundError(f"no vocab.txt at {vocab}")
+    tokenizer = load_tokenizer(vocab, do_lower_case=do_lower_case)
+    if tokenizer.vocab_size != config.vocab_size:
+        raise ValueError(f"{vocab} has {tokenizer.vocab_size} tokens but the config says "
+                         f"vocab_size={config.vocab_size}")
+    pretrained.save(out, config, params, tokenizer=tokenizer, task=task, overwrite=overwrite)
+    return pretrained.Pretrained(config, params, task, out)
+
+
 def from_hf(hf_dir: str, out: str, overwrite: bool = False) -> pretrained.Pretrained:
     """Converts an HF BERT directory (config.json, weights, vocab.txt) to a model directory."""
     from bert_jax.convert.hf import load_hf_dir
-    from bert_jax.tokenization import load_tokenizer
 
-    vocab = os.path.join(hf_dir, "vocab.txt")
-    if not os.path.exists(vocab):
-        raise FileNotFoundError(f"no vocab.txt in {hf_dir}")
     config, params = load_hf_dir(hf_dir)
-    tokenizer = load_tokenizer(vocab, do_lower_case=_hf_do_lower_case(hf_dir))
-    if tokenizer.vocab_size != config.vocab_size:
-        raise ValueError(f"{vocab} has {tokenizer.vocab_size} tokens but config.json says "
-                         f"vocab_size={config.vocab_size}")
-    pretrained.save(out, config, params, tokenizer=tokenizer, task=None, overwrite=overwrite)
-    return pretrained.Pretrained(config, params, None, out)
+    return _save_with_vocab(os.path.join(hf_dir, "vocab.txt"), _hf_do_lower_case(hf_dir),
+                            config, params, out, None, overwrite)
+
+
+def from_tf1(google_dir: str, out: str, overwrite: bool = False,
+             do_lower_case: bool | None = None) -> pretrained.Pretrained:
+    """Converts a Google TF1 BERT directory (checkpoint, bert_config.json, vocab.txt),
+    with its MLM/NSP heads or a run_classifier / run_squad head, to a model directory."""
+    from bert_jax.convert import tf1
+
+    config, params = tf1.load_tf1_dir(google_dir)
+    if do_lower_case is None:
+        do_lower_case = _google_do_lower_case(google_dir)
+    directory = google_dir if os.path.isdir(google_dir) else os.path.dirname(google_dir)
+    return _save_with_vocab(os.path.join(directory, "vocab.txt"), do_lower_case, config,
+                            params, out, tf1.task_of(params), overwrite)
+
+
+# --- bert_jax -> Hugging Face -------------------------------------------------------
+
+def hf_architecture(params: dict[str, Any], task: dict[str, Any] | None
+                    ) -> tuple[str, bool]:
+    """The transformers class that holds exactly these heads: (name, whether it has the
+    pooler). A classifier on pooled vs per-token states is told apart by the task
+    (see `bert_jax.export.task_kind`)."""
+    from bert_jax.export import task_kind
+
+    kind = task_kind(task, params)
+    if kind == "span":
+        return "BertForQuestionAnswering", False
+    if kind == "tagging":
+        return "BertForTokenClassification", False
+    if kind == "multiple_choice":
+        return "BertForMultipleChoice", True
+    if kind in ("classification", "regression"):
+        return "BertForSequenceClassification", True
+    if "mlm" in params:
+        return ("BertForPreTraining", True) if "nsp" in params else ("BertForMaskedLM", False)
+    if "nsp" in params:
+        return "BertForNextSentencePrediction", True
+    return "BertModel", True
+
+
+def _hf_task_config(task: dict[str, Any] | None, params: dict[str, Any]) -> dict[str, Any]:
+    """HF config fields of a fine-tuned head: labels and problem type."""
+    from bert_jax.export import label_names, task_kind
+
+    kind = task_kind(task, params)
+    if "classifier" not in params or kind == "multiple_choice":
+        return {}
+    num_labels = int(params["classifier"]["kernel"].shape[-1])
+    labels = label_names(task)
+    if not labels or len(labels) != num_labels:
+        labels = [f"LABEL_{i}" for i in range(num_labels)]
+    out = {"id2label": dict(enumerate(labels)), "label2id": {l: i for i, l in enumerate(labels)}}
+    if kind == "regression":
+        out["problem_type"] = "regression"
+    elif kind == "classification":
+        out["problem_type"] = "single_label_classification"
+    return out
+
+
+def to_hf(checkpoint: str, out: str, overwrite: bool = False) -> list[str]:
+    """Writes config.json, model.safetensors and the tokenizer files of a model directory
+    (or workdir) as an HF directory. Returns notes for the user (dropped tensors, ...)."""
+    from bert_jax.convert.hf import save_hf_dir
+    from bert_jax.export import resolve_model_dir
+
+    model = pretrained.load(resolve_model_dir(checkpoint))
+    params = dict(model.params)
+    architecture, keeps_pooler = hf_architecture(params, model.task)
+    notes = []
+    if not keeps_pooler and "pooler" in params["bert"]:
+        params["bert"] = {k: v for k, v in params["bert"].items() if k != "pooler"}
+        notes.append(f"{architecture} has no pooler: bert.pooler was left out")
+    if keeps_pooler and "pooler" not in params["bert"]:
+        notes.append(f"the checkpoint has no pooler but {architecture} expects one: "
+                     "transformers will initialise it randomly")
+    crf = sorted(k for k in params if k.startswith("crf_"))
+    if crf:
+        notes.append(f"transformers has no CRF: {', '.join(crf)} left out (its token "
+                     "classifier decodes by argmax)")
+    out = os.path.abspath(out)
+    if os.path.exists(out) and not overwrite:
+        raise FileExistsError(f"{out} exists; pass --overwrite to replace it")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".tmp-", dir=os.path.dirname(out))
+    try:
+        save_hf_dir(tmp, model.config, params, architecture,
+                    _hf_task_config(model.task, params))
+        notes += _write_hf_tokenizer(model, tmp)
+        if os.path.exists(out):
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return notes
+
+
+def _write_hf_tokenizer(model: pretrained.Pretrained, directory: str) -> list[str]:
+    """vocab.txt and an HF tokenizer_config.json; SentencePiece has no HF BERT tokenizer."""
+    from bert_jax.tokenization import WordPieceTokenizer, load_tokenizer
+
+    try:
+        tokenizer = load_tokenizer(model.tokenizer_dir)
+    except ValueError:
+        return [f"no tokenizer in {model.tokenizer_dir}: wrote the weights only"]
+    if not isinstance(tokenizer, WordPieceTokenizer):
+        return ["transformers' BERT tokenizer reads WordPiece vocabularies only: the "
+                "SentencePiece model was not exported"]
+    with open(os.path.join(directory, "vocab.txt"), "w", encoding="utf-8") as f:
+        f.writelines(tokenizer.id_to_token(i) + "\n" for i in range(tokenizer.vocab_size))
+    with open(os.path.join(directory, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+        json.dump({"tokenizer_class": "BertTokenizer", "do_lower_case": tokenizer.do_lower_case,
+                   "model_max_length": model.config.max_position_embeddings}, f, indent=2)
+    return []
 
 
 def main(argv: list[str]) -> int:
@@ -44,11 +179,31 @@ def main(argv: list[str]) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--from-hf", metavar="DIR", help="Hugging Face BERT directory")
-    parser.add_argument("--out", required=True, help="bert_jax model directory to write")
-    parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+    source.add_argument("--from-tf1", metavar="DIR", help="Google TF1 BERT directory")
+    source.add_argument("--checkpoint", metavar="MODEL_DIR",
+                        help="bert_jax model directory or workdir to export (with --to-hf)")
+    parser.add_argument("--out", help="bert_jax model directory to write (with --from-*)")
+    parser.add_argument("--to-hf", metavar="DIR", help="Hugging Face directory to write")
+    parser.add_argument("--lower-case", action=argparse.BooleanOptionalAction, default=None,
+                        help="--from-tf1: whether vocab.txt is uncased (default: guessed "
+                             "from the directory name, uncased unless it says cased)")
+    parser.add_argument("--overwrite", action="store_true", help="replace the output if it exists")
     args = parser.parse_args(argv)
+    if args.checkpoint:
+        if not args.to_hf or args.out:
+            parser.error("--checkpoint takes --to-hf DIR (not --out)")
+        for note in to_hf(args.checkpoint, args.to_hf, args.overwrite):
+            print(f"note: {note}")
+        print(f"wrote {args.to_hf}")
+        return 0
+    if not args.out or args.to_hf:
+        parser.error("--from-hf/--from-tf1 take --out MODEL_DIR (not --to-hf)")
     if args.from_hf:
         model = from_hf(args.from_hf, args.out, args.overwrite)
-        print(f"wrote {args.out}: {model.config.num_hidden_layers} layers, hidden "
-              f"{model.config.hidden_size}, vocab {model.config.vocab_size}")
+    else:
+        model = from_tf1(args.from_tf1, args.out, args.overwrite, args.lower_case)
+    heads = [k for k in ("mlm", "nsp", "classifier", "qa_outputs") if k in model.params]
+    print(f"wrote {args.out}: {model.config.num_hidden_layers} layers, hidden "
+          f"{model.config.hidden_size}, vocab {model.config.vocab_size}, heads: "
+          f"{', '.join(heads) or 'none'}")
     return 0

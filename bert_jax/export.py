@@ -1,0 +1,329 @@
+"""`bert-jax export`: a fine-tuned model (or a bare encoder) as serving artifacts.
+
+  bert-jax export --workdir WORKDIR_OR_MODEL_DIR --out EXPORT_DIR [--format jax,savedmodel]
+
+EXPORT_DIR/
+  serving.json        task, labels, max_seq_length, inputs and outputs
+  model.jaxexport     jax.export artifact (StableHLO, weights inside): reload with just jax
+  saved_model/        TF SavedModel (jax2tf): `serving_default` on token ids, `serve_text` and
+                      `serve_text_pair` on raw strings (tokenizer in the graph, tensorflow-text)
+  vocab.txt ...       the tokenizer, for callers of model.jaxexport
+
+Both artifacts take int32 [batch, length] `input_ids`, `input_mask`, `segment_ids`
+with any batch and any length up to max_position_embeddings, and return a dict of
+task outputs (see `OUTPUTS`). docs/serving.md shows how to call them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import tempfile
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from bert_jax import heads, pretrained
+from bert_jax.model import BertModel
+
+SERVING_FILE = "serving.json"
+JAX_FILE = "model.jaxexport"
+SAVED_MODEL_DIR = "saved_model"
+# Lowered for all three so one artifact serves on any backend (lowering needs no device).
+DEFAULT_PLATFORMS = ("cpu", "cuda", "tpu")
+
+# What each task kind returns; B batch, L length, C labels, H hidden size.
+OUTPUTS = {
+    "classification": {"logits": "float32 [B, C]", "probabilities": "float32 [B, C]",
+                       "label_ids": "int32 [B]"},
+    "regression": {"predictions": "float32 [B]"},
+    "tagging": {"logits": "float32 [B, L, C]", "label_ids": "int32 [B, L]"},
+    "span": {"start_logits": "float32 [B, L]", "end_logits": "float32 [B, L]"},
+    "encoder": {"sequence_output": "float32 [B, L, H]", "pooled_output": "float32 [B, H]",
+                "mean_embedding": "float32 [B, H] (masked mean of sequence_output)"},
+}
+_FAMILY_KINDS = {"classification": "classification", "tagging": "tagging", "squad": "span"}
+
+
+def task_kind(task: dict[str, Any] | None, params: dict[str, Any]) -> str:
+    """classification | regression | tagging | span | multiple_choice | encoder.
+
+    Reads `task["kind"]` or the fine-tuning `task["family"]`; without a task, the head in
+    `params` decides (a classifier with a pooler is a sequence classifier)."""
+    task = task or {}
+    kind = task.get("kind") or _FAMILY_KINDS.get(task.get("family"))
+    if kind is None:
+        if "qa_outputs" in params:
+            kind = "span"
+        elif "classifier" in params:
+            kind = "classification" if "pooler" in params["bert"] else "tagging"
+        else:
+            return "encoder"
+    if kind == "classification" and "classifier" in params and \
+            np.shape(params["classifier"]["kernel"])[-1] == 1:
+        return "regression"
+    return kind
+
+
+def label_names(task: dict[str, Any] | None) -> list[str] | None:
+    """Label names as the fine-tuning task (`label_names`) or a converted one (`labels`)
+    recorded them."""
+    names = (task or {}).get("label_names") or (task or {}).get("labels")
+    return [str(n) for n in names] if names else None
+
+
+def serving_function(model: pretrained.Pretrained
+                     ) -> tuple[str, dict[str, Any], Callable[..., dict[str, jax.Array]]]:
+    """(kind, params, fn) where fn(params, input_ids, input_mask, segment_ids) returns the
+    task's output dict (see OUTPUTS); params holds only what fn uses."""
+    kind = task_kind(model.task, model.params)
+    config, params = model.config, model.params
+    if any(k.startswith("crf_") for k in params):
+        raise ValueError("exporting a CRF tagging head is not supported yet (its Viterbi "
+                         "decoding needs word boundaries); export the emissions by removing "
+                         "the crf_* parameters")
+    encoder = dict(params["bert"])
+    if kind in ("tagging", "span"):
+        encoder.pop("pooler", None)  # these heads run BertModel without the pooler
+    head = {"classification": "classifier", "regression": "classifier",
+            "tagging": "classifier", "span": "qa_outputs"}.get(kind)
+    if kind == "encoder":
+        module, params = BertModel(config, add_pooling_layer="pooler" in encoder), encoder
+    elif head in params:
+        num_labels = int(np.shape(params[head]["kernel"])[-1])
+        module = {"classification": heads.BertForSequenceClassification(config, num_labels),
+                  "regression": heads.BertForSequenceClassification(config, 1),
+                  "tagging": heads.BertForTokenClassification(config, num_labels),
+                  "span": heads.BertForQuestionAnswering(config)}[kind]
+        params = {"bert": encoder, head: params[head]}
+    else:
+        raise ValueError(f"cannot export a {kind!r} model: its parameters have no {head} head"
+                         if head else f"exporting {kind!r} models is not supported")
+
+    def outputs(raw, input_mask):
+        if kind == "classification":
+            return {"logits": raw, "probabilities": jax.nn.softmax(raw, axis=-1),
+                    "label_ids": jnp.argmax(raw, axis=-1).astype(jnp.int32)}
+        if kind == "regression":
+            return {"predictions": raw[:, 0]}
+        if kind == "tagging":
+            return {"logits": raw, "label_ids": jnp.argmax(raw, axis=-1).astype(jnp.int32)}
+        if kind == "span":
+            return {"start_logits": raw[0], "end_logits": raw[1]}
+        weights = input_mask.astype(raw.sequence_output.dtype)[..., None]
+        mean = (raw.sequence_output * weights).sum(1) / jnp.maximum(weights.sum(1), 1.0)
+        out = {"sequence_output": raw.sequence_output, "mean_embedding": mean}
+        if raw.pooled_output is not None:
+            out["pooled_output"] = raw.pooled_output
+        return out
+
+    def fn(params, input_ids, input_mask, segment_ids):
+        raw = module.apply({"params": params}, input_ids, input_mask, segment_ids)
+        # float32 outputs whatever the compute dtype (bf16 models serve the same API).
+        return jax.tree.map(lambda x: x.astype(jnp.float32)
+                            if jnp.issubdtype(x.dtype, jnp.floating) else x,
+                            outputs(raw, input_mask))
+
+    return kind, params, fn
+
+
+def _symbolic_inputs(max_length: int):
+    b, length = jax.export.symbolic_shape("b, l", constraints=(f"l <= {max_length}",))
+    return [jax.ShapeDtypeStruct((b, length), jnp.int32)] * 3
+
+
+def export_jax(fn, params, path: str, max_length: int,
+               platforms=DEFAULT_PLATFORMS) -> None:
+    """Serializes fn with the weights baked in: f(input_ids, input_mask, segment_ids)."""
+    bound = jax.jit(lambda ids, mask, segments: fn(params, ids, mask, segments))
+    exported = jax.export.export(bound, platforms=platforms)(*_symbolic_inputs(max_length))
+    with open(path, "wb") as f:
+        f.write(exported.serialize())
+
+
+def export_saved_model(fn, params, tokenizer, path: str, max_length: int,
+                       max_seq_length: int, labels: list[str] | None,
+                       platforms=DEFAULT_PLATFORMS) -> None:
+    """A TF SavedModel: weights as tf.Variables (no 2 GB graph limit), the model as
+    StableHLO via jax2tf, WordPiece/SentencePiece tokenization via tensorflow-text.
+    The string signatures truncate to `max_seq_length` tokens."""
+    import tensorflow as tf
+    import tensorflow_text as tf_text
+    from jax.experimental import jax2tf
+
+    module = tf.Module()
+    module.params = tf.nest.map_structure(tf.Variable, params)
+    converted = jax2tf.convert(
+        fn, with_gradient=False, polymorphic_shapes=[None, "(b, l)", "(b, l)", "(b, l)"],
+        polymorphic_constraints=(f"l <= {max_length}",),
+        native_serialization_platforms=platforms)
+    label_table = None if labels is None else tf.constant(labels)
+    ids_spec = tf.TensorSpec([None, None], tf.int32)
+
+    @tf.function(input_signature=[ids_spec] * 3, autograph=False)
+    def serve_ids(input_ids, input_mask, segment_ids):
+        out = dict(converted(module.params, input_ids, input_mask, segment_ids))
+        if label_table is not None and "label_ids" in out:
+            out["labels"] = tf.gather(label_table, out["label_ids"])
+        return out
+
+    special = tokenizer.special_ids()
+    # The in-graph tokenizer may own TF resources (SentencePiece's model) that the SavedModel
+    # must track: tokenize once eagerly to create them outside any function, then attach.
+    tokenizer.tf_tokenize(tf.constant([""]))
+    module.tokenizer = [v for v in vars(tokenizer).values() if isinstance(v, tf.Module)]
+
+    def serve_segments(segments):
+        budget = max_seq_length - 1 - len(segments)  # [CLS] and one [SEP] per segment
+        pieces = [tokenizer.tf_tokenize(s) for s in segments]
+        if len(pieces) == 1:  # (ShrinkLongestTrimmer fails on one segment)
+            pieces = [pieces[0][:, :budget]]
+        else:
+            pieces = tf_text.ShrinkLongestTrimmer(budget).trim(pieces)
+        ids, segment_ids = tf_text.combine_segments(pieces, special["cls"], special["sep"])
+        ids = tf.cast(ids, tf.int32)
+        out = serve_ids(ids.to_tensor(special["pad"]),
+                        tf.ones_like(ids).to_tensor(0),
+                        tf.cast(segment_ids, tf.int32).to_tensor(0))
+        return {**out, "input_ids": ids.to_tensor(special["pad"]),
+                "input_mask": tf.ones_like(ids).to_tensor(0)}
+
+    text_spec = tf.TensorSpec([None], tf.string)
+    module.serve_ids = serve_ids
+    module.serve_text = tf.function(lambda text: serve_segments([text]),
+                                    input_signature=[text_spec], autograph=False)
+    module.serve_text_pair = tf.function(lambda text, text_pair: serve_segments(
+        [text, text_pair]), input_signature=[text_spec, text_spec], autograph=False)
+    tf.saved_model.save(module, path, signatures={
+        "serving_default": module.serve_ids, "serve_text": module.serve_text,
+        "serve_text_pair": module.serve_text_pair})
+
+
+class ServedModel:
+    """A reloaded `model.jaxexport`: `model(input_ids, input_mask, segment_ids)` on int
+    arrays [B, L], `model.predict_texts(texts, pairs)` with the exported tokenizer."""
+
+    def __init__(self, export_dir: str):
+        with open(os.path.join(export_dir, SERVING_FILE), encoding="utf-8") as f:
+            self.spec = json.load(f)
+        with open(os.path.join(export_dir, JAX_FILE), "rb") as f:
+            self.exported = jax.export.deserialize(bytearray(f.read()))
+        self.export_dir = export_dir
+        self._tokenizer = None
+
+    def __call__(self, input_ids, input_mask=None, segment_ids=None) -> dict[str, np.ndarray]:
+        input_ids = np.asarray(input_ids, np.int32)
+        if input_ids.shape[-1] > self.spec["max_length"]:
+            raise ValueError(f"input length {input_ids.shape[-1]} exceeds the model's "
+                             f"{self.spec['max_length']} positions")
+        input_mask = np.ones_like(input_ids) if input_mask is None else input_mask
+        segment_ids = np.zeros_like(input_ids) if segment_ids is None else segment_ids
+        out = self.exported.call(input_ids, np.asarray(input_mask, np.int32),
+                                 np.asarray(segment_ids, np.int32))
+        return jax.tree.map(np.asarray, out)
+
+    def encode(self, texts: list[str], pairs: list[str] | None = None
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """[CLS] text [SEP] (pair [SEP]), longest-first truncation, padded to the longest."""
+        from bert_jax.finetune.classification import encode_pair
+        from bert_jax.tokenization import load_tokenizer
+
+        if self._tokenizer is None:
+            self._tokenizer = load_tokenizer(self.export_dir)
+        rows = [encode_pair(self._tokenizer, t, None if pairs is None else pairs[i],
+                            self.spec["max_seq_length"]) for i, t in enumerate(texts)]
+        length = max(len(ids) for ids, _ in rows)
+        input_ids = np.full((len(rows), length), self._tokenizer.pad_id, np.int32)
+        input_mask = np.zeros((len(rows), length), np.int32)
+        segment_ids = np.zeros((len(rows), length), np.int32)
+        for i, (ids, segments) in enumerate(rows):
+            input_ids[i, :len(ids)], input_mask[i, :len(ids)] = ids, 1
+            segment_ids[i, :len(ids)] = segments
+        return input_ids, input_mask, segment_ids
+
+    def predict_texts(self, texts: list[str], pairs: list[str] | None = None
+                      ) -> dict[str, np.ndarray]:
+        return self(*self.encode(texts, pairs))
+
+
+def resolve_model_dir(path: str) -> str:
+    """A model directory or pretraining workdir as is; a fine-tuning workdir's best model."""
+    if any(os.path.exists(os.path.join(path, name))
+           for name in (pretrained.MODEL_FILE, "checkpoints")):
+        return path
+    from bert_jax.finetune.trainer import best_model_dir
+    return best_model_dir(path)
+
+
+def export(workdir: str, out: str, formats=("jax", "savedmodel"), platforms=DEFAULT_PLATFORMS,
+           max_seq_length: int | None = None, overwrite: bool = False) -> dict[str, Any]:
+    """Writes the serving artifacts of a fine-tuned workdir or model directory (atomic).
+    Returns the serving.json contents."""
+    from bert_jax.tokenization import load_tokenizer
+
+    model = pretrained.load(resolve_model_dir(workdir))
+    kind, params, fn = serving_function(model)
+    labels = label_names(model.task)
+    max_length = model.config.max_position_embeddings
+    max_seq_length = min(max_seq_length or (model.task or {}).get("max_seq_length")
+                         or max_length, max_length)
+    tokenizer = load_tokenizer(model.tokenizer_dir)
+    spec = {"format_version": 1, "kind": kind, "task": model.task, "labels": labels,
+            "max_seq_length": max_seq_length, "max_length": max_length,
+            "inputs": {k: "int32 [B, L]" for k in ("input_ids", "input_mask", "segment_ids")},
+            "outputs": {k: v for k, v in OUTPUTS[kind].items()
+                        if k != "pooled_output" or "pooler" in params.get("bert", params)},
+            "platforms": list(platforms), "files": {}}
+    out = os.path.abspath(out)
+    if os.path.exists(out) and not overwrite:
+        raise FileExistsError(f"{out} exists; pass --overwrite to replace it")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".tmp-", dir=os.path.dirname(out))
+    try:
+        tokenizer.save(tmp)
+        if "jax" in formats:
+            export_jax(fn, params, os.path.join(tmp, JAX_FILE), max_length, platforms)
+            spec["files"]["jax"] = JAX_FILE
+        if "savedmodel" in formats:
+            export_saved_model(fn, params, tokenizer, os.path.join(tmp, SAVED_MODEL_DIR),
+                               max_length, max_seq_length, labels, platforms)
+            spec["files"]["savedmodel"] = SAVED_MODEL_DIR
+        with open(os.path.join(tmp, SERVING_FILE), "w", encoding="utf-8") as f:
+            json.dump(spec, f, indent=2)
+        if os.path.exists(out):
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return spec
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="bert-jax export", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workdir", required=True,
+                        help="fine-tuning workdir (its best model) or a model directory")
+    parser.add_argument("--out", required=True, help="export directory to write")
+    parser.add_argument("--format", default="jax,savedmodel",
+                        help="comma-separated: jax (jax.export), savedmodel (TF via jax2tf)")
+    parser.add_argument("--platforms", default=",".join(DEFAULT_PLATFORMS),
+                        help="backends to lower for (cpu, cuda, tpu)")
+    parser.add_argument("--max-seq-length", type=int, default=None,
+                        help="truncation of the raw-string signatures (default: the task's)")
+    parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+    args = parser.parse_args(argv)
+    formats = [f.strip() for f in args.format.split(",") if f.strip()]
+    unknown = sorted(set(formats) - {"jax", "savedmodel"})
+    if unknown or not formats:
+        parser.error(f"--format takes jax and/or savedmodel, got {args.format!r}")
+    spec = export(args.workdir, args.out, formats,
+                  tuple(p.strip() for p in args.platforms.split(",")), args.max_seq_length,
+                  args.overwrite)
+    print(f"wrote {args.out}: {spec['kind']} model, {', '.join(spec['files'])} "
+          f"({', '.join(spec['platforms'])}), outputs {', '.join(spec['outputs'])}")
+    return 0

@@ -1,0 +1,206 @@
+"""`bert-jax convert --from-tf1`: a checkpoint written with Google's TF1 variable names
+converts and matches transformers' BertForPreTraining on the same weights."""
+
+import json
+import os
+
+import jax
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+tf = pytest.importorskip("tensorflow")
+
+from bert_jax import pretrained  # noqa: E402
+from bert_jax.convert import cli  # noqa: E402
+from bert_jax.convert.hf import CheckpointMismatchError  # noqa: E402
+from bert_jax.heads import BertForPreTraining, BertForSequenceClassification  # noqa: E402
+
+LAYERS = 2
+GOOGLE_CONFIG = dict(vocab_size=40, hidden_size=32, num_hidden_layers=LAYERS,
+                     num_attention_heads=4, intermediate_size=64, hidden_act="gelu",
+                     hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,
+                     max_position_embeddings=64, type_vocab_size=2, initializer_range=0.02)
+
+
+def google_names():
+    """HF name -> (Google's TF1 variable name, stored transposed), written out as in
+    google-research/bert's modeling.py rather than derived by the code under test."""
+    names = {
+        "bert.embeddings.word_embeddings.weight": ("bert/embeddings/word_embeddings", False),
+        "bert.embeddings.position_embeddings.weight":
+            ("bert/embeddings/position_embeddings", False),
+        "bert.embeddings.token_type_embeddings.weight":
+            ("bert/embeddings/token_type_embeddings", False),
+        "bert.embeddings.LayerNorm.weight": ("bert/embeddings/LayerNorm/gamma", False),
+        "bert.embeddings.LayerNorm.bias": ("bert/embeddings/LayerNorm/beta", False),
+        "bert.pooler.dense.weight": ("bert/pooler/dense/kernel", True),
+        "bert.pooler.dense.bias": ("bert/pooler/dense/bias", False),
+        "cls.predictions.transform.dense.weight": ("cls/predictions/transform/dense/kernel", True),
+        "cls.predictions.transform.dense.bias": ("cls/predictions/transform/dense/bias", False),
+        "cls.predictions.transform.LayerNorm.weight":
+            ("cls/predictions/transform/LayerNorm/gamma", False),
+        "cls.predictions.transform.LayerNorm.bias":
+            ("cls/predictions/transform/LayerNorm/beta", False),
+        "cls.predictions.bias": ("cls/predictions/output_bias", False),
+        "cls.seq_relationship.weight": ("cls/seq_relationship/output_weights", False),
+        "cls.seq_relationship.bias": ("cls/seq_relationship/output_bias", False),
+    }
+    for i in range(LAYERS):
+        hf, g = f"bert.encoder.layer.{i}", f"bert/encoder/layer_{i}"
+        for hf_part, g_part in [("attention.self.query", "attention/self/query"),
+                                ("attention.self.key", "attention/self/key"),
+                                ("attention.self.value", "attention/self/value"),
+                                ("attention.output.dense", "attention/output/dense"),
+                                ("intermediate.dense", "intermediate/dense"),
+                                ("output.dense", "output/dense")]:
+            names[f"{hf}.{hf_part}.weight"] = (f"{g}/{g_part}/kernel", True)
+            names[f"{hf}.{hf_part}.bias"] = (f"{g}/{g_part}/bias", False)
+        for hf_part, g_part in [("attention.output.LayerNorm", "attention/output/LayerNorm"),
+                                ("output.LayerNorm", "output/LayerNorm")]:
+            names[f"{hf}.{hf_part}.weight"] = (f"{g}/{g_part}/gamma", False)
+            names[f"{hf}.{hf_part}.bias"] = (f"{g}/{g_part}/beta", False)
+    return names
+
+
+def write_tf1_checkpoint(prefix, variables):
+    """A TF1 checkpoint through tf.compat.v1.train.Saver, so names are exactly `variables`."""
+    with tf.Graph().as_default():
+        tf_vars = [tf.compat.v1.get_variable(name, initializer=value)
+                   for name, value in variables.items()]
+        saver = tf.compat.v1.train.Saver(tf_vars)
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            saver.save(session, prefix, write_meta_graph=False)
+
+
+@pytest.fixture(scope="module")
+def reference():
+    """A random transformers BertForPreTraining and its weights under Google's names,
+    with Adam slots and global_step as in a real pretraining checkpoint."""
+    torch.manual_seed(0)
+    model = transformers.BertForPreTraining(transformers.BertConfig(**GOOGLE_CONFIG)).eval()
+    state = {k: v.detach().numpy() for k, v in model.state_dict().items()}
+    variables = {}
+    for hf_name, (name, transposed) in google_names().items():
+        value = state[hf_name] + 0.01  # LayerNorms and biases are not left at 1 and 0
+        with torch.no_grad():
+            model.get_parameter(hf_name).copy_(torch.from_numpy(value))
+        variables[name] = np.ascontiguousarray(value.T if transposed else value)
+        variables[name + "/adam_m"] = np.zeros_like(variables[name])
+        variables[name + "/adam_v"] = np.zeros_like(variables[name])
+    variables["global_step"] = np.int64(1000)
+    return model, variables
+
+
+def write_google_dir(directory, variables):
+    os.makedirs(directory, exist_ok=True)
+    write_tf1_checkpoint(os.path.join(directory, "bert_model.ckpt"), variables)
+    with open(os.path.join(directory, "bert_config.json"), "w") as f:
+        json.dump(GOOGLE_CONFIG, f)
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    words += [f"w{i}" for i in range(GOOGLE_CONFIG["vocab_size"] - len(words))]
+    with open(os.path.join(directory, "vocab.txt"), "w") as f:
+        f.write("\n".join(words) + "\n")
+    return directory
+
+
+def test_tf1_checkpoint_matches_transformers(reference, tmp_path):
+    model, variables = reference
+    google = write_google_dir(tmp_path / "uncased_L-2_H-32_A-4", variables)
+    out = tmp_path / "converted"
+    assert cli.main(["--from-tf1", str(google), "--out", str(out)]) == 0
+
+    loaded = pretrained.load(out)
+    assert loaded.config.vocab_size == 40 and set(loaded.params) == {"bert", "mlm", "nsp"}
+    rng = np.random.default_rng(0)
+    ids = rng.integers(5, 40, size=(2, 12)).astype(np.int32)
+    mask = np.ones_like(ids)
+    mask[1, 9:] = 0
+    segments = np.zeros_like(ids)
+    segments[:, 6:] = 1
+    ours = jax.jit(BertForPreTraining(loaded.config).apply)({"params": loaded.params}, ids,
+                                                            mask, segments)
+    with torch.no_grad():
+        theirs = model(input_ids=torch.from_numpy(ids).long(),
+                       attention_mask=torch.from_numpy(mask).long(),
+                       token_type_ids=torch.from_numpy(segments).long())
+    np.testing.assert_allclose(ours.mlm_logits, theirs.prediction_logits.numpy(), atol=1e-4)
+    np.testing.assert_allclose(ours.nsp_logits, theirs.seq_relationship_logits.numpy(),
+                               atol=1e-4)
+
+
+def _convert_fails(tmp_path, variables, match):
+    google = write_google_dir(tmp_path / "google", variables)
+    out = tmp_path / "out"
+    with pytest.raises((CheckpointMismatchError, FileNotFoundError), match=match):
+        cli.main(["--from-tf1", str(google), "--out", str(out)])
+    assert not out.exists()
+    return google
+
+
+def test_unknown_variable_is_named(reference, tmp_path):
+    _, variables = reference
+    variables = dict(variables)
+    variables["bert/encoder/layer_0/attention/self/qurey/kernel"] = variables.pop(
+        "bert/encoder/layer_0/attention/self/query/kernel")
+    _convert_fails(tmp_path, variables,
+                   r"(?s)unknown variable bert/encoder/layer_0/attention/self/qurey/kernel.*"
+                   r"missing variable bert/encoder/layer_0/attention/self/query/kernel")
+
+
+def test_shape_mismatch_is_named(reference, tmp_path):
+    _, variables = reference
+    variables = dict(variables, **{"cls/predictions/output_bias": np.zeros(41, np.float32)})
+    _convert_fails(tmp_path, variables, r"variable cls/predictions/output_bias has shape "
+                                        r"\(41,\), the config implies \(40,\)")
+
+
+def test_missing_index_file_is_reported(reference, tmp_path):
+    _, variables = reference
+    google = write_google_dir(tmp_path / "google", variables)
+    os.remove(google / "bert_model.ckpt.index")
+    with pytest.raises(FileNotFoundError, match=r"bert_model\.ckpt\.data-00000-of-00001 is "
+                                                r"there but its \.index file is missing"):
+        cli.main(["--from-tf1", str(google), "--out", str(tmp_path / "out")])
+    assert not (tmp_path / "out").exists()
+
+
+def test_truncated_data_shard_names_the_variable(reference, tmp_path):
+    _, variables = reference
+    google = write_google_dir(tmp_path / "google", variables)
+    with open(google / "bert_model.ckpt.data-00000-of-00001", "r+b") as f:
+        f.truncate(1000)
+    with pytest.raises(CheckpointMismatchError, match=r"cannot read variable bert/\S+ from "):
+        cli.main(["--from-tf1", str(google), "--out", str(tmp_path / "out")])
+    assert not (tmp_path / "out").exists()
+
+
+def test_run_classifier_checkpoint_converts_with_its_head(reference, tmp_path):
+    """run_classifier.py saves the encoder plus top-level output_weights [C, H] and
+    output_bias [C]; the converted model is a 3-way sequence classifier."""
+    model, variables = reference
+    rng = np.random.default_rng(1)
+    variables = {k: v for k, v in variables.items() if not k.startswith("cls/")}
+    variables["output_weights"] = 0.1 * rng.standard_normal((3, 32), np.float32)
+    variables["output_bias"] = 0.1 * rng.standard_normal(3, np.float32)
+    google = write_google_dir(tmp_path / "google", variables)
+    assert cli.main(["--from-tf1", str(google), "--out", str(tmp_path / "out")]) == 0
+
+    loaded = pretrained.load(tmp_path / "out")
+    assert loaded.task["kind"] == "classification" and loaded.task["num_labels"] == 3
+    classifier = transformers.BertForSequenceClassification(
+        transformers.BertConfig(**GOOGLE_CONFIG, num_labels=3)).eval()
+    state = {k: v for k, v in model.state_dict().items() if k.startswith("bert.")}
+    state["classifier.weight"] = torch.from_numpy(variables["output_weights"])
+    state["classifier.bias"] = torch.from_numpy(variables["output_bias"])
+    classifier.load_state_dict(state, strict=True)
+    ids = np.array([[2, 7, 9, 11, 3, 0]], np.int32)
+    mask = (ids > 0).astype(np.int32)
+    ours = jax.jit(BertForSequenceClassification(loaded.config, 3).apply)(
+        {"params": loaded.params}, ids, mask)
+    with torch.no_grad():
+        theirs = classifier(input_ids=torch.from_numpy(ids).long(),
+                            attention_mask=torch.from_numpy(mask).long()).logits.numpy()
+    np.testing.assert_allclose(ours, theirs, atol=1e-4)

