@@ -173,9 +173,8 @@ def export_saved_model(fn, params, tokenizer, path: str, max_length: int,
 
     special = tokenizer.special_ids()
     # The in-graph tokenizer may own TF resources (SentencePiece's model) that the SavedModel
-    # must track: tokenize once eagerly to create them outside any function, then attach.
-    tokenizer.tf_tokenize(tf.constant([""]))
-    module.tokenizer = [v for v in vars(tokenizer).values() if isinstance(v, tf.Module)]
+    # must track: build it eagerly, outside any function, and attach it.
+    module.tokenizer = tokenizer.tf_module()
 
     def serve_segments(segments):
         budget = max_seq_length - 1 - len(segments)  # [CLS] and one [SEP] per segment

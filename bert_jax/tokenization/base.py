@@ -72,6 +72,11 @@ class Tokenizer(abc.ABC):
         """tf.string tensor [N] -> tf.RaggedTensor [N, None] of int32 ids (in-graph)."""
 
     @abc.abstractmethod
+    def tf_module(self):
+        """The tensorflow-text tokenizer behind `tf_tokenize` (a tf.Module, built once):
+        a SavedModel that embeds the tokenizer must track it."""
+
+    @abc.abstractmethod
     def word_start_table(self) -> np.ndarray:
         """bool [vocab_size]: True where a token can start a word (whole-word masking)."""
 

@@ -80,15 +80,18 @@ class SentencePieceTokenizer(base.Tokenizer):
     def encode_ids(self, texts) -> List[List[int]]:
         return self._sp.encode(list(texts))
 
-    def tf_tokenize(self, texts):
-        """tf.string [N] -> RaggedTensor [N, None] int32, via tensorflow-text."""
+    def tf_module(self):
         import tensorflow as tf
         import tensorflow_text as tf_text
         if self._tf_tokenizer is None:
             with open(self.model_path, "rb") as f:
                 model = f.read()
             self._tf_tokenizer = tf_text.SentencepieceTokenizer(model=model, out_type=tf.int32)
-        return self._tf_tokenizer.tokenize(texts)
+        return self._tf_tokenizer
+
+    def tf_tokenize(self, texts):
+        """tf.string [N] -> RaggedTensor [N, None] int32, via tensorflow-text."""
+        return self.tf_module().tokenize(texts)
 
 
 def _byte_to_char_index(text: str) -> List[int]:

@@ -150,13 +150,17 @@ class WordPieceTokenizer(base.Tokenizer):
         but BERT's lower-casing does not (ß -> ss, ﬁ -> fi, Ⅻ -> xii, ½, ①...).
         """
         import tensorflow as tf
+        # tensorflow-text splits words at control characters; BERT drops them.
+        return self.tf_module().tokenize(tf.strings.regex_replace(texts, _TF_CONTROL, ""))
+
+    def tf_module(self):
+        import tensorflow as tf
         import tensorflow_text as tf_text
         if self._tf_tokenizer is None:
             self._tf_tokenizer = tf_text.FastBertTokenizer(
                 vocab=self._tokens, token_out_type=tf.int32,
                 lower_case_nfd_strip_accents=self.do_lower_case)
-        # tensorflow-text splits words at control characters; BERT drops them.
-        return self._tf_tokenizer.tokenize(tf.strings.regex_replace(texts, _TF_CONTROL, ""))
+        return self._tf_tokenizer
 
     # -- splitting into words -------------------------------------------------
 
