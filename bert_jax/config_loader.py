@@ -1,0 +1,122 @@
+"""Config files as plain Python: `path/to/file.py[:VARIANT]` plus `KEY=VALUE` overrides.
+
+A config file defines `get_config(variant)` (or `get_config()`) returning an
+`ml_collections.ConfigDict`. The file is imported as a module (never exec'd as
+a string). Overrides use dotted keys into the ConfigDict, values are Python
+literals (`3`, `1e-4`, `'adamw'`, `(('embed', 'fsdp'),)`, `{'data': -1}`),
+`true`/`false`, or bare strings:
+
+    load_config("configs/pretrain.py:tiny", ["num_train_steps=100", "mesh_shape.fsdp=2"])
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import inspect
+import os
+from typing import Any, Sequence
+
+import ml_collections
+
+
+def _import_file(path: str):
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"config file not found: {path}")
+    name = "_bert_jax_config_" + os.path.splitext(os.path.basename(path))[0]
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    if not hasattr(module, "get_config"):
+        raise ValueError(f"{path} has no get_config() function")
+    return module
+
+
+def parse_value(text: str) -> Any:
+    """A command-line value: a Python literal, true/false/none, or else the string itself."""
+    lowered = text.strip().lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    if lowered in ("none", "null"):
+        return None
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def _to_config_value(value: Any) -> Any:
+    return ml_collections.ConfigDict(value) if isinstance(value, dict) else value
+
+
+def apply_override(config: ml_collections.ConfigDict, key: str, value: Any) -> None:
+    """Sets a dotted `key` (which must exist) to `value`, converting ints to floats and
+    lists to tuples where the field has that type, and allowing a str <-> dict switch
+    (e.g. `model` as a preset name or a dict of fields)."""
+    *parents, leaf = key.split(".")
+    node = config
+    for i, part in enumerate(parents):
+        if not isinstance(node, ml_collections.ConfigDict) or part not in node:
+            raise KeyError(f"unknown config key {'.'.join(parents[:i + 1])!r} (in {key!r})")
+        node = node[part]
+    if not isinstance(node, ml_collections.ConfigDict) or leaf not in node:
+        known = ", ".join(sorted(node.keys())) if isinstance(node, ml_collections.ConfigDict) \
+            else ""
+        raise KeyError(f"unknown config key {key!r}" + (f"; known here: {known}" if known else ""))
+    old = node[leaf]
+    if isinstance(old, float) and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if isinstance(old, tuple) and isinstance(value, list):
+        value = tuple(value)
+    if isinstance(old, str) and not isinstance(value, (str, dict)) and value is not None:
+        value = str(value)  # e.g. --config.model=tiny is fine, and so is a numeric-looking name
+    try:
+        node[leaf] = _to_config_value(value)
+    except TypeError:
+        if not (isinstance(value, dict) or isinstance(old, (dict, ml_collections.ConfigDict))
+                or old is None):
+            raise TypeError(f"config key {key!r} holds {type(old).__name__} {old!r}; "
+                            f"cannot set it to {type(value).__name__} {value!r}") from None
+        with node.ignore_type():
+            node[leaf] = _to_config_value(value)
+
+
+def load_config(spec: str, overrides: Sequence[str] = ()) -> ml_collections.ConfigDict:
+    """Loads `FILE.py` or `FILE.py:VARIANT` and applies `KEY=VALUE` overrides in order.
+
+    Overrides may carry a leading `--config.` (as typed on a command line).
+    """
+    path, _, variant = spec.partition(":")
+    module = _import_file(path)
+    takes_arg = bool(inspect.signature(module.get_config).parameters)
+    if variant and not takes_arg:
+        raise ValueError(f"{path}: get_config() takes no variant, got {variant!r}")
+    config = module.get_config(variant or None) if takes_arg else module.get_config()
+    for item in overrides:
+        key, sep, text = item.removeprefix("--").removeprefix("config.").partition("=")
+        if not sep:
+            raise ValueError(f"override {item!r} is not KEY=VALUE")
+        apply_override(config, key, parse_value(text))
+    return config
+
+
+def split_config_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Separates `--config.KEY=VALUE` / `--config.KEY VALUE` overrides from other args.
+    Returns (other args, overrides as KEY=VALUE)."""
+    rest, overrides = [], []
+    argv = list(argv)
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg.startswith("--config."):
+            if "=" in arg:
+                overrides.append(arg[len("--config."):])
+            elif i + 1 < len(argv):
+                overrides.append(f"{arg[len('--config.'):]}={argv[i + 1]}")
+                i += 1
+            else:
+                raise ValueError(f"{arg} needs a value")
+        else:
+            rest.append(arg)
+        i += 1
+    return rest, overrides

@@ -1,0 +1,140 @@
+"""`bert-jax finetune | evaluate | predict`.
+
+  bert-jax finetune --config configs/finetune.py:TASK --init CKPT --workdir DIR \\
+      [--config.KEY=VALUE ...]
+  bert-jax evaluate --workdir DIR [--split SPLIT] [--file FILE]
+  bert-jax predict  --workdir DIR --input FILE [--output FILE]
+
+`finetune` with `--config.seeds=1,2,3` runs once per seed under DIR/seed_N and
+writes the mean and standard deviation of every metric to DIR/eval_results.json.
+`predict` reads text lines, CSV/TSV or JSONL (CoNLL or SQuAD JSON for those tasks)
+and writes JSONL: labels and probabilities, tags per word, or answer spans.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+
+MULTI_COMMAND = True
+DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "configs", "finetune.py")
+
+
+def parse_seeds(value) -> list[int]:
+    if isinstance(value, (list, tuple)):
+        return [int(v) for v in value]
+    if isinstance(value, int):
+        return [value]
+    # "1,2,3"; the config loader may hand over "(1, 2, 3)" for --config.seeds=1,2,3
+    text = str(value).strip("()[] ").replace(" ", "")
+    return [int(v) for v in text.split(",") if v]
+
+
+def summarize_seeds(runs: dict[int, dict]) -> dict:
+    """Mean and std (population, over seeds) of every numeric metric, per split."""
+    first = next(iter(runs.values()))
+    summary = {"seeds": list(runs), "runs": runs}
+    best_seed = max(runs, key=lambda s: runs[s][next(
+        k for k in runs[s] if isinstance(runs[s][k], dict))][runs[s]["selection_metric"]])
+    summary["best_seed"] = best_seed
+    for split, values in first.items():
+        if not isinstance(values, dict):
+            continue
+        summary[split] = {}
+        for name in values:
+            xs = np.array([runs[s][split][name] for s in runs], float)
+            summary[split][name] = {"mean": float(xs.mean()), "std": float(xs.std())}
+    return summary
+
+
+def run_finetune(config, workdir: str) -> dict:
+    from bert_jax.finetune import trainer
+    seeds = parse_seeds(config.seeds)
+    if not seeds:
+        return trainer.finetune(config, workdir)
+    runs = {}
+    for seed in seeds:
+        config.seed = seed
+        runs[seed] = trainer.finetune(config, os.path.join(workdir, f"seed_{seed}"))
+    summary = summarize_seeds(runs)
+    with open(os.path.join(workdir, trainer.RESULTS_FILE), "w", encoding="utf-8") as f:
+        json.dump(summary, f, indent=2)
+    for split, values in summary.items():
+        if isinstance(values, dict) and split not in ("runs",):
+            line = ", ".join(f"{k} {v['mean']:.4f} +- {v['std']:.4f}" for k, v in values.items())
+            print(f"{split} over seeds {seeds}: {line}")
+    return summary
+
+
+def _finetune_main(argv: list[str]) -> int:
+    from bert_jax.config_loader import load_config, split_config_args
+    rest, overrides = split_config_args(argv)
+    parser = argparse.ArgumentParser(prog="bert-jax finetune", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", default=f"{DEFAULT_CONFIG}:sst2",
+                        help="FILE.py:TASK, e.g. configs/finetune.py:mrpc")
+    parser.add_argument("--init", help="model directory or pretraining workdir to start from")
+    parser.add_argument("--workdir", required=True)
+    args = parser.parse_args(rest)
+    config = load_config(args.config, overrides)
+    if args.init:
+        config.init = args.init
+    results = run_finetune(config, args.workdir)
+    print(json.dumps({k: v for k, v in results.items() if k != "runs"}, indent=2))
+    return 0
+
+
+def _evaluate_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="bert-jax evaluate",
+                                     description="evaluate a fine-tuned workdir")
+    parser.add_argument("--workdir", required=True)
+    parser.add_argument("--split", help="a split of the task's data (default: its eval splits)")
+    parser.add_argument("--file", help="a labeled file (for file-based tasks) to evaluate on")
+    args = parser.parse_args(argv)
+    from bert_jax.finetune import trainer
+    overrides = {"validation_file": args.file} if args.file else {}
+    model = trainer.load_finetuned(args.workdir, overrides)
+    task = model.task
+    results = {}
+    for split in [args.split] if args.split else list(task.eval_splits):
+        examples = task.load(split)
+        features = task.featurize(examples, model.tokenizer, model.config.max_seq_length,
+                                  training=False)
+        results[split] = task.evaluate(examples, features, model.outputs(features))
+    with open(os.path.join(args.workdir, "evaluate_results.json"), "w", encoding="utf-8") as f:
+        json.dump(results, f, indent=2)
+    print(json.dumps(results, indent=2))
+    return 0
+
+
+def _predict_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="bert-jax predict",
+                                     description="predict with a fine-tuned workdir")
+    parser.add_argument("--workdir", required=True)
+    parser.add_argument("--input", required=True, help="text lines, CSV/TSV, JSONL (or CoNLL, "
+                        "SQuAD JSON)")
+    parser.add_argument("--output", help="JSONL file (default: stdout)")
+    args = parser.parse_args(argv)
+    from bert_jax.finetune import files, trainer
+    model = trainer.load_finetuned(args.workdir)
+    examples = model.task.read_inputs(args.input)
+    features = model.task.featurize(examples, model.tokenizer, model.config.max_seq_length,
+                                    training=False)
+    records = model.task.predict(examples, features, model.outputs(features))
+    if args.output:
+        files.write_jsonl(args.output, records)
+        print(f"wrote {len(records)} predictions to {args.output}", file=sys.stderr)
+    else:
+        for record in records:
+            print(json.dumps(record, ensure_ascii=False))
+    return 0
+
+
+def main(argv: list[str], command: str = "finetune") -> int:
+    return {"finetune": _finetune_main, "evaluate": _evaluate_main,
+            "predict": _predict_main}[command](argv)

@@ -1,0 +1,123 @@
+"""Custom classification and regression from CSV, TSV or JSONL files (by extension).
+
+Config keys: `train_file`, `validation_file`, `test_file`, `text_column`,
+`text_pair_column` (empty: single texts), `label_column`, `label_type` (`auto`,
+`classification` or `regression`). With `auto`, labels that are all numbers with a
+fraction are regression targets; anything else (strings, integers) names classes.
+The `spam` task is `csv` over the small spam set shipped in `bert_jax/resources/spam`.
+"""
+
+from __future__ import annotations
+
+import os
+
+from bert_jax.finetune import files
+from bert_jax.finetune.classification import ClassificationTask
+from bert_jax.finetune.tasks import register
+
+SPAM_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "resources", "spam")
+_SPLIT_KEYS = {"train": "train_file", "validation": "validation_file", "test": "test_file"}
+
+
+def _as_number(value) -> float | None:
+    if isinstance(value, bool):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def infer_labels(values: list, label_type: str = "auto") -> list[str] | None:
+    """Sorted class names from the training labels, or None for regression."""
+    numbers = [_as_number(v) for v in values]
+    numeric = all(n is not None for n in numbers)
+    if label_type == "regression" or (
+            label_type == "auto" and numeric and any(n != int(n) for n in numbers)):
+        if not numeric:
+            bad = next(v for v, n in zip(values, numbers) if n is None)
+            raise ValueError(f"regression labels must be numbers; got {bad!r}")
+        return None
+    if label_type not in ("auto", "classification", "regression"):
+        raise ValueError(f"label_type must be auto, classification or regression; "
+                         f"got {label_type!r}")
+    if numeric:
+        return [_label_name(v) for v in sorted(set(numbers))]
+    return sorted({str(v) for v in values})
+
+
+def _label_name(value) -> str:
+    number = _as_number(value)
+    if number is not None and number == int(number):
+        return str(int(number))
+    return str(value)
+
+
+class CsvTask(ClassificationTask):
+    def __init__(self, config, name: str = "csv"):
+        super().__init__(config, name=name, label_names=[], metric=config.get("metric") or "")
+        pair = config.get("text_pair_column") or None
+        self.text_columns = (config.get("text_column", "text"), pair)
+
+    def path(self, split: str) -> str:
+        path = self.config.get(_SPLIT_KEYS[split]) or ""
+        if not path and self.name == "spam":
+            path = os.path.join(SPAM_DIR, f"{'dev' if split == 'validation' else split}.tsv")
+        return path
+
+    @property
+    def test_split(self):
+        return "test" if self.path("test") else None
+
+    def load(self, split):
+        path = self.path(split)
+        if not path:
+            raise ValueError(f"task {self.name!r} needs --config.{_SPLIT_KEYS[split]}")
+        rows, columns = files.read_table(path)
+        if not rows:
+            raise ValueError(f"{path} has no rows")
+        a_name, b_name = self.text_columns
+        texts_a = files.column(rows, columns, a_name, path, "text")
+        texts_b = (files.column(rows, columns, b_name, path, "text_pair") if b_name
+                   else [None] * len(rows))
+        label_name = self.config.get("label_column", "label")
+        if split != "train" and label_name not in columns:
+            labels = [None] * len(rows)  # an unlabeled test file
+        else:
+            labels = files.column(rows, columns, label_name, path, "label")
+        return [{"text_a": str(a), "text_b": None if b is None else str(b), "label": y,
+                 "idx": i} for i, (a, b, y) in enumerate(zip(texts_a, texts_b, labels))]
+
+    def prepare(self, train_examples):
+        self.label_names = infer_labels([ex["label"] for ex in train_examples],
+                                        self.config.get("label_type", "auto"))
+        if not self.metric:
+            self.metric = "regression" if self.is_regression else "accuracy"
+        self.selection_metric = "pearson" if self.is_regression else "accuracy"
+
+    def restore_spec(self, spec):
+        super().restore_spec(spec)
+        self.selection_metric = "pearson" if self.is_regression else "accuracy"
+
+    def featurize(self, examples, tokenizer, max_seq_length, *, training):
+        return super().featurize([self._encode_label(ex) for ex in examples], tokenizer,
+                                 max_seq_length, training=training)
+
+    def evaluate(self, examples, features, outputs):
+        return super().evaluate([self._encode_label(ex) for ex in examples], features, outputs)
+
+    def _encode_label(self, example):
+        label = example["label"]
+        if label is None or label == "":
+            return {**example, "label": None}
+        if self.is_regression:
+            return {**example, "label": float(label)}
+        name = _label_name(label)
+        if name not in self.label_names:
+            raise ValueError(f"label {label!r} is not among the training labels "
+                             f"{self.label_names}")
+        return {**example, "label": self.label_names.index(name)}
+
+
+register("csv")(lambda config: CsvTask(config, "csv"))
+register("spam")(lambda config: CsvTask(config, "spam"))

@@ -1,0 +1,184 @@
+"""Task metrics: GLUE's official ones, entity-level tagging scores with seqeval's
+semantics, and SQuAD's official exact match and F1.
+
+All functions take plain Python/numpy values on the host and return floats.
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+import string
+from typing import Iterable, Sequence
+
+import numpy as np
+import scipy.stats
+from sklearn import metrics as sk
+
+
+# --- classification and regression ------------------------------------------------
+
+def accuracy(predictions: Sequence[int], labels: Sequence[int]) -> dict[str, float]:
+    return {"accuracy": float(np.mean(np.asarray(predictions) == np.asarray(labels)))}
+
+
+def matthews(predictions, labels) -> dict[str, float]:
+    return {"matthews_corrcoef": float(sk.matthews_corrcoef(labels, predictions))}
+
+
+def f1_and_accuracy(predictions, labels) -> dict[str, float]:
+    """Binary F1 of the positive class (label 1) and accuracy, as GLUE reports MRPC/QQP."""
+    return {"f1": float(sk.f1_score(labels, predictions, zero_division=0.0)),
+            **accuracy(predictions, labels)}
+
+
+def pearson_spearman(predictions, labels) -> dict[str, float]:
+    predictions, labels = np.asarray(predictions, float), np.asarray(labels, float)
+    if np.std(predictions) == 0 or np.std(labels) == 0:  # correlation undefined
+        return {"pearson": 0.0, "spearman": 0.0}
+    return {"pearson": float(scipy.stats.pearsonr(predictions, labels)[0]),
+            "spearman": float(scipy.stats.spearmanr(predictions, labels)[0])}
+
+
+def regression(predictions, labels) -> dict[str, float]:
+    err = np.asarray(predictions, float) - np.asarray(labels, float)
+    return {**pearson_spearman(predictions, labels), "mse": float(np.mean(err ** 2))}
+
+
+METRICS = {"accuracy": accuracy, "matthews": matthews, "f1_accuracy": f1_and_accuracy,
+           "pearson_spearman": pearson_spearman, "regression": regression}
+
+
+# --- tagging ----------------------------------------------------------------------------
+
+def _split_tag(tag: str) -> tuple[str, str]:
+    """'B-PER' -> ('B', 'PER'); 'O' -> ('O', '_'); a bare type 'PER' -> ('P', 'ER')
+    exactly like seqeval, so a tag set without prefixes should use token accuracy."""
+    if tag in ("O", ""):
+        return "O", "_"
+    return tag[0], tag[1:].split("-", maxsplit=1)[-1] or "_"
+
+
+def _chunk_ends(prev_tag, tag, prev_type, type_) -> bool:
+    if prev_tag in ("E", "S"):
+        return True
+    if prev_tag in ("B", "I") and tag in ("B", "S", "O"):
+        return True
+    return prev_tag not in ("O", ".") and prev_type != type_
+
+
+def _chunk_starts(prev_tag, tag, prev_type, type_) -> bool:
+    if tag in ("B", "S"):
+        return True
+    if prev_tag in ("E", "S", "O") and tag in ("E", "I"):
+        return True
+    return tag not in ("O", ".") and prev_type != type_
+
+
+def entities(sequences: Iterable[Sequence[str]]) -> set[tuple[str, int, int]]:
+    """The (type, first, last) token spans of the entities in BIO/IOB1/IOBES tag sequences.
+
+    seqeval's default (lenient, conlleval-like) chunking: an `I-X` after `O` or after a
+    different type starts an entity; sequences are joined with an `O` between them, so
+    positions index the concatenation.
+    """
+    flat: list[str] = []
+    for seq in sequences:
+        flat.extend(seq)
+        flat.append("O")
+    found = set()
+    prev_tag, prev_type, start = "O", "", 0
+    for i, tag_str in enumerate(flat + ["O"]):
+        tag, type_ = _split_tag(tag_str)
+        if _chunk_ends(prev_tag, tag, prev_type, type_):
+            found.add((prev_type, start, i - 1))
+        if _chunk_starts(prev_tag, tag, prev_type, type_):
+            start = i
+        prev_tag, prev_type = tag, type_
+    return found
+
+
+def entity_scores(predicted: Sequence[Sequence[str]], gold: Sequence[Sequence[str]]
+                  ) -> dict[str, float]:
+    """Micro-averaged entity precision/recall/F1 (seqeval's `classification_report`
+    micro avg), plus per-type F1 under `f1_TYPE`."""
+    pred_set, gold_set = entities(predicted), entities(gold)
+    out = _prf(len(pred_set & gold_set), len(pred_set), len(gold_set))
+    for type_ in sorted({t for t, _, _ in gold_set | pred_set}):
+        p = {e for e in pred_set if e[0] == type_}
+        g = {e for e in gold_set if e[0] == type_}
+        out[f"f1_{type_}"] = _prf(len(p & g), len(p), len(g))["f1"]
+    return out
+
+
+def _prf(correct: int, predicted: int, gold: int) -> dict[str, float]:
+    precision = correct / predicted if predicted else 0.0
+    recall = correct / gold if gold else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return {"precision": precision, "recall": recall, "f1": f1}
+
+
+def token_accuracy(predicted: Sequence[Sequence[str]], gold: Sequence[Sequence[str]]
+                   ) -> dict[str, float]:
+    pairs = [(p, g) for ps, gs in zip(predicted, gold) for p, g in zip(ps, gs)]
+    correct = sum(p == g for p, g in pairs)
+    return {"token_accuracy": correct / len(pairs) if pairs else 0.0}
+
+
+def is_entity_tag_set(tags: Iterable[str]) -> bool:
+    """True when every tag is `O` or has a B-/I-/E-/S-/L-/U- prefix (an NER scheme)."""
+    tags = [t for t in tags if t != "O"]
+    return bool(tags) and all(re.fullmatch(r"[BIESLU]-.+", t) for t in tags)
+
+
+# --- SQuAD -----------------------------------------------------------------------------
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
+_PUNCTUATION = set(string.punctuation)
+
+
+def normalize_answer(text: str) -> str:
+    """The official SQuAD normalisation: lower case, drop ASCII punctuation and the
+    articles a/an/the, collapse whitespace."""
+    text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION)
+    return " ".join(_ARTICLES.sub(" ", text).split())
+
+
+def exact_match(prediction: str, gold: str) -> float:
+    return float(normalize_answer(prediction) == normalize_answer(gold))
+
+
+def token_f1(prediction: str, gold: str) -> float:
+    pred_tokens, gold_tokens = normalize_answer(prediction).split(), normalize_answer(gold).split()
+    if not pred_tokens or not gold_tokens:  # no-answer: 1 only if both are empty
+        return float(pred_tokens == gold_tokens)
+    common = collections.Counter(pred_tokens) & collections.Counter(gold_tokens)
+    same = sum(common.values())
+    if same == 0:
+        return 0.0
+    precision, recall = same / len(pred_tokens), same / len(gold_tokens)
+    return 2 * precision * recall / (precision + recall)
+
+
+def squad_scores(predictions: dict[str, str], gold_answers: dict[str, list[str]]
+                 ) -> dict[str, float]:
+    """Official SQuAD v1.1/v2.0 EM and F1 in percent, max over the gold answers.
+
+    gold_answers: question id -> answer texts; an empty list means unanswerable (the
+    right prediction is ""). Unanswered ids count as "". v2 adds HasAns/NoAns splits.
+    """
+    em, f1, has_answer = [], [], []
+    for qid, golds in gold_answers.items():
+        golds = [g for g in golds if normalize_answer(g)] or [""]
+        pred = predictions.get(qid, "")
+        em.append(max(exact_match(pred, g) for g in golds))
+        f1.append(max(token_f1(pred, g) for g in golds))
+        has_answer.append(golds != [""])
+    em, f1, has_answer = np.array(em), np.array(f1), np.array(has_answer, bool)
+    out = {"exact_match": 100 * float(em.mean()), "f1": 100 * float(f1.mean())}
+    if not has_answer.all():
+        for name, mask in (("HasAns", has_answer), ("NoAns", ~has_answer)):
+            if mask.any():
+                out[f"{name}_exact_match"] = 100 * float(em[mask].mean())
+                out[f"{name}_f1"] = 100 * float(f1[mask].mean())
+    return out

@@ -1,0 +1,362 @@
+"""The fine-tuning loop shared by every task: restore the encoder, fresh head, BERT's
+optimizer, jitted train/eval steps over the device mesh, evaluation after every
+epoch, the best model kept in `WORKDIR/best/`, final metrics in
+`WORKDIR/eval_results.json`.
+
+The step functions are module-level and pure; model, task and optimizer are bound
+in with `functools.partial`, and dropout keys derive from the step number.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib.util
+import json
+import math
+import os
+import time
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from bert_jax import checkpoint, optim, pretrained, sharding
+from bert_jax.config import BertConfig, ConfigError, get_config
+from bert_jax.convert import layout
+from bert_jax.finetune import files, packing, tasks
+from bert_jax.metrics_writer import MetricsWriter
+from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
+
+BEST_DIR = "best"
+RESULTS_FILE = "eval_results.json"
+
+
+@dataclasses.dataclass
+class ModelSource:
+    """The encoder to start from: its config, tokenizer and (numpy) parameters."""
+
+    config: BertConfig
+    tokenizer: Any
+    encoder_params: dict | None
+    origin: str
+
+
+def _model_config(spec, vocab_size: int | None = None) -> BertConfig:
+    if isinstance(spec, (dict, ml_collections.ConfigDict)):
+        fields = dict(spec)
+        if vocab_size:
+            fields.setdefault("vocab_size", vocab_size)
+        return get_config(fields.pop("preset", "bert-base"), **fields)
+    return get_config(spec, **({"vocab_size": vocab_size} if vocab_size else {}))
+
+
+def resolve_model(config) -> ModelSource:
+    """The encoder of `config.init` (checked against `config.model` when both are set),
+    or a randomly initialised `config.model` with `config.tokenizer`."""
+    dropout = dict(hidden_dropout_prob=config.hidden_dropout_prob,
+                   attention_probs_dropout_prob=config.attention_probs_dropout_prob)
+    if config.init:
+        pre = pretrained.load(config.init)
+        tokenizer = load_tokenizer(config.tokenizer or pre.tokenizer_dir)
+        if config.model:
+            wanted = _model_config(config.model, pre.config.vocab_size)
+            for field in ("vocab_size", "hidden_size", "num_hidden_layers",
+                          "num_attention_heads", "intermediate_size"):
+                have, want = getattr(pre.config, field), getattr(wanted, field)
+                if have != want:
+                    raise ConfigError(
+                        f"checkpoint {config.init} has {field}={have} but the config asks "
+                        f"for {field}={want} (model={config.model!r}); drop --config.model "
+                        "to use the checkpoint's architecture")
+        if tokenizer.vocab_size != pre.config.vocab_size:
+            raise ConfigError(f"the tokenizer has {tokenizer.vocab_size} tokens but checkpoint "
+                              f"{config.init} has vocab_size={pre.config.vocab_size}")
+        bert_params = pre.params.get("bert", pre.params)
+        return ModelSource(pre.config.replace(**dropout), tokenizer, bert_params, config.init)
+    if not config.model:
+        raise ConfigError("nothing to fine-tune: pass --init CHECKPOINT (a model directory or a "
+                          "pretraining workdir) or --config.model=PRESET for a random encoder")
+    tokenizer = load_tokenizer(config.tokenizer or DEFAULT_VOCAB)
+    model_config = _model_config(config.model, tokenizer.vocab_size).replace(**dropout)
+    return ModelSource(model_config, tokenizer, None, f"random {config.model}")
+
+
+# --- steps -----------------------------------------------------------------------------
+
+def train_step(state, batch, *, model, task, tx, rules):
+    """One update: (TrainState, batch of [B, ...] arrays) -> (TrainState, metrics)."""
+    dropout_key = state.step_rng()
+
+    def loss_fn(params):
+        with nn.logical_axis_rules(rules):
+            outputs = model.apply({"params": params}, **task.model_inputs(batch),
+                                  deterministic=False, rngs={"dropout": dropout_key})
+        return task.loss(outputs, batch)
+
+    (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+    updates, opt_state = tx.update(grads, state.opt_state, state.params)
+    finite = jnp.isfinite(loss)
+    keep = lambda new, old: jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, old)
+    params = keep(jax.tree.map(jnp.add, state.params, updates), state.params)
+    state = state.replace(step=state.step + 1, params=params,
+                          opt_state=keep(opt_state, state.opt_state),
+                          nonfinite_steps=state.nonfinite_steps + (~finite).astype(jnp.int32))
+    metrics["examples"] = jnp.sum(batch["example_weights"])
+    return state, metrics
+
+
+def eval_step(params, batch, *, model, task, rules):
+    with nn.logical_axis_rules(rules):
+        outputs = model.apply({"params": params}, **task.model_inputs(batch), deterministic=True)
+    return task.eval_outputs(outputs, batch)
+
+
+# --- host side -------------------------------------------------------------------------
+
+def subsample(items: list, limit: int, seed: int) -> list:
+    if not limit or len(items) <= limit:
+        return items
+    keep = np.sort(np.random.default_rng(seed).permutation(len(items))[:limit])
+    return [items[i] for i in keep]
+
+
+def predict_features(task, params, features, eval_fn, config, mesh) -> list[dict]:
+    """Runs the eval step over `features`: one dict of numpy outputs per feature."""
+    rules = config.logical_axis_rules
+    batch_size = _round_up(config.eval_batch_size, sharding.batch_size_multiple(mesh, rules))
+    outputs: list[dict | None] = [None] * len(features)
+    for batch in packing.padded_batches(features, batch_size, config.max_seq_length,
+                                        task.sequence_keys, bucketing=config.length_bucketing):
+        result = jax.device_get(eval_fn(params, sharding.global_batch(batch, mesh, rules)))
+        for row in np.flatnonzero(batch["example_weights"]):
+            outputs[int(batch["feature_index"][row])] = {k: v[row] for k, v in result.items()}
+    return outputs
+
+
+def _round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+def _train_batches(task, features, config, epoch: int, seed: int, multiple: int,
+                   rows_per_batch: int):
+    batch_seed = seed * 1000 + epoch
+    if config.packing:
+        return packing.packed_batches(features, rows_per_batch, config.max_seq_length,
+                                      config.max_examples_per_row, task.sequence_keys,
+                                      shuffle_seed=batch_seed)
+    return packing.padded_batches(features, _round_up(config.global_batch_size, multiple),
+                                  config.max_seq_length, task.sequence_keys,
+                                  bucketing=config.length_bucketing, shuffle_seed=batch_seed)
+
+
+def load_eval_sets(task, tokenizer, config, seed: int) -> dict[str, tuple[list, list]]:
+    """{split: (examples, features)} for the eval splits and a labeled test split."""
+    sets = {}
+    for split in task.eval_splits:
+        examples = subsample(task.load(split), config.max_eval_examples, seed)
+        sets[split] = (examples, task.featurize(examples, tokenizer, config.max_seq_length,
+                                                training=False))
+    return sets
+
+
+def finetune(config, workdir: str) -> dict[str, Any]:
+    """Fine-tunes with one seed (`config.seed`); returns what eval_results.json holds."""
+    seed = int(config.seed)
+    task = tasks.get_task(config)
+    if config.packing and not task.supports_packing:
+        raise ValueError(f"task {task.name!r} does not support packing"
+                         + (" with a CRF" if config.get("crf") else ""))
+    source = resolve_model(config)
+    tokenizer, bert_config = source.tokenizer, source.config
+    if config.max_seq_length > bert_config.max_position_embeddings:
+        raise ConfigError(f"max_seq_length {config.max_seq_length} exceeds the model's "
+                          f"max_position_embeddings {bert_config.max_position_embeddings}")
+    train_examples = subsample(task.load("train"), config.max_train_examples, seed)
+    task.prepare(train_examples)
+    train_features = task.featurize(train_examples, tokenizer, config.max_seq_length,
+                                    training=True)
+    if not train_features:
+        raise ValueError(f"task {task.name!r}: no training features")
+    eval_sets = load_eval_sets(task, tokenizer, config, seed)
+
+    rules = config.logical_axis_rules
+    mesh = sharding.make_mesh(dict(config.mesh_shape))
+    multiple = sharding.batch_size_multiple(mesh, rules)
+    rows_per_batch = 0
+    if config.packing:
+        per_row, rows_per_batch = packing.packed_plan(
+            train_features, config.max_seq_length, config.max_examples_per_row,
+            config.global_batch_size, multiple)
+        steps_per_epoch = math.ceil(len(train_features) / per_row / rows_per_batch)
+    else:
+        steps_per_epoch = math.ceil(len(train_features) / _round_up(config.global_batch_size,
+                                                                     multiple))
+    num_steps = max(1, int(config.num_train_epochs * steps_per_epoch))
+    tx, schedule = optim.make_optimizer(
+        learning_rate=config.learning_rate, num_train_steps=num_steps,
+        warmup_steps=int(config.warmup_proportion * num_steps), optimizer=config.optimizer,
+        weight_decay=config.weight_decay, max_grad_norm=config.max_grad_norm)
+
+    model = task.model(bert_config)
+    dummy = jnp.ones((1, 8), jnp.int32)
+    init_fn = lambda key: model.init({"params": key, "dropout": key}, dummy, dummy, dummy)["params"]
+    state, shardings = sharding.create_sharded_state(init_fn, tx, mesh, rules=rules, seed=seed)
+    if source.encoder_params is not None:
+        loaded = dict(source.encoder_params)
+        if "pooler" not in state.params["bert"]:
+            loaded.pop("pooler", None)  # tagging and span heads have no pooler
+        encoder = checkpoint.match_params(
+            layout.match_layout({"bert": loaded}, bert_config.scan_layers)["bert"],
+            state.params["bert"], source=source.origin)
+        encoder = jax.device_put(encoder, shardings.params["bert"])
+        state = state.replace(params={**state.params, "bert": encoder})
+
+    batch_sharding = sharding.batch_sharding(mesh, rules)
+    step_fn = jax.jit(functools.partial(train_step, model=model, task=task, tx=tx, rules=rules),
+                      in_shardings=(shardings, batch_sharding), out_shardings=(shardings, None),
+                      donate_argnums=0)
+    eval_fn = jax.jit(functools.partial(eval_step, model=model, task=task, rules=rules),
+                      in_shardings=(shardings.params, batch_sharding))
+
+    os.makedirs(workdir, exist_ok=True)
+    writer = MetricsWriter(workdir, total_steps=num_steps,
+                           tensorboard=importlib.util.find_spec("tensorboard") is not None)
+    writer.message(f"fine-tuning {task.name} from {source.origin}: {len(train_features)} train "
+                   f"features, {steps_per_epoch} steps/epoch, {num_steps} steps"
+                   + (f", packed {rows_per_batch} rows/batch" if config.packing else ""))
+    best = {"score": -np.inf, "epoch": None, "metrics": None}
+    step, examples_seen, train_time, first_step_time = 0, 0.0, 0.0, None
+    spec = {**task.spec(), "config": config.to_dict(), "max_seq_length": config.max_seq_length}
+    with jax.set_mesh(mesh):
+        for epoch in range(math.ceil(config.num_train_epochs)):
+            start, pending = time.time(), []
+            for batch in _train_batches(task, train_features, config, epoch, seed, multiple,
+                                        rows_per_batch):
+                if step >= num_steps:
+                    break
+                state, metrics = step_fn(state, sharding.global_batch(batch, mesh, rules))
+                step += 1
+                pending.append(metrics)
+                if step == 1:  # the first step compiles: keep it out of the throughput
+                    examples_seen -= float(metrics["examples"])
+                    first_step_time = time.time() - start
+                    start = time.time()
+                if step % config.log_every_steps == 0 or step == num_steps:
+                    logged = jax.device_get(pending)
+                    examples_seen += sum(float(m.pop("examples")) for m in logged)
+                    mean = {k: float(np.mean([m[k] for m in logged])) for k in logged[0]}
+                    mean["learning_rate"] = float(schedule(step))
+                    writer.write(step, mean, prefix="train")
+                    writer.progress(step, mean)
+                    pending = []
+            jax.block_until_ready(state)
+            examples_seen += sum(float(m["examples"]) for m in jax.device_get(pending)
+                                 if "examples" in m)
+            train_time += time.time() - start
+            scores = evaluate_sets(task, state.params, eval_sets, eval_fn, config, mesh)
+            for split, values in scores.items():
+                writer.write(step, values, prefix=split)
+            main = scores[task.eval_splits[0]][task.selection_metric]
+            writer.message(f"epoch {epoch + 1}: " + json.dumps(scores))
+            if main > best["score"]:
+                best = {"score": main, "epoch": epoch + 1, "metrics": scores}
+                params = jax.device_get(state.params)
+                pretrained.save(os.path.join(workdir, BEST_DIR), bert_config, params,
+                                tokenizer=tokenizer, task=spec, overwrite=True)
+        writer.close()
+        results = {"task": task.name, "seed": seed, "best_epoch": best["epoch"],
+                   "selection_metric": task.selection_metric, **best["metrics"],
+                   "train_steps": step, "train_seconds": round(train_time, 2),
+                   "first_step_seconds": round(first_step_time or 0.0, 2),
+                   "train_examples_per_second": round(examples_seen / max(train_time, 1e-9), 2)}
+        best_params = jax.device_put(
+            pretrained.load(os.path.join(workdir, BEST_DIR)).params, shardings.params)
+        results.update(predict_test(task, tokenizer, best_params, eval_fn, config, mesh, workdir))
+    with open(os.path.join(workdir, RESULTS_FILE), "w", encoding="utf-8") as f:
+        json.dump(results, f, indent=2)
+    return results
+
+
+def evaluate_sets(task, params, eval_sets, eval_fn, config, mesh) -> dict[str, dict]:
+    return {split: task.evaluate(examples, features,
+                                 predict_features(task, params, features, eval_fn, config, mesh))
+            for split, (examples, features) in eval_sets.items()}
+
+
+def predict_test(task, tokenizer, params, eval_fn, config, mesh, workdir) -> dict[str, Any]:
+    """Predictions (and metrics, if labeled) for the test split(s): WORKDIR/predictions/
+    SPLIT.jsonl and the task's submission files."""
+    out = {}
+    for split in task.test_splits:
+        examples = task.load(split)
+        features = task.featurize(examples, tokenizer, config.max_seq_length, training=False)
+        outputs = predict_features(task, params, features, eval_fn, config, mesh)
+        records = task.predict(examples, features, outputs)
+        files.write_jsonl(os.path.join(workdir, "predictions", f"{split}.jsonl"), records)
+        task.write_test_predictions(records, split, workdir)
+        if examples and all(task.is_labeled(ex) for ex in examples):
+            out[split] = task.evaluate(examples, features, outputs)
+    return out
+
+
+@dataclasses.dataclass
+class Finetuned:
+    """A fine-tuned model ready to run: what `evaluate` and `predict` need."""
+
+    task: tasks.Task
+    tokenizer: Any
+    config: ml_collections.ConfigDict
+    params: Any
+    eval_fn: Any
+    mesh: jax.sharding.Mesh
+
+    def outputs(self, features: list[dict]) -> list[dict]:
+        with jax.set_mesh(self.mesh):
+            return predict_features(self.task, self.params, features, self.eval_fn,
+                                    self.config, self.mesh)
+
+
+def best_model_dir(workdir: str) -> str:
+    """WORKDIR/best, or for a multi-seed workdir the best seed's."""
+    results = os.path.join(workdir, RESULTS_FILE)
+    if not os.path.isdir(os.path.join(workdir, BEST_DIR)) and os.path.exists(results):
+        with open(results, encoding="utf-8") as f:
+            best_seed = json.load(f).get("best_seed")
+        if best_seed is not None:
+            return os.path.join(workdir, f"seed_{best_seed}", BEST_DIR)
+    path = os.path.join(workdir, BEST_DIR)
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"{workdir} holds no fine-tuned model ({BEST_DIR}/ is missing); "
+                                "run `bert-jax finetune --workdir` first")
+    return path
+
+
+def load_finetuned(workdir: str, overrides: dict | None = None) -> Finetuned:
+    """Rebuilds task, model and parameters from WORKDIR/best (config keys overridable)."""
+    pre = pretrained.load(best_model_dir(workdir))
+    if not pre.task or "config" not in pre.task:
+        raise ValueError(f"{workdir}: the saved model has no fine-tuning task description")
+    config = ml_collections.ConfigDict(pre.task["config"])
+    for key, value in (overrides or {}).items():
+        config[key] = value
+    task = tasks.from_spec(pre.task, config)
+    # JSON turned the rules' tuples into lists.
+    rules = tuple((name, tuple(axes) if isinstance(axes, list) else axes)
+                  for name, axes in config.logical_axis_rules)
+    with config.ignore_type():
+        config.logical_axis_rules = rules
+    mesh = sharding.make_mesh(dict(config.mesh_shape))
+    model = task.model(pre.config)
+    dummy = jnp.ones((1, 8), jnp.int32)
+    boxed = jax.eval_shape(lambda: model.init(jax.random.key(0), dummy, dummy, dummy)["params"])
+    shardings = sharding.logical_to_sharding(nn.get_partition_spec(boxed), mesh, rules)
+    params = checkpoint.match_params(layout.match_layout(pre.params, pre.config.scan_layers),
+                                     nn.unbox(boxed), source=pre.tokenizer_dir)
+    params = jax.device_put(params, shardings)
+    eval_fn = jax.jit(functools.partial(eval_step, model=model, task=task, rules=rules),
+                      in_shardings=(shardings, sharding.batch_sharding(mesh, rules)))
+    return Finetuned(task, load_tokenizer(pre.tokenizer_dir), config, params, eval_fn, mesh)

@@ -1,0 +1,409 @@
+"""`bert-jax pretrain`: BERT pretraining (masked LM + next sentence) over a device mesh.
+
+    bert-jax pretrain --config configs/pretrain.py:tiny --workdir runs/tiny \
+        [--config.KEY=VALUE ...]
+
+One jitted `train_step(state, batch)` (module-level, pure, donated state) maps
+a sharded TrainState and a global batch to the next state. Running the same
+command again resumes from WORKDIR's latest checkpoint with the same data
+order, masks and dropout as an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import glob
+import logging
+import os
+import sys
+import time
+from typing import Any, Iterator
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+
+from bert_jax import checkpoint, losses, perf, sharding
+from bert_jax.config import BertConfig, get_config as get_model_config
+from bert_jax.config_loader import load_config, split_config_args
+from bert_jax.convert import layout
+from bert_jax.heads import BertForPreTraining
+from bert_jax.metrics_writer import MetricsWriter
+from bert_jax.optim import make_optimizer
+from bert_jax.train_state import TrainState
+
+log = logging.getLogger("bert_jax.train")
+
+# The model's optional inputs, passed through when the batch has them (packed rows).
+_OPTIONAL_INPUTS = ("position_ids", "example_ids", "next_sentence_positions")
+
+
+class NonFiniteError(FloatingPointError):
+    """The loss or gradient went NaN/Inf and the config says to stop."""
+
+
+# --- model and steps -------------------------------------------------------------------
+
+def model_config(config: ml_collections.ConfigDict, vocab_size: int | None = None) -> BertConfig:
+    """The BertConfig of a run: `config.model` (preset name or dict of fields, with an
+    optional 'preset'), then the run-level compute_dtype/remat_policy/scan_layers.
+    vocab_size: the tokenizer's, used unless the model dict sets one."""
+    spec = config.model
+    fields = dict(spec) if not isinstance(spec, str) else {"preset": spec}
+    preset = fields.pop("preset", "bert-base")
+    if vocab_size is not None:
+        fields.setdefault("vocab_size", vocab_size)
+    return get_model_config(preset, **fields, dtype=config.compute_dtype, param_dtype="float32",
+                            remat_policy=config.remat_policy, scan_layers=config.scan_layers)
+
+
+def dummy_inputs(batch_size: int, seq_length: int, num_predictions: int) -> tuple:
+    ids = jnp.zeros((batch_size, seq_length), jnp.int32)
+    return ids, ids, ids, jnp.zeros((batch_size, num_predictions), jnp.int32)
+
+
+def forward(model: nn.Module, params: Any, batch: dict, *, rng=None) -> tuple[jax.Array, dict]:
+    """Loss and metrics of one batch; dropout on when `rng` is given."""
+    extra = {k: batch[k] for k in _OPTIONAL_INPUTS if k in batch}
+    out = model.apply({"params": params}, batch["input_ids"], batch["input_mask"],
+                      batch["segment_ids"], batch["masked_lm_positions"], **extra,
+                      deterministic=rng is None, rngs={"dropout": rng} if rng is not None else {})
+    return losses.pretraining_loss(out.mlm_logits, out.nsp_logits, batch)
+
+
+def _split_microbatches(batch: dict, count: int) -> dict:
+    """[B, ...] -> [count, B / count, ...] taking rows i, i + count, ... for micro-batch i,
+    so each micro-batch stays spread over the whole batch sharding."""
+    def split(x):
+        x = x.reshape(x.shape[0] // count, count, *x.shape[1:])
+        return jnp.swapaxes(x, 0, 1)
+    return jax.tree.map(split, batch)
+
+
+def train_step(state: TrainState, batch: dict, *, model: nn.Module,
+               tx: optax.GradientTransformation, schedule: optax.Schedule, rules: tuple,
+               grad_accum_steps: int = 1) -> tuple[TrainState, dict]:
+    """One optimizer update on a global batch {key: [B, ...]}.
+
+    Dropout keys come from `state.step_rng()`. With grad_accum_steps = k the
+    batch is processed as k sequential micro-batches and their mean gradient
+    applied. A non-finite loss or gradient norm leaves params and optimizer
+    state unchanged and increments `state.nonfinite_steps`.
+    Returns (next state, metrics of scalars).
+    """
+    rng = state.step_rng()
+    grad_fn = jax.value_and_grad(functools.partial(forward, model), has_aux=True)
+
+    def grads_and_metrics(index, micro_batch):
+        key = rng if grad_accum_steps == 1 else jax.random.fold_in(rng, index)
+        (_, metrics), grads = grad_fn(state.params, micro_batch, rng=key)
+        return grads, metrics
+
+    with nn.logical_axis_rules(rules):
+        if grad_accum_steps == 1:
+            grads, metrics = grads_and_metrics(0, batch)
+        else:
+            micro = _split_microbatches(batch, grad_accum_steps)
+            shapes = jax.eval_shape(grads_and_metrics, 0, jax.tree.map(lambda x: x[0], micro))
+            zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+            add = lambda total, micro: (jax.tree.map(jnp.add, total,
+                                                     grads_and_metrics(*micro)), None)
+            (grads, metrics), _ = jax.lax.scan(
+                add, zeros, (jnp.arange(grad_accum_steps), micro))
+            grads, metrics = jax.tree.map(lambda x: x / grad_accum_steps, (grads, metrics))
+    grad_norm = optax.global_norm(grads)
+    finite = jnp.isfinite(metrics["loss"]) & jnp.isfinite(grad_norm)
+    updates, opt_state = tx.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    keep_if_bad = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)
+    applied_updates = state.step - state.nonfinite_steps  # the optimizer's own count
+    new_state = state.replace(
+        step=state.step + 1, params=keep_if_bad(params, state.params),
+        opt_state=keep_if_bad(opt_state, state.opt_state),
+        nonfinite_steps=state.nonfinite_steps + (~finite).astype(jnp.int32))
+    metrics = dict(metrics, grad_norm=grad_norm, learning_rate=schedule(applied_updates),
+                   nonfinite=(~finite).astype(jnp.float32))
+    return new_state, metrics
+
+
+def eval_step(params: Any, batch: dict, *, model: nn.Module, rules: tuple) -> dict:
+    """Weighted sums over one batch (combine across batches, then divide): MLM and NSP
+    loss sums, correct counts and counts. All-zero padding rows count for nothing."""
+    extra = {k: batch[k] for k in _OPTIONAL_INPUTS if k in batch}
+    with nn.logical_axis_rules(rules):
+        out = model.apply({"params": params}, batch["input_ids"], batch["input_mask"],
+                          batch["segment_ids"], batch["masked_lm_positions"], **extra,
+                          deterministic=True)
+    nsp_weights = batch.get("next_sentence_weights",
+                            (batch["input_mask"][:, 0] > 0).astype(jnp.float32))
+    sums = {}
+    for name, logits, labels, weights in (
+            ("mlm", out.mlm_logits, batch["masked_lm_ids"], batch["masked_lm_weights"]),
+            ("nsp", out.nsp_logits, batch["next_sentence_labels"], nsp_weights)):
+        loss, correct, count = losses.weighted_cross_entropy(logits, labels, weights)
+        sums.update({f"{name}_loss_sum": loss * count, f"{name}_correct": correct,
+                     f"{name}_count": count})
+    return sums
+
+
+def jit_steps(model: nn.Module, tx, schedule, mesh, shardings: TrainState, rules,
+              grad_accum_steps: int = 1):
+    """(train_step, eval_step) jitted once with explicit shardings; the state is donated."""
+    rules = tuple(tuple(r) for r in rules)
+    batch = sharding.batch_sharding(mesh, rules)
+    replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    train = jax.jit(
+        functools.partial(train_step, model=model, tx=tx, schedule=schedule, rules=rules,
+                          grad_accum_steps=grad_accum_steps),
+        in_shardings=(shardings, batch), out_shardings=(shardings, replicated),
+        donate_argnums=0)
+    evaluate = jax.jit(functools.partial(eval_step, model=model, rules=rules),
+                       in_shardings=(shardings.params, batch), out_shardings=replicated)
+    return train, evaluate
+
+
+# --- data ------------------------------------------------------------------------------
+
+def _is_tfrecord(path: str) -> bool:
+    return ".tfrecord" in os.path.basename(path)
+
+
+def prepare_input_files(config: ml_collections.ConfigDict, workdir: str, tokenizer_path: str,
+                        writer: MetricsWriter) -> list[str]:
+    """TFRecord patterns for the pipeline. Raw text (including the default embedded
+    corpus) is converted once by process 0 into WORKDIR/data (which all processes must
+    see: a shared workdir), reused on later runs."""
+    from bert_jax.data import corpus, create_pretraining_data as cpd
+    patterns = [p for p in config.input_files.split(",") if p] or [corpus.DEFAULT_CORPUS]
+    files = sorted({f for p in patterns for f in glob.glob(p)})
+    if not files:
+        raise FileNotFoundError(f"input_files matches nothing: {config.input_files!r}")
+    if all(_is_tfrecord(f) for f in files):
+        return files
+    out_dir = os.path.join(workdir, "data")
+    outputs = cpd.shard_paths(out_dir, max(8, jax.process_count()))
+    done = os.path.join(out_dir, "DONE")
+    if jax.process_index() == 0 and not os.path.exists(done):
+        writer.message(f"converting {len(files)} text file(s) into {out_dir} (once)")
+        options = cpd.Options(max_seq_length=config.max_seq_length,
+                              max_predictions_per_seq=config.max_predictions_per_seq,
+                              random_seed=config.seed,
+                              do_whole_word_mask=config.whole_word_masking,
+                              static_masking=not config.dynamic_masking)
+        cpd.create_pretraining_data(files, outputs, tokenizer_path, options,
+                                    num_workers=1, progress=False)  # no fork after JAX starts
+        open(done, "w").close()
+    _sync("input_files_ready")
+    return outputs
+
+
+def make_iterator(config, files, tokenizer, *, split: str, state: dict | None = None,
+                  process_index: int | None = None, process_count: int | None = None):
+    """This process's batches: [global_batch_size / process_count, ...] numpy dicts."""
+    from bert_jax.data.pipeline import make_pretrain_iterator
+    process_count = process_count or jax.process_count()
+    return make_pretrain_iterator(
+        files, per_host_batch_size=config.global_batch_size // process_count,
+        process_index=process_index, process_count=process_count,
+        max_seq_length=config.max_seq_length,
+        max_predictions_per_seq=config.max_predictions_per_seq, tokenizer=tokenizer,
+        dynamic_masking=config.dynamic_masking, whole_word_masking=config.whole_word_masking,
+        pack=config.pack, seed=config.seed, split=split, repeat=split == "train",
+        eval_fraction=config.eval_fraction, state=state)
+
+
+def _sync(name: str) -> None:
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+        multihost_utils.sync_global_devices(name)
+
+
+# --- the loop --------------------------------------------------------------------------
+
+def evaluate(eval_fn, params, batches: Iterator[dict], mesh, rules, max_steps: int) -> dict:
+    """Held-out MLM/NSP loss and accuracy over up to `max_steps` batches."""
+    totals = None
+    for i, batch in enumerate(batches):
+        if i >= max_steps:
+            break
+        sums = eval_fn(params, sharding.global_batch(batch, mesh, rules))
+        totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
+    if totals is None:
+        return {}
+    t = jax.device_get(totals)
+    out = {}
+    for name in ("mlm", "nsp"):
+        count = max(float(t[f"{name}_count"]), 1e-9)
+        out[f"{name}_loss"] = float(t[f"{name}_loss_sum"]) / count
+        out[f"{name}_accuracy"] = float(t[f"{name}_correct"]) / count
+    out["loss"] = out["mlm_loss"] + out["nsp_loss"]
+    return out
+
+
+def restore_or_init(config, ckpt: checkpoint.Checkpointer, init_fn, tx, mesh, rules, writer):
+    """(state, shardings, pipeline state or None). Order: WORKDIR's latest checkpoint ->
+    config.resume_from -> config.init_from (weights only) -> scratch."""
+    target = sharding.abstract_state(init_fn, tx, mesh, rules=rules)
+    shardings = jax.tree.map(lambda s: s.sharding, target)
+    restored, source = ckpt.restore(target), ckpt.directory
+    if restored is None and config.resume_from:
+        restored, source = checkpoint.restore_from_path(config.resume_from, target), \
+            config.resume_from
+    if restored is not None:
+        state, meta, step = restored
+        writer.message(f"resumed from step {step} of {source}")
+        return state, shardings, meta.get("pipeline")
+    state, _ = sharding.create_sharded_state(init_fn, tx, mesh, rules=rules, seed=config.seed)
+    if config.init_from:
+        from bert_jax import pretrained
+        loaded = pretrained.load(config.init_from)
+        params = checkpoint.match_params(
+            layout.match_layout(loaded.params, config.scan_layers),
+            jax.device_get(state.params) if config.partial_restore else target.params,
+            partial=config.partial_restore, source=config.init_from)
+        state = state.replace(params=jax.device_put(params, shardings.params))
+        writer.message(f"initialised weights from {config.init_from}")
+    return state, shardings, None
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
+    """Runs (or resumes) pretraining in `workdir`; returns the last train/eval metrics."""
+    from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
+    if config.on_nonfinite not in ("skip", "stop"):
+        raise ValueError(f"on_nonfinite must be 'skip' or 'stop', got {config.on_nonfinite!r}")
+    workdir = os.path.abspath(workdir)
+    writer = MetricsWriter(workdir, total_steps=config.num_train_steps)
+    tokenizer_path = config.tokenizer or DEFAULT_VOCAB
+    tokenizer = load_tokenizer(tokenizer_path)
+    bert_config = model_config(config, tokenizer.vocab_size)
+    checkpoint.write_model_files(workdir, bert_config, tokenizer)
+
+    rules = tuple(tuple(r) for r in config.logical_axis_rules)
+    mesh = sharding.make_mesh(dict(config.mesh_shape))
+    multiple = sharding.batch_size_multiple(mesh, rules) * config.grad_accum_steps
+    if config.global_batch_size % multiple or config.global_batch_size % jax.process_count():
+        raise ValueError(f"global_batch_size {config.global_batch_size} must be a multiple of "
+                         f"{multiple} (batch shards x grad_accum_steps) and of the process count")
+    model = BertForPreTraining(bert_config)
+    tx, schedule = make_optimizer(
+        learning_rate=config.learning_rate, num_train_steps=config.num_train_steps,
+        warmup_steps=config.warmup_steps, optimizer=config.optimizer,
+        weight_decay=config.weight_decay, max_grad_norm=config.max_grad_norm)
+    init_fn = lambda key: model.init(
+        key, *dummy_inputs(1, config.max_seq_length, config.max_predictions_per_seq))["params"]
+
+    ckpt = checkpoint.Checkpointer(workdir, keep=config.keep_checkpoints)
+    state, shardings, pipeline_state = restore_or_init(config, ckpt, init_fn, tx, mesh, rules,
+                                                       writer)
+    train_fn, eval_fn = jit_steps(model, tx, schedule, mesh, shardings, rules,
+                                  config.grad_accum_steps)
+    files = prepare_input_files(config, workdir, tokenizer_path, writer)
+    batches = make_iterator(config, files, tokenizer, split="train", state=pipeline_state)
+
+    tokens_per_step = config.global_batch_size * config.max_seq_length
+    flops_per_step = config.global_batch_size * perf.train_flops_per_example(
+        bert_config, config.max_seq_length, config.max_predictions_per_seq)
+    peak = perf.peak_flops_per_device() * jax.device_count()
+    step = int(state.step)
+    if step == 0:
+        writer.message(f"{bert_config.num_hidden_layers} layers, H={bert_config.hidden_size}, "
+                       f"mesh {dict(mesh.shape)}, {jax.process_count()} process(es)")
+    pending, last = [], {}
+    timer = (time.perf_counter(), step)
+
+    def flush(step, final=False):
+        """Fetches the pending step metrics; stops on NaN/Inf if asked; logs."""
+        nonlocal pending, timer, last
+        fetched = jax.device_get(pending)
+        pending = []
+        bad = [step - len(fetched) + 1 + i for i, m in enumerate(fetched) if m["nonfinite"]]
+        if bad and config.on_nonfinite == "stop":
+            raise NonFiniteError(f"non-finite loss or gradient at step {bad[0]}; stopping "
+                                 "(the checkpoint before it is intact)")
+        mean = {k: float(np.mean([m[k] for m in fetched])) for k in fetched[0]}
+        elapsed = time.perf_counter() - timer[0]
+        steps_done = step - timer[1]
+        timer = (time.perf_counter(), step)
+        mean.update(tokens_per_second=tokens_per_step * steps_done / elapsed,
+                    mfu=flops_per_step * steps_done / elapsed / peak,
+                    nonfinite_steps=float(int(state.nonfinite_steps)))
+        mean.pop("nonfinite")
+        writer.write(step, mean, prefix="train")
+        last = mean
+        writer.progress(step, {k: mean[k] for k in ("loss", "mlm_accuracy", "nsp_accuracy",
+                                                    "learning_rate", "grad_norm",
+                                                    "tokens_per_second", "mfu")},
+                        final=final)
+
+    eval_metrics = {}
+    with jax.set_mesh(mesh):
+        while step < config.num_train_steps:
+            state, metrics = train_fn(state, sharding.global_batch(next(batches), mesh, rules))
+            step += 1
+            pending.append(metrics)
+            is_last = step == config.num_train_steps
+            if step % config.log_every_steps == 0 or is_last:
+                flush(step, final=is_last)
+            if config.eval_every_steps and (step % config.eval_every_steps == 0 or is_last):
+                eval_metrics = evaluate(
+                    eval_fn, state.params,
+                    make_iterator(config, files, tokenizer, split="eval"), mesh, rules,
+                    config.eval_steps)
+                writer.write(step, eval_metrics, prefix="eval")
+                writer.message(f"step {step} eval: " + ", ".join(
+                    f"{k} {v:.4f}" for k, v in eval_metrics.items()))
+            if step % config.checkpoint_every_steps == 0 or is_last:
+                if pending:
+                    flush(step)  # never checkpoint past an unchecked non-finite step
+                ckpt.save(step, state, {"config": config.to_dict(),
+                                        "pipeline": batches.get_state(),
+                                        "model": bert_config.to_dict()})
+    ckpt.wait()
+    ckpt.close()
+    writer.close()
+    return {"train": last, "eval": eval_metrics}
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="bert-jax pretrain", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Override any config key with --config.KEY=VALUE.")
+    parser.add_argument("--config", required=True, help="configs/pretrain.py[:VARIANT]")
+    parser.add_argument("--workdir", required=True)
+    parser.add_argument("--coordinator_address", default=None,
+                        help="multi-process: host:port of process 0 (else from the "
+                             "environment, automatic on TPU pods and SLURM)")
+    parser.add_argument("--num_processes", type=int, default=None)
+    parser.add_argument("--process_id", type=int, default=None)
+    args, overrides = split_config_args(argv)
+    args = parser.parse_args(args)
+    if args.coordinator_address or args.num_processes or _multiprocess_environment():
+        jax.distributed.initialize(coordinator_address=args.coordinator_address,
+                                   num_processes=args.num_processes,
+                                   process_id=args.process_id)
+    logging.basicConfig(level=logging.INFO if jax.process_index() == 0 else logging.ERROR,
+                        format="%(levelname)s %(name)s: %(message)s")
+    config = load_config(args.config, overrides)
+    try:
+        train_and_evaluate(config, args.workdir)
+    except NonFiniteError as e:
+        print(f"bert-jax pretrain: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _multiprocess_environment() -> bool:
+    """Launchers that jax.distributed.initialize() reads on its own."""
+    env = os.environ
+    return ("JAX_COORDINATOR_ADDRESS" in env or int(env.get("SLURM_NTASKS", 1)) > 1
+            or int(env.get("OMPI_COMM_WORLD_SIZE", 1)) > 1
+            or "," in env.get("TPU_WORKER_HOSTNAMES", ""))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

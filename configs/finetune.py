@@ -1,0 +1,98 @@
+"""Fine-tuning recipes: `bert-jax finetune --config configs/finetune.py:TASK --init CKPT`.
+
+TASK is a GLUE task (cola sst2 mrpc qqp stsb mnli qnli rte wnli ax), `csv` (your
+CSV/TSV/JSONL files), `spam` (the small spam set shipped with the package), `conll`
+(CoNLL column files), `conll2003` (tfds), `squad` or `squad_v2`. Append `,tiny`
+(e.g. `spam,tiny`) for a randomly initialised `tiny` model, one short epoch and no
+`--init`: what tests and the demo use.
+
+Defaults are BERT's fine-tuning recipe: AdamW (weight decay 0.01), 10% linear
+warmup then linear decay, batch 32, lr 2e-5 (5e-5 for tagging, 3e-5 for SQuAD),
+3 epochs (2 for SQuAD), dropout 0.1, evaluation after every epoch, best kept.
+Any key can be overridden: `--config.learning_rate=3e-5 --config.seeds=1,2,3`.
+"""
+
+import ml_collections
+
+from bert_jax.sharding import DEFAULT_LOGICAL_AXIS_RULES
+
+GLUE = ("cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte", "wnli", "ax")
+TAGGING = ("conll", "conll2003")
+SQUAD = ("squad", "squad_v2")
+
+
+def get_config(variant: str | None = None) -> ml_collections.ConfigDict:
+    task, _, size = (variant or "sst2").partition(",")
+    c = ml_collections.ConfigDict()
+    c.task = task
+
+    # Model. `init`: a model directory (`bert-jax convert`) or pretraining workdir whose
+    # encoder is restored; the head is always fresh. `model`: "" = the checkpoint's
+    # architecture; a preset name ("tiny", "bert-base", ...) or a dict of BertConfig
+    # fields is checked against the checkpoint, or builds a random model without one.
+    c.init = ""
+    c.model = ""
+    c.tokenizer = ""                  # "" = the checkpoint's (or the bundled 8k vocab)
+    c.hidden_dropout_prob = 0.1
+    c.attention_probs_dropout_prob = 0.1
+
+    # Data: files for csv/conll/squad (optional for squad: tfds otherwise).
+    c.train_file = ""
+    c.validation_file = ""
+    c.test_file = ""
+    c.text_column = "text"
+    c.text_pair_column = ""           # "" = single texts
+    c.label_column = "label"
+    c.label_type = "auto"             # auto | classification | regression
+    c.metric = ""                     # csv: "" = accuracy or regression (pearson/spearman/mse)
+    c.tag_column = -1                 # conll: the column holding the tag
+    c.crf = False                     # tagging: a linear-chain CRF over the words
+    c.tfds_data_dir = ""
+    c.tfds_download = False           # True: let tfds download (needs network)
+    c.max_train_examples = 0          # > 0: a random subset (quick runs)
+    c.max_eval_examples = 0
+
+    # SQuAD.
+    c.doc_stride = 128
+    c.max_query_length = 64
+    c.n_best_size = 20
+    c.max_answer_length = 30
+    c.null_score_diff_threshold = 0.0
+
+    # Batching. packing: several short examples per row (training only);
+    # length_bucketing: pad each batch only to the bucket that fits it.
+    c.max_seq_length = 384 if task in SQUAD else 128
+    c.packing = False
+    c.max_examples_per_row = 8
+    c.length_bucketing = False
+
+    # Optimisation.
+    c.global_batch_size = 32
+    c.eval_batch_size = 64
+    c.learning_rate = 5e-5 if task in TAGGING else 3e-5 if task in SQUAD else 2e-5
+    c.num_train_epochs = 2.0 if task in SQUAD else 3.0
+    c.warmup_proportion = 0.1
+    c.optimizer = "adamw"
+    c.weight_decay = 0.01
+    c.max_grad_norm = 1.0
+
+    # Runs.
+    c.seed = 42
+    c.seeds = ""                      # e.g. "1,2,3": one run per seed, mean +- std
+    c.mesh_shape = ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1))
+    c.logical_axis_rules = DEFAULT_LOGICAL_AXIS_RULES
+    c.log_every_steps = 50
+
+    if task == "spam":
+        c.learning_rate = 5e-5
+        c.num_train_epochs = 2.0
+    if size == "tiny":
+        c.model = "tiny"
+        c.max_seq_length = 128 if task in SQUAD else 64
+        c.global_batch_size = 16
+        c.learning_rate = 1e-3
+        c.num_train_epochs = 1.0
+        c.log_every_steps = 10
+    elif size:
+        raise ValueError(f"unknown size {size!r} in {variant!r}; only ',tiny' is known")
+    return c

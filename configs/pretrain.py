@@ -1,0 +1,97 @@
+"""Pretraining recipes (MLM + NSP): `bert-jax pretrain --config configs/pretrain.py:VARIANT`.
+
+Variants:
+  tiny   the `tiny` preset (2 layers, H=128): tests, the demo, a CPU in minutes
+  small  BERT-Small (4 layers, H=512)
+  base   BERT-base as in Devlin et al.: batch 256, seq 128, 1M steps, lr 1e-4
+  large  BERT-large with LAMB at batch 4096 (You et al. 2019), FSDP, remat
+
+Any key can be overridden: `--config.num_train_steps=100 --config.mesh_shape.fsdp=8`.
+"""
+
+import ml_collections
+
+from bert_jax.sharding import DEFAULT_LOGICAL_AXIS_RULES
+
+
+def get_config(variant: str | None = None) -> ml_collections.ConfigDict:
+    c = ml_collections.ConfigDict()
+    # Model: a preset name (bert_jax.config.PRESETS) or a dict of BertConfig fields,
+    # optionally with 'preset' naming the base. vocab_size defaults to the tokenizer's.
+    c.model = "bert-base"
+    c.compute_dtype = "float32"         # "bfloat16": bf16 compute, fp32 params and optimizer
+    c.remat_policy = "none"             # none | full | dots | dots_with_no_batch_dims
+    c.scan_layers = False
+
+    # Data. input_files: comma-separated globs of TFRecords from `bert-jax create-data`
+    # or raw text (one sentence per line, blank line between documents);
+    # "" = the embedded public-domain corpus.
+    c.input_files = ""
+    c.eval_fraction = 0.01              # share of examples held out for evaluation
+    c.tokenizer = ""                    # "" = the bundled 8k-WordPiece vocabulary
+    c.max_seq_length = 128
+    c.max_predictions_per_seq = 20
+    c.dynamic_masking = True
+    c.whole_word_masking = False
+    c.pack = False
+
+    # Optimisation. Steps are optimizer updates of global_batch_size examples each;
+    # grad_accum_steps splits each into that many sequential micro-batches.
+    c.global_batch_size = 256
+    c.grad_accum_steps = 1
+    c.num_train_steps = 1_000_000
+    c.warmup_steps = 10_000
+    c.learning_rate = 1e-4
+    c.optimizer = "adamw"               # adamw | lamb
+    c.weight_decay = 0.01
+    c.max_grad_norm = 1.0
+    c.on_nonfinite = "skip"             # skip: drop the update and count it | stop
+
+    # Devices: sizes of the data, fsdp and tensor axes (-1 = the rest).
+    c.mesh_shape = ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1))
+    c.logical_axis_rules = DEFAULT_LOGICAL_AXIS_RULES
+
+    # Bookkeeping.
+    c.seed = 0
+    c.log_every_steps = 100
+    c.eval_every_steps = 10_000
+    c.eval_steps = 50                   # batches per evaluation
+    c.checkpoint_every_steps = 10_000
+    c.keep_checkpoints = 3
+    c.resume_from = ""                  # a checkpoint dir to start from if the workdir has none
+    c.init_from = ""                    # a model dir (bert-jax convert / pretrain) for the weights
+    c.partial_restore = False           # allow missing/extra params when restoring init_from
+
+    if variant in (None, "", "base"):
+        return c
+    if variant == "tiny":
+        c.model = "tiny"
+        c.global_batch_size = 32
+        c.num_train_steps = 3000
+        c.warmup_steps = 300
+        c.learning_rate = 1e-3
+        c.log_every_steps = 50
+        c.eval_every_steps = 500
+        c.eval_steps = 20
+        c.checkpoint_every_steps = 500
+    elif variant == "small":
+        c.model = "bert-L4-H512"
+        c.num_train_steps = 500_000
+        c.learning_rate = 5e-4
+    elif variant == "large":
+        c.model = "bert-large"
+        c.optimizer = "lamb"
+        c.global_batch_size = 4096
+        c.num_train_steps = 62_500
+        c.warmup_steps = 6_250
+        c.learning_rate = 1.77e-3      # You et al. (2019), Table 4: 5 / (2^1.5 * 10^3)
+        c.compute_dtype = "bfloat16"
+        c.remat_policy = "dots_with_no_batch_dims"
+        c.scan_layers = True
+        c.mesh_shape.data = 1
+        c.mesh_shape.fsdp = -1
+        c.eval_every_steps = 2_500
+        c.checkpoint_every_steps = 2_500
+    else:
+        raise ValueError(f"unknown variant {variant!r}: tiny, small, base or large")
+    return c

@@ -1,0 +1,90 @@
+"""Checkpoints: restore onto other device counts, fallback from a corrupt latest,
+parameter matching, and workdirs as model directories."""
+
+import logging
+import os
+
+import jax
+import numpy as np
+import pytest
+
+from bert_jax import checkpoint, pretrained, sharding
+from bert_jax.heads import BertForPreTraining
+from bert_jax.optim import make_optimizer
+from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
+from bert_jax.train import dummy_inputs
+from test_sharding import CONFIG, LENGTH, PREDICTIONS
+
+MODEL = BertForPreTraining(CONFIG)
+TX, _ = make_optimizer(learning_rate=1e-3, num_train_steps=10, warmup_steps=1)
+
+
+def init_fn(key):
+    return MODEL.init(key, *dummy_inputs(1, LENGTH, PREDICTIONS))["params"]
+
+
+def state_on(devices, mesh_shape=None, seed=0):
+    mesh = sharding.make_mesh(mesh_shape or {"fsdp": -1}, devices=devices)
+    state, _ = sharding.create_sharded_state(init_fn, TX, mesh, seed=seed)
+    return state, mesh
+
+
+def assert_trees_equal(a, b):
+    jax.tree.map(lambda x, y: np.testing.assert_array_equal(np.asarray(x), np.asarray(y)),
+                 jax.device_get(a), jax.device_get(b))
+
+
+def test_saved_on_8_devices_restores_onto_1_and_4(tmp_path):
+    state, _ = state_on(jax.devices(), {"fsdp": 4, "tensor": 2})
+    ckpt = checkpoint.Checkpointer(str(tmp_path))
+    ckpt.save(7, state, {"pipeline": {"epoch": 0, "position": 56}})
+    ckpt.wait()
+    for count in (1, 4):
+        mesh = sharding.make_mesh({"fsdp": -1}, devices=jax.devices()[:count])
+        target = sharding.abstract_state(init_fn, TX, mesh)
+        restored, meta, step = checkpoint.Checkpointer(str(tmp_path)).restore(target)
+        assert step == 7 and meta["pipeline"] == {"epoch": 0, "position": 56}
+        assert len(restored.params["mlm"]["output_bias"].sharding.device_set) == count
+        assert_trees_equal(restored, state)
+
+
+def test_corrupt_latest_falls_back_to_the_previous_with_a_warning(tmp_path, caplog):
+    state, mesh = state_on(jax.devices()[:2])
+    ckpt = checkpoint.Checkpointer(str(tmp_path), keep=3)
+    for step in (1, 2):
+        ckpt.save(step, state.replace(step=state.step + step), {"pipeline": None})
+    ckpt.wait()
+    state_dir = tmp_path / "checkpoints" / "2" / "state"
+    for root, _, files in os.walk(state_dir):  # half-written: array data truncated
+        for name in files:
+            if "manifest" in name or root.endswith(os.sep + "d"):
+                open(os.path.join(root, name), "wb").close()
+    target = sharding.abstract_state(init_fn, TX, mesh)
+    with caplog.at_level(logging.WARNING):
+        restored, _, step = checkpoint.Checkpointer(str(tmp_path)).restore(target)
+    assert step == 1 and int(restored.step) == 1
+    assert any(str(tmp_path / "checkpoints" / "2") in r.getMessage() for r in caplog.records)
+    assert (tmp_path / checkpoint.CORRUPT_DIR / "2").is_dir()
+
+
+def test_match_params_names_missing_extra_and_misshaped():
+    target = {"a": np.zeros(3), "b": {"c": np.zeros((2, 2))}}
+    with pytest.raises(checkpoint.CheckpointError) as e:
+        checkpoint.match_params({"a": np.zeros(4), "x": np.zeros(1)}, target)
+    message = str(e.value)
+    assert "a (4,) vs model (3,)" in message and "b/c" in message and "x" in message
+    loaded = checkpoint.match_params({"a": np.ones(3)}, target, partial=True)
+    assert loaded["a"].sum() == 3 and loaded["b"]["c"].shape == (2, 2)
+
+
+def test_workdir_loads_as_a_pretrained_model(tmp_path):
+    state, _ = state_on(jax.devices()[:1])
+    checkpoint.write_model_files(str(tmp_path), CONFIG, load_tokenizer(DEFAULT_VOCAB))
+    ckpt = checkpoint.Checkpointer(str(tmp_path))
+    ckpt.save(3, state, {"pipeline": None})
+    ckpt.wait()
+    loaded = pretrained.load(str(tmp_path))
+    assert loaded.config == CONFIG.replace(scan_layers=False)
+    assert isinstance(loaded.params["mlm"]["output_bias"], np.ndarray)
+    assert_trees_equal(loaded.params, state.params)
+    assert os.path.exists(os.path.join(loaded.tokenizer_dir, "vocab.txt"))

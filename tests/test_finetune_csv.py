@@ -1,0 +1,165 @@
+"""Custom CSV/TSV/JSONL tasks end to end (seeds, packing, predict, evaluate), packing
+correctness, and the error messages of the fine-tuning entry points."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from bert_jax import heads, pretrained
+from bert_jax.config import ConfigError, get_config
+from bert_jax.finetune import cli, csv_task, packing, tasks, trainer
+from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
+from test_finetune_util import micro_config, shared_compilation_cache
+
+POSITIVE = ["a wonderful film", "great acting and a great story", "i loved it",
+            "superb , moving and funny", "the best film this year"]
+NEGATIVE = ["a dull mess", "boring and far too long", "i hated it",
+            "awful acting , awful story", "the worst film this year"]
+
+
+def write_tsv(path, rows, header=("sentence", "sentiment")):
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\t".join(header) + "\n")
+        for row in rows:
+            f.write("\t".join(map(str, row)) + "\n")
+    return str(path)
+
+
+@pytest.fixture
+def sentiment_files(tmp_path):
+    rows = [(t, "pos") for t in POSITIVE] + [(t, "neg") for t in NEGATIVE]
+    return write_tsv(tmp_path / "train.tsv", rows * 3), write_tsv(tmp_path / "dev.tsv", rows)
+
+
+@pytest.fixture(scope="module")
+def compile_cache(tmp_path_factory):
+    return str(tmp_path_factory.getbasetemp() / "finetune_jax_cache")
+
+
+def test_csv_with_seeds_then_evaluate_and_predict(tmp_path, sentiment_files, compile_cache,
+                                                  capsys):
+    train, dev = sentiment_files
+    config = micro_config("csv", f"train_file={train}", f"validation_file={dev}",
+                          f"test_file={dev}", "text_column=sentence", "label_column=sentiment",
+                          "seeds=1,2", "num_train_epochs=2")
+    workdir = str(tmp_path / "run")
+    with shared_compilation_cache(compile_cache):
+        summary = cli.run_finetune(config, workdir)
+        assert set(summary["validation"]["accuracy"]) == {"mean", "std"}
+        assert summary["seeds"] == [1, 2] and summary["best_seed"] in (1, 2)
+        with open(os.path.join(workdir, "eval_results.json")) as f:
+            assert json.load(f)["validation"] == summary["validation"]
+        assert cli.main(["--workdir", workdir], "evaluate") == 0
+        inputs = tmp_path / "in.jsonl"
+        inputs.write_text(json.dumps({"sentence": "a great story"}) + "\n")
+        out = tmp_path / "out.jsonl"
+        assert cli.main(["--workdir", workdir, "--input", str(inputs), "--output", str(out)],
+                        "predict") == 0
+    record = json.loads(out.read_text())
+    assert record["label"] in ("neg", "pos")
+    assert set(record["probabilities"]) == {"neg", "pos"}
+    assert sum(record["probabilities"].values()) == pytest.approx(1.0, abs=1e-4)
+
+
+def test_jsonl_pair_regression_with_packing(tmp_path, compile_cache):
+    rows = [{"a": a, "b": b, "score": float(len(set(a.split()) & set(b.split()))) + 0.5}
+            for a in POSITIVE for b in NEGATIVE]
+    path = tmp_path / "pairs.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    config = micro_config("csv", f"train_file={path}", f"validation_file={path}",
+                          "text_column=a", "text_pair_column=b", "label_column=score",
+                          "packing=true", "length_bucketing=true")
+    with shared_compilation_cache(compile_cache):
+        results = trainer.finetune(config, str(tmp_path / "run"))
+    assert {"pearson", "spearman", "mse"} <= set(results["validation"])
+    assert results["selection_metric"] == "pearson"
+
+
+def test_label_inference():
+    assert csv_task.infer_labels(["spam", "ham", "spam"]) == ["ham", "spam"]
+    assert csv_task.infer_labels(["1", "0", "2"]) == ["0", "1", "2"]
+    assert csv_task.infer_labels([0.5, 1.0, 3.25]) is None
+    assert csv_task.infer_labels(["1", "2"], "regression") is None
+
+
+def test_packed_rows_give_the_same_logits_as_separate_rows():
+    tokenizer = load_tokenizer(DEFAULT_VOCAB)
+    config = get_config("tiny", vocab_size=tokenizer.vocab_size, num_hidden_layers=1)
+    model = heads.BertForSequenceClassification(config, 3)
+    texts = ["a short one", "another example that is a little longer", "third"]
+    features = [{"input_ids": [tokenizer.cls_id, *tokenizer.encode(t).ids, tokenizer.sep_id],
+                 "segment_ids": [0] * (len(tokenizer.encode(t).ids) + 2), "label": i,
+                 "feature_index": i} for i, t in enumerate(texts)]
+    padded = packing.collate(features, 32)
+    packed = packing.collate_packed([features], 32, max_per_row=4)
+    assert packed["example_weights"].tolist() == [[1, 1, 1, 0]]
+    params = model.init(jax.random.key(0), jnp.asarray(padded["input_ids"]))["params"]
+    separate = model.apply({"params": params}, padded["input_ids"], padded["input_mask"],
+                           padded["segment_ids"])
+    together = model.apply({"params": params}, packed["input_ids"], packed["input_mask"],
+                           packed["segment_ids"], position_ids=packed["position_ids"],
+                           example_ids=packed["example_ids"],
+                           cls_positions=packed["cls_positions"])
+    np.testing.assert_allclose(together[0, :3], separate, atol=1e-5)
+
+
+def test_packing_plan_keeps_examples_per_batch():
+    features = [{"input_ids": [1] * n, "segment_ids": [0] * n, "label": 0, "feature_index": i}
+                for i, n in enumerate([10, 20, 30, 12, 8] * 20)]
+    per_row, rows = packing.packed_plan(features, 64, 8, 32)
+    assert per_row > 2 and rows * per_row >= 32
+    batches = list(packing.packed_batches(features, rows, 64, 8, shuffle_seed=0))
+    assert sum(b["example_weights"].sum() for b in batches) == len(features)
+    assert all(b["input_ids"].shape == (rows, 64) for b in batches)
+
+
+# --- errors ------------------------------------------------------------------------------
+
+def test_unknown_task_lists_known_ones():
+    with pytest.raises(ValueError, match="unknown task 'sst3'; known tasks: .*cola.*squad_v2.*sst2"):
+        tasks.get_task(micro_config("sst3"))
+
+
+def test_missing_column_names_the_columns(tmp_path, sentiment_files):
+    train, _ = sentiment_files
+    task = tasks.get_task(micro_config("csv", f"train_file={train}"))
+    with pytest.raises(ValueError, match=r"no text column 'text'.*'sentence', 'sentiment'"):
+        task.load("train")
+
+
+@pytest.fixture(scope="module")
+def micro_checkpoint(tmp_path_factory):
+    tokenizer = load_tokenizer(DEFAULT_VOCAB)
+    config = get_config("tiny", vocab_size=tokenizer.vocab_size, num_hidden_layers=1,
+                        hidden_size=32, num_attention_heads=2, intermediate_size=64)
+    model = heads.BertForSequenceClassification(config, 2)
+    params = model.init(jax.random.key(0), jnp.ones((1, 4), jnp.int32))["params"]
+    path = str(tmp_path_factory.mktemp("ckpt") / "micro")
+    pretrained.save(path, config, jax.tree.map(np.asarray, params), tokenizer=tokenizer)
+    return path
+
+
+def test_checkpoint_with_other_hidden_size_fails_clearly(micro_checkpoint):
+    config = micro_config("sst2", f"init={micro_checkpoint}", "model=tiny")
+    with pytest.raises(ConfigError, match="has hidden_size=32 but the config asks for "
+                                          "hidden_size=128"):
+        trainer.resolve_model(config)
+
+
+def test_checkpoint_with_other_vocabulary_fails_clearly(micro_checkpoint, tmp_path):
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b"]) + "\n")
+    config = micro_config("sst2", f"init={micro_checkpoint}", "model=", f"tokenizer={vocab}")
+    with pytest.raises(ConfigError, match="tokenizer has 7 tokens but checkpoint"):
+        trainer.resolve_model(config)
+    wrong_vocab = micro_config("sst2", f"init={micro_checkpoint}",
+                               "model={'preset': 'tiny', 'vocab_size': 100, 'hidden_size': 32}")
+    with pytest.raises(ConfigError, match="vocab_size=8192 but the config asks for "
+                                          "vocab_size=100"):
+        trainer.resolve_model(wrong_vocab)

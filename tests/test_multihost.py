@@ -1,0 +1,83 @@
+"""Real processes: two `jax.distributed` processes (gloo) match one process, and a run
+killed with SIGKILL right after a checkpoint resumes to exactly the same parameters.
+Each test launches `bert-jax pretrain` subprocesses, hence slow."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import pytest
+
+from bert_jax import checkpoint
+from test_train import REPO, SMALL_MODEL, text_corpus  # noqa: F401 (fixture)
+
+pytestmark = pytest.mark.slow
+
+
+def command(workdir, input_files, *extra, steps=6):
+    return [sys.executable, "-m", "bert_jax.cli", "pretrain",
+            "--config", os.path.join(REPO, "configs", "pretrain.py") + ":tiny",
+            "--workdir", str(workdir), f"--config.model={SMALL_MODEL}",
+            f"--config.input_files={input_files}", "--config.max_seq_length=32",
+            "--config.max_predictions_per_seq=5", "--config.global_batch_size=8",
+            f"--config.num_train_steps={steps}", "--config.warmup_steps=1",
+            "--config.log_every_steps=1", "--config.eval_every_steps=0",
+            "--config.checkpoint_every_steps=2", "--config.eval_fraction=0.1", *extra]
+
+
+def environment(devices=1):
+    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+               JAX_PLATFORMS="cpu")
+    return env
+
+
+def params(workdir):
+    return checkpoint.load_pretrained_from_workdir(str(workdir)).params
+
+
+def test_sigkill_right_after_a_checkpoint_resumes_exactly(tmp_path, text_corpus):
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    subprocess.run(command(straight, text_corpus), env=environment(), check=True,
+                   capture_output=True)
+    process = subprocess.Popen(command(killed, text_corpus), env=environment(),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    committed = killed / "checkpoints" / "2"
+    deadline = time.time() + 300
+    while not committed.is_dir() and process.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert committed.is_dir() and not (killed / "checkpoints" / "6").exists()
+    subprocess.run(command(killed, text_corpus), env=environment(), check=True,
+                   capture_output=True)
+    jax.tree.map(np.testing.assert_array_equal, params(killed), params(straight))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_processes_match_one(tmp_path, text_corpus):
+    port = free_port()
+    two, reference = tmp_path / "two", tmp_path / "reference"
+    processes = [subprocess.Popen(
+        command(two, text_corpus, f"--coordinator_address=127.0.0.1:{port}",
+                "--num_processes=2", f"--process_id={i}", steps=4),
+        env=environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        for i in range(2)]
+    outputs = [p.communicate(timeout=600)[0].decode() for p in processes]
+    assert all(p.returncode == 0 for p in processes), outputs[0][-3000:] + outputs[1][-3000:]
+    # The reference: one process, 2 devices, each global batch = host 0's rows + host 1's.
+    args = command(reference, text_corpus, steps=4)
+    args[1:4] = [os.path.join(REPO, "tests", "two_host_reference.py")]
+    run = subprocess.run(args, env=environment(2), capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-3000:]
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5),
+                 params(two), params(reference))

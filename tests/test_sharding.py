@@ -1,0 +1,105 @@
+"""Sharding: data-parallel, FSDP, tensor-parallel and mixed meshes on 8 fake CPU devices
+train exactly like one device."""
+
+import jax
+import numpy as np
+import pytest
+
+from bert_jax import sharding
+from bert_jax.config import get_config
+from bert_jax.heads import BertForPreTraining
+from bert_jax.optim import make_optimizer
+from bert_jax.train import dummy_inputs, jit_steps
+
+# Every sharded dimension divides 8, so any 8-device mesh is valid.
+CONFIG = get_config("tiny", vocab_size=128, hidden_size=32, num_attention_heads=8,
+                    intermediate_size=64, max_position_embeddings=32, num_hidden_layers=1)
+BATCH, LENGTH, PREDICTIONS = 8, 16, 4
+
+
+def synthetic_batches(count, seed=0, batch=BATCH):
+    rng = np.random.default_rng(seed)
+    for _ in range(count):
+        lengths = rng.integers(LENGTH // 2, LENGTH + 1, batch)
+        mask = (np.arange(LENGTH)[None] < lengths[:, None]).astype(np.int32)
+        yield {
+            "input_ids": (rng.integers(5, CONFIG.vocab_size, (batch, LENGTH)) * mask).astype(np.int32),
+            "input_mask": mask,
+            "segment_ids": (np.arange(LENGTH)[None] >= lengths[:, None] // 2).astype(np.int32) * mask,
+            "masked_lm_positions": rng.integers(1, LENGTH // 2, (batch, PREDICTIONS)).astype(np.int32),
+            "masked_lm_ids": rng.integers(5, CONFIG.vocab_size, (batch, PREDICTIONS)).astype(np.int32),
+            "masked_lm_weights": (rng.random((batch, PREDICTIONS)) < 0.8).astype(np.float32),
+            "next_sentence_labels": rng.integers(0, 2, batch).astype(np.int32),
+        }
+
+
+def run(mesh_shape, steps=3, devices=None, config=CONFIG, grad_accum_steps=1):
+    mesh = sharding.make_mesh(mesh_shape, devices=devices)
+    model = BertForPreTraining(config)
+    tx, schedule = make_optimizer(learning_rate=1e-3, num_train_steps=10, warmup_steps=1)
+    init_fn = lambda key: model.init(key, *dummy_inputs(2, LENGTH, PREDICTIONS))["params"]
+    state, shardings = sharding.create_sharded_state(init_fn, tx, mesh, seed=0)
+    train, _ = jit_steps(model, tx, schedule, mesh, shardings,
+                         sharding.DEFAULT_LOGICAL_AXIS_RULES, grad_accum_steps)
+    losses = []
+    with jax.set_mesh(mesh):
+        for batch in synthetic_batches(steps):
+            state, metrics = train(state, sharding.global_batch(batch, mesh))
+            losses.append(float(metrics["loss"]))
+    return losses, jax.device_get(state.params), state
+
+
+@pytest.fixture(scope="module")
+def single_device():
+    return run({"data": 1}, devices=jax.devices()[:1])
+
+
+@pytest.mark.parametrize("mesh_shape", [
+    pytest.param({"data": 8}, marks=pytest.mark.slow),
+    pytest.param({"fsdp": 8}, marks=pytest.mark.slow),
+    pytest.param({"tensor": 8}, marks=pytest.mark.slow),
+    {"data": 2, "fsdp": 2, "tensor": 2}],
+    ids=["data", "fsdp", "tensor", "mixed"])
+def test_meshes_match_single_device(mesh_shape, single_device):
+    losses, params, _ = run(mesh_shape)
+    ref_losses, ref_params, _ = single_device
+    np.testing.assert_allclose(losses, ref_losses, atol=1e-5, rtol=1e-5)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5),
+                 params, ref_params)
+
+
+def test_parameters_are_sharded_as_the_rules_say():
+    _, _, state = run({"data": 2, "fsdp": 2, "tensor": 2}, steps=0)
+    embedding = state.params["bert"]["embeddings"]["word_embeddings"]["embedding"]
+    assert embedding.sharding.spec == jax.sharding.PartitionSpec("tensor", "fsdp")
+    mu = state.opt_state[1][0].mu["bert"]["embeddings"]["word_embeddings"]["embedding"]
+    assert mu.sharding.spec == embedding.sharding.spec
+    # FSDP: each device holds 1/4 of the table (split over fsdp x tensor).
+    assert embedding.addressable_shards[0].data.shape == (64, 16)
+
+
+def test_make_mesh_fills_the_rest_and_validates():
+    mesh = sharding.make_mesh({"data": -1, "tensor": 2})
+    assert dict(mesh.shape) == {"data": 4, "fsdp": 1, "tensor": 2}
+    assert mesh.axis_types == (jax.sharding.AxisType.Auto,) * 3
+    with pytest.raises(ValueError, match="needs 6 devices"):
+        sharding.make_mesh({"data": 3, "tensor": 2})
+    with pytest.raises(ValueError, match="unknown axes"):
+        sharding.make_mesh({"model": 8})
+
+
+def test_indivisible_sharding_names_the_parameter():
+    config = get_config("tiny", vocab_size=250)  # 250 rows cannot split over tensor=4
+    model = BertForPreTraining(config)
+    tx, _ = make_optimizer(learning_rate=1e-3, num_train_steps=10, warmup_steps=1)
+    init_fn = lambda key: model.init(key, *dummy_inputs(2, LENGTH, PREDICTIONS))["params"]
+    with pytest.raises(ValueError, match="word_embeddings.*250"):
+        sharding.create_sharded_state(init_fn, tx, sharding.make_mesh({"tensor": 4, "data": 2}))
+
+
+def test_global_batch_is_split_over_data_and_fsdp():
+    mesh = sharding.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
+    batch = sharding.global_batch({"x": np.arange(16).reshape(8, 2)}, mesh)
+    assert batch["x"].shape == (8, 2)
+    assert batch["x"].addressable_shards[0].data.shape == (2, 2)
+    assert sharding.batch_size_multiple(mesh) == 4

@@ -1,0 +1,82 @@
+"""The pretraining loop end to end on a small text corpus: metrics, exact resume,
+NaN/Inf handling."""
+
+import glob
+import gzip
+import json
+import os
+import shutil
+
+import jax
+import numpy as np
+import pytest
+
+from bert_jax import checkpoint
+from bert_jax.config_loader import load_config
+from bert_jax.data import corpus
+from bert_jax.train import NonFiniteError, train_and_evaluate
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SMALL_MODEL = ("{'preset': 'tiny', 'num_hidden_layers': 1, 'hidden_size': 32, "
+               "'num_attention_heads': 2, 'intermediate_size': 64, "
+               "'max_position_embeddings': 64}")
+
+
+@pytest.fixture(scope="session")
+def text_corpus(tmp_path_factory):
+    """~600 lines of the embedded corpus in BERT format (two files)."""
+    directory = tmp_path_factory.mktemp("corpus")
+    source = sorted(glob.glob(corpus.DEFAULT_CORPUS))[0]
+    with gzip.open(source, "rt", encoding="utf-8") as f:
+        lines = [next(f) for _ in range(600)]
+    for i in range(2):
+        (directory / f"part{i}.txt").write_text("".join(lines[i * 300:(i + 1) * 300]))
+    return str(directory / "*.txt")
+
+
+def small_config(input_files, **overrides):
+    values = dict(model=SMALL_MODEL, input_files=repr(input_files), max_seq_length=32,
+                  max_predictions_per_seq=5, global_batch_size=8, num_train_steps=4,
+                  warmup_steps=1, log_every_steps=2, eval_every_steps=4, eval_steps=2,
+                  checkpoint_every_steps=2, eval_fraction=0.1)
+    values.update(overrides)
+    return load_config(os.path.join(REPO, "configs", "pretrain.py") + ":tiny",
+                       [f"{k}={v}" for k, v in values.items()])
+
+
+def final_params(workdir):
+    return checkpoint.load_pretrained_from_workdir(workdir).params
+
+
+def test_pretraining_writes_metrics_checkpoints_and_resumes_exactly(tmp_path, text_corpus):
+    straight = str(tmp_path / "straight")
+    result = train_and_evaluate(small_config(text_corpus), straight)
+    assert 0 <= result["eval"]["mlm_accuracy"] <= 1 and np.isfinite(result["train"]["loss"])
+    records = [json.loads(l) for l in open(os.path.join(straight, "metrics.jsonl"))]
+    assert {"train/loss", "train/mlm_accuracy", "train/nsp_accuracy", "train/learning_rate",
+            "train/grad_norm", "train/tokens_per_second", "train/mfu"} <= set(records[0])
+    assert any("eval/mlm_accuracy" in r for r in records)
+    assert glob.glob(os.path.join(straight, "tensorboard", "train", "events.out.tfevents.*"))
+    assert sorted(os.listdir(os.path.join(straight, "checkpoints"))) == ["2", "4"]
+
+    # An interrupted run: its last checkpoint is gone, so it resumes at step 2.
+    resumed = str(tmp_path / "resumed")
+    train_and_evaluate(small_config(text_corpus), resumed)
+    shutil.rmtree(os.path.join(resumed, "checkpoints", "4"))
+    train_and_evaluate(small_config(text_corpus), resumed)
+    jax.tree.map(np.testing.assert_array_equal, final_params(resumed), final_params(straight))
+
+
+@pytest.mark.slow
+def test_nonfinite_steps_are_skipped_or_stop_the_run(tmp_path, text_corpus):
+    # A huge learning rate makes the parameters overflow, then every loss is NaN.
+    explode = dict(learning_rate=1e30, warmup_steps=0, max_grad_norm=0.0, eval_every_steps=0)
+    with pytest.raises(NonFiniteError, match="at step 2"):
+        train_and_evaluate(small_config(text_corpus, on_nonfinite="stop", **explode),
+                           str(tmp_path / "stop"))
+    assert not os.listdir(tmp_path / "stop" / "checkpoints")
+
+    result = train_and_evaluate(small_config(text_corpus, **explode), str(tmp_path / "skip"))
+    assert result["train"]["nonfinite_steps"] >= 2
+    params = final_params(str(tmp_path / "skip"))
+    assert all(np.isfinite(x).all() for x in jax.tree.leaves(params))
