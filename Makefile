@@ -5,6 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip install -q -c constraints.txt
 WORKDIR ?= runs/demo
 DEMO_ARGS ?=
+SMOKE ?=
 PYTEST_ARGS ?=
 
 .PHONY: demo test test-slow bench clean
@@ -22,7 +23,7 @@ $(VENV)/.test: $(VENV)/.runtime
 	touch $@
 
 demo: $(VENV)/.runtime
-	$(PY) -m bert_jax.demo --workdir $(WORKDIR) $(DEMO_ARGS)
+	$(PY) -m bert_jax.demo --workdir $(WORKDIR) $(if $(SMOKE),--smoke --fresh) $(DEMO_ARGS)
 
 test: $(VENV)/.test
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
