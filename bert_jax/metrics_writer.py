@@ -64,8 +64,8 @@ class MetricsWriter:
 
     def _summary_writer(self, prefix: str):
         if prefix not in self._tb:
-            import tensorflow as tf  # only for its event-file writer
-            tf.config.set_visible_devices([], "GPU")  # never let TF take accelerator memory
+            from bert_jax.tf_host import tensorflow
+            tf = tensorflow()  # only for its event-file writer
             self._tb[prefix] = tf.summary.create_file_writer(
                 os.path.join(self.workdir, "tensorboard", prefix))
         return self._tb[prefix]

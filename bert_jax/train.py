@@ -12,6 +12,7 @@ order, masks and dropout as an uninterrupted run.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import glob
 import logging
@@ -349,10 +350,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
             if step % config.log_every_steps == 0 or is_last:
                 flush(step, final=is_last)
             if config.eval_every_steps and (step % config.eval_every_steps == 0 or is_last):
-                eval_metrics = evaluate(
-                    eval_fn, state.params,
-                    make_iterator(config, files, tokenizer, split="eval"), mesh, rules,
-                    config.eval_steps)
+                with contextlib.closing(make_iterator(config, files, tokenizer,
+                                                      split="eval")) as eval_batches:
+                    eval_metrics = evaluate(eval_fn, state.params, eval_batches, mesh, rules,
+                                            config.eval_steps)
                 writer.write(step, eval_metrics, prefix="eval")
                 writer.message(f"step {step} eval: " + ", ".join(
                     f"{k} {v:.4f}" for k, v in eval_metrics.items()))
@@ -362,6 +363,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                 ckpt.save(step, state, {"config": config.to_dict(),
                                         "pipeline": batches.get_state(),
                                         "model": bert_config.to_dict()})
+    batches.close()
     ckpt.wait()
     ckpt.close()
     writer.close()

@@ -171,6 +171,11 @@ class PretrainIterator:
     def __iter__(self):
         return self
 
+    def close(self) -> None:
+        """Releases the tf.data iterators now rather than whenever the GC runs (which
+        can stall a later, unrelated step for seconds)."""
+        self._chunks.close()
+
     def __next__(self) -> Dict[str, np.ndarray]:
         batch = self._next_packed() if self.pack else self._next_plain()
         if batch is None:
@@ -266,7 +271,8 @@ def make_pretrain_iterator(file_patterns: Sequence[str], *, per_host_batch_size:
     hash of file and record index; training with the same fraction skips
     them) once, unshuffled; its last batch is padded with all-zero rows.
     """
-    import tensorflow as tf
+    from bert_jax.tf_host import tensorflow
+    tf = tensorflow()
     if split not in ("train", "eval"):
         raise ValueError(f"split must be 'train' or 'eval', not {split!r}")
     if split == "eval" and eval_fraction <= 0:

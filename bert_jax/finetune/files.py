@@ -94,6 +94,9 @@ def tfds_examples(name: str, split: str, *, data_dir: str | None = None,
     instead of tfds retrying the network for minutes.
     """
     import tensorflow_datasets as tfds
+
+    from bert_jax.tf_host import tensorflow
+    tensorflow()
     try:
         ds = tfds.load(name, split=split, data_dir=data_dir or None, download=download)
     except (AssertionError, tfds.core.registered.DatasetNotFoundError, OSError) as e:
