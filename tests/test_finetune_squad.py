@@ -95,7 +95,7 @@ def test_squad_v2_end_to_end_on_json_fixtures(tmp_path):
     train = squad_json(tmp_path / "train.json", True)
     config = micro_config("squad_v2", f"train_file={train}", f"validation_file={train}",
                           "max_seq_length=48", "doc_stride=16", "max_query_length=12")
-    with shared_compilation_cache(str(tmp_path / "jax_cache")):
+    with shared_compilation_cache(str(tmp_path.parent / "finetune_jax_cache")):
         results = trainer.finetune(config, str(tmp_path / "run"))
     assert {"exact_match", "f1", "HasAns_f1", "NoAns_f1"} <= set(results["validation"])
     assert os.path.isdir(tmp_path / "run" / "best")

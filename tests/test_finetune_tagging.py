@@ -101,7 +101,7 @@ def test_conll_end_to_end_and_predict(tmp_path, use_crf, capsys):
     config = micro_config("conll", f"train_file={train}", f"validation_file={dev}",
                           f"test_file={dev}", f"crf={use_crf}", "num_train_epochs=2")
     workdir = str(tmp_path / "run")
-    with shared_compilation_cache(str(tmp_path.parent / "tagging_jax_cache")):
+    with shared_compilation_cache(str(tmp_path.parent / "finetune_jax_cache")):
         results = trainer.finetune(config, workdir)
         assert {"f1", "precision", "recall", "token_accuracy"} <= set(results["validation"])
         assert "f1" in results["test"]

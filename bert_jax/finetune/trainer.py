@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib.util
 import json
 import math
 import os
@@ -223,8 +222,7 @@ def finetune(config, workdir: str) -> dict[str, Any]:
                       in_shardings=(shardings.params, batch_sharding))
 
     os.makedirs(workdir, exist_ok=True)
-    writer = MetricsWriter(workdir, total_steps=num_steps,
-                           tensorboard=importlib.util.find_spec("tensorboard") is not None)
+    writer = MetricsWriter(workdir, total_steps=num_steps)
     writer.message(f"fine-tuning {task.name} from {source.origin}: {len(train_features)} train "
                    f"features, {steps_per_epoch} steps/epoch, {num_steps} steps"
                    + (f", packed {rows_per_batch} rows/batch" if config.packing else ""))
