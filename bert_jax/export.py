@@ -19,8 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
-import tempfile
 from typing import Any, Callable
 
 import jax
@@ -28,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bert_jax import heads, pretrained
+from bert_jax.atomic import atomic_directory
 from bert_jax.model import BertModel
 
 SERVING_FILE = "serving.json"
@@ -277,12 +276,7 @@ def export(workdir: str, out: str, formats=("jax", "savedmodel"), platforms=DEFA
             "outputs": {k: v for k, v in OUTPUTS[kind].items()
                         if k != "pooled_output" or "pooler" in params.get("bert", params)},
             "platforms": list(platforms), "files": {}}
-    out = os.path.abspath(out)
-    if os.path.exists(out) and not overwrite:
-        raise FileExistsError(f"{out} exists; pass --overwrite to replace it")
-    os.makedirs(os.path.dirname(out), exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".tmp-", dir=os.path.dirname(out))
-    try:
+    with atomic_directory(out, overwrite) as tmp:
         tokenizer.save(tmp)
         if "jax" in formats:
             export_jax(fn, params, os.path.join(tmp, JAX_FILE), max_length, platforms)
@@ -293,12 +287,6 @@ def export(workdir: str, out: str, formats=("jax", "savedmodel"), platforms=DEFA
             spec["files"]["savedmodel"] = SAVED_MODEL_DIR
         with open(os.path.join(tmp, SERVING_FILE), "w", encoding="utf-8") as f:
             json.dump(spec, f, indent=2)
-        if os.path.exists(out):
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return spec
 
 

@@ -16,14 +16,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shutil
-import tempfile
 from typing import Any
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from bert_jax.atomic import atomic_directory
 from bert_jax.config import BertConfig, ConfigError
 from bert_jax.convert import layout
 
@@ -49,14 +48,8 @@ def save(path: str | os.PathLike, config: BertConfig, params: dict[str, Any], *,
 
     `tokenizer` is a `bert_jax.tokenization` tokenizer; its `save(dir)` writes its files.
     """
-    path = os.path.abspath(path)
-    if os.path.exists(path) and not overwrite:
-        raise FileExistsError(f"{path} exists; pass overwrite=True (or --overwrite) to replace it")
-    parent = os.path.dirname(path)
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".tmp-", dir=parent)
-    try:
-        params = jax.tree.map(np.asarray, layout.to_unscanned(params))
+    params = jax.tree.map(np.asarray, layout.to_unscanned(params))
+    with atomic_directory(path, overwrite) as tmp:
         checkpointer = ocp.StandardCheckpointer()
         checkpointer.save(os.path.join(tmp, PARAMS_DIR), params)
         checkpointer.wait_until_finished()
@@ -65,12 +58,6 @@ def save(path: str | os.PathLike, config: BertConfig, params: dict[str, Any], *,
                       indent=2, sort_keys=True)
         if tokenizer is not None:
             tokenizer.save(tmp)
-        if os.path.exists(path):
-            shutil.rmtree(path)
-        os.replace(tmp, path)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def read_params(params_dir: str | os.PathLike) -> dict[str, Any]:

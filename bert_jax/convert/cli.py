@@ -14,11 +14,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
-import tempfile
 from typing import Any
 
 from bert_jax import pretrained
+from bert_jax.atomic import atomic_directory
 
 
 def _hf_do_lower_case(hf_dir: str) -> bool:
@@ -137,21 +136,10 @@ def to_hf(checkpoint: str, out: str, overwrite: bool = False) -> list[str]:
     if crf:
         notes.append(f"transformers has no CRF: {', '.join(crf)} left out (its token "
                      "classifier decodes by argmax)")
-    out = os.path.abspath(out)
-    if os.path.exists(out) and not overwrite:
-        raise FileExistsError(f"{out} exists; pass --overwrite to replace it")
-    os.makedirs(os.path.dirname(out), exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".tmp-", dir=os.path.dirname(out))
-    try:
+    with atomic_directory(out, overwrite) as tmp:
         save_hf_dir(tmp, model.config, params, architecture,
                     _hf_task_config(model.task, params))
         notes += _write_hf_tokenizer(model, tmp)
-        if os.path.exists(out):
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return notes
 
 
