@@ -11,7 +11,8 @@ from bert_jax.data import create_pretraining_data as cpd
 from bert_jax.data.pipeline import make_pretrain_iterator
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
 
-from test_create_data import MAX_PRED, MAX_SEQ, _assert_whole_words, mask_statistics, read_records
+from test_create_data import (MAX_PRED, MAX_SEQ, _assert_whole_words, assert_bert_masking,
+                              mask_statistics, read_records)
 
 KEYS = {"input_ids": np.int32, "input_mask": np.int32, "segment_ids": np.int32,
         "masked_lm_positions": np.int32, "masked_lm_ids": np.int32,
@@ -75,12 +76,7 @@ def test_dynamic_masking_follows_bert_rules(data, tok):
     plain = read_records(glob.glob(data["plain"]))
     batches = list(itertools.islice(_iterator(data["plain"], tok, dynamic_masking=True), 150))
     rows = _concat(batches)
-    stats = mask_statistics(rows, tok)
-    np.testing.assert_array_equal(stats["per_row_counts"], stats["expected_counts"])
-    assert abs(stats["masked_share"] - 0.15) < 0.005
-    assert abs(stats["as_mask"] - 0.8) < 0.015
-    assert abs(stats["unchanged"] - 0.1) < 0.015
-    assert abs(stats["random"] - 0.1) < 0.015
+    assert_bert_masking(rows, tok)
     assert abs(rows["next_sentence_labels"].mean() - 0.5) < 0.04
     restored = masking.unmask(rows["input_ids"], rows["masked_lm_positions"],
                               rows["masked_lm_ids"], rows["masked_lm_weights"])
