@@ -4,8 +4,15 @@ Each word's tag is predicted at its first sub-token; the other sub-tokens carry 
 label. NER tag sets (BIO, IOBES) are scored at entity level with seqeval's
 semantics; other tag sets (e.g. part of speech) by token accuracy, which is reported
 for every tag set. `crf=True` adds a linear-chain CRF over the words.
-Sentences longer than `max_seq_length` are truncated; their cut words are predicted
-as the first label (usually `O`).
+
+A sentence longer than `max_seq_length - 2` word pieces is split into windows of
+whole words (like SQuAD's `doc_stride` or the `stride` of HF's token-classification
+pipeline): consecutive windows share the longest run of whole words of at most
+`tagging_stride` tokens (default `max_seq_length // 4`). Training labels every word
+of every window; at evaluation each word takes the tag of the window where it has
+the most context, min(tokens left of it, tokens right of it), ties to the earlier
+window (BERT's max-context rule). A single word longer than a window keeps its first
+pieces. With `crf=True` the CRF (training and Viterbi) runs within each window.
 """
 
 from __future__ import annotations
@@ -20,24 +27,78 @@ from bert_jax.finetune import crf, files, metrics
 from bert_jax.finetune.tasks import Task, register
 
 
+def word_token_spans(tokenizer, words: list[str]):
+    """Tokenizes the words joined by spaces: (token ids, start and end token index of
+    each word; start == end for a word that produced no token)."""
+    char_to_word = np.repeat(np.arange(len(words)), [len(w) + 1 for w in words])
+    encoding = tokenizer.encode(" ".join(words))
+    word_of_token = [int(char_to_word[start]) for start, _ in encoding.offsets]
+    counts = np.bincount(np.asarray(word_of_token, np.int64), minlength=len(words))
+    ends = np.cumsum(counts)  # tokens come in word order
+    return list(encoding.ids), [int(s) for s in ends - counts], [int(e) for e in ends]
+
+
 def word_token_positions(tokenizer, words: list[str], max_tokens: int):
     """Tokenizes the words joined by spaces: (token ids, position of each word's first
     token or -1 when it was cut or produced no token) with at most `max_tokens` ids."""
-    starts, pos = [], 0
-    for w in words:
-        starts.append(pos)
-        pos += len(w) + 1
-    char_to_word = np.repeat(np.arange(len(words)), [len(w) + 1 for w in words])
-    encoding = tokenizer.encode(" ".join(words))
-    ids, first = [], [-1] * len(words)
-    for i, (token_id, (start, _)) in enumerate(zip(encoding.ids, encoding.offsets)):
-        if i >= max_tokens:
-            break
-        word = int(char_to_word[start])
-        if first[word] < 0:
-            first[word] = i
-        ids.append(token_id)
-    return ids, first
+    ids, starts, ends = word_token_spans(tokenizer, words)
+    first = [s if s < e and s < max_tokens else -1 for s, e in zip(starts, ends)]
+    return ids[:max_tokens], first
+
+
+def word_windows(starts: list[int], ends: list[int], max_tokens: int,
+                 stride: int) -> list[tuple[int, int]]:
+    """[first word, end word) of windows of at most `max_tokens` tokens covering every
+    word; consecutive windows share the longest run of whole words of at most `stride`
+    tokens that still lets the next window reach a new word. Both the first and the
+    end word grow at every step, so this ends for any stride."""
+    num_words = len(starts)
+    if num_words == 0:
+        return [(0, 0)]
+    spans, first = [], 0
+    while True:
+        end = first + 1  # at least one word, cut if it alone is too long
+        while end < num_words and ends[end] - starts[first] <= max_tokens:
+            end += 1
+        spans.append((first, end))
+        if end == num_words:
+            return spans
+        first = next((w for w in range(first + 1, end)
+                      if ends[end - 1] - starts[w] <= stride
+                      and ends[end] - starts[w] <= max_tokens), end)
+
+
+def window_token_range(window, starts, ends, max_tokens) -> tuple[int, int]:
+    """Token [start, end) of a word window (a single over-long word is cut)."""
+    first, end = window
+    if first == end:
+        return 0, 0
+    return starts[first], min(ends[end - 1], starts[first] + max_tokens)
+
+
+def max_context_windows(windows, token_ranges, starts, ends) -> list[int]:
+    """For each word, the window where min(tokens left, tokens right of the word) is
+    largest, ties to the earlier one (BERT's `_check_is_max_context`)."""
+    best, best_score = [0] * len(starts), [-1] * len(starts)
+    for index, ((first, end), (lo, hi)) in enumerate(zip(windows, token_ranges)):
+        for w in range(first, end):
+            score = max(0, min(starts[w] - lo, hi - ends[w]))
+            if score > best_score[w]:
+                best[w], best_score[w] = index, score
+    return best
+
+
+def resolve_stride(config, max_seq_length: int) -> int:
+    """`tagging_stride` (default max_seq_length // 4), checked against the window."""
+    stride = config.get("tagging_stride", None)
+    if stride is None:
+        stride = max_seq_length // 4
+    window = max_seq_length - 2
+    if isinstance(stride, bool) or not isinstance(stride, (int, np.integer)) \
+            or not 0 <= stride < window:
+        raise ValueError(f"tagging_stride must be an integer in [0, {window}) (the window is "
+                         f"max_seq_length - 2 = {window} tokens), got {stride!r}")
+    return int(stride)
 
 
 class TaggingTask(Task):
@@ -82,7 +143,7 @@ class TaggingTask(Task):
             self.label_names = list(self._tfds_names())
         else:
             counts = collections.Counter(t for ex in train_examples for t in ex["tags"] or ())
-            # `O` (the usual majority) first: it is also the tag of cut words.
+            # `O` (the usual majority) first: it is also the tag of words without tokens.
             self.label_names = sorted(counts, key=lambda t: (t != "O", -counts[t], t))
         self._set_metric()
 
@@ -100,24 +161,56 @@ class TaggingTask(Task):
         self._set_metric()
 
     def featurize(self, examples, tokenizer, max_seq_length, *, training):
-        index = {t: i for i, t in enumerate(self.label_names)}
+        stride = resolve_stride(self.config, max_seq_length)
+        max_tokens = max_seq_length - 2
         features = []
-        for i, ex in enumerate(examples):
-            ids, first = word_token_positions(tokenizer, ex["words"], max_seq_length - 2)
-            labels = np.zeros(len(ids) + 2, np.int32)
-            weights = np.zeros(len(ids) + 2, np.float32)
-            for word, position in enumerate(first):
-                if position >= 0 and ex.get("tags") is not None:
-                    tag = ex["tags"][word] if word < len(ex["tags"]) else None
-                    if tag not in index and training:
-                        continue
-                    labels[position + 1] = index.get(tag, 0)
-                    weights[position + 1] = 1.0
-            features.append({"input_ids": [tokenizer.cls_id, *ids, tokenizer.sep_id],
-                             "segment_ids": [0] * (len(ids) + 2), "label_ids": labels,
-                             "label_weights": weights, "feature_index": i,
-                             "_word_positions": [p + 1 if p >= 0 else -1 for p in first]})
+        for example_index, ex in enumerate(examples):
+            ids, starts, ends = word_token_spans(tokenizer, ex["words"])
+            windows = word_windows(starts, ends, max_tokens, stride)
+            ranges = [window_token_range(w, starts, ends, max_tokens) for w in windows]
+            best = max_context_windows(windows, ranges, starts, ends)
+            for index, (window, (lo, hi)) in enumerate(zip(windows, ranges)):
+                labels, weights, positions = self._window_labels(
+                    ex, starts, ends, window, lo, hi - lo + 2, training=training)
+                features.append({
+                    "input_ids": [tokenizer.cls_id, *ids[lo:hi], tokenizer.sep_id],
+                    "segment_ids": [0] * (hi - lo + 2), "label_ids": labels,
+                    "label_weights": weights,
+                    # outputs[i] belongs to features[i], so each window has its own index.
+                    "feature_index": len(features), "_example_index": example_index,
+                    "_word_positions": positions,
+                    "_max_context": [b == index for b in best]})
         return features
+
+    def _window_labels(self, ex, starts, ends, window, offset, length, *, training):
+        """(label ids, label weights, position of each sentence word's first sub-token
+        in the feature or -1) for the words of `window`; tokens from `offset` on."""
+        index = {t: i for i, t in enumerate(self.label_names)}
+        labels = np.zeros(length, np.int32)
+        weights = np.zeros(length, np.float32)
+        positions = [-1] * len(starts)
+        for word in range(*window):
+            if starts[word] == ends[word]:
+                continue  # no token: predicted as the first label
+            positions[word] = position = starts[word] - offset + 1  # after [CLS]
+            if ex.get("tags") is not None:
+                tag = ex["tags"][word] if word < len(ex["tags"]) else None
+                if tag not in index and training:
+                    continue
+                labels[position] = index.get(tag, 0)
+                weights[position] = 1.0
+        return labels, weights, positions
+
+    def examples_from_inputs(self, inputs):
+        examples = []
+        for i, item in enumerate(inputs):
+            if isinstance(item, str):
+                item = item.split()
+            if not (isinstance(item, (list, tuple)) and all(isinstance(w, str) for w in item)):
+                raise ValueError(f"input {i}: expected a text or a list of words, "
+                                 f"got {item!r:.80}")
+            examples.append({"words": list(item), "tags": None})
+        return examples
 
     def read_inputs(self, path):
         if files.table_format(path) == "jsonl":
@@ -169,11 +262,17 @@ class TaggingTask(Task):
 
     # --- results ---
     def _word_tags(self, features, outputs) -> list[list[str]]:
-        predicted = []
+        """One tag per word of each example, in example order: each word takes the
+        tag of the window marked as its max-context one (`_max_context`)."""
+        by_example: dict[int, list[str]] = {}
         for feature, out in zip(features, outputs):
-            predicted.append([self.label_names[int(out["tags"][p])] if p >= 0
-                              else self.label_names[0] for p in feature["_word_positions"]])
-        return predicted
+            tags = by_example.setdefault(feature["_example_index"],
+                                         [self.label_names[0]] * len(feature["_word_positions"]))
+            for word, (position, best) in enumerate(zip(feature["_word_positions"],
+                                                        feature["_max_context"])):
+                if position >= 0 and best:
+                    tags[word] = self.label_names[int(out["tags"][position])]
+        return [by_example[i] for i in range(len(by_example))]
 
     def evaluate(self, examples, features, outputs):
         predicted = self._word_tags(features, outputs)
