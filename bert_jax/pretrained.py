@@ -45,12 +45,17 @@ class Pretrained:
 def save(path: str | os.PathLike, config: BertConfig, params: dict[str, Any], *,
          tokenizer=None, task: dict[str, Any] | None = None, overwrite: bool = False) -> None:
     """Writes a model directory atomically (into a temporary sibling, then renamed).
+    `params` are host arrays (or fully addressable ones); one process calls this.
 
     `tokenizer` is a `bert_jax.tokenization` tokenizer; its `save(dir)` writes its files.
     """
     params = jax.tree.map(np.asarray, layout.to_unscanned(params))
     with atomic_directory(path, overwrite) as tmp:
-        checkpointer = ocp.StandardCheckpointer()
+        # One process writes a model directory alone (in a multi-process job the caller
+        # picks which one), so Orbax must not wait for the others at its barriers.
+        me = jax.process_index()
+        checkpointer = ocp.StandardCheckpointer(multiprocessing_options=(
+            ocp.options.MultiprocessingOptions(primary_host=me, active_processes={me})))
         checkpointer.save(os.path.join(tmp, PARAMS_DIR), params)
         checkpointer.wait_until_finished()
         with open(os.path.join(tmp, MODEL_FILE), "w", encoding="utf-8") as f:

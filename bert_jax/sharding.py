@@ -122,6 +122,18 @@ def global_batch(local_batch: Mapping[str, np.ndarray], mesh: jax.sharding.Mesh,
             for k, v in local_batch.items()}
 
 
+def shard_full_batch(batch: Mapping[str, np.ndarray], mesh: jax.sharding.Mesh,
+                     rules: LogicalRules = DEFAULT_LOGICAL_AXIS_RULES) -> dict[str, jax.Array]:
+    """The same whole global batch {key: [B, ...]} on every process -> global arrays
+    sharded on the batch dimension, rows in their original order; each process
+    places only its own devices' rows. For host-side data every process builds alike
+    (fine-tuning sets), where `global_batch` wants each process's own rows."""
+    sharding = batch_sharding(mesh, rules)
+    arrays = {k: np.asarray(v) for k, v in batch.items()}
+    return {k: jax.make_array_from_callback(v.shape, sharding, lambda index, v=v: v[index])
+            for k, v in arrays.items()}
+
+
 def _dict_key_suffix(path) -> tuple[str, ...]:
     """The trailing run of dict keys of a tree path: the parameter path inside an
     optimizer state leaf such as `[1][0].mu['bert']['encoder']...`."""

@@ -28,7 +28,7 @@ import ml_collections
 import numpy as np
 import optax
 
-from bert_jax import checkpoint, losses, perf, sharding
+from bert_jax import checkpoint, losses, multihost, perf, sharding
 from bert_jax.config import BertConfig, get_config as get_model_config
 from bert_jax.config_loader import load_config, split_config_args
 from bert_jax.convert import layout
@@ -198,7 +198,7 @@ def prepare_input_files(config: ml_collections.ConfigDict, workdir: str, tokeniz
         cpd.create_pretraining_data(files, outputs, tokenizer_path, options,
                                     num_workers=1, progress=False)  # no fork after JAX starts
         open(done, "w").close()
-    _sync("input_files_ready")
+    multihost.sync("input_files_ready")
     return outputs
 
 
@@ -215,12 +215,6 @@ def make_iterator(config, files, tokenizer, *, split: str, state: dict | None = 
         dynamic_masking=config.dynamic_masking, whole_word_masking=config.whole_word_masking,
         pack=config.pack, seed=config.seed, split=split, repeat=split == "train",
         eval_fraction=config.eval_fraction, state=state)
-
-
-def _sync(name: str) -> None:
-    if jax.process_count() > 1:
-        from jax.experimental import multihost_utils
-        multihost_utils.sync_global_devices(name)
 
 
 # --- the loop --------------------------------------------------------------------------
@@ -377,19 +371,10 @@ def main(argv: list[str]) -> int:
         epilog="Override any config key with --config.KEY=VALUE.")
     parser.add_argument("--config", required=True, help="configs/pretrain.py[:VARIANT]")
     parser.add_argument("--workdir", required=True)
-    parser.add_argument("--coordinator_address", default=None,
-                        help="multi-process: host:port of process 0 (else from the "
-                             "environment, automatic on TPU pods and SLURM)")
-    parser.add_argument("--num_processes", type=int, default=None)
-    parser.add_argument("--process_id", type=int, default=None)
+    multihost.add_arguments(parser)
     args, overrides = split_config_args(argv)
     args = parser.parse_args(args)
-    if args.coordinator_address or args.num_processes or _multiprocess_environment():
-        jax.distributed.initialize(coordinator_address=args.coordinator_address,
-                                   num_processes=args.num_processes,
-                                   process_id=args.process_id)
-    logging.basicConfig(level=logging.INFO if jax.process_index() == 0 else logging.ERROR,
-                        format="%(levelname)s %(name)s: %(message)s")
+    multihost.initialize(args)
     config = load_config(args.config, overrides)
     try:
         train_and_evaluate(config, args.workdir)
@@ -397,14 +382,6 @@ def main(argv: list[str]) -> int:
         print(f"bert-jax pretrain: {e}", file=sys.stderr)
         return 1
     return 0
-
-
-def _multiprocess_environment() -> bool:
-    """Launchers that jax.distributed.initialize() reads on its own."""
-    env = os.environ
-    return ("JAX_COORDINATOR_ADDRESS" in env or int(env.get("SLURM_NTASKS", 1)) > 1
-            or int(env.get("OMPI_COMM_WORLD_SIZE", 1)) > 1
-            or "," in env.get("TPU_WORKER_HOSTNAMES", ""))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
-"""Real processes: two `jax.distributed` processes (gloo) match one process, and a run
-killed with SIGKILL right after a checkpoint resumes to exactly the same parameters.
-Each test launches `bert-jax pretrain` subprocesses, hence slow."""
+"""Real processes: two `jax.distributed` processes (gloo) pretrain and fine-tune like
+one, and a run killed with SIGKILL right after a checkpoint resumes to exactly the
+same parameters. Each test launches `bert-jax` subprocesses, hence slow."""
 
+import json
 import os
 import signal
 import socket
@@ -13,7 +14,7 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax import checkpoint
+from bert_jax import checkpoint, pretrained
 from test_train import REPO, SMALL_MODEL, text_corpus  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.slow
@@ -81,3 +82,38 @@ def test_two_processes_match_one(tmp_path, text_corpus):
     assert run.returncode == 0, run.stderr[-3000:]
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5),
                  params(two), params(reference))
+
+
+def finetune_command(workdir, *extra):
+    from test_finetune_util import MICRO_MODEL
+    return [sys.executable, "-m", "bert_jax.cli", "finetune",
+            "--config", os.path.join(REPO, "configs", "finetune.py") + ":spam,tiny",
+            "--workdir", str(workdir), f"--config.model={MICRO_MODEL}",
+            "--config.max_seq_length=32", "--config.global_batch_size=8",
+            "--config.max_train_examples=64", "--config.max_eval_examples=40",
+            "--config.eval_batch_size=16", *extra]
+
+
+def test_two_processes_finetune_like_one(tmp_path):
+    """Every process batches the same data and places its own rows: the model, the
+    metrics and the predictions equal a one-process run on as many devices."""
+    port = free_port()
+    two, reference = tmp_path / "two", tmp_path / "reference"
+    processes = [subprocess.Popen(
+        finetune_command(two, f"--coordinator_address=127.0.0.1:{port}",
+                         "--num_processes=2", f"--process_id={i}"),
+        env=environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        for i in range(2)]
+    outputs = [p.communicate(timeout=600)[0].decode() for p in processes]
+    assert all(p.returncode == 0 for p in processes), outputs[0][-3000:] + outputs[1][-3000:]
+    run = subprocess.run(finetune_command(reference), env=environment(2), capture_output=True,
+                         text=True)
+    assert run.returncode == 0, run.stderr[-3000:]
+    results = [json.loads((d / "eval_results.json").read_text()) for d in (two, reference)]
+    for split in ("validation", "test"):
+        assert results[0][split] == pytest.approx(results[1][split], abs=1e-6)
+    predictions = [(d / "predictions" / "test.jsonl").read_text() for d in (two, reference)]
+    assert [json.loads(x)["label"] for x in predictions[0].splitlines()] == \
+        [json.loads(x)["label"] for x in predictions[1].splitlines()]
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5),
+                 pretrained.load(two / "best").params, pretrained.load(reference / "best").params)
