@@ -35,6 +35,11 @@ def get_config(variant: str | None = None) -> ml_collections.ConfigDict:
     c.tokenizer = ""                  # "" = the checkpoint's (or the bundled 8k vocab)
     c.hidden_dropout_prob = 0.1
     c.attention_probs_dropout_prob = 0.1
+    # Numerics: "" keeps the checkpoint's (float32 for a random model). On TPU/GPU,
+    # dtype=bfloat16 computes in bf16 with float32 parameters; remat_policy=full
+    # (or dots) trades compute for activation memory at long max_seq_length.
+    c.dtype = ""
+    c.remat_policy = ""
 
     # Data: files for csv/conll/squad (optional for squad: tfds otherwise).
     c.train_file = ""
@@ -47,6 +52,7 @@ def get_config(variant: str | None = None) -> ml_collections.ConfigDict:
     c.metric = ""                     # csv: "" = accuracy or regression (pearson/spearman/mse)
     c.tag_column = -1                 # conll: the column holding the tag
     c.crf = False                     # tagging: a linear-chain CRF over the words
+    c.tagging_stride = None           # tagging: windows' overlap (tokens); None = max_seq_length//4
     c.tfds_data_dir = ""
     c.tfds_download = False           # True: let tfds download (needs network)
     c.max_train_examples = 0          # > 0: a random subset (quick runs)

@@ -61,10 +61,16 @@ def test_csv_with_seeds_then_evaluate_and_predict(tmp_path, sentiment_files, com
         out = tmp_path / "out.jsonl"
         assert cli.main(["--workdir", workdir, "--input", str(inputs), "--output", str(out)],
                         "predict") == 0
+        model = trainer.load_finetuned(workdir)
+        [in_memory] = model.predict(["a great story"])
+        with pytest.raises(ValueError, match="takes single texts; input 0 is a pair"):
+            model.predict([("a great story", "and a great cast")])
     record = json.loads(out.read_text())
     assert record["label"] in ("neg", "pos")
     assert set(record["probabilities"]) == {"neg", "pos"}
     assert sum(record["probabilities"].values()) == pytest.approx(1.0, abs=1e-4)
+    assert in_memory["label"] == record["label"]
+    assert in_memory["probabilities"] == pytest.approx(record["probabilities"], abs=1e-6)
 
 
 def test_jsonl_pair_regression_with_packing(tmp_path, compile_cache):
@@ -74,11 +80,16 @@ def test_jsonl_pair_regression_with_packing(tmp_path, compile_cache):
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     config = micro_config("csv", f"train_file={path}", f"validation_file={path}",
                           "text_column=a", "text_pair_column=b", "label_column=score",
-                          "packing=true", "length_bucketing=true")
+                          "packing=true", "length_bucketing=true", "dtype=bfloat16",
+                          "remat_policy=full")
     with shared_compilation_cache(compile_cache):
         results = trainer.finetune(config, str(tmp_path / "run"))
     assert {"pearson", "spearman", "mse"} <= set(results["validation"])
+    assert all(np.isfinite(v) for v in results["validation"].values())
     assert results["selection_metric"] == "pearson"
+    best = pretrained.load(str(tmp_path / "run" / "best"))
+    assert (best.config.dtype, best.config.remat_policy) == ("bfloat16", "full")
+    assert {p.dtype for p in jax.tree.leaves(best.params)} == {np.dtype("float32")}
 
 
 def test_label_inference():

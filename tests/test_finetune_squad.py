@@ -99,6 +99,12 @@ def test_squad_v2_end_to_end_on_json_fixtures(tmp_path):
         results = trainer.finetune(config, str(tmp_path / "run"))
     assert {"exact_match", "f1", "HasAns_f1", "NoAns_f1"} <= set(results["validation"])
     assert os.path.isdir(tmp_path / "run" / "best")
+    model = trainer.load_finetuned(str(tmp_path / "run"))
+    [record] = model.predict([{"question": "Where was it signed?", "context": SHORT_CONTEXT}])
+    assert record["id"] == "0" and record["answer"] in SHORT_CONTEXT
+    assert record["answer"] == SHORT_CONTEXT[record["start_char"]:record["end_char"]]
+    with pytest.raises(ValueError, match="'question' and 'context'"):
+        model.predict(["just a text"])
 
 
 def test_squad_tfds_mock_examples_featurize(tokenizer):

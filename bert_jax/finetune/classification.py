@@ -111,6 +111,25 @@ class ClassificationTask(Task):
         return [{"text_a": str(a), "text_b": None if b is None else str(b), "label": None,
                  "idx": i} for i, (a, b) in enumerate(zip(texts_a, texts_b))]
 
+    def examples_from_inputs(self, inputs):
+        takes_pairs = self.text_columns[1] is not None
+        examples = []
+        for i, item in enumerate(inputs):
+            if isinstance(item, str):
+                a, b = item, None
+            elif (isinstance(item, (tuple, list)) and len(item) == 2
+                  and all(isinstance(t, str) for t in item)):
+                a, b = item
+            else:
+                raise ValueError(f"input {i}: expected a text or a (text, text_pair) pair of "
+                                 f"strings, got {item!r:.80}")
+            if takes_pairs != (b is not None):
+                raise ValueError(f"task {self.name!r} takes "
+                                 f"{'(text, text_pair) pairs' if takes_pairs else 'single texts'}"
+                                 f"; input {i} is {'a pair' if b is not None else 'one text'}")
+            examples.append({"text_a": a, "text_b": b, "label": None, "idx": i})
+        return examples
+
     def model(self, config):
         return heads.BertForSequenceClassification(config, self.num_labels)
 

@@ -53,6 +53,7 @@ def summarize_seeds(runs: dict[int, dict]) -> dict:
 
 
 def run_finetune(config, workdir: str) -> dict:
+    from bert_jax import multihost
     from bert_jax.finetune import trainer
     seeds = parse_seeds(config.seeds)
     if not seeds:
@@ -62,8 +63,9 @@ def run_finetune(config, workdir: str) -> dict:
         config.seed = seed
         runs[seed] = trainer.finetune(config, os.path.join(workdir, f"seed_{seed}"))
     summary = summarize_seeds(runs)
-    with open(os.path.join(workdir, trainer.RESULTS_FILE), "w", encoding="utf-8") as f:
-        json.dump(summary, f, indent=2)
+    if multihost.is_primary():
+        with open(os.path.join(workdir, trainer.RESULTS_FILE), "w", encoding="utf-8") as f:
+            json.dump(summary, f, indent=2)
     for split, values in summary.items():
         if isinstance(values, dict) and split not in ("runs",):
             line = ", ".join(f"{k} {v['mean']:.4f} +- {v['std']:.4f}" for k, v in values.items())
@@ -72,6 +74,7 @@ def run_finetune(config, workdir: str) -> dict:
 
 
 def _finetune_main(argv: list[str]) -> int:
+    from bert_jax import multihost
     from bert_jax.config_loader import load_config, split_config_args
     rest, overrides = split_config_args(argv)
     parser = argparse.ArgumentParser(prog="bert-jax finetune", description=__doc__,
@@ -80,7 +83,9 @@ def _finetune_main(argv: list[str]) -> int:
                         help="FILE.py:TASK, e.g. configs/finetune.py:mrpc")
     parser.add_argument("--init", help="model directory or pretraining workdir to start from")
     parser.add_argument("--workdir", required=True)
+    multihost.add_arguments(parser)
     args = parser.parse_args(rest)
+    multihost.initialize(args)
     config = load_config(args.config, overrides)
     if args.init:
         config.init = args.init
@@ -122,10 +127,7 @@ def _predict_main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     from bert_jax.finetune import files, trainer
     model = trainer.load_finetuned(args.workdir)
-    examples = model.task.read_inputs(args.input)
-    features = model.task.featurize(examples, model.tokenizer, model.config.max_seq_length,
-                                    training=False)
-    records = model.task.predict(examples, features, model.outputs(features))
+    records = model.predict_examples(model.task.read_inputs(args.input))
     if args.output:
         files.write_jsonl(args.output, records)
         print(f"wrote {len(records)} predictions to {args.output}", file=sys.stderr)

@@ -112,6 +112,17 @@ class SquadTask(Task):
         return [{"id": str(r.get("id", i)), "question": q, "context": c, "answers": None}
                 for i, (r, q, c) in enumerate(zip(rows, questions, contexts))]
 
+    def examples_from_inputs(self, inputs):
+        examples = []
+        for i, item in enumerate(inputs):
+            if not (isinstance(item, dict) and isinstance(item.get("question"), str)
+                    and isinstance(item.get("context"), str)):
+                raise ValueError(f"input {i}: expected a dict with 'question' and 'context' "
+                                 f"strings, got {item!r:.80}")
+            examples.append({"id": str(item.get("id", i)), "question": item["question"],
+                             "context": item["context"], "answers": None})
+        return examples
+
     def _encode_context(self, tokenizer, context: str):
         if context not in self._encodings:
             if len(self._encodings) > 10_000:

@@ -70,6 +70,11 @@ class Task:
         """Unlabeled examples for `bert-jax predict`."""
         raise NotImplementedError
 
+    def examples_from_inputs(self, inputs: list) -> list[Example]:
+        """Unlabeled examples from Python values (`Finetuned.predict`): texts, text
+        pairs, word lists or question/context dicts, as the family takes."""
+        raise NotImplementedError
+
     # --- model (device) ---
     def model(self, config: BertConfig) -> nn.Module:
         raise NotImplementedError

@@ -5,6 +5,9 @@ epoch, the best model kept in `WORKDIR/best/`, final metrics in
 
 The step functions are module-level and pure; model, task and optimizer are bound
 in with `functools.partial`, and dropout keys derive from the step number.
+In a multi-process job every process reads and batches the (small) fine-tuning
+data alike and places its own devices' rows; eval outputs are replicated so every
+process sees them all, and process 0 writes the files.
 """
 
 from __future__ import annotations
@@ -22,8 +25,10 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
+from jax.experimental import multihost_utils
+from jax.sharding import NamedSharding, PartitionSpec as P
 
-from bert_jax import checkpoint, optim, pretrained, sharding
+from bert_jax import checkpoint, multihost, optim, pretrained, sharding
 from bert_jax.config import BertConfig, ConfigError, get_config
 from bert_jax.convert import layout
 from bert_jax.finetune import files, packing, tasks
@@ -58,6 +63,7 @@ def resolve_model(config) -> ModelSource:
     or a randomly initialised `config.model` with `config.tokenizer`."""
     dropout = dict(hidden_dropout_prob=config.hidden_dropout_prob,
                    attention_probs_dropout_prob=config.attention_probs_dropout_prob)
+    numerics = {k: config.get(k) for k in ("dtype", "remat_policy") if config.get(k)}
     if config.init:
         pre = pretrained.load(config.init)
         tokenizer = load_tokenizer(config.tokenizer or pre.tokenizer_dir)
@@ -75,13 +81,15 @@ def resolve_model(config) -> ModelSource:
             raise ConfigError(f"the tokenizer has {tokenizer.vocab_size} tokens but checkpoint "
                               f"{config.init} has vocab_size={pre.config.vocab_size}")
         bert_params = pre.params.get("bert", pre.params)
-        return ModelSource(pre.config.replace(**dropout), tokenizer, bert_params, config.init)
+        return ModelSource(pre.config.replace(**dropout, **numerics), tokenizer, bert_params,
+                           config.init)
     if not config.model:
         raise ConfigError("nothing to fine-tune: pass --init CHECKPOINT (a model directory or a "
                           "pretraining workdir) or --config.model=PRESET for a random encoder")
     tokenizer = load_tokenizer(config.tokenizer or DEFAULT_VOCAB)
-    model_config = _model_config(config.model, tokenizer.vocab_size).replace(**dropout)
-    return ModelSource(model_config, tokenizer, None, f"random {config.model}")
+    model_config = _model_config(config.model, tokenizer.vocab_size)
+    return ModelSource(model_config.replace(**dropout, **numerics), tokenizer, None,
+                       f"random {config.model}")
 
 
 # --- steps -----------------------------------------------------------------------------
@@ -114,6 +122,14 @@ def eval_step(params, batch, *, model, task, rules):
     return task.eval_outputs(outputs, batch)
 
 
+def make_eval_fn(model, task, rules, param_shardings, mesh):
+    """The jitted eval step; its outputs are replicated so that every process can read
+    all of them."""
+    return jax.jit(functools.partial(eval_step, model=model, task=task, rules=rules),
+                   in_shardings=(param_shardings, sharding.batch_sharding(mesh, rules)),
+                   out_shardings=NamedSharding(mesh, P()))
+
+
 # --- host side -------------------------------------------------------------------------
 
 def subsample(items: list, limit: int, seed: int) -> list:
@@ -130,7 +146,7 @@ def predict_features(task, params, features, eval_fn, config, mesh) -> list[dict
     outputs: list[dict | None] = [None] * len(features)
     for batch in packing.padded_batches(features, batch_size, config.max_seq_length,
                                         task.sequence_keys, bucketing=config.length_bucketing):
-        result = jax.device_get(eval_fn(params, sharding.global_batch(batch, mesh, rules)))
+        result = jax.device_get(eval_fn(params, sharding.shard_full_batch(batch, mesh, rules)))
         for row in np.flatnonzero(batch["example_weights"]):
             outputs[int(batch["feature_index"][row])] = {k: v[row] for k, v in result.items()}
     return outputs
@@ -218,8 +234,7 @@ def finetune(config, workdir: str) -> dict[str, Any]:
     step_fn = jax.jit(functools.partial(train_step, model=model, task=task, tx=tx, rules=rules),
                       in_shardings=(shardings, batch_sharding), out_shardings=(shardings, None),
                       donate_argnums=0)
-    eval_fn = jax.jit(functools.partial(eval_step, model=model, task=task, rules=rules),
-                      in_shardings=(shardings.params, batch_sharding))
+    eval_fn = make_eval_fn(model, task, rules, shardings.params, mesh)
 
     os.makedirs(workdir, exist_ok=True)
     writer = MetricsWriter(workdir, total_steps=num_steps)
@@ -236,7 +251,7 @@ def finetune(config, workdir: str) -> dict[str, Any]:
                                         rows_per_batch):
                 if step >= num_steps:
                     break
-                state, metrics = step_fn(state, sharding.global_batch(batch, mesh, rules))
+                state, metrics = step_fn(state, sharding.shard_full_batch(batch, mesh, rules))
                 step += 1
                 pending.append(metrics)
                 if step == 1:  # the first step compiles: keep it out of the throughput
@@ -260,22 +275,25 @@ def finetune(config, workdir: str) -> dict[str, Any]:
                 writer.write(step, values, prefix=split)
             main = scores[task.eval_splits[0]][task.selection_metric]
             writer.message(f"epoch {epoch + 1}: " + json.dumps(scores))
-            if main > best["score"]:
+            if best["epoch"] is None or main > best["score"]:
+                # Host copies on every process (the parameters may span processes).
+                best_params = multihost_utils.process_allgather(state.params, tiled=True)
                 best = {"score": main, "epoch": epoch + 1, "metrics": scores}
-                params = jax.device_get(state.params)
-                pretrained.save(os.path.join(workdir, BEST_DIR), bert_config, params,
-                                tokenizer=tokenizer, task=spec, overwrite=True)
+                if multihost.is_primary():
+                    pretrained.save(os.path.join(workdir, BEST_DIR), bert_config, best_params,
+                                    tokenizer=tokenizer, task=spec, overwrite=True)
         writer.close()
         results = {"task": task.name, "seed": seed, "best_epoch": best["epoch"],
                    "selection_metric": task.selection_metric, **best["metrics"],
                    "train_steps": step, "train_seconds": round(train_time, 2),
                    "first_step_seconds": round(first_step_time or 0.0, 2),
                    "train_examples_per_second": round(examples_seen / max(train_time, 1e-9), 2)}
-        best_params = jax.device_put(
-            pretrained.load(os.path.join(workdir, BEST_DIR)).params, shardings.params)
+        best_params = jax.device_put(best_params, shardings.params)
         results.update(predict_test(task, tokenizer, best_params, eval_fn, config, mesh, workdir))
-    with open(os.path.join(workdir, RESULTS_FILE), "w", encoding="utf-8") as f:
-        json.dump(results, f, indent=2)
+    if multihost.is_primary():
+        with open(os.path.join(workdir, RESULTS_FILE), "w", encoding="utf-8") as f:
+            json.dump(results, f, indent=2)
+    multihost.sync("finetune_results_written")
     return results
 
 
@@ -294,8 +312,9 @@ def predict_test(task, tokenizer, params, eval_fn, config, mesh, workdir) -> dic
         features = task.featurize(examples, tokenizer, config.max_seq_length, training=False)
         outputs = predict_features(task, params, features, eval_fn, config, mesh)
         records = task.predict(examples, features, outputs)
-        files.write_jsonl(os.path.join(workdir, "predictions", f"{split}.jsonl"), records)
-        task.write_test_predictions(records, split, workdir)
+        if multihost.is_primary():
+            files.write_jsonl(os.path.join(workdir, "predictions", f"{split}.jsonl"), records)
+            task.write_test_predictions(records, split, workdir)
         if examples and all(task.is_labeled(ex) for ex in examples):
             out[split] = task.evaluate(examples, features, outputs)
     return out
@@ -316,6 +335,17 @@ class Finetuned:
         with jax.set_mesh(self.mesh):
             return predict_features(self.task, self.params, features, self.eval_fn,
                                     self.config, self.mesh)
+
+    def predict_examples(self, examples: list[dict]) -> list[dict]:
+        features = self.task.featurize(examples, self.tokenizer, self.config.max_seq_length,
+                                       training=False)
+        return self.task.predict(examples, features, self.outputs(features))
+
+    def predict(self, inputs: list) -> list[dict]:
+        """One record per input, as `bert-jax predict` writes them. Inputs: texts or
+        (text, text_pair) tuples for classification and regression, texts (split on
+        spaces) or word lists for tagging, {'question', 'context'} dicts for SQuAD."""
+        return self.predict_examples(self.task.examples_from_inputs(list(inputs)))
 
 
 def best_model_dir(workdir: str) -> str:
@@ -355,6 +385,5 @@ def load_finetuned(workdir: str, overrides: dict | None = None) -> Finetuned:
     params = checkpoint.match_params(layout.match_layout(pre.params, pre.config.scan_layers),
                                      nn.unbox(boxed), source=pre.tokenizer_dir)
     params = jax.device_put(params, shardings)
-    eval_fn = jax.jit(functools.partial(eval_step, model=model, task=task, rules=rules),
-                      in_shardings=(shardings, sharding.batch_sharding(mesh, rules)))
+    eval_fn = make_eval_fn(model, task, rules, shardings, mesh)
     return Finetuned(task, load_tokenizer(pre.tokenizer_dir), config, params, eval_fn, mesh)
