@@ -4,6 +4,7 @@ lines, CoNLL column files, JSONL predictions."""
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 from typing import Any, Iterable
@@ -21,24 +22,70 @@ def table_format(path: str) -> str:
     return "text"
 
 
-def read_table(path: str) -> tuple[list[dict[str, Any]], list[str]]:
-    """Rows of a CSV/TSV (header line) or JSONL file as dicts, and the column names.
-    A text file gives one row {'text': line} per non-empty line."""
+def read_text(path: str) -> str:
+    """The whole file as text. Bytes that are not UTF-8 fail with the file, the line and
+    the byte; a UTF-8 byte-order mark (spreadsheet exports) is dropped."""
     if not os.path.exists(path):
         raise FileNotFoundError(f"no such file: {path}")
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise ValueError(f"{path}:{line}: not UTF-8 text (byte {data[e.start]:#04x} at offset "
+                         f"{e.start}); convert it first, e.g. `iconv -f latin1 -t utf-8`") from None
+
+
+def read_json(path: str) -> Any:
+    """One JSON document; a syntax error names the file and the line."""
+    try:
+        return json.loads(read_text(path))
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
+
+
+def read_table(path: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """Rows of a CSV/TSV (header line) or JSONL file as dicts, and the column names.
+    A text file gives one row {'text': line} per non-empty line. A row whose field
+    count differs from the header's, or a JSONL line that is not a JSON object, fails
+    with its line number."""
     kind = table_format(path)
-    with open(path, encoding="utf-8", newline="") as f:
-        if kind in ("csv", "tsv"):
-            reader = csv.DictReader(f, delimiter="\t" if kind == "tsv" else ",",
-                                    quoting=csv.QUOTE_NONE if kind == "tsv" else csv.QUOTE_MINIMAL)
-            rows = list(reader)
-            return rows, list(reader.fieldnames or [])
-        if kind == "jsonl":
-            rows = [json.loads(line) for line in f if line.strip()]
-            columns = list(dict.fromkeys(k for row in rows for k in row))
-            return rows, columns
-        rows = [{"text": line.rstrip("\r\n")} for line in f if line.strip()]
-        return rows, ["text"]
+    text = read_text(path)
+    if kind in ("csv", "tsv"):
+        reader = csv.DictReader(io.StringIO(text, newline=""),
+                                delimiter="\t" if kind == "tsv" else ",",
+                                quoting=csv.QUOTE_NONE if kind == "tsv" else csv.QUOTE_MINIMAL)
+        rows = []
+        for row in reader:
+            # DictReader files extra fields under the key None, missing ones as None.
+            if None in row or None in row.values():
+                fields = (len(reader.fieldnames) + len(row.pop(None, []))
+                          - sum(v is None for v in row.values()))
+                raise ValueError(f"{path}:{reader.line_num}: {fields} fields, but the header "
+                                 f"has {len(reader.fieldnames)}"
+                                 + (" (a tab inside a text?)" if kind == "tsv" else ""))
+            rows.append(row)
+        return rows, list(reader.fieldnames or [])
+    if kind == "jsonl":
+        rows = []
+        for number, line in enumerate(text.split("\n"), 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{number}: not valid JSON ({e.msg}); JSONL files hold "
+                                 "one JSON object per line") from None
+            if not isinstance(row, dict):
+                raise ValueError(f"{path}:{number}: expected a JSON object, got "
+                                 f"{type(row).__name__}")
+            rows.append(row)
+        columns = list(dict.fromkeys(k for row in rows for k in row))
+        return rows, columns
+    rows = [{"text": line.rstrip("\n")} for line in io.StringIO(text, newline=None)
+            if line.strip()]
+    return rows, ["text"]
 
 
 def column(rows: list[dict], columns: list[str], name: str, path: str, role: str) -> list:
@@ -54,26 +101,26 @@ def read_conll(path: str, tag_column: int = -1) -> list[dict[str, list[str]]]:
     """CoNLL-style columns: one token per line (token first, tag in `tag_column`),
     blank lines between sentences, `-DOCSTART-` lines skipped.
     Returns [{'words': [...], 'tags': [...]}]; a one-column file has no tags."""
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"no such file: {path}")
     sentences, words, tags = [], [], []
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            parts = line.split()
-            if parts and parts[0] == "-DOCSTART-":
-                continue
-            if not parts:
-                if words:
-                    sentences.append({"words": words, "tags": tags or None})
-                words, tags = [], []
-                continue
-            words.append(parts[0])
-            if len(parts) > 1:
-                try:
-                    tags.append(parts[tag_column])
-                except IndexError:
-                    raise ValueError(f"{path}:{number}: no column {tag_column} in "
-                                     f"{line.rstrip()!r}") from None
+    for number, line in enumerate(io.StringIO(read_text(path)), 1):
+        parts = line.split()
+        if parts and parts[0] == "-DOCSTART-":
+            continue
+        if not parts:
+            if words:
+                sentences.append({"words": words, "tags": tags or None})
+            words, tags = [], []
+            continue
+        if len(parts) > 1:
+            try:
+                tags.append(parts[tag_column])
+            except IndexError:
+                raise ValueError(f"{path}:{number}: no column {tag_column} in "
+                                 f"{line.rstrip()!r}") from None
+        words.append(parts[0])
+        if tags and len(tags) != len(words):
+            raise ValueError(f"{path}:{number}: {line.rstrip()!r} has no tag while the "
+                             "sentence's other tokens have one")
     if words:
         sentences.append({"words": words, "tags": tags or None})
     return sentences

@@ -13,8 +13,6 @@ predicts "no answer" when the null score beats the best span by more than
 from __future__ import annotations
 
 import collections
-import json
-import os
 
 import numpy as np
 
@@ -25,17 +23,24 @@ from bert_jax.finetune.tasks import Task, register
 
 def read_squad_json(path: str) -> list[dict]:
     """Examples of an official SQuAD JSON file ({'data': [{'paragraphs': [...]}]})."""
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"no such file: {path}")
-    with open(path, encoding="utf-8") as f:
-        data = json.load(f)
+    return squad_examples(files.read_json(path), path)
+
+
+def squad_examples(data, path: str) -> list[dict]:
+    """The examples of a parsed SQuAD JSON document; a malformed one names what is wrong."""
     if not isinstance(data, dict) or "data" not in data:
         raise ValueError(f"{path} is not a SQuAD JSON file (no top-level 'data')")
-    return [{"id": qa["id"], "question": qa["question"], "context": para["context"],
-             "answers": [{"text": a["text"], "answer_start": a["answer_start"]}
-                         for a in qa.get("answers", [])],
-             "is_impossible": bool(qa.get("is_impossible", False))}
-            for article in data["data"] for para in article["paragraphs"] for qa in para["qas"]]
+    try:
+        return [{"id": str(qa["id"]), "question": qa["question"], "context": para["context"],
+                 "answers": [{"text": a["text"], "answer_start": a["answer_start"]}
+                             for a in qa.get("answers", [])],
+                 "is_impossible": bool(qa.get("is_impossible", False))}
+                for article in data["data"] for para in article["paragraphs"]
+                for qa in para["qas"]]
+    except (KeyError, TypeError, AttributeError) as e:
+        what = f"the key {e.args[0]!r}" if isinstance(e, KeyError) else f"a well-formed entry ({e})"
+        raise ValueError(f"{path} is not in the SQuAD format: an entry lacks {what}; expected "
+                         "data[].paragraphs[].{context, qas[].{id, question, answers}}") from None
 
 
 def answer_char_span(example) -> tuple[int, int] | None:
@@ -103,9 +108,12 @@ class SquadTask(Task):
 
     def read_inputs(self, path):
         if path.endswith(".json"):
-            with open(path, encoding="utf-8") as f:
-                if "data" in json.load(f):
-                    return [{**ex, "answers": None} for ex in read_squad_json(path)]
+            try:
+                data = files.read_json(path)
+            except ValueError:
+                data = None  # JSON lines named .json
+            if isinstance(data, dict) and "data" in data:
+                return [{**ex, "answers": None} for ex in squad_examples(data, path)]
         rows, columns = files.read_table(path)
         questions = files.column(rows, columns, "question", path, "question")
         contexts = files.column(rows, columns, "context", path, "context")
