@@ -51,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
         # BERT_JAX_DEBUG=1 shows the traceback.
         if os.environ.get("BERT_JAX_DEBUG"):
             raise
-        print(f"bert-jax {name}: error: {e}", file=sys.stderr)
+        message = e.args[0] if isinstance(e, KeyError) and e.args else e  # str() quotes it
+        print(f"bert-jax {name}: error: {message}", file=sys.stderr)
         return 1
 
 

@@ -144,6 +144,19 @@ def test_missing_column_names_the_columns(tmp_path, sentiment_files):
         task.load("train")
 
 
+@pytest.mark.parametrize("override, message", [
+    ("--config.lerning_rate=1", "error: unknown config key 'lerning_rate'; known here: "),
+    ("--config.train_file=/no/such.tsv", "error: no such file: /no/such.tsv"),
+])
+def test_finetune_command_names_bad_input_in_one_line(override, message, capsys):
+    from bert_jax import cli as bert_jax_cli
+    config = os.path.join(os.path.dirname(__file__), "..", "configs", "finetune.py") + ":csv,tiny"
+    assert bert_jax_cli.main(["finetune", "--config", config, "--workdir", "unused",
+                              override]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"bert-jax finetune: {message}") and err.count("\n") == 1, err
+
+
 @pytest.fixture(scope="module")
 def micro_checkpoint(tmp_path_factory):
     tokenizer = load_tokenizer(DEFAULT_VOCAB)
