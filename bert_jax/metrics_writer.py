@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import sys
 import time
 from typing import Mapping
@@ -48,7 +49,9 @@ class MetricsWriter:
     TensorBoard event files under WORKDIR/tensorboard/{prefix}; shows progress."""
 
     def __init__(self, workdir: str, *, total_steps: int | None = None,
-                 tensorboard: bool = True, stream=None):
+                 tensorboard: bool = True, stream=None, append: bool = True):
+        """`append=False` starts the log over: for runs that restart rather than resume
+        (fine-tuning), so the workdir's curves are those of the run it holds."""
         self.enabled = jax.process_index() == 0
         self.total_steps = total_steps
         self.stream = stream or sys.stderr
@@ -58,9 +61,14 @@ class MetricsWriter:
         self._tensorboard = tensorboard
         self.workdir = workdir
         self._start = None  # (time, step) of the first progress call
+        self.replaced_earlier_run = False
         if self.enabled:
             os.makedirs(workdir, exist_ok=True)
-            self._jsonl = open(os.path.join(workdir, "metrics.jsonl"), "a", encoding="utf-8")
+            path = os.path.join(workdir, "metrics.jsonl")
+            if not append:
+                self.replaced_earlier_run = os.path.exists(path)
+                shutil.rmtree(os.path.join(workdir, "tensorboard"), ignore_errors=True)
+            self._jsonl = open(path, "a" if append else "w", encoding="utf-8")
 
     def _summary_writer(self, prefix: str):
         if prefix not in self._tb:

@@ -237,7 +237,10 @@ def finetune(config, workdir: str) -> dict[str, Any]:
     eval_fn = make_eval_fn(model, task, rules, shardings.params, mesh)
 
     os.makedirs(workdir, exist_ok=True)
-    writer = MetricsWriter(workdir, total_steps=num_steps)
+    writer = MetricsWriter(workdir, total_steps=num_steps, append=False)
+    if writer.replaced_earlier_run:
+        writer.message(f"{workdir} held an earlier fine-tuning run: its metrics, best model "
+                       "and results are replaced by this run's")
     writer.message(f"fine-tuning {task.name} from {source.origin}: {len(train_features)} train "
                    f"features, {steps_per_epoch} steps/epoch, {num_steps} steps"
                    + (f", packed {rows_per_batch} rows/batch" if config.packing else ""))
