@@ -196,7 +196,8 @@ def prepare_input_files(config: ml_collections.ConfigDict, workdir: str, tokeniz
                               do_whole_word_mask=config.whole_word_masking,
                               static_masking=not config.dynamic_masking)
         cpd.create_pretraining_data(files, outputs, tokenizer_path, options,
-                                    num_workers=1, progress=False)  # no fork after JAX starts
+                                    # Workers would re-import an unguarded __main__ script.
+                                    num_workers=1, progress=False)
         open(done, "w").close()
     multihost.sync("input_files_ready")
     return outputs

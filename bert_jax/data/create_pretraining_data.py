@@ -198,7 +198,8 @@ def serialize_examples(rows: dict) -> List[bytes]:
                 feature[name].float_list.value.extend(values[i].tolist())
             else:
                 feature[name].int64_list.value.extend(np.atleast_1d(values[i]).tolist())
-        serialized.append(example.SerializeToString())
+        # Map entries in key order: otherwise the byte order varies between processes.
+        serialized.append(example.SerializeToString(deterministic=True))
     return serialized
 
 
@@ -220,7 +221,7 @@ def create_pretraining_data(inputs: Sequence[str], output_files: Sequence[str], 
     if options.max_seq_length < 5:
         raise ValueError("max_seq_length must be at least 5")
     files = corpus.expand_inputs(inputs)
-    load_tokenizer(vocab, do_lower_case)  # fail before forking workers
+    load_tokenizer(vocab, do_lower_case)  # fail before starting workers
     tasks = list(enumerate(files))
     for path in output_files:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -230,7 +231,8 @@ def create_pretraining_data(inputs: Sequence[str], output_files: Sequence[str], 
     total, written = Stats(), 0
     pool = None
     if num_workers > 1 and len(files) > 1:
-        pool = multiprocessing.get_context("fork").Pool(
+        # spawn, not fork: this process may already run TensorFlow's (or JAX's) threads.
+        pool = multiprocessing.get_context("spawn").Pool(
             min(num_workers, len(files)), _init_worker, (vocab, do_lower_case, options))
         results = pool.imap(process_file, tasks)
     else:
