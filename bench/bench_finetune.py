@@ -61,8 +61,8 @@ def bench_spam(args, cache):
         f"validation_file={data}/dev.tsv", f"test_file={data}/test.tsv",
         f"max_train_examples={args.train_examples}", f"num_train_epochs={args.epochs}",
         f"learning_rate={args.learning_rate}", f"global_batch_size={args.batch_size}",
-        "length_bucketing=true", f"max_seq_length={args.max_seq_length}"],
-        os.path.join(cache, "spam"))
+        "length_bucketing=true", f"max_seq_length={args.max_seq_length}",
+        f"truncation={args.truncation}"], os.path.join(cache, "spam"))
     return {"bench": "minilm_spam", "test_accuracy": results["test"]["accuracy"],
             "dev_accuracy": results["validation"]["accuracy"], **_timing(results)}
 
@@ -134,6 +134,7 @@ def main():
                         help="default: 2e-4 for brown_pos, 1e-4 otherwise")
     parser.add_argument("--batch-size", type=int, default=16, help="spam, brown_pos")
     parser.add_argument("--max-seq-length", type=int, default=128, help="spam, brown_pos")
+    parser.add_argument("--truncation", default="head", help="spam: head or head+tail")
     parser.add_argument("--words", type=int, default=24, help="packing: words per input")
     parser.add_argument("--model", choices=["minilm", "tiny"], default="minilm",
                         help="packing: the encoder (tiny = random init, fast)")

@@ -146,13 +146,15 @@ def export_jax(fn, params, path: str, max_length: int,
 
 def export_saved_model(fn, params, tokenizer, path: str, max_length: int,
                        max_seq_length: int, labels: list[str] | None,
-                       platforms=DEFAULT_PLATFORMS) -> None:
+                       platforms=DEFAULT_PLATFORMS, truncation: str = "head") -> None:
     """A TF SavedModel: weights as tf.Variables (no 2 GB graph limit), the model as
     StableHLO via jax2tf, WordPiece/SentencePiece tokenization via tensorflow-text.
-    The string signatures truncate to `max_seq_length` tokens."""
+    The string signatures truncate to `max_seq_length` tokens as fine-tuning did."""
     import tensorflow as tf
     import tensorflow_text as tf_text
     from jax.experimental import jax2tf
+
+    from bert_jax.finetune.classification import head_fraction
 
     module = tf.Module()
     module.params = tf.nest.map_structure(tf.Variable, params)
@@ -170,6 +172,7 @@ def export_saved_model(fn, params, tokenizer, path: str, max_length: int,
             out["labels"] = tf.gather(label_table, out["label_ids"])
         return out
 
+    head = head_fraction(truncation)
     special = tokenizer.special_ids()
     # The in-graph tokenizer may own TF resources (SentencePiece's model) that the SavedModel
     # must track: build it eagerly, outside any function, and attach it.
@@ -179,9 +182,13 @@ def export_saved_model(fn, params, tokenizer, path: str, max_length: int,
         budget = max_seq_length - 1 - len(segments)  # [CLS] and one [SEP] per segment
         pieces = [tokenizer.tf_tokenize(s) for s in segments]
         if len(pieces) == 1:  # (ShrinkLongestTrimmer fails on one segment)
-            pieces = [pieces[0][:, :budget]]
+            trimmed = [pieces[0][:, :budget]]
         else:
-            pieces = tf_text.ShrinkLongestTrimmer(budget).trim(pieces)
+            trimmed = tf_text.ShrinkLongestTrimmer(budget).trim(pieces)
+        if head < 1.0:  # the lengths longest-first chose, filled from start and end
+            trimmed = [keep_head_tail_tf(p, t.row_lengths(), head)
+                       for p, t in zip(pieces, trimmed)]
+        pieces = trimmed
         ids, segment_ids = tf_text.combine_segments(pieces, special["cls"], special["sep"])
         ids = tf.cast(ids, tf.int32)
         out = serve_ids(ids.to_tensor(special["pad"]),
@@ -199,6 +206,17 @@ def export_saved_model(fn, params, tokenizer, path: str, max_length: int,
     tf.saved_model.save(module, path, signatures={
         "serving_default": module.serve_ids, "serve_text": module.serve_text,
         "serve_text_pair": module.serve_text_pair})
+
+
+def keep_head_tail_tf(pieces, lengths, head: float):
+    """In-graph `classification.keep_head_tail`: each row of the ragged [B, (n)] `pieces`
+    cut to `lengths` [B] tokens, `head` of them from its start and the rest from its end."""
+    import tensorflow as tf
+    n = pieces.row_lengths()
+    start = tf.cast(tf.cast(lengths, tf.float64) * head, tf.int64)  # int() in Python
+    positions = tf.ragged.range(n)
+    keep = (positions < start[:, None]) | (positions >= (n - (lengths - start))[:, None])
+    return tf.ragged.boolean_mask(pieces, keep)
 
 
 class ServedModel:
@@ -226,14 +244,15 @@ class ServedModel:
 
     def encode(self, texts: list[str], pairs: list[str] | None = None
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """[CLS] text [SEP] (pair [SEP]), longest-first truncation, padded to the longest."""
+        """[CLS] text [SEP] (pair [SEP]), truncated as in fine-tuning, padded to the longest."""
         from bert_jax.finetune.classification import encode_pair
         from bert_jax.tokenization import load_tokenizer
 
         if self._tokenizer is None:
             self._tokenizer = load_tokenizer(self.export_dir)
         rows = [encode_pair(self._tokenizer, t, None if pairs is None else pairs[i],
-                            self.spec["max_seq_length"]) for i, t in enumerate(texts)]
+                            self.spec["max_seq_length"], self.spec.get("truncation", "head"))
+                for i, t in enumerate(texts)]
         length = max(len(ids) for ids, _ in rows)
         input_ids = np.full((len(rows), length), self._tokenizer.pad_id, np.int32)
         input_mask = np.zeros((len(rows), length), np.int32)
@@ -270,8 +289,10 @@ def export(workdir: str, out: str, formats=("jax", "savedmodel"), platforms=DEFA
     max_seq_length = min(max_seq_length or (model.task or {}).get("max_seq_length")
                          or max_length, max_length)
     tokenizer = load_tokenizer(model.tokenizer_dir)
+    truncation = ((model.task or {}).get("config") or {}).get("truncation", "head")
     spec = {"format_version": 1, "kind": kind, "task": model.task, "labels": labels,
-            "max_seq_length": max_seq_length, "max_length": max_length,
+            "max_seq_length": max_seq_length, "truncation": truncation,
+            "max_length": max_length,
             "inputs": {k: "int32 [B, L]" for k in ("input_ids", "input_mask", "segment_ids")},
             "outputs": {k: v for k, v in OUTPUTS[kind].items()
                         if k != "pooled_output" or "pooler" in params.get("bert", params)},
@@ -283,7 +304,7 @@ def export(workdir: str, out: str, formats=("jax", "savedmodel"), platforms=DEFA
             spec["files"]["jax"] = JAX_FILE
         if "savedmodel" in formats:
             export_saved_model(fn, params, tokenizer, os.path.join(tmp, SAVED_MODEL_DIR),
-                               max_length, max_seq_length, labels, platforms)
+                               max_length, max_seq_length, labels, platforms, truncation)
             spec["files"]["savedmodel"] = SAVED_MODEL_DIR
         with open(os.path.join(tmp, SERVING_FILE), "w", encoding="utf-8") as f:
             json.dump(spec, f, indent=2)

@@ -68,6 +68,9 @@ def get_config(variant: str | None = None) -> ml_collections.ConfigDict:
     # Batching. packing: several short examples per row (training only);
     # length_bucketing: pad each batch only to the bucket that fits it.
     c.max_seq_length = 384 if task in SQUAD else 128
+    # classification: a longer text keeps its start ("head", BERT) or a quarter of its
+    # budget from the start and the rest from the end ("head+tail", Sun et al. 2019).
+    c.truncation = "head"
     c.packing = False
     c.max_examples_per_row = 8
     c.length_bucketing = False

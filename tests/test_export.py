@@ -186,6 +186,45 @@ def _reload_saved_model_texts(directory, texts, tmp_path):
     return dict(np.load(tmp_path / "out.npz"))
 
 
+def test_head_tail_truncation_in_graph_equals_python():
+    import tensorflow as tf
+    import tensorflow_text as tf_text
+    from bert_jax.finetune.classification import truncate_pair
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(0, 30, size=(64, 2))
+    a = [list(range(n)) for n in lengths[:, 0]]
+    b = [list(range(100, 100 + n)) for n in lengths[:, 1]]
+    budget = 17
+    pieces = [tf.ragged.constant(a, tf.int64), tf.ragged.constant(b, tf.int64)]
+    trimmed = tf_text.ShrinkLongestTrimmer(budget).trim(pieces)
+    got = [export.keep_head_tail_tf(p, t.row_lengths(), 0.25).to_list()
+           for p, t in zip(pieces, trimmed)]
+    want = [truncate_pair(x, y, budget, 0.25) for x, y in zip(a, b)]
+    assert got == [[w[0] for w in want], [w[1] for w in want]]
+    single = export.keep_head_tail_tf(pieces[0], tf.minimum(pieces[0].row_lengths(), budget),
+                                      0.25).to_list()
+    assert single == [truncate_pair(x, None, budget, 0.25)[0] for x in a]
+
+
+def test_saved_model_truncates_like_fine_tuning(tmp_path):
+    """A model fine-tuned with `truncation=head+tail` is served with the same rows."""
+    config = CONFIG.replace(num_hidden_layers=1)
+    module = heads.BertForSequenceClassification(config, 2)
+    pretrained.save(tmp_path / "model", config, random_params(module),
+                    tokenizer=WordPieceTokenizer(VOCAB),
+                    task={"family": "classification", "label_names": ["x", "y"],
+                          "max_seq_length": 8, "config": {"truncation": "head+tail"}})
+    export.export(str(tmp_path / "model"), str(tmp_path / "out"), platforms=("cpu",))
+    texts = ["the big red cat sat on the old mat and saw a new hat", "a good film"]
+    served = export.ServedModel(str(tmp_path / "out"))
+    ids, _, _ = served.encode(texts)
+    words = {w: i for i, w in enumerate(VOCAB)}
+    # 6 tokens of room: int(6 / 4) = 1 from the start, 5 from the end.
+    assert ids[0].tolist() == [2, *(words[w] for w in "the and saw a new hat".split()), 3]
+    np.testing.assert_array_equal(
+        _reload_saved_model_texts(tmp_path / "out", texts, tmp_path)["input_ids"], ids)
+
+
 @pytest.mark.slow
 def test_sentencepiece_tokenizer_in_saved_model(tmp_path):
     from bert_jax.data.corpus import CORPUS_DIR

@@ -130,6 +130,22 @@ def test_packing_plan_keeps_examples_per_batch():
     assert all(b["input_ids"].shape == (rows, 64) for b in batches)
 
 
+def test_truncation_keeps_the_head_or_head_and_tail():
+    from bert_jax.finetune.classification import head_fraction, truncate_pair
+    ten, four = list(range(10)), list(range(100, 104))
+    assert truncate_pair(ten, None, 8) == ([0, 1, 2, 3, 4, 5, 6, 7], None)
+    # head+tail: int(8 / 4) = 2 tokens from the start, 6 from the end.
+    assert truncate_pair(ten, None, 8, head_fraction("head+tail")) == (
+        [0, 1, 4, 5, 6, 7, 8, 9], None)
+    # Pairs: longest-first picks the lengths (4 + 4), then each cut text keeps its ends.
+    assert truncate_pair(ten, four, 8) == ([0, 1, 2, 3], four)
+    assert truncate_pair(ten, four, 8, 0.25) == ([0, 7, 8, 9], four)
+    assert truncate_pair(four, None, 8, 0.25) == (four, None)  # short texts are untouched
+    with pytest.raises(ValueError, match="truncation must be one of head, head\\+tail; "
+                                         "got 'tail'"):
+        tasks.get_task(micro_config("csv", "truncation=tail"))
+
+
 # --- errors ------------------------------------------------------------------------------
 
 def test_unknown_task_lists_known_ones():
