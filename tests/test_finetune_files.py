@@ -66,9 +66,12 @@ def test_conll_token_without_tag_inside_a_tagged_sentence(tmp_path):
     assert files.read_conll(untagged) == [{"words": ["Mary", "sings"], "tags": None}]
     # Without the check, every later tag of the sentence would belong to the wrong word.
     bad = write(tmp_path / "bad.conll", "Mary B-PER\nsings\nwell O\n")
-    with pytest.raises(ValueError, match=r"bad.conll:2: 'sings' has no tag while the "
-                                         "sentence's other tokens have one"):
+    with pytest.raises(ValueError, match=r"bad.conll:2: tokens with and without a tag in "
+                                         r"one sentence \(at 'sings'\)"):
         files.read_conll(bad)
+    first_untagged = write(tmp_path / "first.conll", "Mary\nsings O\n")
+    with pytest.raises(ValueError, match=r"first.conll:2: tokens with and without a tag"):
+        files.read_conll(first_untagged)
 
 
 def test_malformed_squad_json(tmp_path):

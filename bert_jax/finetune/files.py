@@ -119,8 +119,8 @@ def read_conll(path: str, tag_column: int = -1) -> list[dict[str, list[str]]]:
                                  f"{line.rstrip()!r}") from None
         words.append(parts[0])
         if tags and len(tags) != len(words):
-            raise ValueError(f"{path}:{number}: {line.rstrip()!r} has no tag while the "
-                             "sentence's other tokens have one")
+            raise ValueError(f"{path}:{number}: tokens with and without a tag in one "
+                             f"sentence (at {line.rstrip()!r})")
     if words:
         sentences.append({"words": words, "tags": tags or None})
     return sentences
