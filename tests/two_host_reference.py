@@ -25,6 +25,10 @@ class TwoHosts:
     def get_state(self):
         return [h.get_state() for h in self.hosts]
 
+    def close(self):
+        for h in self.hosts:
+            h.close()
+
 
 if __name__ == "__main__":
     make = train.make_iterator
