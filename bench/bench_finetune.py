@@ -6,9 +6,10 @@
 
 Each prints a JSON line with the metric, wall time and throughput, and exits 0 with
 a clear "skipped" reason when the data or the MiniLM package is absent.
-Default recipes (batch 16, seq 128, length bucketing): spam trains on all 4,853
-e-mails for 3 epochs at lr 1e-4 with head+tail truncation; brown_pos on 6,000
-sentences for 1 epoch at lr 2e-4; packing on 3,000 short e-mails for 1 epoch.
+Default recipes: spam trains on all 4,853 e-mails for 3 epochs at lr 1e-4 with
+head+tail truncation, brown_pos on 6,000 sentences for 1 epoch at lr 2e-4 (both
+batch 16, seq 128, length bucketing); packing on 3,000 short e-mails for 1 epoch at
+batch 32, padded to 128 tokens or packed.
 `packing` cuts every email to its first `--words` words (subject and opening line):
 packing pays off for short inputs (SST-2/QQP-like lengths), while whole spam emails
 mostly fill 128 tokens on their own.
