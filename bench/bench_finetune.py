@@ -66,7 +66,8 @@ def bench_spam(args, cache):
         f"max_train_examples={args.train_examples}", f"num_train_epochs={args.epochs}",
         f"learning_rate={args.learning_rate}", f"global_batch_size={args.batch_size}",
         "length_bucketing=true", f"max_seq_length={args.max_seq_length}",
-        f"truncation={args.truncation}", f"seed={args.seed}"], os.path.join(cache, "spam"))
+        f"truncation={args.truncation}", f"keep_checkpoint={args.keep_checkpoint}",
+        f"seed={args.seed}"], os.path.join(cache, "spam"))
     return {"bench": "minilm_spam", "test_accuracy": results["test"]["accuracy"],
             "dev_accuracy": results["validation"]["accuracy"], **_timing(results)}
 
@@ -140,6 +141,8 @@ def main():
     parser.add_argument("--max-seq-length", type=int, default=128, help="spam, brown_pos")
     parser.add_argument("--truncation", default="head+tail", help="spam: head or head+tail")
     parser.add_argument("--seed", type=int, default=42, help="spam")
+    parser.add_argument("--keep-checkpoint", choices=["best", "last"], default="best",
+                        help="spam: the model tested")
     parser.add_argument("--words", type=int, default=24, help="packing: words per input")
     parser.add_argument("--model", choices=["minilm", "tiny"], default="minilm",
                         help="packing: the encoder (tiny = random init, fast)")

@@ -87,6 +87,9 @@ def get_config(variant: str | None = None) -> ml_collections.ConfigDict:
 
     # Runs.
     c.seed = 42
+    # The model kept in WORKDIR/best and tested: "best" validation score (ties keep the
+    # earlier epoch) or "last", the end of the schedule (BERT's protocol).
+    c.keep_checkpoint = "best"
     c.seeds = ""                      # e.g. "1,2,3": one run per seed, mean +- std
     c.mesh_shape = ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1))
     c.logical_axis_rules = DEFAULT_LOGICAL_AXIS_RULES

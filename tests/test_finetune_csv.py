@@ -55,6 +55,10 @@ def test_csv_with_seeds_then_evaluate_and_predict(tmp_path, sentiment_files, com
         assert summary["seeds"] == [1, 2] and summary["best_seed"] in (1, 2)
         with open(os.path.join(workdir, "eval_results.json")) as f:
             assert json.load(f)["validation"] == summary["validation"]
+        for seed, run in summary["runs"].items():  # the first epoch of the best score is kept
+            scores = validation_by_epoch(os.path.join(workdir, f"seed_{seed}"))
+            assert run["kept_epoch"] == 1 + scores.index(max(scores))
+            assert run["validation"]["accuracy"] == max(scores)
         assert cli.main(["--workdir", workdir], "evaluate") == 0
         inputs = tmp_path / "in.jsonl"
         inputs.write_text(json.dumps({"sentence": "a great story"}) + "\n")
@@ -73,6 +77,12 @@ def test_csv_with_seeds_then_evaluate_and_predict(tmp_path, sentiment_files, com
     assert in_memory["probabilities"] == pytest.approx(record["probabilities"], abs=1e-6)
 
 
+def validation_by_epoch(workdir, metric="accuracy"):
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+        lines = [json.loads(line) for line in f]
+    return [line[f"validation/{metric}"] for line in lines if f"validation/{metric}" in line]
+
+
 def test_jsonl_pair_regression_with_packing(tmp_path, compile_cache):
     rows = [{"a": a, "b": b, "score": float(len(set(a.split()) & set(b.split()))) + 0.5}
             for a in POSITIVE for b in NEGATIVE]
@@ -81,9 +91,11 @@ def test_jsonl_pair_regression_with_packing(tmp_path, compile_cache):
     config = micro_config("csv", f"train_file={path}", f"validation_file={path}",
                           "text_column=a", "text_pair_column=b", "label_column=score",
                           "packing=true", "length_bucketing=true", "dtype=bfloat16",
-                          "remat_policy=full")
+                          "remat_policy=full", "num_train_epochs=2", "keep_checkpoint=last")
     with shared_compilation_cache(compile_cache):
         results = trainer.finetune(config, str(tmp_path / "run"))
+    assert results["kept_epoch"] == 2
+    assert results["validation"]["pearson"] == validation_by_epoch(tmp_path / "run", "pearson")[1]
     assert {"pearson", "spearman", "mse"} <= set(results["validation"])
     assert all(np.isfinite(v) for v in results["validation"].values())
     assert results["selection_metric"] == "pearson"
@@ -163,6 +175,8 @@ def test_missing_column_names_the_columns(tmp_path, sentiment_files):
 @pytest.mark.parametrize("override, message", [
     ("--config.lerning_rate=1", "error: unknown config key 'lerning_rate'; known here: "),
     ("--config.train_file=/no/such.tsv", "error: no such file: /no/such.tsv"),
+    ("--config.keep_checkpoint=first", "error: keep_checkpoint must be 'best' or 'last', "
+                                       "not 'first'"),
 ])
 def test_finetune_command_names_bad_input_in_one_line(override, message, capsys):
     from bert_jax import cli as bert_jax_cli

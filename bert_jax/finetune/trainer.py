@@ -1,6 +1,6 @@
 """The fine-tuning loop shared by every task: restore the encoder, fresh head, BERT's
 optimizer, jitted train/eval steps over the device mesh, evaluation after every
-epoch, the best model kept in `WORKDIR/best/`, final metrics in
+epoch, the best (or the last) model kept in `WORKDIR/best/`, final metrics in
 `WORKDIR/eval_results.json`.
 
 The step functions are module-level and pure; model, task and optimizer are bound
@@ -182,6 +182,9 @@ def finetune(config, workdir: str) -> dict[str, Any]:
     """Fine-tunes with one seed (`config.seed`); returns what eval_results.json holds."""
     seed = int(config.seed)
     task = tasks.get_task(config)
+    if config.keep_checkpoint not in ("best", "last"):
+        raise ConfigError(f"keep_checkpoint must be 'best' or 'last', not "
+                          f"{config.keep_checkpoint!r}")
     if config.packing and not task.supports_packing:
         raise ValueError(f"task {task.name!r} does not support packing"
                          + (" with a CRF" if config.get("crf") else ""))
@@ -211,6 +214,7 @@ def finetune(config, workdir: str) -> dict[str, Any]:
         steps_per_epoch = math.ceil(len(train_features) / _round_up(config.global_batch_size,
                                                                      multiple))
     num_steps = max(1, int(config.num_train_epochs * steps_per_epoch))
+    num_epochs = math.ceil(config.num_train_epochs)
     tx, schedule = optim.make_optimizer(
         learning_rate=config.learning_rate, num_train_steps=num_steps,
         warmup_steps=int(config.warmup_proportion * num_steps), optimizer=config.optimizer,
@@ -244,11 +248,11 @@ def finetune(config, workdir: str) -> dict[str, Any]:
     writer.message(f"fine-tuning {task.name} from {source.origin}: {len(train_features)} train "
                    f"features, {steps_per_epoch} steps/epoch, {num_steps} steps"
                    + (f", packed {rows_per_batch} rows/batch" if config.packing else ""))
-    best = {"score": -np.inf, "epoch": None, "metrics": None}
+    kept = {"score": -np.inf, "epoch": None, "metrics": None}
     step, examples_seen, train_time, first_step_time = 0, 0.0, 0.0, None
     spec = {**task.spec(), "config": config.to_dict(), "max_seq_length": config.max_seq_length}
     with jax.set_mesh(mesh):
-        for epoch in range(math.ceil(config.num_train_epochs)):
+        for epoch in range(num_epochs):
             start, pending = time.time(), []
             for batch in _train_batches(task, train_features, config, epoch, seed, multiple,
                                         rows_per_batch):
@@ -278,26 +282,35 @@ def finetune(config, workdir: str) -> dict[str, Any]:
                 writer.write(step, values, prefix=split)
             main = scores[task.eval_splits[0]][task.selection_metric]
             writer.message(f"epoch {epoch + 1}: " + json.dumps(scores))
-            if best["epoch"] is None or main > best["score"]:
+            if _keep(config.keep_checkpoint, kept, main, last=epoch + 1 == num_epochs):
                 # Host copies on every process (the parameters may span processes).
-                best_params = multihost_utils.process_allgather(state.params, tiled=True)
-                best = {"score": main, "epoch": epoch + 1, "metrics": scores}
+                kept_params = multihost_utils.process_allgather(state.params, tiled=True)
+                kept = {"score": main, "epoch": epoch + 1, "metrics": scores}
                 if multihost.is_primary():
-                    pretrained.save(os.path.join(workdir, BEST_DIR), bert_config, best_params,
+                    pretrained.save(os.path.join(workdir, BEST_DIR), bert_config, kept_params,
                                     tokenizer=tokenizer, task=spec, overwrite=True)
         writer.close()
-        results = {"task": task.name, "seed": seed, "best_epoch": best["epoch"],
-                   "selection_metric": task.selection_metric, **best["metrics"],
+        results = {"task": task.name, "seed": seed, "keep_checkpoint": config.keep_checkpoint,
+                   "kept_epoch": kept["epoch"],
+                   "selection_metric": task.selection_metric, **kept["metrics"],
                    "train_steps": step, "train_seconds": round(train_time, 2),
                    "first_step_seconds": round(first_step_time or 0.0, 2),
                    "train_examples_per_second": round(examples_seen / max(train_time, 1e-9), 2)}
-        best_params = jax.device_put(best_params, shardings.params)
-        results.update(predict_test(task, tokenizer, best_params, eval_fn, config, mesh, workdir))
+        kept_params = jax.device_put(kept_params, shardings.params)
+        results.update(predict_test(task, tokenizer, kept_params, eval_fn, config, mesh, workdir))
     if multihost.is_primary():
         with open(os.path.join(workdir, RESULTS_FILE), "w", encoding="utf-8") as f:
             json.dump(results, f, indent=2)
     multihost.sync("finetune_results_written")
     return results
+
+
+def _keep(mode: str, kept: dict, score: float, last: bool) -> bool:
+    """Whether this epoch's model replaces the kept one. "best": a strictly higher
+    validation score (ties keep the earlier epoch); "last": the end of the schedule."""
+    if mode == "last":
+        return last
+    return kept["epoch"] is None or score > kept["score"]
 
 
 def evaluate_sets(task, params, eval_sets, eval_fn, config, mesh) -> dict[str, dict]:
