@@ -69,7 +69,8 @@ def bench_spam(args, cache):
         f"truncation={args.truncation}", f"keep_checkpoint={args.keep_checkpoint}",
         f"seed={args.seed}"], os.path.join(cache, "spam"))
     return {"bench": "minilm_spam", "test_accuracy": results["test"]["accuracy"],
-            "dev_accuracy": results["validation"]["accuracy"], **_timing(results)}
+            "dev_accuracy": results["validation"]["accuracy"],
+            "kept_epoch": results["kept_epoch"], **_timing(results)}
 
 
 def bench_brown_pos(args, cache):
