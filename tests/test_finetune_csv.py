@@ -104,6 +104,14 @@ def test_jsonl_pair_regression_with_packing(tmp_path, compile_cache):
     assert {p.dtype for p in jax.tree.leaves(best.params)} == {np.dtype("float32")}
 
 
+def test_keep_checkpoint_rules():
+    kept = {"epoch": 1, "score": 0.9}
+    assert not trainer._keep("best", kept, 0.9, last=True)  # a tie keeps the earlier epoch
+    assert trainer._keep("best", kept, 0.91, last=False)
+    assert trainer._keep("last", kept, 0.5, last=True)  # whatever the validation score
+    assert not trainer._keep("last", kept, 0.99, last=False)
+
+
 def test_label_inference():
     assert csv_task.infer_labels(["spam", "ham", "spam"]) == ["ham", "spam"]
     assert csv_task.infer_labels(["1", "0", "2"]) == ["0", "1", "2"]
