@@ -74,10 +74,10 @@ class BertConfig:
         for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ConfigError(f"{name} must be in [0, 1), got {getattr(self, name)!r}")
-        _check_choice("hidden_act", self.hidden_act, ACTIVATIONS)
-        _check_choice("remat_policy", self.remat_policy, REMAT_POLICIES)
-        _check_choice("dtype", self.dtype, DTYPES)
-        _check_choice("param_dtype", self.param_dtype, DTYPES)
+        check_choice("hidden_act", self.hidden_act, ACTIVATIONS)
+        check_choice("remat_policy", self.remat_policy, REMAT_POLICIES)
+        check_choice("dtype", self.dtype, DTYPES)
+        check_choice("param_dtype", self.param_dtype, DTYPES)
 
     @property
     def head_dim(self) -> int:
@@ -156,7 +156,7 @@ class BertConfig:
             f.write("\n")
 
 
-def _check_choice(name, value, choices):
+def check_choice(name, value, choices):
     if value not in choices:
         raise ConfigError(f"{name} must be one of {', '.join(choices)}; got {value!r}")
 

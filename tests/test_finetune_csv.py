@@ -183,8 +183,8 @@ def test_missing_column_names_the_columns(tmp_path, sentiment_files):
 @pytest.mark.parametrize("override, message", [
     ("--config.lerning_rate=1", "error: unknown config key 'lerning_rate'; known here: "),
     ("--config.train_file=/no/such.tsv", "error: no such file: /no/such.tsv"),
-    ("--config.keep_checkpoint=first", "error: keep_checkpoint must be 'best' or 'last', "
-                                       "not 'first'"),
+    ("--config.keep_checkpoint=first",
+     "error: keep_checkpoint must be one of best, last; got 'first'"),
 ])
 def test_finetune_command_names_bad_input_in_one_line(override, message, capsys):
     from bert_jax import cli as bert_jax_cli

@@ -29,13 +29,14 @@ from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from bert_jax import checkpoint, multihost, optim, pretrained, sharding
-from bert_jax.config import BertConfig, ConfigError, get_config
+from bert_jax.config import BertConfig, ConfigError, check_choice, get_config
 from bert_jax.convert import layout
 from bert_jax.finetune import files, packing, tasks
 from bert_jax.metrics_writer import MetricsWriter
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
 
 BEST_DIR = "best"
+KEEP_CHECKPOINT = ("best", "last")  # the best validation score, or the end of training
 RESULTS_FILE = "eval_results.json"
 
 
@@ -182,9 +183,7 @@ def finetune(config, workdir: str) -> dict[str, Any]:
     """Fine-tunes with one seed (`config.seed`); returns what eval_results.json holds."""
     seed = int(config.seed)
     task = tasks.get_task(config)
-    if config.keep_checkpoint not in ("best", "last"):
-        raise ConfigError(f"keep_checkpoint must be 'best' or 'last', not "
-                          f"{config.keep_checkpoint!r}")
+    check_choice("keep_checkpoint", config.keep_checkpoint, KEEP_CHECKPOINT)
     if config.packing and not task.supports_packing:
         raise ValueError(f"task {task.name!r} does not support packing"
                          + (" with a CRF" if config.get("crf") else ""))
