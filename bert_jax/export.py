@@ -68,6 +68,11 @@ def task_kind(task: dict[str, Any] | None, params: dict[str, Any]) -> str:
     return kind
 
 
+def classifier_pooling(task: dict[str, Any] | None) -> str:
+    """The sequence classifier's pooling as fine-tuning recorded it (older runs: pooler)."""
+    return ((task or {}).get("config") or {}).get("pooling", "pooler")
+
+
 def label_names(task: dict[str, Any] | None) -> list[str] | None:
     """Label names as the fine-tuning task (`label_names`) or a converted one (`labels`)
     recorded them."""
@@ -94,8 +99,10 @@ def serving_function(model: pretrained.Pretrained
         module, params = BertModel(config, add_pooling_layer="pooler" in encoder), encoder
     elif head in params:
         num_labels = int(np.shape(params[head]["kernel"])[-1])
-        module = {"classification": heads.BertForSequenceClassification(config, num_labels),
-                  "regression": heads.BertForSequenceClassification(config, 1),
+        pooling = classifier_pooling(model.task)
+        module = {"classification": heads.BertForSequenceClassification(config, num_labels,
+                                                                        pooling),
+                  "regression": heads.BertForSequenceClassification(config, 1, pooling),
                   "tagging": heads.BertForTokenClassification(config, num_labels),
                   "span": heads.BertForQuestionAnswering(config)}[kind]
         params = {"bert": encoder, head: params[head]}

@@ -13,7 +13,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from bert_jax.config import BertConfig
+from bert_jax.config import BertConfig, check_choice
 from bert_jax.model import (BertModel, BertOutput, activation, dense_init, gather_positions,
                             layer_norm, zeros_init)
 
@@ -82,21 +82,51 @@ class BertForPreTraining(nn.Module):
         return PreTrainingOutput(mlm_logits, self.nsp(pooled), out)
 
 
+# How a sequence classifier reduces the last hidden states to one vector:
+# "pooler" is BERT's tanh layer on [CLS]; "mean" averages the example's tokens, the
+# sentence embedding that sentence-transformers models (all-MiniLM, ...) were trained for.
+CLASSIFIER_POOLINGS = ("pooler", "mean")
+
+
+def mean_pool(states: Array, input_mask: Array | None, example_ids: Array | None = None,
+              num_examples: int | None = None) -> Array:
+    """The masked mean of states [B, L, H] over each example's tokens: [B, H], or
+    [B, K, H] for packed rows (`example_ids` 1..K, `num_examples` K)."""
+    if example_ids is None:
+        weights = (jnp.ones(states.shape[:2]) if input_mask is None else input_mask)[:, None]
+    else:
+        weights = example_ids[:, None, :] == jnp.arange(1, num_examples + 1)[None, :, None]
+    weights = weights.astype(states.dtype)  # [B, K or 1, L]
+    # Summed in float32: hundreds of bfloat16 terms would lose the mean's low bits.
+    sums = jnp.einsum("bkl,blh->bkh", weights, states, preferred_element_type=jnp.float32)
+    means = (sums / jnp.maximum(weights.sum(-1, keepdims=True, dtype=jnp.float32), 1.0)
+             ).astype(states.dtype)
+    return means[:, 0] if example_ids is None else means
+
+
 class BertForSequenceClassification(nn.Module):
-    """Pooled [CLS] -> dropout -> dense: logits [B, num_labels]; `num_labels=1` is regression."""
+    """Pooled sequence -> dropout -> dense: logits [B, num_labels] ([B, K, num_labels] for
+    packed rows); `num_labels=1` is regression. `pooling`: one of CLASSIFIER_POOLINGS."""
 
     config: BertConfig
     num_labels: int
+    pooling: str = "pooler"
 
     @nn.compact
     def __call__(self, input_ids, input_mask=None, segment_ids=None, *, position_ids=None,
                  example_ids=None, cls_positions=None, deterministic: bool = True) -> Array:
-        bert = BertModel(self.config, name="bert")
+        check_choice("pooling", self.pooling, CLASSIFIER_POOLINGS)
+        bert = BertModel(self.config, add_pooling_layer=self.pooling == "pooler", name="bert")
         out = bert(input_ids, input_mask, segment_ids, position_ids, example_ids,
                    deterministic=deterministic)
-        pooled = out.pooled_output
-        if cls_positions is not None:  # packed rows: [B, K] positions of each [CLS]
+        packed = cls_positions is not None  # [B, K] positions of each example's [CLS]
+        if self.pooling == "mean":
+            pooled = mean_pool(out.sequence_output, input_mask, example_ids if packed else None,
+                               cls_positions.shape[1] if packed else None)
+        elif packed:
             pooled = bert.pool(gather_positions(out.sequence_output, cls_positions))
+        else:
+            pooled = out.pooled_output
         pooled = nn.Dropout(self.config.hidden_dropout_prob)(pooled, deterministic=deterministic)
         return _dense(self.config, self.num_labels, "classes", "classifier")(pooled)
 

@@ -71,6 +71,10 @@ def get_config(variant: str | None = None) -> ml_collections.ConfigDict:
     # classification: a longer text keeps its start ("head", BERT) or a quarter of its
     # budget from the start and the rest from the end ("head+tail", Sun et al. 2019).
     c.truncation = "head"
+    # classification: the vector the classifier reads, "pooler" (BERT's tanh layer on
+    # [CLS]) or "mean" (the average of the last hidden states: what sentence-transformers
+    # models such as all-MiniLM-L6-v2 were trained to produce).
+    c.pooling = "pooler"
     c.packing = False
     c.max_examples_per_row = 8
     c.length_bucketing = False

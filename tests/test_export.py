@@ -148,14 +148,17 @@ def test_encoder_export_any_length_within_positions(tmp_path):
         served(np.zeros((1, 41), np.int32))
 
 
-@pytest.mark.parametrize("kind", ["tagging", "span"])
-def test_token_level_heads_export(tmp_path, kind):
+@pytest.mark.parametrize("kind", ["mean_pooling", "tagging", "span"])
+def test_other_heads_export(tmp_path, kind):
     config = CONFIG.replace(num_hidden_layers=1)
-    module = (heads.BertForTokenClassification(config, 4) if kind == "tagging"
-              else heads.BertForQuestionAnswering(config))
+    module = {"mean_pooling": heads.BertForSequenceClassification(config, 4, pooling="mean"),
+              "tagging": heads.BertForTokenClassification(config, 4),
+              "span": heads.BertForQuestionAnswering(config)}[kind]
     params = random_params(module, seed=2)
-    task = ({"name": "pos", "family": "tagging", "label_names": list("ABCD")}
-            if kind == "tagging" else {"name": "squad", "family": "squad"})
+    task = {"mean_pooling": {"family": "classification", "label_names": list("ABCD"),
+                             "config": {"pooling": "mean"}},
+            "tagging": {"name": "pos", "family": "tagging", "label_names": list("ABCD")},
+            "span": {"name": "squad", "family": "squad"}}[kind]
     pretrained.save(tmp_path / "model", config, params, tokenizer=WordPieceTokenizer(VOCAB),
                     task=task)
     export.export(str(tmp_path / "model"), str(tmp_path / "out"), formats=("jax",),
@@ -163,7 +166,7 @@ def test_token_level_heads_export(tmp_path, kind):
     inputs = encode(TEXTS, PAIRS)
     out = export.ServedModel(str(tmp_path / "out"))(*inputs)
     want = jax.jit(module.apply)({"params": params}, *inputs)
-    if kind == "tagging":
+    if kind != "span":
         np.testing.assert_allclose(out["logits"], want, atol=1e-5)
         np.testing.assert_array_equal(out["label_ids"], np.argmax(want, -1))
     else:

@@ -91,7 +91,8 @@ def test_jsonl_pair_regression_with_packing(tmp_path, compile_cache):
     config = micro_config("csv", f"train_file={path}", f"validation_file={path}",
                           "text_column=a", "text_pair_column=b", "label_column=score",
                           "packing=true", "length_bucketing=true", "dtype=bfloat16",
-                          "remat_policy=full", "num_train_epochs=2", "keep_checkpoint=last")
+                          "remat_policy=full", "num_train_epochs=2", "keep_checkpoint=last",
+                          "pooling=mean")
     with shared_compilation_cache(compile_cache):
         results = trainer.finetune(config, str(tmp_path / "run"))
     assert results["kept_epoch"] == 2
@@ -102,6 +103,11 @@ def test_jsonl_pair_regression_with_packing(tmp_path, compile_cache):
     best = pretrained.load(str(tmp_path / "run" / "best"))
     assert (best.config.dtype, best.config.remat_policy) == ("bfloat16", "full")
     assert {p.dtype for p in jax.tree.leaves(best.params)} == {np.dtype("float32")}
+    assert "pooler" not in best.params["bert"]  # the mean-pooled head has none to train
+    with shared_compilation_cache(compile_cache):
+        [record] = trainer.load_finetuned(str(tmp_path / "run")).predict([(rows[0]["a"],
+                                                                          rows[0]["b"])])
+    assert np.isfinite(record["score"])
 
 
 def test_keep_checkpoint_rules():
@@ -119,10 +125,11 @@ def test_label_inference():
     assert csv_task.infer_labels(["1", "2"], "regression") is None
 
 
-def test_packed_rows_give_the_same_logits_as_separate_rows():
+@pytest.mark.parametrize("pooling", heads.CLASSIFIER_POOLINGS)
+def test_packed_rows_give_the_same_logits_as_separate_rows(pooling):
     tokenizer = load_tokenizer(DEFAULT_VOCAB)
     config = get_config("tiny", vocab_size=tokenizer.vocab_size, num_hidden_layers=1)
-    model = heads.BertForSequenceClassification(config, 3)
+    model = heads.BertForSequenceClassification(config, 3, pooling)
     texts = ["a short one", "another example that is a little longer", "third"]
     features = [{"input_ids": [tokenizer.cls_id, *tokenizer.encode(t).ids, tokenizer.sep_id],
                  "segment_ids": [0] * (len(tokenizer.encode(t).ids) + 2), "label": i,
@@ -185,6 +192,7 @@ def test_missing_column_names_the_columns(tmp_path, sentiment_files):
     ("--config.train_file=/no/such.tsv", "error: no such file: /no/such.tsv"),
     ("--config.keep_checkpoint=first",
      "error: keep_checkpoint must be one of best, last; got 'first'"),
+    ("--config.pooling=max", "error: pooling must be one of pooler, mean; got 'max'"),
 ])
 def test_finetune_command_names_bad_input_in_one_line(override, message, capsys):
     from bert_jax import cli as bert_jax_cli

@@ -124,6 +124,17 @@ def test_fine_tuned_heads_load_in_transformers(tmp_path, kind, architecture):
         np.testing.assert_allclose(ours, theirs.logits.numpy(), atol=1e-5)
 
 
+def test_mean_pooled_classifier_is_not_exported_as_a_pooler_classifier(tmp_path):
+    module = heads.BertForSequenceClassification(CONFIG, 2, pooling="mean")
+    pretrained.save(tmp_path / "ours", CONFIG, random_params(module),
+                    tokenizer=WordPieceTokenizer(VOCAB),
+                    task={"family": "classification", "label_names": ["a", "b"],
+                          "config": {"pooling": "mean"}})
+    with pytest.raises(ValueError, match="reads mean-pooled states, but transformers'"):
+        cli.main(["--checkpoint", str(tmp_path / "ours"), "--to-hf", str(tmp_path / "hf")])
+    assert not (tmp_path / "hf").exists()
+
+
 def test_minilm_export_loads_and_embeds_the_same(tmp_path, minilm_dir):
     source = minilm_dir
     assert cli.main(["--from-hf", source, "--out", str(tmp_path / "ours")]) == 0

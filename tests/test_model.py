@@ -131,6 +131,21 @@ def test_task_heads_shapes_and_encoder_subtree():
     assert mc.apply({"params": init(mc, choices)}, choices).shape == (2, 4)
 
 
+def test_mean_pooling_classifier_reads_the_mean_of_real_tokens():
+    model = BertForSequenceClassification(CONFIG, 2, pooling="mean")
+    ids = jnp.array([[2, 5, 6, 7, 3, 0, 0], [2, 9, 3, 11, 12, 3, 0]], jnp.int32)
+    mask = (ids != 0).astype(jnp.int32)
+    segments = jnp.array([[0] * 7, [0, 0, 0, 1, 1, 1, 0]], jnp.int32)
+    params = nn.unbox(model.init(jax.random.key(0), ids, mask, segments)["params"])
+    assert "pooler" not in params["bert"]
+    logits = model.apply({"params": params}, ids, mask, segments)
+    states = BertModel(CONFIG, add_pooling_layer=False).apply(
+        {"params": params["bert"]}, ids, mask, segments).sequence_output
+    means = np.stack([np.asarray(states[i])[np.asarray(mask[i]) == 1].mean(0) for i in (0, 1)])
+    kernel, bias = params["classifier"]["kernel"], params["classifier"]["bias"]
+    np.testing.assert_allclose(logits, means @ kernel + bias, atol=1e-5)
+
+
 def test_initialisation_follows_bert():
     params = init(BertForPreTraining(CONFIG.replace(initializer_range=0.02)), random_ids((1, 4)))
     kernel = params["bert"]["encoder"]["layer_0"]["intermediate"]["kernel"]

@@ -120,11 +120,16 @@ def to_hf(checkpoint: str, out: str, overwrite: bool = False) -> list[str]:
     """Writes config.json, model.safetensors and the tokenizer files of a model directory
     (or workdir) as an HF directory. Returns notes for the user (dropped tensors, ...)."""
     from bert_jax.convert.hf import save_hf_dir
-    from bert_jax.export import resolve_model_dir
+    from bert_jax.export import classifier_pooling, resolve_model_dir
 
     model = pretrained.load(resolve_model_dir(checkpoint))
     params = dict(model.params)
     architecture, keeps_pooler = hf_architecture(params, model.task)
+    if architecture == "BertForSequenceClassification" and \
+            classifier_pooling(model.task) != "pooler":
+        raise ValueError(f"{checkpoint}: the classifier reads {classifier_pooling(model.task)}"
+                         "-pooled states, but transformers' BertForSequenceClassification "
+                         "reads the pooler; export it with `bert-jax export` instead")
     notes = []
     if not keeps_pooler and "pooler" in params["bert"]:
         params["bert"] = {k: v for k, v in params["bert"].items() if k != "pooler"}

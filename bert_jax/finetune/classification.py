@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bert_jax import heads, losses
+from bert_jax.config import check_choice
 from bert_jax.finetune import files, metrics
 from bert_jax.finetune.tasks import Task
 
@@ -80,6 +81,8 @@ class ClassificationTask(Task):
         self.label_names = label_names
         self.metric = metric
         head_fraction(config.get("truncation", "head"))  # an unknown one fails now
+        self.pooling = config.get("pooling", "pooler")  # older model directories lack it
+        check_choice("pooling", self.pooling, heads.CLASSIFIER_POOLINGS)
         self.selection_metric = {"matthews": "matthews_corrcoef", "f1_accuracy": "f1",
                                  "pearson_spearman": "pearson", "regression": "pearson"
                                  }.get(metric, "accuracy")
@@ -156,7 +159,7 @@ class ClassificationTask(Task):
         return examples
 
     def model(self, config):
-        return heads.BertForSequenceClassification(config, self.num_labels)
+        return heads.BertForSequenceClassification(config, self.num_labels, self.pooling)
 
     def model_inputs(self, batch):
         inputs = super().model_inputs(batch)
