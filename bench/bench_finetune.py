@@ -7,8 +7,9 @@
 Each prints a JSON line with the metric, wall time and throughput, and exits 0 with
 a clear "skipped" reason when the data or the MiniLM package is absent.
 Default recipes: spam trains on all 4,853 e-mails for 3 epochs at lr 1e-4 with
-head+tail truncation and tests the model at the end of the schedule (the dev set, 564
-e-mails at about 99%, cannot rank the epochs); brown_pos trains on 6,000 sentences for
+head+tail truncation and the classifier on mean-pooled states (`--pooling`), and tests
+the model at the end of the schedule (the dev set, 564 e-mails at about 99%, cannot
+rank the epochs); brown_pos trains on 6,000 sentences for
 1 epoch at lr 2e-4 (both batch 16, seq 128, length bucketing); packing on 3,000 short
 e-mails for 1 epoch at batch 32, padded to 128 tokens or packed.
 `packing` cuts every email to its first `--words` words (subject and opening line):
@@ -67,8 +68,9 @@ def bench_spam(args, cache):
         f"max_train_examples={args.train_examples}", f"num_train_epochs={args.epochs}",
         f"learning_rate={args.learning_rate}", f"global_batch_size={args.batch_size}",
         "length_bucketing=true", f"max_seq_length={args.max_seq_length}",
-        f"truncation={args.truncation}", f"keep_checkpoint={args.keep_checkpoint}",
-        f"seed={args.seed}"], os.path.join(cache, "spam"))
+        f"truncation={args.truncation}", f"pooling={args.pooling}",
+        f"keep_checkpoint={args.keep_checkpoint}", f"seed={args.seed}"],
+        os.path.join(cache, "spam"))
     return {"bench": "minilm_spam", "test_accuracy": results["test"]["accuracy"],
             "dev_accuracy": results["validation"]["accuracy"],
             "kept_epoch": results["kept_epoch"], **_timing(results)}
@@ -142,6 +144,8 @@ def main():
     parser.add_argument("--batch-size", type=int, default=16, help="spam, brown_pos")
     parser.add_argument("--max-seq-length", type=int, default=128, help="spam, brown_pos")
     parser.add_argument("--truncation", default="head+tail", help="spam: head or head+tail")
+    parser.add_argument("--pooling", choices=["pooler", "mean"], default="mean",
+                        help="spam: what the classifier reads")
     parser.add_argument("--seed", type=int, default=42, help="spam")
     parser.add_argument("--keep-checkpoint", choices=["best", "last"], default="last",
                         help="spam: the model tested (best = the best dev epoch)")
