@@ -12,12 +12,11 @@ import os
 from typing import Sequence
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from bert_jax import pretrained
 from bert_jax.config import BertConfig
-from bert_jax.model import BertModel
+from bert_jax.model import BertModel, mean_pool
 from bert_jax.tokenization import load_tokenizer
 
 POOLINGS = ("cls", "mean", "pooler")
@@ -45,8 +44,7 @@ def _embed_batch(params, ids, mask, *, config: BertConfig, pooling: str, layer: 
     states = out.sequence_output if layer == -1 else out.hidden_states[layer]
     if pooling == "cls":
         return states[:, 0]
-    weights = mask[..., None].astype(states.dtype)
-    return jnp.sum(states * weights, axis=1) / jnp.maximum(jnp.sum(weights, axis=1), 1)
+    return mean_pool(states, mask)
 
 
 def embed_texts(model: pretrained.Pretrained, texts: Sequence[str], *, pooling: str = "mean",

@@ -27,7 +27,7 @@ import numpy as np
 
 from bert_jax import heads, pretrained
 from bert_jax.atomic import atomic_directory
-from bert_jax.model import BertModel
+from bert_jax.model import BertModel, mean_pool
 
 SERVING_FILE = "serving.json"
 JAX_FILE = "model.jaxexport"
@@ -120,9 +120,8 @@ def serving_function(model: pretrained.Pretrained
             return {"logits": raw, "label_ids": jnp.argmax(raw, axis=-1).astype(jnp.int32)}
         if kind == "span":
             return {"start_logits": raw[0], "end_logits": raw[1]}
-        weights = input_mask.astype(raw.sequence_output.dtype)[..., None]
-        mean = (raw.sequence_output * weights).sum(1) / jnp.maximum(weights.sum(1), 1.0)
-        out = {"sequence_output": raw.sequence_output, "mean_embedding": mean}
+        out = {"sequence_output": raw.sequence_output,
+               "mean_embedding": mean_pool(raw.sequence_output, input_mask)}
         if raw.pooled_output is not None:
             out["pooled_output"] = raw.pooled_output
         return out

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 
 from bert_jax.config import BertConfig, check_choice
 from bert_jax.model import (BertModel, BertOutput, activation, dense_init, gather_positions,
-                            layer_norm, zeros_init)
+                            layer_norm, mean_pool, zeros_init)
 
 Array = jax.Array
 
@@ -86,22 +86,6 @@ class BertForPreTraining(nn.Module):
 # "pooler" is BERT's tanh layer on [CLS]; "mean" averages the example's tokens, the
 # sentence embedding that sentence-transformers models (all-MiniLM, ...) were trained for.
 CLASSIFIER_POOLINGS = ("pooler", "mean")
-
-
-def mean_pool(states: Array, input_mask: Array | None, example_ids: Array | None = None,
-              num_examples: int | None = None) -> Array:
-    """The masked mean of states [B, L, H] over each example's tokens: [B, H], or
-    [B, K, H] for packed rows (`example_ids` 1..K, `num_examples` K)."""
-    if example_ids is None:
-        weights = (jnp.ones(states.shape[:2]) if input_mask is None else input_mask)[:, None]
-    else:
-        weights = example_ids[:, None, :] == jnp.arange(1, num_examples + 1)[None, :, None]
-    weights = weights.astype(states.dtype)  # [B, K or 1, L]
-    # Summed in float32: hundreds of bfloat16 terms would lose the mean's low bits.
-    sums = jnp.einsum("bkl,blh->bkh", weights, states, preferred_element_type=jnp.float32)
-    means = (sums / jnp.maximum(weights.sum(-1, keepdims=True, dtype=jnp.float32), 1.0)
-             ).astype(states.dtype)
-    return means[:, 0] if example_ids is None else means
 
 
 class BertForSequenceClassification(nn.Module):

@@ -125,10 +125,9 @@ def to_hf(checkpoint: str, out: str, overwrite: bool = False) -> list[str]:
     model = pretrained.load(resolve_model_dir(checkpoint))
     params = dict(model.params)
     architecture, keeps_pooler = hf_architecture(params, model.task)
-    if architecture == "BertForSequenceClassification" and \
-            classifier_pooling(model.task) != "pooler":
-        raise ValueError(f"{checkpoint}: the classifier reads {classifier_pooling(model.task)}"
-                         "-pooled states, but transformers' BertForSequenceClassification "
+    pooling = classifier_pooling(model.task)
+    if architecture == "BertForSequenceClassification" and pooling != "pooler":
+        raise ValueError(f"{checkpoint}: the classifier reads {pooling}-pooled states, but transformers' BertForSequenceClassification "
                          "reads the pooler; export it with `bert-jax export` instead")
     notes = []
     if not keeps_pooler and "pooler" in params["bert"]:
