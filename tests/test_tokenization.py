@@ -213,8 +213,8 @@ def test_tokenize_cli(minilm_vocab):
 def test_train_wordpiece_cli(tmp_path):
     sample = tmp_path / "sample.txt"
     sample.write_text("\n".join(corpus_lines(1000)))
-    assert train.main(["--input", str(sample), "--vocab-size", "600", "--out",
-                       str(tmp_path / "wp")]) == 0
+    assert train.main(["--input", str(sample), "--type", "wordpiece", "--vocab-size", "600",
+                       "--out", str(tmp_path / "wp")]) == 0
     tok = load_tokenizer(str(tmp_path / "wp"))
     assert tok.vocab_size == 600 and tok.id_to_token(4) == "[MASK]"
     assert tok.encode("the jury said").tokens[0] == "the"
