@@ -104,4 +104,6 @@ def test_partial_restore_fills_missing_parts_and_is_needed_for_them(source, tmp_
     assert_trees_equal(got, want)
     copied = want["bert"]["encoder"]["layer_0"]
     assert jax.tree.structure(fresh) == jax.tree.structure(copied)
-    assert not np.array_equal(fresh["intermediate"]["kernel"], copied["intermediate"]["kernel"])
+    kernel = fresh["intermediate"]["kernel"]  # BERT's init: truncated normal, std 0.02
+    assert not np.array_equal(kernel, copied["intermediate"]["kernel"])
+    assert 0.01 < kernel.std() < 0.03 and not fresh["intermediate"]["bias"].any()
