@@ -67,13 +67,31 @@ def dummy_inputs(batch_size: int, seq_length: int, num_predictions: int) -> tupl
     return ids, ids, ids, jnp.zeros((batch_size, num_predictions), jnp.int32)
 
 
-def forward(model: nn.Module, params: Any, batch: dict, *, rng=None) -> tuple[jax.Array, dict]:
-    """Loss and metrics of one batch; dropout on when `rng` is given."""
+def _weight_sums(batch: dict) -> tuple[jax.Array, jax.Array]:
+    """(MLM, NSP) weight sums: the denominators of `losses.pretraining_loss`."""
+    nsp = batch.get("next_sentence_weights", jnp.ones(batch["next_sentence_labels"].shape))
+    return jnp.sum(batch["masked_lm_weights"]), jnp.sum(nsp)
+
+
+def forward(model: nn.Module, params: Any, batch: dict, *, rng=None,
+            totals: tuple | None = None) -> tuple[jax.Array, dict]:
+    """Loss and metrics of one batch; dropout on when `rng` is given.
+    totals: the whole batch's `_weight_sums` when `batch` is one micro-batch of it;
+    the losses and metrics are then this micro-batch's share of the whole batch's
+    weighted means, so the micro-batches' gradients sum to the whole batch's."""
     extra = {k: batch[k] for k in _OPTIONAL_INPUTS if k in batch}
     out = model.apply({"params": params}, batch["input_ids"], batch["input_mask"],
                       batch["segment_ids"], batch["masked_lm_positions"], **extra,
                       deterministic=rng is None, rngs={"dropout": rng} if rng is not None else {})
-    return losses.pretraining_loss(out.mlm_logits, out.nsp_logits, batch)
+    loss, metrics = losses.pretraining_loss(out.mlm_logits, out.nsp_logits, batch)
+    if totals is None:
+        return loss, metrics
+    mlm_share, nsp_share = (part / jnp.maximum(total, 1e-5)
+                            for part, total in zip(_weight_sums(batch), totals))
+    metrics = {k: v * (nsp_share if k.startswith("nsp") else mlm_share)
+               for k, v in metrics.items() if k != "loss"}
+    metrics["loss"] = metrics["mlm_loss"] + metrics["nsp_loss"]
+    return metrics["loss"], metrics
 
 
 def _split_microbatches(batch: dict, count: int) -> dict:
@@ -91,17 +109,19 @@ def train_step(state: TrainState, batch: dict, *, model: nn.Module,
     """One optimizer update on a global batch {key: [B, ...]}.
 
     Dropout keys come from `state.step_rng()`. With grad_accum_steps = k the
-    batch is processed as k sequential micro-batches and their mean gradient
-    applied. A non-finite loss or gradient norm leaves params and optimizer
+    batch is processed as k sequential micro-batches whose gradients add up to the
+    whole batch's (each weighted by its share of the masked tokens and NSP labels). A non-finite loss or gradient norm leaves params and optimizer
     state unchanged and increments `state.nonfinite_steps`.
     Returns (next state, metrics of scalars).
     """
     rng = state.step_rng()
     grad_fn = jax.value_and_grad(functools.partial(forward, model), has_aux=True)
 
+    totals = None if grad_accum_steps == 1 else _weight_sums(batch)
+
     def grads_and_metrics(index, micro_batch):
         key = rng if grad_accum_steps == 1 else jax.random.fold_in(rng, index)
-        (_, metrics), grads = grad_fn(state.params, micro_batch, rng=key)
+        (_, metrics), grads = grad_fn(state.params, micro_batch, rng=key, totals=totals)
         return grads, metrics
 
     with nn.logical_axis_rules(rules):
@@ -115,7 +135,6 @@ def train_step(state: TrainState, batch: dict, *, model: nn.Module,
                                                      grads_and_metrics(*micro)), None)
             (grads, metrics), _ = jax.lax.scan(
                 add, zeros, (jnp.arange(grad_accum_steps), micro))
-            grads, metrics = jax.tree.map(lambda x: x / grad_accum_steps, (grads, metrics))
     grad_norm = optax.global_norm(grads)
     finite = jnp.isfinite(metrics["loss"]) & jnp.isfinite(grad_norm)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)

@@ -91,6 +91,40 @@ def test_oracle_logits_recover_exact_answers(tmp_path, tokenizer, version_2):
     assert scores["f1"] == pytest.approx(100 * (n - 1 + 2 / 3) / n)
 
 
+@pytest.mark.parametrize("threshold,empty", [(0.0, True), (1.5, False)])
+def test_v2_empty_answer_when_the_null_score_beats_the_best_span_by_the_threshold(
+        tmp_path, tokenizer, threshold, empty):
+    """The unanswerable question gets null score 1 + 1 = 2 ([CLS]) and a best span of
+    score 0.5 + 0.5 = 1: null_score_diff 1. Threshold 0: "" (NoAns EM 100); threshold
+    1.5: the span (NoAns EM 0). An inverted comparison, a rule that ignores the
+    threshold, or one that never answers "" fails one of the two cases."""
+    path = squad_json(tmp_path / "dev.json", True)
+    config = micro_config("squad_v2", f"validation_file={path}", "max_seq_length=40",
+                          "doc_stride=16", "max_query_length=12",
+                          f"null_score_diff_threshold={threshold}")
+    task = tasks.get_task(config)
+    examples = task.load("validation")
+    features = task.featurize(examples, tokenizer, 40, training=True)
+    outputs = oracle_outputs(features)
+    none = [e["id"] for e in examples].index("none")
+    windows = [(f, o) for f, o in zip(features, outputs) if f["_example_index"] == none]
+    for logits in (x for _, o in windows for x in o.values()):  # every window: null 2
+        logits[:] = -10.0
+        logits[0] = 1.0
+    feature, out = windows[0]
+    span = next(p for p, c in enumerate(feature["_token_to_context"])
+                if c >= 0 and feature["_max_context"][p])
+    out["start_logits"][span] = out["end_logits"][span] = 0.5
+    records = {r["id"]: r for r in task.predict(examples, features, outputs)}
+    assert records["none"]["null_score_diff"] == pytest.approx(1.0)
+    offsets = feature["_offsets"][feature["_token_to_context"][span]]
+    assert records["none"]["answer"] == ("" if empty else SHORT_CONTEXT[slice(*offsets)])
+    assert records["none"]["answer"] or empty  # a real span, not "" by accident
+    scores = task.evaluate(examples, features, outputs)
+    assert scores["HasAns_exact_match"] == 100.0
+    assert scores["NoAns_exact_match"] == (100.0 if empty else 0.0)
+
+
 def test_squad_v2_end_to_end_on_json_fixtures(tmp_path):
     train = squad_json(tmp_path / "train.json", True)
     config = micro_config("squad_v2", f"train_file={train}", f"validation_file={train}",

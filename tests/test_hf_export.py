@@ -158,3 +158,40 @@ def test_minilm_export_loads_and_embeds_the_same(tmp_path, minilm_dir):
     mean = (theirs * mask).sum(1) / mask.sum(1)
     cosine = mean[0] @ mean[1] / np.linalg.norm(mean[0]) / np.linalg.norm(mean[1])
     assert abs(cosine - 0.755) < 1e-3
+
+
+def test_multiple_choice_matches_transformers_and_exports_back(tmp_path):
+    """BertForMultipleChoice on transformers' weights (scaled as in the parity tests)
+    gives transformers' logits for [B, C, L] inputs with padding; exported with --to-hf,
+    transformers loads it as BertForMultipleChoice with every weight bit-identical."""
+    from bert_jax.convert import hf
+    from test_model_parity import scale_weights
+
+    torch.manual_seed(1)
+    hf_config = transformers.BertConfig(**CONFIG.to_google_dict())
+    original = scale_weights(transformers.BertForMultipleChoice(hf_config).eval())
+    state = {k: v.detach().numpy() for k, v in original.state_dict().items()}
+    params = hf.params_from_hf(state, CONFIG)
+
+    rng = np.random.default_rng(2)
+    ids = rng.integers(5, 40, size=(2, 3, 10)).astype(np.int32)
+    mask = (np.arange(10) < rng.integers(3, 11, size=(2, 3, 1))).astype(np.int32)
+    segments = (np.arange(10) >= 4).astype(np.int32) * mask
+    ids = ids * mask
+    ours = np.asarray(jax.jit(heads.BertForMultipleChoice(CONFIG).apply)(
+        {"params": params}, ids, mask, segments))
+    theirs = run_hf(original, ids, mask, segments).logits.numpy()
+    assert ours.shape == (2, 3) and ours.std() > 0.1  # choices scored differently
+    np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-4)
+
+    pretrained.save(tmp_path / "ours", CONFIG, params, tokenizer=WordPieceTokenizer(VOCAB),
+                    task={"name": "swag", "kind": "multiple_choice"})
+    assert cli.main(["--checkpoint", str(tmp_path / "ours"),
+                     "--to-hf", str(tmp_path / "hf")]) == 0
+    exported = load_hf(tmp_path / "hf")
+    assert type(exported).__name__ == "BertForMultipleChoice"
+    after = load_file(tmp_path / "hf" / "model.safetensors")
+    assert set(after) == set(state)
+    for name, value in after.items():
+        assert np.array_equal(value, state[name]), name
+    np.testing.assert_array_equal(run_hf(exported, ids, mask, segments).logits.numpy(), theirs)

@@ -22,7 +22,12 @@ def random_reference(config: BertConfig, seed: int):
     """
     torch.manual_seed(seed)
     hf_config = transformers.BertConfig(**config.to_hf_dict())
-    model = transformers.BertForPreTraining(hf_config).eval()
+    return scale_weights(transformers.BertForPreTraining(hf_config).eval())
+
+
+def scale_weights(model):
+    """Every weight of a transformers model random and of a size that keeps activations
+    of order one (see `random_reference`); in place, returns the model."""
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "LayerNorm" in name:

@@ -4,6 +4,7 @@ same parameters. Each test launches `bert-jax` subprocesses, hence slow."""
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -54,8 +55,18 @@ def test_sigkill_right_after_a_checkpoint_resumes_exactly(tmp_path, text_corpus)
     process.send_signal(signal.SIGKILL)
     process.wait()
     assert committed.is_dir() and not (killed / "checkpoints" / "6").exists()
-    subprocess.run(command(killed, text_corpus), env=environment(), check=True,
-                   capture_output=True)
+    saved = {int(n) for n in os.listdir(killed / "checkpoints") if n.isdigit()}
+    started = time.time()
+    rerun = subprocess.run(command(killed, text_corpus), env=environment(), check=True,
+                           capture_output=True, text=True)
+    # It resumed from a checkpoint the killed run committed (2, or 4 if the kill came
+    # late), and logged only the steps after it: a rerun from scratch would log step 1.
+    resumed = int(re.search(r"resumed from step (\d+)", rerun.stderr).group(1))
+    assert resumed in saved and resumed >= 2, (resumed, saved)
+    with open(killed / "metrics.jsonl") as f:
+        logged = [json.loads(line) for line in f]
+    steps = [r["step"] for r in logged if "train/loss" in r and r["time"] > started]
+    assert steps == list(range(resumed + 1, 7)), steps
     jax.tree.map(np.testing.assert_array_equal, params(killed), params(straight))
 
 

@@ -41,32 +41,91 @@ def test_zero_gradient_only_decays_the_masked_params(name):
     assert float(jnp.abs(updates["bert"]["embeddings"]["layer_norm"]["scale"]).sum()) == 0
 
 
-def test_adamw_matches_optax_with_clipping():
+# BERT's decay mask for PARAMS written out by hand, so the references do not reuse
+# `decay_mask`: LayerNorm parameters and biases do not decay.
+HAND_MASK = {"bert": {"embeddings": {"layer_norm": {"scale": False, "bias": False},
+                                     "word_embeddings": {"embedding": True}},
+                      "pooler": {"kernel": True, "bias": False}},
+             "mlm": {"output_bias": False}}
+SCHEDULE = optax.linear_schedule(1e-2, 0, 10)  # bert_schedule without warmup
+
+
+def varied_gradients(count, seed=0):
+    """`count` gradient trees with different directions and global norms (0.3 to 30)."""
+    keys = jax.random.split(jax.random.key(seed), count)
+    leaves, treedef = jax.tree.flatten(PARAMS)
+    out = []
+    for i, key in enumerate(keys):
+        noise = [jax.random.normal(k, p.shape) for k, p in
+                 zip(jax.random.split(key, len(leaves)), leaves)]
+        scale = (0.3, 30.0, 3.0, 0.5)[i % 4] / float(optax.global_norm(noise))
+        out.append(jax.tree.unflatten(treedef, [scale * n for n in noise]))
+    return out
+
+
+def run_updates(tx, gradient_trees):
+    """Params after applying `tx` to each gradient tree in turn."""
+    params, state = PARAMS, tx.init(PARAMS)
+    for grads in gradient_trees:
+        updates, state = tx.update(grads, state, params)
+        params = optax.apply_updates(params, updates)
+    return params
+
+
+def assert_trees_close(got, want, rtol=1e-5, atol=1e-7):
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=rtol, atol=atol), got, want)
+
+
+def trees_differ(a, b):
+    return any(not np.allclose(x, y, rtol=1e-4, atol=1e-6)
+               for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+
+
+@pytest.mark.parametrize("name,reference", [("adamw", optax.adamw), ("lamb", optax.lamb)])
+@pytest.mark.parametrize("max_grad_norm", [0.0, 1.0])
+def test_optimizer_matches_optax_with_the_decay_mask(name, reference, max_grad_norm):
+    """Four steps of varied gradients with weight decay 0.1 against optax's own AdamW /
+    LAMB given the hand-written mask (and clipping to norm 1 when asked). Breaking the
+    mask (decay everything) or dropping the clip makes this fail."""
     tx, _ = make_optimizer(learning_rate=1e-2, num_train_steps=10, warmup_steps=0,
-                           weight_decay=0.0, max_grad_norm=1.0)
-    ref = optax.chain(optax.clip_by_global_norm(1.0),
-                      optax.adamw(optax.linear_schedule(1e-2, 0, 10), eps=1e-6,
-                                  weight_decay=0.0))
-    grads = jax.tree.map(lambda p: 10 * jnp.ones_like(p), PARAMS)
-    got, _ = tx.update(grads, tx.init(PARAMS), PARAMS)
-    want, _ = ref.update(grads, ref.init(PARAMS), PARAMS)
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6), got, want)
+                           optimizer=name, weight_decay=0.1, max_grad_norm=max_grad_norm)
+    ref = reference(SCHEDULE, b1=0.9, b2=0.999, eps=1e-6, weight_decay=0.1, mask=HAND_MASK)
+    if max_grad_norm:
+        ref = optax.chain(optax.clip_by_global_norm(max_grad_norm), ref)
+    grads = varied_gradients(4)
+    got = run_updates(tx, grads)
+    assert_trees_close(got, run_updates(ref, grads))
+    # The cases can fail: decay reaches the masked params, and clipping changes the result.
+    no_decay = reference(SCHEDULE, b1=0.9, b2=0.999, eps=1e-6, weight_decay=0.0)
+    assert trees_differ(got["bert"]["pooler"]["kernel"],
+                        run_updates(no_decay, grads)["bert"]["pooler"]["kernel"])
+    unclipped, _ = make_optimizer(learning_rate=1e-2, num_train_steps=10, warmup_steps=0,
+                                  optimizer=name, weight_decay=0.1, max_grad_norm=0.0)
+    assert trees_differ(got, run_updates(unclipped, grads)) == bool(max_grad_norm)
 
 
 def test_gradient_accumulation_applies_the_mean_every_k_calls():
-    tx, _ = make_optimizer(learning_rate=0.1, num_train_steps=10, warmup_steps=0,
-                           grad_accum_steps=2, weight_decay=0.0)
-    one, _ = make_optimizer(learning_rate=0.1, num_train_steps=10, warmup_steps=0,
-                            weight_decay=0.0)
-    g1 = jax.tree.map(jnp.ones_like, PARAMS)
-    g2 = jax.tree.map(lambda p: 3 * jnp.ones_like(p), PARAMS)
-    state = tx.init(PARAMS)
-    first, state = tx.update(g1, state, PARAMS)
-    assert all(float(jnp.abs(x).sum()) == 0 for x in jax.tree.leaves(first))
-    second, _ = tx.update(g2, state, PARAMS)
-    mean = jax.tree.map(lambda a, b: (a + b) / 2, g1, g2)
-    want, _ = one.update(mean, one.init(PARAMS), PARAMS)
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6), second, want)
+    """k=3 micro-batch gradients, different on every call, clipping off, eps=1 so the
+    update depends on the gradient's scale (Adam is otherwise nearly scale-invariant):
+    two rounds equal two plain updates with each round's mean gradient. Summing, or
+    keeping the first or the last micro-batch, fails."""
+    settings = dict(learning_rate=0.1, num_train_steps=10, warmup_steps=0,
+                    weight_decay=0.01, eps=1.0, max_grad_norm=0.0)
+    tx, _ = make_optimizer(**settings, grad_accum_steps=3)
+    one, _ = make_optimizer(**settings)
+    grads = varied_gradients(6, seed=1)
+    params, state = PARAMS, tx.init(PARAMS)
+    for i, g in enumerate(grads):
+        updates, state = tx.update(g, state, params)
+        if i % 3 != 2:  # nothing moves between the k-th calls
+            assert all(float(jnp.abs(x).sum()) == 0 for x in jax.tree.leaves(updates))
+        params = optax.apply_updates(params, updates)
+    means = [jax.tree.map(lambda *g: sum(g) / 3, *grads[r:r + 3]) for r in (0, 3)]
+    assert_trees_close(params, run_updates(one, means))
+    # What a wrong accumulation would give is measurably different here.
+    for wrong in ([jax.tree.map(lambda *g: sum(g), *grads[r:r + 3]) for r in (0, 3)],
+                  [grads[0], grads[3]], [grads[2], grads[5]]):
+        assert trees_differ(params, run_updates(one, wrong))
 
 
 def test_bad_arguments_fail_clearly():

@@ -1,6 +1,7 @@
 """Tokenizers against independent references: transformers' BertTokenizer
 (the Rust `tokenizers` implementation) for ids, offsets and words, and
 tensorflow-text for the in-graph path."""
+import glob
 import gzip
 import os
 import subprocess
@@ -11,10 +12,16 @@ import pytest
 
 from bert_jax.tokenization import (DEFAULT_VOCAB, SentencePieceTokenizer, TokenizerError,
                                    WordPieceTokenizer, load_tokenizer)
+from bert_jax.data import corpus
 from bert_jax.tokenization import train
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BROWN = os.path.join(REPO, "..", "shared", "data", "corpus", "brown.txt.gz")
+# The tests that need a real English corpus read Brown from the shared data beside the
+# clone when it is there, else the corpus shipped in the package (KJV + State of the
+# Union), so they run on any fresh clone. BERT_JAX_SHARED_DATA moves the lookup (a
+# missing directory exercises the fallback).
+SHARED_DATA = os.environ.get("BERT_JAX_SHARED_DATA", os.path.join(REPO, "..", "shared", "data"))
+BROWN = os.path.join(SHARED_DATA, "corpus", "brown.txt.gz")
 
 ADVERSARIAL = [
     "Héllo Wörld ÀÉÎÕÜ ñ ç naïve café résumé", "中文字符测试 日本語 한국어 混合text字",
@@ -27,12 +34,17 @@ ADVERSARIAL = [
 ]
 
 
-def _brown_lines(limit=None):
-    if not os.path.exists(BROWN):
-        pytest.skip(f"the Brown corpus is not available at {BROWN}")
-    with gzip.open(BROWN, "rt", encoding="utf-8") as f:
-        lines = f.read().split("\n")
-    return lines[:limit] if limit else lines
+def corpus_lines(limit=None):
+    """All lines of Brown, or of the shipped corpus without it; `limit` lines are taken
+    evenly from every file (the shipped one has KJV and State of the Union shards)."""
+    paths = [BROWN] if os.path.exists(BROWN) else sorted(glob.glob(corpus.DEFAULT_CORPUS))
+    files = []
+    for path in paths:
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            files.append(f.read().split("\n"))
+    if limit:
+        files = [lines[:-(-limit // len(files))] for lines in files]
+    return [line for lines in files for line in lines][:limit]
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +67,7 @@ def cased_vocab(tmp_path_factory):
     model.pre_tokenizer = tokenizers.pre_tokenizers.BertPreTokenizer()
     trainer = tokenizers.trainers.WordPieceTrainer(
         vocab_size=3000, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])
-    text = _brown_lines(5000) + ADVERSARIAL
+    text = corpus_lines(5000) + ADVERSARIAL
     model.train_from_iterator(text, trainer)
     path = tmp_path_factory.mktemp("cased") / "vocab.txt"
     vocab = sorted(model.get_vocab().items(), key=lambda kv: kv[1])
@@ -77,8 +89,8 @@ def test_uncased_matches_transformers_on_adversarial_text(minilm_vocab, referenc
     _assert_same_as_reference(load_tokenizer(minilm_vocab), reference, ADVERSARIAL)
 
 
-def test_uncased_matches_transformers_on_whole_brown_corpus(minilm_vocab, reference):
-    tok, lines = load_tokenizer(minilm_vocab), _brown_lines()
+def test_uncased_matches_transformers_on_a_whole_corpus(minilm_vocab, reference):
+    tok, lines = load_tokenizer(minilm_vocab), corpus_lines()
     theirs = reference(lines, add_special_tokens=False)["input_ids"]
     mismatched = [line for line, ids in zip(lines, theirs) if tok.encode(line).ids != ids]
     assert not mismatched, mismatched[:3]
@@ -90,7 +102,7 @@ def test_cased_matches_transformers(cased_vocab):
     ref = transformers.BertTokenizer(cased_vocab, do_lower_case=False)
     tok = load_tokenizer(cased_vocab, do_lower_case=False)
     assert tok.encode("The").tokens == ["The"]
-    _assert_same_as_reference(tok, ref, ADVERSARIAL + _brown_lines(10000))
+    _assert_same_as_reference(tok, ref, ADVERSARIAL + corpus_lines(10000))
 
 
 def test_unknown_and_long_words(minilm_vocab):
@@ -118,7 +130,7 @@ def test_tf_tokenize_matches_python(minilm_vocab):
     tok = load_tokenizer(minilm_vocab)
     # tensorflow-text applies NFKC case folding (ß -> ss, ﬁ -> fi, Ⅻ -> xii): documented.
     folds_alike = lambda t: unicodedata.normalize("NFKC", t) == t and t.casefold() == t.lower()
-    texts = [t for t in ADVERSARIAL if folds_alike(t)] + ["İstanbul ΣΟΦΟΣ"] + _brown_lines(3000)
+    texts = [t for t in ADVERSARIAL if folds_alike(t)] + ["İstanbul ΣΟΦΟΣ"] + corpus_lines(3000)
     assert len(texts) >= len(ADVERSARIAL) - 6 + 3001
     ragged = tok.tf_tokenize(texts).to_list()
     for text, ids in zip(texts, ragged):
@@ -161,8 +173,7 @@ def test_clear_errors(tmp_path):
 @pytest.fixture(scope="module", params=["unigram", "bpe"])
 def sentencepiece_dir(request, tmp_path_factory):
     out = tmp_path_factory.mktemp(request.param)
-    from bert_jax.data import corpus
-    files = sorted(__import__("glob").glob(corpus.DEFAULT_CORPUS))[:1]
+    files = sorted(glob.glob(corpus.DEFAULT_CORPUS))[:1]
     assert train.main(["--input", *files, "--vocab-size", "1000", "--type", request.param,
                        "--out", str(out)]) == 0
     return str(out)
@@ -201,15 +212,15 @@ def test_tokenize_cli(minilm_vocab):
 @pytest.mark.slow
 def test_train_wordpiece_cli(tmp_path):
     sample = tmp_path / "sample.txt"
-    sample.write_text("\n".join(_brown_lines(1000)))
-    assert train.main(["--input", str(sample), "--vocab-size", "600", "--out",
-                       str(tmp_path / "wp")]) == 0
+    sample.write_text("\n".join(corpus_lines(1000)))
+    assert train.main(["--input", str(sample), "--type", "wordpiece", "--vocab-size", "600",
+                       "--out", str(tmp_path / "wp")]) == 0
     tok = load_tokenizer(str(tmp_path / "wp"))
     assert tok.vocab_size == 600 and tok.id_to_token(4) == "[MASK]"
     assert tok.encode("the jury said").tokens[0] == "the"
 
 
 def test_encode_ids_fast_path_equals_encode(minilm_vocab, sentencepiece_dir):
-    texts = ADVERSARIAL + _brown_lines(2000)
+    texts = ADVERSARIAL + corpus_lines(2000)
     for tok in (load_tokenizer(minilm_vocab), load_tokenizer(sentencepiece_dir)):
         assert tok.encode_ids(texts) == [tok.encode(t).ids for t in texts]
