@@ -187,10 +187,14 @@ def input_files(config: ml_collections.ConfigDict) -> list[str]:
         if not matches:
             raise UserError(f"input_files: {pattern!r} matches no file")
         files += matches
-    empty = [f for f in files if os.path.getsize(f) == 0]
-    if empty:
-        raise UserError(f"input_files: {empty[0]} is empty")
-    return sorted(set(files))
+    files = sorted(set(files))
+    texts = [f for f in files if not _is_tfrecord(f)]
+    if texts:
+        corpus.require_text(texts)
+    if any(os.path.getsize(f) == 0 for f in files):
+        raise UserError(f"input_files: {next(f for f in files if not os.path.getsize(f))} "
+                        "is empty")
+    return files
 
 
 def prepare_input_files(config: ml_collections.ConfigDict, workdir: str, tokenizer_path: str,
