@@ -15,6 +15,8 @@ import argparse
 import contextlib
 import functools
 import glob
+import hashlib
+import json
 import logging
 import math
 import os
@@ -30,6 +32,7 @@ import numpy as np
 import optax
 
 from bert_jax import checkpoint, losses, multihost, perf, sharding
+from bert_jax.atomic import atomic_directory
 from bert_jax.config import BertConfig, check_choice, check_inputs_fit
 from bert_jax.config import get_config as get_model_config
 from bert_jax.config_loader import load_config, split_config_args
@@ -197,31 +200,77 @@ def input_files(config: ml_collections.ConfigDict) -> list[str]:
     return files
 
 
+DATA_OPTIONS_FILE = "options.json"  # the data_options a converted directory was made with
+
+
+def data_cache_dir() -> str:
+    """Where the embedded corpus is converted once per machine: $BERT_JAX_CACHE_DIR/data,
+    else ~/.cache/bert_jax/data."""
+    root = os.environ.get("BERT_JAX_CACHE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "bert_jax")
+    return os.path.join(root, "data")
+
+
+def data_options(config: ml_collections.ConfigDict, files: list[str], vocabulary: str,
+                 num_shards: int) -> dict:
+    """What converted text depends on; recorded next to the TFRecords and compared on
+    reuse. Files are named by path, size and mtime (the embedded corpus by name and size,
+    identical wherever it is installed)."""
+    from bert_jax.data import corpus
+    embedded = not config.input_files
+    return {"format": 1, "vocabulary": vocabulary, "max_seq_length": config.max_seq_length,
+            "max_predictions_per_seq": config.max_predictions_per_seq,
+            "whole_word_masking": config.whole_word_masking,
+            "static_masking": not config.dynamic_masking, "seed": config.seed,
+            "num_shards": num_shards,
+            "inputs": [[os.path.relpath(f, corpus.CORPUS_DIR), os.path.getsize(f)] if embedded
+                       else [os.path.abspath(f), os.path.getsize(f), os.stat(f).st_mtime_ns]
+                       for f in files]}
+
+
+def _read_options(directory: str) -> dict | None:
+    try:
+        with open(os.path.join(directory, DATA_OPTIONS_FILE), encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
 def prepare_input_files(config: ml_collections.ConfigDict, workdir: str, tokenizer_path: str,
-                        writer: MetricsWriter) -> list[str]:
-    """TFRecord patterns for the pipeline. Raw text (including the default embedded
-    corpus) is converted once by process 0 into WORKDIR/data (which all processes must
-    see: a shared workdir), reused on later runs."""
+                        writer: MetricsWriter, vocabulary: str = "") -> list[str]:
+    """TFRecord patterns for the pipeline. Raw text is converted by process 0 into a
+    directory that records the options it was made with (`data_options`) and is reused
+    while they match, rebuilt (atomically) when they do not: WORKDIR/data, or for the
+    embedded corpus on a single process a per-machine cache (`data_cache_dir`) shared by
+    every workdir. Multi-process runs convert into the workdir, which all must see."""
     from bert_jax.data import create_pretraining_data as cpd
     files = input_files(config)
     if all(_is_tfrecord(f) for f in files):
         return files
-    out_dir = os.path.join(workdir, "data")
-    outputs = cpd.shard_paths(out_dir, max(8, jax.process_count()))
-    done = os.path.join(out_dir, "DONE")
-    if jax.process_index() == 0 and not os.path.exists(done):
-        writer.message(f"converting {len(files)} text file(s) into {out_dir} (once)")
-        options = cpd.Options(max_seq_length=config.max_seq_length,
-                              max_predictions_per_seq=config.max_predictions_per_seq,
-                              random_seed=config.seed,
-                              do_whole_word_mask=config.whole_word_masking,
-                              static_masking=not config.dynamic_masking)
-        cpd.create_pretraining_data(files, outputs, tokenizer_path, options,
-                                    # Workers would re-import an unguarded __main__ script.
-                                    num_workers=1, progress=False)
-        open(done, "w").close()
+    num_shards = max(8, jax.process_count())
+    options = data_options(config, files, vocabulary, num_shards)
+    key = hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest()[:16]
+    out_dir = (os.path.join(data_cache_dir(), key)
+               if not config.input_files and jax.process_count() == 1
+               else os.path.join(workdir, "data"))
+    names = [os.path.basename(p) for p in cpd.shard_paths(out_dir, num_shards)]
+    if jax.process_index() == 0 and _read_options(out_dir) != options:
+        writer.message(f"converting {len(files)} text file(s) into {out_dir}"
+                       + (" (options changed)" if os.path.isdir(out_dir) else " (once)"))
+        with atomic_directory(out_dir, overwrite=True) as tmp:
+            cpd.create_pretraining_data(
+                files, [os.path.join(tmp, n) for n in names], tokenizer_path,
+                cpd.Options(max_seq_length=config.max_seq_length,
+                            max_predictions_per_seq=config.max_predictions_per_seq,
+                            random_seed=config.seed,
+                            do_whole_word_mask=config.whole_word_masking,
+                            static_masking=not config.dynamic_masking),
+                # Workers would re-import an unguarded __main__ script.
+                num_workers=1, progress=False)
+            with open(os.path.join(tmp, DATA_OPTIONS_FILE), "w", encoding="utf-8") as f:
+                json.dump(options, f, indent=1)
     multihost.sync("input_files_ready")
-    return outputs
+    return [os.path.join(out_dir, n) for n in names]
 
 
 def make_iterator(config, files, tokenizer, *, split: str, state: dict | None = None,
@@ -352,7 +401,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     checkpoint.write_model_files(workdir, bert_config, tokenizer)
     train_fn, eval_fn = jit_steps(model, tx, schedule, mesh, shardings, rules,
                                   config.grad_accum_steps)
-    files = prepare_input_files(config, workdir, tokenizer_path, writer)
+    files = prepare_input_files(config, workdir, tokenizer_path, writer, run["vocabulary"])
     batches = make_iterator(config, files, tokenizer, split="train", state=pipeline_state)
 
     tokens_per_step = config.global_batch_size * config.max_seq_length

@@ -190,3 +190,26 @@ def test_enospc_during_a_save_leaves_the_previous_one_and_resumes(tmp_path, text
     assert checkpoint.Checkpointer(workdir).latest_step() == 2
     train_and_evaluate(small_config(text_corpus, eval_every_steps=0), workdir)
     assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["2", "4"]
+
+
+def test_converted_text_records_its_options_and_is_rebuilt_when_they_change(
+        tmp_path, text_corpus):
+    from bert_jax.metrics_writer import MetricsWriter
+    from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
+    from bert_jax.train import DATA_OPTIONS_FILE, prepare_input_files
+    writer = MetricsWriter(str(tmp_path), tensorboard=False)
+    vocabulary = load_tokenizer(DEFAULT_VOCAB).fingerprint()
+
+    def convert(**overrides):
+        files = prepare_input_files(small_config(text_corpus, **overrides), str(tmp_path),
+                                    DEFAULT_VOCAB, writer, vocabulary)
+        options = json.load(open(os.path.join(os.path.dirname(files[0]), DATA_OPTIONS_FILE)))
+        return options, os.stat(files[0]).st_mtime_ns
+
+    options, made = convert()
+    assert options["max_seq_length"] == 32 and options["vocabulary"] == vocabulary
+    assert convert() == (options, made)  # reused
+    rebuilt, _ = convert(max_seq_length=48)
+    assert rebuilt["max_seq_length"] == 48
+    assert sorted(os.listdir(tmp_path / "data")) == sorted(
+        [DATA_OPTIONS_FILE] + [f"pretrain-{i:05d}-of-00008.tfrecord" for i in range(8)])
