@@ -36,10 +36,32 @@ def usage() -> str:
         "\n".join(lines)
 
 
+# Commands that import TensorFlow anyway (tf.data, TFRecords, event files, SavedModel).
+TF_COMMANDS = ("train-tokenizer", "create-data", "pretrain", "finetune", "evaluate", "predict",
+               "export")
+
+
+def _import_tensorflow_quietly() -> None:
+    """Imports TensorFlow with file descriptor 2 closed: its C++ start-up lines (oneDNN,
+    'could not find cuda drivers') are written before any log level applies."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        import tensorflow  # noqa: F401
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
 def _quiet_logging(verbose: bool) -> None:
     """Progress and results are ours to print: below-warning logs of TensorFlow, absl
-    and Orbax are hidden unless --verbose. Set before TensorFlow is imported."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "0" if verbose else "2")
+    and Orbax are hidden unless --verbose. Set before TensorFlow is imported. Level 3
+    also hides TensorFlow's C++ errors, such as `cuInit` failing on a machine without
+    a GPU (TensorFlow only feeds the input pipeline; its real errors raise in Python)."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "0" if verbose else "3")
     level = logging.INFO if verbose else logging.WARNING
     logging.basicConfig(level=level, format="bert-jax: %(levelname)s: %(message)s")
     for name in ("absl", "orbax", "jax", "tensorflow"):
@@ -82,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     _quiet_logging(verbose)
     try:
+        if name in TF_COMMANDS and not verbose and "tensorflow" not in sys.modules:
+            _import_tensorflow_quietly()
         module = importlib.import_module(COMMANDS[name][0])
         # Modules that serve several commands expose main(argv, command=...).
         if getattr(module, "MULTI_COMMAND", False):
