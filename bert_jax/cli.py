@@ -115,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         if debug:
             raise
         message = e.args[0] if isinstance(e, KeyError) and e.args else e  # str() quotes it
+        message = " ".join(str(message).split())  # one line, whatever the message holds
         print(f"bert-jax {name}: error: {message}", file=sys.stderr)
         return 2
     except Exception as e:  # noqa: BLE001 - anything else is a bug: say so in one line

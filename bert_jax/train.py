@@ -40,7 +40,7 @@ from bert_jax.convert import layout
 from bert_jax.errors import UserError, check_divisible, check_positive
 from bert_jax.heads import BertForPreTraining
 from bert_jax.metrics_writer import MetricsWriter
-from bert_jax.optim import make_optimizer
+from bert_jax.optim import OPTIMIZERS, make_optimizer
 from bert_jax.train_state import TrainState
 
 log = logging.getLogger("bert_jax.train")
@@ -317,6 +317,11 @@ _POSITIVE_KEYS = ("global_batch_size", "num_train_steps", "max_seq_length",
                   "checkpoint_every_steps", "keep_checkpoints", "eval_steps")
 
 
+def _describe(spec) -> str:
+    """A model spec (preset name or ConfigDict of fields) on one line."""
+    return repr(spec if isinstance(spec, str) else spec.to_dict())
+
+
 def validate_config(config: ml_collections.ConfigDict, bert_config: BertConfig,
                     vocab_size: int, batch_multiple: int) -> None:
     """Every check of a pretraining config that needs no data and writes nothing;
@@ -326,13 +331,17 @@ def validate_config(config: ml_collections.ConfigDict, bert_config: BertConfig,
     for key in ("warmup_steps", "eval_every_steps"):
         check_positive(key, config[key], allow_zero=True)
     check_choice("on_nonfinite", config.on_nonfinite, ("skip", "stop"))
+    check_choice("optimizer", config.optimizer, OPTIMIZERS)
+    if config.warmup_steps > config.num_train_steps:
+        raise UserError(f"warmup_steps {config.warmup_steps} exceeds num_train_steps "
+                        f"{config.num_train_steps}")
     if config.max_seq_length < MIN_SEQ_LENGTH:
         raise UserError(f"max_seq_length must be at least {MIN_SEQ_LENGTH} ([CLS] A [SEP] B "
                         f"[SEP] with room for text), got {config.max_seq_length}")
     if config.max_predictions_per_seq > config.max_seq_length:
         raise UserError(f"max_predictions_per_seq {config.max_predictions_per_seq} exceeds "
                         f"max_seq_length {config.max_seq_length}")
-    check_inputs_fit(bert_config, f"model {config.model!r}",
+    check_inputs_fit(bert_config, f"model {_describe(config.model)}",
                      max_seq_length=config.max_seq_length, vocab_size=vocab_size)
     check_divisible("global_batch_size", config.global_batch_size,
                     math.lcm(batch_multiple * config.grad_accum_steps, jax.process_count()),

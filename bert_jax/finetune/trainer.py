@@ -93,8 +93,9 @@ def resolve_model(config) -> ModelSource:
                           "pretraining workdir) or --config.model=PRESET for a random encoder")
     tokenizer = load_tokenizer(config.tokenizer or DEFAULT_VOCAB)
     model_config = _model_config(config.model, tokenizer.vocab_size)
+    spec = config.model if isinstance(config.model, str) else dict(config.model)
     return ModelSource(model_config.replace(**dropout, **numerics), tokenizer, None,
-                       f"random {config.model}")
+                       f"random {spec}")
 
 
 # --- steps -----------------------------------------------------------------------------
