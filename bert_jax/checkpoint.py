@@ -8,8 +8,17 @@
 Saves are asynchronous (Orbax CheckpointManager) and cooperative: every
 process calls `save` and writes its own shards. Restores take a target of
 `jax.ShapeDtypeStruct`s carrying shardings, so a checkpoint written on one
-mesh or device count restores onto any other. A latest checkpoint that
-cannot be read is moved aside with a warning and the previous one is used.
+mesh or device count restores onto any other.
+
+Each checkpoint's meta records the run that wrote it (`run_description`: the
+config, the resolved model, the vocabulary's fingerprint). A resume compares it
+with the new run before restoring anything: a differing key that shapes the state
+or the data stops the run (`IncompatibleCheckpointError`, one line naming each key
+and both values); a key in CHANGEABLE_KEYS continues with a warning. Only a
+checkpoint that matches and still cannot be read counts as corrupt: it is moved to
+WORKDIR/checkpoints_corrupt/<step>-<time> (never deleting or overwriting anything)
+and the previous one is used; when none is left the run stops, unless it is asked
+to start fresh.
 
 Where a run starts (`restore_or_init` in the trainer): the workdir's latest
 checkpoint -> an explicit `resume_from` checkpoint -> `init_from` pretrained
@@ -21,7 +30,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
+import time
 from typing import Any
 
 import jax
@@ -32,6 +41,7 @@ from jax.experimental import multihost_utils
 from bert_jax import pretrained
 from bert_jax.config import BertConfig
 from bert_jax.convert import layout
+from bert_jax.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +50,66 @@ CORRUPT_DIR = "checkpoints_corrupt"
 MODEL_DIR = "model"
 
 
-class CheckpointError(ValueError):
+# Config keys a resumed run may change: they shape neither the TrainState nor the
+# examples (restores re-shard onto any mesh; the pipeline position counts examples,
+# not batches). The schedule keys change the rest of the run's learning rate, which
+# is why a changed key is named in a warning. Every other key must match.
+CHANGEABLE_KEYS = frozenset({
+    "num_train_steps", "warmup_steps", "learning_rate", "weight_decay", "max_grad_norm",
+    "global_batch_size", "grad_accum_steps", "compute_dtype", "remat_policy", "mesh_shape",
+    "logical_axis_rules", "log_every_steps", "eval_every_steps", "eval_steps",
+    "checkpoint_every_steps", "keep_checkpoints", "on_nonfinite", "resume_from",
+    "init_from", "partial_restore", "start_fresh", "model.dtype", "model.remat_policy"})
+# Described by the resolved model and the vocabulary fingerprint instead.
+_INDIRECT_KEYS = ("model", "tokenizer")
+
+
+class CheckpointError(UserError):
     """No readable checkpoint, or one whose parameters do not match the model."""
+
+
+class IncompatibleCheckpointError(CheckpointError):
+    """A readable checkpoint written by a run whose state or data differ from this one's."""
+
+
+def run_description(config: dict, model: dict, vocabulary: str) -> dict:
+    """What a checkpoint's meta records about the run that wrote it: the run config
+    (a plain dict), the resolved model config and the vocabulary's fingerprint."""
+    return {"config": config, "model": model, "vocabulary": vocabulary}
+
+
+def _flat_run(run: dict) -> dict[str, Any]:
+    flat = {k: v for k, v in (run.get("config") or {}).items() if k not in _INDIRECT_KEYS}
+    flat.update({f"model.{k}": v for k, v in (run.get("model") or {}).items()})
+    if run.get("vocabulary"):
+        flat["vocabulary"] = run["vocabulary"]
+    return json.loads(json.dumps(flat))  # tuples -> lists, as the saved JSON has them
+
+
+def compare_runs(saved: dict, current: dict) -> tuple[list[str], list[str]]:
+    """(fixed, changeable) differences, each 'key saved -> current'. Keys the saved
+    run did not record (older checkpoints) are not compared."""
+    have, want = _flat_run(saved), _flat_run(current)
+    fixed, changeable = [], []
+    for key in sorted(set(have) & set(want)):
+        if have[key] != want[key]:
+            (changeable if key in CHANGEABLE_KEYS else fixed).append(
+                f"{key} {have[key]!r} -> {want[key]!r}")
+    return fixed, changeable
+
+
+def check_compatible(meta: dict, run: dict | None, source: str) -> None:
+    """Raises IncompatibleCheckpointError naming every fixed key that differs between
+    the checkpoint's run and `run`; warns about changeable ones."""
+    if run is None or "config" not in meta:
+        return
+    fixed, changeable = compare_runs(meta, run)
+    if fixed:
+        raise IncompatibleCheckpointError(
+            f"checkpoint {source} was written by a different run ({'; '.join(fixed)}): "
+            "these keys cannot change on resume; use the checkpoint's values or a new --workdir")
+    if changeable:
+        log.warning("resuming %s with changed settings: %s", source, "; ".join(changeable))
 
 
 def _find_steps(directory: str) -> list[int]:
@@ -94,54 +162,118 @@ class Checkpointer:
         calls this; `meta['pipeline']` may differ per process and is gathered so
         each process finds its own position on restore."""
         meta = dict(meta, pipeline=gather_process_values(meta.get("pipeline")))
-        self.manager.save(step, args=ocp.args.Composite(
-            state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)))
+        try:  # also reports a failure of the previous, asynchronous save
+            self.manager.save(step, args=ocp.args.Composite(
+                state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)))
+        except OSError as e:
+            raise self._save_failed(e) from e
 
     def wait(self) -> None:
-        self.manager.wait_until_finished()
+        try:
+            self.manager.wait_until_finished()
+        except OSError as e:
+            raise self._save_failed(e) from e
+
+    def _save_failed(self, error: OSError) -> OSError:
+        """One line for a failed write (a full disk): Orbax writes each step into a
+        temporary directory first, so the earlier checkpoints are intact."""
+        self.manager.reload()
+        return OSError(error.errno, f"writing a checkpoint under {self.directory} failed "
+                       f"({error.strerror or _first_line(error)}); the last complete one, step "
+                       f"{self.manager.latest_step()}, is intact and a rerun resumes from it")
 
     def close(self) -> None:
         self.manager.close()
 
-    def restore(self, target: Any, step: int | None = None) -> tuple[Any, dict, int] | None:
+    def restore(self, target: Any, step: int | None = None, *, run: dict | None = None,
+                start_fresh: bool = False) -> tuple[Any, dict, int] | None:
         """The latest readable checkpoint (or `step`) restored onto `target` (a tree of
         ShapeDtypeStructs with shardings). Returns (state, meta, step), or None when
-        there is no checkpoint. Unreadable checkpoints newer than the one used are
-        moved to WORKDIR/checkpoints_corrupt with a warning."""
+        there is no checkpoint. `run` (a `run_description`) is checked against each
+        checkpoint's before its state is read (IncompatibleCheckpointError). Unreadable
+        checkpoints newer than the one used are moved to WORKDIR/checkpoints_corrupt
+        with a warning; when none is left this raises CheckpointError unless
+        `start_fresh` (then it returns None)."""
         steps = [step] if step is not None else sorted(self.manager.all_steps(), reverse=True)
+        moved = []
         for candidate in steps:
+            source = self._path(candidate)
             try:
-                restored = self.manager.restore(candidate, args=ocp.args.Composite(
-                    state=ocp.args.StandardRestore(target), meta=ocp.args.JsonRestore()))
+                meta, shapes = _read_meta(source), _saved_shapes(source)
             except Exception as e:  # noqa: BLE001 - any failure means: unusable checkpoint
-                if step is not None:
-                    raise CheckpointError(f"cannot restore checkpoint {self._path(candidate)}: "
-                                          f"{e}") from e
-                log.warning("checkpoint %s is unreadable (%s: %s); falling back to the "
-                            "previous one", self._path(candidate), type(e).__name__,
-                            str(e).splitlines()[0] if str(e) else "")
-                self._move_aside(candidate)
-                continue
-            return restored.state, _local_meta(restored.meta), candidate
+                problem = e
+            else:
+                check_compatible(meta, run, source)
+                _check_shapes(shapes, target, source)
+                try:
+                    restored = self.manager.restore(candidate, args=ocp.args.Composite(
+                        state=ocp.args.StandardRestore(target), meta=ocp.args.JsonRestore()))
+                    return restored.state, _local_meta(restored.meta), candidate
+                except Exception as e:  # noqa: BLE001
+                    problem = e
+            if step is not None:
+                raise CheckpointError(f"cannot restore checkpoint {source}: "
+                                      f"{_first_line(problem)}") from problem
+            log.warning("checkpoint %s is unreadable (%s: %s); falling back to the previous one",
+                        source, type(problem).__name__, _first_line(problem))
+            moved.append(self._move_aside(candidate))
+        if moved and not start_fresh:
+            raise CheckpointError(
+                f"no readable checkpoint left in {self.directory} (unreadable ones moved to "
+                f"{', '.join(moved)}); rerun with --config.start_fresh=true to start over")
         return None
 
     def _path(self, step: int) -> str:
         return os.path.join(self.directory, str(step))
 
-    def _move_aside(self, step: int) -> None:
+    def _move_aside(self, step: int) -> str:
+        """Moves checkpoint `step` to a new, unique CORRUPT_DIR/<step>-<time>[-n]."""
+        base = os.path.join(self.workdir, CORRUPT_DIR,
+                            f"{step}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}")
+        dest, n = base, 1
+        while os.path.exists(dest):
+            dest, n = f"{base}-{n}", n + 1
         if jax.process_index() == 0:
-            dest = os.path.join(self.workdir, CORRUPT_DIR, str(step))
-            if os.path.exists(dest):
-                shutil.rmtree(dest)
             os.makedirs(os.path.dirname(dest), exist_ok=True)
-            shutil.move(self._path(step), dest)
+            os.rename(self._path(step), dest)  # same filesystem: atomic, copies nothing
             log.warning("moved unreadable checkpoint to %s", dest)
         multihost_utils.sync_global_devices(f"move_aside_{step}")
         self.manager.reload()
+        return dest
 
 
-def restore_from_path(path: str, target: Any) -> tuple[Any, dict, int]:
-    """An explicit resume source: a workdir, its checkpoints/ dir, or one step's dir."""
+def _first_line(error: BaseException) -> str:
+    return str(error).splitlines()[0] if str(error) else type(error).__name__
+
+
+def _read_meta(step_dir: str) -> dict:
+    """A checkpoint's meta JSON, read without restoring (or registering) its state."""
+    with open(os.path.join(step_dir, "meta", "metadata"), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _saved_shapes(step_dir: str) -> list[tuple]:
+    """The sorted shapes of a checkpoint's saved state arrays (its metadata only)."""
+    tree = ocp.PyTreeCheckpointer().metadata(os.path.join(step_dir, "state")).item_metadata.tree
+    return sorted(tuple(m.shape) for m in jax.tree.leaves(tree) if hasattr(m, "shape"))
+
+
+def _check_shapes(have: list[tuple], target: Any, source: str) -> None:
+    """Raises IncompatibleCheckpointError when the saved arrays' shapes are not the
+    target's (a checkpoint of another model or optimizer, e.g. one without a recorded
+    config): such a checkpoint is not corrupt."""
+    want = sorted(tuple(t.shape) for t in jax.tree.leaves(target))
+    if have != want:
+        raise IncompatibleCheckpointError(
+            f"checkpoint {source} holds {len(have)} arrays that do not fit this run's "
+            f"{len(want)} (another model or optimizer); use the checkpoint's config or a new "
+            "--workdir")
+
+
+def restore_from_path(path: str, target: Any, *, run: dict | None = None
+                      ) -> tuple[Any, dict, int]:
+    """An explicit resume source: a workdir, its checkpoints/ dir, or one step's dir;
+    `run` is checked as in `Checkpointer.restore`."""
     path = os.path.abspath(path)
     if os.path.isdir(os.path.join(path, CHECKPOINTS_DIR)):
         path = os.path.join(path, CHECKPOINTS_DIR)
@@ -154,11 +286,18 @@ def restore_from_path(path: str, target: Any) -> tuple[Any, dict, int]:
     step = manager.latest_step() if step is None else step
     if step is None:
         raise CheckpointError(f"no checkpoint found under {path}")
+    source = os.path.join(directory, str(step))
+    try:
+        meta, shapes = _read_meta(source), _saved_shapes(source)
+    except Exception as e:  # noqa: BLE001
+        raise CheckpointError(f"cannot restore {source}: {_first_line(e)}") from e
+    check_compatible(meta, run, source)
+    _check_shapes(shapes, target, source)
     try:
         restored = manager.restore(step, args=ocp.args.Composite(
             state=ocp.args.StandardRestore(target), meta=ocp.args.JsonRestore()))
     except Exception as e:  # noqa: BLE001
-        raise CheckpointError(f"cannot restore {directory}/{step}: {e}") from e
+        raise CheckpointError(f"cannot restore {source}: {_first_line(e)}") from e
     return restored.state, _local_meta(restored.meta), step
 
 

@@ -6,8 +6,13 @@ Commands are imported lazily so `bert-jax tokenize` does not pay for JAX.
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import sys
+import tempfile
+import traceback
+
+from bert_jax.errors import UserError
 
 COMMANDS = {
     "train-tokenizer": ("bert_jax.tokenization.train", "train a WordPiece or SentencePiece vocabulary"),
@@ -31,8 +36,65 @@ def usage() -> str:
         "\n".join(lines)
 
 
+# Commands that import TensorFlow anyway (tf.data, TFRecords, event files, SavedModel).
+TF_COMMANDS = ("train-tokenizer", "create-data", "pretrain", "finetune", "evaluate", "predict",
+               "export")
+
+
+def _import_tensorflow_quietly() -> None:
+    """Imports TensorFlow with file descriptor 2 closed: its C++ start-up lines (oneDNN,
+    'could not find cuda drivers') are written before any log level applies."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        import tensorflow  # noqa: F401
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+def _quiet_logging(verbose: bool) -> None:
+    """Progress and results are ours to print: below-warning logs of TensorFlow, absl
+    and Orbax are hidden unless --verbose. Set before TensorFlow is imported. Level 3
+    also hides TensorFlow's C++ errors, such as `cuInit` failing on a machine without
+    a GPU (TensorFlow only feeds the input pipeline; its real errors raise in Python)."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "0" if verbose else "3")
+    level = logging.INFO if verbose else logging.WARNING
+    logging.basicConfig(level=level, format="bert-jax: %(levelname)s: %(message)s")
+    for name in ("absl", "orbax", "jax", "tensorflow"):
+        logging.getLogger(name).setLevel(level)
+    if not verbose:
+        logging.getLogger("absl").addFilter(_hide_orbax_noise)
+
+
+def _hide_orbax_noise(record: logging.LogRecord) -> bool:
+    """Orbax warns that a `_CHECKPOINT_METADATA` file is missing whenever a sub-item's
+    metadata is read (as every restore does); it reads like corruption and is not."""
+    return "_CHECKPOINT_METADATA" not in record.getMessage()
+
+
+def _report_bug(name: str, error: BaseException) -> str:
+    """Writes the traceback to a file; returns the file's path."""
+    fd, path = tempfile.mkstemp(prefix=f"bert-jax-{name}-", suffix=".traceback.txt")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        traceback.print_exception(error, file=f)
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    """Runs one command. Exit codes: 0 success; 2 bad input (a UserError, or the OSError,
+    ValueError or KeyError of a bad file or value: one line `bert-jax COMMAND: error: ...`);
+    1 a run that failed for another reason (a bug: one line naming the file that holds
+    its traceback; a pretraining run stopped by non-finite values). `--debug` or
+    BERT_JAX_DEBUG=1 lets the exception's traceback through; `--verbose` shows the
+    libraries' INFO logs."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv or bool(os.environ.get("BERT_JAX_DEBUG"))
+    verbose = "--verbose" in argv
+    argv = [a for a in argv if a not in ("--debug", "--verbose")]
     if not argv or argv[0] in ("-h", "--help"):
         print(usage())
         return 0
@@ -40,19 +102,29 @@ def main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"bert-jax: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
         return 2
-    module = importlib.import_module(COMMANDS[name][0])
+    _quiet_logging(verbose)
     try:
+        if name in TF_COMMANDS and not verbose and "tensorflow" not in sys.modules:
+            _import_tensorflow_quietly()
+        module = importlib.import_module(COMMANDS[name][0])
         # Modules that serve several commands expose main(argv, command=...).
         if getattr(module, "MULTI_COMMAND", False):
             return module.main(rest, command=name) or 0
         return module.main(rest) or 0
-    except (ValueError, OSError, KeyError) as e:
-        # Bad input (files, configs, checkpoints) ends with one clear line, not a traceback;
-        # BERT_JAX_DEBUG=1 shows the traceback.
-        if os.environ.get("BERT_JAX_DEBUG"):
+    except (UserError, ValueError, OSError, KeyError) as e:
+        if debug:
             raise
         message = e.args[0] if isinstance(e, KeyError) and e.args else e  # str() quotes it
+        message = " ".join(str(message).split())  # one line, whatever the message holds
         print(f"bert-jax {name}: error: {message}", file=sys.stderr)
+        return 2
+    except Exception as e:  # noqa: BLE001 - anything else is a bug: say so in one line
+        if debug:
+            raise
+        path = _report_bug(name, e)
+        print(f"bert-jax {name}: internal error (a bug, please report it): "
+              f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}; "
+              f"full traceback in {path}", file=sys.stderr)
         return 1
 
 

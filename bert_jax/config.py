@@ -13,6 +13,8 @@ import os
 import re
 from typing import Any
 
+from bert_jax.errors import UserError
+
 # Fields of Google's bert_config.json, with their Python types.
 _GOOGLE_FIELDS = {
     "vocab_size": int,
@@ -32,7 +34,7 @@ REMAT_POLICIES = ("none", "full", "dots", "dots_with_no_batch_dims")
 DTYPES = ("float32", "bfloat16", "float16")
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError):
     """A configuration file or value that cannot describe a BERT model."""
 
 
@@ -154,6 +156,19 @@ class BertConfig:
         with open(path, "w", encoding="utf-8") as f:
             json.dump(self.to_dict(), f, indent=2, sort_keys=True)
             f.write("\n")
+
+
+def check_inputs_fit(config: BertConfig, source: str, *, max_seq_length: int | None = None,
+                     vocab_size: int | None = None) -> None:
+    """Raises ConfigError when inputs would index past the model's tables, which gives
+    NaN instead of an error: `max_seq_length` positions, a tokenizer of `vocab_size`
+    ids. `source` names the model (a path or preset)."""
+    if max_seq_length is not None and max_seq_length > config.max_position_embeddings:
+        raise ConfigError(f"max_seq_length {max_seq_length} exceeds the max_position_embeddings "
+                          f"{config.max_position_embeddings} of {source}")
+    if vocab_size is not None and vocab_size > config.vocab_size:
+        raise ConfigError(f"the tokenizer has {vocab_size} tokens but {source} has "
+                          f"vocab_size={config.vocab_size}: ids past it would read no embedding")
 
 
 def check_choice(name, value, choices):

@@ -19,6 +19,8 @@ from typing import Any, Sequence
 
 import ml_collections
 
+from bert_jax.errors import UserError
+
 
 def _import_file(path: str):
     if not os.path.isfile(path):
@@ -28,7 +30,7 @@ def _import_file(path: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     if not hasattr(module, "get_config"):
-        raise ValueError(f"{path} has no get_config() function")
+        raise UserError(f"{path} has no get_config() function")
     return module
 
 
@@ -57,12 +59,12 @@ def apply_override(config: ml_collections.ConfigDict, key: str, value: Any) -> N
     node = config
     for i, part in enumerate(parents):
         if not isinstance(node, ml_collections.ConfigDict) or part not in node:
-            raise KeyError(f"unknown config key {'.'.join(parents[:i + 1])!r} (in {key!r})")
+            raise UserError(f"unknown config key {'.'.join(parents[:i + 1])!r} (in {key!r})")
         node = node[part]
     if not isinstance(node, ml_collections.ConfigDict) or leaf not in node:
         known = ", ".join(sorted(node.keys())) if isinstance(node, ml_collections.ConfigDict) \
             else ""
-        raise KeyError(f"unknown config key {key!r}" + (f"; known here: {known}" if known else ""))
+        raise UserError(f"unknown config key {key!r}" + (f"; known here: {known}" if known else ""))
     old = node[leaf]
     if isinstance(old, float) and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
@@ -75,8 +77,8 @@ def apply_override(config: ml_collections.ConfigDict, key: str, value: Any) -> N
     except TypeError:
         if not (isinstance(value, dict) or isinstance(old, (dict, ml_collections.ConfigDict))
                 or old is None):
-            raise TypeError(f"config key {key!r} holds {type(old).__name__} {old!r}; "
-                            f"cannot set it to {type(value).__name__} {value!r}") from None
+            raise UserError(f"config key {key!r} expects {type(old).__name__} (like {old!r}), "
+                            f"got {type(value).__name__} {value!r}") from None
         with node.ignore_type():
             node[leaf] = _to_config_value(value)
 
@@ -90,12 +92,12 @@ def load_config(spec: str, overrides: Sequence[str] = ()) -> ml_collections.Conf
     module = _import_file(path)
     takes_arg = bool(inspect.signature(module.get_config).parameters)
     if variant and not takes_arg:
-        raise ValueError(f"{path}: get_config() takes no variant, got {variant!r}")
+        raise UserError(f"{path}: get_config() takes no variant, got {variant!r}")
     config = module.get_config(variant or None) if takes_arg else module.get_config()
     for item in overrides:
         key, sep, text = item.removeprefix("--").removeprefix("config.").partition("=")
         if not sep:
-            raise ValueError(f"override {item!r} is not KEY=VALUE")
+            raise UserError(f"override {item!r} is not KEY=VALUE")
         apply_override(config, key, parse_value(text))
     return config
 
@@ -115,7 +117,7 @@ def split_config_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
                 overrides.append(f"{arg[len('--config.'):]}={argv[i + 1]}")
                 i += 1
             else:
-                raise ValueError(f"{arg} needs a value")
+                raise UserError(f"{arg} needs a value")
         else:
             rest.append(arg)
         i += 1

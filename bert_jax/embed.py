@@ -15,11 +15,13 @@ import jax
 import numpy as np
 
 from bert_jax import pretrained
-from bert_jax.config import BertConfig
+from bert_jax.config import BertConfig, check_inputs_fit
+from bert_jax.errors import UserError, check_positive
 from bert_jax.model import BertModel, mean_pool
 from bert_jax.tokenization import load_tokenizer
 
 POOLINGS = ("cls", "mean", "pooler")
+MIN_SEQ_LENGTH = 3  # [CLS] one token [SEP]
 
 
 def encode_texts(tokenizer, texts: Sequence[str], max_seq_length: int):
@@ -65,8 +67,13 @@ def embed_texts(model: pretrained.Pretrained, texts: Sequence[str], *, pooling: 
     layer = -1 if layer == config.num_hidden_layers else layer
     if pooling == "pooler" and (layer != -1 or "pooler" not in model.params["bert"]):
         raise ValueError("--pooling pooler needs the last layer and a model with a pooler")
+    check_positive("--batch-size", batch_size)
+    if not isinstance(max_seq_length, int) or max_seq_length < MIN_SEQ_LENGTH:
+        raise UserError(f"--max-seq-length must be at least {MIN_SEQ_LENGTH} ([CLS] text "
+                        f"[SEP]), got {max_seq_length!r}")
     max_seq_length = min(max_seq_length, config.max_position_embeddings)
     tokenizer = load_tokenizer(model.tokenizer_dir)
+    check_inputs_fit(config, model.tokenizer_dir, vocab_size=tokenizer.vocab_size)
     encoded = encode_texts(tokenizer, texts, max_seq_length)
     params = model.params["bert"]
     if pooling != "pooler":

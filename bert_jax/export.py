@@ -27,6 +27,7 @@ import numpy as np
 
 from bert_jax import heads, pretrained
 from bert_jax.atomic import atomic_directory
+from bert_jax.config import check_inputs_fit
 from bert_jax.model import BertModel, mean_pool
 
 SERVING_FILE = "serving.json"
@@ -289,12 +290,13 @@ def export(workdir: str, out: str, formats=("jax", "savedmodel"), platforms=DEFA
     from bert_jax.tokenization import load_tokenizer
 
     model = pretrained.load(resolve_model_dir(workdir))
+    tokenizer = load_tokenizer(model.tokenizer_dir)
+    check_inputs_fit(model.config, model.tokenizer_dir, vocab_size=tokenizer.vocab_size)
     kind, params, fn = serving_function(model)
     labels = label_names(model.task)
     max_length = model.config.max_position_embeddings
     max_seq_length = min(max_seq_length or (model.task or {}).get("max_seq_length")
                          or max_length, max_length)
-    tokenizer = load_tokenizer(model.tokenizer_dir)
     truncation = ((model.task or {}).get("config") or {}).get("truncation", "head")
     spec = {"format_version": 1, "kind": kind, "task": model.task, "labels": labels,
             "max_seq_length": max_seq_length, "truncation": truncation,

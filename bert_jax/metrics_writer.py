@@ -38,6 +38,14 @@ def _format(value: float) -> str:
     return f"{value:.4f}" if abs(value) < 10 else f"{value:.1f}"
 
 
+def _step_of(line: str) -> int | None:
+    """The step of one metrics.jsonl line; None for a line cut short by a killed run."""
+    try:
+        return int(json.loads(line)["step"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
 def format_duration(seconds: float) -> str:
     seconds = int(max(seconds, 0))
     h, rest = divmod(seconds, 3600)
@@ -69,6 +77,20 @@ class MetricsWriter:
                 self.replaced_earlier_run = os.path.exists(path)
                 shutil.rmtree(os.path.join(workdir, "tensorboard"), ignore_errors=True)
             self._jsonl = open(path, "a" if append else "w", encoding="utf-8")
+
+    def drop_after(self, step: int) -> None:
+        """Removes the records of steps after `step` from metrics.jsonl: a run resumed
+        from an earlier checkpoint replays them, and each step is logged once."""
+        if not self.enabled:
+            return
+        self._jsonl.close()
+        path = os.path.join(self.workdir, "metrics.jsonl")
+        with open(path, encoding="utf-8") as f:
+            kept = [line for line in f if _step_of(line) is not None and _step_of(line) <= step]
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
+            f.writelines(kept)
+        os.replace(path + ".tmp", path)
+        self._jsonl = open(path, "a", encoding="utf-8")
 
     def _summary_writer(self, prefix: str):
         if prefix not in self._tb:

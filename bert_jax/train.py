@@ -15,7 +15,10 @@ import argparse
 import contextlib
 import functools
 import glob
+import hashlib
+import json
 import logging
+import math
 import os
 import sys
 import time
@@ -29,12 +32,15 @@ import numpy as np
 import optax
 
 from bert_jax import checkpoint, losses, multihost, perf, sharding
-from bert_jax.config import BertConfig, get_config as get_model_config
+from bert_jax.atomic import atomic_directory
+from bert_jax.config import BertConfig, check_choice, check_inputs_fit
+from bert_jax.config import get_config as get_model_config
 from bert_jax.config_loader import load_config, split_config_args
 from bert_jax.convert import layout
+from bert_jax.errors import UserError, check_divisible, check_positive
 from bert_jax.heads import BertForPreTraining
 from bert_jax.metrics_writer import MetricsWriter
-from bert_jax.optim import make_optimizer
+from bert_jax.optim import OPTIMIZERS, make_optimizer
 from bert_jax.train_state import TrainState
 
 log = logging.getLogger("bert_jax.train")
@@ -192,34 +198,98 @@ def _is_tfrecord(path: str) -> bool:
     return ".tfrecord" in os.path.basename(path)
 
 
-def prepare_input_files(config: ml_collections.ConfigDict, workdir: str, tokenizer_path: str,
-                        writer: MetricsWriter) -> list[str]:
-    """TFRecord patterns for the pipeline. Raw text (including the default embedded
-    corpus) is converted once by process 0 into WORKDIR/data (which all processes must
-    see: a shared workdir), reused on later runs."""
-    from bert_jax.data import corpus, create_pretraining_data as cpd
+def input_files(config: ml_collections.ConfigDict) -> list[str]:
+    """The files config.input_files names (default: the embedded corpus); raises
+    UserError when a pattern matches nothing or a file is empty."""
+    from bert_jax.data import corpus
     patterns = [p for p in config.input_files.split(",") if p] or [corpus.DEFAULT_CORPUS]
-    files = sorted({f for p in patterns for f in glob.glob(p)})
-    if not files:
-        raise FileNotFoundError(f"input_files matches nothing: {config.input_files!r}")
+    files = []
+    for pattern in patterns:
+        matches = sorted(glob.glob(pattern))
+        if not matches:
+            raise UserError(f"input_files: {pattern!r} matches no file")
+        files += matches
+    files = sorted(set(files))
+    texts = [f for f in files if not _is_tfrecord(f)]
+    if texts:
+        corpus.require_text(texts)
+    if any(os.path.getsize(f) == 0 for f in files):
+        raise UserError(f"input_files: {next(f for f in files if not os.path.getsize(f))} "
+                        "is empty")
+    return files
+
+
+DATA_OPTIONS_FILE = "options.json"  # the data_options a converted directory was made with
+
+
+def data_cache_dir() -> str:
+    """Where the embedded corpus is converted once per machine: $BERT_JAX_CACHE_DIR/data,
+    else ~/.cache/bert_jax/data."""
+    root = os.environ.get("BERT_JAX_CACHE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "bert_jax")
+    return os.path.join(root, "data")
+
+
+def data_options(config: ml_collections.ConfigDict, files: list[str], vocabulary: str,
+                 num_shards: int) -> dict:
+    """What converted text depends on; recorded next to the TFRecords and compared on
+    reuse. Files are named by path, size and mtime (the embedded corpus by name and size,
+    identical wherever it is installed)."""
+    from bert_jax.data import corpus
+    embedded = not config.input_files
+    return {"format": 1, "vocabulary": vocabulary, "max_seq_length": config.max_seq_length,
+            "max_predictions_per_seq": config.max_predictions_per_seq,
+            "whole_word_masking": config.whole_word_masking,
+            "static_masking": not config.dynamic_masking, "seed": config.seed,
+            "num_shards": num_shards,
+            "inputs": [[os.path.relpath(f, corpus.CORPUS_DIR), os.path.getsize(f)] if embedded
+                       else [os.path.abspath(f), os.path.getsize(f), os.stat(f).st_mtime_ns]
+                       for f in files]}
+
+
+def _read_options(directory: str) -> dict | None:
+    try:
+        with open(os.path.join(directory, DATA_OPTIONS_FILE), encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def prepare_input_files(config: ml_collections.ConfigDict, workdir: str, tokenizer_path: str,
+                        writer: MetricsWriter, vocabulary: str = "") -> list[str]:
+    """TFRecord patterns for the pipeline. Raw text is converted by process 0 into a
+    directory that records the options it was made with (`data_options`) and is reused
+    while they match, rebuilt (atomically) when they do not: WORKDIR/data, or for the
+    embedded corpus on a single process a per-machine cache (`data_cache_dir`) shared by
+    every workdir. Multi-process runs convert into the workdir, which all must see."""
+    from bert_jax.data import create_pretraining_data as cpd
+    files = input_files(config)
     if all(_is_tfrecord(f) for f in files):
         return files
-    out_dir = os.path.join(workdir, "data")
-    outputs = cpd.shard_paths(out_dir, max(8, jax.process_count()))
-    done = os.path.join(out_dir, "DONE")
-    if jax.process_index() == 0 and not os.path.exists(done):
-        writer.message(f"converting {len(files)} text file(s) into {out_dir} (once)")
-        options = cpd.Options(max_seq_length=config.max_seq_length,
-                              max_predictions_per_seq=config.max_predictions_per_seq,
-                              random_seed=config.seed,
-                              do_whole_word_mask=config.whole_word_masking,
-                              static_masking=not config.dynamic_masking)
-        cpd.create_pretraining_data(files, outputs, tokenizer_path, options,
-                                    # Workers would re-import an unguarded __main__ script.
-                                    num_workers=1, progress=False)
-        open(done, "w").close()
+    num_shards = max(8, jax.process_count())
+    options = data_options(config, files, vocabulary, num_shards)
+    key = hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest()[:16]
+    out_dir = (os.path.join(data_cache_dir(), key)
+               if not config.input_files and jax.process_count() == 1
+               else os.path.join(workdir, "data"))
+    names = [os.path.basename(p) for p in cpd.shard_paths(out_dir, num_shards)]
+    if jax.process_index() == 0 and _read_options(out_dir) != options:
+        writer.message(f"converting {len(files)} text file(s) into {out_dir}"
+                       + (" (options changed)" if os.path.isdir(out_dir) else " (once)"))
+        with atomic_directory(out_dir, overwrite=True) as tmp:
+            cpd.create_pretraining_data(
+                files, [os.path.join(tmp, n) for n in names], tokenizer_path,
+                cpd.Options(max_seq_length=config.max_seq_length,
+                            max_predictions_per_seq=config.max_predictions_per_seq,
+                            random_seed=config.seed,
+                            do_whole_word_mask=config.whole_word_masking,
+                            static_masking=not config.dynamic_masking),
+                # Workers would re-import an unguarded __main__ script.
+                num_workers=1, progress=False)
+            with open(os.path.join(tmp, DATA_OPTIONS_FILE), "w", encoding="utf-8") as f:
+                json.dump(options, f, indent=1)
     multihost.sync("input_files_ready")
-    return outputs
+    return [os.path.join(out_dir, n) for n in names]
 
 
 def make_iterator(config, files, tokenizer, *, split: str, state: dict | None = None,
@@ -259,19 +329,64 @@ def evaluate(eval_fn, params, batches: Iterator[dict], mesh, rules, max_steps: i
     return out
 
 
-def restore_or_init(config, ckpt: checkpoint.Checkpointer, init_fn, tx, mesh, rules, writer):
+# Shortest pretraining row: [CLS] A [SEP] B [SEP] with room for a few tokens of each.
+MIN_SEQ_LENGTH = 8
+_POSITIVE_KEYS = ("global_batch_size", "num_train_steps", "max_seq_length",
+                  "max_predictions_per_seq", "grad_accum_steps", "log_every_steps",
+                  "checkpoint_every_steps", "keep_checkpoints", "eval_steps")
+
+
+def _describe(spec) -> str:
+    """A model spec (preset name or ConfigDict of fields) on one line."""
+    return repr(spec if isinstance(spec, str) else spec.to_dict())
+
+
+def validate_config(config: ml_collections.ConfigDict, bert_config: BertConfig,
+                    vocab_size: int, batch_multiple: int) -> None:
+    """Every check of a pretraining config that needs no data and writes nothing;
+    raises UserError naming the key. batch_multiple: the mesh's batch shards."""
+    for key in _POSITIVE_KEYS:
+        check_positive(key, config[key])
+    for key in ("warmup_steps", "eval_every_steps"):
+        check_positive(key, config[key], allow_zero=True)
+    check_choice("on_nonfinite", config.on_nonfinite, ("skip", "stop"))
+    check_choice("optimizer", config.optimizer, OPTIMIZERS)
+    if config.warmup_steps > config.num_train_steps:
+        raise UserError(f"warmup_steps {config.warmup_steps} exceeds num_train_steps "
+                        f"{config.num_train_steps}")
+    if config.max_seq_length < MIN_SEQ_LENGTH:
+        raise UserError(f"max_seq_length must be at least {MIN_SEQ_LENGTH} ([CLS] A [SEP] B "
+                        f"[SEP] with room for text), got {config.max_seq_length}")
+    if config.max_predictions_per_seq > config.max_seq_length:
+        raise UserError(f"max_predictions_per_seq {config.max_predictions_per_seq} exceeds "
+                        f"max_seq_length {config.max_seq_length}")
+    check_inputs_fit(bert_config, f"model {_describe(config.model)}",
+                     max_seq_length=config.max_seq_length, vocab_size=vocab_size)
+    check_divisible("global_batch_size", config.global_batch_size,
+                    math.lcm(batch_multiple * config.grad_accum_steps, jax.process_count()),
+                    "batch shards x grad_accum_steps, and the process count")
+    input_files(config)
+
+
+def restore_or_init(config, ckpt: checkpoint.Checkpointer, init_fn, tx, mesh, rules, writer,
+                    run: dict | None = None):
     """(state, shardings, pipeline state or None). Order: WORKDIR's latest checkpoint ->
-    config.resume_from -> config.init_from (weights only) -> scratch."""
+    config.resume_from -> config.init_from (weights only) -> scratch. `run` (a
+    checkpoint.run_description) must match the workdir checkpoint's; a resume_from
+    checkpoint only needs the same state shapes (it may continue on other data)."""
     target = sharding.abstract_state(init_fn, tx, mesh, rules=rules)
     shardings = jax.tree.map(lambda s: s.sharding, target)
-    restored, source = ckpt.restore(target), ckpt.directory
+    restored = ckpt.restore(target, run=run, start_fresh=config.get("start_fresh", False))
+    source = ckpt.directory
     if restored is None and config.resume_from:
         restored, source = checkpoint.restore_from_path(config.resume_from, target), \
             config.resume_from
     if restored is not None:
         state, meta, step = restored
+        writer.drop_after(step)
         writer.message(f"resumed from step {step} of {source}")
         return state, shardings, meta.get("pipeline")
+    writer.drop_after(0)
     state, _ = sharding.create_sharded_state(init_fn, tx, mesh, rules=rules, seed=config.seed)
     if config.init_from:
         from bert_jax import pretrained
@@ -288,21 +403,18 @@ def restore_or_init(config, ckpt: checkpoint.Checkpointer, init_fn, tx, mesh, ru
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     """Runs (or resumes) pretraining in `workdir`; returns the last train/eval metrics."""
     from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
-    if config.on_nonfinite not in ("skip", "stop"):
-        raise ValueError(f"on_nonfinite must be 'skip' or 'stop', got {config.on_nonfinite!r}")
     workdir = os.path.abspath(workdir)
-    writer = MetricsWriter(workdir, total_steps=config.num_train_steps)
     tokenizer_path = config.tokenizer or DEFAULT_VOCAB
     tokenizer = load_tokenizer(tokenizer_path)
     bert_config = model_config(config, tokenizer.vocab_size)
-    checkpoint.write_model_files(workdir, bert_config, tokenizer)
-
     rules = tuple(tuple(r) for r in config.logical_axis_rules)
     mesh = sharding.make_mesh(dict(config.mesh_shape))
-    multiple = sharding.batch_size_multiple(mesh, rules) * config.grad_accum_steps
-    if config.global_batch_size % multiple or config.global_batch_size % jax.process_count():
-        raise ValueError(f"global_batch_size {config.global_batch_size} must be a multiple of "
-                         f"{multiple} (batch shards x grad_accum_steps) and of the process count")
+    validate_config(config, bert_config, tokenizer.vocab_size,
+                    sharding.batch_size_multiple(mesh, rules))
+    run = checkpoint.run_description(config.to_dict(), bert_config.to_dict(),
+                                     tokenizer.fingerprint())
+    # Nothing is written before this point: a config error leaves the workdir as it was.
+    writer = MetricsWriter(workdir, total_steps=config.num_train_steps)
     model = BertForPreTraining(bert_config)
     tx, schedule = make_optimizer(
         learning_rate=config.learning_rate, num_train_steps=config.num_train_steps,
@@ -313,10 +425,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
 
     ckpt = checkpoint.Checkpointer(workdir, keep=config.keep_checkpoints)
     state, shardings, pipeline_state = restore_or_init(config, ckpt, init_fn, tx, mesh, rules,
-                                                       writer)
+                                                       writer, run)
+    checkpoint.write_model_files(workdir, bert_config, tokenizer)
     train_fn, eval_fn = jit_steps(model, tx, schedule, mesh, shardings, rules,
                                   config.grad_accum_steps)
-    files = prepare_input_files(config, workdir, tokenizer_path, writer)
+    files = prepare_input_files(config, workdir, tokenizer_path, writer, run["vocabulary"])
     batches = make_iterator(config, files, tokenizer, split="train", state=pipeline_state)
 
     tokens_per_step = config.global_batch_size * config.max_seq_length
@@ -374,9 +487,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
             if step % config.checkpoint_every_steps == 0 or is_last:
                 if pending:
                     flush(step)  # never checkpoint past an unchecked non-finite step
-                ckpt.save(step, state, {"config": config.to_dict(),
-                                        "pipeline": batches.get_state(),
-                                        "model": bert_config.to_dict()})
+                ckpt.save(step, state, {**run, "pipeline": batches.get_state()})
     batches.close()
     ckpt.wait()
     ckpt.close()

@@ -50,7 +50,7 @@ def tiny_hf_dir(tmp_path):
 
 
 def convert_fails(directory, out, capsys, *needles):
-    assert cli.main(["convert", "--from-hf", str(directory), "--out", str(out)]) == 1
+    assert cli.main(["convert", "--from-hf", str(directory), "--out", str(out)]) == 2
     err = capsys.readouterr().err
     for needle in needles:
         assert needle in err

@@ -198,7 +198,7 @@ def test_finetune_command_names_bad_input_in_one_line(override, message, capsys)
     from bert_jax import cli as bert_jax_cli
     config = os.path.join(os.path.dirname(__file__), "..", "configs", "finetune.py") + ":csv,tiny"
     assert bert_jax_cli.main(["finetune", "--config", config, "--workdir", "unused",
-                              override]) == 1
+                              override]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"bert-jax finetune: {message}") and err.count("\n") == 1, err
 

@@ -10,6 +10,8 @@ import gzip
 import os
 from typing import Iterator, List, Sequence
 
+from bert_jax.errors import UserError
+
 _RESOURCES = os.path.join(os.path.dirname(os.path.dirname(__file__)), "resources")
 CORPUS_DIR = os.path.join(_RESOURCES, "corpus")
 # Public-domain text: the King James Bible and the latest 100 State of the
@@ -45,6 +47,17 @@ def expand_inputs(patterns: Sequence[str]) -> List[str]:
     if not files:
         raise FileNotFoundError(f"no input files in {list(patterns)}")
     return files
+
+
+def require_text(files: Sequence[str]) -> None:
+    """Raises UserError unless some file holds a non-blank line: an empty corpus makes
+    empty shards or an empty vocabulary, never an error of its own. Reads up to the
+    first line with text."""
+    for path in files:
+        if any(iter_lines(path, ReadStats())):
+            return
+    shown = ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+    raise UserError(f"no text in the input ({shown}): the files are empty or blank")
 
 
 def _open_binary(path: str):

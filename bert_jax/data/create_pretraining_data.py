@@ -221,6 +221,7 @@ def create_pretraining_data(inputs: Sequence[str], output_files: Sequence[str], 
     if options.max_seq_length < 5:
         raise ValueError("max_seq_length must be at least 5")
     files = corpus.expand_inputs(inputs)
+    corpus.require_text(files)
     load_tokenizer(vocab, do_lower_case)  # fail before starting workers
     tasks = list(enumerate(files))
     for path in output_files:
@@ -302,5 +303,4 @@ def run(args, output_files: List[str], summary_dir: Optional[str]) -> int:
 
 def main(argv: List[str]) -> int:
     args = _parse_args(argv)
-    os.makedirs(args.output_dir, exist_ok=True)
     return run(args, shard_paths(args.output_dir, args.num_shards), args.output_dir)

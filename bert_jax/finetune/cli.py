@@ -101,17 +101,28 @@ def _evaluate_main(argv: list[str]) -> int:
     parser.add_argument("--split", help="a split of the task's data (default: its eval splits)")
     parser.add_argument("--file", help="a labeled file (for file-based tasks) to evaluate on")
     args = parser.parse_args(argv)
+    from bert_jax.errors import UserError
     from bert_jax.finetune import trainer
-    overrides = {"validation_file": args.file} if args.file else {}
+    if args.file and args.split:
+        raise UserError("pass --split or --file, not both")
+    overrides = {"validation_file": os.path.abspath(args.file)} if args.file else {}
     model = trainer.load_finetuned(args.workdir, overrides)
     task = model.task
+    known = list(dict.fromkeys(["train", *task.eval_splits, *task.test_splits]))
+    if args.split and args.split not in known:
+        raise UserError(f"--split {args.split!r} is not a split of task {task.name!r}; "
+                        f"known: {', '.join(known)}")
+    # --file is read as the validation split and reported under its own name.
+    splits = ({os.path.basename(args.file): "validation"} if args.file else
+              {split: split for split in ([args.split] if args.split else task.eval_splits)})
     results = {}
-    for split in [args.split] if args.split else list(task.eval_splits):
+    for name, split in splits.items():
         examples = task.load(split)
         features = task.featurize(examples, model.tokenizer, model.config.max_seq_length,
                                   training=False)
-        results[split] = task.evaluate(examples, features, model.outputs(features))
-    with open(os.path.join(args.workdir, "evaluate_results.json"), "w", encoding="utf-8") as f:
+        results[name] = task.evaluate(examples, features, model.outputs(features))
+    with open(os.path.join(args.workdir, trainer.EVALUATE_RESULTS_FILE), "w",
+              encoding="utf-8") as f:
         json.dump(results, f, indent=2)
     print(json.dumps(results, indent=2))
     return 0

@@ -83,8 +83,10 @@ class CsvTask(ClassificationTask):
         label_name = self.config.get("label_column", "label")
         if split != "train" and label_name not in columns:
             labels = [None] * len(rows)  # an unlabeled test file
-        else:
+        elif split == "test":
             labels = files.column(rows, columns, label_name, path, "label")
+        else:
+            labels = files.labels(rows, columns, label_name, path)
         return [{"text_a": str(a), "text_b": None if b is None else str(b), "label": y,
                  "idx": i} for i, (a, b, y) in enumerate(zip(texts_a, texts_b, labels))]
 

@@ -45,6 +45,14 @@ def read_json(path: str) -> Any:
         raise ValueError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
 
 
+class Row(dict):
+    """A table row that knows its line in the file (for error messages)."""
+
+    def __init__(self, values: dict, line: int):
+        super().__init__(values)
+        self.line = line
+
+
 def read_table(path: str) -> tuple[list[dict[str, Any]], list[str]]:
     """Rows of a CSV/TSV (header line) or JSONL file as dicts, and the column names.
     A text file gives one row {'text': line} per non-empty line. A row whose field
@@ -65,7 +73,7 @@ def read_table(path: str) -> tuple[list[dict[str, Any]], list[str]]:
                 raise ValueError(f"{path}:{reader.line_num}: {fields} fields, but the header "
                                  f"has {len(reader.fieldnames)}"
                                  + (" (a tab inside a text?)" if kind == "tsv" else ""))
-            rows.append(row)
+            rows.append(Row(row, line=reader.line_num))
         return rows, list(reader.fieldnames or [])
     if kind == "jsonl":
         rows = []
@@ -80,7 +88,7 @@ def read_table(path: str) -> tuple[list[dict[str, Any]], list[str]]:
             if not isinstance(row, dict):
                 raise ValueError(f"{path}:{number}: expected a JSON object, got "
                                  f"{type(row).__name__}")
-            rows.append(row)
+            rows.append(Row(row, line=number))
         columns = list(dict.fromkeys(k for row in rows for k in row))
         return rows, columns
     rows = [{"text": line.rstrip("\n")} for line in io.StringIO(text, newline=None)
@@ -95,6 +103,16 @@ def column(rows: list[dict], columns: list[str], name: str, path: str, role: str
                          f"{', '.join(map(repr, columns)) or '(none)'} (set "
                          f"--config.{role}_column)")
     return [row.get(name) for row in rows]
+
+
+def labels(rows: list[dict], columns: list[str], name: str, path: str) -> list:
+    """The label column; a blank cell fails naming its file and line (it is not a class)."""
+    values = column(rows, columns, name, path, "label")
+    for row, value in zip(rows, values):
+        if value is None or (isinstance(value, str) and not value.strip()):
+            raise ValueError(f"{path}:{getattr(row, 'line', '?')}: blank label (column "
+                             f"{name!r}); every labeled row needs one")
+    return values
 
 
 def read_conll(path: str, tag_column: int = -1) -> list[dict[str, list[str]]]:

@@ -17,6 +17,7 @@ import functools
 import json
 import math
 import os
+import shutil
 import time
 from typing import Any
 
@@ -29,8 +30,9 @@ from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from bert_jax import checkpoint, multihost, optim, pretrained, sharding
-from bert_jax.config import BertConfig, ConfigError, check_choice, get_config
+from bert_jax.config import BertConfig, ConfigError, check_choice, check_inputs_fit, get_config
 from bert_jax.convert import layout
+from bert_jax.errors import UserError, check_positive
 from bert_jax.finetune import files, packing, tasks
 from bert_jax.metrics_writer import MetricsWriter
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
@@ -38,6 +40,8 @@ from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
 BEST_DIR = "best"
 KEEP_CHECKPOINT = ("best", "last")  # the best validation score, or the end of training
 RESULTS_FILE = "eval_results.json"
+EVALUATE_RESULTS_FILE = "evaluate_results.json"  # written by `bert-jax evaluate`
+PREDICTIONS_DIR = "predictions"
 
 
 @dataclasses.dataclass
@@ -89,8 +93,9 @@ def resolve_model(config) -> ModelSource:
                           "pretraining workdir) or --config.model=PRESET for a random encoder")
     tokenizer = load_tokenizer(config.tokenizer or DEFAULT_VOCAB)
     model_config = _model_config(config.model, tokenizer.vocab_size)
+    spec = config.model if isinstance(config.model, str) else dict(config.model)
     return ModelSource(model_config.replace(**dropout, **numerics), tokenizer, None,
-                       f"random {config.model}")
+                       f"random {spec}")
 
 
 # --- steps -----------------------------------------------------------------------------
@@ -179,19 +184,36 @@ def load_eval_sets(task, tokenizer, config, seed: int) -> dict[str, tuple[list, 
     return sets
 
 
+# Shortest row: [CLS] A [SEP] B [SEP] with a few tokens of each text.
+MIN_SEQ_LENGTH = 8
+
+
+def validate_config(config) -> None:
+    """The checks of a fine-tuning config that need no data: raises UserError naming
+    the key. Batch sizes are rounded up to a multiple of the mesh's batch shards."""
+    for key in ("global_batch_size", "eval_batch_size", "log_every_steps"):
+        check_positive(key, config[key])
+    epochs = config.num_train_epochs
+    if isinstance(epochs, bool) or not isinstance(epochs, (int, float)) or not epochs > 0:
+        raise UserError(f"num_train_epochs must be a number > 0, got {epochs!r}")
+    check_positive("max_seq_length", config.max_seq_length)
+    if config.max_seq_length < MIN_SEQ_LENGTH:
+        raise UserError(f"max_seq_length must be at least {MIN_SEQ_LENGTH} ([CLS] A [SEP] B "
+                        f"[SEP] with room for text), got {config.max_seq_length}")
+    check_choice("keep_checkpoint", config.keep_checkpoint, KEEP_CHECKPOINT)
+
+
 def finetune(config, workdir: str) -> dict[str, Any]:
     """Fine-tunes with one seed (`config.seed`); returns what eval_results.json holds."""
     seed = int(config.seed)
+    validate_config(config)
     task = tasks.get_task(config)
-    check_choice("keep_checkpoint", config.keep_checkpoint, KEEP_CHECKPOINT)
     if config.packing and not task.supports_packing:
         raise ValueError(f"task {task.name!r} does not support packing"
                          + (" with a CRF" if config.get("crf") else ""))
     source = resolve_model(config)
     tokenizer, bert_config = source.tokenizer, source.config
-    if config.max_seq_length > bert_config.max_position_embeddings:
-        raise ConfigError(f"max_seq_length {config.max_seq_length} exceeds the model's "
-                          f"max_position_embeddings {bert_config.max_position_embeddings}")
+    check_inputs_fit(bert_config, source.origin, max_seq_length=config.max_seq_length)
     train_examples = subsample(task.load("train"), config.max_train_examples, seed)
     task.prepare(train_examples)
     train_features = task.featurize(train_examples, tokenizer, config.max_seq_length,
@@ -240,6 +262,11 @@ def finetune(config, workdir: str) -> dict[str, Any]:
     eval_fn = make_eval_fn(model, task, rules, shardings.params, mesh)
 
     os.makedirs(workdir, exist_ok=True)
+    # An earlier run's outputs would pass for this run's.
+    shutil.rmtree(os.path.join(workdir, PREDICTIONS_DIR), ignore_errors=True)
+    for stale in (RESULTS_FILE, EVALUATE_RESULTS_FILE):
+        if os.path.exists(os.path.join(workdir, stale)):
+            os.remove(os.path.join(workdir, stale))
     writer = MetricsWriter(workdir, total_steps=num_steps, append=False)
     if writer.replaced_earlier_run:
         writer.message(f"{workdir} held an earlier fine-tuning run: its metrics, best model "
@@ -249,7 +276,8 @@ def finetune(config, workdir: str) -> dict[str, Any]:
                    + (f", packed {rows_per_batch} rows/batch" if config.packing else ""))
     kept = {"score": -np.inf, "epoch": None, "metrics": None}
     step, examples_seen, train_time, first_step_time = 0, 0.0, 0.0, None
-    spec = {**task.spec(), "config": config.to_dict(), "max_seq_length": config.max_seq_length}
+    spec = {**task.spec(), "config": _absolute_paths(config.to_dict()),
+            "max_seq_length": config.max_seq_length}
     with jax.set_mesh(mesh):
         for epoch in range(num_epochs):
             start, pending = time.time(), []
@@ -304,6 +332,13 @@ def finetune(config, workdir: str) -> dict[str, Any]:
     return results
 
 
+def _absolute_paths(values: dict) -> dict:
+    """The config with its data paths absolute, so a saved model finds its files from
+    any working directory."""
+    return {k: os.path.abspath(v) if (k.endswith("_file") or k == "tfds_data_dir")
+            and isinstance(v, str) and v else v for k, v in values.items()}
+
+
 def _keep(mode: str, kept: dict, score: float, last: bool) -> bool:
     """Whether this epoch's model replaces the kept one. "best": a strictly higher
     validation score (ties keep the earlier epoch); "last": the end of the schedule."""
@@ -328,7 +363,7 @@ def predict_test(task, tokenizer, params, eval_fn, config, mesh, workdir) -> dic
         outputs = predict_features(task, params, features, eval_fn, config, mesh)
         records = task.predict(examples, features, outputs)
         if multihost.is_primary():
-            files.write_jsonl(os.path.join(workdir, "predictions", f"{split}.jsonl"), records)
+            files.write_jsonl(os.path.join(workdir, PREDICTIONS_DIR, f"{split}.jsonl"), records)
             task.write_test_predictions(records, split, workdir)
         if examples and all(task.is_labeled(ex) for ex in examples):
             out[split] = task.evaluate(examples, features, outputs)
@@ -401,4 +436,6 @@ def load_finetuned(workdir: str, overrides: dict | None = None) -> Finetuned:
                                      nn.unbox(boxed), source=pre.tokenizer_dir)
     params = jax.device_put(params, shardings)
     eval_fn = make_eval_fn(model, task, rules, shardings, mesh)
-    return Finetuned(task, load_tokenizer(pre.tokenizer_dir), config, params, eval_fn, mesh)
+    tokenizer = load_tokenizer(pre.tokenizer_dir)
+    check_inputs_fit(pre.config, pre.tokenizer_dir, vocab_size=tokenizer.vocab_size)
+    return Finetuned(task, tokenizer, config, params, eval_fn, mesh)

@@ -5,17 +5,20 @@ Two implementations: `WordPieceTokenizer` (BERT `vocab.txt`) and
 """
 import abc
 import dataclasses
+import hashlib
 import json
 import os
 from typing import Iterable, List, Sequence, Tuple
 
 import numpy as np
 
+from bert_jax.errors import UserError
+
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 CONFIG_NAME = "tokenizer_config.json"
 
 
-class TokenizerError(ValueError):
+class TokenizerError(UserError):
     """A vocabulary or model file is missing or unusable."""
 
 
@@ -66,6 +69,15 @@ class Tokenizer(abc.ABC):
     @abc.abstractmethod
     def save(self, directory: str) -> None:
         """Writes the files `load_tokenizer(directory)` reads back."""
+
+    def fingerprint(self) -> str:
+        """sha256 hex of what decides the ids: the tokens in id order and the casing.
+        Checkpoints and converted data record it so a different vocabulary is noticed."""
+        digest = hashlib.sha256(f"{type(self).__name__} "
+                                f"lower={getattr(self, 'do_lower_case', None)}\n".encode())
+        for index in range(self.vocab_size):
+            digest.update(self.id_to_token(index).encode("utf-8") + b"\n")
+        return digest.hexdigest()
 
     @abc.abstractmethod
     def tf_tokenize(self, texts):

@@ -61,6 +61,7 @@ def train_tokenizer(files: Sequence[str], vocab_size: int, kind: str, out_dir: s
                     do_lower_case: bool = True) -> base.Tokenizer:
     """Trains a tokenizer of `kind` ('wordpiece', 'unigram', 'bpe') and saves it to `out_dir`."""
     files = corpus.expand_inputs(files)
+    corpus.require_text(files)
     if kind == "wordpiece":
         tokenizer = train_wordpiece(files, vocab_size, do_lower_case)
         tokenizer.save(out_dir)

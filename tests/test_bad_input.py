@@ -1,0 +1,265 @@
+"""Bad input, command by command, through `bert-jax` itself: each case ends with exit
+code 2 and one line `bert-jax COMMAND: error: ...` naming the key or file, before any
+work, and leaves its workdir (or output) as it was: absent when it was absent, the
+same files with the same sizes and times when it existed.
+
+Cases name a `{placeholder}` for the fixtures' paths; `{new}` is a fresh path that
+must still not exist afterwards."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from bert_jax import cli, heads, pretrained
+from bert_jax.config import get_config
+from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
+from test_finetune_util import MICRO_MODEL
+from test_train import REPO, small_config, text_corpus  # noqa: F401 - a fixture
+
+PRETRAIN = ["pretrain", "--config", os.path.join(REPO, "configs", "pretrain.py") + ":tiny",
+            "--workdir", "{new}", "--config.input_files={corpus}",
+            "--config.max_seq_length=32", "--config.global_batch_size=8",
+            "--config.max_predictions_per_seq=5", "--config.eval_fraction=0.1"]
+FINETUNE = ["finetune", "--config", os.path.join(REPO, "configs", "finetune.py") + ":csv,tiny",
+            "--workdir", "{new}", f"--config.model={MICRO_MODEL}", "--config.max_seq_length=32",
+            "--config.global_batch_size=8", "--config.train_file={train}",
+            "--config.validation_file={dev}"]
+SMALL = "{'preset': 'tiny', 'num_hidden_layers': 1, 'hidden_size': 32, " \
+    "'num_attention_heads': 2, 'intermediate_size': 64, 'max_position_embeddings': 64}"
+
+CASES = {
+    # pretrain: every check runs before model/, data/ or checkpoints/ are written
+    "pretrain untyped value": (PRETRAIN + ["--config.num_train_steps=five"],
+                               "config key 'num_train_steps' expects int (like 3000), got str "
+                               "'five'"),
+    "pretrain unknown key": (PRETRAIN + ["--config.lerning_rate=1"],
+                             "unknown config key 'lerning_rate'; known here: "),
+    "pretrain zero batch": (PRETRAIN + ["--config.global_batch_size=0"],
+                            "global_batch_size must be an integer >= 1, got 0"),
+    "pretrain negative batch": (PRETRAIN + ["--config.global_batch_size=-4"],
+                                "global_batch_size must be an integer >= 1, got -4"),
+    "pretrain batch not divisible": (PRETRAIN + ["--config.global_batch_size=12"],
+                                     "global_batch_size 12 must be a multiple of 8"),
+    "pretrain zero steps": (PRETRAIN + ["--config.num_train_steps=0"],
+                            "num_train_steps must be an integer >= 1, got 0"),
+    "pretrain warmup past the end": (PRETRAIN + ["--config.num_train_steps=10"],
+                                     "warmup_steps 300 exceeds num_train_steps 10"),
+    "pretrain sequence too short": (PRETRAIN + ["--config.max_seq_length=2"],
+                                    "max_seq_length must be at least 8"),
+    "pretrain sequence past the positions": (
+        PRETRAIN + ["--config.max_seq_length=1024"],
+        "max_seq_length 1024 exceeds the max_position_embeddings 512 of model 'tiny'"),
+    "pretrain vocabulary past the model's": (
+        PRETRAIN + ["--config.model={'preset': 'tiny', 'vocab_size': 100}"],
+        "the tokenizer has 8192 tokens but model {'preset': 'tiny', 'vocab_size': 100} has "
+        "vocab_size=100"),
+    "pretrain unknown preset": (PRETRAIN + ["--config.model=tinyy"],
+                                "unknown model preset 'tinyy'"),
+    "pretrain unknown optimizer": (PRETRAIN + ["--config.optimizer=sgd"],
+                                   "optimizer must be one of adamw, lamb; got 'sgd'"),
+    "pretrain bad on_nonfinite": (PRETRAIN + ["--config.on_nonfinite=maybe"],
+                                  "on_nonfinite must be one of skip, stop; got 'maybe'"),
+    "pretrain no input files": (PRETRAIN + ["--config.input_files=/no/such/*.txt"],
+                                "input_files: '/no/such/*.txt' matches no file"),
+    "pretrain empty corpus": (PRETRAIN + ["--config.input_files={empty}"],
+                              "no text in the input ({empty})"),
+    # resuming a workdir with keys that cannot change
+    "resume with another model": (
+        PRETRAIN[:4] + ["{pretrained}"] + PRETRAIN[5:] + ["--config.model=" + SMALL.replace(
+            "'hidden_size': 32", "'hidden_size': 64")],
+        "was written by a different run (model.hidden_size 32 -> 64)"),
+    "resume with another optimizer": (
+        PRETRAIN[:4] + ["{pretrained}"] + PRETRAIN[5:] + [f"--config.model={SMALL}",
+                                                          "--config.optimizer=lamb"],
+        "(optimizer 'adamw' -> 'lamb'): these keys cannot change on resume"),
+    "resume with another sequence length": (
+        PRETRAIN[:4] + ["{pretrained}"] + PRETRAIN[5:] + [f"--config.model={SMALL}",
+                                                          "--config.max_seq_length=48"],
+        "(max_seq_length 32 -> 48)"),
+    # finetune
+    "finetune zero batch": (FINETUNE + ["--config.global_batch_size=0"],
+                            "global_batch_size must be an integer >= 1, got 0"),
+    "finetune negative batch": (FINETUNE + ["--config.global_batch_size=-4"],
+                                "global_batch_size must be an integer >= 1, got -4"),
+    "finetune zero eval batch": (FINETUNE + ["--config.eval_batch_size=0"],
+                                 "eval_batch_size must be an integer >= 1, got 0"),
+    "finetune zero epochs": (FINETUNE + ["--config.num_train_epochs=0"],
+                             "num_train_epochs must be a number > 0, got 0.0"),
+    "finetune sequence too short": (FINETUNE + ["--config.max_seq_length=2"],
+                                    "max_seq_length must be at least 8"),
+    "finetune sequence past the positions": (
+        FINETUNE + ["--config.max_seq_length=1024"],
+        "max_seq_length 1024 exceeds the max_position_embeddings 512 of random "
+        "{'hidden_size': 32, "),
+    "finetune blank label": (FINETUNE + ["--config.train_file={blank_label}"],
+                             "{blank_label}:3: blank label (column 'label')"),
+    "finetune empty split": (FINETUNE + ["--config.validation_file={header_only}"],
+                             "{header_only} has no rows"),
+    "finetune missing file": (FINETUNE + ["--config.train_file=/no/such.tsv"],
+                              "no such file: /no/such.tsv"),
+    "finetune bad keep_checkpoint": (FINETUNE + ["--config.keep_checkpoint=first"],
+                                     "keep_checkpoint must be one of best, last; got 'first'"),
+    "finetune bad pooling": (FINETUNE + ["--config.pooling=max"],
+                             "pooling must be one of pooler, mean; got 'max'"),
+    "finetune untyped value": (FINETUNE + ["--config.num_train_epochs=three"],
+                               "config key 'num_train_epochs' expects float"),
+    # evaluate / predict
+    "evaluate unknown split": (["evaluate", "--workdir", "{finetuned}", "--split", "bogus"],
+                               "--split 'bogus' is not a split of task 'csv'; known: train, "
+                               "validation"),
+    "evaluate without a model": (["evaluate", "--workdir", "{new}"],
+                                 "holds no fine-tuned model (best/ is missing)"),
+    "predict missing input": (["predict", "--workdir", "{finetuned}", "--input", "/no/such.txt"],
+                              "no such file: /no/such.txt"),
+    # embed / export
+    "embed zero batch": (["embed", "--checkpoint", "{model}", "--input", "{texts}", "--output",
+                          "{new}", "--batch-size", "0"],
+                         "--batch-size must be an integer >= 1, got 0"),
+    "embed vocabulary past the model's": (
+        ["embed", "--checkpoint", "{small_vocab_model}", "--input", "{texts}", "--output",
+         "{new}"], "the tokenizer has 8192 tokens but {small_vocab_model} has vocab_size=100"),
+    "embed no model": (["embed", "--checkpoint", "/no/model", "--input", "{texts}", "--output",
+                        "{new}"], "no model directory at /no/model"),
+    "embed bad utf-8": (["embed", "--checkpoint", "{model}", "--input", "{latin1}", "--output",
+                         "{new}"], "{latin1}: line 2 is not valid UTF-8"),
+    "export vocabulary past the model's": (
+        ["export", "--workdir", "{small_vocab_model}", "--out", "{new}"],
+        "the tokenizer has 8192 tokens but {small_vocab_model} has vocab_size=100"),
+    # data and vocabularies
+    "create-data empty file": (["create-data", "--input", "{empty}", "--output_dir", "{new}"],
+                               "no text in the input ({empty})"),
+    "create-data missing file": (["create-data", "--input", "/no/such.txt", "--output_dir",
+                                  "{new}"], "input file not found: /no/such.txt"),
+    "train-tokenizer empty file": (["train-tokenizer", "--input", "{empty}", "--out", "{new}"],
+                                   "no text in the input ({empty})"),
+}
+# Commands whose own main prints `error: ...` (kept for their direct callers).
+OWN_PREFIX = {"create-data"}
+
+
+def fill(text, values):
+    """`text` with each `{name}` of `values` replaced (configs hold other braces)."""
+    for name, value in values.items():
+        text = text.replace("{" + name + "}", value)
+    return text
+
+
+def save_model(path, **fields):
+    tokenizer = load_tokenizer(DEFAULT_VOCAB)
+    config = get_config("tiny", **{"vocab_size": tokenizer.vocab_size, "num_hidden_layers": 1,
+                                   "hidden_size": 32, "num_attention_heads": 2,
+                                   "intermediate_size": 64, **fields})
+    model = heads.BertForSequenceClassification(config, 2)
+    params = model.init(jax.random.key(0), jnp.ones((1, 4), jnp.int32))["params"]
+    pretrained.save(path, config, jax.tree.map(np.asarray, params), tokenizer=tokenizer)
+    return path
+
+
+@pytest.fixture(scope="module")
+def paths(tmp_path_factory, text_corpus):
+    root = tmp_path_factory.mktemp("bad_input")
+    (root / "empty.txt").write_text("")
+    (root / "texts.txt").write_text("one line\nanother\n")
+    (root / "latin1.txt").write_bytes("fine\ncaf\xe9\n".encode("latin-1"))
+    rows = ["text\tlabel", "a good film\tpos", "\tneg", "a bad film\tneg"]
+    (root / "train.tsv").write_text("\n".join(rows[:2] + rows[3:] + rows[1:2] + rows[3:]) + "\n")
+    (root / "dev.tsv").write_text("\n".join(rows[:2] + rows[3:]) + "\n")
+    (root / "blank_label.tsv").write_text("text\tlabel\na good film\tpos\na film\t\n")
+    (root / "header_only.tsv").write_text("text\tlabel\n")
+    values = {name: str(root / f"{name}.{ext}") for name, ext in (
+        ("empty", "txt"), ("texts", "txt"), ("latin1", "txt"), ("train", "tsv"),
+        ("dev", "tsv"), ("blank_label", "tsv"), ("header_only", "tsv"))}
+    values["corpus"] = text_corpus
+    values["model"] = save_model(str(root / "model"))
+    values["small_vocab_model"] = save_model(str(root / "small_vocab"), vocab_size=100)
+    # One real pretraining run (2 steps) and one fine-tuning run, to resume and evaluate.
+    values["pretrained"] = str(root / "pretrained")
+    args = [fill(a, {**values, "new": values["pretrained"]}) for a in PRETRAIN] + [
+        f"--config.model={SMALL}", "--config.num_train_steps=2", "--config.warmup_steps=1",
+        "--config.eval_every_steps=0", "--config.checkpoint_every_steps=2",
+    ]
+    assert cli.main(args) == 0
+    values["finetuned"] = str(root / "finetuned")
+    assert cli.main([fill(a, {**values, "new": values["finetuned"]}) for a in FINETUNE]) == 0
+    return values
+
+
+def snapshot(path):
+    """Every file under `path` with its size and modification time (None: no path)."""
+    if not os.path.exists(path):
+        return None
+    return sorted((os.path.relpath(os.path.join(root, name), path),
+                   os.path.getsize(os.path.join(root, name)),
+                   os.stat(os.path.join(root, name)).st_mtime_ns)
+                  for root, _, names in os.walk(path) for name in names)
+
+
+@pytest.mark.parametrize("args, message", list(CASES.values()), ids=list(CASES))
+def test_bad_input_gets_one_line_and_leaves_nothing(args, message, paths, tmp_path, capsys):
+    values = {**paths, "new": str(tmp_path / "new")}
+    args = [fill(a, values) for a in args]
+    touched = [a for a in args if a in (paths["pretrained"], paths["finetuned"])]
+    before = {path: snapshot(path) for path in touched}
+    capsys.readouterr()
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err
+    prefix = "error: " if args[0] in OWN_PREFIX else f"bert-jax {args[0]}: error: "
+    assert err.startswith(prefix) and err.count("\n") == 1, err
+    assert fill(message, values) in err, err
+    assert not os.path.exists(values["new"]), os.listdir(values["new"])
+    assert {path: snapshot(path) for path in touched} == before
+
+
+def test_a_subprocess_gets_exit_code_2_and_no_traceback(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "bert_jax.cli", "pretrain", "--config",
+         os.path.join(REPO, "configs", "pretrain.py") + ":tiny", "--workdir",
+         str(tmp_path / "w"), "--config.num_train_steps=five"],
+        env={**os.environ, "PYTHONPATH": REPO}, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr == ("bert-jax pretrain: error: config key 'num_train_steps' expects "
+                             "int (like 3000), got str 'five'\n")
+    assert not (tmp_path / "w").exists()
+
+
+def test_a_bug_gets_one_line_naming_the_traceback_file(monkeypatch, capsys):
+    from bert_jax import embed
+
+    def broken(argv):
+        return 1 // 0
+
+    monkeypatch.setattr(embed, "main", broken)
+    assert cli.main(["embed"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("bert-jax embed: internal error (a bug, please report it): "
+                          "ZeroDivisionError: integer division or modulo by zero; full "
+                          "traceback in ") and err.count("\n") == 1, err
+    path = err.rsplit(" ", 1)[1].strip()
+    assert "return 1 // 0" in open(path).read()
+    os.remove(path)
+    with pytest.raises(ZeroDivisionError):
+        cli.main(["embed", "--debug"])
+
+
+def test_finetune_rerun_clears_outputs_and_evaluate_works_from_anywhere(paths, tmp_path,
+                                                                        monkeypatch, capsys):
+    import json
+    workdir = paths["finetuned"]
+    stale = os.path.join(workdir, "predictions", "old.jsonl")
+    os.makedirs(os.path.dirname(stale), exist_ok=True)
+    open(stale, "w").close()
+    monkeypatch.chdir(tmp_path)  # the model's data paths must not depend on the cwd
+    assert cli.main(["evaluate", "--workdir", workdir, "--file", paths["dev"]]) == 0
+    assert list(json.loads(capsys.readouterr().out)) == ["dev.tsv"]
+    assert cli.main(["evaluate", "--workdir", workdir]) == 0
+    assert list(json.loads(capsys.readouterr().out)) == ["validation"]
+    assert cli.main([fill(a, {**paths, "new": workdir}) for a in FINETUNE]) == 0
+    assert not os.path.exists(stale)
+    assert not os.path.exists(os.path.join(workdir, "evaluate_results.json"))

@@ -1,0 +1,215 @@
+"""A run never loses a good checkpoint: resuming with another config stops with one
+line instead of calling the checkpoint corrupt, quarantine never deletes, a run with
+no readable checkpoint left stops instead of starting over, and a checkpoint write
+killed (SIGKILL) or failing (ENOSPC) leaves the previous one restorable."""
+
+import errno
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import orbax.checkpoint as ocp
+import pytest
+
+from bert_jax import checkpoint, cli, sharding
+from bert_jax.train import train_and_evaluate
+from test_checkpoint import TX, assert_trees_equal, init_fn, state_on
+from test_train import REPO, small_config, text_corpus  # noqa: F401 - a fixture
+
+RUN = checkpoint.run_description({"optimizer": "adamw", "max_seq_length": 32,
+                                  "num_train_steps": 4, "mesh_shape": {"data": -1}},
+                                 {"hidden_size": 32, "dtype": "float32"}, "abc")
+
+
+def changed(run, config=None, model=None, vocabulary=None):
+    return checkpoint.run_description({**run["config"], **(config or {})},
+                                      {**run["model"], **(model or {})},
+                                      vocabulary or run["vocabulary"])
+
+
+def test_compare_runs_splits_fixed_from_changeable_keys():
+    fixed, changeable = checkpoint.compare_runs(RUN, changed(
+        RUN, {"optimizer": "lamb", "num_train_steps": 8, "mesh_shape": {"data": 2}},
+        {"hidden_size": 64, "dtype": "bfloat16"}, "def"))
+    assert fixed == ["model.hidden_size 32 -> 64", "optimizer 'adamw' -> 'lamb'",
+                     "vocabulary 'abc' -> 'def'"]
+    assert changeable == ["mesh_shape {'data': -1} -> {'data': 2}", "model.dtype 'float32' -> "
+                          "'bfloat16'", "num_train_steps 4 -> 8"]
+    # Keys an older checkpoint did not record are not compared.
+    assert checkpoint.compare_runs({"config": {}}, RUN) == ([], [])
+
+
+def saved_checkpoints(tmp_path, steps=(1, 2)):
+    state, mesh = state_on(jax.devices()[:2])
+    ckpt = checkpoint.Checkpointer(str(tmp_path), keep=5)
+    for step in steps:
+        ckpt.save(step, state.replace(step=state.step + step), {**RUN, "pipeline": None})
+    ckpt.wait()
+    return sharding.abstract_state(init_fn, TX, mesh), state
+
+
+def corrupt(step_dir):
+    """Truncates the array data of a saved state, as a half-written checkpoint has it."""
+    for root, _, files in os.walk(os.path.join(step_dir, "state")):
+        for name in files:
+            if "manifest" in name or root.endswith(os.sep + "d"):
+                open(os.path.join(root, name), "wb").close()
+
+
+def test_incompatible_checkpoint_stops_and_is_left_where_it_is(tmp_path):
+    target, _ = saved_checkpoints(tmp_path)
+    other = changed(RUN, {"optimizer": "lamb"}, {"hidden_size": 64})
+    with pytest.raises(checkpoint.IncompatibleCheckpointError,
+                       match=r"model.hidden_size 32 -> 64; optimizer 'adamw' -> 'lamb'\)"):
+        checkpoint.Checkpointer(str(tmp_path)).restore(target, run=other)
+    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["1", "2"]
+    assert not (tmp_path / checkpoint.CORRUPT_DIR).exists()
+
+
+def test_checkpoint_of_another_shape_without_a_config_is_incompatible_not_corrupt(tmp_path):
+    saved_checkpoints(tmp_path)
+    mesh = sharding.make_mesh({"fsdp": -1}, devices=jax.devices()[:1])
+    target = sharding.abstract_state(init_fn, TX, mesh)
+    target = target.replace(params={**target.params, "extra": jax.ShapeDtypeStruct(
+        (3,), "float32", sharding=target.step.sharding)})
+    with pytest.raises(checkpoint.IncompatibleCheckpointError, match="do not fit"):
+        checkpoint.Checkpointer(str(tmp_path)).restore(target)
+    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["1", "2"]
+
+
+def test_quarantine_keeps_every_copy_and_stops_when_none_is_left(tmp_path):
+    target, state = saved_checkpoints(tmp_path, steps=(1,))
+    for _ in range(2):  # the same step goes bad twice: both copies are kept
+        ckpt = checkpoint.Checkpointer(str(tmp_path), keep=5)
+        ckpt.save(2, state, {**RUN, "pipeline": None})
+        ckpt.wait()
+        corrupt(tmp_path / "checkpoints" / "2")
+        restored, _, step = checkpoint.Checkpointer(str(tmp_path)).restore(target, run=RUN)
+        assert step == 1
+    moved = sorted(os.listdir(tmp_path / checkpoint.CORRUPT_DIR))
+    assert len(moved) == 2 and all(name.startswith("2-") for name in moved)
+
+    corrupt(tmp_path / "checkpoints" / "1")
+    with pytest.raises(checkpoint.CheckpointError, match="no readable checkpoint left.*"
+                       "start_fresh=true"):
+        checkpoint.Checkpointer(str(tmp_path)).restore(target, run=RUN)
+    assert len(os.listdir(tmp_path / checkpoint.CORRUPT_DIR)) == 3
+    assert checkpoint.Checkpointer(str(tmp_path)).restore(target, start_fresh=True) is None
+
+
+def steps_logged(workdir):
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+        return [json.loads(line)["step"] for line in f if '"train/loss"' in line]
+
+
+@pytest.mark.slow
+def test_pretrain_resume_checks_the_config_and_logs_each_step_once(tmp_path, text_corpus,
+                                                                   capsys):
+    workdir = str(tmp_path / "run")
+    overrides = dict(eval_every_steps=0, log_every_steps=1)
+    train_and_evaluate(small_config(text_corpus, **overrides), workdir)
+    model_file = open(os.path.join(workdir, "model", "bert_jax.json")).read()
+    capsys.readouterr()
+
+    # Another model and optimizer: one line naming both, nothing moved or rewritten.
+    args = ["pretrain", "--config", os.path.join(REPO, "configs", "pretrain.py") + ":tiny",
+            "--workdir", workdir] + [f"--config.{k}={v}" for k, v in dict(
+                small_config(text_corpus, **overrides)).items()
+                if k in ("input_files", "max_seq_length", "max_predictions_per_seq",
+                         "global_batch_size", "num_train_steps", "checkpoint_every_steps",
+                         "warmup_steps", "eval_fraction", "log_every_steps",
+                         "eval_every_steps")]
+    bigger = "{'preset': 'tiny', 'num_hidden_layers': 1, 'hidden_size': 64, " \
+        "'num_attention_heads': 2, 'intermediate_size': 64, 'max_position_embeddings': 64}"
+    assert cli.main(args + [f"--config.model={bigger}", "--config.optimizer=lamb"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "model.hidden_size 32 -> 64" in err, err
+    assert "optimizer 'adamw' -> 'lamb'" in err and "cannot change on resume" in err
+    assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["2", "4"]
+    assert not os.path.exists(os.path.join(workdir, checkpoint.CORRUPT_DIR))
+    assert open(os.path.join(workdir, "model", "bert_jax.json")).read() == model_file
+
+    # A corrupt latest: the run falls back to step 2, replays 3..6, logs each step once.
+    corrupt(os.path.join(workdir, "checkpoints", "4"))
+    train_and_evaluate(small_config(text_corpus, num_train_steps=6, **overrides), workdir)
+    assert steps_logged(workdir) == [1, 2, 3, 4, 5, 6]
+    assert len(os.listdir(os.path.join(workdir, checkpoint.CORRUPT_DIR))) == 1
+
+
+KILL_DURING_SAVE = """
+import os, signal, sys
+import orbax.checkpoint as ocp
+from bert_jax.train import train_and_evaluate
+from test_train import small_config
+
+write_meta = ocp.JsonCheckpointHandler._save_fn
+
+async def die_while_writing_step_4(self, x, directory):
+    if directory.parent.name.startswith("4"):  # the state of step 4 is being written
+        os.kill(os.getpid(), signal.SIGKILL)
+    await write_meta(self, x, directory)
+
+ocp.JsonCheckpointHandler._save_fn = die_while_writing_step_4
+train_and_evaluate(small_config(sys.argv[2], eval_every_steps=0), sys.argv[1])
+"""
+
+
+@pytest.mark.slow
+def test_sigkill_during_a_checkpoint_write_leaves_the_previous_one_and_resumes(
+        tmp_path, text_corpus):
+    workdir = str(tmp_path / "killed")
+    result = subprocess.run(
+        [sys.executable, "-c", KILL_DURING_SAVE, workdir, text_corpus],
+        env={**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.path.join(REPO, 'tests')}"},
+        capture_output=True, text=True, timeout=300)
+    assert result.returncode == -9, result.stderr[-3000:]
+    assert checkpoint.Checkpointer(workdir).latest_step() == 2
+    train_and_evaluate(small_config(text_corpus, eval_every_steps=0), workdir)
+    assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["2", "4"]
+    assert not os.path.exists(os.path.join(workdir, checkpoint.CORRUPT_DIR))
+
+
+@pytest.mark.slow
+def test_enospc_during_a_save_leaves_the_previous_one_and_resumes(tmp_path, text_corpus,
+                                                                 monkeypatch):
+    workdir = str(tmp_path / "full")
+    write_meta = ocp.JsonCheckpointHandler._save_fn
+
+    async def disk_full_at_step_4(self, x, directory):
+        if directory.parent.name.startswith("4"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        await write_meta(self, x, directory)
+
+    monkeypatch.setattr(ocp.JsonCheckpointHandler, "_save_fn", disk_full_at_step_4)
+    with pytest.raises(OSError, match="No space left on device.*step 2, is intact") as e:
+        train_and_evaluate(small_config(text_corpus, eval_every_steps=0), workdir)
+    assert e.value.errno == errno.ENOSPC
+    monkeypatch.setattr(ocp.JsonCheckpointHandler, "_save_fn", write_meta)
+    assert checkpoint.Checkpointer(workdir).latest_step() == 2
+    train_and_evaluate(small_config(text_corpus, eval_every_steps=0), workdir)
+    assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["2", "4"]
+
+
+def test_converted_text_records_its_options_and_is_rebuilt_when_they_change(
+        tmp_path, text_corpus):
+    from bert_jax.metrics_writer import MetricsWriter
+    from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
+    from bert_jax.train import DATA_OPTIONS_FILE, prepare_input_files
+    writer = MetricsWriter(str(tmp_path), tensorboard=False)
+    vocabulary = load_tokenizer(DEFAULT_VOCAB).fingerprint()
+
+    def convert(**overrides):
+        files = prepare_input_files(small_config(text_corpus, **overrides), str(tmp_path),
+                                    DEFAULT_VOCAB, writer, vocabulary)
+        options = json.load(open(os.path.join(os.path.dirname(files[0]), DATA_OPTIONS_FILE)))
+        return options, os.stat(files[0]).st_mtime_ns
+
+    options, made = convert()
+    assert options["max_seq_length"] == 32 and options["vocabulary"] == vocabulary
+    assert convert() == (options, made)  # reused
+    rebuilt, _ = convert(max_seq_length=48)
+    assert rebuilt["max_seq_length"] == 48
+    assert sorted(os.listdir(tmp_path / "data")) == sorted(
+        [DATA_OPTIONS_FILE] + [f"pretrain-{i:05d}-of-00008.tfrecord" for i in range(8)])
