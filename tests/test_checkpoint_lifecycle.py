@@ -93,7 +93,7 @@ def test_partial_restore_fills_missing_parts_and_is_needed_for_them(source, tmp_
     workdir, records = source
     refused = tmp_path / "refused"
     assert pretrain(refused, records, f"--config.model={TWO_LAYERS}",
-                    f"--config.init_from={workdir}") == 1
+                    f"--config.init_from={workdir}") == 2  # bad input
     assert "missing: bert/encoder/layer_1/" in capsys.readouterr().err
     target = tmp_path / "partial"
     assert pretrain(target, records, f"--config.model={TWO_LAYERS}", "--config.num_train_steps=1",
