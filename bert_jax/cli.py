@@ -9,6 +9,8 @@ import importlib
 import os
 import sys
 
+from bert_jax import compile_cache
+
 COMMANDS = {
     "train-tokenizer": ("bert_jax.tokenization.train", "train a WordPiece or SentencePiece vocabulary"),
     "tokenize": ("bert_jax.tokenization.cli", "tokenize stdin, one line per input line"),
@@ -40,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"bert-jax: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
         return 2
+    compile_cache.configure()  # before JAX is imported; see bert_jax/compile_cache.py
     module = importlib.import_module(COMMANDS[name][0])
     try:
         # Modules that serve several commands expose main(argv, command=...).

@@ -51,15 +51,22 @@ class NonFiniteError(FloatingPointError):
 
 def model_config(config: ml_collections.ConfigDict, vocab_size: int | None = None) -> BertConfig:
     """The BertConfig of a run: `config.model` (preset name or dict of fields, with an
-    optional 'preset'), then the run-level compute_dtype/remat_policy/scan_layers.
+    optional 'preset'), then the run-level compute_dtype/remat_policy/scan_layers/
+    attention_impl and attention_probs_dropout_prob (None: the model's).
     vocab_size: the tokenizer's, used unless the model dict sets one."""
     spec = config.model
     fields = dict(spec) if not isinstance(spec, str) else {"preset": spec}
     preset = fields.pop("preset", "bert-base")
     if vocab_size is not None:
         fields.setdefault("vocab_size", vocab_size)
-    return get_model_config(preset, **fields, dtype=config.compute_dtype, param_dtype="float32",
-                            remat_policy=config.remat_policy, scan_layers=config.scan_layers)
+    if config.attention_probs_dropout_prob is not None:
+        fields["attention_probs_dropout_prob"] = float(config.attention_probs_dropout_prob)
+    bert_config = get_model_config(
+        preset, **fields, dtype=config.compute_dtype, param_dtype="float32",
+        remat_policy=config.remat_policy, scan_layers=config.scan_layers,
+        attention_impl=config.attention_impl)
+    bert_config.check_trainable()
+    return bert_config
 
 
 def dummy_inputs(batch_size: int, seq_length: int, num_predictions: int) -> tuple:
@@ -243,7 +250,7 @@ def evaluate(eval_fn, params, batches: Iterator[dict], mesh, rules, max_steps: i
 def restore_or_init(config, ckpt: checkpoint.Checkpointer, init_fn, tx, mesh, rules, writer):
     """(state, shardings, pipeline state or None). Order: WORKDIR's latest checkpoint ->
     config.resume_from -> config.init_from (weights only) -> scratch."""
-    target = sharding.abstract_state(init_fn, tx, mesh, rules=rules)
+    target = sharding.abstract_state(init_fn, tx, mesh, rules=rules, rng_impl=config.rng_impl)
     shardings = jax.tree.map(lambda s: s.sharding, target)
     restored, source = ckpt.restore(target), ckpt.directory
     if restored is None and config.resume_from:
@@ -253,7 +260,8 @@ def restore_or_init(config, ckpt: checkpoint.Checkpointer, init_fn, tx, mesh, ru
         state, meta, step = restored
         writer.message(f"resumed from step {step} of {source}")
         return state, shardings, meta.get("pipeline")
-    state, _ = sharding.create_sharded_state(init_fn, tx, mesh, rules=rules, seed=config.seed)
+    state, _ = sharding.create_sharded_state(init_fn, tx, mesh, rules=rules, seed=config.seed,
+                                             rng_impl=config.rng_impl)
     if config.init_from:
         from bert_jax import pretrained
         loaded = pretrained.load(config.init_from)
