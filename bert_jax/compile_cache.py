@@ -26,7 +26,8 @@ def configure(environ: MutableMapping[str, str] = os.environ) -> str | None:
         return environ["JAX_COMPILATION_CACHE_DIR"]
     directory = environ.get("BERT_JAX_CACHE_DIR")
     if directory is None:
-        base = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        home = environ.get("HOME") or os.path.expanduser("~")
+        base = environ.get("XDG_CACHE_HOME") or os.path.join(home, ".cache")
         directory = os.path.join(base, "bert_jax", "jax_compilation_cache")
     elif directory.strip().lower() in OFF:
         return None
