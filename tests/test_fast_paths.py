@@ -289,3 +289,23 @@ def test_train_step_and_bench_imports_need_no_tensorflow():
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True,
                    env={**os.environ, "PYTHONPATH": REPO})
+
+
+def test_embed_with_fused_attention_gives_the_einsum_vectors(monkeypatch):
+    from bert_jax import pretrained
+    from bert_jax.embed import embed_texts
+    from bert_jax.tokenization import DEFAULT_VOCAB
+    config = CONFIG.replace(vocab_size=8192)
+    params = BertModel(config).init(jax.random.key(0), jnp.zeros((1, 8), jnp.int32))["params"]
+    model = pretrained.Pretrained(config, {"bert": jax.device_get(nn.unbox(params))}, None,
+                                  DEFAULT_VOCAB)
+    texts = ["a short one", "a somewhat longer line of text to embed here", "x"]
+    einsum = embed_texts(model, texts, pooling="mean", batch_size=2, max_seq_length=32)
+    calls = []
+    original = jax.nn.dot_product_attention
+    monkeypatch.setattr(jax.nn, "dot_product_attention",
+                        lambda *a, **k: calls.append(k) or original(*a, **k))
+    fused = embed_texts(model, texts, pooling="mean", batch_size=2, max_seq_length=32,
+                        attention_impl="fused")
+    assert calls  # the fused path was traced
+    np.testing.assert_allclose(fused, einsum, atol=1e-5)
