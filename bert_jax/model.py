@@ -69,7 +69,7 @@ def one_hot_lookup(table: Array, ids: Array, dtype) -> Array:
 
     For tables with few rows (token types, positions): the gradient of a gather is a
     scatter-add of every token's row gradient onto those few rows, which GPUs
-    serialise with atomics (measured on an H100 at half of a BERT-base step); the
+    serialise with atomics (half of a BERT-base step on an H100, issue 16); the
     gradient of this matmul is a small matmul. HIGHEST precision keeps it an exact
     lookup where float32 matmuls would otherwise run in TF32 or bf16 passes.
     """
