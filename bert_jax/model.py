@@ -108,7 +108,9 @@ class Embeddings(nn.Module):
         c = self.config
         positions = self.position_embeddings.embedding
         if position_ids is None:
-            positions = positions[:input_ids.shape[-1]].astype(c.dtype)[None]
+            # lax.slice_in_dim, not [:L]: L may be symbolic (bert-jax export).
+            length = input_ids.shape[-1]
+            positions = jax.lax.slice_in_dim(positions, 0, length).astype(c.dtype)[None]
         else:
             positions = one_hot_lookup(positions, position_ids, c.dtype)
         token_types = one_hot_lookup(self.token_type_embeddings.embedding, segment_ids, c.dtype)
