@@ -1,126 +1,289 @@
-"""Pretraining step throughput: bert_jax vs transformers' PyTorch BertForPreTraining,
-side by side in one process on the same machine.
+"""Pretraining step throughput: bert_jax vs transformers' PyTorch BertForPreTraining on
+whatever backend is present, each side in its own process.
 
-    python bench/bench_pretrain.py [--models bert-base,tiny] [--steps 3]
+    python bench/bench_pretrain.py [--models bert-base,bert-large] [--steps 10]
+        [--sides bert_jax,torch_eager,torch_compile] [--numerics auto|fast|faithful]
+        [--scan-layers] [--batch N]
 
-Both sides run a full training step (forward, backward, AdamW update with
-clipping) on random batches of the same shape, fp32. Ours computes the MLM head
-only at the masked positions (P = 20 of L = 128); transformers computes it at
-every position and ignores the unmasked labels, as it always does. MFU counts
-the same model FLOPs for both (masked positions only), against a measured
-matmul peak of this machine.
+GPU/TPU: bert-base seq 128 batch 256, bert-large seq 128 batch 128, bert-large seq 512
+batch 32 (80 predictions); bert_jax with the fast numerics (bf16, fused attention
+without attention-probability dropout, unsafe_rbg; `--numerics faithful`: BERT's einsum
+attention with its dropout and threefry, still bf16) against transformers eager and
+`torch.compile`, both with bf16 autocast, fused AdamW and their default SDPA attention
+(and BERT's dropouts). CPU: fp32, bert-base batch 8 and tiny batch 32 at seq 128 with
+BERT's numerics, against transformers eager.
+
+Every side runs a full training step (forward, backward, AdamW with clipping) on
+random batches of the same shape. Ours computes the MLM head only at the masked
+positions; transformers computes it at every position, as it always does. MFU counts
+the same model FLOPs for all sides (masked positions only) against the device's dense
+bf16 peak (bert_jax/perf.py), or on a CPU against a measured fp32 matmul peak.
+Prints a table, the ratios, and last one JSON line (see `report`).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
 import time
 
-import jax
 import numpy as np
 
-from bert_jax import perf, sharding
-from bert_jax.config import get_config
-from bert_jax.heads import BertForPreTraining
-from bert_jax.optim import make_optimizer
-from bert_jax.train import dummy_inputs, jit_steps
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
 
-# (preset, batch size) at sequence length 128 with 20 predictions per row.
-CASES = {"bert-base": 8, "tiny": 32}
-LENGTH, PREDICTIONS = 128, 20
+# (model, seq_len, batch, predictions per row) by backend kind.
+CASES = {
+    "accelerator": [("bert-base", 128, 256, 20), ("bert-large", 128, 128, 20),
+                    ("bert-large", 512, 32, 80)],
+    "cpu": [("bert-base", 128, 8, 20), ("tiny", 128, 32, 20), ("bert-large", 128, 4, 20)],
+}
+DEFAULT_CPU_MODELS = ("bert-base", "tiny")
+SIDES = ("bert_jax", "torch_eager", "torch_compile")
 
 
-def random_batch(config, batch_size, rng):
-    positions = np.sort(np.stack([rng.choice(np.arange(1, LENGTH), PREDICTIONS, replace=False)
+def random_batch(vocab_size, batch_size, length, predictions, seed=0):
+    rng = np.random.default_rng(seed)
+    positions = np.sort(np.stack([rng.choice(np.arange(1, length), predictions, replace=False)
                                   for _ in range(batch_size)]), -1).astype(np.int32)
     return {
-        "input_ids": rng.integers(5, config.vocab_size, (batch_size, LENGTH)).astype(np.int32),
-        "input_mask": np.ones((batch_size, LENGTH), np.int32),
-        "segment_ids": (np.arange(LENGTH)[None] >= LENGTH // 2).astype(np.int32).repeat(
+        "input_ids": rng.integers(5, vocab_size, (batch_size, length)).astype(np.int32),
+        "input_mask": np.ones((batch_size, length), np.int32),
+        "segment_ids": (np.arange(length)[None] >= length // 2).astype(np.int32).repeat(
             batch_size, 0),
         "masked_lm_positions": positions,
-        "masked_lm_ids": rng.integers(5, config.vocab_size, (batch_size, PREDICTIONS)).astype(
-            np.int32),
-        "masked_lm_weights": np.ones((batch_size, PREDICTIONS), np.float32),
+        "masked_lm_ids": rng.integers(5, vocab_size, (batch_size, predictions)).astype(np.int32),
+        "masked_lm_weights": np.ones((batch_size, predictions), np.float32),
         "next_sentence_labels": rng.integers(0, 2, batch_size).astype(np.int32),
     }
 
 
-def time_steps(step, steps, warmup=2):
-    for _ in range(warmup):
-        step()
+def timed(step, steps, sync):
+    """(first step seconds, compile included; mean seconds of `steps` later steps)."""
+    start = time.perf_counter()
+    step()
+    sync()
+    first = time.perf_counter() - start
+    step()  # a second untimed step: allocations, autotuning
+    sync()
     start = time.perf_counter()
     for _ in range(steps):
         step()
-    return (time.perf_counter() - start) / steps
+    sync()
+    return first, (time.perf_counter() - start) / steps
 
 
-def bench_jax(config, batch_size, steps):
+def host_peak_gb():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20  # KiB on Linux
+
+
+# --- workers (one process per side and case) --------------------------------------------
+
+def worker_probe(_args):
+    import jax
+    from bert_jax import perf
+    device = jax.devices()[0]
+    dtype = "float32" if device.platform == "cpu" else "bfloat16"
+    peak = (perf.measured_matmul_flops(size=2048, seconds=2.0) if device.platform == "cpu"
+            else perf.peak_flops_per_device(device, dtype))
+    return {"backend": jax.default_backend(), "device": device.device_kind, "peak": peak,
+            "peak_dtype": dtype}
+
+
+def jax_model_config(args, accelerator):
+    from bert_jax.config import get_config
+    fields = dict(scan_layers=args.scan_layers,
+                  dtype="bfloat16" if accelerator else "float32")
+    if args.numerics == "fast":
+        fields.update(attention_impl="fused", attention_probs_dropout_prob=0.0)
+    return get_config(args.model, **fields)
+
+
+def worker_bert_jax(args):
+    import jax
+    from bert_jax import sharding
+    from bert_jax.heads import BertForPreTraining
+    from bert_jax.optim import make_optimizer
+    from bert_jax.train import dummy_inputs, jit_steps
+    jax.config.update("jax_enable_compilation_cache", False)  # first step = a cold compile
+    accelerator = jax.default_backend() != "cpu"
+    config = jax_model_config(args, accelerator)
+    rng_impl = "unsafe_rbg" if args.numerics == "fast" else "threefry"
     mesh = sharding.make_mesh({"data": 1}, devices=jax.devices()[:1])
     model = BertForPreTraining(config)
     tx, schedule = make_optimizer(learning_rate=1e-4, num_train_steps=1000, warmup_steps=10)
-    init_fn = lambda key: model.init(key, *dummy_inputs(1, LENGTH, PREDICTIONS))["params"]
-    state, shardings = sharding.create_sharded_state(init_fn, tx, mesh)
-    train, _ = jit_steps(model, tx, schedule, mesh, shardings, sharding.DEFAULT_LOGICAL_AXIS_RULES)
-    batch = sharding.global_batch(random_batch(config, batch_size, np.random.default_rng(0)), mesh)
-    holder = [state]
+    init_fn = lambda key: model.init(
+        key, *dummy_inputs(1, args.seq_len, args.predictions))["params"]
+    state, shardings = sharding.create_sharded_state(init_fn, tx, mesh, rng_impl=rng_impl)
+    train, _ = jit_steps(model, tx, schedule, mesh, shardings,
+                         sharding.DEFAULT_LOGICAL_AXIS_RULES)
+    batch = sharding.global_batch(random_batch(config.vocab_size, args.batch, args.seq_len,
+                                               args.predictions), mesh)
+    holder = {"state": state, "loss": None}
 
     def step():
-        holder[0], metrics = train(holder[0], batch)
-        jax.block_until_ready(metrics["loss"])
+        holder["state"], metrics = train(holder["state"], batch)
+        holder["loss"] = metrics["loss"]
 
     with jax.set_mesh(mesh):
-        return time_steps(step, steps)
+        first, seconds = timed(step, args.steps, lambda: jax.block_until_ready(holder["loss"]))
+    stats = jax.devices()[0].memory_stats() or {}
+    peak = stats.get("peak_bytes_in_use")
+    return {"first_step_s": first, "step_s": seconds,
+            "peak_memory_gb": peak / 2 ** 30 if peak else host_peak_gb()}
 
 
-def bench_torch(config, batch_size, steps):
+def worker_torch(args):
     import torch
     import transformers
-    hf_config = transformers.BertConfig(**config.to_hf_dict())
-    model = transformers.BertForPreTraining(hf_config).train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, eps=1e-6, weight_decay=0.01)
-    batch = random_batch(config, batch_size, np.random.default_rng(0))
-    labels = np.full((batch_size, LENGTH), -100, np.int64)
+    from bert_jax.config import get_config
+    cuda = torch.cuda.is_available()
+    device = "cuda" if cuda else "cpu"
+    config = get_config(args.model)
+    model = transformers.BertForPreTraining(
+        transformers.BertConfig(**config.to_hf_dict())).to(device).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, eps=1e-6, weight_decay=0.01,
+                                  **({"fused": True} if cuda else {}))
+    if args.side == "torch_compile":
+        model = torch.compile(model)
+    batch = random_batch(config.vocab_size, args.batch, args.seq_len, args.predictions)
+    labels = np.full((args.batch, args.seq_len), -100, np.int64)
     np.put_along_axis(labels, batch["masked_lm_positions"], batch["masked_lm_ids"], axis=1)
-    inputs = dict(input_ids=torch.tensor(batch["input_ids"], dtype=torch.long),
-                  attention_mask=torch.tensor(batch["input_mask"], dtype=torch.long),
-                  token_type_ids=torch.tensor(batch["segment_ids"], dtype=torch.long),
-                  labels=torch.tensor(labels),
-                  next_sentence_label=torch.tensor(batch["next_sentence_labels"],
-                                                   dtype=torch.long))
+    tensor = lambda x: torch.tensor(np.asarray(x, np.int64), device=device)
+    inputs = dict(input_ids=tensor(batch["input_ids"]),
+                  attention_mask=tensor(batch["input_mask"]),
+                  token_type_ids=tensor(batch["segment_ids"]), labels=tensor(labels),
+                  next_sentence_label=tensor(batch["next_sentence_labels"]))
 
     def step():
-        optimizer.zero_grad()
-        loss = model(**inputs).loss
+        optimizer.zero_grad(set_to_none=True)
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=cuda):
+            loss = model(**inputs).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
 
-    return time_steps(step, steps)
+    first, seconds = timed(step, args.steps, torch.cuda.synchronize if cuda else lambda: None)
+    peak = torch.cuda.max_memory_allocated() / 2 ** 30 if cuda else host_peak_gb()
+    return {"first_step_s": first, "step_s": seconds, "peak_memory_gb": peak}
+
+
+WORKERS = {"probe": worker_probe, "bert_jax": worker_bert_jax, "torch_eager": worker_torch,
+           "torch_compile": worker_torch}
+
+
+def run_worker(side, **options):
+    """Runs one side in a fresh process; its result dict, or None (with the reason
+    printed) when it failed, e.g. out of memory."""
+    command = [sys.executable, os.path.abspath(__file__), "--worker", side]
+    for key, value in options.items():
+        if value is True:
+            command.append(f"--{key.replace('_', '-')}")
+        elif value not in (None, False):
+            command += [f"--{key.replace('_', '-')}", str(value)]
+    done = subprocess.run(command, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": REPO})
+    for line in done.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[len("RESULT "):])
+    tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-5:])
+    print(f"  {side} failed (exit {done.returncode}):\n{tail}", file=sys.stderr)
+    return None
+
+
+# --- the driver ------------------------------------------------------------------------
+
+def report(backend, device, results):
+    """The one JSON line: {"backend", "device", "results": [{"model", "seq_len", "batch",
+    "side", "seq_per_s", "tokens_per_s", "mfu", "first_step_s", "peak_memory_gb"}]}."""
+    return json.dumps({"backend": backend, "device": device, "results": results})
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", default=",".join(CASES))
-    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--models", default=None,
+                        help="comma-separated presets (default: all of the backend's cases)")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="timed steps after two untimed ones (default 10; 3 on a CPU)")
+    parser.add_argument("--sides", default=None,
+                        help=f"subset of {','.join(SIDES)} (default: all; CPU: no compile)")
+    parser.add_argument("--numerics", choices=("auto", "fast", "faithful"), default="auto",
+                        help="bert_jax's numerics; auto: fast on accelerators, faithful on CPU")
+    parser.add_argument("--scan-layers", action="store_true", help="bert_jax: nn.scan layers")
+    parser.add_argument("--batch", type=int, default=None, help="override every case's batch")
+    # Internal: one side of one case, in its own process.
+    parser.add_argument("--worker", choices=tuple(WORKERS), help=argparse.SUPPRESS)
+    parser.add_argument("--side", help=argparse.SUPPRESS)
+    parser.add_argument("--model", help=argparse.SUPPRESS)
+    parser.add_argument("--seq-len", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--predictions", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    peak = perf.measured_matmul_flops(size=2048, seconds=2.0)
-    print(f"machine: {jax.devices()[0].device_kind}, measured fp32 matmul peak "
-          f"{peak / 1e9:.0f} GFLOP/s")
-    header = f"{'model':<10} {'batch':>5} {'side':<13} {'s/step':>7} {'tokens/s':>9} {'MFU':>6}"
-    print(header)
-    for name in args.models.split(","):
-        config = get_config(name)
-        batch_size = CASES[name]
-        flops = batch_size * perf.train_flops_per_example(config, LENGTH, PREDICTIONS)
-        results = {"bert_jax": bench_jax(config, batch_size, args.steps),
-                   "torch (HF)": bench_torch(config, batch_size, args.steps)}
-        for side, seconds in results.items():
-            print(f"{name:<10} {batch_size:>5} {side:<13} {seconds:>7.3f} "
-                  f"{batch_size * LENGTH / seconds:>9.0f} {flops / seconds / peak:>6.1%}")
-        print(f"{name:<10} bert_jax / torch tokens/s ratio: "
-              f"{results['torch (HF)'] / results['bert_jax']:.2f}x")
+    if args.worker:
+        args.side = args.worker
+        print("RESULT " + json.dumps(WORKERS[args.worker](args)), flush=True)
+        return
+
+    probe = run_worker("probe")
+    if probe is None:
+        sys.exit("bench_pretrain: the JAX probe process failed")
+    accelerator = probe["backend"] != "cpu"
+    cases = CASES["accelerator" if accelerator else "cpu"]
+    models = args.models.split(",") if args.models else (
+        sorted({c[0] for c in cases}) if accelerator else DEFAULT_CPU_MODELS)
+    unknown = sorted(set(models) - {c[0] for c in cases})
+    if unknown:
+        sys.exit(f"bench_pretrain: no {probe['backend']} case for {unknown}; known: "
+                 f"{sorted({c[0] for c in cases})}")
+    sides = args.sides.split(",") if args.sides else (
+        list(SIDES) if accelerator else ["bert_jax", "torch_eager"])
+    if set(sides) - set(SIDES):
+        sys.exit(f"bench_pretrain: unknown side(s) {sorted(set(sides) - set(SIDES))}")
+    numerics = args.numerics if args.numerics != "auto" else (
+        "fast" if accelerator else "faithful")
+    steps = args.steps or (10 if accelerator else 3)
+
+    from bert_jax import perf
+    from bert_jax.config import get_config
+    print(f"backend {probe['backend']}, device {probe['device']}, peak "
+          f"{probe['peak'] / 1e12:.3g} TFLOP/s {probe['peak_dtype']}"
+          f"{' (measured)' if not accelerator else ''}; bert_jax numerics {numerics}"
+          f"{', scanned layers' if args.scan_layers else ''}; {steps} timed steps")
+    print(f"{'model':<11}{'seq':>5}{'batch':>6} {'side':<14}{'seq/s':>9}{'tokens/s':>10}"
+          f"{'MFU':>7}{'first s':>9}{'peak GB':>9}")
+    results, ratios = [], []
+    for model, seq_len, batch, predictions in cases:
+        if model not in models:
+            continue
+        batch = args.batch or batch
+        flops = batch * perf.train_flops_per_example(get_config(model), seq_len, predictions)
+        by_side = {}
+        for side in sides:
+            out = run_worker(side, model=model, seq_len=seq_len, batch=batch,
+                             predictions=predictions, steps=steps, numerics=numerics,
+                             scan_layers=args.scan_layers and side == "bert_jax")
+            if out is None:
+                continue
+            row = {"model": model, "seq_len": seq_len, "batch": batch, "side": side,
+                   "seq_per_s": batch / out["step_s"],
+                   "tokens_per_s": batch * seq_len / out["step_s"],
+                   "mfu": flops / out["step_s"] / probe["peak"],
+                   "first_step_s": out["first_step_s"], "peak_memory_gb": out["peak_memory_gb"]}
+            by_side[side] = row
+            results.append(row)
+            print(f"{model:<11}{seq_len:>5}{batch:>6} {side:<14}{row['seq_per_s']:>9.1f}"
+                  f"{row['tokens_per_s']:>10.0f}{row['mfu']:>7.1%}{row['first_step_s']:>9.1f}"
+                  f"{row['peak_memory_gb']:>9.2f}", flush=True)
+        for other in ("torch_eager", "torch_compile"):
+            if "bert_jax" in by_side and other in by_side:
+                ratio = by_side["bert_jax"]["seq_per_s"] / by_side[other]["seq_per_s"]
+                ratios.append(f"{model} seq {seq_len}: bert_jax / {other} seq/s {ratio:.2f}x")
+    print("\n".join(ratios))
+    print(report(probe["backend"], probe["device"], results))
 
 
 if __name__ == "__main__":

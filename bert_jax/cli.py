@@ -12,6 +12,7 @@ import sys
 import tempfile
 import traceback
 
+from bert_jax import compile_cache
 from bert_jax.errors import UserError
 
 COMMANDS = {
@@ -102,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"bert-jax: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
         return 2
+    compile_cache.configure()  # before JAX is imported; see bert_jax/compile_cache.py
     _quiet_logging(verbose)
     try:
         if name in TF_COMMANDS and not verbose and "tensorflow" not in sys.modules:

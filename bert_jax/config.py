@@ -2,7 +2,7 @@
 
 A `BertConfig` holds everything the original `bert_config.json` has, plus the
 knobs that change how (not what) the model computes: compute and parameter
-dtypes, rematerialisation and scanned layers.
+dtypes, rematerialisation, scanned layers and the attention implementation.
 """
 
 from __future__ import annotations
@@ -32,6 +32,10 @@ _GOOGLE_FIELDS = {
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "tanh", "silu", "swish")
 REMAT_POLICIES = ("none", "full", "dots", "dots_with_no_batch_dims")
 DTYPES = ("float32", "bfloat16", "float16")
+# "einsum": BERT's attention exactly (probabilities materialised, dropout on them);
+# "fused": jax.nn.dot_product_attention (cuDNN flash attention on GPU in bf16/fp16),
+# which has no attention-probability dropout. See docs/performance.md.
+ATTENTION_IMPLS = ("einsum", "fused")
 
 
 class ConfigError(UserError):
@@ -44,6 +48,8 @@ class BertConfig:
 
     The defaults are BERT-base (uncased). `dtype` is the compute dtype,
     `param_dtype` the storage dtype of parameters (keep float32 for training).
+    `attention_impl`: one of ATTENTION_IMPLS; "fused" trains only with
+    `attention_probs_dropout_prob=0` (see `check_trainable`).
     """
 
     vocab_size: int = 30522
@@ -62,6 +68,7 @@ class BertConfig:
     param_dtype: str = "float32"
     remat_policy: str = "none"
     scan_layers: bool = False
+    attention_impl: str = "einsum"
 
     def __post_init__(self):
         for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
@@ -80,6 +87,16 @@ class BertConfig:
         check_choice("remat_policy", self.remat_policy, REMAT_POLICIES)
         check_choice("dtype", self.dtype, DTYPES)
         check_choice("param_dtype", self.param_dtype, DTYPES)
+        check_choice("attention_impl", self.attention_impl, ATTENTION_IMPLS)
+
+    def check_trainable(self) -> None:
+        """Raises ConfigError when this config cannot run with dropout on (training)."""
+        if self.attention_impl == "fused" and self.attention_probs_dropout_prob > 0:
+            raise ConfigError(
+                "attention_impl='fused' has no attention-probability dropout, but "
+                f"attention_probs_dropout_prob={self.attention_probs_dropout_prob}: set "
+                "attention_probs_dropout_prob=0 to train with fused attention, or "
+                "attention_impl='einsum' for BERT's exact dropout")
 
     @property
     def head_dim(self) -> int:

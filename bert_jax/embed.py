@@ -2,6 +2,7 @@
 
     bert-jax embed --checkpoint MODEL_DIR --input texts.txt --output vectors.npy \
         [--pooling cls|mean|pooler] [--layer N] [--batch-size N] [--max-seq-length N]
+        [--attention-impl einsum|fused]
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import jax
 import numpy as np
 
 from bert_jax import pretrained
-from bert_jax.config import BertConfig, check_inputs_fit
+from bert_jax.config import ATTENTION_IMPLS, BertConfig, check_inputs_fit
 from bert_jax.errors import UserError, check_positive
 from bert_jax.model import BertModel, mean_pool
 from bert_jax.tokenization import load_tokenizer
@@ -50,14 +51,16 @@ def _embed_batch(params, ids, mask, *, config: BertConfig, pooling: str, layer: 
 
 
 def embed_texts(model: pretrained.Pretrained, texts: Sequence[str], *, pooling: str = "mean",
-                layer: int = -1, batch_size: int = 32, max_seq_length: int = 128) -> np.ndarray:
+                layer: int = -1, batch_size: int = 32, max_seq_length: int = 128,
+                attention_impl: str | None = None) -> np.ndarray:
     """Embeds `texts` with a loaded model: float32 [len(texts), H].
 
     pooling: `cls` ([CLS] state), `mean` (average over real tokens, [CLS] and [SEP]
     included, as sentence-transformers does) or `pooler` (BERT's tanh pooler).
     layer: which hidden state to pool (-1 the last, 0 the embeddings); not with `pooler`.
+    attention_impl: einsum or fused (docs/performance.md); None keeps the model's.
     """
-    config = model.config
+    config = model.config.replace(attention_impl=attention_impl or model.config.attention_impl)
     if pooling not in POOLINGS:
         raise ValueError(f"unknown pooling {pooling!r}; choose from {', '.join(POOLINGS)}")
     if not -config.num_hidden_layers - 1 <= layer <= config.num_hidden_layers:
@@ -119,11 +122,15 @@ def main(argv: list[str]) -> int:
                         help="hidden state to pool: -1 last (default), 0 embeddings")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--max-seq-length", type=int, default=128)
+    parser.add_argument("--attention-impl", choices=ATTENTION_IMPLS, default=None,
+                        help="fused: jax.nn.dot_product_attention (cuDNN on GPU in bf16); "
+                             "default: the model's (einsum unless it was set)")
     args = parser.parse_args(argv)
     texts = read_lines(args.input)
     model = pretrained.load(args.checkpoint)
     vectors = embed_texts(model, texts, pooling=args.pooling, layer=args.layer,
-                          batch_size=args.batch_size, max_seq_length=args.max_seq_length)
+                          batch_size=args.batch_size, max_seq_length=args.max_seq_length,
+                          attention_impl=args.attention_impl)
     tmp = args.output + ".tmp.npy"
     np.save(tmp, vectors)
     os.replace(tmp, args.output)

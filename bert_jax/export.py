@@ -86,7 +86,9 @@ def serving_function(model: pretrained.Pretrained
     """(kind, params, fn) where fn(params, input_ids, input_mask, segment_ids) returns the
     task's output dict (see OUTPUTS); params holds only what fn uses."""
     kind = task_kind(model.task, model.params)
-    config, params = model.config, model.params
+    # BERT's einsum attention: the artifact serves several platforms, and a fused
+    # attention traced on a GPU would embed a cuDNN call the others cannot run.
+    config, params = model.config.replace(attention_impl="einsum"), model.params
     if any(k.startswith("crf_") for k in params):
         raise ValueError("exporting a CRF tagging head is not supported yet (its Viterbi "
                          "decoding needs word boundaries); export the emissions by removing "

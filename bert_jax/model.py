@@ -64,8 +64,28 @@ def attention_mask(input_mask: Array, example_ids: Array | None = None) -> Array
     return keys & same[:, None, :, :]
 
 
+def one_hot_lookup(table: Array, ids: Array, dtype) -> Array:
+    """table[ids] as a one-hot matmul: [R, H] x [...] -> [..., H].
+
+    For tables with few rows (token types, positions): the gradient of a gather is a
+    scatter-add of every token's row gradient onto those few rows, which GPUs
+    serialise with atomics (half of a BERT-base step on an H100, issue 16); the
+    gradient of this matmul is a small matmul. HIGHEST precision keeps it an exact
+    lookup where float32 matmuls would otherwise run in TF32 or bf16 passes.
+    """
+    one_hot = jax.nn.one_hot(ids, table.shape[0], dtype=dtype)
+    return jnp.einsum("...r,rh->...h", one_hot, table.astype(dtype),
+                      precision=jax.lax.Precision.HIGHEST)
+
+
 class Embeddings(nn.Module):
-    """Word + learned absolute position + token type embeddings, LayerNorm, dropout."""
+    """Word + learned absolute position + token type embeddings, LayerNorm, dropout.
+
+    Only the word embeddings are a gather: with ~30k rows a one-hot matmul would
+    cost more than a whole layer, and its gradient's scatter spreads over many rows
+    so it does not contend. Positions and token types avoid the gather (see
+    `one_hot_lookup`); the parameters are the same `nn.Embed` tables either way.
+    """
 
     config: BertConfig
 
@@ -83,8 +103,18 @@ class Embeddings(nn.Module):
         self.dropout = nn.Dropout(c.hidden_dropout_prob)
 
     def __call__(self, input_ids, segment_ids, position_ids, deterministic: bool):
-        x = (self.word_embeddings(input_ids) + self.position_embeddings(position_ids)
-             + self.token_type_embeddings(segment_ids))
+        """position_ids None: 0..L-1 in every row, a slice of the table broadcast over the
+        batch (its gradient is a sum over the batch)."""
+        c = self.config
+        positions = self.position_embeddings.embedding
+        if position_ids is None:
+            # lax.slice_in_dim, not [:L]: L may be symbolic (bert-jax export).
+            length = input_ids.shape[-1]
+            positions = jax.lax.slice_in_dim(positions, 0, length).astype(c.dtype)[None]
+        else:
+            positions = one_hot_lookup(positions, position_ids, c.dtype)
+        token_types = one_hot_lookup(self.token_type_embeddings.embedding, segment_ids, c.dtype)
+        x = self.word_embeddings(input_ids) + positions + token_types
         x = self.dropout(self.layer_norm(x), deterministic=deterministic)
         return nn.with_logical_constraint(
             x, ("activation_batch", "activation_length", "activation_embed"))
@@ -94,13 +124,39 @@ class Embeddings(nn.Module):
         return self.word_embeddings.attend(x)
 
 
+@flax.struct.dataclass
+class AttentionMask:
+    """Which keys each query may attend to, in one of two forms: `dense`, a boolean
+    [B, 1, Lq or 1, Lk] (`attention_mask`), or `lengths`, int32 [B] real tokens per
+    right-padded row (the form cuDNN's fused attention takes; it rejects a dense
+    [B, 1, 1, L] mask)."""
+
+    dense: Array | None = None
+    lengths: Array | None = None
+
+
+def fused_attention(q: Array, k: Array, v: Array, mask: AttentionMask) -> Array:
+    """softmax(q k^T / sqrt(D)) v through `jax.nn.dot_product_attention`, no dropout:
+    [B, L, N, D] x3 -> [B, L, N, D]. cuDNN flash attention on GPU when it applies
+    (bf16/fp16, right-padded rows given as lengths), XLA's implementation elsewhere.
+    Padded query rows attend to the real keys, as in the einsum path."""
+    cudnn = (jax.default_backend() == "gpu" and mask.lengths is not None
+             and q.dtype in (jnp.bfloat16, jnp.float16))
+    return jax.nn.dot_product_attention(
+        q, k, v, mask=mask.dense, key_value_seq_lengths=mask.lengths,
+        implementation="cudnn" if cudnn else "xla")
+
+
 class SelfAttention(nn.Module):
-    """Multi-head self-attention; softmax in float32, additive large-negative mask."""
+    """Multi-head self-attention. "einsum" (`fused=False`): BERT's own, softmax in
+    float32, large-negative masking, dropout on the probabilities, which it returns.
+    `fused=True`: `fused_attention`, no dropout, returns None for the probabilities."""
 
     config: BertConfig
+    fused: bool = False
 
     @nn.compact
-    def __call__(self, x, mask, deterministic: bool):
+    def __call__(self, x, mask: AttentionMask, deterministic: bool):
         c = self.config
         # nn.Einsum rather than nn.DenseGeneral: DenseGeneral initialises a flat 2-D
         # kernel and would apply the 3-axis logical constraint to it when traced
@@ -115,13 +171,16 @@ class SelfAttention(nn.Module):
         k = nn.with_logical_constraint(qkv(name="key")(x), heads)
         v = nn.with_logical_constraint(qkv(name="value")(x), heads)
 
-        scores = jnp.einsum("bqnd,bknd->bnqk", q, k).astype(jnp.float32)
-        scores = scores / jnp.sqrt(jnp.float32(c.head_dim))
-        scores = jnp.where(mask, scores, jnp.finfo(jnp.float32).min)
-        probs = jax.nn.softmax(scores, axis=-1)
-        dropped = nn.Dropout(c.attention_probs_dropout_prob)(
-            probs, deterministic=deterministic)
-        context = jnp.einsum("bnqk,bknd->bqnd", dropped.astype(c.dtype), v)
+        if self.fused:
+            context, probs = fused_attention(q, k, v, mask), None
+        else:
+            scores = jnp.einsum("bqnd,bknd->bnqk", q, k).astype(jnp.float32)
+            scores = scores / jnp.sqrt(jnp.float32(c.head_dim))
+            scores = jnp.where(mask.dense, scores, jnp.finfo(jnp.float32).min)
+            probs = jax.nn.softmax(scores, axis=-1)
+            dropped = nn.Dropout(c.attention_probs_dropout_prob)(
+                probs, deterministic=deterministic)
+            context = jnp.einsum("bnqk,bknd->bqnd", dropped.astype(c.dtype), v)
         context = nn.with_logical_constraint(context, heads)
         out = nn.Einsum(
             shape=(c.num_attention_heads, c.head_dim, c.hidden_size), einsum_str="blnd,ndh->blh",
@@ -149,7 +208,9 @@ class Layer(nn.Module):
         dense = functools.partial(nn.Dense, dtype=c.dtype, param_dtype=c.param_dtype)
         act_axes = ("activation_batch", "activation_length", "activation_embed")
 
-        attn, probs = SelfAttention(c, name="attention")(x, mask, deterministic)
+        # Attention probabilities asked for: the einsum path, whatever attention_impl.
+        fused = c.attention_impl == "fused" and not self.output_attentions
+        attn, probs = SelfAttention(c, fused, name="attention")(x, mask, deterministic)
         x = layer_norm(c, "attention_layer_norm")(x + dropout(attn, deterministic=deterministic))
         x = nn.with_logical_constraint(x, act_axes)
 
@@ -229,7 +290,9 @@ class BertModel(nn.Module):
     Call with int arrays [B, L]: `input_ids`, `input_mask` (1 = real token),
     `segment_ids`; optional `position_ids` (default 0..L-1) and `example_ids`
     (packed rows: tokens attend only within their example, see
-    `attention_mask`).
+    `attention_mask`). With `attention_impl="fused"` and no `example_ids`, rows
+    must be right-padded (real tokens first): the mask is passed as lengths.
+    Training (`deterministic=False`) checks `config.check_trainable()`.
     """
 
     config: BertConfig
@@ -252,10 +315,16 @@ class BertModel(nn.Module):
             input_mask = jnp.ones_like(input_ids)
         if segment_ids is None:
             segment_ids = jnp.zeros_like(input_ids)
-        if position_ids is None:
-            position_ids = jnp.broadcast_to(jnp.arange(input_ids.shape[-1]), input_ids.shape)
+        c = self.config
+        if not deterministic:
+            c.check_trainable()
         x = self.embeddings(input_ids, segment_ids, position_ids, deterministic)
-        mask = attention_mask(input_mask, example_ids)
+        if c.attention_impl == "fused" and not self.output_attentions and example_ids is None:
+            # At least 1: an all-padding row (batch filler) stays finite in cuDNN.
+            lengths = jnp.maximum(jnp.sum(input_mask, axis=-1, dtype=jnp.int32), 1)
+            mask = AttentionMask(lengths=lengths)
+        else:
+            mask = AttentionMask(dense=attention_mask(input_mask, example_ids))
         sequence, hidden, probs = self.encoder(x, mask, deterministic)
         if hidden is not None:
             hidden = (x, *hidden)

@@ -23,7 +23,7 @@ import numpy as np
 import optax
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
-from bert_jax.train_state import TrainState
+from bert_jax.train_state import TrainState, make_key
 
 MESH_AXES = ("data", "fsdp", "tensor")
 
@@ -168,7 +168,7 @@ def state_shardings(abstract_state: TrainState, param_shardings: Any,
 
     opt = jax.tree_util.tree_map_with_path(for_opt_leaf, abstract_state.opt_state)
     return TrainState(step=replicated, params=param_shardings, opt_state=opt, rng=replicated,
-                      nonfinite_steps=replicated)
+                      nonfinite_steps=replicated, rng_impl=abstract_state.rng_impl)
 
 
 def check_divisible(abstract_params: Any, shardings: Any) -> None:
@@ -185,20 +185,20 @@ def check_divisible(abstract_params: Any, shardings: Any) -> None:
                     "mesh_shape or logical_axis_rules")
 
 
-def _state_init_fn(init_fn, tx):
-    def init_state(seed_key):
-        params = nn.unbox(init_fn(jax.random.fold_in(seed_key, 0)))
-        return TrainState.create(params, tx, jax.random.fold_in(seed_key, 1))
+def _state_init_fn(init_fn, tx, rng_impl):
+    def init_state(seed):
+        # Parameters always from a threefry key: the same initial weights whatever rng_impl.
+        params = nn.unbox(init_fn(jax.random.fold_in(make_key(seed), 0)))
+        return TrainState.create(params, tx, jax.random.fold_in(make_key(seed, rng_impl), 1))
     return init_state
 
 
-def _plan(init_fn, tx, mesh, rules):
-    """(state init function of a seed key, abstract TrainState, TrainState of shardings)."""
-    init_state = _state_init_fn(init_fn, tx)
-    seed_key = jax.random.key(0)
-    boxed = jax.eval_shape(init_fn, seed_key)
+def _plan(init_fn, tx, mesh, rules, rng_impl):
+    """(state init function of an int seed, abstract TrainState, TrainState of shardings)."""
+    init_state = _state_init_fn(init_fn, tx, rng_impl)
+    boxed = jax.eval_shape(init_fn, make_key(0))
     param_shardings = logical_to_sharding(nn.get_partition_spec(boxed), mesh, rules)
-    shapes = jax.eval_shape(init_state, seed_key)
+    shapes = jax.eval_shape(init_state, 0)
     check_divisible(shapes.params, param_shardings)
     return init_state, shapes, state_shardings(shapes, param_shardings, mesh)
 
@@ -206,32 +206,35 @@ def _plan(init_fn, tx, mesh, rules):
 def create_sharded_state(init_fn: Callable[[jax.Array], Any], tx: optax.GradientTransformation,
                          mesh: jax.sharding.Mesh, *,
                          rules: LogicalRules = DEFAULT_LOGICAL_AXIS_RULES,
-                         seed: int = 0) -> tuple[TrainState, TrainState]:
+                         seed: int = 0, rng_impl: str = "threefry"
+                         ) -> tuple[TrainState, TrainState]:
     """Initialises a TrainState directly in its sharded layout.
 
     init_fn: key -> parameter tree boxed with logical axes, typically
         `lambda key: model.init(key, *dummy_inputs)['params']`.
-    The parameters are drawn from `fold_in(key(seed), 0)`, the state's base rng is
-    `fold_in(key(seed), 1)`. Shapes come from `jax.eval_shape`, shardings from the
-    logical annotations and `rules`, and the init runs under `jax.jit` with those
-    out_shardings, so full parameters never exist on a single device.
+    The parameters are drawn from `fold_in(key(seed), 0)` (threefry), the state's base
+    rng is `fold_in(key(seed, impl=rng_impl), 1)` (`train_state.RNG_IMPLS`). Shapes
+    come from `jax.eval_shape`, shardings from the logical annotations and `rules`, and
+    the init runs under `jax.jit` with those out_shardings, so full parameters never
+    exist on a single device.
     Returns (state, shardings), `shardings` being a TrainState of NamedShardings to
     pass as in/out shardings of the train step. To start from pretrained weights,
     `jax.device_put` them with `shardings.params` and replace the params.
     """
-    init_state, _, shardings = _plan(init_fn, tx, mesh, rules)
+    init_state, _, shardings = _plan(init_fn, tx, mesh, rules, rng_impl)
     # Traced without a mesh context on purpose: the out_shardings place the result,
     # and flax's DenseGeneral would apply its 3-axis kernel constraint to the flat
     # kernel it initialises.
-    state = jax.jit(init_state, out_shardings=shardings)(jax.random.key(seed))
+    state = jax.jit(init_state, out_shardings=shardings)(seed)
     return state, shardings
 
 
 def abstract_state(init_fn: Callable[[jax.Array], Any], tx: optax.GradientTransformation,
                    mesh: jax.sharding.Mesh, *,
-                   rules: LogicalRules = DEFAULT_LOGICAL_AXIS_RULES) -> TrainState:
+                   rules: LogicalRules = DEFAULT_LOGICAL_AXIS_RULES,
+                   rng_impl: str = "threefry") -> TrainState:
     """The TrainState's shapes as `jax.ShapeDtypeStruct`s carrying their shardings on
     `mesh`: the restore target for a checkpoint (any saved mesh or device count)."""
-    _, shapes, shardings = _plan(init_fn, tx, mesh, rules)
+    _, shapes, shardings = _plan(init_fn, tx, mesh, rules, rng_impl)
     return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
                         shapes, shardings)

@@ -31,7 +31,7 @@ import ml_collections
 import numpy as np
 import optax
 
-from bert_jax import checkpoint, losses, multihost, perf, sharding
+from bert_jax import checkpoint, compile_cache, losses, multihost, perf, sharding
 from bert_jax.atomic import atomic_directory
 from bert_jax.config import BertConfig, check_choice, check_inputs_fit
 from bert_jax.config import get_config as get_model_config
@@ -57,15 +57,22 @@ class NonFiniteError(FloatingPointError):
 
 def model_config(config: ml_collections.ConfigDict, vocab_size: int | None = None) -> BertConfig:
     """The BertConfig of a run: `config.model` (preset name or dict of fields, with an
-    optional 'preset'), then the run-level compute_dtype/remat_policy/scan_layers.
+    optional 'preset'), then the run-level compute_dtype/remat_policy/scan_layers/
+    attention_impl and attention_probs_dropout_prob (None: the model's).
     vocab_size: the tokenizer's, used unless the model dict sets one."""
     spec = config.model
     fields = dict(spec) if not isinstance(spec, str) else {"preset": spec}
     preset = fields.pop("preset", "bert-base")
     if vocab_size is not None:
         fields.setdefault("vocab_size", vocab_size)
-    return get_model_config(preset, **fields, dtype=config.compute_dtype, param_dtype="float32",
-                            remat_policy=config.remat_policy, scan_layers=config.scan_layers)
+    if config.attention_probs_dropout_prob is not None:
+        fields["attention_probs_dropout_prob"] = float(config.attention_probs_dropout_prob)
+    bert_config = get_model_config(
+        preset, **fields, dtype=config.compute_dtype, param_dtype="float32",
+        remat_policy=config.remat_policy, scan_layers=config.scan_layers,
+        attention_impl=config.attention_impl)
+    bert_config.check_trainable()
+    return bert_config
 
 
 def dummy_inputs(batch_size: int, seq_length: int, num_predictions: int) -> tuple:
@@ -223,11 +230,9 @@ DATA_OPTIONS_FILE = "options.json"  # the data_options a converted directory was
 
 
 def data_cache_dir() -> str:
-    """Where the embedded corpus is converted once per machine: $BERT_JAX_CACHE_DIR/data,
-    else ~/.cache/bert_jax/data."""
-    root = os.environ.get("BERT_JAX_CACHE_DIR") or os.path.join(
-        os.path.expanduser("~"), ".cache", "bert_jax")
-    return os.path.join(root, "data")
+    """Where the embedded corpus is converted once per machine: CACHE_ROOT/data
+    (`compile_cache.cache_root`: $BERT_JAX_CACHE_DIR, else ~/.cache/bert_jax)."""
+    return os.path.join(compile_cache.cache_root(), "data")
 
 
 def data_options(config: ml_collections.ConfigDict, files: list[str], vocabulary: str,
@@ -374,7 +379,7 @@ def restore_or_init(config, ckpt: checkpoint.Checkpointer, init_fn, tx, mesh, ru
     config.resume_from -> config.init_from (weights only) -> scratch. `run` (a
     checkpoint.run_description) must match the workdir checkpoint's; a resume_from
     checkpoint only needs the same state shapes (it may continue on other data)."""
-    target = sharding.abstract_state(init_fn, tx, mesh, rules=rules)
+    target = sharding.abstract_state(init_fn, tx, mesh, rules=rules, rng_impl=config.rng_impl)
     shardings = jax.tree.map(lambda s: s.sharding, target)
     restored = ckpt.restore(target, run=run, start_fresh=config.get("start_fresh", False))
     source = ckpt.directory
@@ -387,7 +392,8 @@ def restore_or_init(config, ckpt: checkpoint.Checkpointer, init_fn, tx, mesh, ru
         writer.message(f"resumed from step {step} of {source}")
         return state, shardings, meta.get("pipeline")
     writer.drop_after(0)
-    state, _ = sharding.create_sharded_state(init_fn, tx, mesh, rules=rules, seed=config.seed)
+    state, _ = sharding.create_sharded_state(init_fn, tx, mesh, rules=rules, seed=config.seed,
+                                             rng_impl=config.rng_impl)
     if config.init_from:
         from bert_jax import pretrained
         loaded = pretrained.load(config.init_from)

@@ -40,6 +40,10 @@ def get_config(variant: str | None = None) -> ml_collections.ConfigDict:
     # (or dots) trades compute for activation memory at long max_seq_length.
     c.dtype = ""
     c.remat_policy = ""
+    # Fast paths (docs/performance.md): attention_impl=fused (needs
+    # attention_probs_dropout_prob=0) and rng_impl=rbg or unsafe_rbg for the dropout masks.
+    c.attention_impl = "einsum"
+    c.rng_impl = "threefry"
 
     # Data: files for csv/conll/squad (optional for squad: tfds otherwise).
     c.train_file = ""

@@ -1,10 +1,20 @@
 """Pretraining recipes (MLM + NSP): `bert-jax pretrain --config configs/pretrain.py:VARIANT`.
 
-Variants:
+Variants (BERT's exact numerics: einsum attention with dropout, threefry):
   tiny   the `tiny` preset (2 layers, H=128): tests, the demo, a CPU in minutes
   small  BERT-Small (4 layers, H=512)
   base   BERT-base as in Devlin et al.: batch 256, seq 128, 1M steps, lr 1e-4
   large  BERT-large with LAMB at batch 4096 (You et al. 2019), FSDP, remat
+
+Fast variants for accelerators (bf16, fused attention without attention-probability
+dropout, the unsafe_rbg dropout RNG; docs/performance.md has the figures):
+  gpu_base       BERT-base, seq 128, batch 256 per 80 GB GPU
+  gpu_large      BERT-large, seq 128, batch 128 per 80 GB GPU
+  gpu_large_512  BERT-large, seq 512, batch 32 per 80 GB GPU, 80 predictions per row
+  tpu_base       `base` with the fast numerics
+  tpu_large      `large` with the fast numerics
+global_batch_size is for one GPU: multiply it by the number of GPUs. Add `,faithful`
+(e.g. `gpu_large,faithful`) for BERT's exact numerics at the same shapes.
 
 Any key can be overridden: `--config.num_train_steps=100 --config.mesh_shape.fsdp=8`.
 """
@@ -22,6 +32,9 @@ def get_config(variant: str | None = None) -> ml_collections.ConfigDict:
     c.compute_dtype = "float32"         # "bfloat16": bf16 compute, fp32 params and optimizer
     c.remat_policy = "none"             # none | full | dots | dots_with_no_batch_dims
     c.scan_layers = False
+    c.attention_impl = "einsum"         # einsum (BERT's exact) | fused (no attention dropout)
+    c.attention_probs_dropout_prob = None  # None = the model's (0.1); fused needs 0.0
+    c.rng_impl = "threefry"             # dropout RNG: threefry | rbg | unsafe_rbg (faster)
 
     # Data. input_files: comma-separated globs of TFRecords from `bert-jax create-data`
     # or raw text (one sentence per line, blank line between documents);
@@ -63,9 +76,14 @@ def get_config(variant: str | None = None) -> ml_collections.ConfigDict:
     c.partial_restore = False           # allow missing/extra params when restoring init_from
     c.start_fresh = False               # start over when no checkpoint in the workdir is readable
 
-    if variant in (None, "", "base"):
-        return c
-    if variant == "tiny":
+    variant, _, modifier = (variant or "base").partition(",")
+    if modifier not in ("", "faithful"):
+        raise ValueError(f"unknown variant modifier {modifier!r}: only 'faithful'")
+    if variant.startswith(("gpu_", "tpu_")):
+        _fast_numerics(c)
+    if variant in ("base", "tpu_base"):
+        pass
+    elif variant == "tiny":
         c.model = "tiny"
         c.global_batch_size = 32
         c.num_train_steps = 3000
@@ -79,7 +97,7 @@ def get_config(variant: str | None = None) -> ml_collections.ConfigDict:
         c.model = "bert-L4-H512"
         c.num_train_steps = 500_000
         c.learning_rate = 5e-4
-    elif variant == "large":
+    elif variant in ("large", "tpu_large"):
         c.model = "bert-large"
         c.optimizer = "lamb"
         c.global_batch_size = 4096
@@ -93,6 +111,29 @@ def get_config(variant: str | None = None) -> ml_collections.ConfigDict:
         c.mesh_shape.fsdp = -1
         c.eval_every_steps = 2_500
         c.checkpoint_every_steps = 2_500
+    elif variant == "gpu_base":
+        c.global_batch_size = 256
+    elif variant in ("gpu_large", "gpu_large_512"):
+        c.model = "bert-large"
+        c.global_batch_size = 128
+        if variant == "gpu_large_512":
+            c.max_seq_length = 512
+            c.max_predictions_per_seq = 80
+            c.global_batch_size = 32
     else:
-        raise ValueError(f"unknown variant {variant!r}: tiny, small, base or large")
+        raise ValueError(f"unknown variant {variant!r}: tiny, small, base, large, gpu_base, "
+                         "gpu_large, gpu_large_512, tpu_base or tpu_large")
+    if modifier == "faithful":
+        c.attention_impl = "einsum"
+        c.attention_probs_dropout_prob = None
+        c.rng_impl = "threefry"
     return c
+
+
+def _fast_numerics(c: ml_collections.ConfigDict) -> None:
+    """bf16 compute, fused attention (hence no attention-probability dropout) and the
+    unsafe_rbg dropout RNG."""
+    c.compute_dtype = "bfloat16"
+    c.attention_impl = "fused"
+    c.attention_probs_dropout_prob = 0.0
+    c.rng_impl = "unsafe_rbg"

@@ -68,7 +68,8 @@ def resolve_model(config) -> ModelSource:
     or a randomly initialised `config.model` with `config.tokenizer`."""
     dropout = dict(hidden_dropout_prob=config.hidden_dropout_prob,
                    attention_probs_dropout_prob=config.attention_probs_dropout_prob)
-    numerics = {k: config.get(k) for k in ("dtype", "remat_policy") if config.get(k)}
+    numerics = {k: config.get(k) for k in ("dtype", "remat_policy", "attention_impl")
+                if config.get(k)}
     if config.init:
         pre = pretrained.load(config.init)
         tokenizer = load_tokenizer(config.tokenizer or pre.tokenizer_dir)
@@ -244,7 +245,8 @@ def finetune(config, workdir: str) -> dict[str, Any]:
     model = task.model(bert_config)
     dummy = jnp.ones((1, 8), jnp.int32)
     init_fn = lambda key: model.init({"params": key, "dropout": key}, dummy, dummy, dummy)["params"]
-    state, shardings = sharding.create_sharded_state(init_fn, tx, mesh, rules=rules, seed=seed)
+    state, shardings = sharding.create_sharded_state(init_fn, tx, mesh, rules=rules, seed=seed,
+                                                     rng_impl=config.rng_impl)
     if source.encoder_params is not None:
         loaded = dict(source.encoder_params)
         if "pooler" not in state.params["bert"]:
