@@ -47,7 +47,7 @@ def tf_lower_strip_accents(texts):
     return tf.strings.regex_replace(tf_text.normalize_utf8(texts, "NFD"), r"\p{Mn}", "")
 
 
-def _is_cjk(cp: int) -> bool:
+def is_cjk(cp: int) -> bool:
     return (0x4E00 <= cp <= 0x9FFF or 0x3400 <= cp <= 0x4DBF or
             0x20000 <= cp <= 0x2A6DF or 0x2A700 <= cp <= 0x2B73F or
             0x2B740 <= cp <= 0x2B81F or 0x2B820 <= cp <= 0x2CEAF or
@@ -226,7 +226,7 @@ class WordPieceTokenizer(base.Tokenizer):
             return _SPACE, ""
         if cp == 0 or cp == 0xFFFD or category.startswith("C"):
             return _DROP, ""
-        if _is_cjk(cp):
+        if is_cjk(cp):
             # Uncased, BERT isolates CJK characters *then* applies NFD, which maps the
             # compatibility ideographs (U+F900-FAFF, U+2F800-2FA1F) to their unified forms.
             return _ISOLATED, unicodedata.normalize("NFD", ch) if self.do_lower_case else ch
