@@ -54,7 +54,7 @@ def is_cjk(cp: int) -> bool:
             0xF900 <= cp <= 0xFAFF or 0x2F800 <= cp <= 0x2FA1F)
 
 
-def _is_punctuation(ch: str) -> bool:
+def is_punctuation(ch: str) -> bool:
     cp = ord(ch)
     if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
         return True
@@ -195,7 +195,7 @@ class WordPieceTokenizer(base.Tokenizer):
                 continue
             if kind == _TEXT:
                 for n in normalized:
-                    if _is_punctuation(n):
+                    if is_punctuation(n):
                         if chars:
                             yield "".join(chars), starts
                             chars, starts = [], []
