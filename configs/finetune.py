@@ -49,6 +49,7 @@ def get_config(variant: str | None = None) -> ml_collections.ConfigDict:
     c.text_pair_column = ""           # "" = single texts
     c.label_column = "label"
     c.label_type = "auto"             # auto | classification | regression
+    c.columns = ""                    # csv: a headerless file's columns, e.g. "label,text"
     c.metric = ""                     # csv: "" = accuracy or regression (pearson/spearman/mse)
     c.tag_column = -1                 # conll: the column holding the tag
     c.crf = False                     # tagging: a linear-chain CRF over the words
