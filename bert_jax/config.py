@@ -222,6 +222,10 @@ PRESETS: dict[str, BertConfig] = {
     # The 24 small BERTs of Turc et al. (2019), e.g. bert-L4-H256 ("BERT-Mini").
     **{f"bert-L{l}-H{h}": _small_bert(l, h)
        for l in (2, 4, 6, 8, 10, 12) for h in (128, 256, 512, 768)},
+    # Google's released multilingual and Chinese BERT-Base: BERT-Base with their vocabularies.
+    "bert-base-chinese": BertConfig(vocab_size=21128),
+    "bert-base-multilingual-cased": BertConfig(vocab_size=119547),
+    "bert-base-multilingual-uncased": BertConfig(vocab_size=105879),
     # For tests and the demo: seconds per step on a CPU.
     "tiny": BertConfig(vocab_size=8192, hidden_size=128, num_hidden_layers=2,
                        num_attention_heads=2, intermediate_size=512,
@@ -235,5 +239,7 @@ def get_config(name: str, **overrides) -> BertConfig:
         close = [p for p in PRESETS if re.sub(r"\d", "", p) == re.sub(r"\d", "", name)]
         hint = f" Did you mean one of: {', '.join(close[:6])}?" if close else ""
         raise ConfigError(f"unknown model preset {name!r}. Known: "
-                          f"bert-base, bert-large, bert-L{{2..12}}-H{{128..768}}, tiny.{hint}")
+                          f"bert-base, bert-large, bert-base-chinese, "
+                          f"bert-base-multilingual-{{cased,uncased}}, "
+                          f"bert-L{{2..12}}-H{{128..768}}, tiny.{hint}")
     return PRESETS[name].replace(**overrides)

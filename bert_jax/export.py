@@ -275,6 +275,30 @@ class ServedModel:
                       ) -> dict[str, np.ndarray]:
         return self(*self.encode(texts, pairs))
 
+    def tag_texts(self, texts: list[str]) -> list[dict]:
+        """Tagging models: {'words', 'tags', 'entities'} per raw text, split as
+        character-level CoNLL data is (each CJK character a word, see
+        `tagging.split_words`): one tag per word, entities as character spans of the
+        text. Words past max_seq_length - 2 tokens get the first label (no windows)."""
+        from bert_jax.finetune import tagging
+        from bert_jax.tokenization import load_tokenizer
+        if self.spec["kind"] != "tagging":
+            raise ValueError(f"tag_texts needs a tagging model, this one is {self.spec['kind']}")
+        if self._tokenizer is None:
+            self._tokenizer = load_tokenizer(self.export_dir)
+        labels, budget = self.spec["labels"], self.spec["max_seq_length"] - 2
+        records = []
+        for text in texts:
+            example = tagging.text_example(text)
+            ids, starts, ends = tagging.word_token_spans(self._tokenizer, example["words"])
+            ids = [self._tokenizer.cls_id, *ids[:budget], self._tokenizer.sep_id]
+            label_ids = self(np.asarray([ids], np.int32))["label_ids"][0]
+            tags = [labels[int(label_ids[s + 1])] if s < min(e, budget) else labels[0]
+                    for s, e in zip(starts, ends)]
+            records.append({"words": example["words"], "tags": tags, "entities":
+                            tagging.tagged_entities(text, example["spans"], tags)})
+        return records
+
 
 def resolve_model_dir(path: str) -> str:
     """A model directory or pretraining workdir as is; a fine-tuning workdir's best model."""

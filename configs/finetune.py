@@ -53,6 +53,7 @@ def get_config(variant: str | None = None) -> ml_collections.ConfigDict:
     c.text_pair_column = ""           # "" = single texts
     c.label_column = "label"
     c.label_type = "auto"             # auto | classification | regression
+    c.columns = ""                    # csv: a headerless file's columns, e.g. "label,text"
     c.metric = ""                     # csv: "" = accuracy or regression (pearson/spearman/mse)
     c.tag_column = -1                 # conll: the column holding the tag
     c.crf = False                     # tagging: a linear-chain CRF over the words
@@ -68,6 +69,9 @@ def get_config(variant: str | None = None) -> ml_collections.ConfigDict:
     c.n_best_size = 20
     c.max_answer_length = 30
     c.null_score_diff_threshold = 0.0
+    # EM/F1 over words ("squad"), or over characters as CMRC 2018 scores Chinese answers
+    # ("cmrc"); "auto": cmrc when a gold answer has Chinese characters.
+    c.answer_metric = "auto"
 
     # Batching. packing: several short examples per row (training only);
     # length_bucketing: pad each batch only to the bucket that fits it.

@@ -13,6 +13,13 @@ next_sentence_labels (int64 [1], 1 = random next) and, unless
 `--no_static_masking`, masked_lm_positions, masked_lm_ids (int64 [P]) and
 masked_lm_weights (float [P]). Files without masks are for dynamic masking;
 the pipeline also re-masks statically masked files by restoring their tokens.
+
+Whole-word masking (`--do_whole_word_mask`) groups `##` pieces into words and
+Chinese characters into the words of a segmentation: jieba's
+(`--chinese_segmenter`, the default) or a reference file per input file
+(`--chinese_ref_file`, BERT-wwm's format: a line of space-separated words per
+input line). Its files also carry `word_start` (int64 [L], 1 where a token
+starts a word), from which the pipeline's dynamic masking regroups the words.
 """
 import argparse
 import dataclasses
@@ -25,7 +32,7 @@ from typing import List, Optional, Sequence
 
 import numpy as np
 
-from bert_jax.data import corpus, instances, masking
+from bert_jax.data import chinese_words, corpus, instances, masking
 from bert_jax.tokenization import DEFAULT_VOCAB, TokenizerError, load_tokenizer
 
 
@@ -39,6 +46,7 @@ class Options:
     random_seed: int = 12345
     do_whole_word_mask: bool = False
     static_masking: bool = True
+    chinese_segmenter: str = "jieba"  # or "none": CJK characters masked one by one
 
 
 @dataclasses.dataclass
@@ -84,18 +92,79 @@ _worker = {}
 
 def _init_worker(vocab: str, do_lower_case: Optional[bool], options: Options):
     tokenizer = load_tokenizer(vocab, do_lower_case)
+    whole_words = options.do_whole_word_mask
     _worker.update(tokenizer=tokenizer, options=options,
-                   word_start=tokenizer.word_start_table() if options.do_whole_word_mask else None)
+                   word_start=tokenizer.word_start_table() if whole_words else None,
+                   segment=chinese_words.make_segmenter(options.chinese_segmenter)
+                   if whole_words else None)
 
 
-def _tokenize_documents(path: str, stats: Stats):
+def _read_documents(path: str, ref_path: Optional[str], read: corpus.ReadStats) -> list:
+    """Documents as lists of (sentence, reference words or None, 'ref_file:line')."""
+    if not ref_path:
+        return [[(sentence, None, "") for sentence in document]
+                for document in corpus.read_documents(path, read)]
+    lines = list(corpus.iter_lines(path, read))
+    references = list(corpus.iter_lines(ref_path, corpus.ReadStats()))
+    while lines and not lines[-1]:
+        lines.pop()
+    while references and not references[-1]:
+        references.pop()
+    if len(lines) != len(references):
+        raise ValueError(f"{ref_path} has {len(references)} lines but {path} has {len(lines)}: "
+                         "a reference segmentation needs one line of words per input line")
+    documents, current = [], []
+    for number, (line, reference) in enumerate(zip(lines, references), 1):
+        if line:
+            current.append((line, reference.split(), f"{ref_path}:{number}"))
+            read.lines += 1
+        elif current:
+            documents.append(current)
+            current = []
+    if current:
+        documents.append(current)
+    read.documents += len(documents)
+    return documents
+
+
+def _encode_sentences(tokenizer, sentences, segment) -> List[np.ndarray]:
+    """int32 ids per (sentence, words, where); with whole-word masking (`segment` given,
+    or reference words) a token that continues a segmented word is stored as -(id + 1):
+    the flag then travels with its token through instance building and truncation."""
+    if segment is None and all(words is None for _, words, _ in sentences):
+        return [np.asarray(ids, np.int32)
+                for ids in tokenizer.encode_ids([s for s, _, _ in sentences])]
+    encoded = []
+    for sentence, words, where in sentences:
+        if words is None and not chinese_words.has_cjk(sentence):
+            encoded.append(np.asarray(tokenizer.encode_ids([sentence])[0], np.int32))
+            continue
+        encoding = tokenizer.encode(sentence)
+        spans = chinese_words.word_spans(sentence, segment(sentence) if words is None else words,
+                                         where)
+        ids = np.asarray(encoding.ids, np.int32)
+        continues = chinese_words.continues_word(encoding.offsets, spans)
+        encoded.append(np.where(continues, -ids - 1, ids).astype(np.int32))
+    return encoded
+
+
+def _split_word_flags(rows: dict, word_start_table: np.ndarray) -> np.ndarray:
+    """Restores tagged ids in `rows` (see `_encode_sentences`); returns bool [N, L] word starts
+    and stores them as rows['word_start']."""
+    continues = rows["input_ids"] < 0
+    rows["input_ids"] = np.where(continues, -rows["input_ids"] - 1, rows["input_ids"])
+    word_start = word_start_table[rows["input_ids"]] & ~continues
+    rows["word_start"] = word_start.astype(np.int32)
+    return word_start
+
+
+def _tokenize_documents(path: str, ref_path: Optional[str], stats: Stats):
     tokenizer, options = _worker["tokenizer"], _worker["options"]
     read = corpus.ReadStats()
     documents = []
-    for raw_document in corpus.read_documents(path, read):
+    for raw_document in _read_documents(path, ref_path, read):
         document = []
-        for ids in tokenizer.encode_ids(raw_document):
-            ids = np.asarray(ids, np.int32)
+        for ids in _encode_sentences(tokenizer, raw_document, _worker["segment"]):
             stats.empty_sentences += len(ids) == 0
             stats.long_sentences += len(ids) > options.max_seq_length - 3
             if len(ids):
@@ -115,10 +184,10 @@ def _tokenize_documents(path: str, stats: Stats):
 
 def process_file(task) -> tuple:
     """One input file -> (serialized tf.train.Examples in output order, Stats)."""
-    file_index, path = task
+    file_index, path, ref_path = task
     tokenizer, options = _worker["tokenizer"], _worker["options"]
     stats = Stats()
-    documents = _tokenize_documents(path, stats)
+    documents = _tokenize_documents(path, ref_path, stats)
     made = []
     counts = instances.InstanceStats()
     for dupe in range(options.dupe_factor if documents else 0):
@@ -135,12 +204,14 @@ def process_file(task) -> tuple:
         return [], stats
     rows = instances.pack_instances(made, options.max_seq_length, tokenizer.cls_id,
                                     tokenizer.sep_id)
+    word_start = None
+    if options.do_whole_word_mask:
+        word_start = _split_word_flags(rows, _worker["word_start"])
     stats.tokens = int(rows["input_mask"].sum())
     stats.maskable_tokens = stats.tokens - 3 * len(made)
     if options.static_masking:
         unmasked = rows["input_ids"]
         keys = np.array([rng.getrandbits(64) for _ in made], np.uint64)
-        word_start = None if _worker["word_start"] is None else _worker["word_start"][unmasked]
         rows.update(masking.mask_batch(
             unmasked, rows["input_mask"], keys, vocab_size=tokenizer.vocab_size,
             mask_id=tokenizer.mask_id, cls_id=tokenizer.cls_id, sep_id=tokenizer.sep_id,
@@ -160,9 +231,13 @@ def examples_from_texts(documents: Sequence[Sequence[str]], tokenizer, options: 
 
     For tests and small runs. Returns the pipeline's unpacked keys: input_ids,
     input_mask, segment_ids int32 [N, L]; masked_lm_positions, masked_lm_ids
-    int32 [N, P]; masked_lm_weights float32 [N, P]; next_sentence_labels int32 [N].
+    int32 [N, P]; masked_lm_weights float32 [N, P]; next_sentence_labels int32 [N]
+    (and word_start int32 [N, L] with whole-word masking).
     """
-    tokenized = [[np.asarray(ids, np.int32) for ids in tokenizer.encode_ids(doc) if ids]
+    segment = chinese_words.make_segmenter(options.chinese_segmenter) \
+        if options.do_whole_word_mask else None
+    tokenized = [[ids for ids in _encode_sentences(tokenizer, [(s, None, "") for s in doc],
+                                                   segment) if len(ids)]
                  for doc in documents]
     tokenized = [doc for doc in tokenized if doc]
     if not tokenized:
@@ -176,8 +251,8 @@ def examples_from_texts(documents: Sequence[Sequence[str]], tokenizer, options: 
     rows = instances.pack_instances(made, options.max_seq_length, tokenizer.cls_id,
                                     tokenizer.sep_id)
     keys = np.array([rng.getrandbits(64) for _ in made], np.uint64)
-    word_start = tokenizer.word_start_table()[rows["input_ids"]] if options.do_whole_word_mask \
-        else None
+    word_start = _split_word_flags(rows, tokenizer.word_start_table()) \
+        if options.do_whole_word_mask else None
     rows.update(masking.mask_batch(
         rows["input_ids"], rows["input_mask"], keys, vocab_size=tokenizer.vocab_size,
         mask_id=tokenizer.mask_id, cls_id=tokenizer.cls_id, sep_id=tokenizer.sep_id,
@@ -210,11 +285,15 @@ def shard_paths(output_dir: str, num_shards: int) -> List[str]:
 
 def create_pretraining_data(inputs: Sequence[str], output_files: Sequence[str], vocab: str,
                             options: Options, do_lower_case: Optional[bool] = None,
-                            num_workers: int = 1, progress: bool = True) -> Stats:
+                            num_workers: int = 1, progress: bool = True,
+                            chinese_ref_files: Sequence[str] = ()) -> Stats:
     """Writes `output_files` (one per shard) and returns the summed Stats.
 
-    Fails at once (FileNotFoundError / TokenizerError) for a missing input or
-    vocabulary; bad content (empty files, bad bytes, long lines) is counted.
+    `chinese_ref_files`: reference segmentations for whole-word masking, one per
+    input file in the sorted order of the expanded inputs. Fails at once
+    (FileNotFoundError / TokenizerError / ValueError) for a missing input,
+    vocabulary or reference file; bad content (empty files, bad bytes, long
+    lines) is counted; a reference line that does not spell its input line fails.
     """
     import tensorflow as tf
     from tqdm import tqdm
@@ -223,7 +302,16 @@ def create_pretraining_data(inputs: Sequence[str], output_files: Sequence[str], 
     files = corpus.expand_inputs(inputs)
     corpus.require_text(files)
     load_tokenizer(vocab, do_lower_case)  # fail before starting workers
-    tasks = list(enumerate(files))
+    chinese_words.make_segmenter(options.chinese_segmenter)
+    references = corpus.expand_inputs(chinese_ref_files) if chinese_ref_files else []
+    if references and not options.do_whole_word_mask:
+        raise ValueError("a Chinese reference segmentation is for whole-word masking: "
+                         "add --do_whole_word_mask")
+    if references and len(references) != len(files):
+        raise ValueError(f"{len(references)} reference files for {len(files)} input files: "
+                         "give one per input file, in the inputs' sorted order")
+    tasks = [(index, path, references[index] if references else None)
+             for index, path in enumerate(files)]
     for path in output_files:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     writers = [tf.io.TFRecordWriter(path) for path in output_files]
@@ -240,7 +328,7 @@ def create_pretraining_data(inputs: Sequence[str], output_files: Sequence[str], 
         _init_worker(vocab, do_lower_case, options)
         results = map(process_file, tasks)
     try:
-        for (_, path), (serialized, stats) in zip(tasks, results):
+        for (_, path, _), (serialized, stats) in zip(tasks, results):
             for record in serialized:
                 writers[written % len(writers)].write(record)
                 written += 1
@@ -269,8 +357,13 @@ def _parse_args(argv: List[str]) -> argparse.Namespace:
     for field in dataclasses.fields(Options):
         if isinstance(field.default, bool):
             continue
-        parser.add_argument(f"--{field.name}", type=type(field.default), default=field.default)
+        parser.add_argument(f"--{field.name}", type=type(field.default), default=field.default,
+                            **({"choices": chinese_words.SEGMENTERS}
+                               if field.name == "chinese_segmenter" else {}))
     parser.add_argument("--do_whole_word_mask", action="store_true")
+    parser.add_argument("--chinese_ref_file", nargs="+", default=[],
+                        help="whole-word masking: reference segmentations (a line of "
+                        "space-separated words per input line), one per input file")
     parser.add_argument("--no_static_masking", action="store_true",
                         help="write unmasked examples (for dynamic masking in the pipeline)")
     parser.add_argument("--num_shards", type=int, default=4)
@@ -281,13 +374,14 @@ def _parse_args(argv: List[str]) -> argparse.Namespace:
 
 def run(args, output_files: List[str], summary_dir: Optional[str]) -> int:
     """Shared by `main` and tools/create_pretraining_data.py: runs, prints, saves the summary."""
-    options = Options(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Options)
-                         if f.name != "static_masking"},
+    options = Options(**{f.name: getattr(args, f.name, f.default)
+                         for f in dataclasses.fields(Options) if f.name != "static_masking"},
                       static_masking=not getattr(args, "no_static_masking", False))
     try:
         stats = create_pretraining_data(args.input, output_files, args.vocab, options,
                                         args.do_lower_case, args.num_workers,
-                                        progress=not getattr(args, "no_progress", False))
+                                        progress=not getattr(args, "no_progress", False),
+                                        chinese_ref_files=getattr(args, "chinese_ref_file", []))
     except (FileNotFoundError, TokenizerError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -10,7 +10,10 @@ dynamic masks, so both follow exactly the same rules:
   is masked entirely or not at all: words are taken in random order and a
   word that would overshoot num_to_predict is skipped, as in BERT;
 - each masked token becomes [MASK] with p=0.8, stays with p=0.1, becomes a
-  uniformly random vocabulary id with p=0.1;
+  uniformly random vocabulary id with p=0.1; with whole-word masking the draw
+  is made once per word (BERT draws per token), so a word is never half
+  [MASK] and half visible, which would give the hidden part away (a Chinese
+  word of two characters, half shown, is nearly always guessable);
 - positions are sorted and padded to max_predictions with weight 0.
 
 All randomness comes from a 64-bit key per row (`example_keys`), hashed with
@@ -107,6 +110,8 @@ def mask_batch(input_ids: np.ndarray, input_mask: np.ndarray, keys: np.ndarray, 
     masked = candidate & chosen_word[rows, word_of]
 
     action = _uniform(keys, 1, length)
+    if word_start is not None:  # one draw per word: the draw at its start position
+        action = np.take_along_axis(action, word_of, axis=1)
     random_ids = (_random_bits(keys, 2, length) % np.uint64(vocab_size)).astype(np.int64)
     new_ids = np.where(masked & (action < 0.8), mask_id, input_ids)
     new_ids = np.where(masked & (action >= 0.9), random_ids, new_ids)

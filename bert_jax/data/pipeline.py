@@ -30,6 +30,10 @@ def _feature_spec(max_seq_length: int, max_predictions: int):
     seq = lambda: tf.io.FixedLenFeature([max_seq_length], tf.int64)
     zeros = lambda dtype: tf.io.FixedLenFeature([max_predictions], dtype, [0] * max_predictions)
     return {"input_ids": seq(), "input_mask": seq(), "segment_ids": seq(),
+            # Written by create-data with whole-word masking (Chinese words need it: the
+            # vocabulary alone cannot tell where they end); absent = every token may start one.
+            "word_start": tf.io.FixedLenFeature([max_seq_length], tf.int64,
+                                                [1] * max_seq_length),
             "next_sentence_labels": tf.io.FixedLenFeature([1], tf.int64),
             "masked_lm_positions": zeros(tf.int64), "masked_lm_ids": zeros(tf.int64),
             "masked_lm_weights": zeros(tf.float32)}
@@ -151,7 +155,9 @@ class PretrainIterator:
                                   chunk["masked_lm_ids"], chunk["masked_lm_weights"])
         keys = masking.example_keys(self.seed, chunk["epoch"], chunk["file_index"],
                                     chunk["record_index"])
-        word_start = None if self.word_start_table is None else self.word_start_table[original]
+        word_start = None
+        if self.word_start_table is not None:
+            word_start = self.word_start_table[original] & chunk["word_start"].astype(bool)
         chunk.update(masking.mask_batch(
             original, chunk["input_mask"], keys, vocab_size=self.vocab_size,
             mask_id=self.special_ids["mask"], cls_id=self.special_ids["cls"],
@@ -266,7 +272,9 @@ def make_pretrain_iterator(file_patterns: Sequence[str], *, per_host_batch_size:
 
     Dynamic masking needs the vocabulary: pass `tokenizer` (a bert_jax
     Tokenizer) or `vocab_size` and `special_ids` ({'cls','sep','mask'} ids)
-    and, for whole-word masking, `word_start_table` (bool [vocab]).
+    and, for whole-word masking, `word_start_table` (bool [vocab]); a token
+    starts a word where the table says so and the record's `word_start`
+    feature (Chinese words, from create-data) agrees.
     `split='eval'` reads the records held out by `eval_fraction` (chosen by a
     hash of file and record index; training with the same fraction skips
     them) once, unshuffled; its last batch is padded with all-zero rows.

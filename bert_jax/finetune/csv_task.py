@@ -5,6 +5,11 @@ Config keys: `train_file`, `validation_file`, `test_file`, `text_column`,
 `classification` or `regression`). With `auto`, labels that are all numbers with a
 fraction are regression targets; anything else (strings, integers) names classes.
 The `spam` task is `csv` over the small spam set shipped in `bert_jax/resources/spam`.
+
+`columns` reads files without a header line, of any extension: e.g. `label,text`
+for the usual Chinese `label<TAB>text` news and review files, or `text,label`.
+Columns that look swapped (a "label" column of texts, a "text" column of a few
+values) fail rather than train a model on the wrong column.
 """
 
 from __future__ import annotations
@@ -46,6 +51,28 @@ def infer_labels(values: list, label_type: str = "auto") -> list[str] | None:
     return sorted({str(v) for v in values})
 
 
+def _column_names(spec: str) -> list[str]:
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    if len(names) < 2 or len(set(names)) != len(names):
+        raise ValueError(f"--config.columns={spec!r}: name each column of the file once, in "
+                         "order, e.g. 'label,text' or 'text,label'")
+    return names
+
+
+def check_not_swapped(rows: list[dict], text_name: str, label_name: str, path: str) -> None:
+    """Fails when the label column holds the texts and the text column the labels: many
+    distinct, long label values against a text column of at most 20 distinct values."""
+    labels = {str(r[label_name]) for r in rows}
+    texts = {str(r[text_name]) for r in rows}
+    long_labels = sum(len(v) > 20 for v in labels)
+    if len(texts) <= 20 and len(labels) > 20 and long_labels > len(labels) / 2:
+        raise ValueError(
+            f"{path}: the columns look swapped: label column {label_name!r} holds "
+            f"{len(labels)} distinct values, mostly long texts, while text column "
+            f"{text_name!r} holds {len(texts)} ({', '.join(sorted(texts)[:5])}...); check "
+            "--config.columns (e.g. 'label,text' versus 'text,label')")
+
+
 def _label_name(value) -> str:
     number = _as_number(value)
     if number is not None and number == int(number):
@@ -73,20 +100,32 @@ class CsvTask(ClassificationTask):
         path = self.path(split)
         if not path:
             raise ValueError(f"task {self.name!r} needs --config.{_SPLIT_KEYS[split]}")
-        rows, columns = files.read_table(path)
+        a_name, b_name = self.text_columns
+        label_name = self.config.get("label_column", "label")
+        if self.config.get("columns"):
+            columns = _column_names(self.config.get("columns"))
+            rows = files.read_headerless(path, columns)
+        else:
+            rows, columns = files.read_table(path)
+            if (len(columns) == 2 and a_name not in columns and label_name not in columns
+                    and files.table_format(path) != "jsonl"):
+                try:
+                    files.column(rows, columns, a_name, path, "text")
+                except ValueError as e:
+                    raise ValueError(f"{e}; or, if the first line is not a header, set "
+                                     "--config.columns=label,text (or text,label)") from None
         if not rows:
             raise ValueError(f"{path} has no rows")
-        a_name, b_name = self.text_columns
         texts_a = files.column(rows, columns, a_name, path, "text")
         texts_b = (files.column(rows, columns, b_name, path, "text_pair") if b_name
                    else [None] * len(rows))
-        label_name = self.config.get("label_column", "label")
         if split != "train" and label_name not in columns:
             labels = [None] * len(rows)  # an unlabeled test file
-        elif split == "test":
-            labels = files.column(rows, columns, label_name, path, "label")
         else:
-            labels = files.labels(rows, columns, label_name, path)
+            # A labeled test file may leave some labels blank; train and validation may not.
+            labels = (files.column(rows, columns, label_name, path, "label") if split == "test"
+                      else files.labels(rows, columns, label_name, path))
+            check_not_swapped(rows, a_name, label_name, path)
         return [{"text_a": str(a), "text_b": None if b is None else str(b), "label": y,
                  "idx": i} for i, (a, b, y) in enumerate(zip(texts_a, texts_b, labels))]
 

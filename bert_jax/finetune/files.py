@@ -96,6 +96,33 @@ def read_table(path: str) -> tuple[list[dict[str, Any]], list[str]]:
     return rows, ["text"]
 
 
+def read_headerless(path: str, names: list[str]) -> list[dict[str, str]]:
+    """Rows of a delimited file without a header line, any extension: fields named by
+    `names` in order (e.g. ['label', 'text'], the usual Chinese news and review format),
+    split on tabs (on commas, CSV-quoted, for `.csv`). Blank lines are skipped; a line
+    with another number of fields, or a first line that is the header itself, fails
+    with its line number."""
+    text = read_text(path)
+    comma = path.lower().endswith(".csv")
+    lines = io.StringIO(text, newline="")
+    reader = (csv.reader(lines) if comma else
+              (line.rstrip("\r\n").split("\t") for line in lines))
+    rows = []
+    for number, fields in enumerate(reader, 1):
+        if not any(f.strip() for f in fields):
+            continue
+        if len(fields) != len(names):
+            raise ValueError(f"{path}:{number}: {len(fields)} fields, but the columns are "
+                             f"{', '.join(names)} (--config.columns)"
+                             + ("" if comma else " (a tab inside a text?)"))
+        if number == 1 and [f.strip().lower() for f in fields] == [n.lower() for n in names]:
+            raise ValueError(f"{path}:1 is a header line ({', '.join(fields)}), but "
+                             "--config.columns says the file has none: drop the header "
+                             "line, or --config.columns to read the header")
+        rows.append(Row(dict(zip(names, fields)), number))
+    return rows
+
+
 def column(rows: list[dict], columns: list[str], name: str, path: str, role: str) -> list:
     """The values of column `name`; a missing column names the ones the file has."""
     if name not in columns:

@@ -1,5 +1,5 @@
 """Task metrics: GLUE's official ones, entity-level tagging scores with seqeval's
-semantics, and SQuAD's official exact match and F1.
+semantics, SQuAD's official exact match and F1, and CMRC 2018's for Chinese answers.
 
 All functions take plain Python/numpy values on the host and return floats.
 """
@@ -9,11 +9,14 @@ from __future__ import annotations
 import collections
 import re
 import string
+import unicodedata
 from typing import Iterable, Sequence
 
 import numpy as np
 import scipy.stats
 from sklearn import metrics as sk
+
+from bert_jax.tokenization.wordpiece import is_cjk
 
 
 # --- classification and regression ------------------------------------------------
@@ -160,19 +163,79 @@ def token_f1(prediction: str, gold: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-def squad_scores(predictions: dict[str, str], gold_answers: dict[str, list[str]]
-                 ) -> dict[str, float]:
-    """Official SQuAD v1.1/v2.0 EM and F1 in percent, max over the gold answers.
+# CMRC 2018's evaluation script drops these besides punctuation (some are symbols).
+_CMRC_SYMBOLS = set("-:_*^/\\~`+=，。：？！“”；’《》…·、「」（）－～『』")
+ANSWER_METRICS = ("auto", "squad", "cmrc")
+
+
+def cmrc_tokens(text: str) -> list[str]:
+    """CMRC 2018's mixed segmentation, punctuation dropped: lower-cased; each CJK
+    character a token; other runs whole, ended by whitespace, CJK and punctuation."""
+    tokens, run = [], []
+    for ch in text.lower() + " ":
+        punctuation = ch in _CMRC_SYMBOLS or unicodedata.category(ch).startswith("P")
+        cjk = is_cjk(ord(ch))
+        if (punctuation or cjk or ch.isspace()) and run:
+            tokens.append("".join(run))
+            run = []
+        if cjk:
+            tokens.append(ch)
+        elif not (punctuation or ch.isspace()):
+            run.append(ch)
+    return tokens
+
+
+def cmrc_exact_match(prediction: str, gold: str) -> float:
+    return float(cmrc_tokens(prediction) == cmrc_tokens(gold))
+
+
+def cmrc_f1(prediction: str, gold: str) -> float:
+    """CMRC 2018's F1: from the longest common *contiguous* run of tokens (its `find_lcs`),
+    precision over the prediction's tokens, recall over the gold's."""
+    pred, ref = cmrc_tokens(prediction), cmrc_tokens(gold)
+    if not pred or not ref:
+        return float(pred == ref)
+    longest, previous = 0, [0] * (len(ref) + 1)
+    for p in pred:
+        current = [0] * (len(ref) + 1)
+        for j, r in enumerate(ref):
+            if p == r:
+                current[j + 1] = previous[j] + 1
+                longest = max(longest, current[j + 1])
+        previous = current
+    if longest == 0:
+        return 0.0
+    precision, recall = longest / len(pred), longest / len(ref)
+    return 2 * precision * recall / (precision + recall)
+
+
+def chinese_answers(gold_answers: dict[str, list[str]], metric: str = "auto") -> bool:
+    """Whether to score with CMRC's character-level metric: `metric` 'cmrc' or 'squad',
+    or 'auto': when any gold answer has a CJK character."""
+    if metric not in ANSWER_METRICS:
+        raise ValueError(f"answer_metric must be one of {', '.join(ANSWER_METRICS)}; "
+                         f"got {metric!r}")
+    if metric != "auto":
+        return metric == "cmrc"
+    return any(is_cjk(ord(ch)) for golds in gold_answers.values() for g in golds for ch in g)
+
+
+def squad_scores(predictions: dict[str, str], gold_answers: dict[str, list[str]],
+                 chinese: bool = False) -> dict[str, float]:
+    """Official SQuAD v1.1/v2.0 EM and F1 in percent, max over the gold answers;
+    `chinese`: CMRC 2018's character-level EM and F1 instead (`cmrc_f1`).
 
     gold_answers: question id -> answer texts; an empty list means unanswerable (the
     right prediction is ""). Unanswered ids count as "". v2 adds HasAns/NoAns splits.
     """
+    em_fn, f1_fn = (cmrc_exact_match, cmrc_f1) if chinese else (exact_match, token_f1)
+    normalize = cmrc_tokens if chinese else normalize_answer
     em, f1, has_answer = [], [], []
     for qid, golds in gold_answers.items():
-        golds = [g for g in golds if normalize_answer(g)] or [""]
+        golds = [g for g in golds if normalize(g)] or [""]
         pred = predictions.get(qid, "")
-        em.append(max(exact_match(pred, g) for g in golds))
-        f1.append(max(token_f1(pred, g) for g in golds))
+        em.append(max(em_fn(pred, g) for g in golds))
+        f1.append(max(f1_fn(pred, g) for g in golds))
         has_answer.append(golds != [""])
     em, f1, has_answer = np.array(em), np.array(f1), np.array(has_answer, bool)
     out = {"exact_match": 100 * float(em.mean()), "f1": 100 * float(f1.mean())}

@@ -7,7 +7,8 @@ Answers are recovered as character spans of the original context through the
 tokenizer's offsets, so punctuation, case and accents come back exactly. Each token
 is scored only in the window where it has the most context (BERT's rule); v2
 predicts "no answer" when the null score beats the best span by more than
-`null_score_diff_threshold`.
+`null_score_diff_threshold`. Scores are SQuAD's EM and F1, or for Chinese
+answers CMRC 2018's character-level ones (`answer_metric`: auto, squad or cmrc).
 """
 
 from __future__ import annotations
@@ -244,7 +245,8 @@ class SquadTask(Task):
         predictions = {r["id"]: r["answer"] for r in records}
         gold = {ex["id"]: [] if ex.get("is_impossible") else [a["text"] for a in ex["answers"]]
                 for ex in examples}
-        return metrics.squad_scores(predictions, gold)
+        chinese = metrics.chinese_answers(gold, self.config.get("answer_metric", "auto"))
+        return metrics.squad_scores(predictions, gold, chinese=chinese)
 
     def predict(self, examples, features, outputs):
         return self._answers(examples, features, outputs)

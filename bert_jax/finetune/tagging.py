@@ -13,6 +13,12 @@ of every window; at evaluation each word takes the tag of the window where it ha
 the most context, min(tokens left of it, tokens right of it), ties to the earlier
 window (BERT's max-context rule). A single word longer than a window keeps its first
 pieces. With `crf=True` the CRF (training and Viterbi) runs within each window.
+
+Raw text to tag (`predict`, `Finetuned.predict`) is split into words the way
+character-level CoNLL data is (Chinese NER corpora put one character per line):
+each CJK character and each punctuation character is a word, other runs end at
+whitespace. Predictions give one tag per word, hence per Chinese character, and
+the entities as character spans of the original string.
 """
 
 from __future__ import annotations
@@ -25,6 +31,40 @@ import numpy as np
 from bert_jax import heads, losses
 from bert_jax.finetune import crf, files, metrics
 from bert_jax.finetune.tasks import Task, register
+from bert_jax.tokenization.wordpiece import is_cjk, is_punctuation
+
+
+def split_words(text: str) -> tuple[list[str], list[tuple[int, int]]]:
+    """Words of raw text as character-level CoNLL splits them, and their (start, end)
+    character spans in `text`: each CJK character and each punctuation character is a
+    word; other runs end at whitespace."""
+    words, spans, start = [], [], None
+    for i, ch in enumerate(text + " "):
+        alone = is_cjk(ord(ch)) or is_punctuation(ch)
+        if start is not None and (ch.isspace() or alone):
+            words.append(text[start:i])
+            spans.append((start, i))
+            start = None
+        if alone:
+            words.append(ch)
+            spans.append((i, i + 1))
+        elif start is None and not ch.isspace():
+            start = i
+    return words, spans
+
+
+def text_example(text: str) -> dict:
+    words, spans = split_words(text)
+    return {"words": words, "tags": None, "text": text, "spans": spans}
+
+
+def tagged_entities(text: str, spans: list[tuple[int, int]], tags: list[str]) -> list[dict]:
+    """[{'type', 'start', 'end', 'text'}] in order: the entities of a BIO/IOBES tag
+    sequence as character spans [start, end) of `text` (`spans`: each word's)."""
+    found = sorted(metrics.entities([tags]), key=lambda e: e[1])
+    return [{"type": type_, "start": spans[first][0], "end": spans[last][1],
+             "text": text[spans[first][0]:spans[last][1]]}
+            for type_, first, last in found if type_ != "_"]
 
 
 def word_token_spans(tokenizer, words: list[str]):
@@ -205,7 +245,8 @@ class TaggingTask(Task):
         examples = []
         for i, item in enumerate(inputs):
             if isinstance(item, str):
-                item = item.split()
+                examples.append(text_example(item))
+                continue
             if not (isinstance(item, (list, tuple)) and all(isinstance(w, str) for w in item)):
                 raise ValueError(f"input {i}: expected a text or a list of words, "
                                  f"got {item!r:.80}")
@@ -215,12 +256,13 @@ class TaggingTask(Task):
     def read_inputs(self, path):
         if files.table_format(path) == "jsonl":
             rows, _ = files.read_table(path)
-            return [{"words": r["tokens"] if "tokens" in r else r["words"] if "words" in r
-                     else str(r["text"]).split(), "tags": None} for r in rows]
+            return [{"words": r["tokens"] if "tokens" in r else r["words"], "tags": None}
+                    if "tokens" in r or "words" in r else text_example(str(r["text"]))
+                    for r in rows]
         if path.endswith((".conll", ".bio", ".iob")):
             return [{"words": s["words"], "tags": None} for s in files.read_conll(path)]
         rows, _ = files.read_table(path)
-        return [{"words": r["text"].split(), "tags": None} for r in rows]
+        return [text_example(r["text"]) for r in rows]
 
     # --- model ---
     def model(self, config):
@@ -283,8 +325,20 @@ class TaggingTask(Task):
         return scores
 
     def predict(self, examples, features, outputs):
-        return [{"words": ex["words"], "tags": tags}
-                for ex, tags in zip(examples, self._word_tags(features, outputs))]
+        """Records {'words', 'tags', 'entities'}; entity spans index the raw text, or for
+        examples given as words, the words joined by single spaces."""
+        records = []
+        for ex, tags in zip(examples, self._word_tags(features, outputs)):
+            record = {"words": ex["words"], "tags": tags}
+            if self.entity_level:
+                text, spans = ex.get("text"), ex.get("spans")
+                if text is None:
+                    text = " ".join(ex["words"])
+                    ends = np.cumsum([len(w) + 1 for w in ex["words"]]) - 1
+                    spans = [(int(e) - len(w), int(e)) for w, e in zip(ex["words"], ends)]
+                record["entities"] = tagged_entities(text, spans, tags)
+            records.append(record)
+        return records
 
 
 register("conll")(lambda config: TaggingTask(config, "conll"))

@@ -395,8 +395,9 @@ class Finetuned:
 
     def predict(self, inputs: list) -> list[dict]:
         """One record per input, as `bert-jax predict` writes them. Inputs: texts or
-        (text, text_pair) tuples for classification and regression, texts (split on
-        spaces) or word lists for tagging, {'question', 'context'} dicts for SQuAD."""
+        (text, text_pair) tuples for classification and regression, raw texts (split
+        as character-level CoNLL data: each CJK character a word) or word lists for
+        tagging, {'question', 'context'} dicts for SQuAD."""
         return self.predict_examples(self.task.examples_from_inputs(list(inputs)))
 
 

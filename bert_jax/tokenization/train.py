@@ -15,6 +15,7 @@ from typing import Iterator, List, Sequence
 from bert_jax.data import corpus
 from bert_jax.tokenization import base
 from bert_jax.tokenization.sentencepiece_tokenizer import SentencePieceTokenizer
+from bert_jax.tokenization import wordpiece
 from bert_jax.tokenization.wordpiece import WordPieceTokenizer
 
 
@@ -34,10 +35,17 @@ def train_wordpiece(files: Sequence[str], vocab_size: int, do_lower_case: bool =
     reserved = list(base.SPECIAL_TOKENS) + [f"[unused{i}]" for i in range(num_unused)]
     dataset = tf.data.Dataset.from_generator(
         lambda: _sentences(files), output_signature=tf.TensorSpec([], tf.string)).batch(1024)
+    if do_lower_case:
+        # BERT's normalisation, not the learner's NFKC case fold: that would learn ASCII
+        # "," and "1" for the full-width "，" and "１" of Chinese text, which then is [UNK].
+        dataset = dataset.map(wordpiece.tf_lower_strip_accents)
     learned = learner.bert_vocab_from_dataset(
         dataset, vocab_size=vocab_size, reserved_tokens=reserved,
-        bert_tokenizer_params={"lower_case": do_lower_case},
-        learn_params={"max_input_tokens": 5_000_000})
+        bert_tokenizer_params={"lower_case": False},
+        # The learner keeps only the 1000 commonest characters by default: too few for
+        # Chinese, where each character is a word (People's Daily has ~4,700 of them).
+        learn_params={"max_input_tokens": 5_000_000,
+                      "max_unique_chars": max(1000, vocab_size // 3)})
     vocab = learned[:vocab_size]
     vocab += [f"[unused{i}]" for i in range(num_unused, num_unused + vocab_size - len(vocab))]
     return WordPieceTokenizer(vocab, do_lower_case=do_lower_case)

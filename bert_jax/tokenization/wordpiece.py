@@ -5,7 +5,8 @@ the `tokenizers` library that transformers' `BertTokenizer` uses: control
 characters (Unicode category C*, NUL and U+FFFD) are dropped without breaking
 a word, whitespace separates words, every CJK ideograph and every punctuation
 character is a word of its own; uncased vocabularies also get NFD with the
-non-spacing marks removed and per-character lower-casing. Words are then split
+non-spacing marks removed and per-character lower-casing (which also maps CJK
+compatibility ideographs to their unified forms, as BERT does). Words are then split
 greedily longest-match-first into pieces with `##` continuations; a word that
 cannot be matched, or is longer than 100 characters, becomes `[UNK]`.
 
@@ -34,14 +35,26 @@ _DROP, _SPACE, _ISOLATED, _TEXT = range(4)
 _TF_CONTROL = r"[\x{0}-\x{8}\x{B}\x{C}\x{E}-\x{1F}\x{7F}-\x{9F}\p{Cf}\p{Co}\p{Cs}\x{FFFD}]"
 
 
-def _is_cjk(cp: int) -> bool:
+def tf_lower_strip_accents(texts):
+    """BERT's uncased normalisation in TF ops: lower-case, NFD, drop non-spacing marks.
+
+    Python lower-cases per character (as BERT and transformers do), so Σ is always σ;
+    ICU's string lower-casing would make a word-final Σ ς.
+    """
+    import tensorflow as tf
+    import tensorflow_text as tf_text
+    texts = tf.strings.lower(tf.strings.regex_replace(texts, "Σ", "σ"), encoding="utf-8")
+    return tf.strings.regex_replace(tf_text.normalize_utf8(texts, "NFD"), r"\p{Mn}", "")
+
+
+def is_cjk(cp: int) -> bool:
     return (0x4E00 <= cp <= 0x9FFF or 0x3400 <= cp <= 0x4DBF or
             0x20000 <= cp <= 0x2A6DF or 0x2A700 <= cp <= 0x2B73F or
             0x2B740 <= cp <= 0x2B81F or 0x2B820 <= cp <= 0x2CEAF or
             0xF900 <= cp <= 0xFAFF or 0x2F800 <= cp <= 0x2FA1F)
 
 
-def _is_punctuation(ch: str) -> bool:
+def is_punctuation(ch: str) -> bool:
     cp = ord(ch)
     if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
         return True
@@ -144,22 +157,25 @@ class WordPieceTokenizer(base.Tokenizer):
         """tf.string [N] -> RaggedTensor [N, None] int32, via tensorflow-text.
 
         Same ids as `encode` except for words over 100 *bytes* but at most 100
-        characters (tensorflow-text counts bytes), which it maps to `[UNK]`;
-        unassigned code points (RE2 cannot match them, so they are not dropped);
-        and, uncased, characters that tensorflow-text's NFKC case folding changes
-        but BERT's lower-casing does not (ß -> ss, ﬁ -> fi, Ⅻ -> xii, ½, ①...).
+        characters (tensorflow-text counts bytes), which it maps to `[UNK]`, and
+        unassigned code points (RE2 cannot match them, so they are not dropped).
+        Uncased, the normalisation is BERT's, done here in TF ops: tensorflow-text's
+        own (`lower_case_nfd_strip_accents`) is an NFKC case fold, which turns the
+        full-width forms that fill Chinese text (，１Ｆ) into ASCII and ß into ss.
         """
         import tensorflow as tf
         # tensorflow-text splits words at control characters; BERT drops them.
-        return self.tf_module().tokenize(tf.strings.regex_replace(texts, _TF_CONTROL, ""))
+        texts = tf.strings.regex_replace(texts, _TF_CONTROL, "")
+        if self.do_lower_case:
+            texts = tf_lower_strip_accents(texts)
+        return self.tf_module().tokenize(texts)
 
     def tf_module(self):
         import tensorflow as tf
         import tensorflow_text as tf_text
         if self._tf_tokenizer is None:
             self._tf_tokenizer = tf_text.FastBertTokenizer(
-                vocab=self._tokens, token_out_type=tf.int32,
-                lower_case_nfd_strip_accents=self.do_lower_case)
+                vocab=self._tokens, token_out_type=tf.int32, lower_case_nfd_strip_accents=False)
         return self._tf_tokenizer
 
     # -- splitting into words -------------------------------------------------
@@ -179,7 +195,7 @@ class WordPieceTokenizer(base.Tokenizer):
                 continue
             if kind == _TEXT:
                 for n in normalized:
-                    if _is_punctuation(n):
+                    if is_punctuation(n):
                         if chars:
                             yield "".join(chars), starts
                             chars, starts = [], []
@@ -192,7 +208,7 @@ class WordPieceTokenizer(base.Tokenizer):
                 yield "".join(chars), starts
                 chars, starts = [], []
             if kind == _ISOLATED:
-                yield ch, (index,)
+                yield normalized, (index,)
         if chars:
             yield "".join(chars), starts
 
@@ -210,8 +226,10 @@ class WordPieceTokenizer(base.Tokenizer):
             return _SPACE, ""
         if cp == 0 or cp == 0xFFFD or category.startswith("C"):
             return _DROP, ""
-        if _is_cjk(cp):
-            return _ISOLATED, ch
+        if is_cjk(cp):
+            # Uncased, BERT isolates CJK characters *then* applies NFD, which maps the
+            # compatibility ideographs (U+F900-FAFF, U+2F800-2FA1F) to their unified forms.
+            return _ISOLATED, unicodedata.normalize("NFD", ch) if self.do_lower_case else ch
         if not self.do_lower_case:
             return _TEXT, ch
         stripped = "".join(c for c in unicodedata.normalize("NFD", ch)

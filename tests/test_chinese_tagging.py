@@ -1,0 +1,103 @@
+"""Tagging raw Chinese text: words split as character-level CoNLL data is, one tag per
+character, entities as character spans of the original string; the same through
+`Finetuned.predict`, `bert-jax predict` and the exported model."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from bert_jax import export
+from bert_jax.finetune import cli, tagging, trainer
+from bert_jax.finetune.tasks import get_task
+from bert_jax.tokenization import WordPieceTokenizer
+from test_finetune_util import micro_config, shared_compilation_cache
+
+SENTENCES = [  # (characters, tags): MSRA-style character-level NER
+    ("江泽民在北京会见李鹏", "B-PER I-PER I-PER O B-LOC I-LOC O O B-PER I-PER"),
+    ("新华社记者在上海报道", "B-ORG I-ORG I-ORG O O O B-LOC I-LOC O O"),
+    ("中国人民银行发表讲话", "B-ORG I-ORG I-ORG I-ORG I-ORG I-ORG O O O O"),
+]
+
+
+def _vocab_dir(tmp_path):
+    chars = sorted({c for text, _ in SENTENCES for c in text} | set("他说好"))
+    tok = WordPieceTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "ok", "3g",
+                              "iphone", ",", "，", "。", "！"] + chars)
+    tok.save(str(tmp_path / "vocab"))
+    return str(tmp_path / "vocab")
+
+
+def _write_conll(path, repeat=1):
+    with open(path, "w", encoding="utf-8") as f:
+        for _ in range(repeat):
+            for text, tags in SENTENCES:
+                f.write("".join(f"{c}\t{t}\n" for c, t in zip(text, tags.split())) + "\n")
+    return str(path)
+
+
+def test_split_words_like_character_conll():
+    text = " 江泽民在北京，用iPhone 3G说：Hello, world! "
+    words, spans = tagging.split_words(text)
+    assert words == ["江", "泽", "民", "在", "北", "京", "，", "用", "iPhone", "3G", "说", "：",
+                     "Hello", ",", "world", "!"]
+    assert [text[s:e] for s, e in spans] == words
+    assert tagging.split_words("") == ([], [])
+
+
+def test_entities_are_character_spans_of_the_original_text():
+    text = "  江泽民，在北京 会见iPhone用户"
+    words, spans = tagging.split_words(text)
+    tags = ["B-PER", "I-PER", "I-PER", "O", "O", "B-LOC", "I-LOC", "O", "O", "B-ORG", "O", "O"]
+    assert len(tags) == len(words)
+    assert tagging.tagged_entities(text, spans, tags) == [
+        {"type": "PER", "start": 2, "end": 5, "text": "江泽民"},
+        {"type": "LOC", "start": 7, "end": 9, "text": "北京"},
+        {"type": "ORG", "start": 12, "end": 18, "text": "iPhone"}]
+
+
+def test_predict_tags_each_character_from_fake_outputs(tmp_path):
+    config = micro_config("conll", f"train_file={_write_conll(tmp_path / 't.conll')}")
+    task = get_task(config)
+    task.prepare(task.load("train"))
+    tok = WordPieceTokenizer.from_file(_vocab_dir(tmp_path) + "/vocab.txt")
+    examples = task.examples_from_inputs(["  江泽民在北京会见李鹏。"])
+    assert examples[0]["words"] == list("江泽民在北京会见李鹏。")
+    features = task.featurize(examples, tok, 32, training=False)
+    names = task.label_names
+    wanted = ["B-PER", "I-PER", "I-PER", "O", "B-LOC", "I-LOC", "O", "O", "B-PER", "I-PER", "O"]
+    tags = np.zeros(32, np.int32)
+    for word, position in enumerate(features[0]["_word_positions"]):
+        tags[position] = names.index(wanted[word])
+    record, = task.predict(examples, features, [{"tags": tags}])
+    assert record["tags"] == wanted  # one per character
+    assert record["entities"] == [
+        {"type": "PER", "start": 2, "end": 5, "text": "江泽民"},
+        {"type": "LOC", "start": 6, "end": 8, "text": "北京"},
+        {"type": "PER", "start": 10, "end": 12, "text": "李鹏"}]
+
+
+def test_raw_chinese_text_end_to_end(tmp_path, capsys):
+    train = _write_conll(tmp_path / "train.conll", repeat=8)
+    dev = _write_conll(tmp_path / "dev.conll")
+    config = micro_config("conll", f"train_file={train}", f"validation_file={dev}",
+                          f"test_file={dev}", f"tokenizer={_vocab_dir(tmp_path)}",
+                          "num_train_epochs=3", "learning_rate=3e-3")
+    workdir = str(tmp_path / "run")
+    texts = ["江泽民在北京会见李鹏", "他说：新华社在上海 ok"]
+    with shared_compilation_cache(str(tmp_path.parent / "finetune_jax_cache")):
+        trainer.finetune(config, workdir)
+        (tmp_path / "in.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
+        assert cli.main(["--workdir", workdir, "--input", str(tmp_path / "in.txt")],
+                        "predict") == 0
+        records = trainer.load_finetuned(workdir).predict(texts)
+        export.export(workdir, str(tmp_path / "out"), formats=("jax",), platforms=("cpu",))
+        served = export.ServedModel(str(tmp_path / "out")).tag_texts(texts)
+    printed = [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()[-2:]]
+    assert printed == records == served
+    assert records[0]["words"] == list(texts[0]) and len(records[0]["tags"]) == len(texts[0])
+    assert records[1]["words"] == ["他", "说", "：", "新", "华", "社", "在", "上", "海", "ok"]
+    for text, record in zip(texts, records):
+        for entity in record["entities"]:
+            assert text[entity["start"]:entity["end"]] == entity["text"]
+    assert records[0]["entities"], records  # the training sentence itself is learned
