@@ -59,7 +59,11 @@ CHANGEABLE_KEYS = frozenset({
     "global_batch_size", "grad_accum_steps", "compute_dtype", "remat_policy", "mesh_shape",
     "logical_axis_rules", "log_every_steps", "eval_every_steps", "eval_steps",
     "checkpoint_every_steps", "keep_checkpoints", "on_nonfinite", "resume_from",
-    "init_from", "partial_restore", "start_fresh", "model.dtype", "model.remat_policy"})
+    "init_from", "partial_restore", "start_fresh", "model.dtype", "model.remat_policy",
+    # How attention is computed and how much dropout is applied: same parameters and
+    # state, so a run may switch (rng_impl may not: it changes the key and its stream).
+    "attention_impl", "attention_probs_dropout_prob", "model.attention_impl",
+    "model.attention_probs_dropout_prob", "model.hidden_dropout_prob"})
 # Described by the resolved model and the vocabulary fingerprint instead.
 _INDIRECT_KEYS = ("model", "tokenizer")
 

@@ -12,6 +12,12 @@ if "--xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "
 
 
 import importlib.util  # noqa: E402  (after the XLA flag, on purpose)
+import tempfile  # noqa: E402
+
+# bert_jax's cache (compiled programs, the converted built-in corpus) in a fresh
+# directory per session: tests neither read nor fill the user's ~/.cache/bert_jax.
+if "BERT_JAX_CACHE_DIR" not in os.environ:
+    os.environ["BERT_JAX_CACHE_DIR"] = tempfile.mkdtemp(prefix="bert_jax_test_cache_")
 
 import pytest  # noqa: E402
 

@@ -37,6 +37,15 @@ def test_compare_runs_splits_fixed_from_changeable_keys():
                      "vocabulary 'abc' -> 'def'"]
     assert changeable == ["mesh_shape {'data': -1} -> {'data': 2}", "model.dtype 'float32' -> "
                           "'bfloat16'", "num_train_steps 4 -> 8"]
+    # Attention may switch to the fused path; the dropout key's implementation may not.
+    fixed, changeable = checkpoint.compare_runs(
+        changed(RUN, {"rng_impl": "threefry", "attention_impl": "einsum"},
+                {"attention_impl": "einsum"}),
+        changed(RUN, {"rng_impl": "unsafe_rbg", "attention_impl": "fused"},
+                {"attention_impl": "fused"}))
+    assert fixed == ["rng_impl 'threefry' -> 'unsafe_rbg'"]
+    assert changeable == ["attention_impl 'einsum' -> 'fused'",
+                          "model.attention_impl 'einsum' -> 'fused'"]
     # Keys an older checkpoint did not record are not compared.
     assert checkpoint.compare_runs({"config": {}}, RUN) == ([], [])
 
