@@ -199,6 +199,8 @@ def main(argv=None) -> int:
                         help="labelled reviews to fine-tune on (of 13,926)")
     parser.add_argument("--ner-sentences", type=int, default=3000,
                         help="NER training sentences (a random subset)")
+    parser.add_argument("--review-pooling", choices=["pooler", "mean"], default="pooler",
+                        help="the review classifier's input (see docs/chinese.md)")
     parser.add_argument("--smoke", action="store_true", help="every stage in a few minutes")
     parser.add_argument("--fresh", action="store_true", help="delete WORKDIR first")
     args = parser.parse_args(argv)
@@ -231,7 +233,8 @@ def main(argv=None) -> int:
     reviews = [f"--config.train_file={reviews_dir}/train.tsv",
                f"--config.validation_file={reviews_dir}/dev.tsv",
                f"--config.test_file={reviews_dir}/test.tsv",
-               f"--config.max_train_examples={64 if args.smoke else args.review_examples}"]
+               f"--config.max_train_examples={64 if args.smoke else args.review_examples}",
+               f"--config.pooling={args.review_pooling}"]
     ner = [f"--config.train_file={paths['ner_train.conll']}",
            f"--config.validation_file={paths['ner_dev.conll']}",
            f"--config.test_file={paths['ner_test.conll']}",
