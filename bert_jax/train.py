@@ -31,12 +31,11 @@ import ml_collections
 import numpy as np
 import optax
 
-from bert_jax import checkpoint, compile_cache, losses, multihost, perf, sharding
+from bert_jax import checkpoint, compile_cache, losses, multihost, perf, pretrained, sharding
 from bert_jax.atomic import atomic_directory
 from bert_jax.config import BertConfig, check_choice, check_inputs_fit
 from bert_jax.config import get_config as get_model_config
 from bert_jax.config_loader import load_config, split_config_args
-from bert_jax.convert import layout
 from bert_jax.errors import UserError, check_divisible, check_positive
 from bert_jax.heads import BertForPreTraining
 from bert_jax.metrics_writer import MetricsWriter
@@ -395,13 +394,13 @@ def restore_or_init(config, ckpt: checkpoint.Checkpointer, init_fn, tx, mesh, ru
     state, _ = sharding.create_sharded_state(init_fn, tx, mesh, rules=rules, seed=config.seed,
                                              rng_impl=config.rng_impl)
     if config.init_from:
-        from bert_jax import pretrained
         loaded = pretrained.load(config.init_from)
-        params = checkpoint.match_params(
-            layout.match_layout(loaded.params, config.scan_layers),
+        params = pretrained.place_params(
+            loaded.params,
             jax.device_get(state.params) if config.partial_restore else target.params,
+            shardings.params, scan_layers=config.scan_layers,
             partial=config.partial_restore, source=config.init_from)
-        state = state.replace(params=jax.device_put(params, shardings.params))
+        state = state.replace(params=params)
         writer.message(f"initialised weights from {config.init_from}")
     return state, shardings, None
 
@@ -432,7 +431,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     ckpt = checkpoint.Checkpointer(workdir, keep=config.keep_checkpoints)
     state, shardings, pipeline_state = restore_or_init(config, ckpt, init_fn, tx, mesh, rules,
                                                        writer, run)
-    checkpoint.write_model_files(workdir, bert_config, tokenizer)
+    if multihost.is_primary():  # the workdir is then loadable as a model directory
+        pretrained.write_model_files(os.path.join(workdir, pretrained.WORKDIR_MODEL_DIR),
+                                     bert_config, tokenizer=tokenizer)
     train_fn, eval_fn = jit_steps(model, tx, schedule, mesh, shardings, rules,
                                   config.grad_accum_steps)
     files = prepare_input_files(config, workdir, tokenizer_path, writer, run["vocabulary"])

@@ -192,7 +192,7 @@ def _reload_saved_model_texts(directory, texts, tmp_path):
 def test_head_tail_truncation_in_graph_equals_python():
     import tensorflow as tf
     import tensorflow_text as tf_text
-    from bert_jax.finetune.classification import truncate_pair
+    from bert_jax.text_io import truncate_pair
     rng = np.random.default_rng(0)
     lengths = rng.integers(0, 30, size=(64, 2))
     a = [list(range(n)) for n in lengths[:, 0]]

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bert_jax import compile_cache, sharding, train
+from bert_jax import compile_cache, pretrained, sharding, train
 from bert_jax.config import BertConfig, ConfigError
 from bert_jax.config_loader import load_config
 from bert_jax.heads import BertForPreTraining
@@ -203,7 +203,7 @@ def test_pretraining_with_rbg_dropout_resumes_exactly(tmp_path, text_corpus):
     train.train_and_evaluate(config(), resumed)
     shutil.rmtree(os.path.join(resumed, "checkpoints", "4"))
     train.train_and_evaluate(config(), resumed)  # resumes at step 2
-    final = lambda w: checkpoint.load_pretrained_from_workdir(w).params
+    final = lambda w: pretrained.load_pretrained_from_workdir(w).params
     jax.tree.map(np.testing.assert_array_equal, final(resumed), final(straight))
     # and rbg did draw other dropout masks than threefry would have
     threefry = str(tmp_path / "threefry")

@@ -158,7 +158,7 @@ def test_packing_plan_keeps_examples_per_batch():
 
 
 def test_truncation_keeps_the_head_or_head_and_tail():
-    from bert_jax.finetune.classification import head_fraction, truncate_pair
+    from bert_jax.text_io import head_fraction, truncate_pair
     ten, four = list(range(10)), list(range(100, 104))
     assert truncate_pair(ten, None, 8) == ([0, 1, 2, 3, 4, 5, 6, 7], None)
     # head+tail: int(8 / 4) = 2 tokens from the start, 6 from the end.

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
+from bert_jax import text_io
 from bert_jax.finetune import cli, crf, files, tagging, tasks, trainer
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
 from test_finetune_util import micro_config, shared_compilation_cache
@@ -171,7 +172,7 @@ def test_long_sentence_gives_overlapping_word_windows(tokenizer):
 
 @pytest.mark.parametrize("stride", range(14))
 def test_word_windows_cover_every_word_for_any_stride(tokenizer, stride):
-    ids, starts, ends = tagging.word_token_spans(tokenizer, LONG_WORDS)
+    ids, starts, ends = text_io.word_token_spans(tokenizer, LONG_WORDS)
     assert ids == [t for p in _word_pieces(tokenizer, LONG_WORDS) for t in p]
     windows = tagging.word_windows(starts, ends, 14, stride)
     assert windows[0][0] == 0 and windows[-1][1] == len(LONG_WORDS)

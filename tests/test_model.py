@@ -9,8 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from bert_jax import pretrained
 from bert_jax.config import PRESETS, BertConfig, ConfigError, get_config
-from bert_jax.convert import layout
 from bert_jax.heads import (BertForMultipleChoice, BertForPreTraining, BertForQuestionAnswering,
                             BertForSequenceClassification, BertForTokenClassification)
 from bert_jax.model import BertModel
@@ -61,14 +61,14 @@ def test_scanned_and_unrolled_encoders_agree_and_convert():
     unrolled = BertForPreTraining(CONFIG)
     scanned = BertForPreTraining(CONFIG.replace(scan_layers=True))
     params = init(unrolled, ids)
-    scanned_params = layout.to_scanned(params)
+    scanned_params = pretrained.to_scanned(params)
     shapes = jax.tree.map(jnp.shape, init(scanned, ids))
     assert jax.tree.map(jnp.shape, scanned_params) == shapes
     a = unrolled.apply({"params": params}, ids)
     b = scanned.apply({"params": scanned_params}, ids)
     np.testing.assert_allclose(a.mlm_logits, b.mlm_logits, atol=1e-5)
     np.testing.assert_allclose(a.nsp_logits, b.nsp_logits, atol=1e-5)
-    back = layout.to_unscanned(scanned_params)
+    back = pretrained.to_unscanned(scanned_params)
     assert jax.tree.all(jax.tree.map(np.array_equal, back, params))
 
 
@@ -85,7 +85,7 @@ def test_remat_gives_the_same_gradients(policy):
         return jax.grad(loss)(p)
 
     for scan in (False, True):
-        p = layout.match_layout(params, scan)
+        p = pretrained.match_layout(params, scan)
         expected = grads(CONFIG.replace(scan_layers=scan), p)
         got = grads(CONFIG.replace(scan_layers=scan, remat_policy=policy), p)
         jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-4),

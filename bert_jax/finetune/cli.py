@@ -53,7 +53,7 @@ def summarize_seeds(runs: dict[int, dict]) -> dict:
 
 
 def run_finetune(config, workdir: str) -> dict:
-    from bert_jax import multihost
+    from bert_jax import multihost, pretrained
     from bert_jax.finetune import trainer
     seeds = parse_seeds(config.seeds)
     if not seeds:
@@ -64,7 +64,7 @@ def run_finetune(config, workdir: str) -> dict:
         runs[seed] = trainer.finetune(config, os.path.join(workdir, f"seed_{seed}"))
     summary = summarize_seeds(runs)
     if multihost.is_primary():
-        with open(os.path.join(workdir, trainer.RESULTS_FILE), "w", encoding="utf-8") as f:
+        with open(os.path.join(workdir, pretrained.RESULTS_FILE), "w", encoding="utf-8") as f:
             json.dump(summary, f, indent=2)
     for split, values in summary.items():
         if isinstance(values, dict) and split not in ("runs",):

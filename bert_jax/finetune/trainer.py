@@ -29,17 +29,14 @@ import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from bert_jax import checkpoint, multihost, optim, pretrained, sharding
+from bert_jax import multihost, optim, pretrained, sharding
 from bert_jax.config import BertConfig, ConfigError, check_choice, check_inputs_fit, get_config
-from bert_jax.convert import layout
 from bert_jax.errors import UserError, check_positive
-from bert_jax.finetune import files, packing, tasks
+from bert_jax.finetune import files, packing, task_base, tasks
 from bert_jax.metrics_writer import MetricsWriter
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
 
-BEST_DIR = "best"
 KEEP_CHECKPOINT = ("best", "last")  # the best validation score, or the end of training
-RESULTS_FILE = "eval_results.json"
 EVALUATE_RESULTS_FILE = "evaluate_results.json"  # written by `bert-jax evaluate`
 PREDICTIONS_DIR = "predictions"
 
@@ -251,10 +248,9 @@ def finetune(config, workdir: str) -> dict[str, Any]:
         loaded = dict(source.encoder_params)
         if "pooler" not in state.params["bert"]:
             loaded.pop("pooler", None)  # tagging and span heads have no pooler
-        encoder = checkpoint.match_params(
-            layout.match_layout({"bert": loaded}, bert_config.scan_layers)["bert"],
-            state.params["bert"], source=source.origin)
-        encoder = jax.device_put(encoder, shardings.params["bert"])
+        encoder = pretrained.place_params(loaded, state.params["bert"], shardings.params["bert"],
+                                          scan_layers=bert_config.scan_layers,
+                                          source=source.origin)
         state = state.replace(params={**state.params, "bert": encoder})
 
     batch_sharding = sharding.batch_sharding(mesh, rules)
@@ -266,7 +262,7 @@ def finetune(config, workdir: str) -> dict[str, Any]:
     os.makedirs(workdir, exist_ok=True)
     # An earlier run's outputs would pass for this run's.
     shutil.rmtree(os.path.join(workdir, PREDICTIONS_DIR), ignore_errors=True)
-    for stale in (RESULTS_FILE, EVALUATE_RESULTS_FILE):
+    for stale in (pretrained.RESULTS_FILE, EVALUATE_RESULTS_FILE):
         if os.path.exists(os.path.join(workdir, stale)):
             os.remove(os.path.join(workdir, stale))
     writer = MetricsWriter(workdir, total_steps=num_steps, append=False)
@@ -316,8 +312,8 @@ def finetune(config, workdir: str) -> dict[str, Any]:
                 kept_params = multihost_utils.process_allgather(state.params, tiled=True)
                 kept = {"score": main, "epoch": epoch + 1, "metrics": scores}
                 if multihost.is_primary():
-                    pretrained.save(os.path.join(workdir, BEST_DIR), bert_config, kept_params,
-                                    tokenizer=tokenizer, task=spec, overwrite=True)
+                    pretrained.save(os.path.join(workdir, pretrained.BEST_DIR), bert_config,
+                                    kept_params, tokenizer=tokenizer, task=spec, overwrite=True)
         writer.close()
         results = {"task": task.name, "seed": seed, "keep_checkpoint": config.keep_checkpoint,
                    "kept_epoch": kept["epoch"],
@@ -328,7 +324,7 @@ def finetune(config, workdir: str) -> dict[str, Any]:
         kept_params = jax.device_put(kept_params, shardings.params)
         results.update(predict_test(task, tokenizer, kept_params, eval_fn, config, mesh, workdir))
     if multihost.is_primary():
-        with open(os.path.join(workdir, RESULTS_FILE), "w", encoding="utf-8") as f:
+        with open(os.path.join(workdir, pretrained.RESULTS_FILE), "w", encoding="utf-8") as f:
             json.dump(results, f, indent=2)
     multihost.sync("finetune_results_written")
     return results
@@ -376,7 +372,7 @@ def predict_test(task, tokenizer, params, eval_fn, config, mesh, workdir) -> dic
 class Finetuned:
     """A fine-tuned model ready to run: what `evaluate` and `predict` need."""
 
-    task: tasks.Task
+    task: task_base.Task
     tokenizer: Any
     config: ml_collections.ConfigDict
     params: Any
@@ -401,24 +397,9 @@ class Finetuned:
         return self.predict_examples(self.task.examples_from_inputs(list(inputs)))
 
 
-def best_model_dir(workdir: str) -> str:
-    """WORKDIR/best, or for a multi-seed workdir the best seed's."""
-    results = os.path.join(workdir, RESULTS_FILE)
-    if not os.path.isdir(os.path.join(workdir, BEST_DIR)) and os.path.exists(results):
-        with open(results, encoding="utf-8") as f:
-            best_seed = json.load(f).get("best_seed")
-        if best_seed is not None:
-            return os.path.join(workdir, f"seed_{best_seed}", BEST_DIR)
-    path = os.path.join(workdir, BEST_DIR)
-    if not os.path.isdir(path):
-        raise FileNotFoundError(f"{workdir} holds no fine-tuned model ({BEST_DIR}/ is missing); "
-                                "run `bert-jax finetune --workdir` first")
-    return path
-
-
 def load_finetuned(workdir: str, overrides: dict | None = None) -> Finetuned:
     """Rebuilds task, model and parameters from WORKDIR/best (config keys overridable)."""
-    pre = pretrained.load(best_model_dir(workdir))
+    pre = pretrained.load(pretrained.best_model_dir(workdir))
     if not pre.task or "config" not in pre.task:
         raise ValueError(f"{workdir}: the saved model has no fine-tuning task description")
     config = ml_collections.ConfigDict(pre.task["config"])
@@ -435,9 +416,8 @@ def load_finetuned(workdir: str, overrides: dict | None = None) -> Finetuned:
     dummy = jnp.ones((1, 8), jnp.int32)
     boxed = jax.eval_shape(lambda: model.init(jax.random.key(0), dummy, dummy, dummy)["params"])
     shardings = sharding.logical_to_sharding(nn.get_partition_spec(boxed), mesh, rules)
-    params = checkpoint.match_params(layout.match_layout(pre.params, pre.config.scan_layers),
-                                     nn.unbox(boxed), source=pre.tokenizer_dir)
-    params = jax.device_put(params, shardings)
+    params = pretrained.place_params(pre.params, nn.unbox(boxed), shardings,
+                                     scan_layers=pre.config.scan_layers, source=pre.tokenizer_dir)
     eval_fn = make_eval_fn(model, task, rules, shardings, mesh)
     tokenizer = load_tokenizer(pre.tokenizer_dir)
     check_inputs_fit(pre.config, pre.tokenizer_dir, vocab_size=tokenizer.vocab_size)
