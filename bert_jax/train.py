@@ -31,10 +31,10 @@ import ml_collections
 import numpy as np
 import optax
 
-from bert_jax import checkpoint, compile_cache, losses, multihost, perf, pretrained, sharding
+from bert_jax import (checkpoint, compile_cache, losses, multihost, perf, pretrained, sharding,
+                      training)
 from bert_jax.atomic import atomic_directory
 from bert_jax.config import BertConfig, check_choice, check_inputs_fit
-from bert_jax.config import get_config as get_model_config
 from bert_jax.config_loader import load_config, split_config_args
 from bert_jax.errors import UserError, check_divisible, check_positive
 from bert_jax.heads import BertForPreTraining
@@ -59,15 +59,10 @@ def model_config(config: ml_collections.ConfigDict, vocab_size: int | None = Non
     optional 'preset'), then the run-level compute_dtype/remat_policy/scan_layers/
     attention_impl and attention_probs_dropout_prob (None: the model's).
     vocab_size: the tokenizer's, used unless the model dict sets one."""
-    spec = config.model
-    fields = dict(spec) if not isinstance(spec, str) else {"preset": spec}
-    preset = fields.pop("preset", "bert-base")
-    if vocab_size is not None:
-        fields.setdefault("vocab_size", vocab_size)
-    if config.attention_probs_dropout_prob is not None:
-        fields["attention_probs_dropout_prob"] = float(config.attention_probs_dropout_prob)
-    bert_config = get_model_config(
-        preset, **fields, dtype=config.compute_dtype, param_dtype="float32",
+    dropout = ({} if config.attention_probs_dropout_prob is None else
+               {"attention_probs_dropout_prob": float(config.attention_probs_dropout_prob)})
+    bert_config = training.model_config(
+        config.model, vocab_size, **dropout, dtype=config.compute_dtype, param_dtype="float32",
         remat_policy=config.remat_policy, scan_layers=config.scan_layers,
         attention_impl=config.attention_impl)
     bert_config.check_trainable()
@@ -106,15 +101,6 @@ def forward(model: nn.Module, params: Any, batch: dict, *, rng=None,
     return metrics["loss"], metrics
 
 
-def _split_microbatches(batch: dict, count: int) -> dict:
-    """[B, ...] -> [count, B / count, ...] taking rows i, i + count, ... for micro-batch i,
-    so each micro-batch stays spread over the whole batch sharding."""
-    def split(x):
-        x = x.reshape(x.shape[0] // count, count, *x.shape[1:])
-        return jnp.swapaxes(x, 0, 1)
-    return jax.tree.map(split, batch)
-
-
 def train_step(state: TrainState, batch: dict, *, model: nn.Module,
                tx: optax.GradientTransformation, schedule: optax.Schedule, rules: tuple,
                grad_accum_steps: int = 1) -> tuple[TrainState, dict]:
@@ -122,8 +108,8 @@ def train_step(state: TrainState, batch: dict, *, model: nn.Module,
 
     Dropout keys come from `state.step_rng()`. With grad_accum_steps = k the
     batch is processed as k sequential micro-batches whose gradients add up to the
-    whole batch's (each weighted by its share of the masked tokens and NSP labels). A non-finite loss or gradient norm leaves params and optimizer
-    state unchanged and increments `state.nonfinite_steps`.
+    whole batch's (each weighted by its share of the masked tokens and NSP labels).
+    A non-finite loss or gradient norm skips the update (`training.apply_gradients`).
     Returns (next state, metrics of scalars).
     """
     rng = state.step_rng()
@@ -137,26 +123,10 @@ def train_step(state: TrainState, batch: dict, *, model: nn.Module,
         return grads, metrics
 
     with nn.logical_axis_rules(rules):
-        if grad_accum_steps == 1:
-            grads, metrics = grads_and_metrics(0, batch)
-        else:
-            micro = _split_microbatches(batch, grad_accum_steps)
-            shapes = jax.eval_shape(grads_and_metrics, 0, jax.tree.map(lambda x: x[0], micro))
-            zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
-            add = lambda total, micro: (jax.tree.map(jnp.add, total,
-                                                     grads_and_metrics(*micro)), None)
-            (grads, metrics), _ = jax.lax.scan(
-                add, zeros, (jnp.arange(grad_accum_steps), micro))
-    grad_norm = optax.global_norm(grads)
-    finite = jnp.isfinite(metrics["loss"]) & jnp.isfinite(grad_norm)
-    updates, opt_state = tx.update(grads, state.opt_state, state.params)
-    params = optax.apply_updates(state.params, updates)
-    keep_if_bad = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)
+        grads, metrics = training.accumulate_gradients(grads_and_metrics, batch,
+                                                       grad_accum_steps)
     applied_updates = state.step - state.nonfinite_steps  # the optimizer's own count
-    new_state = state.replace(
-        step=state.step + 1, params=keep_if_bad(params, state.params),
-        opt_state=keep_if_bad(opt_state, state.opt_state),
-        nonfinite_steps=state.nonfinite_steps + (~finite).astype(jnp.int32))
+    new_state, grad_norm, finite = training.apply_gradients(state, grads, metrics["loss"], tx)
     metrics = dict(metrics, grad_norm=grad_norm, learning_rate=schedule(applied_updates),
                    nonfinite=(~finite).astype(jnp.float32))
     return new_state, metrics

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from bert_jax import heads, pretrained
-from bert_jax.config import ConfigError, get_config
+from bert_jax.config import ConfigError, preset
 from bert_jax.finetune import cli, csv_task, packing, tasks, trainer
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
 from test_finetune_util import micro_config, shared_compilation_cache
@@ -128,7 +128,7 @@ def test_label_inference():
 @pytest.mark.parametrize("pooling", heads.CLASSIFIER_POOLINGS)
 def test_packed_rows_give_the_same_logits_as_separate_rows(pooling):
     tokenizer = load_tokenizer(DEFAULT_VOCAB)
-    config = get_config("tiny", vocab_size=tokenizer.vocab_size, num_hidden_layers=1)
+    config = preset("tiny", vocab_size=tokenizer.vocab_size, num_hidden_layers=1)
     model = heads.BertForSequenceClassification(config, 3, pooling)
     texts = ["a short one", "another example that is a little longer", "third"]
     features = [{"input_ids": [tokenizer.cls_id, *tokenizer.encode(t).ids, tokenizer.sep_id],
@@ -206,7 +206,7 @@ def test_finetune_command_names_bad_input_in_one_line(override, message, capsys)
 @pytest.fixture(scope="module")
 def micro_checkpoint(tmp_path_factory):
     tokenizer = load_tokenizer(DEFAULT_VOCAB)
-    config = get_config("tiny", vocab_size=tokenizer.vocab_size, num_hidden_layers=1,
+    config = preset("tiny", vocab_size=tokenizer.vocab_size, num_hidden_layers=1,
                         hidden_size=32, num_attention_heads=2, intermediate_size=64)
     model = heads.BertForSequenceClassification(config, 2)
     params = model.init(jax.random.key(0), jnp.ones((1, 4), jnp.int32))["params"]

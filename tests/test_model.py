@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from bert_jax import pretrained
-from bert_jax.config import PRESETS, BertConfig, ConfigError, get_config
+from bert_jax.config import PRESETS, BertConfig, ConfigError, preset
 from bert_jax.heads import (BertForMultipleChoice, BertForPreTraining, BertForQuestionAnswering,
                             BertForSequenceClassification, BertForTokenClassification)
 from bert_jax.model import BertModel
@@ -171,17 +171,17 @@ def test_initialisation_follows_bert():
 def test_presets():
     small = [name for name in PRESETS if name.startswith("bert-L")]
     assert len(small) == 24
-    mini = get_config("bert-L4-H256")
+    mini = preset("bert-L4-H256")
     assert (mini.num_hidden_layers, mini.hidden_size, mini.num_attention_heads,
             mini.intermediate_size) == (4, 256, 4, 1024)
-    large = get_config("bert-large")
+    large = preset("bert-large")
     assert (large.num_hidden_layers, large.hidden_size, large.vocab_size) == (24, 1024, 30522)
     with pytest.raises(ConfigError, match="bert-L4-H256"):
-        get_config("bert-L4-H255")
+        preset("bert-L4-H255")
 
 
 def test_config_files_round_trip(tmp_path):
-    config = get_config("bert-L2-H128", hidden_dropout_prob=0.2)
+    config = preset("bert-L2-H128", hidden_dropout_prob=0.2)
     google = tmp_path / "bert_config.json"
     google.write_text(json.dumps(config.to_google_dict()))
     assert BertConfig.from_json_file(google) == config
@@ -200,7 +200,7 @@ def test_config_files_round_trip(tmp_path):
     ({"vocab_size": None}, "vocab_size"),
 ])
 def test_malformed_config_names_the_field(tmp_path, change, message):
-    values = {**get_config("bert-base").to_hf_dict(), **change}
+    values = {**preset("bert-base").to_hf_dict(), **change}
     path = tmp_path / "config.json"
     path.write_text(json.dumps(values))
     with pytest.raises(ConfigError, match=message):
@@ -208,7 +208,7 @@ def test_malformed_config_names_the_field(tmp_path, change, message):
 
 
 def test_missing_field_and_bad_json(tmp_path):
-    values = get_config("bert-base").to_google_dict()
+    values = preset("bert-base").to_google_dict()
     del values["intermediate_size"]
     path = tmp_path / "bert_config.json"
     path.write_text(json.dumps(values))

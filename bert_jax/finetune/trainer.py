@@ -29,8 +29,8 @@ import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from bert_jax import multihost, optim, pretrained, sharding
-from bert_jax.config import BertConfig, ConfigError, check_choice, check_inputs_fit, get_config
+from bert_jax import multihost, optim, pretrained, sharding, training
+from bert_jax.config import BertConfig, ConfigError, check_choice, check_inputs_fit
 from bert_jax.errors import UserError, check_positive
 from bert_jax.finetune import files, packing, task_base, tasks
 from bert_jax.metrics_writer import MetricsWriter
@@ -51,15 +51,6 @@ class ModelSource:
     origin: str
 
 
-def _model_config(spec, vocab_size: int | None = None) -> BertConfig:
-    if isinstance(spec, (dict, ml_collections.ConfigDict)):
-        fields = dict(spec)
-        if vocab_size:
-            fields.setdefault("vocab_size", vocab_size)
-        return get_config(fields.pop("preset", "bert-base"), **fields)
-    return get_config(spec, **({"vocab_size": vocab_size} if vocab_size else {}))
-
-
 def resolve_model(config) -> ModelSource:
     """The encoder of `config.init` (checked against `config.model` when both are set),
     or a randomly initialised `config.model` with `config.tokenizer`."""
@@ -71,7 +62,7 @@ def resolve_model(config) -> ModelSource:
         pre = pretrained.load(config.init)
         tokenizer = load_tokenizer(config.tokenizer or pre.tokenizer_dir)
         if config.model:
-            wanted = _model_config(config.model, pre.config.vocab_size)
+            wanted = training.model_config(config.model, pre.config.vocab_size)
             for field in ("vocab_size", "hidden_size", "num_hidden_layers",
                           "num_attention_heads", "intermediate_size"):
                 have, want = getattr(pre.config, field), getattr(wanted, field)
@@ -90,7 +81,7 @@ def resolve_model(config) -> ModelSource:
         raise ConfigError("nothing to fine-tune: pass --init CHECKPOINT (a model directory or a "
                           "pretraining workdir) or --config.model=PRESET for a random encoder")
     tokenizer = load_tokenizer(config.tokenizer or DEFAULT_VOCAB)
-    model_config = _model_config(config.model, tokenizer.vocab_size)
+    model_config = training.model_config(config.model, tokenizer.vocab_size)
     spec = config.model if isinstance(config.model, str) else dict(config.model)
     return ModelSource(model_config.replace(**dropout, **numerics), tokenizer, None,
                        f"random {spec}")
@@ -99,7 +90,8 @@ def resolve_model(config) -> ModelSource:
 # --- steps -----------------------------------------------------------------------------
 
 def train_step(state, batch, *, model, task, tx, rules):
-    """One update: (TrainState, batch of [B, ...] arrays) -> (TrainState, metrics)."""
+    """One update: (TrainState, batch of [B, ...] arrays) -> (TrainState, metrics).
+    A non-finite loss or gradient norm skips it (`training.apply_gradients`)."""
     dropout_key = state.step_rng()
 
     def loss_fn(params):
@@ -109,13 +101,7 @@ def train_step(state, batch, *, model, task, tx, rules):
         return task.loss(outputs, batch)
 
     (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
-    updates, opt_state = tx.update(grads, state.opt_state, state.params)
-    finite = jnp.isfinite(loss)
-    keep = lambda new, old: jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, old)
-    params = keep(jax.tree.map(jnp.add, state.params, updates), state.params)
-    state = state.replace(step=state.step + 1, params=params,
-                          opt_state=keep(opt_state, state.opt_state),
-                          nonfinite_steps=state.nonfinite_steps + (~finite).astype(jnp.int32))
+    state, _, _ = training.apply_gradients(state, grads, loss, tx)
     metrics["examples"] = jnp.sum(batch["example_weights"])
     return state, metrics
 
