@@ -12,7 +12,7 @@ from bert_jax import checkpoint, pretrained, sharding
 from bert_jax.heads import BertForPreTraining
 from bert_jax.optim import make_optimizer
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
-from bert_jax.train import dummy_inputs
+from bert_jax.pretrain import dummy_inputs
 from test_sharding import CONFIG, LENGTH, PREDICTIONS
 
 MODEL = BertForPreTraining(CONFIG)

@@ -202,11 +202,11 @@ def _statistics(rows, tok, segmented):
 
 @pytest.mark.parametrize("static", [True, False], ids=["create-data", "pipeline"])
 def test_people_daily_masking_statistics(people_daily, tmp_path, static):
-    from bert_jax.tokenization import train
+    from bert_jax.tokenization import build_vocab
     corpus = tmp_path / "plain.txt"
     corpus.write_text("\n".join(line.replace(" ", "") for line in people_daily) + "\n",
                       encoding="utf-8")
-    train.train_tokenizer([str(corpus)], 3000, "wordpiece", str(tmp_path / "vocab"))
+    build_vocab.train_tokenizer([str(corpus)], 3000, "wordpiece", str(tmp_path / "vocab"))
     tok = load_tokenizer(str(tmp_path / "vocab"))
     files = _create(tmp_path, people_daily, tok, static=static, dupe=2)
     if static:

@@ -8,7 +8,7 @@ import json
 import numpy as np
 
 from bert_jax import export, text_io
-from bert_jax.finetune import cli, trainer
+from bert_jax.finetune import cli, inference, trainer
 from bert_jax.finetune.tasks import get_task
 from bert_jax.tokenization import WordPieceTokenizer
 from test_finetune_util import micro_config, shared_compilation_cache
@@ -90,7 +90,7 @@ def test_raw_chinese_text_end_to_end(tmp_path, capsys):
         (tmp_path / "in.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
         assert cli.main(["--workdir", workdir, "--input", str(tmp_path / "in.txt")],
                         "predict") == 0
-        records = trainer.load_finetuned(workdir).predict(texts)
+        records = inference.load_finetuned(workdir).predict(texts)
         export.export(workdir, str(tmp_path / "out"), formats=("jax",), platforms=("cpu",))
         served = export.ServedModel(str(tmp_path / "out")).tag_texts(texts)
     printed = [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()[-2:]]

@@ -13,7 +13,7 @@ import pytest
 
 from bert_jax import heads, pretrained
 from bert_jax.config import ConfigError, preset
-from bert_jax.finetune import cli, csv_task, packing, tasks, trainer
+from bert_jax.finetune import cli, csv_task, inference, packing, tasks, trainer
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
 from test_finetune_util import micro_config, shared_compilation_cache
 
@@ -65,7 +65,7 @@ def test_csv_with_seeds_then_evaluate_and_predict(tmp_path, sentiment_files, com
         out = tmp_path / "out.jsonl"
         assert cli.main(["--workdir", workdir, "--input", str(inputs), "--output", str(out)],
                         "predict") == 0
-        model = trainer.load_finetuned(workdir)
+        model = inference.load_finetuned(workdir)
         [in_memory] = model.predict(["a great story"])
         with pytest.raises(ValueError, match="takes single texts; input 0 is a pair"):
             model.predict([("a great story", "and a great cast")])
@@ -105,7 +105,7 @@ def test_jsonl_pair_regression_with_packing(tmp_path, compile_cache):
     assert {p.dtype for p in jax.tree.leaves(best.params)} == {np.dtype("float32")}
     assert "pooler" not in best.params["bert"]  # the mean-pooled head has none to train
     with shared_compilation_cache(compile_cache):
-        [record] = trainer.load_finetuned(str(tmp_path / "run")).predict([(rows[0]["a"],
+        [record] = inference.load_finetuned(str(tmp_path / "run")).predict([(rows[0]["a"],
                                                                           rows[0]["b"])])
     assert np.isfinite(record["score"])
 

@@ -86,14 +86,14 @@ def _reaches(module: str, forbidden: tuple[str, ...]) -> list[str]:
 MODEL_FILES = ("bert_jax.model", "bert_jax.heads", "bert_jax.config")
 MODEL_FORBIDDEN = ("tensorflow", "tensorflow_text", "optax", "orbax", "bert_jax.data",
                    "bert_jax.checkpoint", "bert_jax.pretrained", "bert_jax.finetune",
-                   "bert_jax.pretrain", "bert_jax.train")
+                   "bert_jax.pretrain")
 HOST_PACKAGES = ("bert_jax.data", "bert_jax.tokenization")
 HOST_FORBIDDEN = ("jax", "flax", "optax", "orbax", "bert_jax.model", "bert_jax.heads")
 
 # "Every part": each of these is one part; a module whose imports reach all of them is a
 # front end, and only the CLI (through its command table) and the demo may be one.
 PARTS = {
-    "pretraining": ("bert_jax.pretrain", "bert_jax.train"),
+    "pretraining": ("bert_jax.pretrain",),
     "fine-tuning": ("bert_jax.finetune.trainer",),
     "conversion": ("bert_jax.convert.hf", "bert_jax.convert.tf1"),
     "data": ("bert_jax.data",),
@@ -136,7 +136,7 @@ def test_data_and_tokenization_import_neither_jax_nor_the_model(module):
                                           or m in ("bert_jax.export", "bert_jax.pretrained",
                                                    "bert_jax.checkpoint")))
 def test_model_directories_conversion_and_export_import_no_training_loop(module):
-    assert _reaches(module, ("bert_jax.finetune", "bert_jax.pretrain", "bert_jax.train")) == []
+    assert _reaches(module, ("bert_jax.finetune", "bert_jax.pretrain")) == []
 
 
 def _cycles() -> list[list[str]]:

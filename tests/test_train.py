@@ -15,7 +15,7 @@ import pytest
 from bert_jax import pretrained
 from bert_jax.config_loader import load_config
 from bert_jax.data import corpus
-from bert_jax.train import NonFiniteError, train_and_evaluate
+from bert_jax.pretrain import NonFiniteError, train_and_evaluate
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMALL_MODEL = ("{'preset': 'tiny', 'num_hidden_layers': 1, 'hidden_size': 32, "

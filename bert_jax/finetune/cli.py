@@ -102,11 +102,11 @@ def _evaluate_main(argv: list[str]) -> int:
     parser.add_argument("--file", help="a labeled file (for file-based tasks) to evaluate on")
     args = parser.parse_args(argv)
     from bert_jax.errors import UserError
-    from bert_jax.finetune import trainer
+    from bert_jax.finetune import inference
     if args.file and args.split:
         raise UserError("pass --split or --file, not both")
     overrides = {"validation_file": os.path.abspath(args.file)} if args.file else {}
-    model = trainer.load_finetuned(args.workdir, overrides)
+    model = inference.load_finetuned(args.workdir, overrides)
     task = model.task
     known = list(dict.fromkeys(["train", *task.eval_splits, *task.test_splits]))
     if args.split and args.split not in known:
@@ -121,7 +121,7 @@ def _evaluate_main(argv: list[str]) -> int:
         features = task.featurize(examples, model.tokenizer, model.config.max_seq_length,
                                   training=False)
         results[name] = task.evaluate(examples, features, model.outputs(features))
-    with open(os.path.join(args.workdir, trainer.EVALUATE_RESULTS_FILE), "w",
+    with open(os.path.join(args.workdir, inference.EVALUATE_RESULTS_FILE), "w",
               encoding="utf-8") as f:
         json.dump(results, f, indent=2)
     print(json.dumps(results, indent=2))
@@ -136,8 +136,8 @@ def _predict_main(argv: list[str]) -> int:
                         "SQuAD JSON)")
     parser.add_argument("--output", help="JSONL file (default: stdout)")
     args = parser.parse_args(argv)
-    from bert_jax.finetune import files, trainer
-    model = trainer.load_finetuned(args.workdir)
+    from bert_jax.finetune import files, inference
+    model = inference.load_finetuned(args.workdir)
     records = model.predict_examples(model.task.read_inputs(args.input))
     if args.output:
         files.write_jsonl(args.output, records)

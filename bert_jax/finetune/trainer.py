@@ -7,7 +7,8 @@ The step functions are module-level and pure; model, task and optimizer are boun
 in with `functools.partial`, and dropout keys derive from the step number.
 In a multi-process job every process reads and batches the (small) fine-tuning
 data alike and places its own devices' rows; eval outputs are replicated so every
-process sees them all, and process 0 writes the files.
+process sees them all, and process 0 writes the files. Running the kept model
+afterwards (`load_finetuned`) is `bert_jax.finetune.inference`.
 """
 
 from __future__ import annotations
@@ -24,20 +25,19 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 from jax.experimental import multihost_utils
-from jax.sharding import NamedSharding, PartitionSpec as P
 
 from bert_jax import multihost, optim, pretrained, sharding, training
 from bert_jax.config import BertConfig, ConfigError, check_choice, check_inputs_fit
 from bert_jax.errors import UserError, check_positive
-from bert_jax.finetune import files, packing, task_base, tasks
+from bert_jax.finetune import files, packing, tasks
+from bert_jax.finetune.inference import (EVALUATE_RESULTS_FILE, make_eval_fn, predict_features,
+                                         round_up)
 from bert_jax.metrics_writer import MetricsWriter
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
 
 KEEP_CHECKPOINT = ("best", "last")  # the best validation score, or the end of training
-EVALUATE_RESULTS_FILE = "evaluate_results.json"  # written by `bert-jax evaluate`
 PREDICTIONS_DIR = "predictions"
 
 
@@ -106,20 +106,6 @@ def train_step(state, batch, *, model, task, tx, rules):
     return state, metrics
 
 
-def eval_step(params, batch, *, model, task, rules):
-    with nn.logical_axis_rules(rules):
-        outputs = model.apply({"params": params}, **task.model_inputs(batch), deterministic=True)
-    return task.eval_outputs(outputs, batch)
-
-
-def make_eval_fn(model, task, rules, param_shardings, mesh):
-    """The jitted eval step; its outputs are replicated so that every process can read
-    all of them."""
-    return jax.jit(functools.partial(eval_step, model=model, task=task, rules=rules),
-                   in_shardings=(param_shardings, sharding.batch_sharding(mesh, rules)),
-                   out_shardings=NamedSharding(mesh, P()))
-
-
 # --- host side -------------------------------------------------------------------------
 
 def subsample(items: list, limit: int, seed: int) -> list:
@@ -129,23 +115,6 @@ def subsample(items: list, limit: int, seed: int) -> list:
     return [items[i] for i in keep]
 
 
-def predict_features(task, params, features, eval_fn, config, mesh) -> list[dict]:
-    """Runs the eval step over `features`: one dict of numpy outputs per feature."""
-    rules = config.logical_axis_rules
-    batch_size = _round_up(config.eval_batch_size, sharding.batch_size_multiple(mesh, rules))
-    outputs: list[dict | None] = [None] * len(features)
-    for batch in packing.padded_batches(features, batch_size, config.max_seq_length,
-                                        task.sequence_keys, bucketing=config.length_bucketing):
-        result = jax.device_get(eval_fn(params, sharding.shard_full_batch(batch, mesh, rules)))
-        for row in np.flatnonzero(batch["example_weights"]):
-            outputs[int(batch["feature_index"][row])] = {k: v[row] for k, v in result.items()}
-    return outputs
-
-
-def _round_up(n: int, multiple: int) -> int:
-    return -(-n // multiple) * multiple
-
-
 def _train_batches(task, features, config, epoch: int, seed: int, multiple: int,
                    rows_per_batch: int):
     batch_seed = seed * 1000 + epoch
@@ -153,7 +122,7 @@ def _train_batches(task, features, config, epoch: int, seed: int, multiple: int,
         return packing.packed_batches(features, rows_per_batch, config.max_seq_length,
                                       config.max_examples_per_row, task.sequence_keys,
                                       shuffle_seed=batch_seed)
-    return packing.padded_batches(features, _round_up(config.global_batch_size, multiple),
+    return packing.padded_batches(features, round_up(config.global_batch_size, multiple),
                                   config.max_seq_length, task.sequence_keys,
                                   bucketing=config.length_bucketing, shuffle_seed=batch_seed)
 
@@ -216,7 +185,7 @@ def finetune(config, workdir: str) -> dict[str, Any]:
             config.global_batch_size, multiple)
         steps_per_epoch = math.ceil(len(train_features) / per_row / rows_per_batch)
     else:
-        steps_per_epoch = math.ceil(len(train_features) / _round_up(config.global_batch_size,
+        steps_per_epoch = math.ceil(len(train_features) / round_up(config.global_batch_size,
                                                                      multiple))
     num_steps = max(1, int(config.num_train_epochs * steps_per_epoch))
     num_epochs = math.ceil(config.num_train_epochs)
@@ -352,59 +321,3 @@ def predict_test(task, tokenizer, params, eval_fn, config, mesh, workdir) -> dic
         if examples and all(task.is_labeled(ex) for ex in examples):
             out[split] = task.evaluate(examples, features, outputs)
     return out
-
-
-@dataclasses.dataclass
-class Finetuned:
-    """A fine-tuned model ready to run: what `evaluate` and `predict` need."""
-
-    task: task_base.Task
-    tokenizer: Any
-    config: ml_collections.ConfigDict
-    params: Any
-    eval_fn: Any
-    mesh: jax.sharding.Mesh
-
-    def outputs(self, features: list[dict]) -> list[dict]:
-        with jax.set_mesh(self.mesh):
-            return predict_features(self.task, self.params, features, self.eval_fn,
-                                    self.config, self.mesh)
-
-    def predict_examples(self, examples: list[dict]) -> list[dict]:
-        features = self.task.featurize(examples, self.tokenizer, self.config.max_seq_length,
-                                       training=False)
-        return self.task.predict(examples, features, self.outputs(features))
-
-    def predict(self, inputs: list) -> list[dict]:
-        """One record per input, as `bert-jax predict` writes them. Inputs: texts or
-        (text, text_pair) tuples for classification and regression, raw texts (split
-        as character-level CoNLL data: each CJK character a word) or word lists for
-        tagging, {'question', 'context'} dicts for SQuAD."""
-        return self.predict_examples(self.task.examples_from_inputs(list(inputs)))
-
-
-def load_finetuned(workdir: str, overrides: dict | None = None) -> Finetuned:
-    """Rebuilds task, model and parameters from WORKDIR/best (config keys overridable)."""
-    pre = pretrained.load(pretrained.best_model_dir(workdir))
-    if not pre.task or "config" not in pre.task:
-        raise ValueError(f"{workdir}: the saved model has no fine-tuning task description")
-    config = ml_collections.ConfigDict(pre.task["config"])
-    for key, value in (overrides or {}).items():
-        config[key] = value
-    task = tasks.from_spec(pre.task, config)
-    # JSON turned the rules' tuples into lists.
-    rules = tuple((name, tuple(axes) if isinstance(axes, list) else axes)
-                  for name, axes in config.logical_axis_rules)
-    with config.ignore_type():
-        config.logical_axis_rules = rules
-    mesh = sharding.make_mesh(dict(config.mesh_shape))
-    model = task.model(pre.config)
-    dummy = jnp.ones((1, 8), jnp.int32)
-    boxed = jax.eval_shape(lambda: model.init(jax.random.key(0), dummy, dummy, dummy)["params"])
-    shardings = sharding.logical_to_sharding(nn.get_partition_spec(boxed), mesh, rules)
-    params = pretrained.place_params(pre.params, nn.unbox(boxed), shardings,
-                                     scan_layers=pre.config.scan_layers, source=pre.tokenizer_dir)
-    eval_fn = make_eval_fn(model, task, rules, shardings, mesh)
-    tokenizer = load_tokenizer(pre.tokenizer_dir)
-    check_inputs_fit(pre.config, pre.tokenizer_dir, vocab_size=tokenizer.vocab_size)
-    return Finetuned(task, tokenizer, config, params, eval_fn, mesh)

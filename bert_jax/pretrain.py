@@ -42,7 +42,7 @@ from bert_jax.metrics_writer import MetricsWriter
 from bert_jax.optim import OPTIMIZERS, make_optimizer
 from bert_jax.train_state import TrainState
 
-log = logging.getLogger("bert_jax.train")
+log = logging.getLogger("bert_jax.pretrain")
 
 # The model's optional inputs, passed through when the batch has them (packed rows).
 _OPTIONAL_INPUTS = ("position_ids", "example_ids", "next_sentence_positions")
