@@ -21,8 +21,7 @@ import sys
 import numpy as np
 
 MULTI_COMMAND = True
-DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))), "configs", "finetune.py")
+DEFAULT_CONFIG = "finetune.py"  # the packaged config (see config_loader)
 
 
 def parse_seeds(value) -> list[int]:
@@ -80,7 +79,7 @@ def _finetune_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="bert-jax finetune", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default=f"{DEFAULT_CONFIG}:sst2",
-                        help="FILE.py:TASK, e.g. configs/finetune.py:mrpc")
+                        help="FILE.py:TASK, e.g. finetune.py:mrpc (packaged) or a path to your own")
     parser.add_argument("--init", help="model directory or pretraining workdir to start from")
     parser.add_argument("--workdir", required=True)
     multihost.add_arguments(parser)
