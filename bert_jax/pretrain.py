@@ -268,17 +268,20 @@ def prepare_input_files(config: ml_collections.ConfigDict, workdir: str, tokeniz
 
 def make_iterator(config, files, tokenizer, *, split: str, state: dict | None = None,
                   process_index: int | None = None, process_count: int | None = None):
-    """This process's batches: [global_batch_size / process_count, ...] numpy dicts."""
-    from bert_jax.data.pipeline import make_pretrain_iterator
+    """This process's batches: [global_batch_size / process_count, ...] numpy dicts.
+    The process index and count default to this process's in the JAX job."""
+    from bert_jax.data.pipeline import PipelineOptions, make_pretrain_iterator
     process_count = process_count or jax.process_count()
-    return make_pretrain_iterator(
-        files, per_host_batch_size=config.global_batch_size // process_count,
-        process_index=process_index, process_count=process_count,
+    process_index = jax.process_index() if process_index is None else process_index
+    options = PipelineOptions(
+        per_host_batch_size=config.global_batch_size // process_count,
         max_seq_length=config.max_seq_length,
-        max_predictions_per_seq=config.max_predictions_per_seq, tokenizer=tokenizer,
+        max_predictions_per_seq=config.max_predictions_per_seq,
         dynamic_masking=config.dynamic_masking, whole_word_masking=config.whole_word_masking,
         pack=config.pack, seed=config.seed, split=split, repeat=split == "train",
-        eval_fraction=config.eval_fraction, state=state)
+        eval_fraction=config.eval_fraction)
+    return make_pretrain_iterator(files, options, process_index=process_index,
+                                  process_count=process_count, tokenizer=tokenizer, state=state)
 
 
 # --- the loop --------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import pytest
 
 from bert_jax.data import chinese_words, masking
 from bert_jax.data import create_pretraining_data as cpd
-from bert_jax.data.pipeline import _feature_spec, make_pretrain_iterator
+from bert_jax.data.pipeline import PipelineOptions, _feature_spec, make_pretrain_iterator
 from bert_jax.tokenization import WordPieceTokenizer, load_tokenizer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -212,10 +212,11 @@ def test_people_daily_masking_statistics(people_daily, tmp_path, static):
     if static:
         rows = _read(files)
     else:
-        it = make_pretrain_iterator(files, per_host_batch_size=256, max_seq_length=MAX_SEQ,
-                                    max_predictions_per_seq=MAX_PRED, tokenizer=tok,
-                                    dynamic_masking=True, whole_word_masking=True,
-                                    process_index=0, process_count=1, repeat=False)
+        options = PipelineOptions(per_host_batch_size=256, max_seq_length=MAX_SEQ,
+                                  max_predictions_per_seq=MAX_PRED, dynamic_masking=True,
+                                  whole_word_masking=True, repeat=False)
+        it = make_pretrain_iterator(files, options, process_index=0, process_count=1,
+                                    tokenizer=tok)
         batches = list(it)
         rows = {k: np.concatenate([b[k] for b in batches]) for k in batches[0]}
         rows = {k: v[rows["input_mask"].sum(1) > 0] for k, v in rows.items()}

@@ -117,17 +117,8 @@ def test_model_files_import_no_training_io_or_data(module):
     assert _reaches(module, MODEL_FORBIDDEN) == []
 
 
-# Rules the code breaks today, each to be removed as the layering is fixed (issue 18).
-KNOWN_BREAKS = {
-    "bert_jax.data.pipeline": "imports jax for the process index",
-}
-
-
-@pytest.mark.parametrize("module", [
-    pytest.param(m, marks=pytest.mark.xfail(reason=KNOWN_BREAKS[m], strict=True))
-    if m in KNOWN_BREAKS else m
-    for m in sorted(m for m in SOURCES if any(m == p or m.startswith(p + ".")
-                                               for p in HOST_PACKAGES))])
+@pytest.mark.parametrize("module", sorted(m for m in SOURCES if any(
+    m == p or m.startswith(p + ".") for p in HOST_PACKAGES)))
 def test_data_and_tokenization_import_neither_jax_nor_the_model(module):
     assert _reaches(module, HOST_FORBIDDEN) == []
 
