@@ -123,9 +123,9 @@ def write_data(workdir: str, paras, reviews_dir: str, review_limit: int | None) 
 
 
 def train_vocab(paths: dict, out: str, size: int) -> str:
-    from bert_jax.tokenization import train
+    from bert_jax.tokenization import build_vocab
     if not os.path.exists(os.path.join(out, "vocab.txt")):
-        train.train_tokenizer([paths["vocab_corpus.txt"]], size, "wordpiece", out)
+        build_vocab.train_tokenizer([paths["vocab_corpus.txt"]], size, "wordpiece", out)
     return out
 
 
@@ -147,7 +147,7 @@ def create_data(paths: dict, vocab: str, out: str, dupe: int) -> list[str]:
 def pretrain(workdir: str, data: list[str], vocab: str, steps: int, whole_words: bool,
              smoke: bool) -> dict:
     from bert_jax.config_loader import load_config
-    from bert_jax.train import train_and_evaluate
+    from bert_jax.pretrain import train_and_evaluate
     config = load_config(f"{CONFIGS}/pretrain.py:tiny", [
         f"--config.input_files={','.join(data)}",
         f"--config.tokenizer={vocab}",

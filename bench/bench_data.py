@@ -13,7 +13,7 @@ import tensorflow as tf  # noqa: F401  (imported up front so no timing includes 
 
 from bert_jax.data import corpus
 from bert_jax.data import create_pretraining_data as cpd
-from bert_jax.data.pipeline import make_pretrain_iterator
+from bert_jax.data.pipeline import PipelineOptions, make_pretrain_iterator
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
 
 
@@ -34,10 +34,10 @@ def bench_create_data(out_dir: str, static: bool, args) -> float:
 
 
 def bench_pipeline(pattern: str, label: str, args, **kwargs) -> float:
-    iterator = make_pretrain_iterator(
-        [pattern], per_host_batch_size=args.batch, max_seq_length=args.max_seq_length,
-        max_predictions_per_seq=20, tokenizer=load_tokenizer(DEFAULT_VOCAB), seed=0,
-        process_index=0, process_count=1, **kwargs)
+    options = PipelineOptions(per_host_batch_size=args.batch, max_seq_length=args.max_seq_length,
+                              max_predictions_per_seq=20, seed=0, **kwargs)
+    iterator = make_pretrain_iterator([pattern], options, process_index=0, process_count=1,
+                                      tokenizer=load_tokenizer(DEFAULT_VOCAB))
     for _ in itertools.islice(iterator, 20):  # warm up: TF graph tracing, shuffle buffer fill
         pass
     start = time.perf_counter()

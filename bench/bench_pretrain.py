@@ -95,12 +95,12 @@ def worker_probe(_args):
 
 
 def jax_model_config(args, accelerator):
-    from bert_jax.config import get_config
+    from bert_jax.config import preset
     fields = dict(scan_layers=args.scan_layers,
                   dtype="bfloat16" if accelerator else "float32")
     if args.numerics == "fast":
         fields.update(attention_impl="fused", attention_probs_dropout_prob=0.0)
-    return get_config(args.model, **fields)
+    return preset(args.model, **fields)
 
 
 def worker_bert_jax(args):
@@ -108,7 +108,7 @@ def worker_bert_jax(args):
     from bert_jax import sharding
     from bert_jax.heads import BertForPreTraining
     from bert_jax.optim import make_optimizer
-    from bert_jax.train import dummy_inputs, jit_steps
+    from bert_jax.pretrain import dummy_inputs, jit_steps
     jax.config.update("jax_enable_compilation_cache", False)  # first step = a cold compile
     accelerator = jax.default_backend() != "cpu"
     config = jax_model_config(args, accelerator)
@@ -140,10 +140,10 @@ def worker_bert_jax(args):
 def worker_torch(args):
     import torch
     import transformers
-    from bert_jax.config import get_config
+    from bert_jax.config import preset
     cuda = torch.cuda.is_available()
     device = "cuda" if cuda else "cpu"
-    config = get_config(args.model)
+    config = preset(args.model)
     model = transformers.BertForPreTraining(
         transformers.BertConfig(**config.to_hf_dict())).to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, eps=1e-6, weight_decay=0.01,
@@ -248,7 +248,7 @@ def main():
     steps = args.steps or (10 if accelerator else 3)
 
     from bert_jax import perf
-    from bert_jax.config import get_config
+    from bert_jax.config import preset
     print(f"backend {probe['backend']}, device {probe['device']}, peak "
           f"{probe['peak'] / 1e12:.3g} TFLOP/s {probe['peak_dtype']}"
           f"{' (measured)' if not accelerator else ''}; bert_jax numerics {numerics}"
@@ -260,7 +260,7 @@ def main():
         if model not in models:
             continue
         batch = args.batch or batch
-        flops = batch * perf.train_flops_per_example(get_config(model), seq_len, predictions)
+        flops = batch * perf.train_flops_per_example(preset(model), seq_len, predictions)
         by_side = {}
         for side in sides:
             out = run_worker(side, model=model, seq_len=seq_len, batch=batch,

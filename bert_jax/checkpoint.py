@@ -1,9 +1,10 @@
-"""Training checkpoints: the one module that reads and writes them.
+"""Training checkpoints: the one module that saves and restores TrainStates.
 
     WORKDIR/
       checkpoints/<step>/state   TrainState (params, optimizer state, step, rng, ...)
       checkpoints/<step>/meta    JSON: config, every process's input-pipeline position
-      model/                     bert_jax.json (model config) + tokenizer files
+      model/                     bert_jax.json (model config) + tokenizer files, written
+                                 and read by `bert_jax.pretrained` (as are the params alone)
 
 Saves are asynchronous (Orbax CheckpointManager) and cooperative: every
 process calls `save` and writes its own shards. Restores take a target of
@@ -38,16 +39,11 @@ import numpy as np
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
-from bert_jax import pretrained
-from bert_jax.config import BertConfig
-from bert_jax.convert import layout
-from bert_jax.errors import UserError
+from bert_jax.pretrained import CHECKPOINTS_DIR, CheckpointError
 
 log = logging.getLogger(__name__)
 
-CHECKPOINTS_DIR = "checkpoints"
 CORRUPT_DIR = "checkpoints_corrupt"
-MODEL_DIR = "model"
 
 
 # Config keys a resumed run may change: they shape neither the TrainState nor the
@@ -66,10 +62,6 @@ CHANGEABLE_KEYS = frozenset({
     "model.attention_probs_dropout_prob", "model.hidden_dropout_prob"})
 # Described by the resolved model and the vocabulary fingerprint instead.
 _INDIRECT_KEYS = ("model", "tokenizer")
-
-
-class CheckpointError(UserError):
-    """No readable checkpoint, or one whose parameters do not match the model."""
 
 
 class IncompatibleCheckpointError(CheckpointError):
@@ -114,12 +106,6 @@ def check_compatible(meta: dict, run: dict | None, source: str) -> None:
             "these keys cannot change on resume; use the checkpoint's values or a new --workdir")
     if changeable:
         log.warning("resuming %s with changed settings: %s", source, "; ".join(changeable))
-
-
-def _find_steps(directory: str) -> list[int]:
-    if not os.path.isdir(directory):
-        return []
-    return sorted(int(name) for name in os.listdir(directory) if name.isdigit())
 
 
 def gather_process_values(value: Any) -> list[Any]:
@@ -303,83 +289,3 @@ def restore_from_path(path: str, target: Any, *, run: dict | None = None
     except Exception as e:  # noqa: BLE001
         raise CheckpointError(f"cannot restore {source}: {_first_line(e)}") from e
     return restored.state, _local_meta(restored.meta), step
-
-
-def _flat(tree: Any) -> dict[str, Any]:
-    return {"/".join(str(getattr(k, "key", k)) for k in path): leaf
-            for path, leaf in jax.tree_util.tree_leaves_with_path(tree)}
-
-
-def match_params(loaded: Any, target: Any, *, partial: bool = False,
-                 source: str = "checkpoint") -> Any:
-    """`loaded` numpy params arranged like `target` (arrays or ShapeDtypeStructs).
-
-    Missing, extra or mis-shaped parameters raise CheckpointError naming them;
-    with `partial=True` missing ones are filled from `target` (which must then hold
-    arrays) and extra ones dropped, but shapes must still match.
-    """
-    have, want = _flat(loaded), _flat(target)
-    missing = sorted(set(want) - set(have))
-    extra = sorted(set(have) - set(want))
-    shaped = sorted(f"{k} {tuple(np.shape(have[k]))} vs model {tuple(want[k].shape)}"
-                    for k in set(have) & set(want) if np.shape(have[k]) != want[k].shape)
-    problems = ([f"mis-shaped: {', '.join(shaped)}"] if shaped else []) + (
-        [] if partial else [f"missing: {', '.join(missing)}"] if missing else []) + (
-        [] if partial else [f"unexpected: {', '.join(extra)}"] if extra else [])
-    if problems:
-        hint = "" if partial else " (set partial_restore to keep fresh values for missing ones)"
-        raise CheckpointError(f"parameters of {source} do not match the model; "
-                              + "; ".join(problems) + hint)
-    treedef = jax.tree.structure(target)
-    return jax.tree.unflatten(treedef, [have.get(k, leaf) for k, leaf in want.items()])
-
-
-def write_model_files(workdir: str, config: BertConfig, tokenizer) -> str:
-    """WORKDIR/model: the model config and tokenizer, so the workdir is loadable as a
-    model directory (`pretrained.load(workdir)`). Process 0 writes."""
-    directory = os.path.join(os.path.abspath(workdir), MODEL_DIR)
-    if jax.process_index() == 0:
-        os.makedirs(directory, exist_ok=True)
-        with open(os.path.join(directory, pretrained.MODEL_FILE), "w", encoding="utf-8") as f:
-            json.dump({"model": config.replace(scan_layers=False).to_dict(), "task": None}, f,
-                      indent=2, sort_keys=True)
-        tokenizer.save(directory)
-    return directory
-
-
-def read_model_config(workdir: str) -> BertConfig:
-    path = os.path.join(os.path.abspath(workdir), MODEL_DIR, pretrained.MODEL_FILE)
-    if not os.path.exists(path):
-        raise CheckpointError(f"{path} not found: not a bert-jax pretraining workdir")
-    with open(path, encoding="utf-8") as f:
-        return BertConfig.from_dict(json.load(f)["model"])
-
-
-def read_checkpoint_params(step_dir: str) -> dict[str, Any]:
-    """Only the params of one saved TrainState, as numpy (any saved device count)."""
-    checkpointer = ocp.PyTreeCheckpointer()
-    tree = checkpointer.metadata(os.path.join(step_dir, "state")).item_metadata.tree
-    item = {"params": jax.tree.map(lambda m: np.zeros(m.shape, m.dtype), tree["params"])}
-    restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), item)
-    restored = checkpointer.restore(os.path.join(step_dir, "state"), args=ocp.args.PyTreeRestore(
-        item=item, restore_args=restore_args, partial_restore=True))
-    return restored["params"]
-
-
-def load_pretrained_from_workdir(workdir: str) -> pretrained.Pretrained:
-    """The latest readable checkpoint of a pretraining workdir as a `Pretrained`
-    (numpy params with unrolled layers, the model config, the tokenizer dir)."""
-    workdir = os.path.abspath(workdir)
-    config = read_model_config(workdir)
-    directory = os.path.join(workdir, CHECKPOINTS_DIR)
-    steps = _find_steps(directory)
-    for step in reversed(steps):
-        try:
-            params = read_checkpoint_params(os.path.join(directory, str(step)))
-        except Exception as e:  # noqa: BLE001
-            log.warning("checkpoint %s/%d is unreadable (%s); trying the previous one",
-                        directory, step, e)
-            continue
-        return pretrained.Pretrained(config, layout.to_unscanned(params), None,
-                                     os.path.join(workdir, MODEL_DIR))
-    raise CheckpointError(f"no readable checkpoint under {directory}")

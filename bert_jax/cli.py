@@ -16,10 +16,10 @@ from bert_jax import compile_cache
 from bert_jax.errors import UserError
 
 COMMANDS = {
-    "train-tokenizer": ("bert_jax.tokenization.train", "train a WordPiece or SentencePiece vocabulary"),
+    "train-tokenizer": ("bert_jax.tokenization.build_vocab", "train a WordPiece or SentencePiece vocabulary"),
     "tokenize": ("bert_jax.tokenization.cli", "tokenize stdin, one line per input line"),
     "create-data": ("bert_jax.data.create_pretraining_data", "text files -> MLM/NSP TFRecords"),
-    "pretrain": ("bert_jax.train", "pretrain BERT (MLM + NSP) over a device mesh"),
+    "pretrain": ("bert_jax.pretrain", "pretrain BERT (MLM + NSP) over a device mesh"),
     "finetune": ("bert_jax.finetune.cli", "fine-tune on GLUE, CSV/TSV/JSONL, CoNLL or SQuAD"),
     "evaluate": ("bert_jax.finetune.cli", "evaluate a fine-tuned workdir"),
     "predict": ("bert_jax.finetune.cli", "predict with a fine-tuned workdir"),

@@ -233,8 +233,8 @@ PRESETS: dict[str, BertConfig] = {
 }
 
 
-def get_config(name: str, **overrides) -> BertConfig:
-    """A named preset with field overrides, e.g. `get_config('tiny', vocab_size=100)`."""
+def preset(name: str, **overrides) -> BertConfig:
+    """A named preset with field overrides, e.g. `preset('tiny', vocab_size=100)`."""
     if name not in PRESETS:
         close = [p for p in PRESETS if re.sub(r"\d", "", p) == re.sub(r"\d", "", name)]
         hint = f" Did you mean one of: {', '.join(close[:6])}?" if close else ""

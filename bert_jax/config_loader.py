@@ -7,6 +7,17 @@ literals (`3`, `1e-4`, `'adamw'`, `(('embed', 'fsdp'),)`, `{'data': -1}`),
 `true`/`false`, or bare strings:
 
     load_config("configs/pretrain.py:tiny", ["num_train_steps=100", "mesh_shape.fsdp=2"])
+
+A bare file name that is not a path to an existing file (`pretrain.py:tiny`,
+`finetune.py:sst2`) names a config shipped with the package: `configs/` is installed as
+`bert_jax.configs` (setup.py maps it), and in a source checkout it is the repository's
+`configs/` beside the package. Loading a config imports no jax.
+
+Why not `ml_collections.config_flags`: it binds configs to absl's global FLAGS and parses
+the whole of `sys.argv`, while our commands are argparse subcommands (`bert-jax pretrain
+...`) that load configs from Python too (`load_config` in tests, the demo, notebooks).
+This loader keeps its file format (`get_config(variant)`) and its `--config.KEY=VALUE`
+overrides, in ~100 lines, without global state.
 """
 
 from __future__ import annotations
@@ -22,9 +33,33 @@ import ml_collections
 from bert_jax.errors import UserError
 
 
+def packaged_config_dir() -> str:
+    """The directory of the configs that ship with bert_jax: the installed
+    `bert_jax.configs`, or in a source checkout the repository's `configs/`."""
+    spec = importlib.util.find_spec("bert_jax.configs")
+    if spec is not None and spec.submodule_search_locations:
+        return list(spec.submodule_search_locations)[0]
+    package = os.path.dirname(os.path.abspath(__file__))
+    return os.path.join(os.path.dirname(package), "configs")
+
+
+def resolve_config_path(path: str) -> str:
+    """`path` if it is a file; else, for a bare file name, the packaged config of that
+    name. Raises FileNotFoundError naming both places it looked."""
+    if os.path.isfile(path):
+        return path
+    packaged = os.path.join(packaged_config_dir(), path)
+    if os.path.basename(path) == path and os.path.isfile(packaged):
+        return packaged
+    directory = packaged_config_dir()
+    shipped = sorted(n for n in os.listdir(directory) if n.endswith(".py")
+                     and not n.startswith("_")) if os.path.isdir(directory) else []
+    raise FileNotFoundError(f"config file not found: {path} (the packaged configs, usable by "
+                            f"bare name: {', '.join(shipped) or 'none found'})")
+
+
 def _import_file(path: str):
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"config file not found: {path}")
+    path = resolve_config_path(path)
     name = "_bert_jax_config_" + os.path.splitext(os.path.basename(path))[0]
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)

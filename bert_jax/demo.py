@@ -26,7 +26,6 @@ import re
 import shutil
 import time
 
-CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
 SPAM_TRAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "resources", "spam",
                           "train.tsv")
 SEQ_LENGTH, PREDICTIONS, LABELLED_EXAMPLES = 64, 10, 300
@@ -62,8 +61,8 @@ def create_data(out_dir: str, smoke: bool) -> list[str]:
 
 def pretrain(workdir: str, data: list[str], steps: int, smoke: bool) -> dict:
     from bert_jax.config_loader import load_config
-    from bert_jax.train import train_and_evaluate
-    config = load_config(f"{CONFIGS}/pretrain.py:tiny", [
+    from bert_jax.pretrain import train_and_evaluate
+    config = load_config("pretrain.py:tiny", [
         f"--config.input_files={','.join(data)}",
         f"--config.num_train_steps={steps}",
         f"--config.max_seq_length={SEQ_LENGTH}",
@@ -86,7 +85,7 @@ def finetune(workdir: str, init: str, smoke: bool) -> dict:
                  f"--config.max_train_examples={64 if smoke else LABELLED_EXAMPLES}"]
     if smoke:
         overrides += ["--config.max_eval_examples=64", "--config.num_train_epochs=1"]
-    return run_finetune(load_config(f"{CONFIGS}/finetune.py:spam,tiny", overrides), workdir)
+    return run_finetune(load_config("finetune.py:spam,tiny", overrides), workdir)
 
 
 def read_jsonl(path: str) -> list[dict]:

@@ -46,46 +46,11 @@ OUTPUTS = {
     "encoder": {"sequence_output": "float32 [B, L, H]", "pooled_output": "float32 [B, H]",
                 "mean_embedding": "float32 [B, H] (masked mean of sequence_output)"},
 }
-_FAMILY_KINDS = {"classification": "classification", "tagging": "tagging", "squad": "span"}
-
-
-def task_kind(task: dict[str, Any] | None, params: dict[str, Any]) -> str:
-    """classification | regression | tagging | span | multiple_choice | encoder.
-
-    Reads `task["kind"]` or the fine-tuning `task["family"]`; without a task, the head in
-    `params` decides (a classifier with a pooler is a sequence classifier)."""
-    task = task or {}
-    kind = task.get("kind") or _FAMILY_KINDS.get(task.get("family"))
-    if kind is None:
-        if "qa_outputs" in params:
-            kind = "span"
-        elif "classifier" in params:
-            kind = "classification" if "pooler" in params["bert"] else "tagging"
-        else:
-            return "encoder"
-    if kind == "classification" and "classifier" in params and \
-            np.shape(params["classifier"]["kernel"])[-1] == 1:
-        return "regression"
-    return kind
-
-
-def classifier_pooling(task: dict[str, Any] | None) -> str:
-    """The sequence classifier's pooling as fine-tuning recorded it (older runs: pooler)."""
-    return ((task or {}).get("config") or {}).get("pooling", "pooler")
-
-
-def label_names(task: dict[str, Any] | None) -> list[str] | None:
-    """Label names as the fine-tuning task (`label_names`) or a converted one (`labels`)
-    recorded them."""
-    names = (task or {}).get("label_names") or (task or {}).get("labels")
-    return [str(n) for n in names] if names else None
-
-
 def serving_function(model: pretrained.Pretrained
                      ) -> tuple[str, dict[str, Any], Callable[..., dict[str, jax.Array]]]:
     """(kind, params, fn) where fn(params, input_ids, input_mask, segment_ids) returns the
     task's output dict (see OUTPUTS); params holds only what fn uses."""
-    kind = task_kind(model.task, model.params)
+    kind = pretrained.task_kind(model.task, model.params)
     # BERT's einsum attention: the artifact serves several platforms, and a fused
     # attention traced on a GPU would embed a cuDNN call the others cannot run.
     config, params = model.config.replace(attention_impl="einsum"), model.params
@@ -102,7 +67,7 @@ def serving_function(model: pretrained.Pretrained
         module, params = BertModel(config, add_pooling_layer="pooler" in encoder), encoder
     elif head in params:
         num_labels = int(np.shape(params[head]["kernel"])[-1])
-        pooling = classifier_pooling(model.task)
+        pooling = pretrained.classifier_pooling(model.task)
         module = {"classification": heads.BertForSequenceClassification(config, num_labels,
                                                                         pooling),
                   "regression": heads.BertForSequenceClassification(config, 1, pooling),
@@ -163,7 +128,7 @@ def export_saved_model(fn, params, tokenizer, path: str, max_length: int,
     import tensorflow_text as tf_text
     from jax.experimental import jax2tf
 
-    from bert_jax.finetune.classification import head_fraction
+    from bert_jax.text_io import head_fraction
 
     module = tf.Module()
     module.params = tf.nest.map_structure(tf.Variable, params)
@@ -218,7 +183,7 @@ def export_saved_model(fn, params, tokenizer, path: str, max_length: int,
 
 
 def keep_head_tail_tf(pieces, lengths, head: float):
-    """In-graph `classification.keep_head_tail`: each row of the ragged [B, (n)] `pieces`
+    """In-graph `text_io.keep_head_tail`: each row of the ragged [B, (n)] `pieces`
     cut to `lengths` [B] tokens, `head` of them from its start and the rest from its end."""
     import tensorflow as tf
     n = pieces.row_lengths()
@@ -254,7 +219,7 @@ class ServedModel:
     def encode(self, texts: list[str], pairs: list[str] | None = None
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """[CLS] text [SEP] (pair [SEP]), truncated as in fine-tuning, padded to the longest."""
-        from bert_jax.finetune.classification import encode_pair
+        from bert_jax.text_io import encode_pair
         from bert_jax.tokenization import load_tokenizer
 
         if self._tokenizer is None:
@@ -278,9 +243,9 @@ class ServedModel:
     def tag_texts(self, texts: list[str]) -> list[dict]:
         """Tagging models: {'words', 'tags', 'entities'} per raw text, split as
         character-level CoNLL data is (each CJK character a word, see
-        `tagging.split_words`): one tag per word, entities as character spans of the
+        `text_io.split_words`): one tag per word, entities as character spans of the
         text. Words past max_seq_length - 2 tokens get the first label (no windows)."""
-        from bert_jax.finetune import tagging
+        from bert_jax import text_io
         from bert_jax.tokenization import load_tokenizer
         if self.spec["kind"] != "tagging":
             raise ValueError(f"tag_texts needs a tagging model, this one is {self.spec['kind']}")
@@ -289,24 +254,15 @@ class ServedModel:
         labels, budget = self.spec["labels"], self.spec["max_seq_length"] - 2
         records = []
         for text in texts:
-            example = tagging.text_example(text)
-            ids, starts, ends = tagging.word_token_spans(self._tokenizer, example["words"])
+            example = text_io.text_example(text)
+            ids, starts, ends = text_io.word_token_spans(self._tokenizer, example["words"])
             ids = [self._tokenizer.cls_id, *ids[:budget], self._tokenizer.sep_id]
             label_ids = self(np.asarray([ids], np.int32))["label_ids"][0]
             tags = [labels[int(label_ids[s + 1])] if s < min(e, budget) else labels[0]
                     for s, e in zip(starts, ends)]
             records.append({"words": example["words"], "tags": tags, "entities":
-                            tagging.tagged_entities(text, example["spans"], tags)})
+                            text_io.tagged_entities(text, example["spans"], tags)})
         return records
-
-
-def resolve_model_dir(path: str) -> str:
-    """A model directory or pretraining workdir as is; a fine-tuning workdir's best model."""
-    if any(os.path.exists(os.path.join(path, name))
-           for name in (pretrained.MODEL_FILE, "checkpoints")):
-        return path
-    from bert_jax.finetune.trainer import best_model_dir
-    return best_model_dir(path)
 
 
 def export(workdir: str, out: str, formats=("jax", "savedmodel"), platforms=DEFAULT_PLATFORMS,
@@ -315,11 +271,11 @@ def export(workdir: str, out: str, formats=("jax", "savedmodel"), platforms=DEFA
     Returns the serving.json contents."""
     from bert_jax.tokenization import load_tokenizer
 
-    model = pretrained.load(resolve_model_dir(workdir))
+    model = pretrained.load(pretrained.resolve_model_dir(workdir))
     tokenizer = load_tokenizer(model.tokenizer_dir)
     check_inputs_fit(model.config, model.tokenizer_dir, vocab_size=tokenizer.vocab_size)
     kind, params, fn = serving_function(model)
-    labels = label_names(model.task)
+    labels = pretrained.label_names(model.task)
     max_length = model.config.max_position_embeddings
     max_seq_length = min(max_seq_length or (model.task or {}).get("max_seq_length")
                          or max_length, max_length)

@@ -46,31 +46,21 @@ def decay_mask(params: Any) -> Any:
 
 def make_optimizer(*, learning_rate: float, num_train_steps: int, warmup_steps: int,
                    optimizer: str = "adamw", weight_decay: float = 0.01, b1: float = 0.9,
-                   b2: float = 0.999, eps: float = 1e-6, max_grad_norm: float | None = 1.0,
-                   grad_accum_steps: int = 1
+                   b2: float = 0.999, eps: float = 1e-6, max_grad_norm: float | None = 1.0
                    ) -> tuple[optax.GradientTransformation, optax.Schedule]:
     """BERT's optimizer and its learning-rate schedule.
 
     optimizer: "adamw" (BERT's) or "lamb" (layer-wise adaptive; for batches of
         thousands, as in You et al. 2019).
     max_grad_norm: clip the global gradient norm to this (None or 0: no clipping).
-    grad_accum_steps: with k > 1 the transformation is wrapped in `optax.MultiSteps`:
-        each `update` call takes one micro-batch's gradients, and the parameters
-        move only every k calls, by the mean gradient. `num_train_steps`,
-        `warmup_steps` and the returned schedule count those real updates.
-        (`bert_jax.train` instead accumulates inside its step and passes 1.)
     Returns (transformation, schedule: update count -> learning rate).
     """
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
-    if grad_accum_steps < 1:
-        raise ValueError(f"grad_accum_steps must be >= 1, got {grad_accum_steps}")
     schedule = bert_schedule(learning_rate, num_train_steps, warmup_steps)
     make = optax.adamw if optimizer == "adamw" else optax.lamb
     parts = [make(schedule, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay, mask=decay_mask)]
     if max_grad_norm:
         parts.insert(0, optax.clip_by_global_norm(max_grad_norm))
-    tx = optax.chain(*parts)
-    if grad_accum_steps > 1:
-        tx = optax.MultiSteps(tx, every_k_schedule=grad_accum_steps).gradient_transformation()
-    return tx, schedule
+    # Gradient accumulation happens inside the train step (`training.accumulate_gradients`).
+    return optax.chain(*parts), schedule

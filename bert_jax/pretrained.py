@@ -1,20 +1,28 @@
-"""Model directories: the unit `convert` writes and `embed`, `finetune`,
-`predict` and `export` read.
+"""Model directories: the unit `convert` writes and `embed`, `finetune`, `predict` and
+`export` read. This module is the one place that reads and writes them.
 
     MODEL_DIR/
       bert_jax.json     {"model": BertConfig fields, "task": {...} or null}
       vocab.txt | spm.model, tokenizer_config.json   (the tokenizer's own files)
       params/           Orbax checkpoint of the parameter tree (unrolled layers)
 
-A pretraining workdir (`WORKDIR/checkpoints/...` written by `bert-jax pretrain`)
-is accepted wherever a model directory is: its latest checkpoint's params are read.
-Writes are atomic: a failed conversion leaves nothing at the destination.
+A pretraining workdir (`WORKDIR/checkpoints/<step>/state` written by `bert-jax pretrain`,
+its model files in WORKDIR/model) is accepted wherever a model directory is: its latest
+readable checkpoint's params are read. A fine-tuning workdir resolves to its best model
+(`resolve_model_dir`). Writes are atomic: a failed conversion leaves nothing at the
+destination.
+
+Also here, because every reader of a model directory needs them: the parameter-tree
+layouts (unrolled `layer_i` vs scanned `layers`), the task metadata (`task_kind`,
+`label_names`, `classifier_pooling`) and `place_params`, which puts loaded numpy weights
+into a sharded state.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 from typing import Any
 
@@ -24,10 +32,22 @@ import orbax.checkpoint as ocp
 
 from bert_jax.atomic import atomic_directory
 from bert_jax.config import BertConfig, ConfigError
-from bert_jax.convert import layout
+from bert_jax.errors import UserError
+
+log = logging.getLogger(__name__)
 
 MODEL_FILE = "bert_jax.json"
 PARAMS_DIR = "params"
+# A pretraining workdir: checkpoints/<step>/state and the model files in model/.
+CHECKPOINTS_DIR = "checkpoints"
+WORKDIR_MODEL_DIR = "model"
+# A fine-tuning workdir: its best model, and the results naming the best seed.
+BEST_DIR = "best"
+RESULTS_FILE = "eval_results.json"
+
+
+class CheckpointError(UserError):
+    """No readable checkpoint, or one whose parameters do not match the model."""
 
 
 @dataclasses.dataclass
@@ -42,6 +62,20 @@ class Pretrained:
     tokenizer_dir: str
 
 
+# --- writing ----------------------------------------------------------------------------
+
+def write_model_files(directory: str | os.PathLike, config: BertConfig, *, tokenizer=None,
+                      task: dict[str, Any] | None = None) -> None:
+    """`bert_jax.json` (the config with unrolled layers, the task) and the tokenizer's files
+    into `directory` (created). One process calls this."""
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, MODEL_FILE), "w", encoding="utf-8") as f:
+        json.dump({"model": config.replace(scan_layers=False).to_dict(), "task": task}, f,
+                  indent=2, sort_keys=True)
+    if tokenizer is not None:
+        tokenizer.save(directory)
+
+
 def save(path: str | os.PathLike, config: BertConfig, params: dict[str, Any], *,
          tokenizer=None, task: dict[str, Any] | None = None, overwrite: bool = False) -> None:
     """Writes a model directory atomically (into a temporary sibling, then renamed).
@@ -49,7 +83,7 @@ def save(path: str | os.PathLike, config: BertConfig, params: dict[str, Any], *,
 
     `tokenizer` is a `bert_jax.tokenization` tokenizer; its `save(dir)` writes its files.
     """
-    params = jax.tree.map(np.asarray, layout.to_unscanned(params))
+    params = jax.tree.map(np.asarray, to_unscanned(params))
     with atomic_directory(path, overwrite) as tmp:
         # One process writes a model directory alone (in a multi-process job the caller
         # picks which one), so Orbax must not wait for the others at its barriers.
@@ -58,20 +92,70 @@ def save(path: str | os.PathLike, config: BertConfig, params: dict[str, Any], *,
             ocp.options.MultiprocessingOptions(primary_host=me, active_processes={me})))
         checkpointer.save(os.path.join(tmp, PARAMS_DIR), params)
         checkpointer.wait_until_finished()
-        with open(os.path.join(tmp, MODEL_FILE), "w", encoding="utf-8") as f:
-            json.dump({"model": config.replace(scan_layers=False).to_dict(), "task": task}, f,
-                      indent=2, sort_keys=True)
-        if tokenizer is not None:
-            tokenizer.save(tmp)
+        write_model_files(tmp, config, tokenizer=tokenizer, task=task)
 
 
-def read_params(params_dir: str | os.PathLike) -> dict[str, Any]:
-    """Restores an Orbax parameter tree as host numpy arrays (any saved device count)."""
+# --- reading ----------------------------------------------------------------------------
+
+def read_params(directory: str | os.PathLike, key: str | None = None) -> dict[str, Any]:
+    """An Orbax tree as host numpy arrays (any saved device count); with `key`, only that
+    subtree (e.g. the "params" of a saved TrainState, skipping the optimizer state)."""
     checkpointer = ocp.PyTreeCheckpointer()
-    metadata = checkpointer.metadata(params_dir).item_metadata.tree
-    restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), metadata)
-    return checkpointer.restore(params_dir, args=ocp.args.PyTreeRestore(
-        restore_args=restore_args))
+    tree = checkpointer.metadata(directory).item_metadata.tree
+    if key is None:
+        restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)
+        return checkpointer.restore(directory, args=ocp.args.PyTreeRestore(
+            restore_args=restore_args))
+    item = {key: jax.tree.map(lambda m: np.zeros(m.shape, m.dtype), tree[key])}
+    restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), item)
+    return checkpointer.restore(directory, args=ocp.args.PyTreeRestore(
+        item=item, restore_args=restore_args, partial_restore=True))[key]
+
+
+def read_checkpoint_params(step_dir: str) -> dict[str, Any]:
+    """Only the params of one pretraining checkpoint's TrainState, as numpy."""
+    return read_params(os.path.join(step_dir, "state"), key="params")
+
+
+def _read_model_file(model_file: str) -> dict[str, Any]:
+    with open(model_file, encoding="utf-8") as f:
+        meta = json.load(f)
+    try:
+        return {"config": BertConfig.from_dict(meta["model"]), "task": meta.get("task")}
+    except (KeyError, TypeError) as e:
+        raise ConfigError(f"{model_file}: malformed ({e})") from None
+
+
+def read_model_config(workdir: str) -> BertConfig:
+    """The model config a pretraining workdir recorded (WORKDIR/model/bert_jax.json)."""
+    path = os.path.join(os.path.abspath(workdir), WORKDIR_MODEL_DIR, MODEL_FILE)
+    if not os.path.exists(path):
+        raise CheckpointError(f"{path} not found: not a bert-jax pretraining workdir")
+    return _read_model_file(path)["config"]
+
+
+def _checkpoint_steps(directory: str) -> list[int]:
+    if not os.path.isdir(directory):
+        return []
+    return sorted(int(name) for name in os.listdir(directory) if name.isdigit())
+
+
+def load_pretrained_from_workdir(workdir: str) -> Pretrained:
+    """The latest readable checkpoint of a pretraining workdir as a `Pretrained`
+    (numpy params with unrolled layers, the model config, the tokenizer dir)."""
+    workdir = os.path.abspath(workdir)
+    config = read_model_config(workdir)
+    directory = os.path.join(workdir, CHECKPOINTS_DIR)
+    for step in reversed(_checkpoint_steps(directory)):
+        try:
+            params = read_checkpoint_params(os.path.join(directory, str(step)))
+        except Exception as e:  # noqa: BLE001
+            log.warning("checkpoint %s/%d is unreadable (%s); trying the previous one",
+                        directory, step, e)
+            continue
+        return Pretrained(config, to_unscanned(params), None,
+                          os.path.join(workdir, WORKDIR_MODEL_DIR))
+    raise CheckpointError(f"no readable checkpoint under {directory}")
 
 
 def load(path: str | os.PathLike) -> Pretrained:
@@ -79,20 +163,151 @@ def load(path: str | os.PathLike) -> Pretrained:
     path = os.path.abspath(path)
     if not os.path.isdir(path):
         raise FileNotFoundError(f"no model directory at {path}")
-    if os.path.isdir(os.path.join(path, "checkpoints")) and not os.path.exists(
-            os.path.join(path, MODEL_FILE)):
-        from bert_jax import checkpoint  # a pretraining workdir
-        return checkpoint.load_pretrained_from_workdir(path)
     model_file = os.path.join(path, MODEL_FILE)
+    if os.path.isdir(os.path.join(path, CHECKPOINTS_DIR)) and not os.path.exists(model_file):
+        return load_pretrained_from_workdir(path)
     if not os.path.exists(model_file):
         raise FileNotFoundError(
             f"{path} is neither a bert_jax model directory (no {MODEL_FILE}) nor a pretraining "
             "workdir (no checkpoints/). Convert published weights with `bert-jax convert`.")
-    with open(model_file, encoding="utf-8") as f:
-        meta = json.load(f)
-    try:
-        config = BertConfig.from_dict(meta["model"])
-    except (KeyError, TypeError) as e:
-        raise ConfigError(f"{model_file}: malformed ({e})") from None
+    meta = _read_model_file(model_file)
     params = read_params(os.path.join(path, PARAMS_DIR))
-    return Pretrained(config, params, meta.get("task"), path)
+    return Pretrained(meta["config"], params, meta["task"], path)
+
+
+def best_model_dir(workdir: str) -> str:
+    """A fine-tuning workdir's WORKDIR/best, or for a multi-seed workdir the best seed's."""
+    results = os.path.join(workdir, RESULTS_FILE)
+    if not os.path.isdir(os.path.join(workdir, BEST_DIR)) and os.path.exists(results):
+        with open(results, encoding="utf-8") as f:
+            best_seed = json.load(f).get("best_seed")
+        if best_seed is not None:
+            return os.path.join(workdir, f"seed_{best_seed}", BEST_DIR)
+    path = os.path.join(workdir, BEST_DIR)
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"{workdir} holds no fine-tuned model ({BEST_DIR}/ is missing); "
+                                "run `bert-jax finetune --workdir` first")
+    return path
+
+
+def resolve_model_dir(path: str) -> str:
+    """A model directory or pretraining workdir as is; a fine-tuning workdir's best model."""
+    if any(os.path.exists(os.path.join(path, name)) for name in (MODEL_FILE, CHECKPOINTS_DIR)):
+        return path
+    return best_model_dir(path)
+
+
+# --- task metadata ----------------------------------------------------------------------
+
+_FAMILY_KINDS = {"classification": "classification", "tagging": "tagging", "squad": "span"}
+
+
+def task_kind(task: dict[str, Any] | None, params: dict[str, Any]) -> str:
+    """classification | regression | tagging | span | multiple_choice | encoder.
+
+    Reads `task["kind"]` or the fine-tuning `task["family"]`; without a task, the head in
+    `params` decides (a classifier with a pooler is a sequence classifier)."""
+    task = task or {}
+    kind = task.get("kind") or _FAMILY_KINDS.get(task.get("family"))
+    if kind is None:
+        if "qa_outputs" in params:
+            kind = "span"
+        elif "classifier" in params:
+            kind = "classification" if "pooler" in params["bert"] else "tagging"
+        else:
+            return "encoder"
+    if kind == "classification" and "classifier" in params and \
+            np.shape(params["classifier"]["kernel"])[-1] == 1:
+        return "regression"
+    return kind
+
+
+def classifier_pooling(task: dict[str, Any] | None) -> str:
+    """The sequence classifier's pooling as fine-tuning recorded it (older runs: pooler)."""
+    return ((task or {}).get("config") or {}).get("pooling", "pooler")
+
+
+def label_names(task: dict[str, Any] | None) -> list[str] | None:
+    """Label names as the fine-tuning task (`label_names`) or a converted one (`labels`)
+    recorded them."""
+    names = (task or {}).get("label_names") or (task or {}).get("labels")
+    return [str(n) for n in names] if names else None
+
+
+# --- parameter-tree layout --------------------------------------------------------------
+
+def to_scanned(params: dict[str, Any]) -> dict[str, Any]:
+    """Stacks `[bert/]encoder/layer_i` into `[bert/]encoder/layers` (no-op if already
+    scanned). Accepts the params of a task model or of a bare `BertModel`."""
+    encoder = _encoder(params)
+    if "layers" in encoder:
+        return params
+    layers = [encoder[f"layer_{i}"] for i in range(len(encoder))]
+    stacked = jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *layers)
+    return _with_encoder(params, {"layers": stacked})
+
+
+def to_unscanned(params: dict[str, Any]) -> dict[str, Any]:
+    """Splits `[bert/]encoder/layers` into `[bert/]encoder/layer_i` (no-op if unrolled)."""
+    encoder = _encoder(params)
+    if "layers" not in encoder:
+        return params
+    stacked = encoder["layers"]
+    count = jax.tree.leaves(stacked)[0].shape[0]
+    return _with_encoder(params, {
+        f"layer_{i}": jax.tree.map(lambda x, i=i: x[i], stacked) for i in range(count)})
+
+
+def match_layout(params: dict[str, Any], scan_layers: bool) -> dict[str, Any]:
+    return to_scanned(params) if scan_layers else to_unscanned(params)
+
+
+def _encoder(params):
+    return params["bert"]["encoder"] if "bert" in params else params["encoder"]
+
+
+def _with_encoder(params, encoder):
+    if "bert" in params:
+        return {**params, "bert": {**params["bert"], "encoder": encoder}}
+    return {**params, "encoder": encoder}
+
+
+# --- placing loaded weights -------------------------------------------------------------
+
+def _flat(tree: Any) -> dict[str, Any]:
+    return {"/".join(str(getattr(k, "key", k)) for k in path): leaf
+            for path, leaf in jax.tree_util.tree_leaves_with_path(tree)}
+
+
+def match_params(loaded: Any, target: Any, *, partial: bool = False,
+                 source: str = "checkpoint") -> Any:
+    """`loaded` numpy params arranged like `target` (arrays or ShapeDtypeStructs).
+
+    Missing, extra or mis-shaped parameters raise CheckpointError naming them;
+    with `partial=True` missing ones are filled from `target` (which must then hold
+    arrays) and extra ones dropped, but shapes must still match.
+    """
+    have, want = _flat(loaded), _flat(target)
+    missing = sorted(set(want) - set(have))
+    extra = sorted(set(have) - set(want))
+    shaped = sorted(f"{k} {tuple(np.shape(have[k]))} vs model {tuple(want[k].shape)}"
+                    for k in set(have) & set(want) if np.shape(have[k]) != want[k].shape)
+    problems = ([f"mis-shaped: {', '.join(shaped)}"] if shaped else []) + (
+        [] if partial else [f"missing: {', '.join(missing)}"] if missing else []) + (
+        [] if partial else [f"unexpected: {', '.join(extra)}"] if extra else [])
+    if problems:
+        hint = "" if partial else " (set partial_restore to keep fresh values for missing ones)"
+        raise CheckpointError(f"parameters of {source} do not match the model; "
+                              + "; ".join(problems) + hint)
+    treedef = jax.tree.structure(target)
+    return jax.tree.unflatten(treedef, [have.get(k, leaf) for k, leaf in want.items()])
+
+
+def place_params(loaded: Any, target: Any, shardings: Any, *, scan_layers: bool,
+                 partial: bool = False, source: str = "checkpoint") -> Any:
+    """Loaded numpy params (any layer layout) as arrays laid out like `target` and placed
+    with `shardings` (a tree like `target` of `jax.sharding.Sharding`s). See `match_params`
+    for what must match and what `partial` allows."""
+    params = match_params(match_layout(loaded, scan_layers), target, partial=partial,
+                          source=source)
+    return jax.device_put(params, shardings)

@@ -23,36 +23,12 @@ import numpy as np
 import optax
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
+from bert_jax.axis_rules import DEFAULT_LOGICAL_AXIS_RULES
 from bert_jax.train_state import TrainState, make_key
 
 MESH_AXES = ("data", "fsdp", "tensor")
 
 LogicalRules = Sequence[tuple[str, Any]]
-
-# (logical axis, mesh axis or axes or None). A mesh axis is used at most once per
-# array; axes not listed here are replicated.
-DEFAULT_LOGICAL_AXIS_RULES: tuple[tuple[str, Any], ...] = (
-    # Parameters.
-    ("vocab", "tensor"),
-    ("embed", "fsdp"),
-    ("heads", "tensor"),
-    ("mlp", "tensor"),
-    ("kv", None),
-    ("position", None),
-    ("token_type", None),
-    ("layers", None),
-    ("classes", None),
-    # Activations.
-    # ("fsdp", "data"), not ("data", "fsdp"): with all three mesh axes > 1, XLA's CPU
-    # partitioner (jax 0.10.2) computes wrong gradients for the latter order.
-    ("activation_batch", ("fsdp", "data")),
-    ("activation_length", None),
-    ("activation_embed", None),
-    ("activation_heads", "tensor"),
-    ("activation_kv", None),
-    ("activation_mlp", "tensor"),
-    ("activation_vocab", "tensor"),
-)
 
 
 def make_mesh(mesh_shape: Mapping[str, int] | Sequence[int] | None = None,

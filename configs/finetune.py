@@ -14,7 +14,7 @@ Any key can be overridden: `--config.learning_rate=3e-5 --config.seeds=1,2,3`.
 
 import ml_collections
 
-from bert_jax.sharding import DEFAULT_LOGICAL_AXIS_RULES
+from bert_jax.axis_rules import DEFAULT_LOGICAL_AXIS_RULES
 
 GLUE = ("cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte", "wnli", "ax")
 TAGGING = ("conll", "conll2003")

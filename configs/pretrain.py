@@ -21,7 +21,7 @@ Any key can be overridden: `--config.num_train_steps=100 --config.mesh_shape.fsd
 
 import ml_collections
 
-from bert_jax.sharding import DEFAULT_LOGICAL_AXIS_RULES
+from bert_jax.axis_rules import DEFAULT_LOGICAL_AXIS_RULES
 
 
 def get_config(variant: str | None = None) -> ml_collections.ConfigDict:

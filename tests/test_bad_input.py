@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from bert_jax import cli, heads, pretrained
-from bert_jax.config import get_config
+from bert_jax.config import preset
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
 from test_finetune_util import MICRO_MODEL
 from test_train import REPO, small_config, text_corpus  # noqa: F401 - a fixture
@@ -153,7 +153,7 @@ def fill(text, values):
 
 def save_model(path, **fields):
     tokenizer = load_tokenizer(DEFAULT_VOCAB)
-    config = get_config("tiny", **{"vocab_size": tokenizer.vocab_size, "num_hidden_layers": 1,
+    config = preset("tiny", **{"vocab_size": tokenizer.vocab_size, "num_hidden_layers": 1,
                                    "hidden_size": 32, "num_attention_heads": 2,
                                    "intermediate_size": 64, **fields})
     model = heads.BertForSequenceClassification(config, 2)

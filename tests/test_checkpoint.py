@@ -12,7 +12,7 @@ from bert_jax import checkpoint, pretrained, sharding
 from bert_jax.heads import BertForPreTraining
 from bert_jax.optim import make_optimizer
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
-from bert_jax.train import dummy_inputs
+from bert_jax.pretrain import dummy_inputs
 from test_sharding import CONFIG, LENGTH, PREDICTIONS
 
 MODEL = BertForPreTraining(CONFIG)
@@ -69,17 +69,18 @@ def test_corrupt_latest_falls_back_to_the_previous_with_a_warning(tmp_path, capl
 
 def test_match_params_names_missing_extra_and_misshaped():
     target = {"a": np.zeros(3), "b": {"c": np.zeros((2, 2))}}
-    with pytest.raises(checkpoint.CheckpointError) as e:
-        checkpoint.match_params({"a": np.zeros(4), "x": np.zeros(1)}, target)
+    with pytest.raises(pretrained.CheckpointError) as e:
+        pretrained.match_params({"a": np.zeros(4), "x": np.zeros(1)}, target)
     message = str(e.value)
     assert "a (4,) vs model (3,)" in message and "b/c" in message and "x" in message
-    loaded = checkpoint.match_params({"a": np.ones(3)}, target, partial=True)
+    loaded = pretrained.match_params({"a": np.ones(3)}, target, partial=True)
     assert loaded["a"].sum() == 3 and loaded["b"]["c"].shape == (2, 2)
 
 
 def test_workdir_loads_as_a_pretrained_model(tmp_path):
     state, _ = state_on(jax.devices()[:1])
-    checkpoint.write_model_files(str(tmp_path), CONFIG, load_tokenizer(DEFAULT_VOCAB))
+    pretrained.write_model_files(str(tmp_path / pretrained.WORKDIR_MODEL_DIR), CONFIG,
+                                 tokenizer=load_tokenizer(DEFAULT_VOCAB))
     ckpt = checkpoint.Checkpointer(str(tmp_path))
     ckpt.save(3, state, {"pipeline": None})
     ckpt.wait()

@@ -12,7 +12,7 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("tensorflow")
 
 from bert_jax import embed, pretrained  # noqa: E402
-from bert_jax.config import PRESETS, BertConfig, get_config  # noqa: E402
+from bert_jax.config import PRESETS, BertConfig, preset  # noqa: E402
 from bert_jax.convert import cli  # noqa: E402
 from bert_jax.finetune import trainer  # noqa: E402
 from test_convert_tf1 import google_names, write_tf1_checkpoint  # noqa: E402
@@ -36,7 +36,7 @@ GOOGLE_CHINESE = dict(attention_probs_dropout_prob=0.1, directionality="bidi",
 
 
 def test_presets():
-    assert get_config("bert-base-chinese") == BertConfig.from_google_dict(GOOGLE_CHINESE)
+    assert preset("bert-base-chinese") == BertConfig.from_google_dict(GOOGLE_CHINESE)
     assert PRESETS["bert-base-multilingual-cased"].vocab_size == 119547
     assert PRESETS["bert-base-multilingual-uncased"].vocab_size == 105879
     for name in ("bert-base-chinese", "bert-base-multilingual-cased"):

@@ -9,7 +9,7 @@ import pytest
 
 from bert_jax.data import chinese_words, masking
 from bert_jax.data import create_pretraining_data as cpd
-from bert_jax.data.pipeline import _feature_spec, make_pretrain_iterator
+from bert_jax.data.pipeline import PipelineOptions, _feature_spec, make_pretrain_iterator
 from bert_jax.tokenization import WordPieceTokenizer, load_tokenizer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -202,20 +202,21 @@ def _statistics(rows, tok, segmented):
 
 @pytest.mark.parametrize("static", [True, False], ids=["create-data", "pipeline"])
 def test_people_daily_masking_statistics(people_daily, tmp_path, static):
-    from bert_jax.tokenization import train
+    from bert_jax.tokenization import build_vocab
     corpus = tmp_path / "plain.txt"
     corpus.write_text("\n".join(line.replace(" ", "") for line in people_daily) + "\n",
                       encoding="utf-8")
-    train.train_tokenizer([str(corpus)], 3000, "wordpiece", str(tmp_path / "vocab"))
+    build_vocab.train_tokenizer([str(corpus)], 3000, "wordpiece", str(tmp_path / "vocab"))
     tok = load_tokenizer(str(tmp_path / "vocab"))
     files = _create(tmp_path, people_daily, tok, static=static, dupe=2)
     if static:
         rows = _read(files)
     else:
-        it = make_pretrain_iterator(files, per_host_batch_size=256, max_seq_length=MAX_SEQ,
-                                    max_predictions_per_seq=MAX_PRED, tokenizer=tok,
-                                    dynamic_masking=True, whole_word_masking=True,
-                                    process_index=0, process_count=1, repeat=False)
+        options = PipelineOptions(per_host_batch_size=256, max_seq_length=MAX_SEQ,
+                                  max_predictions_per_seq=MAX_PRED, dynamic_masking=True,
+                                  whole_word_masking=True, repeat=False)
+        it = make_pretrain_iterator(files, options, process_index=0, process_count=1,
+                                    tokenizer=tok)
         batches = list(it)
         rows = {k: np.concatenate([b[k] for b in batches]) for k in batches[0]}
         rows = {k: v[rows["input_mask"].sum(1) > 0] for k, v in rows.items()}

@@ -7,8 +7,8 @@ import json
 
 import numpy as np
 
-from bert_jax import export
-from bert_jax.finetune import cli, tagging, trainer
+from bert_jax import export, text_io
+from bert_jax.finetune import cli, inference, trainer
 from bert_jax.finetune.tasks import get_task
 from bert_jax.tokenization import WordPieceTokenizer
 from test_finetune_util import micro_config, shared_compilation_cache
@@ -38,19 +38,19 @@ def _write_conll(path, repeat=1):
 
 def test_split_words_like_character_conll():
     text = " 江泽民在北京，用iPhone 3G说：Hello, world! "
-    words, spans = tagging.split_words(text)
+    words, spans = text_io.split_words(text)
     assert words == ["江", "泽", "民", "在", "北", "京", "，", "用", "iPhone", "3G", "说", "：",
                      "Hello", ",", "world", "!"]
     assert [text[s:e] for s, e in spans] == words
-    assert tagging.split_words("") == ([], [])
+    assert text_io.split_words("") == ([], [])
 
 
 def test_entities_are_character_spans_of_the_original_text():
     text = "  江泽民，在北京 会见iPhone用户"
-    words, spans = tagging.split_words(text)
+    words, spans = text_io.split_words(text)
     tags = ["B-PER", "I-PER", "I-PER", "O", "O", "B-LOC", "I-LOC", "O", "O", "B-ORG", "O", "O"]
     assert len(tags) == len(words)
-    assert tagging.tagged_entities(text, spans, tags) == [
+    assert text_io.tagged_entities(text, spans, tags) == [
         {"type": "PER", "start": 2, "end": 5, "text": "江泽民"},
         {"type": "LOC", "start": 7, "end": 9, "text": "北京"},
         {"type": "ORG", "start": 12, "end": 18, "text": "iPhone"}]
@@ -90,7 +90,7 @@ def test_raw_chinese_text_end_to_end(tmp_path, capsys):
         (tmp_path / "in.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
         assert cli.main(["--workdir", workdir, "--input", str(tmp_path / "in.txt")],
                         "predict") == 0
-        records = trainer.load_finetuned(workdir).predict(texts)
+        records = inference.load_finetuned(workdir).predict(texts)
         export.export(workdir, str(tmp_path / "out"), formats=("jax",), platforms=("cpu",))
         served = export.ServedModel(str(tmp_path / "out")).tag_texts(texts)
     printed = [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()[-2:]]

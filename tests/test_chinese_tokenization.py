@@ -7,7 +7,7 @@ import os
 import pytest
 
 from bert_jax.tokenization import WordPieceTokenizer, load_tokenizer
-from bert_jax.tokenization import train
+from bert_jax.tokenization import build_vocab
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PEOPLE_DAILY = os.path.join(REPO, "..", "shared", "data", "chinese",
@@ -81,7 +81,7 @@ def people_daily_lines():
 def test_every_people_daily_line_matches_transformers(people_daily_lines, tmp_path):
     corpus = tmp_path / "pd.txt"
     corpus.write_text("\n".join(people_daily_lines) + "\n", encoding="utf-8")
-    train.train_tokenizer([str(corpus)], 8000, "wordpiece", str(tmp_path / "vocab"))
+    build_vocab.train_tokenizer([str(corpus)], 8000, "wordpiece", str(tmp_path / "vocab"))
     tok = load_tokenizer(str(tmp_path / "vocab"))
     assert isinstance(tok, WordPieceTokenizer)
     ids = tok.encode_ids(people_daily_lines)
@@ -93,5 +93,5 @@ def test_people_daily_slice_matches_transformers(people_daily_lines, tmp_path):
     lines = people_daily_lines[:400] + LINES
     corpus = tmp_path / "pd.txt"
     corpus.write_text("\n".join(people_daily_lines[:400]) + "\n", encoding="utf-8")
-    train.train_tokenizer([str(corpus)], 1500, "wordpiece", str(tmp_path / "vocab"))
+    build_vocab.train_tokenizer([str(corpus)], 1500, "wordpiece", str(tmp_path / "vocab"))
     _assert_parity(str(tmp_path / "vocab" / "vocab.txt"), lines)

@@ -192,7 +192,7 @@ def _reload_saved_model_texts(directory, texts, tmp_path):
 def test_head_tail_truncation_in_graph_equals_python():
     import tensorflow as tf
     import tensorflow_text as tf_text
-    from bert_jax.finetune.classification import truncate_pair
+    from bert_jax.text_io import truncate_pair
     rng = np.random.default_rng(0)
     lengths = rng.integers(0, 30, size=(64, 2))
     a = [list(range(n)) for n in lengths[:, 0]]
@@ -231,7 +231,7 @@ def test_saved_model_truncates_like_fine_tuning(tmp_path):
 @pytest.mark.slow
 def test_sentencepiece_tokenizer_in_saved_model(tmp_path):
     from bert_jax.data.corpus import CORPUS_DIR
-    from bert_jax.tokenization.train import train_sentencepiece
+    from bert_jax.tokenization.build_vocab import train_sentencepiece
     tokenizer = train_sentencepiece([os.path.join(CORPUS_DIR, "kjv-00000-of-00003.txt.gz")],
                                     300, "unigram", str(tmp_path / "spm"))
     config = CONFIG.replace(vocab_size=tokenizer.vocab_size, num_hidden_layers=1)

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bert_jax import compile_cache, sharding, train
+from bert_jax import compile_cache, pretrain, pretrained, sharding
 from bert_jax.config import BertConfig, ConfigError
 from bert_jax.config_loader import load_config
 from bert_jax.heads import BertForPreTraining
@@ -199,15 +199,15 @@ def test_pretraining_with_rbg_dropout_resumes_exactly(tmp_path, text_corpus):
     from bert_jax import checkpoint
     config = lambda: small_pretrain_config("tiny", text_corpus, rng_impl="rbg")
     straight, resumed = str(tmp_path / "straight"), str(tmp_path / "resumed")
-    train.train_and_evaluate(config(), straight)
-    train.train_and_evaluate(config(), resumed)
+    pretrain.train_and_evaluate(config(), straight)
+    pretrain.train_and_evaluate(config(), resumed)
     shutil.rmtree(os.path.join(resumed, "checkpoints", "4"))
-    train.train_and_evaluate(config(), resumed)  # resumes at step 2
-    final = lambda w: checkpoint.load_pretrained_from_workdir(w).params
+    pretrain.train_and_evaluate(config(), resumed)  # resumes at step 2
+    final = lambda w: pretrained.load_pretrained_from_workdir(w).params
     jax.tree.map(np.testing.assert_array_equal, final(resumed), final(straight))
     # and rbg did draw other dropout masks than threefry would have
     threefry = str(tmp_path / "threefry")
-    train.train_and_evaluate(small_pretrain_config("tiny", text_corpus), threefry)
+    pretrain.train_and_evaluate(small_pretrain_config("tiny", text_corpus), threefry)
     assert not all(np.array_equal(a, b) for a, b in zip(
         jax.tree.leaves(final(threefry)), jax.tree.leaves(final(straight))))
 
@@ -223,7 +223,7 @@ def test_fast_variants_load_and_run_a_step_when_shrunk(variant):
     assert config.compute_dtype == "bfloat16"
     assert (config.attention_impl, config.rng_impl) == (
         ("einsum", "threefry") if faithful else ("fused", "unsafe_rbg"))
-    bert_config = train.model_config(config, vocab_size=100)
+    bert_config = pretrain.model_config(config, vocab_size=100)
     assert bert_config.attention_probs_dropout_prob == (0.1 if faithful else 0.0)
     length, predictions = min(config.max_seq_length, 64), min(config.max_predictions_per_seq, 20)
     rules = config.logical_axis_rules
@@ -231,10 +231,10 @@ def test_fast_variants_load_and_run_a_step_when_shrunk(variant):
     model = BertForPreTraining(bert_config)
     tx, schedule = make_optimizer(learning_rate=1e-3, num_train_steps=10, warmup_steps=1,
                                   optimizer=config.optimizer)
-    init_fn = lambda key: model.init(key, *train.dummy_inputs(1, length, predictions))["params"]
+    init_fn = lambda key: model.init(key, *pretrain.dummy_inputs(1, length, predictions))["params"]
     state, shardings = sharding.create_sharded_state(init_fn, tx, mesh, rules=rules,
                                                      rng_impl=config.rng_impl)
-    step, _ = train.jit_steps(model, tx, schedule, mesh, shardings, rules)
+    step, _ = pretrain.jit_steps(model, tx, schedule, mesh, shardings, rules)
     rng = np.random.default_rng(0)
     batch = {"input_ids": rng.integers(1, 100, (8, length)).astype(np.int32),
              "input_mask": np.ones((8, length), np.int32),
@@ -252,7 +252,7 @@ def test_fused_attention_with_attention_dropout_is_refused_before_training():
     config = load_config(os.path.join(REPO, "configs", "pretrain.py") + ":gpu_base",
                          [f"model={SMALL_MODEL}", "attention_probs_dropout_prob=0.1"])
     with pytest.raises(ConfigError, match="attention_probs_dropout_prob=0.1"):
-        train.model_config(config, vocab_size=100)
+        pretrain.model_config(config, vocab_size=100)
 
 
 def test_finetune_passes_attention_impl_to_the_model():
@@ -283,9 +283,9 @@ def test_compilation_cache_directory_defaults_and_overrides(tmp_path):
 def test_train_step_and_bench_imports_need_no_tensorflow():
     # GPU machines often have no tensorflow: the step, model and bench must not import it.
     code = ("import sys; sys.path.insert(0, 'bench'); import bench_pretrain; "
-            "import bert_jax.train, bert_jax.heads, bert_jax.sharding, bert_jax.optim, "
+            "import bert_jax.pretrain, bert_jax.heads, bert_jax.sharding, bert_jax.optim, "
             "bert_jax.perf, bert_jax.cli; "
-            "bench_pretrain.jax_model_config; from bert_jax.train import jit_steps; "
+            "bench_pretrain.jax_model_config; from bert_jax.pretrain import jit_steps; "
             "bad = [m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'tensorboard')]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True,

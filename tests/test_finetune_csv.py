@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from bert_jax import heads, pretrained
-from bert_jax.config import ConfigError, get_config
-from bert_jax.finetune import cli, csv_task, packing, tasks, trainer
+from bert_jax.config import ConfigError, preset
+from bert_jax.finetune import cli, csv_task, inference, packing, tasks, trainer
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
 from test_finetune_util import micro_config, shared_compilation_cache
 
@@ -65,7 +65,7 @@ def test_csv_with_seeds_then_evaluate_and_predict(tmp_path, sentiment_files, com
         out = tmp_path / "out.jsonl"
         assert cli.main(["--workdir", workdir, "--input", str(inputs), "--output", str(out)],
                         "predict") == 0
-        model = trainer.load_finetuned(workdir)
+        model = inference.load_finetuned(workdir)
         [in_memory] = model.predict(["a great story"])
         with pytest.raises(ValueError, match="takes single texts; input 0 is a pair"):
             model.predict([("a great story", "and a great cast")])
@@ -105,7 +105,7 @@ def test_jsonl_pair_regression_with_packing(tmp_path, compile_cache):
     assert {p.dtype for p in jax.tree.leaves(best.params)} == {np.dtype("float32")}
     assert "pooler" not in best.params["bert"]  # the mean-pooled head has none to train
     with shared_compilation_cache(compile_cache):
-        [record] = trainer.load_finetuned(str(tmp_path / "run")).predict([(rows[0]["a"],
+        [record] = inference.load_finetuned(str(tmp_path / "run")).predict([(rows[0]["a"],
                                                                           rows[0]["b"])])
     assert np.isfinite(record["score"])
 
@@ -128,7 +128,7 @@ def test_label_inference():
 @pytest.mark.parametrize("pooling", heads.CLASSIFIER_POOLINGS)
 def test_packed_rows_give_the_same_logits_as_separate_rows(pooling):
     tokenizer = load_tokenizer(DEFAULT_VOCAB)
-    config = get_config("tiny", vocab_size=tokenizer.vocab_size, num_hidden_layers=1)
+    config = preset("tiny", vocab_size=tokenizer.vocab_size, num_hidden_layers=1)
     model = heads.BertForSequenceClassification(config, 3, pooling)
     texts = ["a short one", "another example that is a little longer", "third"]
     features = [{"input_ids": [tokenizer.cls_id, *tokenizer.encode(t).ids, tokenizer.sep_id],
@@ -158,7 +158,7 @@ def test_packing_plan_keeps_examples_per_batch():
 
 
 def test_truncation_keeps_the_head_or_head_and_tail():
-    from bert_jax.finetune.classification import head_fraction, truncate_pair
+    from bert_jax.text_io import head_fraction, truncate_pair
     ten, four = list(range(10)), list(range(100, 104))
     assert truncate_pair(ten, None, 8) == ([0, 1, 2, 3, 4, 5, 6, 7], None)
     # head+tail: int(8 / 4) = 2 tokens from the start, 6 from the end.
@@ -206,7 +206,7 @@ def test_finetune_command_names_bad_input_in_one_line(override, message, capsys)
 @pytest.fixture(scope="module")
 def micro_checkpoint(tmp_path_factory):
     tokenizer = load_tokenizer(DEFAULT_VOCAB)
-    config = get_config("tiny", vocab_size=tokenizer.vocab_size, num_hidden_layers=1,
+    config = preset("tiny", vocab_size=tokenizer.vocab_size, num_hidden_layers=1,
                         hidden_size=32, num_attention_heads=2, intermediate_size=64)
     model = heads.BertForSequenceClassification(config, 2)
     params = model.init(jax.random.key(0), jnp.ones((1, 4), jnp.int32))["params"]

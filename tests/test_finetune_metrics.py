@@ -7,16 +7,17 @@ import random
 import numpy as np
 import pytest
 
+from bert_jax import text_io
 from bert_jax.finetune import metrics
 
 
 def test_entities_bio_and_iobes():
     bio = [["B-PER", "I-PER", "O", "B-LOC", "I-LOC", "I-LOC", "O", "I-ORG"]]
-    assert metrics.entities(bio) == {("PER", 0, 1), ("LOC", 3, 5), ("ORG", 7, 7)}
+    assert text_io.entities(bio) == {("PER", 0, 1), ("LOC", 3, 5), ("ORG", 7, 7)}
     iobes = [["S-PER", "O", "B-LOC", "I-LOC", "E-LOC", "B-ORG", "E-ORG"]]
-    assert metrics.entities(iobes) == {("PER", 0, 0), ("LOC", 2, 4), ("ORG", 5, 6)}
+    assert text_io.entities(iobes) == {("PER", 0, 0), ("LOC", 2, 4), ("ORG", 5, 6)}
     # A type change inside a chunk ends it.
-    assert metrics.entities([["B-PER", "I-LOC"]]) == {("PER", 0, 0), ("LOC", 1, 1)}
+    assert text_io.entities([["B-PER", "I-LOC"]]) == {("PER", 0, 0), ("LOC", 1, 1)}
 
 
 def test_entity_scores_by_hand():

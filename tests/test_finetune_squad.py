@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from bert_jax.finetune import squad, tasks, trainer
+from bert_jax.finetune import inference, squad, tasks, trainer
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
 from test_finetune_util import micro_config, shared_compilation_cache
 
@@ -133,7 +133,7 @@ def test_squad_v2_end_to_end_on_json_fixtures(tmp_path):
         results = trainer.finetune(config, str(tmp_path / "run"))
     assert {"exact_match", "f1", "HasAns_f1", "NoAns_f1"} <= set(results["validation"])
     assert os.path.isdir(tmp_path / "run" / "best")
-    model = trainer.load_finetuned(str(tmp_path / "run"))
+    model = inference.load_finetuned(str(tmp_path / "run"))
     [record] = model.predict([{"question": "Where was it signed?", "context": SHORT_CONTEXT}])
     assert record["id"] == "0" and record["answer"] in SHORT_CONTEXT
     assert record["answer"] == SHORT_CONTEXT[record["start_char"]:record["end_char"]]

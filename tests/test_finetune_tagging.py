@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from bert_jax.finetune import cli, crf, files, tagging, tasks, trainer
+from bert_jax import text_io
+from bert_jax.finetune import cli, crf, files, inference, tagging, tasks, trainer
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
 from test_finetune_util import micro_config, shared_compilation_cache
 
@@ -108,7 +109,7 @@ def test_conll_end_to_end_and_predict(tmp_path, use_crf, capsys):
         inputs = tmp_path / "in.txt"
         inputs.write_text("Mary lives in Rome .\n")
         assert cli.main(["--workdir", workdir, "--input", str(inputs)], "predict") == 0
-        in_memory = trainer.load_finetuned(workdir).predict(
+        in_memory = inference.load_finetuned(workdir).predict(
             ["Mary lives in Rome .", ["Mary", "lives", "in", "Rome", "."]])
     record = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert record["words"] == ["Mary", "lives", "in", "Rome", "."]
@@ -171,7 +172,7 @@ def test_long_sentence_gives_overlapping_word_windows(tokenizer):
 
 @pytest.mark.parametrize("stride", range(14))
 def test_word_windows_cover_every_word_for_any_stride(tokenizer, stride):
-    ids, starts, ends = tagging.word_token_spans(tokenizer, LONG_WORDS)
+    ids, starts, ends = text_io.word_token_spans(tokenizer, LONG_WORDS)
     assert ids == [t for p in _word_pieces(tokenizer, LONG_WORDS) for t in p]
     windows = tagging.word_windows(starts, ends, 14, stride)
     assert windows[0][0] == 0 and windows[-1][1] == len(LONG_WORDS)

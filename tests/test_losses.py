@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bert_jax.config import get_config
+from bert_jax.config import preset
 from bert_jax.data.packing import pack_rows
 from bert_jax.heads import BertForPreTraining
 from bert_jax.losses import pretraining_loss
@@ -58,7 +58,7 @@ def test_pretraining_loss_equals_a_hand_computation():
     assert float(metrics["nsp_loss"]) == pytest.approx(want, rel=1e-5)
 
 
-CONFIG = get_config("tiny", vocab_size=60, hidden_size=32, num_hidden_layers=2,
+CONFIG = preset("tiny", vocab_size=60, hidden_size=32, num_hidden_layers=2,
                     num_attention_heads=2, intermediate_size=64, max_position_embeddings=40,
                     hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
 

@@ -9,8 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bert_jax.config import PRESETS, BertConfig, ConfigError, get_config
-from bert_jax.convert import layout
+from bert_jax import pretrained
+from bert_jax.config import PRESETS, BertConfig, ConfigError, preset
 from bert_jax.heads import (BertForMultipleChoice, BertForPreTraining, BertForQuestionAnswering,
                             BertForSequenceClassification, BertForTokenClassification)
 from bert_jax.model import BertModel
@@ -61,14 +61,14 @@ def test_scanned_and_unrolled_encoders_agree_and_convert():
     unrolled = BertForPreTraining(CONFIG)
     scanned = BertForPreTraining(CONFIG.replace(scan_layers=True))
     params = init(unrolled, ids)
-    scanned_params = layout.to_scanned(params)
+    scanned_params = pretrained.to_scanned(params)
     shapes = jax.tree.map(jnp.shape, init(scanned, ids))
     assert jax.tree.map(jnp.shape, scanned_params) == shapes
     a = unrolled.apply({"params": params}, ids)
     b = scanned.apply({"params": scanned_params}, ids)
     np.testing.assert_allclose(a.mlm_logits, b.mlm_logits, atol=1e-5)
     np.testing.assert_allclose(a.nsp_logits, b.nsp_logits, atol=1e-5)
-    back = layout.to_unscanned(scanned_params)
+    back = pretrained.to_unscanned(scanned_params)
     assert jax.tree.all(jax.tree.map(np.array_equal, back, params))
 
 
@@ -85,7 +85,7 @@ def test_remat_gives_the_same_gradients(policy):
         return jax.grad(loss)(p)
 
     for scan in (False, True):
-        p = layout.match_layout(params, scan)
+        p = pretrained.match_layout(params, scan)
         expected = grads(CONFIG.replace(scan_layers=scan), p)
         got = grads(CONFIG.replace(scan_layers=scan, remat_policy=policy), p)
         jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-4),
@@ -171,17 +171,17 @@ def test_initialisation_follows_bert():
 def test_presets():
     small = [name for name in PRESETS if name.startswith("bert-L")]
     assert len(small) == 24
-    mini = get_config("bert-L4-H256")
+    mini = preset("bert-L4-H256")
     assert (mini.num_hidden_layers, mini.hidden_size, mini.num_attention_heads,
             mini.intermediate_size) == (4, 256, 4, 1024)
-    large = get_config("bert-large")
+    large = preset("bert-large")
     assert (large.num_hidden_layers, large.hidden_size, large.vocab_size) == (24, 1024, 30522)
     with pytest.raises(ConfigError, match="bert-L4-H256"):
-        get_config("bert-L4-H255")
+        preset("bert-L4-H255")
 
 
 def test_config_files_round_trip(tmp_path):
-    config = get_config("bert-L2-H128", hidden_dropout_prob=0.2)
+    config = preset("bert-L2-H128", hidden_dropout_prob=0.2)
     google = tmp_path / "bert_config.json"
     google.write_text(json.dumps(config.to_google_dict()))
     assert BertConfig.from_json_file(google) == config
@@ -200,7 +200,7 @@ def test_config_files_round_trip(tmp_path):
     ({"vocab_size": None}, "vocab_size"),
 ])
 def test_malformed_config_names_the_field(tmp_path, change, message):
-    values = {**get_config("bert-base").to_hf_dict(), **change}
+    values = {**preset("bert-base").to_hf_dict(), **change}
     path = tmp_path / "config.json"
     path.write_text(json.dumps(values))
     with pytest.raises(ConfigError, match=message):
@@ -208,7 +208,7 @@ def test_malformed_config_names_the_field(tmp_path, change, message):
 
 
 def test_missing_field_and_bad_json(tmp_path):
-    values = get_config("bert-base").to_google_dict()
+    values = preset("bert-base").to_google_dict()
     del values["intermediate_size"]
     path = tmp_path / "bert_config.json"
     path.write_text(json.dumps(values))

@@ -39,7 +39,7 @@ def environment(devices=1):
 
 
 def params(workdir):
-    return checkpoint.load_pretrained_from_workdir(str(workdir)).params
+    return pretrained.load_pretrained_from_workdir(str(workdir)).params
 
 
 def test_sigkill_right_after_a_checkpoint_resumes_exactly(tmp_path, text_corpus):

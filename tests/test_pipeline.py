@@ -1,4 +1,5 @@
 """The tf.data pipeline: contents, dynamic masking rules, host split, exact resume, packing."""
+import dataclasses
 import glob
 import itertools
 import json
@@ -8,7 +9,7 @@ import pytest
 
 from bert_jax.data import corpus, masking
 from bert_jax.data import create_pretraining_data as cpd
-from bert_jax.data.pipeline import make_pretrain_iterator
+from bert_jax.data.pipeline import PipelineOptions, make_pretrain_iterator
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
 
 from test_create_data import (MAX_PRED, MAX_SEQ, _assert_whole_words, assert_bert_masking,
@@ -44,7 +45,10 @@ def _iterator(pattern, tok, **kwargs):
                 max_predictions_per_seq=MAX_PRED, tokenizer=tok, seed=3, process_index=0,
                 process_count=1, shuffle_buffer=500)
     args.update(kwargs)
-    return make_pretrain_iterator([pattern], **args)
+    fields = {f.name for f in dataclasses.fields(PipelineOptions)}
+    options = PipelineOptions(**{k: v for k, v in args.items() if k in fields})
+    return make_pretrain_iterator([pattern], options,
+                                  **{k: v for k, v in args.items() if k not in fields})
 
 
 def _concat(batches):

@@ -14,7 +14,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from bert_jax import checkpoint, cli, sharding
-from bert_jax.train import train_and_evaluate
+from bert_jax.pretrain import train_and_evaluate
 from test_checkpoint import TX, assert_trees_equal, init_fn, state_on
 from test_train import REPO, small_config, text_corpus  # noqa: F401 - a fixture
 
@@ -150,7 +150,7 @@ def test_pretrain_resume_checks_the_config_and_logs_each_step_once(tmp_path, tex
 KILL_DURING_SAVE = """
 import os, signal, sys
 import orbax.checkpoint as ocp
-from bert_jax.train import train_and_evaluate
+from bert_jax.pretrain import train_and_evaluate
 from test_train import small_config
 
 write_meta = ocp.JsonCheckpointHandler._save_fn
@@ -205,7 +205,7 @@ def test_converted_text_records_its_options_and_is_rebuilt_when_they_change(
         tmp_path, text_corpus):
     from bert_jax.metrics_writer import MetricsWriter
     from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
-    from bert_jax.train import DATA_OPTIONS_FILE, prepare_input_files
+    from bert_jax.pretrain import DATA_OPTIONS_FILE, prepare_input_files
     writer = MetricsWriter(str(tmp_path), tensorboard=False)
     vocabulary = load_tokenizer(DEFAULT_VOCAB).fingerprint()
 

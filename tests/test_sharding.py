@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 
 from bert_jax import sharding
-from bert_jax.config import get_config
+from bert_jax.config import preset
 from bert_jax.heads import BertForPreTraining
 from bert_jax.optim import make_optimizer
-from bert_jax.train import dummy_inputs, jit_steps
+from bert_jax.pretrain import dummy_inputs, jit_steps
 
 # Every sharded dimension divides 8, so any 8-device mesh is valid.
-CONFIG = get_config("tiny", vocab_size=128, hidden_size=32, num_attention_heads=8,
+CONFIG = preset("tiny", vocab_size=128, hidden_size=32, num_attention_heads=8,
                     intermediate_size=64, max_position_embeddings=32, num_hidden_layers=1)
 BATCH, LENGTH, PREDICTIONS = 8, 16, 4
 
@@ -89,7 +89,7 @@ def test_make_mesh_fills_the_rest_and_validates():
 
 
 def test_indivisible_sharding_names_the_parameter():
-    config = get_config("tiny", vocab_size=250)  # 250 rows cannot split over tensor=4
+    config = preset("tiny", vocab_size=250)  # 250 rows cannot split over tensor=4
     model = BertForPreTraining(config)
     tx, _ = make_optimizer(learning_rate=1e-3, num_train_steps=10, warmup_steps=1)
     init_fn = lambda key: model.init(key, *dummy_inputs(2, LENGTH, PREDICTIONS))["params"]

@@ -13,7 +13,7 @@ import pytest
 from bert_jax.tokenization import (DEFAULT_VOCAB, SentencePieceTokenizer, TokenizerError,
                                    WordPieceTokenizer, load_tokenizer)
 from bert_jax.data import corpus
-from bert_jax.tokenization import train
+from bert_jax.tokenization import build_vocab
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The tests that need a real English corpus read Brown from the shared data beside the
@@ -174,7 +174,7 @@ def test_clear_errors(tmp_path):
 def sentencepiece_dir(request, tmp_path_factory):
     out = tmp_path_factory.mktemp(request.param)
     files = sorted(glob.glob(corpus.DEFAULT_CORPUS))[:1]
-    assert train.main(["--input", *files, "--vocab-size", "1000", "--type", request.param,
+    assert build_vocab.main(["--input", *files, "--vocab-size", "1000", "--type", request.param,
                        "--out", str(out)]) == 0
     return str(out)
 
@@ -213,7 +213,7 @@ def test_tokenize_cli(minilm_vocab):
 def test_train_wordpiece_cli(tmp_path):
     sample = tmp_path / "sample.txt"
     sample.write_text("\n".join(corpus_lines(1000)))
-    assert train.main(["--input", str(sample), "--type", "wordpiece", "--vocab-size", "600",
+    assert build_vocab.main(["--input", str(sample), "--type", "wordpiece", "--vocab-size", "600",
                        "--out", str(tmp_path / "wp")]) == 0
     tok = load_tokenizer(str(tmp_path / "wp"))
     assert tok.vocab_size == 600 and tok.id_to_token(4) == "[MASK]"

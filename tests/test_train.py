@@ -12,10 +12,10 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax import checkpoint
+from bert_jax import pretrained
 from bert_jax.config_loader import load_config
 from bert_jax.data import corpus
-from bert_jax.train import NonFiniteError, train_and_evaluate
+from bert_jax.pretrain import NonFiniteError, train_and_evaluate
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMALL_MODEL = ("{'preset': 'tiny', 'num_hidden_layers': 1, 'hidden_size': 32, "
@@ -46,7 +46,7 @@ def small_config(input_files, **overrides):
 
 
 def final_params(workdir):
-    return checkpoint.load_pretrained_from_workdir(workdir).params
+    return pretrained.load_pretrained_from_workdir(workdir).params
 
 
 def train_records(workdir, since=0.0):

@@ -6,7 +6,7 @@ import sys
 
 import numpy as np
 
-from bert_jax import train
+from bert_jax import pretrain
 
 
 class TwoHosts:
@@ -31,6 +31,6 @@ class TwoHosts:
 
 
 if __name__ == "__main__":
-    make = train.make_iterator
-    train.make_iterator = lambda *args, **kw: TwoHosts(make, *args, **kw)
-    sys.exit(train.main(sys.argv[1:]))
+    make = pretrain.make_iterator
+    pretrain.make_iterator = lambda *args, **kw: TwoHosts(make, *args, **kw)
+    sys.exit(pretrain.main(sys.argv[1:]))

@@ -78,10 +78,8 @@ def hf_architecture(params: dict[str, Any], task: dict[str, Any] | None
                     ) -> tuple[str, bool]:
     """The transformers class that holds exactly these heads: (name, whether it has the
     pooler). A classifier on pooled vs per-token states is told apart by the task
-    (see `bert_jax.export.task_kind`)."""
-    from bert_jax.export import task_kind
-
-    kind = task_kind(task, params)
+    (see `bert_jax.pretrained.task_kind`)."""
+    kind = pretrained.task_kind(task, params)
     if kind == "span":
         return "BertForQuestionAnswering", False
     if kind == "tagging":
@@ -99,13 +97,11 @@ def hf_architecture(params: dict[str, Any], task: dict[str, Any] | None
 
 def _hf_task_config(task: dict[str, Any] | None, params: dict[str, Any]) -> dict[str, Any]:
     """HF config fields of a fine-tuned head: labels and problem type."""
-    from bert_jax.export import label_names, task_kind
-
-    kind = task_kind(task, params)
+    kind = pretrained.task_kind(task, params)
     if "classifier" not in params or kind == "multiple_choice":
         return {}
     num_labels = int(params["classifier"]["kernel"].shape[-1])
-    labels = label_names(task)
+    labels = pretrained.label_names(task)
     if not labels or len(labels) != num_labels:
         labels = [f"LABEL_{i}" for i in range(num_labels)]
     out = {"id2label": dict(enumerate(labels)), "label2id": {l: i for i, l in enumerate(labels)}}
@@ -120,12 +116,11 @@ def to_hf(checkpoint: str, out: str, overwrite: bool = False) -> list[str]:
     """Writes config.json, model.safetensors and the tokenizer files of a model directory
     (or workdir) as an HF directory. Returns notes for the user (dropped tensors, ...)."""
     from bert_jax.convert.hf import save_hf_dir
-    from bert_jax.export import classifier_pooling, resolve_model_dir
 
-    model = pretrained.load(resolve_model_dir(checkpoint))
+    model = pretrained.load(pretrained.resolve_model_dir(checkpoint))
     params = dict(model.params)
     architecture, keeps_pooler = hf_architecture(params, model.task)
-    pooling = classifier_pooling(model.task)
+    pooling = pretrained.classifier_pooling(model.task)
     if architecture == "BertForSequenceClassification" and pooling != "pooler":
         raise ValueError(f"{checkpoint}: the classifier reads {pooling}-pooled states, but transformers' BertForSequenceClassification "
                          "reads the pooler; export it with `bert-jax export` instead")

@@ -140,9 +140,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--seed", type=int, default=0, help="seed of the new rows")
     parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     args = parser.parse_args(argv)
-    from bert_jax.export import resolve_model_dir
-
-    model = pretrained.load(resolve_model_dir(args.checkpoint))
+    model = pretrained.load(pretrained.resolve_model_dir(args.checkpoint))
     config, params, tokenizer, summary = extend(model, read_token_file(args.add_tokens),
                                                 args.seed)
     pretrained.save(args.out, config, params, tokenizer=tokenizer, task=model.task,

@@ -14,8 +14,8 @@ from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
+from bert_jax import pretrained
 from bert_jax.config import BertConfig
-from bert_jax.convert import layout
 
 # Tensors HF writes that carry no information of their own.
 _DERIVED = ("embeddings.position_ids", "cls.predictions.decoder.weight",
@@ -159,12 +159,12 @@ def params_from_hf(state: Mapping[str, np.ndarray], config: BertConfig) -> dict[
         for key in e.path[:-1]:
             node = node.setdefault(key, {})
         node[e.path[-1]] = e.to_ours(state[e.hf_name].astype(np.float32))
-    return layout.match_layout(params, config.scan_layers)
+    return pretrained.match_layout(params, config.scan_layers)
 
 
 def params_to_hf(params: Mapping[str, Any], config: BertConfig) -> dict[str, np.ndarray]:
     """Our parameter tree (any layout, any heads) -> HF state dict with BertFor* names."""
-    params = layout.to_unscanned(dict(params))
+    params = pretrained.to_unscanned(dict(params))
     heads: dict[str, Any] = {k: True for k in ("mlm", "nsp", "qa_outputs") if k in params}
     if "pooler" in params["bert"]:
         heads["pooler"] = True

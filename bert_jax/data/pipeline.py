@@ -15,7 +15,11 @@ shuffle buffer (no parsing, no masking), about 60k records/s on a busy
 span epochs.
 Determinism needs the same files, the same options and TensorFlow's default
 global seed (do not call `tf.random.set_seed` to something else in between).
+
+The caller passes this host's place (`process_index`, `process_count`): the pipeline
+imports no jax.
 """
+import dataclasses
 from typing import Dict, Iterator, List, Optional, Sequence
 
 import numpy as np
@@ -39,33 +43,55 @@ def _feature_spec(max_seq_length: int, max_predictions: int):
             "masked_lm_weights": zeros(tf.float32)}
 
 
+@dataclasses.dataclass(frozen=True)
+class PipelineOptions:
+    """What the pipeline makes of the records; the same on every host.
+
+    per_host_batch_size B, max_seq_length L and max_predictions_per_seq P shape the
+    batches; dynamic_masking re-masks every epoch (whole_word_masking: whole words,
+    masked_lm_prob of the tokens); pack puts up to max_examples_per_row examples in a row;
+    seed keys the shuffle and the masks; split 'eval' reads the eval_fraction held out
+    (once, unshuffled), 'train' the rest, forever when repeat."""
+
+    per_host_batch_size: int
+    max_seq_length: int
+    max_predictions_per_seq: int
+    dynamic_masking: bool = False
+    whole_word_masking: bool = False
+    masked_lm_prob: float = 0.15
+    pack: bool = False
+    max_examples_per_row: int = 4
+    seed: int = 0
+    shuffle_buffer: int = 10_000
+    repeat: bool = True
+    split: str = "train"
+    eval_fraction: float = 0.0
+
+
 class PretrainIterator:
     """Iterator of batches (numpy dicts, see `make_pretrain_iterator`)."""
 
-    def __init__(self, files: Sequence[str], *, per_host_batch_size: int, max_seq_length: int,
-                 max_predictions_per_seq: int, vocab_size: int, special_ids: Dict[str, int],
-                 dynamic_masking: bool, word_start_table: Optional[np.ndarray],
-                 masked_lm_prob: float, pack: bool, max_examples_per_row: int, seed: int,
-                 process_index: int, process_count: int, shuffle_buffer: int, repeat: bool,
-                 split: str, eval_fraction: float):
+    def __init__(self, files: Sequence[str], options: PipelineOptions, *, process_index: int,
+                 process_count: int, vocab_size: Optional[int],
+                 special_ids: Optional[Dict[str, int]], word_start_table: Optional[np.ndarray]):
         self.files = list(files)
-        self.batch_size = per_host_batch_size
-        self.max_seq_length = max_seq_length
-        self.max_predictions = max_predictions_per_seq
+        self.batch_size = options.per_host_batch_size
+        self.max_seq_length = options.max_seq_length
+        self.max_predictions = options.max_predictions_per_seq
         self.vocab_size = vocab_size
         self.special_ids = special_ids
-        self.dynamic_masking = dynamic_masking
+        self.dynamic_masking = options.dynamic_masking
         self.word_start_table = word_start_table
-        self.masked_lm_prob = masked_lm_prob
-        self.pack = pack
-        self.max_examples = max_examples_per_row
-        self.seed = seed
+        self.masked_lm_prob = options.masked_lm_prob
+        self.pack = options.pack
+        self.max_examples = options.max_examples_per_row
+        self.seed = options.seed
         self.process_index, self.process_count = process_index, process_count
-        self.shuffle = split == "train"
-        self.shuffle_buffer = shuffle_buffer
-        self.repeat = repeat and split == "train"
-        self.split = split
-        self.eval_fraction = eval_fraction
+        self.shuffle = options.split == "train"
+        self.shuffle_buffer = options.shuffle_buffer
+        self.repeat = options.repeat and options.split == "train"
+        self.split = options.split
+        self.eval_fraction = options.eval_fraction
         self.set_state({"epoch": 0, "position": 0})
 
     # -- state ------------------------------------------------------------------
@@ -247,22 +273,17 @@ class PretrainIterator:
                                  self.max_examples)
 
 
-def make_pretrain_iterator(file_patterns: Sequence[str], *, per_host_batch_size: int,
-                           max_seq_length: int, max_predictions_per_seq: int,
-                           tokenizer=None, vocab_size: Optional[int] = None,
+def make_pretrain_iterator(file_patterns: Sequence[str], options: PipelineOptions, *,
+                           process_index: int, process_count: int, tokenizer=None,
+                           vocab_size: Optional[int] = None,
                            special_ids: Optional[Dict[str, int]] = None,
-                           dynamic_masking: bool = False, whole_word_masking: bool = False,
                            word_start_table: Optional[np.ndarray] = None,
-                           masked_lm_prob: float = 0.15, pack: bool = False,
-                           max_examples_per_row: int = 4, seed: int = 0,
-                           process_index: Optional[int] = None,
-                           process_count: Optional[int] = None, shuffle_buffer: int = 10_000,
-                           repeat: bool = True, split: str = "train", eval_fraction: float = 0.0,
                            state: Optional[dict] = None) -> PretrainIterator:
-    """Batches of pretraining examples for this host.
+    """Batches of pretraining examples for host `process_index` of `process_count`,
+    from the position `state` (a `get_state()`) or the start.
 
     Each batch (B = per_host_batch_size, L = max_seq_length,
-    P = max_predictions_per_seq) has input_ids, input_mask, segment_ids int32
+    P = max_predictions_per_seq, see `PipelineOptions`) has input_ids, input_mask, segment_ids int32
     [B, L]; masked_lm_positions, masked_lm_ids int32 [B, P]; masked_lm_weights
     float32 [B, P]; next_sentence_labels int32 [B] (0 = IsNext, 1 = random).
     With `pack=True` rows hold up to K = max_examples_per_row examples and also
@@ -281,32 +302,27 @@ def make_pretrain_iterator(file_patterns: Sequence[str], *, per_host_batch_size:
     """
     from bert_jax.tf_host import tensorflow
     tf = tensorflow()
-    if split not in ("train", "eval"):
-        raise ValueError(f"split must be 'train' or 'eval', not {split!r}")
-    if split == "eval" and eval_fraction <= 0:
+    if options.split not in ("train", "eval"):
+        raise ValueError(f"split must be 'train' or 'eval', not {options.split!r}")
+    if options.split == "eval" and options.eval_fraction <= 0:
         raise ValueError("split='eval' needs eval_fraction > 0")
+    if not 0 <= process_index < process_count:
+        raise ValueError(f"process_index {process_index} is not in [0, {process_count})")
     files = sorted({f for pattern in file_patterns for f in tf.io.gfile.glob(pattern)})
     if not files:
         raise FileNotFoundError(f"no TFRecord files match {list(file_patterns)}")
-    if process_index is None or process_count is None:
-        import jax
-        process_index, process_count = jax.process_index(), jax.process_count()
     if tokenizer is not None:
         vocab_size, special_ids = tokenizer.vocab_size, tokenizer.special_ids()
-        if whole_word_masking and word_start_table is None:
+        if options.whole_word_masking and word_start_table is None:
             word_start_table = tokenizer.word_start_table()
-    if dynamic_masking and (vocab_size is None or special_ids is None):
+    if options.dynamic_masking and (vocab_size is None or special_ids is None):
         raise ValueError("dynamic masking needs `tokenizer` or `vocab_size` and `special_ids`")
-    if dynamic_masking and whole_word_masking and word_start_table is None:
+    if options.dynamic_masking and options.whole_word_masking and word_start_table is None:
         raise ValueError("whole-word masking needs `tokenizer` or `word_start_table`")
     iterator = PretrainIterator(
-        files, per_host_batch_size=per_host_batch_size, max_seq_length=max_seq_length,
-        max_predictions_per_seq=max_predictions_per_seq, vocab_size=vocab_size,
-        special_ids=special_ids, dynamic_masking=dynamic_masking,
-        word_start_table=word_start_table if whole_word_masking else None,
-        masked_lm_prob=masked_lm_prob, pack=pack, max_examples_per_row=max_examples_per_row,
-        seed=seed, process_index=process_index, process_count=process_count,
-        shuffle_buffer=shuffle_buffer, repeat=repeat, split=split, eval_fraction=eval_fraction)
+        files, options, process_index=process_index, process_count=process_count,
+        vocab_size=vocab_size, special_ids=special_ids,
+        word_start_table=word_start_table if options.whole_word_masking else None)
     if state is not None:
         iterator.set_state(state)
     return iterator

@@ -17,56 +17,8 @@ import numpy as np
 from bert_jax import heads, losses
 from bert_jax.config import check_choice
 from bert_jax.finetune import files, metrics
-from bert_jax.finetune.tasks import Task
-
-
-# How a text longer than its share of max_seq_length is cut: BERT keeps its start;
-# "head+tail" keeps the first quarter of the budget from the start and the rest from
-# the end, the best of the strategies Sun et al. (2019) compared on long documents.
-TRUNCATION_HEAD_FRACTION = {"head": 1.0, "head+tail": 0.25}
-
-
-def head_fraction(truncation: str) -> float:
-    """The share of a cut text's budget taken from its start."""
-    if truncation not in TRUNCATION_HEAD_FRACTION:
-        raise ValueError(f"truncation must be one of {', '.join(TRUNCATION_HEAD_FRACTION)}; "
-                         f"got {truncation!r}")
-    return TRUNCATION_HEAD_FRACTION[truncation]
-
-
-def truncate_pair(a: list, b: list | None, max_tokens: int, head: float = 1.0
-                  ) -> tuple[list, list | None]:
-    """BERT's longest-first truncation: the longer list gives up tokens until both fit.
-    Each cut list keeps `head` of its length from its start and the rest from its end."""
-    len_a, len_b = len(a), 0 if b is None else len(b)
-    while len_a + len_b > max_tokens:
-        if b is not None and len_b > len_a:
-            len_b -= 1
-        else:
-            len_a -= 1
-    return keep_head_tail(a, len_a, head), None if b is None else keep_head_tail(b, len_b, head)
-
-
-def keep_head_tail(tokens: list, length: int, head: float) -> list:
-    if len(tokens) <= length:
-        return list(tokens)
-    start = int(length * head)
-    return list(tokens[:start]) + list(tokens[len(tokens) - (length - start):])
-
-
-def encode_pair(tokenizer, text_a: str, text_b: str | None, max_seq_length: int,
-                truncation: str = "head") -> tuple[list[int], list[int]]:
-    """(input_ids, segment_ids) of `[CLS] a [SEP] b [SEP]`, at most `max_seq_length`."""
-    a = tokenizer.encode(text_a).ids
-    b = None if text_b is None else tokenizer.encode(text_b).ids
-    a, b = truncate_pair(a, b, max_seq_length - (2 if b is None else 3),
-                         head_fraction(truncation))
-    ids = [tokenizer.cls_id, *a, tokenizer.sep_id]
-    segments = [0] * len(ids)
-    if b is not None:
-        ids += [*b, tokenizer.sep_id]
-        segments += [1] * (len(b) + 1)
-    return ids, segments
+from bert_jax.finetune.task_base import Task
+from bert_jax.text_io import encode_pair, head_fraction
 
 
 class ClassificationTask(Task):

@@ -21,8 +21,7 @@ import sys
 import numpy as np
 
 MULTI_COMMAND = True
-DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))), "configs", "finetune.py")
+DEFAULT_CONFIG = "finetune.py"  # the packaged config (see config_loader)
 
 
 def parse_seeds(value) -> list[int]:
@@ -53,7 +52,7 @@ def summarize_seeds(runs: dict[int, dict]) -> dict:
 
 
 def run_finetune(config, workdir: str) -> dict:
-    from bert_jax import multihost
+    from bert_jax import multihost, pretrained
     from bert_jax.finetune import trainer
     seeds = parse_seeds(config.seeds)
     if not seeds:
@@ -64,7 +63,7 @@ def run_finetune(config, workdir: str) -> dict:
         runs[seed] = trainer.finetune(config, os.path.join(workdir, f"seed_{seed}"))
     summary = summarize_seeds(runs)
     if multihost.is_primary():
-        with open(os.path.join(workdir, trainer.RESULTS_FILE), "w", encoding="utf-8") as f:
+        with open(os.path.join(workdir, pretrained.RESULTS_FILE), "w", encoding="utf-8") as f:
             json.dump(summary, f, indent=2)
     for split, values in summary.items():
         if isinstance(values, dict) and split not in ("runs",):
@@ -80,7 +79,7 @@ def _finetune_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="bert-jax finetune", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default=f"{DEFAULT_CONFIG}:sst2",
-                        help="FILE.py:TASK, e.g. configs/finetune.py:mrpc")
+                        help="FILE.py:TASK, e.g. finetune.py:mrpc (packaged) or a path to your own")
     parser.add_argument("--init", help="model directory or pretraining workdir to start from")
     parser.add_argument("--workdir", required=True)
     multihost.add_arguments(parser)
@@ -102,11 +101,11 @@ def _evaluate_main(argv: list[str]) -> int:
     parser.add_argument("--file", help="a labeled file (for file-based tasks) to evaluate on")
     args = parser.parse_args(argv)
     from bert_jax.errors import UserError
-    from bert_jax.finetune import trainer
+    from bert_jax.finetune import inference
     if args.file and args.split:
         raise UserError("pass --split or --file, not both")
     overrides = {"validation_file": os.path.abspath(args.file)} if args.file else {}
-    model = trainer.load_finetuned(args.workdir, overrides)
+    model = inference.load_finetuned(args.workdir, overrides)
     task = model.task
     known = list(dict.fromkeys(["train", *task.eval_splits, *task.test_splits]))
     if args.split and args.split not in known:
@@ -121,7 +120,7 @@ def _evaluate_main(argv: list[str]) -> int:
         features = task.featurize(examples, model.tokenizer, model.config.max_seq_length,
                                   training=False)
         results[name] = task.evaluate(examples, features, model.outputs(features))
-    with open(os.path.join(args.workdir, trainer.EVALUATE_RESULTS_FILE), "w",
+    with open(os.path.join(args.workdir, inference.EVALUATE_RESULTS_FILE), "w",
               encoding="utf-8") as f:
         json.dump(results, f, indent=2)
     print(json.dumps(results, indent=2))
@@ -136,8 +135,8 @@ def _predict_main(argv: list[str]) -> int:
                         "SQuAD JSON)")
     parser.add_argument("--output", help="JSONL file (default: stdout)")
     args = parser.parse_args(argv)
-    from bert_jax.finetune import files, trainer
-    model = trainer.load_finetuned(args.workdir)
+    from bert_jax.finetune import files, inference
+    model = inference.load_finetuned(args.workdir)
     records = model.predict_examples(model.task.read_inputs(args.input))
     if args.output:
         files.write_jsonl(args.output, records)

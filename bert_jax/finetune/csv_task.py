@@ -18,7 +18,7 @@ import os
 
 from bert_jax.finetune import files
 from bert_jax.finetune.classification import ClassificationTask
-from bert_jax.finetune.tasks import register
+from bert_jax.finetune.task_base import register
 
 SPAM_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "resources", "spam")
 _SPLIT_KEYS = {"train": "train_file", "validation": "validation_file", "test": "test_file"}

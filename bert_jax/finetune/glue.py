@@ -12,7 +12,7 @@ import os
 
 from bert_jax.finetune import files
 from bert_jax.finetune.classification import ClassificationTask
-from bert_jax.finetune.tasks import register
+from bert_jax.finetune.task_base import register
 
 _NLI3 = ["entailment", "neutral", "contradiction"]
 _NLI2 = ["entailment", "not_entailment"]

@@ -16,6 +16,7 @@ import numpy as np
 import scipy.stats
 from sklearn import metrics as sk
 
+from bert_jax.text_io import entities
 from bert_jax.tokenization.wordpiece import is_cjk
 
 
@@ -53,53 +54,6 @@ METRICS = {"accuracy": accuracy, "matthews": matthews, "f1_accuracy": f1_and_acc
 
 
 # --- tagging ----------------------------------------------------------------------------
-
-def _split_tag(tag: str) -> tuple[str, str]:
-    """'B-PER' -> ('B', 'PER'); 'O' -> ('O', '_'); a bare type 'PER' -> ('P', 'ER')
-    exactly like seqeval, so a tag set without prefixes should use token accuracy."""
-    if tag in ("O", ""):
-        return "O", "_"
-    return tag[0], tag[1:].split("-", maxsplit=1)[-1] or "_"
-
-
-def _chunk_ends(prev_tag, tag, prev_type, type_) -> bool:
-    if prev_tag in ("E", "S"):
-        return True
-    if prev_tag in ("B", "I") and tag in ("B", "S", "O"):
-        return True
-    return prev_tag not in ("O", ".") and prev_type != type_
-
-
-def _chunk_starts(prev_tag, tag, prev_type, type_) -> bool:
-    if tag in ("B", "S"):
-        return True
-    if prev_tag in ("E", "S", "O") and tag in ("E", "I"):
-        return True
-    return tag not in ("O", ".") and prev_type != type_
-
-
-def entities(sequences: Iterable[Sequence[str]]) -> set[tuple[str, int, int]]:
-    """The (type, first, last) token spans of the entities in BIO/IOB1/IOBES tag sequences.
-
-    seqeval's default (lenient, conlleval-like) chunking: an `I-X` after `O` or after a
-    different type starts an entity; sequences are joined with an `O` between them, so
-    positions index the concatenation.
-    """
-    flat: list[str] = []
-    for seq in sequences:
-        flat.extend(seq)
-        flat.append("O")
-    found = set()
-    prev_tag, prev_type, start = "O", "", 0
-    for i, tag_str in enumerate(flat + ["O"]):
-        tag, type_ = _split_tag(tag_str)
-        if _chunk_ends(prev_tag, tag, prev_type, type_):
-            found.add((prev_type, start, i - 1))
-        if _chunk_starts(prev_tag, tag, prev_type, type_):
-            start = i
-        prev_tag, prev_type = tag, type_
-    return found
-
 
 def entity_scores(predicted: Sequence[Sequence[str]], gold: Sequence[Sequence[str]]
                   ) -> dict[str, float]:

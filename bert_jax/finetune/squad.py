@@ -19,7 +19,7 @@ import numpy as np
 
 from bert_jax import heads, losses
 from bert_jax.finetune import files, metrics
-from bert_jax.finetune.tasks import Task, register
+from bert_jax.finetune.task_base import Task, register
 
 
 def read_squad_json(path: str) -> list[dict]:

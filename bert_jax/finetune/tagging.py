@@ -30,52 +30,8 @@ import numpy as np
 
 from bert_jax import heads, losses
 from bert_jax.finetune import crf, files, metrics
-from bert_jax.finetune.tasks import Task, register
-from bert_jax.tokenization.wordpiece import is_cjk, is_punctuation
-
-
-def split_words(text: str) -> tuple[list[str], list[tuple[int, int]]]:
-    """Words of raw text as character-level CoNLL splits them, and their (start, end)
-    character spans in `text`: each CJK character and each punctuation character is a
-    word; other runs end at whitespace."""
-    words, spans, start = [], [], None
-    for i, ch in enumerate(text + " "):
-        alone = is_cjk(ord(ch)) or is_punctuation(ch)
-        if start is not None and (ch.isspace() or alone):
-            words.append(text[start:i])
-            spans.append((start, i))
-            start = None
-        if alone:
-            words.append(ch)
-            spans.append((i, i + 1))
-        elif start is None and not ch.isspace():
-            start = i
-    return words, spans
-
-
-def text_example(text: str) -> dict:
-    words, spans = split_words(text)
-    return {"words": words, "tags": None, "text": text, "spans": spans}
-
-
-def tagged_entities(text: str, spans: list[tuple[int, int]], tags: list[str]) -> list[dict]:
-    """[{'type', 'start', 'end', 'text'}] in order: the entities of a BIO/IOBES tag
-    sequence as character spans [start, end) of `text` (`spans`: each word's)."""
-    found = sorted(metrics.entities([tags]), key=lambda e: e[1])
-    return [{"type": type_, "start": spans[first][0], "end": spans[last][1],
-             "text": text[spans[first][0]:spans[last][1]]}
-            for type_, first, last in found if type_ != "_"]
-
-
-def word_token_spans(tokenizer, words: list[str]):
-    """Tokenizes the words joined by spaces: (token ids, start and end token index of
-    each word; start == end for a word that produced no token)."""
-    char_to_word = np.repeat(np.arange(len(words)), [len(w) + 1 for w in words])
-    encoding = tokenizer.encode(" ".join(words))
-    word_of_token = [int(char_to_word[start]) for start, _ in encoding.offsets]
-    counts = np.bincount(np.asarray(word_of_token, np.int64), minlength=len(words))
-    ends = np.cumsum(counts)  # tokens come in word order
-    return list(encoding.ids), [int(s) for s in ends - counts], [int(e) for e in ends]
+from bert_jax.finetune.task_base import Task, register
+from bert_jax.text_io import tagged_entities, text_example, word_token_spans
 
 
 def word_token_positions(tokenizer, words: list[str], max_tokens: int):

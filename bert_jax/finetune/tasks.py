@@ -1,9 +1,5 @@
-"""The task interface and registry.
-
-A task owns everything that differs between fine-tuning problems: where its data
-comes from, how examples become features, the head, the loss, what the eval step
-returns, the metrics and the prediction format. `bert_jax.finetune.trainer` is the
-one loop that runs them all.
+"""Task lookup: a task by name (`get_task`) or from the spec saved with a model
+(`from_spec`). Importing the family modules fills the registry of `task_base`.
 
     task = get_task(config)              # config: the ConfigDict of configs/finetune.py
     task = from_spec(spec, config)       # rebuilt from the dict saved with the best model
@@ -11,132 +7,22 @@ one loop that runs them all.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
-import flax.linen as nn
-import jax
-
-from bert_jax.config import BertConfig
-
-Array = jax.Array
-Example = dict
-Feature = dict
-
-
-class Task:
-    """Base class; see the classification, tagging and squad modules for the families."""
-
-    name: str = ""
-    sequence_keys: tuple[str, ...] = ()   # per-token feature keys, padded like input_ids
-    supports_packing: bool = False
-    eval_splits: tuple[str, ...] = ("validation",)
-    test_split: str | None = "test"
-    selection_metric: str = "accuracy"    # higher is better; picks the best checkpoint
-
-    def __init__(self, config):
-        self.config = config
-
-    @property
-    def test_splits(self) -> tuple[str, ...]:
-        """The splits predicted after training (GLUE's MNLI has two)."""
-        return (self.test_split,) if self.test_split else ()
-
-    # --- data (host) ---
-    def load(self, split: str) -> list[Example]:
-        """Labeled examples of a split (`train`, an eval split or the test split)."""
-        raise NotImplementedError
-
-    def prepare(self, train_examples: list[Example]) -> None:
-        """Fixes what depends on the training data (e.g. the label set of a CSV)."""
-
-    def is_labeled(self, example: Example) -> bool:
-        """Whether an example has a gold answer (test splits often do not)."""
-        return example.get("label") is not None
-
-    def restore_spec(self, spec: dict[str, Any]) -> None:
-        """The inverse of `spec()` for what `prepare` decided."""
-
-    def spec(self) -> dict[str, Any]:
-        """JSON description saved with the model; `from_spec` rebuilds the task from it."""
-        return {"name": self.name}
-
-    def featurize(self, examples: list[Example], tokenizer, max_seq_length: int, *,
-                  training: bool) -> list[Feature]:
-        """Examples -> features with `input_ids`, `segment_ids` and a `feature_index`.
-        One example may give several features (SQuAD windows) or none (training only)."""
-        raise NotImplementedError
-
-    def read_inputs(self, path: str) -> list[Example]:
-        """Unlabeled examples for `bert-jax predict`."""
-        raise NotImplementedError
-
-    def examples_from_inputs(self, inputs: list) -> list[Example]:
-        """Unlabeled examples from Python values (`Finetuned.predict`): texts, text
-        pairs, word lists or question/context dicts, as the family takes."""
-        raise NotImplementedError
-
-    # --- model (device) ---
-    def model(self, config: BertConfig) -> nn.Module:
-        raise NotImplementedError
-
-    def model_inputs(self, batch: dict[str, Array]) -> dict[str, Array]:
-        keys = ("input_ids", "input_mask", "segment_ids", "position_ids", "example_ids")
-        return {k: batch[k] for k in keys if k in batch}
-
-    def loss(self, outputs: Any, batch: dict[str, Array]) -> tuple[Array, dict[str, Array]]:
-        """(scalar loss, metrics to log) from the model outputs of a training batch."""
-        raise NotImplementedError
-
-    def eval_outputs(self, outputs: Any, batch: dict[str, Array]) -> dict[str, Array]:
-        """What the eval step returns per feature: arrays [B, ...]."""
-        raise NotImplementedError
-
-    # --- results (host) ---
-    def evaluate(self, examples: list[Example], features: list[Feature],
-                 outputs: list[dict[str, Any]]) -> dict[str, float]:
-        """Metrics from per-feature outputs (outputs[i] belongs to features[i])."""
-        raise NotImplementedError
-
-    def predict(self, examples: list[Example], features: list[Feature],
-                outputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """One JSON-serialisable record per example."""
-        raise NotImplementedError
-
-    def write_test_predictions(self, records: list[dict[str, Any]], split: str,
-                               workdir: str) -> str | None:
-        """Writes a submission file for the test split; returns its path (or None)."""
-        return None
-
-
-_REGISTRY: dict[str, Callable[[Any], Task]] = {}
-
-
-def register(*names: str):
-    """Class decorator or factory registration: `@register('sst2')`."""
-    def add(factory):
-        for name in names:
-            _REGISTRY[name] = factory
-        return factory
-    return add
+from bert_jax.finetune import csv_task, glue, squad, tagging  # noqa: F401  (they register)
+from bert_jax.finetune.task_base import REGISTRY, Task
 
 
 def known_tasks() -> list[str]:
-    _import_families()
-    return sorted(_REGISTRY)
-
-
-def _import_families():
-    # Importing the family modules fills the registry.
-    from bert_jax.finetune import csv_task, glue, squad, tagging  # noqa: F401
+    return sorted(REGISTRY)
 
 
 def get_task(config) -> Task:
     """The task named by `config.task`; an unknown name lists the known ones."""
-    _import_families()
     name = config.task
-    if name not in _REGISTRY:
+    if name not in REGISTRY:
         raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(known_tasks())}")
-    return _REGISTRY[name](config)
+    return REGISTRY[name](config)
 
 
 def from_spec(spec: dict[str, Any], config) -> Task:

@@ -7,7 +7,8 @@ The step functions are module-level and pure; model, task and optimizer are boun
 in with `functools.partial`, and dropout keys derive from the step number.
 In a multi-process job every process reads and batches the (small) fine-tuning
 data alike and places its own devices' rows; eval outputs are replicated so every
-process sees them all, and process 0 writes the files.
+process sees them all, and process 0 writes the files. Running the kept model
+afterwards (`load_finetuned`) is `bert_jax.finetune.inference`.
 """
 
 from __future__ import annotations
@@ -24,23 +25,19 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 from jax.experimental import multihost_utils
-from jax.sharding import NamedSharding, PartitionSpec as P
 
-from bert_jax import checkpoint, multihost, optim, pretrained, sharding
-from bert_jax.config import BertConfig, ConfigError, check_choice, check_inputs_fit, get_config
-from bert_jax.convert import layout
+from bert_jax import multihost, optim, pretrained, sharding, training
+from bert_jax.config import BertConfig, ConfigError, check_choice, check_inputs_fit
 from bert_jax.errors import UserError, check_positive
 from bert_jax.finetune import files, packing, tasks
+from bert_jax.finetune.inference import (EVALUATE_RESULTS_FILE, make_eval_fn, predict_features,
+                                         round_up)
 from bert_jax.metrics_writer import MetricsWriter
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
 
-BEST_DIR = "best"
 KEEP_CHECKPOINT = ("best", "last")  # the best validation score, or the end of training
-RESULTS_FILE = "eval_results.json"
-EVALUATE_RESULTS_FILE = "evaluate_results.json"  # written by `bert-jax evaluate`
 PREDICTIONS_DIR = "predictions"
 
 
@@ -54,15 +51,6 @@ class ModelSource:
     origin: str
 
 
-def _model_config(spec, vocab_size: int | None = None) -> BertConfig:
-    if isinstance(spec, (dict, ml_collections.ConfigDict)):
-        fields = dict(spec)
-        if vocab_size:
-            fields.setdefault("vocab_size", vocab_size)
-        return get_config(fields.pop("preset", "bert-base"), **fields)
-    return get_config(spec, **({"vocab_size": vocab_size} if vocab_size else {}))
-
-
 def resolve_model(config) -> ModelSource:
     """The encoder of `config.init` (checked against `config.model` when both are set),
     or a randomly initialised `config.model` with `config.tokenizer`."""
@@ -74,7 +62,7 @@ def resolve_model(config) -> ModelSource:
         pre = pretrained.load(config.init)
         tokenizer = load_tokenizer(config.tokenizer or pre.tokenizer_dir)
         if config.model:
-            wanted = _model_config(config.model, pre.config.vocab_size)
+            wanted = training.model_config(config.model, pre.config.vocab_size)
             for field in ("vocab_size", "hidden_size", "num_hidden_layers",
                           "num_attention_heads", "intermediate_size"):
                 have, want = getattr(pre.config, field), getattr(wanted, field)
@@ -93,7 +81,7 @@ def resolve_model(config) -> ModelSource:
         raise ConfigError("nothing to fine-tune: pass --init CHECKPOINT (a model directory or a "
                           "pretraining workdir) or --config.model=PRESET for a random encoder")
     tokenizer = load_tokenizer(config.tokenizer or DEFAULT_VOCAB)
-    model_config = _model_config(config.model, tokenizer.vocab_size)
+    model_config = training.model_config(config.model, tokenizer.vocab_size)
     spec = config.model if isinstance(config.model, str) else dict(config.model)
     return ModelSource(model_config.replace(**dropout, **numerics), tokenizer, None,
                        f"random {spec}")
@@ -102,7 +90,8 @@ def resolve_model(config) -> ModelSource:
 # --- steps -----------------------------------------------------------------------------
 
 def train_step(state, batch, *, model, task, tx, rules):
-    """One update: (TrainState, batch of [B, ...] arrays) -> (TrainState, metrics)."""
+    """One update: (TrainState, batch of [B, ...] arrays) -> (TrainState, metrics).
+    A non-finite loss or gradient norm skips it (`training.apply_gradients`)."""
     dropout_key = state.step_rng()
 
     def loss_fn(params):
@@ -112,29 +101,9 @@ def train_step(state, batch, *, model, task, tx, rules):
         return task.loss(outputs, batch)
 
     (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
-    updates, opt_state = tx.update(grads, state.opt_state, state.params)
-    finite = jnp.isfinite(loss)
-    keep = lambda new, old: jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, old)
-    params = keep(jax.tree.map(jnp.add, state.params, updates), state.params)
-    state = state.replace(step=state.step + 1, params=params,
-                          opt_state=keep(opt_state, state.opt_state),
-                          nonfinite_steps=state.nonfinite_steps + (~finite).astype(jnp.int32))
+    state, _, _ = training.apply_gradients(state, grads, loss, tx)
     metrics["examples"] = jnp.sum(batch["example_weights"])
     return state, metrics
-
-
-def eval_step(params, batch, *, model, task, rules):
-    with nn.logical_axis_rules(rules):
-        outputs = model.apply({"params": params}, **task.model_inputs(batch), deterministic=True)
-    return task.eval_outputs(outputs, batch)
-
-
-def make_eval_fn(model, task, rules, param_shardings, mesh):
-    """The jitted eval step; its outputs are replicated so that every process can read
-    all of them."""
-    return jax.jit(functools.partial(eval_step, model=model, task=task, rules=rules),
-                   in_shardings=(param_shardings, sharding.batch_sharding(mesh, rules)),
-                   out_shardings=NamedSharding(mesh, P()))
 
 
 # --- host side -------------------------------------------------------------------------
@@ -146,23 +115,6 @@ def subsample(items: list, limit: int, seed: int) -> list:
     return [items[i] for i in keep]
 
 
-def predict_features(task, params, features, eval_fn, config, mesh) -> list[dict]:
-    """Runs the eval step over `features`: one dict of numpy outputs per feature."""
-    rules = config.logical_axis_rules
-    batch_size = _round_up(config.eval_batch_size, sharding.batch_size_multiple(mesh, rules))
-    outputs: list[dict | None] = [None] * len(features)
-    for batch in packing.padded_batches(features, batch_size, config.max_seq_length,
-                                        task.sequence_keys, bucketing=config.length_bucketing):
-        result = jax.device_get(eval_fn(params, sharding.shard_full_batch(batch, mesh, rules)))
-        for row in np.flatnonzero(batch["example_weights"]):
-            outputs[int(batch["feature_index"][row])] = {k: v[row] for k, v in result.items()}
-    return outputs
-
-
-def _round_up(n: int, multiple: int) -> int:
-    return -(-n // multiple) * multiple
-
-
 def _train_batches(task, features, config, epoch: int, seed: int, multiple: int,
                    rows_per_batch: int):
     batch_seed = seed * 1000 + epoch
@@ -170,7 +122,7 @@ def _train_batches(task, features, config, epoch: int, seed: int, multiple: int,
         return packing.packed_batches(features, rows_per_batch, config.max_seq_length,
                                       config.max_examples_per_row, task.sequence_keys,
                                       shuffle_seed=batch_seed)
-    return packing.padded_batches(features, _round_up(config.global_batch_size, multiple),
+    return packing.padded_batches(features, round_up(config.global_batch_size, multiple),
                                   config.max_seq_length, task.sequence_keys,
                                   bucketing=config.length_bucketing, shuffle_seed=batch_seed)
 
@@ -233,7 +185,7 @@ def finetune(config, workdir: str) -> dict[str, Any]:
             config.global_batch_size, multiple)
         steps_per_epoch = math.ceil(len(train_features) / per_row / rows_per_batch)
     else:
-        steps_per_epoch = math.ceil(len(train_features) / _round_up(config.global_batch_size,
+        steps_per_epoch = math.ceil(len(train_features) / round_up(config.global_batch_size,
                                                                      multiple))
     num_steps = max(1, int(config.num_train_epochs * steps_per_epoch))
     num_epochs = math.ceil(config.num_train_epochs)
@@ -251,10 +203,9 @@ def finetune(config, workdir: str) -> dict[str, Any]:
         loaded = dict(source.encoder_params)
         if "pooler" not in state.params["bert"]:
             loaded.pop("pooler", None)  # tagging and span heads have no pooler
-        encoder = checkpoint.match_params(
-            layout.match_layout({"bert": loaded}, bert_config.scan_layers)["bert"],
-            state.params["bert"], source=source.origin)
-        encoder = jax.device_put(encoder, shardings.params["bert"])
+        encoder = pretrained.place_params(loaded, state.params["bert"], shardings.params["bert"],
+                                          scan_layers=bert_config.scan_layers,
+                                          source=source.origin)
         state = state.replace(params={**state.params, "bert": encoder})
 
     batch_sharding = sharding.batch_sharding(mesh, rules)
@@ -266,7 +217,7 @@ def finetune(config, workdir: str) -> dict[str, Any]:
     os.makedirs(workdir, exist_ok=True)
     # An earlier run's outputs would pass for this run's.
     shutil.rmtree(os.path.join(workdir, PREDICTIONS_DIR), ignore_errors=True)
-    for stale in (RESULTS_FILE, EVALUATE_RESULTS_FILE):
+    for stale in (pretrained.RESULTS_FILE, EVALUATE_RESULTS_FILE):
         if os.path.exists(os.path.join(workdir, stale)):
             os.remove(os.path.join(workdir, stale))
     writer = MetricsWriter(workdir, total_steps=num_steps, append=False)
@@ -316,8 +267,8 @@ def finetune(config, workdir: str) -> dict[str, Any]:
                 kept_params = multihost_utils.process_allgather(state.params, tiled=True)
                 kept = {"score": main, "epoch": epoch + 1, "metrics": scores}
                 if multihost.is_primary():
-                    pretrained.save(os.path.join(workdir, BEST_DIR), bert_config, kept_params,
-                                    tokenizer=tokenizer, task=spec, overwrite=True)
+                    pretrained.save(os.path.join(workdir, pretrained.BEST_DIR), bert_config,
+                                    kept_params, tokenizer=tokenizer, task=spec, overwrite=True)
         writer.close()
         results = {"task": task.name, "seed": seed, "keep_checkpoint": config.keep_checkpoint,
                    "kept_epoch": kept["epoch"],
@@ -328,7 +279,7 @@ def finetune(config, workdir: str) -> dict[str, Any]:
         kept_params = jax.device_put(kept_params, shardings.params)
         results.update(predict_test(task, tokenizer, kept_params, eval_fn, config, mesh, workdir))
     if multihost.is_primary():
-        with open(os.path.join(workdir, RESULTS_FILE), "w", encoding="utf-8") as f:
+        with open(os.path.join(workdir, pretrained.RESULTS_FILE), "w", encoding="utf-8") as f:
             json.dump(results, f, indent=2)
     multihost.sync("finetune_results_written")
     return results
@@ -370,75 +321,3 @@ def predict_test(task, tokenizer, params, eval_fn, config, mesh, workdir) -> dic
         if examples and all(task.is_labeled(ex) for ex in examples):
             out[split] = task.evaluate(examples, features, outputs)
     return out
-
-
-@dataclasses.dataclass
-class Finetuned:
-    """A fine-tuned model ready to run: what `evaluate` and `predict` need."""
-
-    task: tasks.Task
-    tokenizer: Any
-    config: ml_collections.ConfigDict
-    params: Any
-    eval_fn: Any
-    mesh: jax.sharding.Mesh
-
-    def outputs(self, features: list[dict]) -> list[dict]:
-        with jax.set_mesh(self.mesh):
-            return predict_features(self.task, self.params, features, self.eval_fn,
-                                    self.config, self.mesh)
-
-    def predict_examples(self, examples: list[dict]) -> list[dict]:
-        features = self.task.featurize(examples, self.tokenizer, self.config.max_seq_length,
-                                       training=False)
-        return self.task.predict(examples, features, self.outputs(features))
-
-    def predict(self, inputs: list) -> list[dict]:
-        """One record per input, as `bert-jax predict` writes them. Inputs: texts or
-        (text, text_pair) tuples for classification and regression, raw texts (split
-        as character-level CoNLL data: each CJK character a word) or word lists for
-        tagging, {'question', 'context'} dicts for SQuAD."""
-        return self.predict_examples(self.task.examples_from_inputs(list(inputs)))
-
-
-def best_model_dir(workdir: str) -> str:
-    """WORKDIR/best, or for a multi-seed workdir the best seed's."""
-    results = os.path.join(workdir, RESULTS_FILE)
-    if not os.path.isdir(os.path.join(workdir, BEST_DIR)) and os.path.exists(results):
-        with open(results, encoding="utf-8") as f:
-            best_seed = json.load(f).get("best_seed")
-        if best_seed is not None:
-            return os.path.join(workdir, f"seed_{best_seed}", BEST_DIR)
-    path = os.path.join(workdir, BEST_DIR)
-    if not os.path.isdir(path):
-        raise FileNotFoundError(f"{workdir} holds no fine-tuned model ({BEST_DIR}/ is missing); "
-                                "run `bert-jax finetune --workdir` first")
-    return path
-
-
-def load_finetuned(workdir: str, overrides: dict | None = None) -> Finetuned:
-    """Rebuilds task, model and parameters from WORKDIR/best (config keys overridable)."""
-    pre = pretrained.load(best_model_dir(workdir))
-    if not pre.task or "config" not in pre.task:
-        raise ValueError(f"{workdir}: the saved model has no fine-tuning task description")
-    config = ml_collections.ConfigDict(pre.task["config"])
-    for key, value in (overrides or {}).items():
-        config[key] = value
-    task = tasks.from_spec(pre.task, config)
-    # JSON turned the rules' tuples into lists.
-    rules = tuple((name, tuple(axes) if isinstance(axes, list) else axes)
-                  for name, axes in config.logical_axis_rules)
-    with config.ignore_type():
-        config.logical_axis_rules = rules
-    mesh = sharding.make_mesh(dict(config.mesh_shape))
-    model = task.model(pre.config)
-    dummy = jnp.ones((1, 8), jnp.int32)
-    boxed = jax.eval_shape(lambda: model.init(jax.random.key(0), dummy, dummy, dummy)["params"])
-    shardings = sharding.logical_to_sharding(nn.get_partition_spec(boxed), mesh, rules)
-    params = checkpoint.match_params(layout.match_layout(pre.params, pre.config.scan_layers),
-                                     nn.unbox(boxed), source=pre.tokenizer_dir)
-    params = jax.device_put(params, shardings)
-    eval_fn = make_eval_fn(model, task, rules, shardings, mesh)
-    tokenizer = load_tokenizer(pre.tokenizer_dir)
-    check_inputs_fit(pre.config, pre.tokenizer_dir, vocab_size=tokenizer.vocab_size)
-    return Finetuned(task, tokenizer, config, params, eval_fn, mesh)

@@ -31,19 +31,18 @@ import ml_collections
 import numpy as np
 import optax
 
-from bert_jax import checkpoint, compile_cache, losses, multihost, perf, sharding
+from bert_jax import (checkpoint, compile_cache, losses, multihost, perf, pretrained, sharding,
+                      training)
 from bert_jax.atomic import atomic_directory
 from bert_jax.config import BertConfig, check_choice, check_inputs_fit
-from bert_jax.config import get_config as get_model_config
 from bert_jax.config_loader import load_config, split_config_args
-from bert_jax.convert import layout
 from bert_jax.errors import UserError, check_divisible, check_positive
 from bert_jax.heads import BertForPreTraining
 from bert_jax.metrics_writer import MetricsWriter
 from bert_jax.optim import OPTIMIZERS, make_optimizer
 from bert_jax.train_state import TrainState
 
-log = logging.getLogger("bert_jax.train")
+log = logging.getLogger("bert_jax.pretrain")
 
 # The model's optional inputs, passed through when the batch has them (packed rows).
 _OPTIONAL_INPUTS = ("position_ids", "example_ids", "next_sentence_positions")
@@ -60,15 +59,10 @@ def model_config(config: ml_collections.ConfigDict, vocab_size: int | None = Non
     optional 'preset'), then the run-level compute_dtype/remat_policy/scan_layers/
     attention_impl and attention_probs_dropout_prob (None: the model's).
     vocab_size: the tokenizer's, used unless the model dict sets one."""
-    spec = config.model
-    fields = dict(spec) if not isinstance(spec, str) else {"preset": spec}
-    preset = fields.pop("preset", "bert-base")
-    if vocab_size is not None:
-        fields.setdefault("vocab_size", vocab_size)
-    if config.attention_probs_dropout_prob is not None:
-        fields["attention_probs_dropout_prob"] = float(config.attention_probs_dropout_prob)
-    bert_config = get_model_config(
-        preset, **fields, dtype=config.compute_dtype, param_dtype="float32",
+    dropout = ({} if config.attention_probs_dropout_prob is None else
+               {"attention_probs_dropout_prob": float(config.attention_probs_dropout_prob)})
+    bert_config = training.model_config(
+        config.model, vocab_size, **dropout, dtype=config.compute_dtype, param_dtype="float32",
         remat_policy=config.remat_policy, scan_layers=config.scan_layers,
         attention_impl=config.attention_impl)
     bert_config.check_trainable()
@@ -107,15 +101,6 @@ def forward(model: nn.Module, params: Any, batch: dict, *, rng=None,
     return metrics["loss"], metrics
 
 
-def _split_microbatches(batch: dict, count: int) -> dict:
-    """[B, ...] -> [count, B / count, ...] taking rows i, i + count, ... for micro-batch i,
-    so each micro-batch stays spread over the whole batch sharding."""
-    def split(x):
-        x = x.reshape(x.shape[0] // count, count, *x.shape[1:])
-        return jnp.swapaxes(x, 0, 1)
-    return jax.tree.map(split, batch)
-
-
 def train_step(state: TrainState, batch: dict, *, model: nn.Module,
                tx: optax.GradientTransformation, schedule: optax.Schedule, rules: tuple,
                grad_accum_steps: int = 1) -> tuple[TrainState, dict]:
@@ -123,8 +108,8 @@ def train_step(state: TrainState, batch: dict, *, model: nn.Module,
 
     Dropout keys come from `state.step_rng()`. With grad_accum_steps = k the
     batch is processed as k sequential micro-batches whose gradients add up to the
-    whole batch's (each weighted by its share of the masked tokens and NSP labels). A non-finite loss or gradient norm leaves params and optimizer
-    state unchanged and increments `state.nonfinite_steps`.
+    whole batch's (each weighted by its share of the masked tokens and NSP labels).
+    A non-finite loss or gradient norm skips the update (`training.apply_gradients`).
     Returns (next state, metrics of scalars).
     """
     rng = state.step_rng()
@@ -138,26 +123,10 @@ def train_step(state: TrainState, batch: dict, *, model: nn.Module,
         return grads, metrics
 
     with nn.logical_axis_rules(rules):
-        if grad_accum_steps == 1:
-            grads, metrics = grads_and_metrics(0, batch)
-        else:
-            micro = _split_microbatches(batch, grad_accum_steps)
-            shapes = jax.eval_shape(grads_and_metrics, 0, jax.tree.map(lambda x: x[0], micro))
-            zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
-            add = lambda total, micro: (jax.tree.map(jnp.add, total,
-                                                     grads_and_metrics(*micro)), None)
-            (grads, metrics), _ = jax.lax.scan(
-                add, zeros, (jnp.arange(grad_accum_steps), micro))
-    grad_norm = optax.global_norm(grads)
-    finite = jnp.isfinite(metrics["loss"]) & jnp.isfinite(grad_norm)
-    updates, opt_state = tx.update(grads, state.opt_state, state.params)
-    params = optax.apply_updates(state.params, updates)
-    keep_if_bad = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)
+        grads, metrics = training.accumulate_gradients(grads_and_metrics, batch,
+                                                       grad_accum_steps)
     applied_updates = state.step - state.nonfinite_steps  # the optimizer's own count
-    new_state = state.replace(
-        step=state.step + 1, params=keep_if_bad(params, state.params),
-        opt_state=keep_if_bad(opt_state, state.opt_state),
-        nonfinite_steps=state.nonfinite_steps + (~finite).astype(jnp.int32))
+    new_state, grad_norm, finite = training.apply_gradients(state, grads, metrics["loss"], tx)
     metrics = dict(metrics, grad_norm=grad_norm, learning_rate=schedule(applied_updates),
                    nonfinite=(~finite).astype(jnp.float32))
     return new_state, metrics
@@ -299,17 +268,20 @@ def prepare_input_files(config: ml_collections.ConfigDict, workdir: str, tokeniz
 
 def make_iterator(config, files, tokenizer, *, split: str, state: dict | None = None,
                   process_index: int | None = None, process_count: int | None = None):
-    """This process's batches: [global_batch_size / process_count, ...] numpy dicts."""
-    from bert_jax.data.pipeline import make_pretrain_iterator
+    """This process's batches: [global_batch_size / process_count, ...] numpy dicts.
+    The process index and count default to this process's in the JAX job."""
+    from bert_jax.data.pipeline import PipelineOptions, make_pretrain_iterator
     process_count = process_count or jax.process_count()
-    return make_pretrain_iterator(
-        files, per_host_batch_size=config.global_batch_size // process_count,
-        process_index=process_index, process_count=process_count,
+    process_index = jax.process_index() if process_index is None else process_index
+    options = PipelineOptions(
+        per_host_batch_size=config.global_batch_size // process_count,
         max_seq_length=config.max_seq_length,
-        max_predictions_per_seq=config.max_predictions_per_seq, tokenizer=tokenizer,
+        max_predictions_per_seq=config.max_predictions_per_seq,
         dynamic_masking=config.dynamic_masking, whole_word_masking=config.whole_word_masking,
         pack=config.pack, seed=config.seed, split=split, repeat=split == "train",
-        eval_fraction=config.eval_fraction, state=state)
+        eval_fraction=config.eval_fraction)
+    return make_pretrain_iterator(files, options, process_index=process_index,
+                                  process_count=process_count, tokenizer=tokenizer, state=state)
 
 
 # --- the loop --------------------------------------------------------------------------
@@ -395,13 +367,13 @@ def restore_or_init(config, ckpt: checkpoint.Checkpointer, init_fn, tx, mesh, ru
     state, _ = sharding.create_sharded_state(init_fn, tx, mesh, rules=rules, seed=config.seed,
                                              rng_impl=config.rng_impl)
     if config.init_from:
-        from bert_jax import pretrained
         loaded = pretrained.load(config.init_from)
-        params = checkpoint.match_params(
-            layout.match_layout(loaded.params, config.scan_layers),
+        params = pretrained.place_params(
+            loaded.params,
             jax.device_get(state.params) if config.partial_restore else target.params,
+            shardings.params, scan_layers=config.scan_layers,
             partial=config.partial_restore, source=config.init_from)
-        state = state.replace(params=jax.device_put(params, shardings.params))
+        state = state.replace(params=params)
         writer.message(f"initialised weights from {config.init_from}")
     return state, shardings, None
 
@@ -432,7 +404,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     ckpt = checkpoint.Checkpointer(workdir, keep=config.keep_checkpoints)
     state, shardings, pipeline_state = restore_or_init(config, ckpt, init_fn, tx, mesh, rules,
                                                        writer, run)
-    checkpoint.write_model_files(workdir, bert_config, tokenizer)
+    if multihost.is_primary():  # the workdir is then loadable as a model directory
+        pretrained.write_model_files(os.path.join(workdir, pretrained.WORKDIR_MODEL_DIR),
+                                     bert_config, tokenizer=tokenizer)
     train_fn, eval_fn = jit_steps(model, tx, schedule, mesh, shardings, rules,
                                   config.grad_accum_steps)
     files = prepare_input_files(config, workdir, tokenizer_path, writer, run["vocabulary"])

@@ -1,0 +1,156 @@
+"""Raw text to token inputs and tags back to text: the host-side pieces that fine-tuning
+and the serving exports (`bert_jax.export`) share, so that neither imports the other.
+No jax here.
+
+- pairs: `[CLS] a [SEP] (b [SEP])` with longest-first truncation (`encode_pair`);
+- words: raw text split as character-level CoNLL data is, each word's tokens;
+- entities: the spans of BIO/IOB1/IOBES tag sequences, with seqeval's chunking.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from bert_jax.tokenization.wordpiece import is_cjk, is_punctuation
+
+
+# How a text longer than its share of max_seq_length is cut: BERT keeps its start;
+# "head+tail" keeps the first quarter of the budget from the start and the rest from
+# the end, the best of the strategies Sun et al. (2019) compared on long documents.
+TRUNCATION_HEAD_FRACTION = {"head": 1.0, "head+tail": 0.25}
+
+
+def head_fraction(truncation: str) -> float:
+    """The share of a cut text's budget taken from its start."""
+    if truncation not in TRUNCATION_HEAD_FRACTION:
+        raise ValueError(f"truncation must be one of {', '.join(TRUNCATION_HEAD_FRACTION)}; "
+                         f"got {truncation!r}")
+    return TRUNCATION_HEAD_FRACTION[truncation]
+
+
+def truncate_pair(a: list, b: list | None, max_tokens: int, head: float = 1.0
+                  ) -> tuple[list, list | None]:
+    """BERT's longest-first truncation: the longer list gives up tokens until both fit.
+    Each cut list keeps `head` of its length from its start and the rest from its end."""
+    len_a, len_b = len(a), 0 if b is None else len(b)
+    while len_a + len_b > max_tokens:
+        if b is not None and len_b > len_a:
+            len_b -= 1
+        else:
+            len_a -= 1
+    return keep_head_tail(a, len_a, head), None if b is None else keep_head_tail(b, len_b, head)
+
+
+def keep_head_tail(tokens: list, length: int, head: float) -> list:
+    if len(tokens) <= length:
+        return list(tokens)
+    start = int(length * head)
+    return list(tokens[:start]) + list(tokens[len(tokens) - (length - start):])
+
+
+def encode_pair(tokenizer, text_a: str, text_b: str | None, max_seq_length: int,
+                truncation: str = "head") -> tuple[list[int], list[int]]:
+    """(input_ids, segment_ids) of `[CLS] a [SEP] b [SEP]`, at most `max_seq_length`."""
+    a = tokenizer.encode(text_a).ids
+    b = None if text_b is None else tokenizer.encode(text_b).ids
+    a, b = truncate_pair(a, b, max_seq_length - (2 if b is None else 3),
+                         head_fraction(truncation))
+    ids = [tokenizer.cls_id, *a, tokenizer.sep_id]
+    segments = [0] * len(ids)
+    if b is not None:
+        ids += [*b, tokenizer.sep_id]
+        segments += [1] * (len(b) + 1)
+    return ids, segments
+
+
+def split_words(text: str) -> tuple[list[str], list[tuple[int, int]]]:
+    """Words of raw text as character-level CoNLL splits them, and their (start, end)
+    character spans in `text`: each CJK character and each punctuation character is a
+    word; other runs end at whitespace."""
+    words, spans, start = [], [], None
+    for i, ch in enumerate(text + " "):
+        alone = is_cjk(ord(ch)) or is_punctuation(ch)
+        if start is not None and (ch.isspace() or alone):
+            words.append(text[start:i])
+            spans.append((start, i))
+            start = None
+        if alone:
+            words.append(ch)
+            spans.append((i, i + 1))
+        elif start is None and not ch.isspace():
+            start = i
+    return words, spans
+
+
+def text_example(text: str) -> dict:
+    words, spans = split_words(text)
+    return {"words": words, "tags": None, "text": text, "spans": spans}
+
+
+def tagged_entities(text: str, spans: list[tuple[int, int]], tags: list[str]) -> list[dict]:
+    """[{'type', 'start', 'end', 'text'}] in order: the entities of a BIO/IOBES tag
+    sequence as character spans [start, end) of `text` (`spans`: each word's)."""
+    found = sorted(entities([tags]), key=lambda e: e[1])
+    return [{"type": type_, "start": spans[first][0], "end": spans[last][1],
+             "text": text[spans[first][0]:spans[last][1]]}
+            for type_, first, last in found if type_ != "_"]
+
+
+def word_token_spans(tokenizer, words: list[str]):
+    """Tokenizes the words joined by spaces: (token ids, start and end token index of
+    each word; start == end for a word that produced no token)."""
+    char_to_word = np.repeat(np.arange(len(words)), [len(w) + 1 for w in words])
+    encoding = tokenizer.encode(" ".join(words))
+    word_of_token = [int(char_to_word[start]) for start, _ in encoding.offsets]
+    counts = np.bincount(np.asarray(word_of_token, np.int64), minlength=len(words))
+    ends = np.cumsum(counts)  # tokens come in word order
+    return list(encoding.ids), [int(s) for s in ends - counts], [int(e) for e in ends]
+
+
+def _split_tag(tag: str) -> tuple[str, str]:
+    """'B-PER' -> ('B', 'PER'); 'O' -> ('O', '_'); a bare type 'PER' -> ('P', 'ER')
+    exactly like seqeval, so a tag set without prefixes should use token accuracy."""
+    if tag in ("O", ""):
+        return "O", "_"
+    return tag[0], tag[1:].split("-", maxsplit=1)[-1] or "_"
+
+
+def _chunk_ends(prev_tag, tag, prev_type, type_) -> bool:
+    if prev_tag in ("E", "S"):
+        return True
+    if prev_tag in ("B", "I") and tag in ("B", "S", "O"):
+        return True
+    return prev_tag not in ("O", ".") and prev_type != type_
+
+
+def _chunk_starts(prev_tag, tag, prev_type, type_) -> bool:
+    if tag in ("B", "S"):
+        return True
+    if prev_tag in ("E", "S", "O") and tag in ("E", "I"):
+        return True
+    return tag not in ("O", ".") and prev_type != type_
+
+
+def entities(sequences: Iterable[Sequence[str]]) -> set[tuple[str, int, int]]:
+    """The (type, first, last) token spans of the entities in BIO/IOB1/IOBES tag sequences.
+
+    seqeval's default (lenient, conlleval-like) chunking: an `I-X` after `O` or after a
+    different type starts an entity; sequences are joined with an `O` between them, so
+    positions index the concatenation.
+    """
+    flat: list[str] = []
+    for seq in sequences:
+        flat.extend(seq)
+        flat.append("O")
+    found = set()
+    prev_tag, prev_type, start = "O", "", 0
+    for i, tag_str in enumerate(flat + ["O"]):
+        tag, type_ = _split_tag(tag_str)
+        if _chunk_ends(prev_tag, tag, prev_type, type_):
+            found.add((prev_type, start, i - 1))
+        if _chunk_starts(prev_tag, tag, prev_type, type_):
+            start = i
+        prev_tag, prev_type = tag, type_
+    return found

@@ -1,0 +1,187 @@
+"""The import rules of the code base, read from the source with `ast` (nothing is imported).
+
+Every `import` counts, at the top of a module or inside a function: a lazy import still ties
+the two modules together. Rules are checked over the transitive closure of bert_jax imports,
+so a model file cannot reach TensorFlow through a helper either.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+
+import pytest
+
+ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bert_jax")
+
+
+def _module_name(path: str) -> str:
+    rel = os.path.relpath(path, os.path.dirname(ROOT))[:-len(".py")].replace(os.sep, ".")
+    return rel[:-len(".__init__")] if rel.endswith(".__init__") else rel
+
+
+def _sources() -> dict[str, str]:
+    found = {}
+    for dirpath, _, filenames in os.walk(ROOT):
+        for name in filenames:
+            if name.endswith(".py"):
+                path = os.path.join(dirpath, name)
+                found[_module_name(path)] = path
+    return found
+
+
+SOURCES = _sources()
+
+
+def _imports(module: str) -> set[str]:
+    """Every module named by an import statement anywhere in `module` (bert_jax names resolved
+    to the module they import: `from bert_jax import checkpoint` -> `bert_jax.checkpoint`)."""
+    with open(SOURCES[module]) as f:
+        tree = ast.parse(f.read(), SOURCES[module])
+    package = module if SOURCES[module].endswith("__init__.py") else module.rpartition(".")[0]
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1]
+                                + ([base] if base else []))
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                names.add(sub if sub in SOURCES else base)
+    return names - {"__future__"}
+
+
+IMPORTS = {module: _imports(module) for module in SOURCES}
+
+
+def _internal(module: str) -> set[str]:
+    return {name for name in IMPORTS[module] if name in SOURCES and name != module}
+
+
+def _closure(module: str) -> set[str]:
+    """`module` and every bert_jax module it reaches through imports."""
+    seen, todo = {module}, [module]
+    while todo:
+        for name in _internal(todo.pop()):
+            if name not in seen:
+                seen.add(name)
+                todo.append(name)
+    return seen
+
+
+def _reaches(module: str, forbidden: tuple[str, ...]) -> list[str]:
+    """'importer -> name' for each import in `module`'s closure that starts with a forbidden
+    prefix (a package prefix matches its submodules)."""
+    hits = []
+    for importer in sorted(_closure(module)):
+        for name in sorted(IMPORTS[importer]):
+            if any(name == p or name.startswith(p + ".") for p in forbidden):
+                hits.append(f"{importer} -> {name}")
+    return hits
+
+
+MODEL_FILES = ("bert_jax.model", "bert_jax.heads", "bert_jax.config")
+MODEL_FORBIDDEN = ("tensorflow", "tensorflow_text", "optax", "orbax", "bert_jax.data",
+                   "bert_jax.checkpoint", "bert_jax.pretrained", "bert_jax.finetune",
+                   "bert_jax.pretrain")
+HOST_PACKAGES = ("bert_jax.data", "bert_jax.tokenization")
+HOST_FORBIDDEN = ("jax", "flax", "optax", "orbax", "bert_jax.model", "bert_jax.heads")
+
+# "Every part": each of these is one part; a module whose imports reach all of them is a
+# front end, and only the CLI (through its command table) and the demo may be one.
+PARTS = {
+    "pretraining": ("bert_jax.pretrain",),
+    "fine-tuning": ("bert_jax.finetune.trainer",),
+    "conversion": ("bert_jax.convert.hf", "bert_jax.convert.tf1"),
+    "data": ("bert_jax.data",),
+    "tokenization": ("bert_jax.tokenization",),
+}
+FRONT_ENDS = {"bert_jax.cli", "bert_jax.demo"}
+
+
+def _parts_reached(modules: set[str]) -> set[str]:
+    return {part for part, prefixes in PARTS.items()
+            if any(m == p or m.startswith(p + ".") for m in modules for p in prefixes)}
+
+
+def test_the_reader_sees_function_level_imports():
+    assert "bert_jax.finetune.trainer" in IMPORTS["bert_jax.finetune.cli"]  # inside a function
+    assert "tensorflow" in IMPORTS["bert_jax.cli"]
+
+
+@pytest.mark.parametrize("module", MODEL_FILES)
+def test_model_files_import_no_training_io_or_data(module):
+    assert _reaches(module, MODEL_FORBIDDEN) == []
+
+
+@pytest.mark.parametrize("module", sorted(m for m in SOURCES if any(
+    m == p or m.startswith(p + ".") for p in HOST_PACKAGES)))
+def test_data_and_tokenization_import_neither_jax_nor_the_model(module):
+    assert _reaches(module, HOST_FORBIDDEN) == []
+
+
+@pytest.mark.parametrize("module", sorted(m for m in SOURCES if m.startswith("bert_jax.convert")
+                                          or m in ("bert_jax.export", "bert_jax.pretrained",
+                                                   "bert_jax.checkpoint")))
+def test_model_directories_conversion_and_export_import_no_training_loop(module):
+    assert _reaches(module, ("bert_jax.finetune", "bert_jax.pretrain")) == []
+
+
+@pytest.mark.parametrize("module", ["bert_jax.config_loader", "bert_jax.axis_rules"])
+def test_loading_a_config_imports_no_jax(module):
+    """The config files import `bert_jax.axis_rules`; `bert_jax.config_loader` loads them."""
+    assert _reaches(module, ("jax", "flax", "optax", "orbax", "tensorflow")) == []
+
+
+def _cycles() -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(_internal(v)):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for module in sorted(SOURCES):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def test_no_import_cycles():
+    assert _cycles() == []
+
+
+def test_only_the_cli_and_the_demo_import_every_part():
+    front_ends = {m for m in SOURCES if _parts_reached(_closure(m)) == set(PARTS)}
+    assert front_ends <= FRONT_ENDS, sorted(front_ends - FRONT_ENDS)
+
+
+def test_the_cli_table_reaches_every_part():
+    with open(SOURCES["bert_jax.cli"]) as f:
+        tree = ast.parse(f.read())
+    table = next(node.value for node in ast.walk(tree) if isinstance(node, ast.Assign)
+                 and any(getattr(t, "id", None) == "COMMANDS" for t in node.targets))
+    commands = {entry.elts[0].value for entry in table.values}
+    assert commands <= set(SOURCES), sorted(commands - set(SOURCES))
+    reached = set().union(*(_closure(m) for m in commands))
+    assert _parts_reached(reached) == set(PARTS)

@@ -1,0 +1,84 @@
+"""The training core both loops share: model config, in-step accumulation, the update rule."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from bert_jax import training
+from bert_jax.config import ConfigError, preset
+from bert_jax.optim import make_optimizer
+from bert_jax.train_state import TrainState, make_key
+
+PARAMS = {"w": jnp.array([0.5, -1.0, 2.0]), "b": jnp.array(0.3)}
+
+
+def weighted_loss(params, batch):
+    """Weighted mean squared error over rows: sum(w * err^2) / sum(w)."""
+    err = batch["x"] @ params["w"] + params["b"] - batch["y"]
+    return jnp.sum(batch["w"] * err ** 2) / jnp.sum(batch["w"])
+
+
+def test_accumulated_micro_batches_give_the_whole_batchs_gradients():
+    """Six rows of uneven weights in three micro-batches, each weighted by its share of
+    the total weight (as pretraining weighs by masked tokens): the sum is the whole
+    batch's gradient. Averaging the micro-batches' own means (what equal shares would
+    give) differs here, so the test can fail."""
+    rows = np.random.default_rng(0)
+    batch = {"x": jnp.asarray(rows.normal(size=(6, 3)), jnp.float32),
+             "y": jnp.asarray(rows.normal(size=6), jnp.float32),
+             "w": jnp.array([1.0, 0.0, 3.0, 1.0, 2.0, 5.0])}
+    total = jnp.sum(batch["w"])
+
+    def share(index, micro):
+        loss = lambda p: weighted_loss(p, micro) * jnp.sum(micro["w"]) / total
+        value, grads = jax.value_and_grad(loss)(PARAMS)
+        return grads, {"loss": value}
+
+    grads, metrics = training.accumulate_gradients(share, batch, 3)
+    loss, want = jax.value_and_grad(weighted_loss)(PARAMS, batch)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5), grads, want)
+    np.testing.assert_allclose(metrics["loss"], loss, rtol=1e-5)
+
+    micro = training.split_microbatches(batch, 3)
+    np.testing.assert_array_equal(micro["w"][0], batch["w"][0::3])  # rows i, i + 3
+    mean_of_means = jax.tree.map(lambda *g: sum(g) / 3, *[
+        jax.grad(weighted_loss)(PARAMS, jax.tree.map(lambda x: x[i], micro)) for i in range(3)])
+    assert not np.allclose(mean_of_means["w"], want["w"], rtol=1e-3)
+
+
+def state_and_tx():
+    tx, _ = make_optimizer(learning_rate=0.1, num_train_steps=10, warmup_steps=0)
+    return TrainState.create(PARAMS, tx, make_key(0)), tx
+
+
+@pytest.mark.parametrize("loss,bad_grad", [(1.0, jnp.inf), (jnp.nan, 1.0), (1.0, 1.0)])
+def test_an_update_with_a_non_finite_loss_or_gradient_norm_is_skipped(loss, bad_grad):
+    """The one rule of both loops: loss AND global gradient norm finite, else params and
+    optimizer state stay and nonfinite_steps counts the skip (a finite loss with an
+    infinite gradient is the case the fine-tuning step used to apply)."""
+    state, tx = state_and_tx()
+    grads = {"w": jnp.array([0.1, bad_grad, 0.2]), "b": jnp.array(0.1)}
+    new, grad_norm, finite = training.apply_gradients(state, grads, jnp.asarray(loss), tx)
+    ok = bool(np.isfinite(loss)) and bool(np.isfinite(bad_grad))
+    assert bool(finite) == ok and int(new.step) == 1
+    assert int(new.nonfinite_steps) == (0 if ok else 1)
+    assert np.isfinite(float(grad_norm)) == bool(np.isfinite(bad_grad))
+    moved = not np.allclose(new.params["w"], state.params["w"])
+    assert moved == ok
+    counts = {int(count) for _, count in
+              optax.tree_utils.tree_get_all_with_path(new.opt_state, "count")}
+    assert counts == {1 if ok else 0}
+
+
+def test_model_config_from_a_preset_or_a_dict():
+    assert training.model_config("tiny", 100) == preset("tiny", vocab_size=100)
+    fields = {"preset": "tiny", "vocab_size": 50, "num_hidden_layers": 1}
+    assert training.model_config(fields, 100) == preset("tiny", vocab_size=50,
+                                                        num_hidden_layers=1)
+    assert training.model_config({"num_hidden_layers": 2}) == preset("bert-base",
+                                                                     num_hidden_layers=2)
+    assert training.model_config(fields, 100, hidden_size=64).hidden_size == 64
+    with pytest.raises(ConfigError, match="unknown model preset"):
+        training.model_config("tinyy")
