@@ -8,9 +8,11 @@ import dataclasses
 import glob
 import gzip
 import os
-from typing import Iterator, List, Sequence
+from typing import Callable, Iterable, Iterator, List, Sequence, TypeVar
 
 from bert_jax.errors import UserError
+
+T = TypeVar("T")
 
 _RESOURCES = os.path.join(os.path.dirname(os.path.dirname(__file__)), "resources")
 CORPUS_DIR = os.path.join(_RESOURCES, "corpus")
@@ -84,9 +86,16 @@ def iter_lines(path: str, stats: ReadStats) -> Iterator[str]:
 
 def read_documents(path: str, stats: ReadStats) -> List[List[str]]:
     """The documents of one file: lists of non-empty sentences."""
+    return split_documents(iter_lines(path, stats), stats)
+
+
+def split_documents(lines: Iterable[T], stats: ReadStats,
+                    text: Callable[[T], str] = lambda line: line) -> List[List[T]]:
+    """Lines grouped into documents at blank lines (`text(line)` empty), blank lines
+    dropped; counts the non-blank lines and the documents in `stats`."""
     documents, current = [], []
-    for line in iter_lines(path, stats):
-        if line:
+    for line in lines:
+        if text(line):
             current.append(line)
             stats.lines += 1
         elif current:

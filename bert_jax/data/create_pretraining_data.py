@@ -113,18 +113,9 @@ def _read_documents(path: str, ref_path: Optional[str], read: corpus.ReadStats) 
     if len(lines) != len(references):
         raise ValueError(f"{ref_path} has {len(references)} lines but {path} has {len(lines)}: "
                          "a reference segmentation needs one line of words per input line")
-    documents, current = [], []
-    for number, (line, reference) in enumerate(zip(lines, references), 1):
-        if line:
-            current.append((line, reference.split(), f"{ref_path}:{number}"))
-            read.lines += 1
-        elif current:
-            documents.append(current)
-            current = []
-    if current:
-        documents.append(current)
-    read.documents += len(documents)
-    return documents
+    numbered = [(line, reference.split(), f"{ref_path}:{number}")
+                for number, (line, reference) in enumerate(zip(lines, references), 1)]
+    return corpus.split_documents(numbered, read, text=lambda item: item[0])
 
 
 def _encode_sentences(tokenizer, sentences, segment) -> List[np.ndarray]:
