@@ -176,13 +176,14 @@ def load(path: str | os.PathLike) -> Pretrained:
 
 
 def best_model_dir(workdir: str) -> str:
-    """A fine-tuning workdir's WORKDIR/best, or for a multi-seed workdir the best seed's."""
+    """A fine-tuning workdir's WORKDIR/best, or for several runs (seeds, a grid: see
+    `finetune.selection`) the selected run's."""
     results = os.path.join(workdir, RESULTS_FILE)
     if not os.path.isdir(os.path.join(workdir, BEST_DIR)) and os.path.exists(results):
         with open(results, encoding="utf-8") as f:
-            best_seed = json.load(f).get("best_seed")
-        if best_seed is not None:
-            return os.path.join(workdir, f"seed_{best_seed}", BEST_DIR)
+            best_run = json.load(f).get("best_run")
+        if best_run is not None:
+            return os.path.join(workdir, best_run, BEST_DIR)
     path = os.path.join(workdir, BEST_DIR)
     if not os.path.isdir(path):
         raise FileNotFoundError(f"{workdir} holds no fine-tuned model ({BEST_DIR}/ is missing); "

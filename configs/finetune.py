@@ -88,12 +88,23 @@ def get_config(variant: str | None = None) -> ml_collections.ConfigDict:
     c.length_bucketing = False
 
     # Optimisation.
-    c.global_batch_size = 32
+    # global_batch_size, num_train_epochs and learning_rates also take lists ("16,32"):
+    # one run per combination, selected on validation (bert_jax.finetune.selection).
+    c.global_batch_size = ml_collections.FieldReference(32, field_type=object)
     c.eval_batch_size = 64
     c.learning_rate = 5e-5 if task in TAGGING else 3e-5 if task in SQUAD else 2e-5
-    c.num_train_epochs = 2.0 if task in SQUAD else 3.0
+    c.learning_rates = ""             # e.g. "2e-5,3e-5,5e-5": replaces learning_rate
+    c.num_train_epochs = ml_collections.FieldReference(2.0 if task in SQUAD else 3.0,
+                                                       field_type=object)
     c.warmup_proportion = 0.1
     c.optimizer = "adamw"
+    # Staged fine-tuning: parameters matching these comma-separated glob patterns over
+    # their paths (e.g. "bert/*": the encoder; "bert/embeddings/*") get no update and no
+    # optimizer state for freeze_steps steps or freeze_epochs epochs (neither: the whole
+    # run), then train with the rest.
+    c.freeze = ""
+    c.freeze_steps = 0
+    c.freeze_epochs = 0.0
     c.weight_decay = 0.01
     c.max_grad_norm = 1.0
 

@@ -108,8 +108,13 @@ CASES = {
                                      "keep_checkpoint must be one of best, last; got 'first'"),
     "finetune bad pooling": (FINETUNE + ["--config.pooling=max"],
                              "pooling must be one of pooler, mean; got 'max'"),
-    "finetune untyped value": (FINETUNE + ["--config.num_train_epochs=three"],
-                               "config key 'num_train_epochs' expects float"),
+    "finetune untyped value": (FINETUNE + ["--config.warmup_proportion=three"],
+                               "config key 'warmup_proportion' expects float"),
+    "finetune bad list": (FINETUNE + ["--config.num_train_epochs=three"],
+                          "num_train_epochs must be a number or a comma-separated list of "
+                          "numbers, got 'three'"),
+    "finetune bad freeze": (FINETUNE + ["--config.freeze=encoder/*"],
+                            "freeze pattern 'encoder/*' matches no parameter"),
     # evaluate / predict
     "evaluate unknown split": (["evaluate", "--workdir", "{finetuned}", "--split", "bogus"],
                                "--split 'bogus' is not a split of task 'csv'; known: train, "

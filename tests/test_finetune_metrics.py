@@ -84,13 +84,16 @@ def test_seed_summary_values_and_best_seed():
     """Population mean/std per split and metric; the best seed is the one with the best
     selection metric on the first split (seed 7 here, though seed 5 has the best f1 and
     seed 3 the best test accuracy)."""
-    from bert_jax.finetune.cli import summarize_seeds
+    from bert_jax.finetune.selection import summarize_seeds
     runs = {3: {"validation": {"accuracy": 0.8, "f1": 0.5}, "test": {"accuracy": 0.9},
-                "selection_metric": "accuracy", "kept_epoch": 1},
+                "selection_metric": "accuracy", "selection_split": "validation",
+                "kept_epoch": 1},
             7: {"validation": {"accuracy": 0.9, "f1": 0.4}, "test": {"accuracy": 0.6},
-                "selection_metric": "accuracy", "kept_epoch": 2},
+                "selection_metric": "accuracy", "selection_split": "validation",
+                "kept_epoch": 2},
             5: {"validation": {"accuracy": 0.7, "f1": 0.9}, "test": {"accuracy": 0.6},
-                "selection_metric": "accuracy", "kept_epoch": 1}}
+                "selection_metric": "accuracy", "selection_split": "validation",
+                "kept_epoch": 1}}
     summary = summarize_seeds(runs)
     assert summary["seeds"] == [3, 7, 5] and summary["best_seed"] == 7
     assert summary["validation"]["accuracy"] == pytest.approx(

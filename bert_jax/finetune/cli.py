@@ -6,7 +6,10 @@
   bert-jax predict  --workdir DIR --input FILE [--output FILE]
 
 `finetune` with `--config.seeds=1,2,3` runs once per seed under DIR/seed_N and
-writes the mean and standard deviation of every metric to DIR/eval_results.json.
+writes the mean and standard deviation of every metric to DIR/eval_results.json;
+with `--config.learning_rates=2e-5,3e-5,5e-5` (or lists of `num_train_epochs`,
+`global_batch_size`) it runs each setting and selects on validation
+(`bert_jax.finetune.selection`).
 `predict` reads text lines, CSV/TSV or JSONL (CoNLL or SQuAD JSON for those tasks)
 and writes JSONL: labels and probabilities, tags per word, or answer spans.
 """
@@ -18,58 +21,19 @@ import json
 import os
 import sys
 
-import numpy as np
-
 MULTI_COMMAND = True
 DEFAULT_CONFIG = "finetune.py"  # the packaged config (see config_loader)
 
 
-def parse_seeds(value) -> list[int]:
-    if isinstance(value, (list, tuple)):
-        return [int(v) for v in value]
-    if isinstance(value, int):
-        return [value]
-    # "1,2,3"; the config loader may hand over "(1, 2, 3)" for --config.seeds=1,2,3
-    text = str(value).strip("()[] ").replace(" ", "")
-    return [int(v) for v in text.split(",") if v]
-
-
-def summarize_seeds(runs: dict[int, dict]) -> dict:
-    """Mean and std (population, over seeds) of every numeric metric, per split."""
-    first = next(iter(runs.values()))
-    summary = {"seeds": list(runs), "runs": runs}
-    best_seed = max(runs, key=lambda s: runs[s][next(
-        k for k in runs[s] if isinstance(runs[s][k], dict))][runs[s]["selection_metric"]])
-    summary["best_seed"] = best_seed
-    for split, values in first.items():
-        if not isinstance(values, dict):
-            continue
-        summary[split] = {}
-        for name in values:
-            xs = np.array([runs[s][split][name] for s in runs], float)
-            summary[split][name] = {"mean": float(xs.mean()), "std": float(xs.std())}
-    return summary
-
-
 def run_finetune(config, workdir: str) -> dict:
-    from bert_jax import multihost, pretrained
-    from bert_jax.finetune import trainer
-    seeds = parse_seeds(config.seeds)
-    if not seeds:
-        return trainer.finetune(config, workdir)
-    runs = {}
-    for seed in seeds:
-        config.seed = seed
-        runs[seed] = trainer.finetune(config, os.path.join(workdir, f"seed_{seed}"))
-    summary = summarize_seeds(runs)
-    if multihost.is_primary():
-        with open(os.path.join(workdir, pretrained.RESULTS_FILE), "w", encoding="utf-8") as f:
-            json.dump(summary, f, indent=2)
-    for split, values in summary.items():
-        if isinstance(values, dict) and split not in ("runs",):
-            line = ", ".join(f"{k} {v['mean']:.4f} +- {v['std']:.4f}" for k, v in values.items())
-            print(f"{split} over seeds {seeds}: {line}")
-    return summary
+    """One run, or with lists (`seeds`, `learning_rates`, `num_train_epochs`,
+    `global_batch_size`) BERT's selection over them (`selection.run_grid`)."""
+    from bert_jax.finetune import selection, trainer
+    grid = selection.grid_of(config)
+    if config.seeds or any(len(values) > 1 for values in grid.values()):
+        return selection.run_grid(config, workdir)
+    return trainer.finetune(selection.setting_config(
+        config, {key: values[0] for key, values in grid.items()}), workdir)
 
 
 def _finetune_main(argv: list[str]) -> int:

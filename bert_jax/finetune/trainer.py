@@ -154,135 +154,232 @@ def validate_config(config) -> None:
         raise UserError(f"max_seq_length must be at least {MIN_SEQ_LENGTH} ([CLS] A [SEP] B "
                         f"[SEP] with room for text), got {config.max_seq_length}")
     check_choice("keep_checkpoint", config.keep_checkpoint, KEEP_CHECKPOINT)
+    for key in ("freeze_steps", "freeze_epochs"):
+        value = config.get(key, 0)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise UserError(f"{key} must be a number >= 0, got {value!r}")
 
 
 def finetune(config, workdir: str) -> dict[str, Any]:
     """Fine-tunes with one seed (`config.seed`); returns what eval_results.json holds."""
-    seed = int(config.seed)
-    validate_config(config)
-    task = tasks.get_task(config)
-    if config.packing and not task.supports_packing:
-        raise ValueError(f"task {task.name!r} does not support packing"
-                         + (" with a CRF" if config.get("crf") else ""))
-    source = resolve_model(config)
-    tokenizer, bert_config = source.tokenizer, source.config
-    check_inputs_fit(bert_config, source.origin, max_seq_length=config.max_seq_length)
-    train_examples = subsample(task.load("train"), config.max_train_examples, seed)
-    task.prepare(train_examples)
-    train_features = task.featurize(train_examples, tokenizer, config.max_seq_length,
-                                    training=True)
-    if not train_features:
-        raise ValueError(f"task {task.name!r}: no training features")
-    eval_sets = load_eval_sets(task, tokenizer, config, seed)
+    return Finetuning(config).run(config, workdir)
 
-    rules = config.logical_axis_rules
-    mesh = sharding.make_mesh(dict(config.mesh_shape))
-    multiple = sharding.batch_size_multiple(mesh, rules)
-    rows_per_batch = 0
-    if config.packing:
-        per_row, rows_per_batch = packing.packed_plan(
-            train_features, config.max_seq_length, config.max_examples_per_row,
-            config.global_batch_size, multiple)
-        steps_per_epoch = math.ceil(len(train_features) / per_row / rows_per_batch)
-    else:
-        steps_per_epoch = math.ceil(len(train_features) / round_up(config.global_batch_size,
-                                                                     multiple))
-    num_steps = max(1, int(config.num_train_epochs * steps_per_epoch))
-    num_epochs = math.ceil(config.num_train_epochs)
-    tx, schedule = optim.make_optimizer(
-        learning_rate=config.learning_rate, num_train_steps=num_steps,
-        warmup_steps=int(config.warmup_proportion * num_steps), optimizer=config.optimizer,
-        weight_decay=config.weight_decay, max_grad_norm=config.max_grad_norm)
 
-    model = task.model(bert_config)
-    dummy = jnp.ones((1, 8), jnp.int32)
-    init_fn = lambda key: model.init({"params": key, "dropout": key}, dummy, dummy, dummy)["params"]
-    state, shardings = sharding.create_sharded_state(init_fn, tx, mesh, rules=rules, seed=seed,
-                                                     rng_impl=config.rng_impl)
-    if source.encoder_params is not None:
-        loaded = dict(source.encoder_params)
-        if "pooler" not in state.params["bert"]:
-            loaded.pop("pooler", None)  # tagging and span heads have no pooler
-        encoder = pretrained.place_params(loaded, state.params["bert"], shardings.params["bert"],
-                                          scan_layers=bert_config.scan_layers,
-                                          source=source.origin)
-        state = state.replace(params={**state.params, "bert": encoder})
+class Finetuning:
+    """Fine-tuning runs of one task on one model that share the tokenized data and the
+    compiled steps: `run(config, workdir)` for each learning rate, epoch count, batch
+    size or seed. The optimizer keeps its learning rate and schedule in its state
+    (`optim.make_optimizer(injected=True)`), so such runs reuse one compiled train step
+    (one per batch shape). Data is tokenized once, or once per seed when
+    `max_train_examples`/`max_eval_examples` draw a seed-dependent subset."""
 
-    batch_sharding = sharding.batch_sharding(mesh, rules)
-    step_fn = jax.jit(functools.partial(train_step, model=model, task=task, tx=tx, rules=rules),
-                      in_shardings=(shardings, batch_sharding), out_shardings=(shardings, None),
-                      donate_argnums=0)
-    eval_fn = make_eval_fn(model, task, rules, shardings.params, mesh)
+    def __init__(self, config):
+        validate_config(config)
+        self.config = config
+        self.source = resolve_model(config)
+        check_inputs_fit(self.source.config, self.source.origin,
+                         max_seq_length=config.max_seq_length)
+        self.rules = config.logical_axis_rules
+        self.mesh = sharding.make_mesh(dict(config.mesh_shape))
+        self.multiple = sharding.batch_size_multiple(self.mesh, self.rules)
+        self._prepared: dict[Any, _Prepared] = {}
 
-    os.makedirs(workdir, exist_ok=True)
-    # An earlier run's outputs would pass for this run's.
-    shutil.rmtree(os.path.join(workdir, PREDICTIONS_DIR), ignore_errors=True)
-    for stale in (pretrained.RESULTS_FILE, EVALUATE_RESULTS_FILE):
-        if os.path.exists(os.path.join(workdir, stale)):
-            os.remove(os.path.join(workdir, stale))
-    writer = MetricsWriter(workdir, total_steps=num_steps, append=False)
-    if writer.replaced_earlier_run:
-        writer.message(f"{workdir} held an earlier fine-tuning run: its metrics, best model "
-                       "and results are replaced by this run's")
-    writer.message(f"fine-tuning {task.name} from {source.origin}: {len(train_features)} train "
-                   f"features, {steps_per_epoch} steps/epoch, {num_steps} steps"
-                   + (f", packed {rows_per_batch} rows/batch" if config.packing else ""))
-    kept = {"score": -np.inf, "epoch": None, "metrics": None}
-    step, examples_seen, train_time, first_step_time = 0, 0.0, 0.0, None
-    spec = {**task.spec(), "config": _absolute_paths(config.to_dict()),
-            "max_seq_length": config.max_seq_length}
-    with jax.set_mesh(mesh):
-        for epoch in range(num_epochs):
-            start, pending = time.time(), []
-            for batch in _train_batches(task, train_features, config, epoch, seed, multiple,
-                                        rows_per_batch):
-                if step >= num_steps:
-                    break
-                state, metrics = step_fn(state, sharding.shard_full_batch(batch, mesh, rules))
-                step += 1
-                pending.append(metrics)
-                if step == 1:  # the first step compiles: keep it out of the throughput
-                    examples_seen -= float(metrics["examples"])
-                    first_step_time = time.time() - start
-                    start = time.time()
-                if step % config.log_every_steps == 0 or step == num_steps:
-                    logged = jax.device_get(pending)
-                    examples_seen += sum(float(m.pop("examples")) for m in logged)
-                    mean = {k: float(np.mean([m[k] for m in logged])) for k in logged[0]}
-                    mean["learning_rate"] = float(schedule(step))
-                    writer.write(step, mean, prefix="train")
-                    writer.progress(step, mean)
-                    pending = []
-            jax.block_until_ready(state)
-            examples_seen += sum(float(m["examples"]) for m in jax.device_get(pending)
-                                 if "examples" in m)
-            train_time += time.time() - start
-            scores = evaluate_sets(task, state.params, eval_sets, eval_fn, config, mesh)
-            for split, values in scores.items():
-                writer.write(step, values, prefix=split)
-            main = scores[task.eval_splits[0]][task.selection_metric]
-            writer.message(f"epoch {epoch + 1}: " + json.dumps(scores))
-            if _keep(config.keep_checkpoint, kept, main, last=epoch + 1 == num_epochs):
-                # Host copies on every process (the parameters may span processes).
-                kept_params = multihost_utils.process_allgather(state.params, tiled=True)
-                kept = {"score": main, "epoch": epoch + 1, "metrics": scores}
-                if multihost.is_primary():
-                    pretrained.save(os.path.join(workdir, pretrained.BEST_DIR), bert_config,
-                                    kept_params, tokenizer=tokenizer, task=spec, overwrite=True)
-        writer.close()
-        results = {"task": task.name, "seed": seed, "keep_checkpoint": config.keep_checkpoint,
-                   "kept_epoch": kept["epoch"],
-                   "selection_metric": task.selection_metric, **kept["metrics"],
-                   "train_steps": step, "train_seconds": round(train_time, 2),
-                   "first_step_seconds": round(first_step_time or 0.0, 2),
-                   "train_examples_per_second": round(examples_seen / max(train_time, 1e-9), 2)}
-        kept_params = jax.device_put(kept_params, shardings.params)
-        results.update(predict_test(task, tokenizer, kept_params, eval_fn, config, mesh, workdir))
-    if multihost.is_primary():
-        with open(os.path.join(workdir, pretrained.RESULTS_FILE), "w", encoding="utf-8") as f:
-            json.dump(results, f, indent=2)
-    multihost.sync("finetune_results_written")
-    return results
+    def prepared(self, seed: int) -> "_Prepared":
+        config = self.config
+        key = seed if config.max_train_examples or config.max_eval_examples else None
+        if key not in self._prepared:
+            # A fresh task per data set: `prepare` reads labels from the training subset.
+            task = tasks.get_task(config)
+            if config.packing and not task.supports_packing:
+                raise ValueError(f"task {task.name!r} does not support packing"
+                                 + (" with a CRF" if config.get("crf") else ""))
+            tokenizer = self.source.tokenizer
+            train_examples = subsample(task.load("train"), config.max_train_examples, seed)
+            task.prepare(train_examples)
+            train_features = task.featurize(train_examples, tokenizer, config.max_seq_length,
+                                            training=True)
+            if not train_features:
+                raise ValueError(f"task {task.name!r}: no training features")
+            self._prepared[key] = _Prepared(task, train_features,
+                                            load_eval_sets(task, tokenizer, config, seed),
+                                            task.model(self.source.config))
+        return self._prepared[key]
+
+    def run(self, config, workdir: str) -> dict[str, Any]:
+        """One run with `config`'s seed and optimisation settings (its data, model and
+        numerics settings must be the session's)."""
+        validate_config(config)
+        seed = int(config.seed)
+        data = self.prepared(seed)
+        task, model, mesh, rules = data.task, data.model, self.mesh, self.rules
+        tokenizer, bert_config = self.source.tokenizer, self.source.config
+        train_features = data.train_features
+        rows_per_batch = 0
+        if config.packing:
+            per_row, rows_per_batch = packing.packed_plan(
+                train_features, config.max_seq_length, config.max_examples_per_row,
+                config.global_batch_size, self.multiple)
+            steps_per_epoch = math.ceil(len(train_features) / per_row / rows_per_batch)
+        else:
+            steps_per_epoch = math.ceil(len(train_features) / round_up(config.global_batch_size,
+                                                                         self.multiple))
+        num_steps = max(1, int(config.num_train_epochs * steps_per_epoch))
+        num_epochs = math.ceil(config.num_train_epochs)
+        full_tx, schedule = optim.make_optimizer(
+            learning_rate=config.learning_rate, num_train_steps=num_steps,
+            warmup_steps=int(config.warmup_proportion * num_steps), optimizer=config.optimizer,
+            weight_decay=config.weight_decay, max_grad_norm=config.max_grad_norm, injected=True)
+
+        dummy = jnp.ones((1, 8), jnp.int32)
+        init_fn = lambda key: model.init({"params": key, "dropout": key}, dummy, dummy,
+                                         dummy)["params"]
+        frozen_steps = _frozen_steps(config, steps_per_epoch, num_steps)
+        tx = full_tx
+        if frozen_steps:
+            shapes = nn.unbox(jax.eval_shape(init_fn, jax.random.key(0)))
+            tx = optim.freeze(full_tx, optim.frozen_mask(shapes, config.freeze))
+        state, shardings = sharding.create_sharded_state(init_fn, tx, mesh, rules=rules,
+                                                         seed=seed, rng_impl=config.rng_impl)
+        if self.source.encoder_params is not None:
+            loaded = dict(self.source.encoder_params)
+            if "pooler" not in state.params["bert"]:
+                loaded.pop("pooler", None)  # tagging and span heads have no pooler
+            encoder = pretrained.place_params(loaded, state.params["bert"],
+                                              shardings.params["bert"],
+                                              scan_layers=bert_config.scan_layers,
+                                              source=self.source.origin)
+            state = state.replace(params={**state.params, "bert": encoder})
+        step_fn, eval_fn = data.steps(tx, shardings, mesh, rules,
+                                      frozen=config.freeze if frozen_steps else "")
+
+        os.makedirs(workdir, exist_ok=True)
+        # An earlier run's outputs would pass for this run's.
+        shutil.rmtree(os.path.join(workdir, PREDICTIONS_DIR), ignore_errors=True)
+        for stale in (pretrained.RESULTS_FILE, EVALUATE_RESULTS_FILE):
+            if os.path.exists(os.path.join(workdir, stale)):
+                os.remove(os.path.join(workdir, stale))
+        writer = MetricsWriter(workdir, total_steps=num_steps, append=False)
+        if writer.replaced_earlier_run:
+            writer.message(f"{workdir} held an earlier fine-tuning run: its metrics, best model "
+                           "and results are replaced by this run's")
+        writer.message(f"fine-tuning {task.name} from {self.source.origin}: "
+                       f"{len(train_features)} train features, {steps_per_epoch} steps/epoch, "
+                       f"{num_steps} steps, lr {config.learning_rate:g}"
+                       + (f", packed {rows_per_batch} rows/batch" if config.packing else ""))
+        kept = {"score": -np.inf, "epoch": None, "metrics": None}
+        step, examples_seen, train_time, first_step_time = 0, 0.0, 0.0, None
+        spec = {**task.spec(), "config": _absolute_paths(config.to_dict()),
+                "max_seq_length": config.max_seq_length}
+        with jax.set_mesh(mesh):
+            for epoch in range(num_epochs):
+                start, pending = time.time(), []
+                for batch in _train_batches(task, train_features, config, epoch, seed,
+                                            self.multiple, rows_per_batch):
+                    if step >= num_steps:
+                        break
+                    if frozen_steps and step == frozen_steps:
+                        state, shardings = _unfreeze(state, full_tx, init_fn, mesh, rules,
+                                                     config.rng_impl)
+                        step_fn, _ = data.steps(full_tx, shardings, mesh, rules, frozen="")
+                        writer.message(f"step {step}: unfreezing {config.freeze}")
+                    state, metrics = step_fn(state, sharding.shard_full_batch(batch, mesh, rules))
+                    step += 1
+                    pending.append(metrics)
+                    if step == 1:  # the first step may compile: keep it out of the throughput
+                        examples_seen -= float(metrics["examples"])
+                        first_step_time = time.time() - start
+                        start = time.time()
+                    if step % config.log_every_steps == 0 or step == num_steps:
+                        logged = jax.device_get(pending)
+                        examples_seen += sum(float(m.pop("examples")) for m in logged)
+                        mean = {k: float(np.mean([m[k] for m in logged])) for k in logged[0]}
+                        mean["learning_rate"] = float(schedule(step))
+                        writer.write(step, mean, prefix="train")
+                        writer.progress(step, mean)
+                        pending = []
+                jax.block_until_ready(state)
+                examples_seen += sum(float(m["examples"]) for m in jax.device_get(pending)
+                                     if "examples" in m)
+                train_time += time.time() - start
+                scores = evaluate_sets(task, state.params, data.eval_sets, eval_fn, config, mesh)
+                for split, values in scores.items():
+                    writer.write(step, values, prefix=split)
+                main = scores[task.eval_splits[0]][task.selection_metric]
+                writer.message(f"epoch {epoch + 1}: " + json.dumps(scores))
+                if _keep(config.keep_checkpoint, kept, main, last=epoch + 1 == num_epochs):
+                    # Host copies on every process (the parameters may span processes).
+                    kept_params = multihost_utils.process_allgather(state.params, tiled=True)
+                    kept = {"score": main, "epoch": epoch + 1, "metrics": scores}
+                    if multihost.is_primary():
+                        pretrained.save(os.path.join(workdir, pretrained.BEST_DIR), bert_config,
+                                        kept_params, tokenizer=tokenizer, task=spec,
+                                        overwrite=True)
+            writer.close()
+            results = {"task": task.name, "seed": seed, "learning_rate": config.learning_rate,
+                       "num_train_epochs": config.num_train_epochs,
+                       "global_batch_size": config.global_batch_size,
+                       "keep_checkpoint": config.keep_checkpoint, "kept_epoch": kept["epoch"],
+                       "selection_metric": task.selection_metric,
+                       "selection_split": task.eval_splits[0], **kept["metrics"],
+                       "frozen_steps": min(frozen_steps, step), "train_steps": step,
+                       "train_seconds": round(train_time, 2),
+                       "first_step_seconds": round(first_step_time or 0.0, 2),
+                       "train_examples_per_second": round(examples_seen / max(train_time, 1e-9),
+                                                          2)}
+            kept_params = jax.device_put(kept_params, shardings.params)
+            results.update(predict_test(task, tokenizer, kept_params, eval_fn, config, mesh,
+                                        workdir))
+        if multihost.is_primary():
+            with open(os.path.join(workdir, pretrained.RESULTS_FILE), "w", encoding="utf-8") as f:
+                json.dump(results, f, indent=2)
+        multihost.sync("finetune_results_written")
+        return results
+
+
+@dataclasses.dataclass
+class _Prepared:
+    """One data set's task, features and model, and the steps compiled for them."""
+
+    task: Any
+    train_features: list
+    eval_sets: dict
+    model: nn.Module
+    _steps: dict = dataclasses.field(default_factory=dict)
+
+    def steps(self, tx, shardings, mesh, rules, frozen: str = ""):
+        """(train step, eval step), jitted once per set of `frozen` patterns: later runs
+        pass states whose optimizer hyperparameters differ but whose structure and
+        shardings are the same."""
+        if frozen not in self._steps:
+            step_fn = jax.jit(functools.partial(train_step, model=self.model, task=self.task,
+                                                tx=tx, rules=rules),
+                              in_shardings=(shardings, sharding.batch_sharding(mesh, rules)),
+                              out_shardings=(shardings, None), donate_argnums=0)
+            self._steps[frozen] = (step_fn, make_eval_fn(self.model, self.task, rules,
+                                                         shardings.params, mesh))
+        return self._steps[frozen]
+
+
+def _frozen_steps(config, steps_per_epoch: int, num_steps: int) -> int:
+    """For how many steps `config.freeze` holds: `freeze_steps`, `freeze_epochs` epochs,
+    or the whole run when neither is set; 0 without patterns."""
+    if not config.freeze:
+        return 0
+    if config.freeze_steps and config.freeze_epochs:
+        raise UserError("set freeze_steps or freeze_epochs, not both")
+    if config.freeze_epochs:
+        return min(num_steps, math.ceil(config.freeze_epochs * steps_per_epoch))
+    return min(num_steps, config.freeze_steps) if config.freeze_steps else num_steps
+
+
+def _unfreeze(state, full_tx, init_fn, mesh, rules, rng_impl):
+    """The state and its shardings for training every parameter: the frozen ones get
+    fresh optimizer state, the others keep theirs."""
+    abstract = sharding.abstract_state(init_fn, full_tx, mesh, rules=rules, rng_impl=rng_impl)
+    shardings = jax.tree.map(lambda s: s.sharding, abstract)
+    opt_state = jax.jit(lambda params, frozen: optim.unfreeze_state(frozen, full_tx.init(params)),
+                        out_shardings=shardings.opt_state)(state.params, state.opt_state)
+    return state.replace(opt_state=opt_state), shardings
 
 
 def _absolute_paths(values: dict) -> dict:

@@ -1,0 +1,174 @@
+"""BERT's selection protocol: one fine-tuning run per setting of a grid and per seed,
+the setting chosen on validation alone, test reported for the chosen setting.
+
+    --config.learning_rates=2e-5,3e-5,5e-5 --config.num_train_epochs=2,3
+    --config.global_batch_size=16,32 --config.seeds=1,2,3
+
+Each setting runs in DIR/lr2e-05_ep3_bs32/ (only the keys that vary are named), each
+seed in its seed_N/ below that (without a grid, DIR/seed_N/). A setting's score is the
+mean over seeds of the task's selection metric on its first validation split; ties keep
+the earlier setting. DIR/eval_results.json holds every run's validation scores, the
+selected setting, and the selected setting's metrics per split (mean and std over
+seeds when there are seeds), test included; `best_run` names the run directory whose
+model `evaluate`/`predict` on DIR use (the selected setting's best seed).
+All runs share one tokenized data set and one compiled train step per batch shape
+(`trainer.Finetuning`).
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import os
+from typing import Any
+
+import numpy as np
+
+from bert_jax import multihost, pretrained
+from bert_jax.errors import UserError
+
+# config key -> (short name in directory names, the type of its values)
+GRID = {"learning_rate": ("lr", float), "num_train_epochs": ("ep", float),
+        "global_batch_size": ("bs", int)}
+
+
+def parse_list(key: str, value: Any, kind: type) -> list:
+    """A config value as a list: a number, a tuple or list, or a comma-separated string
+    ("1,2,3"; the config loader may hand over "(1, 2, 3)")."""
+    if isinstance(value, (list, tuple)):
+        items = list(value)
+    elif isinstance(value, str):
+        items = [v for v in value.strip("()[] ").replace(" ", "").split(",") if v]
+    else:
+        items = [value]
+    try:
+        out = [kind(v) for v in items]
+    except (TypeError, ValueError):
+        raise UserError(f"{key} must be a number or a comma-separated list of numbers, "
+                        f"got {value!r}") from None
+    if any(isinstance(v, bool) for v in items) or (kind is int and any(
+            float(v) != int(float(v)) for v in items)):
+        raise UserError(f"{key} must hold {kind.__name__}s, got {value!r}")
+    if len(set(out)) != len(out):
+        raise UserError(f"{key} lists a value twice: {value!r}")
+    return out
+
+
+def grid_of(config) -> dict[str, list]:
+    """{key: values} of the grid; `learning_rates` (when set) replaces `learning_rate`."""
+    grid = {key: parse_list(key, config[key], kind) for key, (_, kind) in GRID.items()}
+    if config.get("learning_rates"):
+        grid["learning_rate"] = parse_list("learning_rates", config.learning_rates, float)
+    return grid
+
+
+def setting_config(config, setting: dict):
+    """A copy of `config` for one run: the setting's values, no lists."""
+    run_config = copy.deepcopy(config)
+    run_config.update(setting)
+    run_config.learning_rates = ""
+    run_config.seeds = ""
+    return run_config
+
+
+def setting_name(setting: dict, grid: dict) -> str:
+    return "_".join(f"{GRID[k][0]}{v:g}" for k, v in setting.items() if len(grid[k]) > 1)
+
+
+def mean_std(runs: list[dict]) -> dict[str, dict]:
+    """{split: {metric: {mean, std}}} over runs (population std), for every split."""
+    splits = [k for k, v in runs[0].items() if isinstance(v, dict)]
+    return {split: {name: {"mean": float(np.mean([r[split][name] for r in runs])),
+                           "std": float(np.std([r[split][name] for r in runs]))}
+                    for name in runs[0][split]} for split in splits}
+
+
+def score(run: dict) -> float:
+    return run[run["selection_split"]][run["selection_metric"]]
+
+
+def summarize_seeds(runs: dict[int, dict]) -> dict:
+    """Mean and std of every metric per split over seeds, and the best seed (the best
+    selection metric on the selection split; ties keep the earlier seed)."""
+    best_seed = max(runs, key=lambda s: score(runs[s]))
+    return {"seeds": list(runs), "runs": runs, "best_seed": best_seed,
+            "best_run": f"seed_{best_seed}", **mean_std(list(runs.values()))}
+
+
+def run_grid(config, workdir: str) -> dict:
+    """All runs of the grid and seeds; returns (and writes) the summary."""
+    from bert_jax.finetune import trainer
+    grid = grid_of(config)
+    seeds = parse_list("seeds", config.seeds, int) if config.seeds else []
+    settings = [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
+    session, summaries = None, []
+    for setting in settings:
+        run_config = setting_config(config, setting)
+        session = session or trainer.Finetuning(run_config)
+        name = setting_name(setting, grid)
+        setting_dir = os.path.join(workdir, name) if name else workdir
+        if not seeds:
+            result = session.run(run_config, setting_dir)
+            summaries.append({**setting, "run_dir": name, "best_run": name, "score": score(result),
+                              "result": result})
+            continue
+        runs = {}
+        for seed in seeds:
+            run_config.seed = seed
+            runs[seed] = session.run(run_config, os.path.join(setting_dir, f"seed_{seed}"))
+        seeds_summary = summarize_seeds(runs)
+        summaries.append({**setting, "run_dir": name,
+                          "best_run": os.path.join(name, seeds_summary["best_run"]),
+                          "score": float(np.mean([score(r) for r in runs.values()])),
+                          "result": seeds_summary})
+        if name and multihost.is_primary():
+            _write(setting_dir, seeds_summary)
+    summary = _summary(summaries, grid, seeds)
+    if multihost.is_primary():
+        _write(workdir, summary)
+    _print(summary)
+    return summary
+
+
+def _summary(summaries: list[dict], grid: dict, seeds: list[int]) -> dict:
+    selected = max(summaries, key=lambda s: s["score"])  # max keeps the first of ties
+    first = selected["result"]["runs"] if seeds else {None: selected["result"]}
+    run = next(iter(first.values()))
+    per_split = {k: v for k, v in selected["result"].items()
+                 if k not in ("runs", "seeds", "best_seed", "best_run")}
+    if not seeds:
+        per_split = {k: v for k, v in per_split.items() if isinstance(v, dict)}
+    summary = {"task": run["task"], "selection_split": run["selection_split"],
+               "selection_metric": run["selection_metric"], "seeds": seeds,
+               "grid": grid, "selected": {k: selected[k] for k in grid},
+               "best_run": selected["best_run"], **per_split}
+    if seeds:
+        summary.update(best_seed=selected["result"]["best_seed"],
+                       runs=selected["result"]["runs"])
+    summary["settings"] = [
+        {**{k: s[k] for k in grid}, "run_dir": s["run_dir"], "score": s["score"],
+         "validation": ({seed: r[r["selection_split"]] for seed, r in s["result"]["runs"].items()}
+                        if seeds else s["result"][run["selection_split"]])}
+        for s in summaries]
+    return summary
+
+
+def _write(workdir: str, summary: dict) -> None:
+    os.makedirs(workdir, exist_ok=True)
+    with open(os.path.join(workdir, pretrained.RESULTS_FILE), "w", encoding="utf-8") as f:
+        json.dump(summary, f, indent=2)
+
+
+def _print(summary: dict) -> None:
+    metric = f"{summary['selection_split']} {summary['selection_metric']}"
+    if len(summary["settings"]) > 1:
+        for s in summary["settings"]:
+            mark = "*" if {k: s[k] for k in summary["grid"]} == summary["selected"] else " "
+            print(f"{mark} {s['run_dir']}: {metric} {s['score']:.4f}")
+    for split, values in summary.items():
+        if isinstance(values, dict) and split not in ("grid", "selected", "runs"):
+            line = ", ".join(f"{k} {v['mean']:.4f} +- {v['std']:.4f}" if isinstance(v, dict)
+                             else f"{k} {v:.4f}" for k, v in values.items()
+                             if isinstance(v, (dict, float, int)))
+            print(f"{split} (selected {summary['selected']}): {line}")

@@ -1,0 +1,116 @@
+"""BERT's selection protocol (`finetune.selection`): a grid of learning rates, epochs and
+batch sizes, selected on validation only, runs sharing data and the compiled step."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from bert_jax.errors import UserError
+from bert_jax.finetune import cli, inference, selection, trainer
+from test_finetune_csv import NEGATIVE, POSITIVE, write_tsv
+from test_finetune_util import micro_config
+
+
+@pytest.fixture
+def files(tmp_path):
+    rows = [(t, "pos") for t in POSITIVE] + [(t, "neg") for t in NEGATIVE]
+    train = write_tsv(tmp_path / "train.tsv", rows * 3)
+    dev = write_tsv(tmp_path / "dev.tsv", rows)
+    # The test split is the dev texts with flipped labels: a selection that looked at
+    # test would prefer the worst validation run.
+    test = write_tsv(tmp_path / "test.tsv", [(t, "neg" if y == "pos" else "pos")
+                                             for t, y in rows])
+    return [f"train_file={train}", f"validation_file={dev}", f"test_file={test}",
+            "text_column=sentence", "label_column=sentiment"]
+
+
+def run_of(summary, workdir, name):
+    with open(os.path.join(workdir, name, "eval_results.json")) as f:
+        return json.load(f)
+
+
+def test_grid_selects_on_validation_and_reports_the_selected_test(tmp_path, files):
+    workdir = str(tmp_path / "grid")
+    config = micro_config("csv", *files, "learning_rates=1e-6,1e-2", "num_train_epochs=6")
+    summary = cli.run_finetune(config, workdir)
+    assert summary["grid"]["learning_rate"] == [1e-6, 1e-2]
+    names = [s["run_dir"] for s in summary["settings"]]
+    assert names == ["lr1e-06", "lr0.01"]
+    runs = {name: run_of(summary, workdir, name) for name in names}
+    for setting in summary["settings"]:  # every run's validation score is recorded
+        run = runs[setting["run_dir"]]
+        assert run["learning_rate"] == setting["learning_rate"]
+        assert setting["validation"] == run["validation"]
+        assert setting["score"] == run["validation"]["accuracy"]
+    best = max(names, key=lambda n: runs[n]["validation"]["accuracy"])
+    assert runs["lr0.01"]["validation"]["accuracy"] > runs["lr1e-06"]["validation"]["accuracy"]
+    assert summary["best_run"] == best == "lr0.01"
+    assert summary["selected"] == {"learning_rate": 1e-2, "num_train_epochs": 6.0,
+                                   "global_batch_size": 8}
+    assert summary["test"] == runs[best]["test"]  # test of the selected run, not the best test
+    assert summary["test"]["accuracy"] < runs["lr1e-06"]["test"]["accuracy"]
+    with open(os.path.join(workdir, "eval_results.json")) as f:
+        assert json.load(f)["best_run"] == best
+    assert inference.load_finetuned(workdir).config.learning_rate == 1e-2  # the selected run
+
+
+def test_runs_share_data_and_compiled_step_and_match_fresh_runs(tmp_path, files):
+    """A session's second run (another learning rate and epoch count) reuses the first
+    run's features and compiled step, and gives exactly what a fresh run gives."""
+    first = micro_config("csv", *files, "learning_rate=1e-3", "num_train_epochs=1")
+    second = micro_config("csv", *files, "learning_rate=3e-3", "num_train_epochs=2")
+    session = trainer.Finetuning(first)
+    session.run(first, str(tmp_path / "a"))
+    shared = session.run(second, str(tmp_path / "b"))
+    [data] = session._prepared.values()
+    step_fn, _ = data.steps(None, None, None, None)
+    assert step_fn._cache_size() == 1
+    fresh = trainer.finetune(second, str(tmp_path / "c"))
+    for key in ("validation", "test", "kept_epoch", "train_steps", "learning_rate"):
+        assert shared[key] == fresh[key], key
+    losses = [[json.loads(line).get("train/loss") for line in open(tmp_path / d / "metrics.jsonl")]
+              for d in ("b", "c")]
+    assert losses[0] == losses[1]
+
+
+def test_grid_with_seeds_averages_each_setting(tmp_path, files):
+    workdir = str(tmp_path / "grid")
+    config = micro_config("csv", *files, "global_batch_size=8,16", "num_train_epochs=1",
+                          "seeds=1,2")
+    summary = cli.run_finetune(config, workdir)
+    assert [s["run_dir"] for s in summary["settings"]] == ["bs8", "bs16"]
+    for setting in summary["settings"]:
+        assert set(setting["validation"]) == {1, 2}
+        scores = [v["accuracy"] for v in setting["validation"].values()]
+        assert setting["score"] == pytest.approx(sum(scores) / 2)
+    selected = max(summary["settings"], key=lambda s: s["score"])
+    assert summary["selected"]["global_batch_size"] == selected["global_batch_size"]
+    assert summary["validation"]["accuracy"]["mean"] == pytest.approx(selected["score"])
+    assert set(summary["test"]["accuracy"]) == {"mean", "std"}
+    assert summary["best_run"] == os.path.join(selected["run_dir"], f"seed_{summary['best_seed']}")
+
+
+@pytest.mark.parametrize("key,value,message", [
+    ("learning_rates", "2e-5,abc", "learning_rates must be a number or a comma-separated list"),
+    ("global_batch_size", "16,16.5", "global_batch_size must hold ints"),
+    ("num_train_epochs", "2,2", "num_train_epochs lists a value twice"),
+])
+def test_bad_lists_are_named(key, value, message):
+    config = micro_config("csv", f"{key}={value}")
+    with pytest.raises(UserError, match=message):
+        selection.grid_of(config)
+
+
+def test_ties_keep_the_earlier_setting():
+    def result(acc):
+        return {"task": "csv", "selection_split": "validation", "selection_metric": "accuracy",
+                "validation": {"accuracy": acc}, "test": {"accuracy": 1 - acc}}
+    summaries = [{"learning_rate": lr, "run_dir": f"lr{lr:g}", "best_run": f"lr{lr:g}",
+                  "score": acc, "result": result(acc)}
+                 for lr, acc in ((2e-5, 0.5), (3e-5, 0.8), (5e-5, 0.8))]
+    summary = selection._summary(summaries, {"learning_rate": [2e-5, 3e-5, 5e-5]}, [])
+    assert summary["selected"] == {"learning_rate": 3e-5} and summary["best_run"] == "lr3e-05"
+    assert summary["test"] == {"accuracy": pytest.approx(0.2)}
