@@ -62,6 +62,9 @@ CHANGEABLE_KEYS = frozenset({
     "model.attention_probs_dropout_prob", "model.hidden_dropout_prob"})
 # Described by the resolved model and the vocabulary fingerprint instead.
 _INDIRECT_KEYS = ("model", "tokenizer")
+# Keys added after checkpoints were first written, with the value those runs had: a
+# saved run without the key is compared as if it had recorded that value.
+_ADDED_KEYS = {"next_sentence_prediction": True}
 
 
 class IncompatibleCheckpointError(CheckpointError):
@@ -74,8 +77,9 @@ def run_description(config: dict, model: dict, vocabulary: str) -> dict:
     return {"config": config, "model": model, "vocabulary": vocabulary}
 
 
-def _flat_run(run: dict) -> dict[str, Any]:
-    flat = {k: v for k, v in (run.get("config") or {}).items() if k not in _INDIRECT_KEYS}
+def _flat_run(run: dict, saved: bool = False) -> dict[str, Any]:
+    config = {**(_ADDED_KEYS if saved else {}), **(run.get("config") or {})}
+    flat = {k: v for k, v in config.items() if k not in _INDIRECT_KEYS}
     flat.update({f"model.{k}": v for k, v in (run.get("model") or {}).items()})
     if run.get("vocabulary"):
         flat["vocabulary"] = run["vocabulary"]
@@ -84,8 +88,8 @@ def _flat_run(run: dict) -> dict[str, Any]:
 
 def compare_runs(saved: dict, current: dict) -> tuple[list[str], list[str]]:
     """(fixed, changeable) differences, each 'key saved -> current'. Keys the saved
-    run did not record (older checkpoints) are not compared."""
-    have, want = _flat_run(saved), _flat_run(current)
+    run did not record (older checkpoints) are not compared, except _ADDED_KEYS."""
+    have, want = _flat_run(saved, saved=True), _flat_run(current)
     fixed, changeable = [], []
     for key in sorted(set(have) & set(want)):
         if have[key] != want[key]:

@@ -1,8 +1,15 @@
-"""Sentence embeddings: one vector per input text.
+"""Sentence embeddings (one vector per input line) or per-token features.
 
     bert-jax embed --checkpoint MODEL_DIR --input texts.txt --output vectors.npy \
         [--pooling cls|mean|pooler] [--layer N] [--batch-size N] [--max-seq-length N]
         [--attention-impl einsum|fused]
+    bert-jax embed --checkpoint MODEL_DIR --input texts.txt --output feats.npz --per-token \
+        [--layers -4,-3,-2,-1 --combine sum|concat|mean] [...]
+
+--per-token writes an .npz with one row per WordPiece of every line, [CLS] and [SEP]
+included, in order: `vectors` float32 [N, H] ([N, len(layers) * H] with concat),
+`line_index` int [N] (the input line) and `tokens` [N] (the WordPiece strings).
+Layers count as in transformers' hidden_states: 0 the embeddings, -1 the last layer.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ import os
 from typing import Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from bert_jax import pretrained
@@ -22,6 +30,7 @@ from bert_jax.model import BertModel, mean_pool
 from bert_jax.tokenization import load_tokenizer
 
 POOLINGS = ("cls", "mean", "pooler")
+COMBINES = ("sum", "concat", "mean")
 MIN_SEQ_LENGTH = 3  # [CLS] one token [SEP]
 
 
@@ -50,6 +59,29 @@ def _embed_batch(params, ids, mask, *, config: BertConfig, pooling: str, layer: 
     return mean_pool(states, mask)
 
 
+def _layer_index(flag: str, layer: int, config: BertConfig) -> int:
+    """`layer` as an index into hidden_states (0 the embeddings .. num_hidden_layers);
+    negative values count from the last."""
+    n = config.num_hidden_layers
+    if not -n - 1 <= layer <= n:
+        raise UserError(f"{flag} {layer} is out of range for a model with {n} layers "
+                        f"(0..{n}, or -{n + 1}..-1 from the last)")
+    return layer % (n + 1)
+
+
+def _tokenizer(model: pretrained.Pretrained, config: BertConfig, batch_size: int,
+               max_seq_length: int):
+    """(tokenizer, max_seq_length capped at the model's positions) after checking the
+    batch size, the length and that the vocabulary fits the model."""
+    check_positive("--batch-size", batch_size)
+    if not isinstance(max_seq_length, int) or max_seq_length < MIN_SEQ_LENGTH:
+        raise UserError(f"--max-seq-length must be at least {MIN_SEQ_LENGTH} ([CLS] text "
+                        f"[SEP]), got {max_seq_length!r}")
+    tokenizer = load_tokenizer(model.tokenizer_dir)
+    check_inputs_fit(config, model.tokenizer_dir, vocab_size=tokenizer.vocab_size)
+    return tokenizer, min(max_seq_length, config.max_position_embeddings)
+
+
 def embed_texts(model: pretrained.Pretrained, texts: Sequence[str], *, pooling: str = "mean",
                 layer: int = -1, batch_size: int = 32, max_seq_length: int = 128,
                 attention_impl: str | None = None) -> np.ndarray:
@@ -63,27 +95,26 @@ def embed_texts(model: pretrained.Pretrained, texts: Sequence[str], *, pooling: 
     config = model.config.replace(attention_impl=attention_impl or model.config.attention_impl)
     if pooling not in POOLINGS:
         raise ValueError(f"unknown pooling {pooling!r}; choose from {', '.join(POOLINGS)}")
-    if not -config.num_hidden_layers - 1 <= layer <= config.num_hidden_layers:
-        raise ValueError(f"--layer {layer} is out of range for a model with "
-                         f"{config.num_hidden_layers} layers (0..{config.num_hidden_layers})")
-    layer = layer % (config.num_hidden_layers + 1)
+    layer = _layer_index("--layer", layer, config)
     layer = -1 if layer == config.num_hidden_layers else layer
     if pooling == "pooler" and (layer != -1 or "pooler" not in model.params["bert"]):
         raise ValueError("--pooling pooler needs the last layer and a model with a pooler")
-    check_positive("--batch-size", batch_size)
-    if not isinstance(max_seq_length, int) or max_seq_length < MIN_SEQ_LENGTH:
-        raise UserError(f"--max-seq-length must be at least {MIN_SEQ_LENGTH} ([CLS] text "
-                        f"[SEP]), got {max_seq_length!r}")
-    max_seq_length = min(max_seq_length, config.max_position_embeddings)
-    tokenizer = load_tokenizer(model.tokenizer_dir)
-    check_inputs_fit(config, model.tokenizer_dir, vocab_size=tokenizer.vocab_size)
+    tokenizer, max_seq_length = _tokenizer(model, config, batch_size, max_seq_length)
     encoded = encode_texts(tokenizer, texts, max_seq_length)
     params = model.params["bert"]
     if pooling != "pooler":
         params = {k: v for k, v in params.items() if k != "pooler"}
-    # Longest first so each batch pads little; results go back to input order.
-    order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i]))
+    run = functools.partial(_embed_batch, params, config=config, pooling=pooling, layer=layer)
     out = np.zeros((len(encoded), config.hidden_size), np.float32)
+    for rows, vectors in _batches(encoded, batch_size, max_seq_length, run):
+        out[rows] = vectors[:len(rows)]
+    return out
+
+
+def _batches(encoded: list[list[int]], batch_size: int, max_seq_length: int, run):
+    """(rows, float32 numpy run(ids, mask)) per batch of `encoded` (id lists): longest
+    first so each batch pads little, lengths bucketed, rows indices into `encoded`."""
+    order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i]))
     for start in range(0, len(order), batch_size):
         rows = order[start:start + batch_size]
         length = _bucket(len(encoded[rows[0]]), max_seq_length)
@@ -92,10 +123,63 @@ def embed_texts(model: pretrained.Pretrained, texts: Sequence[str], *, pooling: 
             ids[r, :len(encoded[i])] = encoded[i]
         mask = (np.arange(length)[None] < np.array(
             [len(encoded[i]) for i in rows] + [0] * (batch_size - len(rows)))[:, None])
-        vectors = _embed_batch(params, ids, mask.astype(np.int32), config=config,
-                               pooling=pooling, layer=layer)
-        out[rows] = np.asarray(vectors[:len(rows)], np.float32)
-    return out
+        yield rows, np.asarray(run(ids, mask.astype(np.int32)), np.float32)
+
+
+@functools.partial(jax.jit, static_argnames=("config", "layers", "combine"))
+def _token_batch(params, ids, mask, *, config: BertConfig, layers: tuple[int, ...],
+                 combine: str):
+    out = BertModel(config, add_pooling_layer=False, output_hidden_states=True).apply(
+        {"params": params}, ids, mask)
+    states = [out.hidden_states[i].astype(jnp.float32) for i in layers]
+    if combine == "concat":
+        return jnp.concatenate(states, axis=-1)
+    total = functools.reduce(jnp.add, states)
+    return total / len(states) if combine == "mean" else total
+
+
+def token_features(model: pretrained.Pretrained, texts: Sequence[str], *,
+                   layers: Sequence[int] = (-1,), combine: str = "sum", batch_size: int = 32,
+                   max_seq_length: int = 128, attention_impl: str | None = None) -> dict:
+    """Features of every token of every text, [CLS] and [SEP] included, in order (the
+    feature-based approach of the BERT paper, e.g. the sum or concatenation of the last
+    four layers for NER).
+
+    layers: hidden states as in transformers' hidden_states (0 the embeddings, -1 the
+    last layer); combine: how several layers make one vector (sum, concat or mean).
+    Returns {"vectors": float32 [N, H] ([N, len(layers) * H] for concat),
+    "line_index": int64 [N], "tokens": str [N]} for the N tokens of all texts.
+    """
+    config = model.config.replace(attention_impl=attention_impl or model.config.attention_impl)
+    if combine not in COMBINES:
+        raise UserError(f"unknown --combine {combine!r}; choose from {', '.join(COMBINES)}")
+    if not layers:
+        raise UserError("--layers names no layer")
+    layers = tuple(_layer_index("--layers", layer, config) for layer in layers)
+    if not texts:
+        raise UserError("the input has no lines: nothing to embed")
+    tokenizer, max_seq_length = _tokenizer(model, config, batch_size, max_seq_length)
+    encoded = encode_texts(tokenizer, texts, max_seq_length)
+    params = {k: v for k, v in model.params["bert"].items() if k != "pooler"}
+    run = functools.partial(_token_batch, params, config=config, layers=layers,
+                            combine=combine)
+    per_line: list = [None] * len(encoded)
+    for rows, vectors in _batches(encoded, batch_size, max_seq_length, run):
+        for r, i in enumerate(rows):
+            per_line[i] = vectors[r, :len(encoded[i])]
+    ids = [t for line in encoded for t in line]
+    return {"vectors": np.concatenate(per_line),
+            "line_index": np.repeat(np.arange(len(encoded)), [len(e) for e in encoded]),
+            "tokens": np.array(tokenizer.convert_ids_to_tokens(ids), dtype=str)}
+
+
+def parse_layers(text: str) -> list[int]:
+    """'-4,-3,-2,-1' -> [-4, -3, -2, -1]."""
+    try:
+        return [int(part) for part in text.split(",")]
+    except ValueError:
+        raise UserError(f"--layers takes comma-separated integers such as -4,-3,-2,-1, "
+                        f"got {text!r}") from None
 
 
 def read_lines(path: str) -> list[str]:
@@ -116,23 +200,69 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--checkpoint", required=True,
                         help="model directory (bert-jax convert) or pretraining workdir")
     parser.add_argument("--input", required=True, help="UTF-8 text, one input per line")
-    parser.add_argument("--output", required=True, help=".npy file of float32 [lines, hidden]")
-    parser.add_argument("--pooling", choices=POOLINGS, default="cls")
+    parser.add_argument("--output", required=True,
+                        help=".npy file of float32 [lines, hidden]; .npz with --per-token")
+    parser.add_argument("--pooling", choices=POOLINGS, default=None, help="default: cls")
     parser.add_argument("--layer", type=int, default=-1,
                         help="hidden state to pool: -1 last (default), 0 embeddings")
+    parser.add_argument("--per-token", action="store_true",
+                        help="features of every token (an .npz) instead of one vector a line")
+    parser.add_argument("--layers", default=None,
+                        help="--per-token: comma-separated hidden states, e.g. -4,-3,-2,-1 "
+                             "(default: --layer)")
+    parser.add_argument("--combine", choices=COMBINES, default=None,
+                        help="--per-token: how several --layers make one vector")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--max-seq-length", type=int, default=128)
     parser.add_argument("--attention-impl", choices=ATTENTION_IMPLS, default=None,
                         help="fused: jax.nn.dot_product_attention (cuDNN on GPU in bf16); "
                              "default: the model's (einsum unless it was set)")
+    # `--layers -4,-3` would read as an unknown option to argparse: bind the value first.
+    argv = list(argv)
+    for i, arg in enumerate(argv[:-1]):
+        if arg == "--layers":
+            argv[i:i + 2] = [f"--layers={argv[i + 1]}"]
+            break
     args = parser.parse_args(argv)
+    if args.per_token:
+        return _main_per_token(args)
+    for flag, value in (("--layers", args.layers), ("--combine", args.combine)):
+        if value is not None:
+            raise UserError(f"{flag} is for --per-token features (sentence vectors take "
+                            "--layer and --pooling)")
     texts = read_lines(args.input)
     model = pretrained.load(args.checkpoint)
-    vectors = embed_texts(model, texts, pooling=args.pooling, layer=args.layer,
+    vectors = embed_texts(model, texts, pooling=args.pooling or "cls", layer=args.layer,
                           batch_size=args.batch_size, max_seq_length=args.max_seq_length,
                           attention_impl=args.attention_impl)
     tmp = args.output + ".tmp.npy"
     np.save(tmp, vectors)
     os.replace(tmp, args.output)
     print(f"wrote {vectors.shape[0]} x {vectors.shape[1]} vectors to {args.output}")
+    return 0
+
+
+def _main_per_token(args: argparse.Namespace) -> int:
+    if args.pooling is not None:
+        raise UserError("--pooling is for sentence vectors, not --per-token features")
+    if not args.output.endswith(".npz"):
+        raise UserError(f"--per-token writes an .npz archive: --output must end in .npz, "
+                        f"got {args.output!r}")
+    layers = parse_layers(args.layers) if args.layers is not None else [args.layer]
+    if len(layers) > 1 and args.combine is None:
+        raise UserError(f"--layers names {len(layers)} layers: say how to combine them with "
+                        f"--combine {'|'.join(COMBINES)}")
+    texts = read_lines(args.input)
+    if not texts:
+        raise UserError(f"{args.input} has no lines: nothing to embed")
+    model = pretrained.load(args.checkpoint)
+    features = token_features(model, texts, layers=layers, combine=args.combine or "sum",
+                              batch_size=args.batch_size, max_seq_length=args.max_seq_length,
+                              attention_impl=args.attention_impl)
+    tmp = args.output[:-len(".npz")] + ".tmp.npz"
+    np.savez(tmp, **features)
+    os.replace(tmp, args.output)
+    vectors = features["vectors"]
+    print(f"wrote {vectors.shape[0]} token vectors of size {vectors.shape[1]} "
+          f"({len(texts)} lines) to {args.output}")
     return 0

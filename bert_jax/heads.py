@@ -1,4 +1,4 @@
-"""BERT with task heads: pretraining (MLM + NSP), classification/regression,
+"""BERT with task heads: pretraining (MLM + NSP, or MLM only), classification/regression,
 token tagging, span question answering and multiple choice.
 
 Every model here owns a `bert` submodule (`BertModel`), so the encoder's
@@ -48,23 +48,27 @@ class MaskedLMHead(nn.Module):
 @flax.struct.dataclass
 class PreTrainingOutput:
     """mlm_logits [B, P, V] at `masked_lm_positions` (or [B, L, V] for every position);
-    nsp_logits [B, 2], or [B, K, 2] for packed rows."""
+    nsp_logits [B, 2], or [B, K, 2] for packed rows; None for an MLM-only model."""
 
     mlm_logits: Array
-    nsp_logits: Array
+    nsp_logits: Array | None
     encoder: BertOutput
 
 
 class BertForPreTraining(nn.Module):
     """BERT's pretraining model. The MLM head runs only at the masked positions
-    when they are given, which saves most of the [B, L, V] decoder matmul."""
+    when they are given, which saves most of the [B, L, V] decoder matmul.
+    `next_sentence_prediction=False`: MLM only, no `nsp` parameters (the pooler stays,
+    so the encoder's parameters are those of any BERT)."""
 
     config: BertConfig
+    next_sentence_prediction: bool = True
 
     def setup(self):
         self.bert = BertModel(self.config)
         self.mlm = MaskedLMHead(self.config)
-        self.nsp = _dense(self.config, 2, "classes", "nsp")
+        if self.next_sentence_prediction:
+            self.nsp = _dense(self.config, 2, "classes", "nsp")
 
     def __call__(self, input_ids, input_mask=None, segment_ids=None, masked_lm_positions=None,
                  position_ids=None, example_ids=None, next_sentence_positions=None, *,
@@ -75,6 +79,8 @@ class BertForPreTraining(nn.Module):
         if masked_lm_positions is not None:
             states = gather_positions(states, masked_lm_positions)
         mlm_logits = self.mlm(states, self.bert.embeddings.word_embeddings.embedding)
+        if not self.next_sentence_prediction:
+            return PreTrainingOutput(mlm_logits, None, out)
         pooled = out.pooled_output
         if next_sentence_positions is not None:  # packed rows: one [CLS] per example
             pooled = self.bert.pool(gather_positions(out.sequence_output,

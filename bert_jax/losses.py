@@ -26,15 +26,19 @@ def weighted_cross_entropy(logits: Array, labels: Array, weights: Array | None =
     return jnp.sum(losses * weights) / denom, correct, total
 
 
-def pretraining_loss(mlm_logits: Array, nsp_logits: Array, batch: dict) -> tuple[Array, dict]:
+def pretraining_loss(mlm_logits: Array, nsp_logits: Array | None,
+                     batch: dict) -> tuple[Array, dict]:
     """BERT's loss: masked-LM cross-entropy averaged over `masked_lm_weights`
-    plus next-sentence cross-entropy.
+    plus next-sentence cross-entropy (none when nsp_logits is None: MLM only).
 
     mlm_logits [B, P, V] at `batch['masked_lm_positions']`; nsp_logits [B, 2], or
     [B, K, 2] for packed rows with `batch['next_sentence_weights']` [B, K].
     """
     mlm_loss, mlm_correct, mlm_count = weighted_cross_entropy(
         mlm_logits, batch["masked_lm_ids"], batch["masked_lm_weights"])
+    mlm_accuracy = mlm_correct / jnp.maximum(mlm_count, 1.0)
+    if nsp_logits is None:
+        return mlm_loss, {"loss": mlm_loss, "mlm_loss": mlm_loss, "mlm_accuracy": mlm_accuracy}
     nsp_loss, nsp_correct, nsp_count = weighted_cross_entropy(
         nsp_logits, batch["next_sentence_labels"], batch.get("next_sentence_weights"))
     loss = mlm_loss + nsp_loss
@@ -42,7 +46,7 @@ def pretraining_loss(mlm_logits: Array, nsp_logits: Array, batch: dict) -> tuple
         "loss": loss,
         "mlm_loss": mlm_loss,
         "nsp_loss": nsp_loss,
-        "mlm_accuracy": mlm_correct / jnp.maximum(mlm_count, 1.0),
+        "mlm_accuracy": mlm_accuracy,
         "nsp_accuracy": nsp_correct / jnp.maximum(nsp_count, 1.0),
     }
     return loss, metrics

@@ -1,4 +1,5 @@
-"""`bert-jax pretrain`: BERT pretraining (masked LM + next sentence) over a device mesh.
+"""`bert-jax pretrain`: BERT pretraining (masked LM + next sentence, or masked LM only with
+`--config.next_sentence_prediction=False`) over a device mesh.
 
     bert-jax pretrain --config configs/pretrain.py:tiny --workdir runs/tiny \
         [--config.KEY=VALUE ...]
@@ -75,7 +76,10 @@ def dummy_inputs(batch_size: int, seq_length: int, num_predictions: int) -> tupl
 
 
 def _weight_sums(batch: dict) -> tuple[jax.Array, jax.Array]:
-    """(MLM, NSP) weight sums: the denominators of `losses.pretraining_loss`."""
+    """(MLM, NSP) weight sums: the denominators of `losses.pretraining_loss` (NSP 0 for
+    MLM-only batches)."""
+    if "next_sentence_labels" not in batch:
+        return jnp.sum(batch["masked_lm_weights"]), jnp.zeros(())
     nsp = batch.get("next_sentence_weights", jnp.ones(batch["next_sentence_labels"].shape))
     return jnp.sum(batch["masked_lm_weights"]), jnp.sum(nsp)
 
@@ -97,7 +101,7 @@ def forward(model: nn.Module, params: Any, batch: dict, *, rng=None,
                             for part, total in zip(_weight_sums(batch), totals))
     metrics = {k: v * (nsp_share if k.startswith("nsp") else mlm_share)
                for k, v in metrics.items() if k != "loss"}
-    metrics["loss"] = metrics["mlm_loss"] + metrics["nsp_loss"]
+    metrics["loss"] = metrics["mlm_loss"] + metrics.get("nsp_loss", 0.0)
     return metrics["loss"], metrics
 
 
@@ -133,19 +137,20 @@ def train_step(state: TrainState, batch: dict, *, model: nn.Module,
 
 
 def eval_step(params: Any, batch: dict, *, model: nn.Module, rules: tuple) -> dict:
-    """Weighted sums over one batch (combine across batches, then divide): MLM and NSP
-    loss sums, correct counts and counts. All-zero padding rows count for nothing."""
+    """Weighted sums over one batch (combine across batches, then divide): MLM and (for
+    NSP models) NSP loss sums, correct counts and counts. All-zero padding rows count
+    for nothing."""
     extra = {k: batch[k] for k in _OPTIONAL_INPUTS if k in batch}
     with nn.logical_axis_rules(rules):
         out = model.apply({"params": params}, batch["input_ids"], batch["input_mask"],
                           batch["segment_ids"], batch["masked_lm_positions"], **extra,
                           deterministic=True)
-    nsp_weights = batch.get("next_sentence_weights",
-                            (batch["input_mask"][:, 0] > 0).astype(jnp.float32))
+    heads = [("mlm", out.mlm_logits, batch["masked_lm_ids"], batch["masked_lm_weights"])]
+    if out.nsp_logits is not None:
+        heads.append(("nsp", out.nsp_logits, batch["next_sentence_labels"], batch.get(
+            "next_sentence_weights", (batch["input_mask"][:, 0] > 0).astype(jnp.float32))))
     sums = {}
-    for name, logits, labels, weights in (
-            ("mlm", out.mlm_logits, batch["masked_lm_ids"], batch["masked_lm_weights"]),
-            ("nsp", out.nsp_logits, batch["next_sentence_labels"], nsp_weights)):
+    for name, logits, labels, weights in heads:
         loss, correct, count = losses.weighted_cross_entropy(logits, labels, weights)
         sums.update({f"{name}_loss_sum": loss * count, f"{name}_correct": correct,
                      f"{name}_count": count})
@@ -215,6 +220,7 @@ def data_options(config: ml_collections.ConfigDict, files: list[str], vocabulary
             "max_predictions_per_seq": config.max_predictions_per_seq,
             "whole_word_masking": config.whole_word_masking,
             "static_masking": not config.dynamic_masking, "seed": config.seed,
+            "next_sentence_prediction": config.next_sentence_prediction,
             "num_shards": num_shards,
             "inputs": [[os.path.relpath(f, corpus.CORPUS_DIR), os.path.getsize(f)] if embedded
                        else [os.path.abspath(f), os.path.getsize(f), os.stat(f).st_mtime_ns]
@@ -257,7 +263,8 @@ def prepare_input_files(config: ml_collections.ConfigDict, workdir: str, tokeniz
                             max_predictions_per_seq=config.max_predictions_per_seq,
                             random_seed=config.seed,
                             do_whole_word_mask=config.whole_word_masking,
-                            static_masking=not config.dynamic_masking),
+                            static_masking=not config.dynamic_masking,
+                            next_sentence_prediction=config.next_sentence_prediction),
                 # Workers would re-import an unguarded __main__ script.
                 num_workers=1, progress=False)
             with open(os.path.join(tmp, DATA_OPTIONS_FILE), "w", encoding="utf-8") as f:
@@ -279,7 +286,8 @@ def make_iterator(config, files, tokenizer, *, split: str, state: dict | None = 
         max_predictions_per_seq=config.max_predictions_per_seq,
         dynamic_masking=config.dynamic_masking, whole_word_masking=config.whole_word_masking,
         pack=config.pack, seed=config.seed, split=split, repeat=split == "train",
-        eval_fraction=config.eval_fraction)
+        eval_fraction=config.eval_fraction,
+        next_sentence_prediction=config.next_sentence_prediction)
     return make_pretrain_iterator(files, options, process_index=process_index,
                                   process_count=process_count, tokenizer=tokenizer, state=state)
 
@@ -287,7 +295,7 @@ def make_iterator(config, files, tokenizer, *, split: str, state: dict | None = 
 # --- the loop --------------------------------------------------------------------------
 
 def evaluate(eval_fn, params, batches: Iterator[dict], mesh, rules, max_steps: int) -> dict:
-    """Held-out MLM/NSP loss and accuracy over up to `max_steps` batches."""
+    """Held-out MLM (and NSP) loss and accuracy over up to `max_steps` batches."""
     totals = None
     for i, batch in enumerate(batches):
         if i >= max_steps:
@@ -299,10 +307,11 @@ def evaluate(eval_fn, params, batches: Iterator[dict], mesh, rules, max_steps: i
     t = jax.device_get(totals)
     out = {}
     for name in ("mlm", "nsp"):
-        count = max(float(t[f"{name}_count"]), 1e-9)
-        out[f"{name}_loss"] = float(t[f"{name}_loss_sum"]) / count
-        out[f"{name}_accuracy"] = float(t[f"{name}_correct"]) / count
-    out["loss"] = out["mlm_loss"] + out["nsp_loss"]
+        if f"{name}_count" in t:
+            count = max(float(t[f"{name}_count"]), 1e-9)
+            out[f"{name}_loss"] = float(t[f"{name}_loss_sum"]) / count
+            out[f"{name}_accuracy"] = float(t[f"{name}_correct"]) / count
+    out["loss"] = out["mlm_loss"] + out.get("nsp_loss", 0.0)
     return out
 
 
@@ -368,6 +377,9 @@ def restore_or_init(config, ckpt: checkpoint.Checkpointer, init_fn, tx, mesh, ru
                                              rng_impl=config.rng_impl)
     if config.init_from:
         loaded = pretrained.load(config.init_from)
+        if not config.next_sentence_prediction and "nsp" in loaded.params:
+            loaded.params = {k: v for k, v in loaded.params.items() if k != "nsp"}
+            writer.message(f"MLM-only run: the NSP head of {config.init_from} is not used")
         params = pretrained.place_params(
             loaded.params,
             jax.device_get(state.params) if config.partial_restore else target.params,
@@ -393,7 +405,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                                      tokenizer.fingerprint())
     # Nothing is written before this point: a config error leaves the workdir as it was.
     writer = MetricsWriter(workdir, total_steps=config.num_train_steps)
-    model = BertForPreTraining(bert_config)
+    model = BertForPreTraining(bert_config, config.next_sentence_prediction)
     tx, schedule = make_optimizer(
         learning_rate=config.learning_rate, num_train_steps=config.num_train_steps,
         warmup_steps=config.warmup_steps, optimizer=config.optimizer,
@@ -444,7 +456,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
         last = mean
         writer.progress(step, {k: mean[k] for k in ("loss", "mlm_accuracy", "nsp_accuracy",
                                                     "learning_rate", "grad_norm",
-                                                    "tokens_per_second", "mfu")},
+                                                    "tokens_per_second", "mfu") if k in mean},
                         final=final)
 
     eval_metrics = {}

@@ -1,4 +1,6 @@
 """Pretraining recipes (MLM + NSP): `bert-jax pretrain --config configs/pretrain.py:VARIANT`.
+`--config.next_sentence_prediction=False` trains MLM only on rows of contiguous
+sentences (RoBERTa's FULL-SENTENCES; docs/pretraining.md).
 
 Variants (BERT's exact numerics: einsum attention with dropout, threefry):
   tiny   the `tiny` preset (2 layers, H=128): tests, the demo, a CPU in minutes
@@ -47,6 +49,11 @@ def get_config(variant: str | None = None) -> ml_collections.ConfigDict:
     c.dynamic_masking = True
     c.whole_word_masking = False
     c.pack = False
+    # False: MLM only, no NSP head or loss; rows are contiguous sentences filled up to
+    # max_seq_length, crossing documents with a [SEP] between them (RoBERTa's
+    # FULL-SENTENCES). TFRecords must be made to match (create-data
+    # --no_next_sentence_prediction); raw text is converted to match.
+    c.next_sentence_prediction = True
 
     # Optimisation. Steps are optimizer updates of global_batch_size examples each;
     # grad_accum_steps splits each into that many sequential micro-batches.

@@ -1,5 +1,12 @@
 """`bert-jax create-data`: BERT-format text -> sharded TFRecords of MLM/NSP examples.
 
+With `--no_next_sentence_prediction` the rows are MLM-only, RoBERTa's FULL-SENTENCES:
+[CLS] contiguous sentences [SEP], filled up to max_seq_length, crossing into the next
+document of the same input file with a [SEP] between them; all segment 0, no
+next_sentence_labels feature (which is how the pipeline tells the two kinds apart).
+short_seq_prob applies to NSP pairs only; each of the dupe_factor copies of an
+MLM-only file has the same rows, masked differently.
+
 Each input file is one unit of work, processed by one worker with random
 generators derived from (random_seed, file index, dupe index): the output is
 the same for a seed whatever the number of workers, and memory is bounded by
@@ -9,7 +16,7 @@ Instances of a file are shuffled, then dealt round-robin, in file order, into
 the output shards.
 
 Features (BERT's names): input_ids, input_mask, segment_ids (int64 [L]),
-next_sentence_labels (int64 [1], 1 = random next) and, unless
+next_sentence_labels (int64 [1], 1 = random next; absent in MLM-only files) and, unless
 `--no_static_masking`, masked_lm_positions, masked_lm_ids (int64 [P]) and
 masked_lm_weights (float [P]). Files without masks are for dynamic masking;
 the pipeline also re-masks statically masked files by restoring their tokens.
@@ -47,6 +54,7 @@ class Options:
     do_whole_word_mask: bool = False
     static_masking: bool = True
     chinese_segmenter: str = "jieba"  # or "none": CJK characters masked one by one
+    next_sentence_prediction: bool = True  # False: MLM-only full-sentence rows
 
 
 @dataclasses.dataclass
@@ -173,33 +181,53 @@ def _tokenize_documents(path: str, ref_path: Optional[str], stats: Stats):
     return documents
 
 
+def _make_rows(documents, options: Options, tokenizer, seed: str, rng: random.Random,
+               stats: Stats):
+    """(instances, row dict) for the documents of one unit of work, dupe_factor times,
+    shuffled with `rng`: NSP pairs (dupe d drawn with the generator `seed/d`), or
+    full-sentence rows without NSP."""
+    if not options.next_sentence_prediction:
+        made = instances.full_sentence_rows(documents, options.max_seq_length,
+                                            tokenizer.sep_id) if documents else []
+        made = made * options.dupe_factor
+        rng.shuffle(made)
+        stats.instances = len(made)
+        return made, instances.pack_full_sentence_rows(made, options.max_seq_length,
+                                                       tokenizer.cls_id, tokenizer.sep_id)
+    made = []
+    counts = instances.InstanceStats()
+    for dupe in range(options.dupe_factor if documents else 0):
+        dupe_rng = random.Random(f"{seed}/{dupe}")
+        for index in range(len(documents)):
+            made.extend(instances.instances_from_document(
+                documents, index, options.max_seq_length, options.short_seq_prob, dupe_rng,
+                counts))
+    rng.shuffle(made)
+    stats.instances, stats.random_next = counts.instances, counts.random_next
+    stats.short_targets = counts.short_targets
+    stats.random_from_same_document = counts.random_from_same_document
+    rows = instances.pack_instances(made, options.max_seq_length, tokenizer.cls_id,
+                                    tokenizer.sep_id) if made else {}
+    return made, rows
+
+
 def process_file(task) -> tuple:
     """One input file -> (serialized tf.train.Examples in output order, Stats)."""
     file_index, path, ref_path = task
     tokenizer, options = _worker["tokenizer"], _worker["options"]
     stats = Stats()
     documents = _tokenize_documents(path, ref_path, stats)
-    made = []
-    counts = instances.InstanceStats()
-    for dupe in range(options.dupe_factor if documents else 0):
-        rng = random.Random(f"{options.random_seed}/{file_index}/{dupe}")
-        for index in range(len(documents)):
-            made.extend(instances.instances_from_document(
-                documents, index, options.max_seq_length, options.short_seq_prob, rng, counts))
-    rng = random.Random(f"{options.random_seed}/{file_index}/shuffle")
-    rng.shuffle(made)
-    stats.instances, stats.random_next = counts.instances, counts.random_next
-    stats.short_targets = counts.short_targets
-    stats.random_from_same_document = counts.random_from_same_document
+    seed = f"{options.random_seed}/{file_index}"
+    rng = random.Random(f"{seed}/shuffle")  # then draws the masks' keys
+    made, rows = _make_rows(documents, options, tokenizer, seed, rng, stats)
     if not made:
         return [], stats
-    rows = instances.pack_instances(made, options.max_seq_length, tokenizer.cls_id,
-                                    tokenizer.sep_id)
     word_start = None
     if options.do_whole_word_mask:
         word_start = _split_word_flags(rows, _worker["word_start"])
     stats.tokens = int(rows["input_mask"].sum())
-    stats.maskable_tokens = stats.tokens - 3 * len(made)
+    specials = (rows["input_ids"] == tokenizer.cls_id) | (rows["input_ids"] == tokenizer.sep_id)
+    stats.maskable_tokens = stats.tokens - int((specials & (rows["input_mask"] > 0)).sum())
     if options.static_masking:
         unmasked = rows["input_ids"]
         keys = np.array([rng.getrandbits(64) for _ in made], np.uint64)
@@ -223,7 +251,7 @@ def examples_from_texts(documents: Sequence[Sequence[str]], tokenizer, options: 
     For tests and small runs. Returns the pipeline's unpacked keys: input_ids,
     input_mask, segment_ids int32 [N, L]; masked_lm_positions, masked_lm_ids
     int32 [N, P]; masked_lm_weights float32 [N, P]; next_sentence_labels int32 [N]
-    (and word_start int32 [N, L] with whole-word masking).
+    (not without NSP; and word_start int32 [N, L] with whole-word masking).
     """
     segment = chinese_words.make_segmenter(options.chinese_segmenter) \
         if options.do_whole_word_mask else None
@@ -234,13 +262,20 @@ def examples_from_texts(documents: Sequence[Sequence[str]], tokenizer, options: 
     if not tokenized:
         raise ValueError("no text to make examples from")
     rng = random.Random(f"{seed}/texts")
-    made, counts = [], instances.InstanceStats()
-    for _ in range(options.dupe_factor):
-        for index in range(len(tokenized)):
-            made.extend(instances.instances_from_document(
-                tokenized, index, options.max_seq_length, options.short_seq_prob, rng, counts))
-    rows = instances.pack_instances(made, options.max_seq_length, tokenizer.cls_id,
-                                    tokenizer.sep_id)
+    if options.next_sentence_prediction:
+        made, counts = [], instances.InstanceStats()
+        for _ in range(options.dupe_factor):
+            for index in range(len(tokenized)):
+                made.extend(instances.instances_from_document(
+                    tokenized, index, options.max_seq_length, options.short_seq_prob, rng,
+                    counts))
+        rows = instances.pack_instances(made, options.max_seq_length, tokenizer.cls_id,
+                                        tokenizer.sep_id)
+    else:
+        made = instances.full_sentence_rows(tokenized, options.max_seq_length,
+                                            tokenizer.sep_id) * options.dupe_factor
+        rows = instances.pack_full_sentence_rows(made, options.max_seq_length,
+                                                 tokenizer.cls_id, tokenizer.sep_id)
     keys = np.array([rng.getrandbits(64) for _ in made], np.uint64)
     word_start = _split_word_flags(rows, tokenizer.word_start_table()) \
         if options.do_whole_word_mask else None
@@ -355,6 +390,9 @@ def _parse_args(argv: List[str]) -> argparse.Namespace:
     parser.add_argument("--chinese_ref_file", nargs="+", default=[],
                         help="whole-word masking: reference segmentations (a line of "
                         "space-separated words per input line), one per input file")
+    parser.add_argument("--no_next_sentence_prediction", action="store_true",
+                        help="MLM-only rows of contiguous sentences (RoBERTa's "
+                        "FULL-SENTENCES), no sentence pairs or NSP labels")
     parser.add_argument("--no_static_masking", action="store_true",
                         help="write unmasked examples (for dynamic masking in the pipeline)")
     parser.add_argument("--num_shards", type=int, default=4)
@@ -366,8 +404,11 @@ def _parse_args(argv: List[str]) -> argparse.Namespace:
 def run(args, output_files: List[str], summary_dir: Optional[str]) -> int:
     """Shared by `main` and tools/create_pretraining_data.py: runs, prints, saves the summary."""
     options = Options(**{f.name: getattr(args, f.name, f.default)
-                         for f in dataclasses.fields(Options) if f.name != "static_masking"},
-                      static_masking=not getattr(args, "no_static_masking", False))
+                         for f in dataclasses.fields(Options)
+                         if f.name not in ("static_masking", "next_sentence_prediction")},
+                      static_masking=not getattr(args, "no_static_masking", False),
+                      next_sentence_prediction=not getattr(args, "no_next_sentence_prediction",
+                                                           False))
     try:
         stats = create_pretraining_data(args.input, output_files, args.vocab, options,
                                         args.do_lower_case, args.num_workers,

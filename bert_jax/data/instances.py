@@ -1,4 +1,5 @@
-"""Next-sentence-prediction instances from tokenized documents (BERT's rules).
+"""Pretraining rows from tokenized documents: next-sentence-prediction pairs (BERT's
+rules) or, without NSP, rows of contiguous sentences (`full_sentence_rows`).
 
 Per document, sentences accumulate until a target length (max_seq_length - 3,
 or with probability short_seq_prob a length uniform in [2, that]); the chunk
@@ -122,3 +123,44 @@ def pack_instances(instances: Sequence[Instance], max_seq_length: int, cls_id: i
     labels = np.array([inst.is_random_next for inst in instances], np.int32)
     return {"input_ids": input_ids, "input_mask": input_mask, "segment_ids": segment_ids,
             "next_sentence_labels": labels}
+
+
+def full_sentence_rows(documents: Sequence[Sequence[np.ndarray]], max_seq_length: int,
+                       sep_id: int) -> List[List[int]]:
+    """MLM-only rows, RoBERTa's FULL-SENTENCES: the sentences of the documents, in order,
+    fill each row up to max_seq_length - 2 tokens (room for [CLS] and the final [SEP]);
+    a row may cross into the next document, with a [SEP] between the two. A sentence
+    that does not fit starts the next row; one longer than a whole row is cut into
+    row-sized pieces, so no text is lost. Returns the rows' tokens without [CLS] and
+    the final [SEP]."""
+    max_tokens = max_seq_length - 2
+    rows: List[List[int]] = []
+    row: List[int] = []
+    for document in documents:
+        separator = [sep_id] if row else []  # before this document's first sentence
+        for sentence in document:
+            tokens = sentence.tolist()
+            if row and len(row) + len(separator) + len(tokens) > max_tokens:
+                rows.append(row)
+                row, separator = [], []
+            while len(tokens) > max_tokens:
+                rows.append(tokens[:max_tokens])
+                tokens = tokens[max_tokens:]
+            row.extend(separator + tokens)
+            separator = []
+    if row:
+        rows.append(row)
+    return rows
+
+
+def pack_full_sentence_rows(rows: Sequence[Sequence[int]], max_seq_length: int, cls_id: int,
+                            sep_id: int):
+    """[CLS] tokens [SEP] rows, all segment 0, no next_sentence_labels: input_ids,
+    input_mask, segment_ids int32 [N, L]."""
+    input_ids = np.zeros((len(rows), max_seq_length), np.int32)
+    for r, tokens in enumerate(rows):
+        input_ids[r, :len(tokens) + 2] = [cls_id, *tokens, sep_id]
+    lengths = np.array([len(tokens) + 2 for tokens in rows], np.int64)
+    input_mask = (np.arange(max_seq_length)[None, :] < lengths[:, None]).astype(np.int32)
+    return {"input_ids": input_ids, "input_mask": input_mask,
+            "segment_ids": np.zeros_like(input_ids)}

@@ -30,7 +30,8 @@ def pack_rows(examples: Dict[str, np.ndarray], rows: List[List[int]], max_seq_le
     example_ids int32 [R, L] (example_ids 1..k, 0 on padding);
     masked_lm_positions, masked_lm_ids int32 [R, P]; masked_lm_weights float32
     [R, P]; next_sentence_labels, next_sentence_positions int32 [R, K] (the
-    position of each example's [CLS]); next_sentence_weights float32 [R, K].
+    position of each example's [CLS]); next_sentence_weights float32 [R, K] (these
+    three only when `examples` has next_sentence_labels).
     """
     num_rows = len(rows)
     lengths = examples["input_mask"].sum(1)
@@ -40,9 +41,11 @@ def pack_rows(examples: Dict[str, np.ndarray], rows: List[List[int]], max_seq_le
     for name in ("masked_lm_positions", "masked_lm_ids"):
         out[name] = np.zeros((num_rows, max_predictions), np.int32)
     out["masked_lm_weights"] = np.zeros((num_rows, max_predictions), np.float32)
-    for name in ("next_sentence_labels", "next_sentence_positions"):
-        out[name] = np.zeros((num_rows, max_examples), np.int32)
-    out["next_sentence_weights"] = np.zeros((num_rows, max_examples), np.float32)
+    nsp = "next_sentence_labels" in examples
+    if nsp:
+        for name in ("next_sentence_labels", "next_sentence_positions"):
+            out[name] = np.zeros((num_rows, max_examples), np.int32)
+        out["next_sentence_weights"] = np.zeros((num_rows, max_examples), np.float32)
     for row, members in enumerate(rows):
         offset = slot = 0
         for k, index in enumerate(members):
@@ -57,9 +60,10 @@ def pack_rows(examples: Dict[str, np.ndarray], rows: List[List[int]], max_seq_le
                 examples["masked_lm_positions"][index, :count] + offset)
             out["masked_lm_ids"][row, slots] = examples["masked_lm_ids"][index, :count]
             out["masked_lm_weights"][row, slots] = 1.0
-            out["next_sentence_labels"][row, k] = examples["next_sentence_labels"][index]
-            out["next_sentence_positions"][row, k] = offset
-            out["next_sentence_weights"][row, k] = 1.0
+            if nsp:
+                out["next_sentence_labels"][row, k] = examples["next_sentence_labels"][index]
+                out["next_sentence_positions"][row, k] = offset
+                out["next_sentence_weights"][row, k] = 1.0
             offset += n
             slot += count
     return out

@@ -38,7 +38,8 @@ def _feature_spec(max_seq_length: int, max_predictions: int):
             # vocabulary alone cannot tell where they end); absent = every token may start one.
             "word_start": tf.io.FixedLenFeature([max_seq_length], tf.int64,
                                                 [1] * max_seq_length),
-            "next_sentence_labels": tf.io.FixedLenFeature([1], tf.int64),
+            # Absent (-1) in MLM-only files (create-data --no_next_sentence_prediction).
+            "next_sentence_labels": tf.io.FixedLenFeature([1], tf.int64, [-1]),
             "masked_lm_positions": zeros(tf.int64), "masked_lm_ids": zeros(tf.int64),
             "masked_lm_weights": zeros(tf.float32)}
 
@@ -51,7 +52,9 @@ class PipelineOptions:
     batches; dynamic_masking re-masks every epoch (whole_word_masking: whole words,
     masked_lm_prob of the tokens); pack puts up to max_examples_per_row examples in a row;
     seed keys the shuffle and the masks; split 'eval' reads the eval_fraction held out
-    (once, unshuffled), 'train' the rest, forever when repeat."""
+    (once, unshuffled), 'train' the rest, forever when repeat. next_sentence_prediction:
+    whether the records must be NSP pairs (with labels) or MLM-only rows (without); a
+    mismatch is an error, not silently ignored labels."""
 
     per_host_batch_size: int
     max_seq_length: int
@@ -66,6 +69,7 @@ class PipelineOptions:
     repeat: bool = True
     split: str = "train"
     eval_fraction: float = 0.0
+    next_sentence_prediction: bool = True
 
 
 class PretrainIterator:
@@ -92,6 +96,7 @@ class PretrainIterator:
         self.repeat = options.repeat and options.split == "train"
         self.split = options.split
         self.eval_fraction = options.eval_fraction
+        self.next_sentence_prediction = options.next_sentence_prediction
         self.set_state({"epoch": 0, "position": 0})
 
     # -- state ------------------------------------------------------------------
@@ -166,7 +171,10 @@ class PretrainIterator:
 
     def _prepare(self, chunk: dict) -> dict:
         """Held-out split, label squeeze and dynamic masking on one parsed chunk."""
-        chunk["next_sentence_labels"] = chunk["next_sentence_labels"][:, 0]
+        labels = chunk.pop("next_sentence_labels")[:, 0]
+        _check_nsp_records(labels, self.next_sentence_prediction)
+        if self.next_sentence_prediction:
+            chunk["next_sentence_labels"] = labels
         if self.eval_fraction > 0:
             draw = masking.example_keys(0x5E1D, chunk["file_index"], chunk["record_index"])
             held_out = (draw >> np.uint64(11)) * (1.0 / (1 << 53)) < self.eval_fraction
@@ -241,7 +249,8 @@ class PretrainIterator:
         taken = self._consume(self.batch_size)
         batch = {k: taken[k] for k in ("input_ids", "input_mask", "segment_ids",
                                        "masked_lm_positions", "masked_lm_ids",
-                                       "masked_lm_weights", "next_sentence_labels")}
+                                       "masked_lm_weights", "next_sentence_labels")
+                 if k in taken}
         missing = self.batch_size - len(batch["input_ids"])
         if missing:  # only at the end of a non-repeating split: rows of zeros (input_mask 0)
             batch = {k: np.concatenate([v, np.zeros((missing,) + v.shape[1:], v.dtype)])
@@ -273,6 +282,18 @@ class PretrainIterator:
                                  self.max_examples)
 
 
+def _check_nsp_records(labels: np.ndarray, next_sentence_prediction: bool) -> None:
+    """Records with NSP labels (-1: none) must meet a run that wants them, and only one."""
+    if next_sentence_prediction and (labels < 0).any():
+        raise ValueError("these TFRecords are MLM-only (made without next-sentence pairs, "
+                         "create-data --no_next_sentence_prediction): set "
+                         "next_sentence_prediction=False, or make NSP data")
+    if not next_sentence_prediction and (labels >= 0).any():
+        raise ValueError("these TFRecords hold next-sentence pairs with NSP labels: with "
+                         "next_sentence_prediction=False use MLM-only data (bert-jax "
+                         "create-data --no_next_sentence_prediction)")
+
+
 def make_pretrain_iterator(file_patterns: Sequence[str], options: PipelineOptions, *,
                            process_index: int, process_count: int, tokenizer=None,
                            vocab_size: Optional[int] = None,
@@ -289,7 +310,8 @@ def make_pretrain_iterator(file_patterns: Sequence[str], options: PipelineOption
     With `pack=True` rows hold up to K = max_examples_per_row examples and also
     carry position_ids, example_ids int32 [B, L]; next_sentence_labels and
     next_sentence_positions become int32 [B, K], plus next_sentence_weights
-    float32 [B, K].
+    float32 [B, K]. With `next_sentence_prediction=False` (MLM-only records) batches
+    have no next_sentence_* keys.
 
     Dynamic masking needs the vocabulary: pass `tokenizer` (a bert_jax
     Tokenizer) or `vocab_size` and `special_ids` ({'cls','sep','mask'} ids)
