@@ -140,6 +140,9 @@ CASES = {
     # data and vocabularies
     "create-data empty file": (["create-data", "--input", "{empty}", "--output_dir", "{new}"],
                                "no text in the input ({empty})"),
+    "create-data no examples": (["create-data", "--input", "{controls}", "--output_dir",
+                                 "{new}", "--no_progress"], "no pretraining examples from 1 input file(s): 0 "
+                                "documents, 0 sentences"),
     "create-data missing file": (["create-data", "--input", "/no/such.txt", "--output_dir",
                                   "{new}"], "input file not found: /no/such.txt"),
     "train-tokenizer empty file": (["train-tokenizer", "--input", "{empty}", "--out", "{new}"],
@@ -172,6 +175,7 @@ def paths(tmp_path_factory, text_corpus):
     root = tmp_path_factory.mktemp("bad_input")
     (root / "empty.txt").write_text("")
     (root / "texts.txt").write_text("one line\nanother\n")
+    (root / "controls.txt").write_text("\x01\n\x02\n\n\x03\n")  # no text once cleaned
     (root / "latin1.txt").write_bytes("fine\ncaf\xe9\n".encode("latin-1"))
     rows = ["text\tlabel", "a good film\tpos", "\tneg", "a bad film\tneg"]
     (root / "train.tsv").write_text("\n".join(rows[:2] + rows[3:] + rows[1:2] + rows[3:]) + "\n")
@@ -179,7 +183,7 @@ def paths(tmp_path_factory, text_corpus):
     (root / "blank_label.tsv").write_text("text\tlabel\na good film\tpos\na film\t\n")
     (root / "header_only.tsv").write_text("text\tlabel\n")
     values = {name: str(root / f"{name}.{ext}") for name, ext in (
-        ("empty", "txt"), ("texts", "txt"), ("latin1", "txt"), ("train", "tsv"),
+        ("empty", "txt"), ("controls", "txt"), ("texts", "txt"), ("latin1", "txt"), ("train", "tsv"),
         ("dev", "tsv"), ("blank_label", "tsv"), ("header_only", "tsv"))}
     values["corpus"] = text_corpus
     values["model"] = save_model(str(root / "model"))

@@ -338,8 +338,10 @@ def create_pretraining_data(inputs: Sequence[str], output_files: Sequence[str], 
                          "give one per input file, in the inputs' sorted order")
     tasks = [(index, path, references[index] if references else None)
              for index, path in enumerate(files)]
-    for path in output_files:
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    made = sorted({os.path.dirname(os.path.abspath(p)) for p in output_files
+                   if not os.path.exists(os.path.dirname(os.path.abspath(p)))})
+    for directory in made:
+        os.makedirs(directory, exist_ok=True)
     writers = [tf.io.TFRecordWriter(path) for path in output_files]
     bar = tqdm(total=sum(os.path.getsize(f) for f in files), unit="B", unit_scale=True,
                desc="create-data", disable=not progress, file=sys.stderr)
@@ -366,6 +368,18 @@ def create_pretraining_data(inputs: Sequence[str], output_files: Sequence[str], 
         for writer in writers:
             writer.close()
         bar.close()
+    if not written:
+        # Empty shards would only fail later, in the pipeline, far from the cause.
+        for path in output_files:
+            os.remove(path)
+        for directory in made:
+            if not os.listdir(directory):
+                os.rmdir(directory)
+        raise ValueError(
+            f"no pretraining examples from {len(files)} input file(s): {total.documents} "
+            f"documents, {total.sentences} sentences, {total.empty_files} empty file(s), "
+            f"{total.undecodable_lines} undecodable line(s); the input needs text in BERT's "
+            "format (a sentence per line, a blank line between documents)")
     return total
 
 
