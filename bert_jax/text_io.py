@@ -3,12 +3,15 @@ and the serving exports (`bert_jax.export`) share, so that neither imports the o
 No jax here.
 
 - pairs: `[CLS] a [SEP] (b [SEP])` with longest-first truncation (`encode_pair`);
-- words: raw text split as character-level CoNLL data is, each word's tokens;
+- words: raw text split as character-level CoNLL data is, each word's tokens, and the
+  same split in TF ops for the SavedModel (`tf_split_words`, `word_tag_records`);
 - entities: the spans of BIO/IOB1/IOBES tag sequences, with seqeval's chunking.
 """
 
 from __future__ import annotations
 
+import functools
+import sys
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -82,6 +85,60 @@ def split_words(text: str) -> tuple[list[str], list[tuple[int, int]]]:
         elif start is None and not ch.isspace():
             start = i
     return words, spans
+
+
+@functools.cache
+def _regex_class(alone: bool) -> str:
+    """RE2 class of the characters `split_words` isolates (alone) or splits at (spaces),
+    read from the same Python predicates: RE2's Unicode tables are not Python's."""
+    def test(ch):
+        return is_cjk(ord(ch)) or is_punctuation(ch) if alone else ch.isspace()
+    size = sys.maxunicode + 1
+    flags = np.fromiter(map(test, map(chr, range(size))), bool, size)
+    edges = np.flatnonzero(np.diff(np.concatenate([[False], flags, [False]])))
+    return "[" + "".join(rf"\x{{{start:X}}}-\x{{{end - 1:X}}}"
+                         for start, end in edges.reshape(-1, 2)) + "]"
+
+
+def tf_split_words(texts):
+    """`split_words` in TF ops: tf.string [B] -> (words, starts, ends), RaggedTensors
+    [B, (words)] of strings and of int32 character (code point) offsets into each text.
+    Works per character (tensorflow-text's regex_split stops at a NUL)."""
+    import tensorflow as tf
+    chars = tf.strings.unicode_split(texts, "UTF-8")
+    flat = chars.flat_values
+    space = tf.strings.regex_full_match(flat, _regex_class(False))
+    alone = tf.strings.regex_full_match(flat, _regex_class(True))
+    in_run = ~space & ~alone
+    position = tf.ragged.range(chars.row_lengths()).flat_values
+    after_run = tf.concat([[False], in_run], 0)[:-1] & (position > 0)
+    starts_word = alone | (in_run & ~after_run)
+    word_of_char = tf.cumsum(tf.cast(starts_word, tf.int64)) - 1
+    num_words = tf.reduce_sum(tf.cast(starts_word, tf.int64))
+    word_chars = tf.RaggedTensor.from_value_rowids(
+        tf.boolean_mask(flat, ~space), tf.boolean_mask(word_of_char, ~space), num_words)
+    starts = tf.cast(tf.boolean_mask(position, starts_word), tf.int32)
+    ends = starts + tf.cast(word_chars.row_lengths(), tf.int32)
+    row_of_word = tf.boolean_mask(chars.value_rowids(), starts_word)
+    by_text = lambda values: tf.RaggedTensor.from_value_rowids(
+        values, row_of_word, tf.shape(texts, out_type=tf.int64)[0])
+    return (by_text(tf.strings.reduce_join(word_chars, axis=1)), by_text(starts),
+            by_text(ends))
+
+
+def word_tag_records(texts: list[str], outputs: dict) -> list[dict]:
+    """The SavedModel `serve_text` outputs of a tagging model (numpy arrays) as the
+    records `ServedModel.tag_texts` returns: {'words', 'tags', 'entities'} per text."""
+    records = []
+    for i, text in enumerate(texts):
+        n = int(outputs["num_words"][i])
+        spans = [(int(s), int(e)) for s, e in zip(outputs["word_starts"][i][:n],
+                                                  outputs["word_ends"][i][:n])]
+        tags = [t.decode("utf-8") if isinstance(t, bytes) else str(t)
+                for t in outputs["word_tags"][i][:n]]
+        records.append({"words": [text[s:e] for s, e in spans], "tags": tags,
+                        "entities": tagged_entities(text, spans, tags)})
+    return records
 
 
 def text_example(text: str) -> dict:
