@@ -110,20 +110,20 @@ def tf_split_words(texts):
     space = tf.strings.regex_full_match(flat, _regex_class(False))
     alone = tf.strings.regex_full_match(flat, _regex_class(True))
     in_run = ~space & ~alone
-    position = tf.ragged.range(chars.row_lengths()).flat_values
+    position = tf.ragged.range(chars.row_lengths()).flat_values  # in its text
     after_run = tf.concat([[False], in_run], 0)[:-1] & (position > 0)
-    starts_word = alone | (in_run & ~after_run)
-    word_of_char = tf.cumsum(tf.cast(starts_word, tf.int64)) - 1
-    num_words = tf.reduce_sum(tf.cast(starts_word, tf.int64))
-    word_chars = tf.RaggedTensor.from_value_rowids(
-        tf.boolean_mask(flat, ~space), tf.boolean_mask(word_of_char, ~space), num_words)
-    starts = tf.cast(tf.boolean_mask(position, starts_word), tf.int32)
-    ends = starts + tf.cast(word_chars.row_lengths(), tf.int32)
-    row_of_word = tf.boolean_mask(chars.value_rowids(), starts_word)
+    first_char = alone | (in_run & ~after_run)
+    word_of_char = tf.boolean_mask(tf.cumsum(tf.cast(first_char, tf.int64)) - 1, ~space)
+    # (joined in order; a word's characters are consecutive)
+    words = tf.strings.unsorted_segment_join(tf.boolean_mask(flat, ~space), word_of_char,
+                                             tf.reduce_sum(tf.cast(first_char, tf.int64)))
+    ends = tf.math.segment_max(tf.boolean_mask(position + 1, ~space), word_of_char)
+    starts = tf.boolean_mask(position, first_char)
     by_text = lambda values: tf.RaggedTensor.from_value_rowids(
-        values, row_of_word, tf.shape(texts, out_type=tf.int64)[0])
-    return (by_text(tf.strings.reduce_join(word_chars, axis=1)), by_text(starts),
-            by_text(ends))
+        values, tf.boolean_mask(chars.value_rowids(), first_char),
+        tf.shape(texts, out_type=tf.int64)[0])
+    return (by_text(words), by_text(tf.cast(starts, tf.int32)),
+            by_text(tf.cast(ends, tf.int32)))
 
 
 def word_tag_records(texts: list[str], outputs: dict) -> list[dict]:
