@@ -6,7 +6,8 @@ EXPORT_DIR/
   serving.json        task, labels, max_seq_length, inputs and outputs
   model.jaxexport     jax.export artifact (StableHLO, weights inside): reload with just jax
   saved_model/        TF SavedModel (jax2tf): `serving_default` on token ids, `serve_text` and
-                      `serve_text_pair` on raw strings (tokenizer in the graph, tensorflow-text)
+                      `serve_text_pair` on raw strings (tokenizer in the graph, tensorflow-text);
+                      a tagging model's `serve_text` also tags words (`text_io.split_words`)
   vocab.txt ...       the tokenizer, for callers of model.jaxexport
 
 Both artifacts take int32 [batch, length] `input_ids`, `input_mask`, `segment_ids`

@@ -16,6 +16,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from bert_jax.errors import UserError
 from bert_jax.tokenization.wordpiece import is_cjk, is_punctuation
 
 
@@ -129,6 +130,14 @@ def tf_split_words(texts):
 def word_tag_records(texts: list[str], outputs: dict) -> list[dict]:
     """The SavedModel `serve_text` outputs of a tagging model (numpy arrays) as the
     records `ServedModel.tag_texts` returns: {'words', 'tags', 'entities'} per text."""
+    missing = [k for k in ("num_words", "word_starts", "word_ends", "word_tags")
+               if k not in outputs]
+    if missing:
+        raise UserError(f"outputs lack {', '.join(missing)}: pass the serve_text outputs "
+                        f"of a tagging model's SavedModel")
+    if len(outputs["num_words"]) != len(texts):
+        raise UserError(f"{len(texts)} texts but outputs for {len(outputs['num_words'])}: "
+                        f"pass the texts given to serve_text, in order")
     records = []
     for i, text in enumerate(texts):
         n = int(outputs["num_words"][i])

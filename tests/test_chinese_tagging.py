@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from bert_jax import export, text_io
+from bert_jax.errors import UserError
 from bert_jax.finetune import cli, inference, trainer
 from bert_jax.finetune.tasks import get_task
 from bert_jax.tokenization import WordPieceTokenizer
@@ -60,6 +61,22 @@ def test_split_words_in_graph_equals_python():
         assert [w.decode("utf-8") for w in words[i].numpy()] == want_words
         assert list(zip(starts[i].numpy().tolist(), ends[i].numpy().tolist())) == want_spans
     assert len(text_io.split_words(every)[0]) > 800  # the punctuation and CJK stand alone
+
+
+def test_word_tag_records_from_signature_outputs():
+    text = "在北京 ok"
+    outputs = {"num_words": np.array([4, 0]), "word_starts": np.array([[0, 1, 2, 4], [-1] * 4]),
+               "word_ends": np.array([[1, 2, 3, 6], [-1] * 4]),
+               "word_tags": np.array([[b"O", b"B-LOC", b"I-LOC", b"O"], [b""] * 4])}
+    assert text_io.word_tag_records([text, ""], outputs) == [
+        {"words": ["在", "北", "京", "ok"], "tags": ["O", "B-LOC", "I-LOC", "O"],
+         "entities": [{"type": "LOC", "start": 1, "end": 3, "text": "北京"}]},
+        {"words": [], "tags": [], "entities": []}]
+    with pytest.raises(UserError, match="2 texts but outputs for 1"):
+        text_io.word_tag_records([text, ""], {k: v[:1] for k, v in outputs.items()})
+    with pytest.raises(UserError, match="outputs lack num_words, word_starts, word_ends, "
+                                        "word_tags: pass the serve_text outputs of a tagging"):
+        text_io.word_tag_records([text], {"logits": np.zeros((1, 2, 3))})
 
 
 def test_entities_are_character_spans_of_the_original_text():
