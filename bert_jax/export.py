@@ -6,7 +6,8 @@ EXPORT_DIR/
   serving.json        task, labels, max_seq_length, inputs and outputs
   model.jaxexport     jax.export artifact (StableHLO, weights inside): reload with just jax
   saved_model/        TF SavedModel (jax2tf): `serving_default` on token ids, `serve_text` and
-                      `serve_text_pair` on raw strings (tokenizer in the graph, tensorflow-text)
+                      `serve_text_pair` on raw strings (tokenizer in the graph, tensorflow-text);
+                      a tagging model's `serve_text` also tags words (`text_io.split_words`)
   vocab.txt ...       the tokenizer, for callers of model.jaxexport
 
 Both artifacts take int32 [batch, length] `input_ids`, `input_mask`, `segment_ids`
@@ -120,15 +121,17 @@ def export_jax(fn, params, path: str, max_length: int,
 
 def export_saved_model(fn, params, tokenizer, path: str, max_length: int,
                        max_seq_length: int, labels: list[str] | None,
-                       platforms=DEFAULT_PLATFORMS, truncation: str = "head") -> None:
+                       platforms=DEFAULT_PLATFORMS, truncation: str = "head",
+                       tagging: bool = False) -> None:
     """A TF SavedModel: weights as tf.Variables (no 2 GB graph limit), the model as
     StableHLO via jax2tf, WordPiece/SentencePiece tokenization via tensorflow-text.
-    The string signatures truncate to `max_seq_length` tokens as fine-tuning did."""
+    The string signatures truncate to `max_seq_length` tokens as fine-tuning did;
+    a tagging model's `serve_text` also returns words and a tag per word (`serve_words`)."""
     import tensorflow as tf
     import tensorflow_text as tf_text
     from jax.experimental import jax2tf
 
-    from bert_jax.text_io import head_fraction
+    from bert_jax.text_io import head_fraction, tf_split_words
 
     module = tf.Module()
     module.params = tf.nest.map_structure(tf.Variable, params)
@@ -171,10 +174,36 @@ def export_saved_model(fn, params, tokenizer, path: str, max_length: int,
         return {**out, "input_ids": ids.to_tensor(special["pad"]),
                 "input_mask": tf.ones_like(ids).to_tensor(0)}
 
+    def serve_words(text):
+        """Tagging: text split into words as `text_io.split_words` does, each word's tokens
+        in a row truncated to max_seq_length (as `ServedModel.tag_texts`), one tag per
+        word: its first token's (a word with no token left gets the first label)."""
+        words, starts, ends = tf_split_words(text)
+        pieces = tokenizer.tf_tokenize(words.flat_values)  # [words, (pieces)]
+        counts = tf.cast(pieces.row_lengths(), tf.int32)
+        rows = tf.RaggedTensor.from_row_splits(pieces, words.row_splits).merge_dims(1, 2)
+        first = tf.cumsum(counts, exclusive=True) - tf.gather(
+            tf.cast(rows.row_splits, tf.int32), words.value_rowids())  # index in its row
+        budget = max_seq_length - 2
+        ids, _ = tf_text.combine_segments([rows[:, :budget]], special["cls"], special["sep"])
+        ids = tf.cast(ids, tf.int32)
+        ids, mask = ids.to_tensor(special["pad"]), tf.ones_like(ids).to_tensor(0)
+        out = serve_ids(ids, mask, tf.zeros_like(ids))
+        tagged = (counts > 0) & (first < budget)
+        tag_ids = tf.where(tagged, tf.gather_nd(out["label_ids"], tf.stack(
+            [tf.cast(words.value_rowids(), tf.int32), tf.where(tagged, first + 1, 0)], 1)), 0)
+        by_text = words.with_flat_values
+        return {**out, "input_ids": ids, "input_mask": mask, "words": words.to_tensor(""),
+                "num_words": tf.cast(words.row_lengths(), tf.int32),
+                "word_tag_ids": by_text(tag_ids).to_tensor(-1),
+                "word_tags": by_text(tf.strings.as_string(tag_ids) if label_table is None
+                                     else tf.gather(label_table, tag_ids)).to_tensor(""),
+                "word_starts": starts.to_tensor(-1), "word_ends": ends.to_tensor(-1)}
+
     text_spec = tf.TensorSpec([None], tf.string)
     module.serve_ids = serve_ids
-    module.serve_text = tf.function(lambda text: serve_segments([text]),
-                                    input_signature=[text_spec], autograph=False)
+    module.serve_text = tf.function(serve_words if tagging else lambda text: serve_segments(
+        [text]), input_signature=[text_spec], autograph=False)
     module.serve_text_pair = tf.function(lambda text, text_pair: serve_segments(
         [text, text_pair]), input_signature=[text_spec, text_spec], autograph=False)
     tf.saved_model.save(module, path, signatures={
@@ -294,7 +323,8 @@ def export(workdir: str, out: str, formats=("jax", "savedmodel"), platforms=DEFA
             spec["files"]["jax"] = JAX_FILE
         if "savedmodel" in formats:
             export_saved_model(fn, params, tokenizer, os.path.join(tmp, SAVED_MODEL_DIR),
-                               max_length, max_seq_length, labels, platforms, truncation)
+                               max_length, max_seq_length, labels, platforms, truncation,
+                               tagging=kind == "tagging")
             spec["files"]["savedmodel"] = SAVED_MODEL_DIR
         with open(os.path.join(tmp, SERVING_FILE), "w", encoding="utf-8") as f:
             json.dump(spec, f, indent=2)

@@ -3,16 +3,20 @@ and the serving exports (`bert_jax.export`) share, so that neither imports the o
 No jax here.
 
 - pairs: `[CLS] a [SEP] (b [SEP])` with longest-first truncation (`encode_pair`);
-- words: raw text split as character-level CoNLL data is, each word's tokens;
+- words: raw text split as character-level CoNLL data is, each word's tokens, and the
+  same split in TF ops for the SavedModel (`tf_split_words`, `word_tag_records`);
 - entities: the spans of BIO/IOB1/IOBES tag sequences, with seqeval's chunking.
 """
 
 from __future__ import annotations
 
+import functools
+import sys
 from typing import Iterable, Sequence
 
 import numpy as np
 
+from bert_jax.errors import UserError
 from bert_jax.tokenization.wordpiece import is_cjk, is_punctuation
 
 
@@ -82,6 +86,68 @@ def split_words(text: str) -> tuple[list[str], list[tuple[int, int]]]:
         elif start is None and not ch.isspace():
             start = i
     return words, spans
+
+
+@functools.cache
+def _regex_class(alone: bool) -> str:
+    """RE2 class of the characters `split_words` isolates (alone) or splits at (spaces),
+    read from the same Python predicates: RE2's Unicode tables are not Python's."""
+    def test(ch):
+        return is_cjk(ord(ch)) or is_punctuation(ch) if alone else ch.isspace()
+    size = sys.maxunicode + 1
+    flags = np.fromiter(map(test, map(chr, range(size))), bool, size)
+    edges = np.flatnonzero(np.diff(np.concatenate([[False], flags, [False]])))
+    return "[" + "".join(rf"\x{{{start:X}}}-\x{{{end - 1:X}}}"
+                         for start, end in edges.reshape(-1, 2)) + "]"
+
+
+def tf_split_words(texts):
+    """`split_words` in TF ops: tf.string [B] -> (words, starts, ends), RaggedTensors
+    [B, (words)] of strings and of int32 character (code point) offsets into each text.
+    Works per character (tensorflow-text's regex_split stops at a NUL)."""
+    import tensorflow as tf
+    chars = tf.strings.unicode_split(texts, "UTF-8")
+    flat = chars.flat_values
+    space = tf.strings.regex_full_match(flat, _regex_class(False))
+    alone = tf.strings.regex_full_match(flat, _regex_class(True))
+    in_run = ~space & ~alone
+    position = tf.ragged.range(chars.row_lengths()).flat_values  # in its text
+    after_run = tf.concat([[False], in_run], 0)[:-1] & (position > 0)
+    first_char = alone | (in_run & ~after_run)
+    word_of_char = tf.boolean_mask(tf.cumsum(tf.cast(first_char, tf.int64)) - 1, ~space)
+    # (joined in order; a word's characters are consecutive)
+    words = tf.strings.unsorted_segment_join(tf.boolean_mask(flat, ~space), word_of_char,
+                                             tf.reduce_sum(tf.cast(first_char, tf.int64)))
+    ends = tf.math.segment_max(tf.boolean_mask(position + 1, ~space), word_of_char)
+    starts = tf.boolean_mask(position, first_char)
+    by_text = lambda values: tf.RaggedTensor.from_value_rowids(
+        values, tf.boolean_mask(chars.value_rowids(), first_char),
+        tf.shape(texts, out_type=tf.int64)[0])
+    return (by_text(words), by_text(tf.cast(starts, tf.int32)),
+            by_text(tf.cast(ends, tf.int32)))
+
+
+def word_tag_records(texts: list[str], outputs: dict) -> list[dict]:
+    """The SavedModel `serve_text` outputs of a tagging model (numpy arrays) as the
+    records `ServedModel.tag_texts` returns: {'words', 'tags', 'entities'} per text."""
+    missing = [k for k in ("num_words", "word_starts", "word_ends", "word_tags")
+               if k not in outputs]
+    if missing:
+        raise UserError(f"outputs lack {', '.join(missing)}: pass the serve_text outputs "
+                        f"of a tagging model's SavedModel")
+    if len(outputs["num_words"]) != len(texts):
+        raise UserError(f"{len(texts)} texts but outputs for {len(outputs['num_words'])}: "
+                        f"pass the texts given to serve_text, in order")
+    records = []
+    for i, text in enumerate(texts):
+        n = int(outputs["num_words"][i])
+        spans = [(int(s), int(e)) for s, e in zip(outputs["word_starts"][i][:n],
+                                                  outputs["word_ends"][i][:n])]
+        tags = [t.decode("utf-8") if isinstance(t, bytes) else str(t)
+                for t in outputs["word_tags"][i][:n]]
+        records.append({"words": [text[s:e] for s, e in spans], "tags": tags,
+                        "entities": tagged_entities(text, spans, tags)})
+    return records
 
 
 def text_example(text: str) -> dict:

@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from bert_jax import export, text_io
+from bert_jax.errors import UserError
 from bert_jax.finetune import cli, inference, trainer
 from bert_jax.finetune.tasks import get_task
 from bert_jax.tokenization import WordPieceTokenizer
@@ -45,6 +47,38 @@ def test_split_words_like_character_conll():
     assert text_io.split_words("") == ([], [])
 
 
+def test_split_words_in_graph_equals_python():
+    """text_io.tf_split_words (SavedModel) splits as split_words, on every code point too."""
+    import sys
+    import tensorflow as tf
+    every = "".join(f"a{chr(c)}" for c in range(1, sys.maxunicode + 1)
+                    if not 0xD800 <= c <= 0xDFFF)  # each character next to a letter
+    texts = [" 江泽民在北京，用iPhone 3G说：Hello, world! ", "", " \u3000 ", "Apple 公司在 California.",
+             "a\x00b c\x0bd\x85e\u3000f\u2028g", "e\u0301 \u0301 x \U00011b00ab\U0001F600c", every]
+    words, starts, ends = text_io.tf_split_words(tf.constant(texts))
+    for i, text in enumerate(texts):
+        want_words, want_spans = text_io.split_words(text)
+        assert [w.decode("utf-8") for w in words[i].numpy()] == want_words
+        assert list(zip(starts[i].numpy().tolist(), ends[i].numpy().tolist())) == want_spans
+    assert len(text_io.split_words(every)[0]) > 800  # the punctuation and CJK stand alone
+
+
+def test_word_tag_records_from_signature_outputs():
+    text = "在北京 ok"
+    outputs = {"num_words": np.array([4, 0]), "word_starts": np.array([[0, 1, 2, 4], [-1] * 4]),
+               "word_ends": np.array([[1, 2, 3, 6], [-1] * 4]),
+               "word_tags": np.array([[b"O", b"B-LOC", b"I-LOC", b"O"], [b""] * 4])}
+    assert text_io.word_tag_records([text, ""], outputs) == [
+        {"words": ["在", "北", "京", "ok"], "tags": ["O", "B-LOC", "I-LOC", "O"],
+         "entities": [{"type": "LOC", "start": 1, "end": 3, "text": "北京"}]},
+        {"words": [], "tags": [], "entities": []}]
+    with pytest.raises(UserError, match="2 texts but outputs for 1"):
+        text_io.word_tag_records([text, ""], {k: v[:1] for k, v in outputs.items()})
+    with pytest.raises(UserError, match="outputs lack num_words, word_starts, word_ends, "
+                                        "word_tags: pass the serve_text outputs of a tagging"):
+        text_io.word_tag_records([text], {"logits": np.zeros((1, 2, 3))})
+
+
 def test_entities_are_character_spans_of_the_original_text():
     text = "  江泽民，在北京 会见iPhone用户"
     words, spans = text_io.split_words(text)
@@ -77,16 +111,23 @@ def test_predict_tags_each_character_from_fake_outputs(tmp_path):
         {"type": "PER", "start": 10, "end": 12, "text": "李鹏"}]
 
 
-def test_raw_chinese_text_end_to_end(tmp_path, capsys):
-    train = _write_conll(tmp_path / "train.conll", repeat=8)
-    dev = _write_conll(tmp_path / "dev.conll")
-    config = micro_config("conll", f"train_file={train}", f"validation_file={dev}",
-                          f"test_file={dev}", f"tokenizer={_vocab_dir(tmp_path)}",
-                          "num_train_epochs=3", "learning_rate=3e-3")
-    workdir = str(tmp_path / "run")
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    """A micro model fine-tuned on the character-level CoNLL SENTENCES."""
+    root = tmp_path_factory.mktemp("chinese_tagging")
+    dev = _write_conll(root / "dev.conll")
+    config = micro_config("conll", f"train_file={_write_conll(root / 'train.conll', repeat=8)}",
+                          f"validation_file={dev}", f"test_file={dev}",
+                          f"tokenizer={_vocab_dir(root)}", "num_train_epochs=3",
+                          "learning_rate=3e-3")
+    with shared_compilation_cache(str(root.parent / "finetune_jax_cache")):
+        trainer.finetune(config, str(root / "run"))
+    return str(root / "run")
+
+
+def test_raw_chinese_text_end_to_end(workdir, tmp_path, capsys):
     texts = ["江泽民在北京会见李鹏", "他说：新华社在上海 ok"]
     with shared_compilation_cache(str(tmp_path.parent / "finetune_jax_cache")):
-        trainer.finetune(config, workdir)
         (tmp_path / "in.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
         assert cli.main(["--workdir", workdir, "--input", str(tmp_path / "in.txt")],
                         "predict") == 0
@@ -101,3 +142,29 @@ def test_raw_chinese_text_end_to_end(tmp_path, capsys):
         for entity in record["entities"]:
             assert text[entity["start"]:entity["end"]] == entity["text"]
     assert records[0]["entities"], records  # the training sentence itself is learned
+
+
+@pytest.mark.slow
+def test_saved_model_tags_raw_text_like_predict(workdir, tmp_path):
+    """The SavedModel's serve_text: the words, tags and character offsets of
+    `Finetuned.predict` and `ServedModel.tag_texts` (jax export), in one TF graph."""
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (registers the tokenizer ops)
+    texts = ["江泽民在北京会见了代表团", "Apple 公司在 California.", "新华社记者在上海报道",
+             "He said: \"Hello, world!\" (it's 3.5 ok)…", "中国人民银行，ok！"]
+    with shared_compilation_cache(str(tmp_path.parent / "finetune_jax_cache")):
+        records = inference.load_finetuned(workdir).predict(texts)
+        export.export(workdir, str(tmp_path / "out"), platforms=("cpu",))
+        served = export.ServedModel(str(tmp_path / "out")).tag_texts(texts)
+    signature = tf.saved_model.load(str(tmp_path / "out" / "saved_model")).signatures
+    out = {k: v.numpy() for k, v in signature["serve_text"](text=tf.constant(texts)).items()}
+    assert text_io.word_tag_records(texts, out) == served == records
+    for i, record in enumerate(records):
+        n = out["num_words"][i]
+        assert [w.decode() for w in out["words"][i][:n]] == record["words"]
+        spans = [(int(s), int(e)) for s, e in zip(out["word_starts"][i][:n],
+                                                  out["word_ends"][i][:n])]
+        assert spans == text_io.split_words(texts[i])[1]
+    assert records[1]["words"] == ["Apple", "公", "司", "在", "California", "."]
+    assert records[3]["words"][:5] == ["He", "said", ":", "\"", "Hello"]
+    assert records[2]["entities"], records  # a training sentence: its entities are learned

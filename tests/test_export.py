@@ -12,7 +12,7 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax import cli, export, heads, pretrained
+from bert_jax import cli, export, heads, pretrained, text_io
 from bert_jax.config import BertConfig
 from bert_jax.model import BertModel
 from bert_jax.tokenization import WordPieceTokenizer
@@ -176,16 +176,20 @@ def test_other_heads_export(tmp_path, kind):
 
 def _reload_saved_model_texts(directory, texts, tmp_path):
     """serve_text on `texts` in a fresh process: {output name: numpy}."""
+    (tmp_path / "texts.json").write_text(json.dumps(texts))
     script = tmp_path / "texts.py"
     script.write_text(textwrap.dedent("""
-        import sys, numpy as np, tensorflow as tf, tensorflow_text
+        import json, sys, numpy as np, tensorflow as tf, tensorflow_text
         model = tf.saved_model.load(sys.argv[1] + "/saved_model")
-        out = model.signatures["serve_text"](text=tf.constant(sys.argv[3:]))
-        np.savez(sys.argv[2], **{k: v.numpy() for k, v in out.items() if k != "labels"})
+        with open(sys.argv[3], encoding="utf-8") as f:
+            texts = json.load(f)
+        out = model.signatures["serve_text"](text=tf.constant(texts))
+        np.savez(sys.argv[2], **{k: v.numpy().astype(bytes) if v.dtype == tf.string
+                                 else v.numpy() for k, v in out.items()})
     """))
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     subprocess.run([sys.executable, str(script), str(directory), str(tmp_path / "out.npz"),
-                    *texts], check=True, env=env, timeout=300)
+                    str(tmp_path / "texts.json")], check=True, env=env, timeout=300)
     return dict(np.load(tmp_path / "out.npz"))
 
 
@@ -259,3 +263,36 @@ def test_minilm_serving_keeps_its_similarity(tmp_path, minilm_dir):
     by_jax = export.ServedModel(str(tmp_path / "out")).predict_texts(texts)["mean_embedding"]
     by_tf = _reload_saved_model_texts(tmp_path / "out", texts, tmp_path)["mean_embedding"]
     assert abs(cosine(by_jax) - 0.755) < 1e-3 and abs(cosine(by_tf) - 0.755) < 1e-3
+
+
+TAG_TEXTS = ["江泽民在北京会见了代表团", "Apple 公司在 California.", "", "the cat, the dog! a big\x00red hat",
+             "e\u0301 \u0301 ok — the old man's hat (new)."]
+
+
+def test_saved_model_tags_words_like_tag_texts(tmp_path):
+    """serve_text of a tagging model: words split in-graph as text_io.split_words does,
+    one tag per word, character offsets; word_tag_records gives tag_texts' records.
+    (Reloaded in this process: the other tests show a fresh one needs only TF.)"""
+    chars = sorted({c for t in TAG_TEXTS for c in t if ord(c) > 0x2000})
+    config = CONFIG.replace(vocab_size=len(VOCAB) + len(chars), num_hidden_layers=1,
+                            max_position_embeddings=16)
+    module = heads.BertForTokenClassification(config, 5)
+    labels = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+    params = nn.unbox(module.init(jax.random.key(3), np.zeros((1, 4), np.int32)))["params"]
+    params["classifier"]["kernel"] *= 30  # tags that vary from token to token
+    pretrained.save(tmp_path / "model", config, params,
+                    tokenizer=WordPieceTokenizer(VOCAB + chars),
+                    task={"family": "tagging", "label_names": labels, "max_seq_length": 12})
+    export.export(str(tmp_path / "model"), str(tmp_path / "out"), platforms=("cpu",))
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401  (registers the tokenizer ops)
+    signature = tf.saved_model.load(str(tmp_path / "out" / "saved_model")).signatures
+    out = {k: v.numpy() for k, v in signature["serve_text"](text=tf.constant(TAG_TEXTS)).items()}
+    want = export.ServedModel(str(tmp_path / "out")).tag_texts(TAG_TEXTS)
+    assert text_io.word_tag_records(TAG_TEXTS, out) == want
+    for i, record in enumerate(want):
+        n = out["num_words"][i]
+        assert [w.decode() for w in out["words"][i][:n]] == record["words"]
+        assert list(out["word_tag_ids"][i][:n]) == [labels.index(t) for t in record["tags"]]
+    assert len(want[0]["words"]) == 12  # two past the 10 tokens of room get the first label
+    assert {t for r in want for t in r["tags"]} > {"O"}
