@@ -207,6 +207,9 @@ def test_export_to_transformers_gives_the_same_logits_and_converts_back(finetune
     # ... and exported again it is still a BertForMultipleChoice.
     assert convert_cli.hf_architecture(converted.params, converted.task)[0] == \
         "BertForMultipleChoice"
+    from bert_jax import export  # the serving export says it does not take one yet
+    with pytest.raises(ValueError, match="exporting 'multiple_choice' models is not supported"):
+        export.serving_function(saved)
 
 
 def bad(tmp_path, rows, *overrides, writer=write_csv, name="t.csv"):

@@ -8,7 +8,8 @@
 `finetune` with `--config.seeds=1,2,3` runs once per seed under DIR/seed_N and
 writes the mean and standard deviation of every metric to DIR/eval_results.json.
 `predict` reads text lines, CSV/TSV or JSONL (CoNLL or SQuAD JSON for those tasks)
-and writes JSONL: labels and probabilities, tags per word, or answer spans.
+and writes JSONL: labels and probabilities (classification, multiple choice), tags per
+word, or answer spans.
 """
 
 from __future__ import annotations
