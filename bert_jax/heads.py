@@ -153,13 +153,17 @@ class BertForQuestionAnswering(nn.Module):
 
 
 class BertForMultipleChoice(nn.Module):
-    """Inputs [B, C, L] (C choices) -> logits [B, C]."""
+    """Inputs [B, C, L] (C choices) -> logits [B, C]. Inputs [B, L] are one choice each
+    ([B, 1, L]): what the fine-tuning trainer's shape-only `init` passes."""
 
     config: BertConfig
 
     @nn.compact
     def __call__(self, input_ids, input_mask=None, segment_ids=None, *,
                  deterministic: bool = True) -> Array:
+        if input_ids.ndim == 2:
+            one = lambda x: None if x is None else x[:, None, :]
+            input_ids, input_mask, segment_ids = map(one, (input_ids, input_mask, segment_ids))
         batch, choices, length = input_ids.shape
         flat = lambda x: None if x is None else x.reshape(batch * choices, length)
         out = BertModel(self.config, name="bert")(

@@ -2,7 +2,8 @@
 
 TASK is a GLUE task (cola sst2 mrpc qqp stsb mnli qnli rte wnli ax), `csv` (your
 CSV/TSV/JSONL files), `spam` (the small spam set shipped with the package), `conll`
-(CoNLL column files), `conll2003` (tfds), `squad` or `squad_v2`. Append `,tiny`
+(CoNLL column files), `conll2003` (tfds), `squad`, `squad_v2` or `multiple_choice`
+(your CSV/TSV/JSONL files, SWAG's layout by default). Append `,tiny`
 (e.g. `spam,tiny`) for a randomly initialised `tiny` model, one short epoch and no
 `--init`: what tests and the demo use.
 
@@ -60,6 +61,12 @@ def get_config(variant: str | None = None) -> ml_collections.ConfigDict:
     c.tag_column = -1                 # conll: the column holding the tag
     c.crf = False                     # tagging: a linear-chain CRF over the words
     c.tagging_stride = None           # tagging: windows' overlap (tokens); None = max_seq_length//4
+    # multiple_choice: row i of an example is [CLS] context [SEP] question + " " + ending_i
+    # [SEP]; label = the index of the right ending. SWAG's columns by default.
+    # ending_columns: one column per ending, or one column holding a list (JSONL).
+    c.context_column = "sent1"
+    c.question_column = "sent2"       # "" = none (the endings alone)
+    c.ending_columns = "ending0,ending1,ending2,ending3"
     c.tfds_data_dir = ""
     c.tfds_download = False           # True: let tfds download (needs network)
     c.max_train_examples = 0          # > 0: a random subset (quick runs)
@@ -120,6 +127,9 @@ def get_config(variant: str | None = None) -> ml_collections.ConfigDict:
     c.logical_axis_rules = DEFAULT_LOGICAL_AXIS_RULES
     c.log_every_steps = 50
 
+    if task == "multiple_choice":
+        c.global_batch_size = 16      # BERT's SWAG recipe; each example is C rows
+        c.eval_batch_size = 16
     if task == "spam":
         c.learning_rate = 5e-5
         c.num_train_epochs = 2.0

@@ -49,13 +49,21 @@ def _save_with_vocab(vocab: str, do_lower_case: bool, config, params, out, task,
     return pretrained.Pretrained(config, params, task, out)
 
 
+def _hf_task(hf_dir: str) -> dict[str, Any] | None:
+    """The head kind where the weights cannot tell it: a multiple-choice classifier
+    looks like a one-label sequence classifier, so config.json's `architectures` says."""
+    with open(os.path.join(hf_dir, "config.json"), encoding="utf-8") as f:
+        architectures = json.load(f).get("architectures") or []
+    return {"kind": "multiple_choice"} if "BertForMultipleChoice" in architectures else None
+
+
 def from_hf(hf_dir: str, out: str, overwrite: bool = False) -> pretrained.Pretrained:
     """Converts an HF BERT directory (config.json, weights, vocab.txt) to a model directory."""
     from bert_jax.convert.hf import load_hf_dir
 
     config, params = load_hf_dir(hf_dir)
     return _save_with_vocab(os.path.join(hf_dir, "vocab.txt"), _hf_do_lower_case(hf_dir),
-                            config, params, out, None, overwrite)
+                            config, params, out, _hf_task(hf_dir), overwrite)
 
 
 def from_tf1(google_dir: str, out: str, overwrite: bool = False,

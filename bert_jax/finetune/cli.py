@@ -11,7 +11,8 @@ with `--config.learning_rates=2e-5,3e-5,5e-5` (or lists of `num_train_epochs`,
 `global_batch_size`) it runs each setting and selects on validation
 (`bert_jax.finetune.selection`).
 `predict` reads text lines, CSV/TSV or JSONL (CoNLL or SQuAD JSON for those tasks)
-and writes JSONL: labels and probabilities, tags per word, or answer spans.
+and writes JSONL: labels and probabilities (classification, multiple choice), tags per
+word, or answer spans.
 """
 
 from __future__ import annotations

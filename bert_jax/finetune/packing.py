@@ -3,7 +3,8 @@ and packing.
 
 A *feature* is a dict with `input_ids` and `segment_ids` (lists, special tokens
 included), optional per-token lists named in `sequence_keys` (e.g. tag labels) and
-scalars (labels, span positions, `feature_index`).
+scalars (labels, span positions, `feature_index`). A multiple-choice feature holds C
+sequences per key instead (lists of C lists) and batches to [B, C, L].
 
 Three ways to batch them:
   padded     every row padded to `max_seq_length` (one compiled shape)
@@ -35,6 +36,18 @@ def bucket_lengths(max_seq_length: int, smallest: int = 32) -> list[int]:
     return lengths + [max_seq_length]
 
 
+def _choices(feature: Feature) -> tuple[int, ...]:
+    """(C,) for a feature of C sequences (multiple choice), () for one sequence."""
+    ids = feature["input_ids"]
+    return (len(ids),) if len(ids) and isinstance(ids[0], (list, tuple, np.ndarray)) else ()
+
+
+def _length(feature: Feature) -> int:
+    """Tokens in the feature's longest sequence."""
+    ids = feature["input_ids"]
+    return max(map(len, ids)) if _choices(feature) else len(ids)
+
+
 def _scalar_keys(feature: Feature, sequence_keys) -> list[str]:
     """Keys batched as one value per feature; `_`-prefixed keys stay on the host."""
     return [k for k in feature if k not in ("input_ids", "segment_ids", *sequence_keys)
@@ -44,26 +57,30 @@ def _scalar_keys(feature: Feature, sequence_keys) -> list[str]:
 def _filler(feature: Feature, sequence_keys: Sequence[str]) -> Feature:
     """A zero feature with the same keys, for completing the last batch."""
     out = {k: 0 * feature[k] for k in _scalar_keys(feature, sequence_keys)}
-    return {**out, **{k: [0] for k in ("input_ids", "segment_ids", *sequence_keys)}}
+    empty = [[0]] * _choices(feature)[0] if _choices(feature) else [0]
+    return {**out, **{k: empty for k in ("input_ids", "segment_ids", *sequence_keys)}}
 
 
 def collate(features: list[Feature], length: int, sequence_keys: Sequence[str] = (),
             weights: Sequence[float] | None = None) -> dict[str, np.ndarray]:
     """Pads features to `length`: input_ids, input_mask, segment_ids and each
-    sequence key [B, L] int32; scalar keys [B]; example_weights [B] float32."""
-    batch = {"input_ids": np.zeros((len(features), length), np.int32)}
+    sequence key [B, L] int32 ([B, C, L] for features of C sequences); scalar keys [B];
+    example_weights [B] float32."""
+    shape = (len(features), *_choices(features[0]), length)
+    batch = {"input_ids": np.zeros(shape, np.int32)}
     batch["input_mask"] = np.zeros_like(batch["input_ids"])
     batch["segment_ids"] = np.zeros_like(batch["input_ids"])
     for key in sequence_keys:
-        dtype = np.float32 if key.endswith("weights") else np.int32
-        batch[key] = np.zeros((len(features), length), dtype)
+        batch[key] = np.zeros(shape, np.float32 if key.endswith("weights") else np.int32)
+    nested = bool(_choices(features[0]))
     for row, feature in enumerate(features):
-        n = len(feature["input_ids"])
-        batch["input_ids"][row, :n] = feature["input_ids"]
-        batch["input_mask"][row, :n] = 1
-        batch["segment_ids"][row, :n] = feature["segment_ids"]
-        for key in sequence_keys:
-            batch[key][row, :n] = feature[key]
+        for key in ("input_ids", "segment_ids", *sequence_keys):
+            sequences = feature[key] if nested else [feature[key]]
+            rows = batch[key][row].reshape(-1, length)  # a view: [C, L] or [1, L]
+            for i, values in enumerate(sequences):
+                rows[i, :len(values)] = values
+                if key == "input_ids":
+                    batch["input_mask"][row].reshape(-1, length)[i, :len(values)] = 1
     for key in _scalar_keys(features[0], sequence_keys):
         batch[key] = np.asarray([f[key] for f in features])
     batch["example_weights"] = np.asarray(
@@ -90,7 +107,7 @@ def padded_batches(features: list[Feature], batch_size: int, max_seq_length: int
         order = np.random.default_rng(shuffle_seed).permutation(len(features))
     if bucketing:
         chunk = 50 * batch_size
-        lengths = np.array([len(f["input_ids"]) for f in features])
+        lengths = np.array([_length(f) for f in features])
         order = np.concatenate([c[np.argsort(lengths[c], kind="stable")]
                                 for c in np.array_split(order, max(1, -(-len(order) // chunk)))])
     groups = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
@@ -102,7 +119,7 @@ def padded_batches(features: list[Feature], batch_size: int, max_seq_length: int
         chosen, weights = _complete([features[i] for i in group], batch_size, sequence_keys)
         length = max_seq_length
         if bucketing:
-            longest = max(len(f["input_ids"]) for f in chosen)
+            longest = max(_length(f) for f in chosen)
             length = next(b for b in buckets if b >= longest)
         yield collate(chosen, length, sequence_keys, weights)
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from bert_jax.finetune import csv_task, glue, squad, tagging  # noqa: F401  (they register)
+from bert_jax.finetune import (  # noqa: F401  (they register)
+    csv_task, glue, multiple_choice, squad, tagging)
 from bert_jax.finetune.task_base import REGISTRY, Task
 
 
