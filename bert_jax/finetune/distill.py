@@ -109,6 +109,16 @@ def evenly_spaced_layers(total: int, keep: int) -> list[int]:
     return [i * total // keep for i in range(keep)]
 
 
+def take_layers(encoder_params: dict, bert_config, keep: int):
+    """An encoder's parameters and config cut to `keep` evenly spaced layers:
+    (params, config, the 0-based layers kept)."""
+    chosen = evenly_spaced_layers(bert_config.num_hidden_layers, keep)
+    layers = pretrained.to_unscanned({"encoder": encoder_params["encoder"]})["encoder"]
+    params = {**encoder_params, "encoder": {f"layer_{i}": layers[f"layer_{j}"]
+                                            for i, j in enumerate(chosen)}}
+    return params, bert_config.replace(num_hidden_layers=keep), chosen
+
+
 def student_source(config, teacher: pretrained.Pretrained) -> trainer.ModelSource:
     """The student's encoder (`resolve_model`), cut to `student_layers` layers, checked
     to read the teacher's vocabulary and, if fine-tuned, to be of the teacher's task."""
@@ -121,13 +131,10 @@ def student_source(config, teacher: pretrained.Pretrained) -> trainer.ModelSourc
         if config.student_layers > total:
             raise UserError(f"student_layers={config.student_layers} but the student "
                             f"{source.origin} has {total} layers")
-        chosen = evenly_spaced_layers(total, config.student_layers)
-        encoder = pretrained.to_unscanned({"encoder": source.encoder_params["encoder"]})
-        params = {**source.encoder_params, "encoder": {
-            f"layer_{i}": encoder["encoder"][f"layer_{j}"] for i, j in enumerate(chosen)}}
-        source = trainer.ModelSource(
-            source.config.replace(num_hidden_layers=len(chosen)), source.tokenizer, params,
-            f"{source.origin} (layers {', '.join(map(str, chosen))})")
+        params, bert_config, chosen = take_layers(source.encoder_params, source.config,
+                                                  config.student_layers)
+        source = trainer.ModelSource(bert_config, source.tokenizer, params,
+                                     f"{source.origin} (layers {', '.join(map(str, chosen))})")
     teacher_tokenizer = load_tokenizer(teacher.tokenizer_dir)
     mine, theirs = source.tokenizer, teacher_tokenizer
     if mine.vocab_size != theirs.vocab_size or any(
