@@ -153,6 +153,9 @@ def test_distill_preset_student_then_evaluate_and_predict(teacher, tmp_path, mon
     assert bert_jax_cli.main(["predict", "--workdir", workdir, "--input", str(inputs),
                               "--output", str(out)]) == 0
     assert json.loads(out.read_text())["label"] in ("neg", "pos")
+    from bert_jax.convert.cli import to_hf  # HF export reads the workdir like a fine-tuned one
+    to_hf(workdir, str(tmp_path / "hf"))
+    assert json.loads((tmp_path / "hf" / "config.json").read_text())["num_hidden_layers"] == 1
 
 
 def test_distill_teacher_layers_with_hidden_and_attention_matching(teacher, tmp_path):
