@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import flax.linen as nn
 import jax
@@ -210,8 +211,21 @@ def test_bad_teacher_and_vocabulary_mismatch(teacher, tmp_path, capsys):
     teacher_dir, _ = teacher
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b"]
     plain = save_plain_model(tmp_path / "plain", vocab)
+    other_task = tmp_path / "other_task"  # the teacher's model, said to be a tagger
+    shutil.copytree(os.path.join(teacher_dir, "best"), other_task)
+    meta = json.loads((other_task / "bert_jax.json").read_text())
+    meta["task"]["name"] = "conll"
+    (other_task / "bert_jax.json").write_text(json.dumps(meta))
+    relabeled = write_tsv(tmp_path / "relabeled.tsv", [("fine", "good"), ("poor", "bad")])
     cases = [
         (["--teacher", plain, "--student", "tiny"], "is not a fine-tuned model"),
+        (["--teacher", teacher_dir, "--student", str(other_task)],
+         "task mismatch: the student {} was fine-tuned on 'conll', the teacher on 'csv'"
+         .format(other_task)),
+        (["--teacher", teacher_dir, "--student", "tiny", f"--config.train_file={relabeled}",
+          f"--config.validation_file={relabeled}", f"--config.test_file={relabeled}"],
+         "task mismatch: the student's training data gives labels ['bad', 'good'], the "
+         "teacher was trained on ['neg', 'pos']"),
         (["--teacher", str(tmp_path / "none"), "--student", "tiny"], "no such directory"),
         (["--teacher", teacher_dir, "--student", plain], "vocabulary mismatch"),
     ]

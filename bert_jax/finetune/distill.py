@@ -27,6 +27,7 @@ i < N (DistilBERT-style: 2 of 6 -> 0, 3; 3 of 6 -> 0, 2, 4).
 from __future__ import annotations
 
 import functools
+import json
 import os
 
 import flax.linen as nn
@@ -74,7 +75,8 @@ def distill_config(teacher: pretrained.Pretrained, student: str,
         config.teacher = teacher.tokenizer_dir
         config.seeds, config.learning_rates, config.freeze = "", "", ""
         is_dir = os.path.isdir(student)
-        config.init = os.path.abspath(student) if is_dir else ""
+        # A fine-tuning workdir stands for its kept model.
+        config.init = os.path.abspath(pretrained.resolve_model_dir(student)) if is_dir else ""
         config.model = "" if is_dir else student
         # A random student reads the teacher's vocabulary.
         config.tokenizer = "" if is_dir else teacher.tokenizer_dir
@@ -142,9 +144,10 @@ def student_source(config, teacher: pretrained.Pretrained) -> trainer.ModelSourc
         raise UserError(f"vocabulary mismatch: the student {source.origin} has a different "
                         f"vocabulary ({mine.vocab_size} tokens) from the teacher "
                         f"({theirs.vocab_size} tokens); the student must read the teacher's")
-    if config.init:
-        student_task = pretrained.load(config.init).task if os.path.exists(
-            os.path.join(config.init, pretrained.MODEL_FILE)) else None
+    model_file = os.path.join(config.init, pretrained.MODEL_FILE)
+    if config.init and os.path.exists(model_file):
+        with open(model_file, encoding="utf-8") as f:
+            student_task = json.load(f).get("task")
         if student_task and student_task.get("name") != teacher.task["name"]:
             raise UserError(f"task mismatch: the student {config.init} was fine-tuned on "
                             f"{student_task.get('name')!r}, the teacher on "
