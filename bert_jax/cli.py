@@ -21,6 +21,7 @@ COMMANDS = {
     "create-data": ("bert_jax.data.create_pretraining_data", "text files -> MLM/NSP TFRecords"),
     "pretrain": ("bert_jax.pretrain", "pretrain BERT (MLM + NSP) over a device mesh"),
     "finetune": ("bert_jax.finetune.cli", "fine-tune on GLUE, CSV/TSV/JSONL, CoNLL or SQuAD"),
+    "distill": ("bert_jax.finetune.cli", "distil a fine-tuned model into a smaller student"),
     "evaluate": ("bert_jax.finetune.cli", "evaluate a fine-tuned workdir"),
     "predict": ("bert_jax.finetune.cli", "predict with a fine-tuned workdir"),
     "embed": ("bert_jax.embed", "one vector per input line"),
@@ -38,7 +39,8 @@ def usage() -> str:
 
 
 # Commands that import TensorFlow anyway (tf.data, TFRecords, event files, SavedModel).
-TF_COMMANDS = ("train-tokenizer", "create-data", "pretrain", "finetune", "evaluate", "predict",
+TF_COMMANDS = ("train-tokenizer", "create-data", "pretrain", "finetune", "distill", "evaluate",
+               "predict",
                "export")
 
 

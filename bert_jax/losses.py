@@ -66,3 +66,18 @@ def span_loss(start_logits: Array, end_logits: Array, start_positions: Array,
     start, _, _ = weighted_cross_entropy(start_logits, start_positions, weights)
     end, _, _ = weighted_cross_entropy(end_logits, end_positions, weights)
     return (start + end) / 2
+
+
+def distillation_kl(student_logits: Array, teacher_logits: Array, temperature: float,
+                    weights: Array | None = None) -> Array:
+    """Hinton et al.'s soft-target loss: T^2 * KL(softmax(teacher/T) || softmax(student/T))
+    over the last axis, averaged with `weights` (logits [..., C], weights [...]). The T^2
+    keeps its gradients on the scale of the hard-label loss's as T changes."""
+    t = jnp.float32(temperature)
+    teacher = jax.nn.log_softmax(teacher_logits.astype(jnp.float32) / t, axis=-1)
+    student = jax.nn.log_softmax(student_logits.astype(jnp.float32) / t, axis=-1)
+    kl = jnp.sum(jnp.exp(teacher) * (teacher - student), axis=-1)
+    if weights is None:
+        weights = jnp.ones(kl.shape, jnp.float32)
+    weights = weights.astype(jnp.float32)
+    return t * t * jnp.sum(kl * weights) / jnp.maximum(jnp.sum(weights), 1e-5)

@@ -212,6 +212,26 @@ def test_export_to_transformers_gives_the_same_logits_and_converts_back(finetune
         export.serving_function(saved)
 
 
+def test_distills_into_a_student_over_the_choices(finetuned, tmp_path):
+    """A multiple-choice teacher distills (KL over the choices) with hidden-state and
+    attention matching over the [B * C, L] sequences."""
+    from bert_jax.finetune import distill
+    workdir, _, _ = finetuned
+    teacher = distill.load_teacher(workdir)
+    config = distill.distill_config(teacher, os.path.join(workdir, "best"), [
+        "student_layers=1", "hidden_weight=1.0", "attention_weight=1.0", "alpha=0",
+        "num_train_epochs=1", "log_every_steps=1", "hidden_dropout_prob=0.0",
+        "attention_probs_dropout_prob=0.0"])
+    results = distill.distill(config, teacher, str(tmp_path / "student"))
+    assert "accuracy" in results["validation"]
+    logged = [json.loads(line) for line in open(tmp_path / "student" / "metrics.jsonl")]
+    train = [m for m in logged if "train/soft_loss" in m]
+    assert train and all(np.isfinite(m["train/hidden_loss"]) for m in train)
+    # Without dropout the student starts as the teacher itself (its one layer): equal
+    # outputs and states on every sequence of every choice.
+    assert train[0]["train/soft_loss"] < 1e-6 and train[0]["train/hidden_loss"] < 1e-6
+
+
 def bad(tmp_path, rows, *overrides, writer=write_csv, name="t.csv"):
     path = writer(tmp_path / name, rows) if rows is not None else str(tmp_path / name)
     return tasks.get_task(micro_config("multiple_choice", f"train_file={path}", *overrides))

@@ -1,15 +1,19 @@
-"""`bert-jax finetune | evaluate | predict`.
+"""`bert-jax finetune | distill | evaluate | predict`.
 
   bert-jax finetune --config configs/finetune.py:TASK --init CKPT --workdir DIR \\
       [--config.KEY=VALUE ...]
   bert-jax evaluate --workdir DIR [--split SPLIT] [--file FILE]
   bert-jax predict  --workdir DIR --input FILE [--output FILE]
+  bert-jax distill  --teacher FINETUNED --student PRESET_OR_MODEL_DIR --workdir DIR \\
+      [--config.KEY=VALUE ...]
 
 `finetune` with `--config.seeds=1,2,3` runs once per seed under DIR/seed_N and
 writes the mean and standard deviation of every metric to DIR/eval_results.json;
 with `--config.learning_rates=2e-5,3e-5,5e-5` (or lists of `num_train_epochs`,
 `global_batch_size`) it runs each setting and selects on validation
 (`bert_jax.finetune.selection`).
+`distill` trains the student on the teacher's task and data (its saved config) against
+the teacher's outputs (`bert_jax.finetune.distill`); its workdir is a fine-tuning one.
 `predict` reads text lines, CSV/TSV or JSONL (CoNLL or SQuAD JSON for those tasks)
 and writes JSONL: labels and probabilities (classification, multiple choice), tags per
 word, or answer spans.
@@ -55,6 +59,30 @@ def _finetune_main(argv: list[str]) -> int:
         config.init = args.init
     results = run_finetune(config, args.workdir)
     print(json.dumps({k: v for k, v in results.items() if k != "runs"}, indent=2))
+    return 0
+
+
+def _distill_main(argv: list[str]) -> int:
+    from bert_jax import multihost
+    from bert_jax.config_loader import split_config_args
+    rest, overrides = split_config_args(argv)
+    parser = argparse.ArgumentParser(
+        prog="bert-jax distill", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="distil a fine-tuned model into a smaller one (docs/distillation.md)")
+    parser.add_argument("--teacher", required=True,
+                        help="fine-tuning workdir or fine-tuned model directory")
+    parser.add_argument("--student", required=True,
+                        help="model preset (random encoder, e.g. bert-L2-H256) or model "
+                             "directory / pretraining workdir")
+    parser.add_argument("--workdir", required=True)
+    multihost.add_arguments(parser)
+    args = parser.parse_args(rest)
+    multihost.initialize(args)
+    from bert_jax.finetune import distill
+    teacher = distill.load_teacher(args.teacher)
+    config = distill.distill_config(teacher, args.student, overrides)
+    results = distill.distill(config, teacher, args.workdir)
+    print(json.dumps(results, indent=2))
     return 0
 
 
@@ -113,5 +141,5 @@ def _predict_main(argv: list[str]) -> int:
 
 
 def main(argv: list[str], command: str = "finetune") -> int:
-    return {"finetune": _finetune_main, "evaluate": _evaluate_main,
+    return {"finetune": _finetune_main, "distill": _distill_main, "evaluate": _evaluate_main,
             "predict": _predict_main}[command](argv)

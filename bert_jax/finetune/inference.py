@@ -85,27 +85,41 @@ class Finetuned:
         return self.predict_examples(self.task.examples_from_inputs(list(inputs)))
 
 
-def load_finetuned(workdir: str, overrides: dict | None = None) -> Finetuned:
-    """Rebuilds task, model and parameters from WORKDIR/best (config keys overridable)."""
-    pre = pretrained.load(pretrained.best_model_dir(workdir))
-    if not pre.task or "config" not in pre.task:
-        raise ValueError(f"{workdir}: the saved model has no fine-tuning task description")
-    config = ml_collections.ConfigDict(pre.task["config"])
-    for key, value in (overrides or {}).items():
-        config[key] = value
-    task = tasks.from_spec(pre.task, config)
-    # JSON turned the rules' tuples into lists.
-    rules = tuple((name, tuple(axes) if isinstance(axes, list) else axes)
-                  for name, axes in config.logical_axis_rules)
-    with config.ignore_type():
-        config.logical_axis_rules = rules
-    mesh = sharding.make_mesh(dict(config.mesh_shape))
-    model = task.model(pre.config)
+def place_model_params(pre: pretrained.Pretrained, model: nn.Module, mesh, rules):
+    """A loaded model's parameters placed on `mesh` as `model` partitions them:
+    (params, their shardings)."""
     dummy = jnp.ones((1, 8), jnp.int32)
     boxed = jax.eval_shape(lambda: model.init(jax.random.key(0), dummy, dummy, dummy)["params"])
     shardings = sharding.logical_to_sharding(nn.get_partition_spec(boxed), mesh, rules)
     params = pretrained.place_params(pre.params, nn.unbox(boxed), shardings,
                                      scan_layers=pre.config.scan_layers, source=pre.tokenizer_dir)
+    return params, shardings
+
+
+def saved_config(task_spec: dict) -> ml_collections.ConfigDict:
+    """The fine-tuning config saved with a model (`task_spec["config"]`)."""
+    config = ml_collections.ConfigDict(task_spec["config"])
+    # JSON turned the rules' tuples into lists.
+    rules = tuple((name, tuple(axes) if isinstance(axes, list) else axes)
+                  for name, axes in config.logical_axis_rules)
+    with config.ignore_type():
+        config.logical_axis_rules = rules
+    return config
+
+
+def load_finetuned(workdir: str, overrides: dict | None = None) -> Finetuned:
+    """Rebuilds task, model and parameters from WORKDIR/best (config keys overridable)."""
+    pre = pretrained.load(pretrained.best_model_dir(workdir))
+    if not pre.task or "config" not in pre.task:
+        raise ValueError(f"{workdir}: the saved model has no fine-tuning task description")
+    config = saved_config(pre.task)
+    for key, value in (overrides or {}).items():
+        config[key] = value
+    task = tasks.from_spec(pre.task, config)
+    rules = config.logical_axis_rules
+    mesh = sharding.make_mesh(dict(config.mesh_shape))
+    model = task.model(pre.config)
+    params, shardings = place_model_params(pre, model, mesh, rules)
     eval_fn = make_eval_fn(model, task, rules, shardings, mesh)
     tokenizer = load_tokenizer(pre.tokenizer_dir)
     check_inputs_fit(pre.config, pre.tokenizer_dir, vocab_size=tokenizer.vocab_size)

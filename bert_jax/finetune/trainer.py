@@ -89,18 +89,35 @@ def resolve_model(config) -> ModelSource:
 
 # --- steps -----------------------------------------------------------------------------
 
-def train_step(state, batch, *, model, task, tx, rules):
-    """One update: (TrainState, batch of [B, ...] arrays) -> (TrainState, metrics).
+def task_loss(params, batch, extra, dropout_key, *, model, task, rules):
+    """Fine-tuning's objective: the task's loss on the model's training outputs (`extra`
+    unused). (loss, metrics)."""
+    with nn.logical_axis_rules(rules):
+        outputs = model.apply({"params": params}, **task.model_inputs(batch),
+                              deterministic=False, rngs={"dropout": dropout_key})
+    return task.loss(outputs, batch)
+
+
+@dataclasses.dataclass
+class Objective:
+    """What the train step minimises: `loss(params, batch, extra, dropout_key, *, model,
+    task, rules)` -> (loss, metrics), and `extra`, an input of every step that is not
+    trained (a distillation teacher's parameters), placed with `extra_shardings`.
+    `describe` names it in the run's log."""
+
+    loss: Any = task_loss
+    extra: Any = None
+    extra_shardings: Any = None
+    describe: str = "fine-tuning"
+
+
+def train_step(state, batch, extra=None, *, loss_fn, tx):
+    """One update: (TrainState, batch of [B, ...] arrays, extra) -> (TrainState, metrics);
+    `loss_fn` is an `Objective.loss` with model, task and rules bound.
     A non-finite loss or gradient norm skips it (`training.apply_gradients`)."""
     dropout_key = state.step_rng()
-
-    def loss_fn(params):
-        with nn.logical_axis_rules(rules):
-            outputs = model.apply({"params": params}, **task.model_inputs(batch),
-                                  deterministic=False, rngs={"dropout": dropout_key})
-        return task.loss(outputs, batch)
-
-    (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+    (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+        state.params, batch, extra, dropout_key)
     state, _, _ = training.apply_gradients(state, grads, loss, tx)
     metrics["examples"] = jnp.sum(batch["example_weights"])
     return state, metrics
@@ -168,15 +185,18 @@ def finetune(config, workdir: str) -> dict[str, Any]:
 class Finetuning:
     """Fine-tuning runs of one task on one model that share the tokenized data and the
     compiled steps: `run(config, workdir)` for each learning rate, epoch count, batch
-    size or seed. The optimizer keeps its learning rate and schedule in its state
+    size or seed. `objective` replaces the task loss (distillation), `source` the
+    encoder `resolve_model` would pick. The optimizer keeps its learning rate and schedule in its state
     (`optim.make_optimizer(injected=True)`), so such runs reuse one compiled train step
     (one per batch shape). Data is tokenized once, or once per seed when
     `max_train_examples`/`max_eval_examples` draw a seed-dependent subset."""
 
-    def __init__(self, config):
+    def __init__(self, config, objective: Objective | None = None,
+                 source: ModelSource | None = None):
         validate_config(config)
         self.config = config
-        self.source = resolve_model(config)
+        self.objective = objective or Objective()
+        self.source = source or resolve_model(config)
         check_inputs_fit(self.source.config, self.source.origin,
                          max_seq_length=config.max_seq_length)
         self.rules = config.logical_axis_rules
@@ -202,7 +222,7 @@ class Finetuning:
                 raise ValueError(f"task {task.name!r}: no training features")
             self._prepared[key] = _Prepared(task, train_features,
                                             load_eval_sets(task, tokenizer, config, seed),
-                                            task.model(self.source.config))
+                                            task.model(self.source.config), self.objective)
         return self._prepared[key]
 
     def run(self, config, workdir: str) -> dict[str, Any]:
@@ -262,7 +282,7 @@ class Finetuning:
         if writer.replaced_earlier_run:
             writer.message(f"{workdir} held an earlier fine-tuning run: its metrics, best model "
                            "and results are replaced by this run's")
-        writer.message(f"fine-tuning {task.name} from {self.source.origin}: "
+        writer.message(f"{self.objective.describe} {task.name} from {self.source.origin}: "
                        f"{len(train_features)} train features, {steps_per_epoch} steps/epoch, "
                        f"{num_steps} steps, lr {config.learning_rate:g}"
                        + (f", packed {rows_per_batch} rows/batch" if config.packing else ""))
@@ -282,7 +302,8 @@ class Finetuning:
                                                      config.rng_impl)
                         step_fn, _ = data.steps(full_tx, shardings, mesh, rules, frozen="")
                         writer.message(f"step {step}: unfreezing {config.freeze}")
-                    state, metrics = step_fn(state, sharding.shard_full_batch(batch, mesh, rules))
+                    state, metrics = step_fn(state, sharding.shard_full_batch(batch, mesh, rules),
+                                             self.objective.extra)
                     step += 1
                     pending.append(metrics)
                     if step == 1:  # the first step may compile: keep it out of the throughput
@@ -344,6 +365,7 @@ class _Prepared:
     train_features: list
     eval_sets: dict
     model: nn.Module
+    objective: Objective
     _steps: dict = dataclasses.field(default_factory=dict)
 
     def steps(self, tx, shardings, mesh, rules, frozen: str = ""):
@@ -351,9 +373,11 @@ class _Prepared:
         pass states whose optimizer hyperparameters differ but whose structure and
         shardings are the same."""
         if frozen not in self._steps:
-            step_fn = jax.jit(functools.partial(train_step, model=self.model, task=self.task,
-                                                tx=tx, rules=rules),
-                              in_shardings=(shardings, sharding.batch_sharding(mesh, rules)),
+            loss_fn = functools.partial(self.objective.loss, model=self.model, task=self.task,
+                                        rules=rules)
+            step_fn = jax.jit(functools.partial(train_step, loss_fn=loss_fn, tx=tx),
+                              in_shardings=(shardings, sharding.batch_sharding(mesh, rules),
+                                            self.objective.extra_shardings),
                               out_shardings=(shardings, None), donate_argnums=0)
             self._steps[frozen] = (step_fn, make_eval_fn(self.model, self.task, rules,
                                                          shardings.params, mesh))

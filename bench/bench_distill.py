@@ -1,0 +1,129 @@
+"""Distillation on the spam set (docs/distillation.md): all-MiniLM-L6-v2 fine-tuned as the
+teacher, a 2-layer student initialised from the teacher encoder's layers 0 and 3,
+(a) distilled from the teacher and (b) fine-tuned directly with the same recipe.
+
+  python bench/bench_distill.py [--workdir DIR] [--teacher FINETUNED_WORKDIR]
+      [--train-examples 1000] [--epochs 3] [--learning-rate 1e-4] [--student-layers 2]
+
+Recipe for all three: a 1,000-e-mail training subset, max_seq_length 128, 3 epochs,
+lr 1e-4, batch 32, mean pooling, length bucketing, the best dev epoch kept; the
+distillation uses the defaults (T=2, alpha=0.5). Prints test accuracy of teacher, (a)
+and (b) (each workdir's kept model, evaluated here), their inference examples/s over
+the test set (after a warm-up pass), then one JSON line. A run whose DIR/NAME/eval_results.json exists is
+reused (so an interrupted bench resumes); `--teacher` takes any fine-tuned spam
+workdir as the teacher instead of fine-tuning one.
+Exits 0 with a "skipped" reason when the data or the MiniLM package is absent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_finetune import CONFIG, DATA, minilm_dir, skip  # noqa: E402
+
+
+def recipe(args, data: str) -> list[str]:
+    return [f"train_file={data}/train.tsv", f"validation_file={data}/dev.tsv",
+            f"test_file={data}/test.tsv", f"max_train_examples={args.train_examples}",
+            "max_seq_length=128", f"num_train_epochs={args.epochs}",
+            f"learning_rate={args.learning_rate}", "global_batch_size=32", "pooling=mean",
+            "length_bucketing=true", "log_every_steps=1000", f"seed={args.seed}"]
+
+
+def once(workdir: str, run) -> dict:
+    """`run(workdir)`'s results, or those a finished earlier run left there."""
+    path = os.path.join(workdir, "eval_results.json")
+    if not os.path.exists(path):
+        start = time.time()
+        run(workdir)
+        print(f"{workdir}: {time.time() - start:.0f} s", file=sys.stderr)
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def student_dir(minilm: str, layers: int, out: str) -> str:
+    """The teacher encoder's evenly spaced layers as a model directory."""
+    from bert_jax import pretrained
+    from bert_jax.finetune.distill import take_layers
+    from bert_jax.tokenization import load_tokenizer
+    if not os.path.exists(out):
+        pre = pretrained.load(minilm)
+        params, config, _ = take_layers(pre.params.get("bert", pre.params), pre.config, layers)
+        pretrained.save(out, config, params, tokenizer=load_tokenizer(pre.tokenizer_dir))
+    return out
+
+
+def measure(workdir: str) -> dict:
+    """Test accuracy of a fine-tuned workdir's kept model, and its inference examples/s
+    over the test set (the second of two passes: the first compiles)."""
+    from bert_jax.finetune import inference
+    model = inference.load_finetuned(workdir)
+    examples = model.task.load("test")
+    features = model.task.featurize(examples, model.tokenizer, model.config.max_seq_length,
+                                    training=False)
+    model.outputs(features)
+    start = time.time()
+    outputs = model.outputs(features)
+    seconds = time.time() - start
+    return {"test_accuracy": model.task.evaluate(examples, features, outputs)["accuracy"],
+            "inference_examples_per_second": round(len(features) / seconds, 1)}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workdir", help="where runs go (default: a temporary directory)")
+    parser.add_argument("--teacher", help="a fine-tuned spam workdir to use as the teacher")
+    parser.add_argument("--train-examples", type=int, default=1000)
+    parser.add_argument("--epochs", type=float, default=3.0)
+    parser.add_argument("--learning-rate", type=float, default=1e-4)
+    parser.add_argument("--student-layers", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=42)
+    args = parser.parse_args()
+    data = os.path.join(DATA, "classification", "spam")
+    if not os.path.isdir(data):
+        skip(f"{data} is absent")
+    work = args.workdir or tempfile.mkdtemp(prefix="bench_distill_")
+    minilm = minilm_dir(work)
+
+    from bert_jax.config_loader import load_config
+    from bert_jax.finetune import distill, trainer
+    teacher_dir = args.teacher or os.path.join(work, "teacher")
+    if not args.teacher:
+        once(teacher_dir, lambda w: trainer.finetune(
+            load_config(f"{CONFIG}:csv", [f"init={minilm}", *recipe(args, data)]), w))
+    student = student_dir(minilm, args.student_layers,
+                          os.path.join(work, f"minilm_L{args.student_layers}"))
+    direct = once(os.path.join(work, "direct"), lambda w: trainer.finetune(
+        load_config(f"{CONFIG}:csv", [f"init={student}", *recipe(args, data)]), w))
+
+    def run_distill(w):
+        loaded = distill.load_teacher(teacher_dir)
+        distill.distill(distill.distill_config(loaded, student, recipe(args, data)), loaded, w)
+    distilled = once(os.path.join(work, "distilled"), run_distill)
+
+    figures = {name: measure(path) for name, path in (
+        ("teacher", teacher_dir), ("distilled", os.path.join(work, "distilled")),
+        ("direct", os.path.join(work, "direct")))}
+    for name, results in (("distilled", distilled), ("direct", direct)):
+        figures[name]["train_examples_per_second"] = results["train_examples_per_second"]
+    speedup = round(figures["distilled"]["inference_examples_per_second"]
+                    / figures["teacher"]["inference_examples_per_second"], 2)
+    out = {"bench": "distill_spam", "teacher": teacher_dir, "train_examples": args.train_examples,
+           "epochs": args.epochs, "learning_rate": args.learning_rate,
+           "student_layers": args.student_layers, **figures, "inference_speedup": speedup}
+    for name in ("teacher", "distilled", "direct"):
+        print(f"{name:>9}: test accuracy {figures[name]['test_accuracy']:.4f}, inference "
+              f"{figures[name]['inference_examples_per_second']} examples/s")
+    print(f"the {args.student_layers}-layer student infers {speedup}x as fast as the teacher")
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

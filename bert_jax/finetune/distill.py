@@ -1,0 +1,311 @@
+"""Task distillation (`bert-jax distill`): a student learns a fine-tuned teacher's
+outputs on the teacher's labeled data, through the fine-tuning loop (`trainer`).
+
+    loss = alpha * task loss + (1 - alpha) * soft loss
+           + hidden_weight * hidden-state MSE + attention_weight * attention MSE
+
+The soft loss is Hinton et al.'s T^2 * KL(softmax(teacher/T) || softmax(student/T))
+per example (classification; over the choices in multiple choice), per labeled token
+(tagging) or over start and end positions (span QA, their mean); regression uses the
+MSE to the teacher's score.
+The teacher runs in eval mode inside the jitted train step, its parameters a
+non-trained input of every step: that works unchanged with packing, length
+bucketing and every task's output shape, and gives the hidden states and attention
+probabilities TinyBERT-style matching needs; it costs one teacher forward pass per
+step.
+
+TinyBERT-style matching (Jiao et al. 2020) maps student layer j (0-based, of M) to
+teacher layer (j + 1) * N // M - 1 (of N), so the last layers meet, and the
+embeddings to the embeddings. Hidden states need equal hidden sizes (a learned
+projection between sizes is not implemented), attention probabilities equal head
+counts; both need unrolled layers and einsum attention.
+
+The student is a preset (random encoder, the teacher's tokenizer) or a model
+directory; `student_layers=N` keeps N of its layers, 0-based i * L // N for
+i < N (DistilBERT-style: 2 of 6 -> 0, 3; 3 of 6 -> 0, 2, 4).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+
+from bert_jax import losses, pretrained, sharding
+from bert_jax.config_loader import apply_override, parse_value
+from bert_jax.errors import UserError
+from bert_jax.finetune import inference, tasks, trainer
+from bert_jax.finetune.classification import ClassificationTask
+from bert_jax.finetune.multiple_choice import MultipleChoiceTask
+from bert_jax.finetune.squad import SquadTask
+from bert_jax.finetune.tagging import TaggingTask
+from bert_jax.tokenization import load_tokenizer
+
+# Keys added to the teacher's fine-tuning config.
+DISTILL_DEFAULTS = dict(teacher="", temperature=2.0, alpha=0.5, student_layers=0,
+                        hidden_weight=0.0, attention_weight=0.0)
+
+
+def load_teacher(path: str) -> pretrained.Pretrained:
+    """A fine-tuned model: a fine-tuning workdir (its best model) or a model directory
+    saved by fine-tuning."""
+    if not os.path.isdir(path):
+        raise UserError(f"--teacher {path}: no such directory")
+    try:
+        teacher = pretrained.load(pretrained.resolve_model_dir(path))
+    except FileNotFoundError as e:
+        raise UserError(f"--teacher {path}: {e}") from None
+    if not teacher.task or "config" not in teacher.task:
+        raise UserError(f"--teacher {path} is not a fine-tuned model (no fine-tuning task "
+                        "saved with it): fine-tune it first with `bert-jax finetune`")
+    return teacher
+
+
+def distill_config(teacher: pretrained.Pretrained, student: str,
+                   overrides: list[str] = ()) -> ml_collections.ConfigDict:
+    """The teacher's fine-tuning config with the distillation keys, the student (a model
+    directory or a preset name) and `KEY=VALUE` overrides applied."""
+    config = inference.saved_config(teacher.task)
+    with config.ignore_type():
+        for key, value in DISTILL_DEFAULTS.items():
+            config[key] = value
+        config.teacher = teacher.tokenizer_dir
+        config.seeds, config.learning_rates, config.freeze = "", "", ""
+        is_dir = os.path.isdir(student)
+        # A fine-tuning workdir stands for its kept model.
+        config.init = os.path.abspath(pretrained.resolve_model_dir(student)) if is_dir else ""
+        config.model = "" if is_dir else student
+        # A random student reads the teacher's vocabulary.
+        config.tokenizer = "" if is_dir else teacher.tokenizer_dir
+    for item in overrides:
+        key, sep, text = item.removeprefix("--").removeprefix("config.").partition("=")
+        if not sep:
+            raise UserError(f"override {item!r} is not KEY=VALUE")
+        apply_override(config, key, parse_value(text))
+    return config
+
+
+def check_settings(config) -> None:
+    t = config.temperature
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not t > 0:
+        raise UserError(f"temperature must be a number > 0, got {t!r}")
+    if isinstance(config.alpha, bool) or not 0 <= config.alpha <= 1:
+        raise UserError(f"alpha must be between 0 and 1, got {config.alpha!r}")
+    for key in ("hidden_weight", "attention_weight"):
+        if isinstance(config[key], bool) or not config[key] >= 0:
+            raise UserError(f"{key} must be a number >= 0, got {config[key]!r}")
+    layers = config.student_layers
+    if isinstance(layers, bool) or not isinstance(layers, int) or layers < 0:
+        raise UserError(f"student_layers must be an integer >= 0, got {layers!r}")
+    if config.seeds or config.learning_rates or any(
+            isinstance(config[k], (str, list, tuple)) for k in ("num_train_epochs",
+                                                                 "global_batch_size")):
+        raise UserError("distill runs one setting: seeds, learning_rates and lists of "
+                        "num_train_epochs or global_batch_size are not supported")
+
+
+def evenly_spaced_layers(total: int, keep: int) -> list[int]:
+    return [i * total // keep for i in range(keep)]
+
+
+def take_layers(encoder_params: dict, bert_config, keep: int):
+    """An encoder's parameters and config cut to `keep` evenly spaced layers:
+    (params, config, the 0-based layers kept)."""
+    chosen = evenly_spaced_layers(bert_config.num_hidden_layers, keep)
+    layers = pretrained.to_unscanned({"encoder": encoder_params["encoder"]})["encoder"]
+    params = {**encoder_params, "encoder": {f"layer_{i}": layers[f"layer_{j}"]
+                                            for i, j in enumerate(chosen)}}
+    return params, bert_config.replace(num_hidden_layers=keep), chosen
+
+
+def student_source(config, teacher: pretrained.Pretrained) -> trainer.ModelSource:
+    """The student's encoder (`resolve_model`), cut to `student_layers` layers, checked
+    to read the teacher's vocabulary and, if fine-tuned, to be of the teacher's task."""
+    source = trainer.resolve_model(config)
+    if config.student_layers:
+        total = source.config.num_hidden_layers
+        if source.encoder_params is None:
+            raise UserError("student_layers needs a student model directory to take layers "
+                            "from; a preset student sets its own depth")
+        if config.student_layers > total:
+            raise UserError(f"student_layers={config.student_layers} but the student "
+                            f"{source.origin} has {total} layers")
+        params, bert_config, chosen = take_layers(source.encoder_params, source.config,
+                                                  config.student_layers)
+        source = trainer.ModelSource(bert_config, source.tokenizer, params,
+                                     f"{source.origin} (layers {', '.join(map(str, chosen))})")
+    teacher_tokenizer = load_tokenizer(teacher.tokenizer_dir)
+    mine, theirs = source.tokenizer, teacher_tokenizer
+    if mine.vocab_size != theirs.vocab_size or any(
+            mine.id_to_token(i) != theirs.id_to_token(i) for i in range(mine.vocab_size)):
+        raise UserError(f"vocabulary mismatch: the student {source.origin} has a different "
+                        f"vocabulary ({mine.vocab_size} tokens) from the teacher "
+                        f"({theirs.vocab_size} tokens); the student must read the teacher's")
+    model_file = os.path.join(config.init, pretrained.MODEL_FILE)
+    if config.init and os.path.exists(model_file):
+        with open(model_file, encoding="utf-8") as f:
+            student_task = json.load(f).get("task")
+        if student_task and student_task.get("name") != teacher.task["name"]:
+            raise UserError(f"task mismatch: the student {config.init} was fine-tuned on "
+                            f"{student_task.get('name')!r}, the teacher on "
+                            f"{teacher.task['name']!r}")
+    return source
+
+
+# --- the loss ---------------------------------------------------------------------------
+
+def soft_loss(task, student, teacher, batch, temperature):
+    """The student's distance to the teacher's outputs (see the module docstring)."""
+    if isinstance(task, ClassificationTask):
+        weights = batch["example_weights"]
+        if task.is_regression:
+            return losses.regression_loss(student[..., 0], teacher[..., 0].astype(jnp.float32),
+                                          weights)
+        return losses.distillation_kl(student, teacher, temperature, weights)
+    if isinstance(task, TaggingTask):
+        weights = batch["label_weights"] * task._row_weights(batch)
+        return losses.distillation_kl(student, teacher, temperature, weights)
+    if isinstance(task, MultipleChoiceTask):  # a distribution over each example's choices
+        return losses.distillation_kl(student, teacher, temperature, batch["example_weights"])
+    if isinstance(task, SquadTask):
+        weights = batch["example_weights"]
+        return (losses.distillation_kl(student[0], teacher[0], temperature, weights)
+                + losses.distillation_kl(student[1], teacher[1], temperature, weights)) / 2
+    raise UserError(f"task {task.name!r} cannot be distilled")
+
+
+def _is_captured(module, method: str) -> bool:
+    """Embeddings, each layer and each attention block: the states TinyBERT matches."""
+    name = module.name or ""
+    return method == "__call__" and (name in ("embeddings", "attention")
+                                     or name.startswith("layer_"))
+
+
+def _states(intermediates, num_layers: int):
+    """(hidden states: embeddings then each layer's, attention probabilities per layer)."""
+    bert = intermediates["bert"]
+    layers = [bert["encoder"][f"layer_{i}"] for i in range(num_layers)]
+    hidden = [bert["embeddings"]["__call__"][0]] + [l["__call__"][0][0] for l in layers]
+    return hidden, [l["attention"]["__call__"][0][1] for l in layers]
+
+
+def matched_layers(student_layers: int, teacher_layers: int) -> list[int]:
+    """Teacher layer (0-based) matched to each student layer."""
+    return [(j + 1) * teacher_layers // student_layers - 1 for j in range(student_layers)]
+
+
+def masked_mse(a, b, weights):
+    """Mean squared difference over the trailing axes of `weights`-weighted rows."""
+    err = jnp.square(a.astype(jnp.float32) - b.astype(jnp.float32))
+    err = jnp.mean(err.reshape(*weights.shape, -1), axis=-1)
+    return jnp.sum(err * weights) / jnp.maximum(jnp.sum(weights), 1e-5)
+
+
+def distill_loss(params, batch, teacher_params, dropout_key, *, model, task, rules,
+                 teacher_model, settings):
+    """The trainer's `Objective.loss` for distillation: (loss, metrics)."""
+    inputs = task.model_inputs(batch)
+    match = settings["hidden_weight"] > 0 or settings["attention_weight"] > 0
+    capture = dict(capture_intermediates=_is_captured, mutable=["intermediates"]) if match \
+        else {}
+    with nn.logical_axis_rules(rules):
+        student = model.apply({"params": params}, **inputs, deterministic=False,
+                              rngs={"dropout": dropout_key}, **capture)
+        teacher = teacher_model.apply({"params": teacher_params}, **inputs, deterministic=True,
+                                      **capture)
+    teacher = jax.lax.stop_gradient(teacher)
+    if match:
+        (student, student_vars), (teacher, teacher_vars) = student, teacher
+    hard, metrics = task.loss(student, batch)
+    soft = soft_loss(task, student, teacher, batch, settings["temperature"])
+    alpha = settings["alpha"]
+    loss = alpha * hard + (1 - alpha) * soft
+    metrics = {**metrics, "task_loss": hard, "soft_loss": soft}
+    if match:
+        s_hidden, s_probs = _states(student_vars["intermediates"], model.config.num_hidden_layers)
+        t_hidden, t_probs = _states(teacher_vars["intermediates"],
+                                    teacher_model.config.num_hidden_layers)
+        pairs = matched_layers(len(s_probs), len(t_probs))
+        mask = inputs["input_mask"].astype(jnp.float32)
+        mask = mask.reshape(-1, mask.shape[-1])  # multiple choice: [B, C, L] -> [B * C, L]
+        if settings["hidden_weight"] > 0:
+            hidden = sum(masked_mse(s_hidden[j + 1], t_hidden[i + 1], mask)
+                         for j, i in enumerate(pairs)) + masked_mse(s_hidden[0], t_hidden[0], mask)
+            hidden = hidden / (len(pairs) + 1)
+            loss = loss + settings["hidden_weight"] * hidden
+            metrics["hidden_loss"] = hidden
+        if settings["attention_weight"] > 0:
+            rows = mask[:, None, :]  # [B, 1, L] query rows, broadcast over heads
+            attention = sum(masked_mse(s_probs[j], t_probs[i],
+                                       jnp.broadcast_to(rows, s_probs[j].shape[:3]))
+                            for j, i in enumerate(pairs)) / len(pairs)
+            loss = loss + settings["attention_weight"] * attention
+            metrics["attention_loss"] = attention
+    metrics["loss"] = loss
+    return loss, metrics
+
+
+def check_matching(config, student_config, teacher_config) -> None:
+    if not (config.hidden_weight > 0 or config.attention_weight > 0):
+        return
+    for who, c in (("student", student_config), ("teacher", teacher_config)):
+        if c.scan_layers:
+            raise UserError(f"hidden/attention matching needs unrolled layers; the {who} "
+                            "has scan_layers=True")
+    if config.hidden_weight > 0 and student_config.hidden_size != teacher_config.hidden_size:
+        raise UserError(f"hidden_weight needs equal hidden sizes: the student has "
+                        f"{student_config.hidden_size}, the teacher "
+                        f"{teacher_config.hidden_size} (a learned projection is not "
+                        "implemented)")
+    if config.attention_weight > 0:
+        if student_config.num_attention_heads != teacher_config.num_attention_heads:
+            raise UserError(f"attention_weight needs equal head counts: the student has "
+                            f"{student_config.num_attention_heads}, the teacher "
+                            f"{teacher_config.num_attention_heads}")
+        if "fused" in (student_config.attention_impl, teacher_config.attention_impl):
+            raise UserError("attention_weight needs attention_impl=einsum (fused attention "
+                            "returns no probabilities)")
+
+
+# --- the run ----------------------------------------------------------------------------
+
+def distill(config, teacher: pretrained.Pretrained, workdir: str) -> dict:
+    """Distils `teacher` into the student `config` names; writes and returns what a
+    fine-tuning run does (WORKDIR/best, eval_results.json)."""
+    check_settings(config)
+    teacher_config = inference.saved_config(teacher.task)
+    if config.task != teacher.task["name"]:
+        raise UserError(f"task mismatch: the teacher was fine-tuned on "
+                        f"{teacher.task['name']!r}, the config asks for {config.task!r}")
+    teacher_task = tasks.from_spec(teacher.task, teacher_config)
+    if getattr(teacher_task, "use_crf", False):
+        raise UserError("a CRF tagger cannot be distilled (no per-token distribution)")
+    source = student_source(config, teacher)
+    teacher_model = teacher_task.model(teacher.config)
+    check_matching(config, source.config, teacher.config)
+    mesh = sharding.make_mesh(dict(config.mesh_shape))
+    teacher_params, teacher_shardings = inference.place_model_params(
+        teacher, teacher_model, mesh, config.logical_axis_rules)
+    settings = {k: float(config[k]) for k in ("temperature", "alpha", "hidden_weight",
+                                              "attention_weight")}
+    objective = trainer.Objective(
+        loss=functools.partial(distill_loss, teacher_model=teacher_model, settings=settings),
+        extra=teacher_params, extra_shardings=teacher_shardings,
+        describe=f"distilling {teacher.tokenizer_dir} (T={config.temperature:g}, "
+                 f"alpha={config.alpha:g}) into")
+    session = trainer.Finetuning(config, objective, source)
+    student_task = session.prepared(int(config.seed)).task
+    if student_task.spec() != {**student_task.spec(), **_label_spec(teacher.task)}:
+        raise UserError(f"task mismatch: the student's training data gives labels "
+                        f"{student_task.spec().get('label_names')}, the teacher was trained on "
+                        f"{teacher.task.get('label_names')}")
+    return session.run(config, workdir)
+
+
+def _label_spec(spec: dict) -> dict:
+    return {k: spec[k] for k in ("label_names", "num_labels") if k in spec}
