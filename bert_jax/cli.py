@@ -40,8 +40,7 @@ def usage() -> str:
 
 # Commands that import TensorFlow anyway (tf.data, TFRecords, event files, SavedModel).
 TF_COMMANDS = ("train-tokenizer", "create-data", "pretrain", "finetune", "distill", "evaluate",
-               "predict",
-               "export")
+               "predict", "export")
 
 
 def _import_tensorflow_quietly() -> None:

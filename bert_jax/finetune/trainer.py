@@ -186,9 +186,9 @@ class Finetuning:
     """Fine-tuning runs of one task on one model that share the tokenized data and the
     compiled steps: `run(config, workdir)` for each learning rate, epoch count, batch
     size or seed. `objective` replaces the task loss (distillation), `source` the
-    encoder `resolve_model` would pick. The optimizer keeps its learning rate and schedule in its state
-    (`optim.make_optimizer(injected=True)`), so such runs reuse one compiled train step
-    (one per batch shape). Data is tokenized once, or once per seed when
+    encoder `resolve_model` would pick. The optimizer keeps its learning rate and
+    schedule in its state (`optim.make_optimizer(injected=True)`), so such runs reuse
+    one compiled train step (one per batch shape). Data is tokenized once, or once per seed when
     `max_train_examples`/`max_eval_examples` draw a seed-dependent subset."""
 
     def __init__(self, config, objective: Objective | None = None,
