@@ -59,12 +59,15 @@ CHANGEABLE_KEYS = frozenset({
     # How attention is computed and how much dropout is applied: same parameters and
     # state, so a run may switch (rng_impl may not: it changes the key and its stream).
     "attention_impl", "attention_probs_dropout_prob", "model.attention_impl",
-    "model.attention_probs_dropout_prob", "model.hidden_dropout_prob"})
+    "model.attention_probs_dropout_prob", "model.hidden_dropout_prob",
+    # The distillation loss's weighting (the teacher itself may not change).
+    "temperature", "alpha"})
 # Described by the resolved model and the vocabulary fingerprint instead.
 _INDIRECT_KEYS = ("model", "tokenizer")
 # Keys added after checkpoints were first written, with the value those runs had: a
 # saved run without the key is compared as if it had recorded that value.
-_ADDED_KEYS = {"next_sentence_prediction": True}
+_ADDED_KEYS = {"next_sentence_prediction": True, "teacher": "", "temperature": 2.0,
+               "alpha": 0.5}
 
 
 class IncompatibleCheckpointError(CheckpointError):

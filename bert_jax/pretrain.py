@@ -32,8 +32,8 @@ import ml_collections
 import numpy as np
 import optax
 
-from bert_jax import (checkpoint, compile_cache, losses, multihost, perf, pretrained, sharding,
-                      training)
+from bert_jax import (checkpoint, compile_cache, losses, mlm_distill, multihost, perf, pretrained,
+                      sharding, training)
 from bert_jax.atomic import atomic_directory
 from bert_jax.config import BertConfig, check_choice, check_inputs_fit
 from bert_jax.config_loader import load_config, split_config_args
@@ -85,30 +85,36 @@ def _weight_sums(batch: dict) -> tuple[jax.Array, jax.Array]:
 
 
 def forward(model: nn.Module, params: Any, batch: dict, *, rng=None,
-            totals: tuple | None = None) -> tuple[jax.Array, dict]:
+            totals: tuple | None = None, teacher: mlm_distill.MlmTeacher | None = None,
+            teacher_params: Any = None) -> tuple[jax.Array, dict]:
     """Loss and metrics of one batch; dropout on when `rng` is given.
     totals: the whole batch's `_weight_sums` when `batch` is one micro-batch of it;
     the losses and metrics are then this micro-batch's share of the whole batch's
-    weighted means, so the micro-batches' gradients sum to the whole batch's."""
+    weighted means, so the micro-batches' gradients sum to the whole batch's.
+    teacher: distil its MLM logits (`mlm_distill`), `soft_loss` beside `mlm_loss`."""
     extra = {k: batch[k] for k in _OPTIONAL_INPUTS if k in batch}
     out = model.apply({"params": params}, batch["input_ids"], batch["input_mask"],
                       batch["segment_ids"], batch["masked_lm_positions"], **extra,
                       deterministic=rng is None, rngs={"dropout": rng} if rng is not None else {})
-    loss, metrics = losses.pretraining_loss(out.mlm_logits, out.nsp_logits, batch)
-    if totals is None:
-        return loss, metrics
-    mlm_share, nsp_share = (part / jnp.maximum(total, 1e-5)
-                            for part, total in zip(_weight_sums(batch), totals))
-    metrics = {k: v * (nsp_share if k.startswith("nsp") else mlm_share)
-               for k, v in metrics.items() if k != "loss"}
-    metrics["loss"] = metrics["mlm_loss"] + metrics.get("nsp_loss", 0.0)
+    _, metrics = losses.pretraining_loss(out.mlm_logits, out.nsp_logits, batch)
+    if teacher is not None:
+        metrics["soft_loss"] = teacher.soft_loss(teacher_params, out.mlm_logits, batch)
+    if totals is not None:
+        mlm_share, nsp_share = (part / jnp.maximum(total, 1e-5)
+                                for part, total in zip(_weight_sums(batch), totals))
+        metrics = {k: v * (nsp_share if k.startswith("nsp") else mlm_share)
+                   for k, v in metrics.items() if k != "loss"}
+    mlm = metrics["mlm_loss"] if teacher is None else teacher.mlm_loss(metrics)
+    metrics["loss"] = mlm + metrics.get("nsp_loss", 0.0)
     return metrics["loss"], metrics
 
 
-def train_step(state: TrainState, batch: dict, *, model: nn.Module,
-               tx: optax.GradientTransformation, schedule: optax.Schedule, rules: tuple,
-               grad_accum_steps: int = 1) -> tuple[TrainState, dict]:
-    """One optimizer update on a global batch {key: [B, ...]}.
+def train_step(state: TrainState, batch: dict, teacher_params: Any = None, *,
+               model: nn.Module, tx: optax.GradientTransformation, schedule: optax.Schedule,
+               rules: tuple, grad_accum_steps: int = 1,
+               teacher: mlm_distill.MlmTeacher | None = None) -> tuple[TrainState, dict]:
+    """One optimizer update on a global batch {key: [B, ...]} (distilling `teacher`,
+    whose parameters are `teacher_params`, when given).
 
     Dropout keys come from `state.step_rng()`. With grad_accum_steps = k the
     batch is processed as k sequential micro-batches whose gradients add up to the
@@ -117,7 +123,8 @@ def train_step(state: TrainState, batch: dict, *, model: nn.Module,
     Returns (next state, metrics of scalars).
     """
     rng = state.step_rng()
-    grad_fn = jax.value_and_grad(functools.partial(forward, model), has_aux=True)
+    grad_fn = jax.value_and_grad(functools.partial(forward, model, teacher=teacher,
+                                                   teacher_params=teacher_params), has_aux=True)
 
     totals = None if grad_accum_steps == 1 else _weight_sums(batch)
 
@@ -158,16 +165,18 @@ def eval_step(params: Any, batch: dict, *, model: nn.Module, rules: tuple) -> di
 
 
 def jit_steps(model: nn.Module, tx, schedule, mesh, shardings: TrainState, rules,
-              grad_accum_steps: int = 1):
-    """(train_step, eval_step) jitted once with explicit shardings; the state is donated."""
+              grad_accum_steps: int = 1, teacher: mlm_distill.MlmTeacher | None = None,
+              teacher_shardings: Any = None):
+    """(train_step, eval_step) jitted once with explicit shardings; the state is donated.
+    With a teacher, train_step takes its parameters as a third argument."""
     rules = tuple(tuple(r) for r in rules)
     batch = sharding.batch_sharding(mesh, rules)
     replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
     train = jax.jit(
         functools.partial(train_step, model=model, tx=tx, schedule=schedule, rules=rules,
-                          grad_accum_steps=grad_accum_steps),
-        in_shardings=(shardings, batch), out_shardings=(shardings, replicated),
-        donate_argnums=0)
+                          grad_accum_steps=grad_accum_steps, teacher=teacher),
+        in_shardings=(shardings, batch) + ((teacher_shardings,) if teacher else ()),
+        out_shardings=(shardings, replicated), donate_argnums=0)
     evaluate = jax.jit(functools.partial(eval_step, model=model, rules=rules),
                        in_shardings=(shardings.params, batch), out_shardings=replicated)
     return train, evaluate
@@ -337,6 +346,8 @@ def validate_config(config: ml_collections.ConfigDict, bert_config: BertConfig,
         check_positive(key, config[key], allow_zero=True)
     check_choice("on_nonfinite", config.on_nonfinite, ("skip", "stop"))
     check_choice("optimizer", config.optimizer, OPTIMIZERS)
+    if config.teacher:
+        mlm_distill.check_settings(config.temperature, config.alpha)
     if config.warmup_steps > config.num_train_steps:
         raise UserError(f"warmup_steps {config.warmup_steps} exceeds num_train_steps "
                         f"{config.num_train_steps}")
@@ -403,6 +414,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                     sharding.batch_size_multiple(mesh, rules))
     run = checkpoint.run_description(config.to_dict(), bert_config.to_dict(),
                                      tokenizer.fingerprint())
+    teacher, teacher_params, teacher_shardings = (None, None, None) if not config.teacher else \
+        mlm_distill.load_teacher(
+            config.teacher, bert_config, run["vocabulary"], temperature=config.temperature,
+            alpha=config.alpha, max_seq_length=config.max_seq_length,
+            max_predictions=config.max_predictions_per_seq, mesh=mesh, rules=rules)
     # Nothing is written before this point: a config error leaves the workdir as it was.
     writer = MetricsWriter(workdir, total_steps=config.num_train_steps)
     model = BertForPreTraining(bert_config, config.next_sentence_prediction)
@@ -420,7 +436,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
         pretrained.write_model_files(os.path.join(workdir, pretrained.WORKDIR_MODEL_DIR),
                                      bert_config, tokenizer=tokenizer)
     train_fn, eval_fn = jit_steps(model, tx, schedule, mesh, shardings, rules,
-                                  config.grad_accum_steps)
+                                  config.grad_accum_steps, teacher, teacher_shardings)
+    teacher_args = () if teacher is None else (teacher_params,)
     files = prepare_input_files(config, workdir, tokenizer_path, writer, run["vocabulary"])
     batches = make_iterator(config, files, tokenizer, split="train", state=pipeline_state)
 
@@ -431,7 +448,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     step = int(state.step)
     if step == 0:
         writer.message(f"{bert_config.num_hidden_layers} layers, H={bert_config.hidden_size}, "
-                       f"mesh {dict(mesh.shape)}, {jax.process_count()} process(es)")
+                       f"mesh {dict(mesh.shape)}, {jax.process_count()} process(es)"
+                       + (f", distilling {config.teacher} (T={config.temperature:g}, "
+                          f"alpha={config.alpha:g})" if teacher else ""))
     pending, last = [], {}
     timer = (time.perf_counter(), step)
 
@@ -454,7 +473,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
         mean.pop("nonfinite")
         writer.write(step, mean, prefix="train")
         last = mean
-        writer.progress(step, {k: mean[k] for k in ("loss", "mlm_accuracy", "nsp_accuracy",
+        writer.progress(step, {k: mean[k] for k in ("loss", "soft_loss", "mlm_accuracy",
+                                                    "nsp_accuracy",
                                                     "learning_rate", "grad_norm",
                                                     "tokens_per_second", "mfu") if k in mean},
                         final=final)
@@ -462,7 +482,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     eval_metrics = {}
     with jax.set_mesh(mesh):
         while step < config.num_train_steps:
-            state, metrics = train_fn(state, sharding.global_batch(next(batches), mesh, rules))
+            state, metrics = train_fn(state, sharding.global_batch(next(batches), mesh, rules),
+                                      *teacher_args)
             step += 1
             pending.append(metrics)
             is_last = step == config.num_train_steps

@@ -1,6 +1,7 @@
 """Pretraining recipes (MLM + NSP): `bert-jax pretrain --config configs/pretrain.py:VARIANT`.
 `--config.next_sentence_prediction=False` trains MLM only on rows of contiguous
-sentences (RoBERTa's FULL-SENTENCES; docs/pretraining.md).
+sentences (RoBERTa's FULL-SENTENCES; docs/pretraining.md); `--config.teacher=DIR` distils
+a pretrained teacher's MLM logits into the model (DistilBERT; docs/distillation.md).
 
 Variants (BERT's exact numerics: einsum attention with dropout, threefry):
   tiny   the `tiny` preset (2 layers, H=128): tests, the demo, a CPU in minutes
@@ -54,6 +55,12 @@ def get_config(variant: str | None = None) -> ml_collections.ConfigDict:
     # FULL-SENTENCES). TFRecords must be made to match (create-data
     # --no_next_sentence_prediction); raw text is converted to match.
     c.next_sentence_prediction = True
+    # Distillation on MLM logits (DistilBERT): a pretrained model dir or pretraining
+    # workdir with an MLM head, reading this run's vocabulary. The loss becomes
+    # alpha * MLM + (1 - alpha) * T^2 * KL(teacher/T || student/T) (+ NSP).
+    c.teacher = ""
+    c.temperature = 2.0
+    c.alpha = 0.5
 
     # Optimisation. Steps are optimizer updates of global_batch_size examples each;
     # grad_accum_steps splits each into that many sequential micro-batches.

@@ -62,7 +62,9 @@ def load_teacher(path: str) -> pretrained.Pretrained:
         raise UserError(f"--teacher {path}: {e}") from None
     if not teacher.task or "config" not in teacher.task:
         raise UserError(f"--teacher {path} is not a fine-tuned model (no fine-tuning task "
-                        "saved with it): fine-tune it first with `bert-jax finetune`")
+                        "saved with it): fine-tune it first with `bert-jax finetune`, or "
+                        "distil a pretrained teacher's MLM logits with `bert-jax pretrain "
+                        "--config.teacher=...`")
     return teacher
 
 

@@ -1,0 +1,93 @@
+"""Pretraining distillation on masked-LM logits (DistilBERT, Sanh et al. 2019): with
+`--config.teacher=MODEL_DIR_OR_WORKDIR` the pretraining loss becomes
+
+    alpha * MLM cross-entropy + (1 - alpha) * T^2 * KL(teacher / T || student / T)
+    (+ the NSP loss when the student has an NSP head)
+
+with the KL averaged over the masked positions. The teacher is any pretrained BERT
+with a masked-LM head reading the run's vocabulary; its depth and width may differ
+from the student's. It runs in eval mode inside the jitted train step, its
+parameters a non-trained input sharded like the student's, so a resumed run sees
+exactly the teacher outputs an uninterrupted one does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from bert_jax import losses, pretrained, sharding
+from bert_jax.config import BertConfig, check_inputs_fit
+from bert_jax.errors import UserError
+from bert_jax.heads import BertForPreTraining
+
+# The packed-row inputs the teacher needs (it has no NSP head).
+_TEACHER_INPUTS = ("position_ids", "example_ids")
+
+
+@dataclasses.dataclass(frozen=True)
+class MlmTeacher:
+    """The teacher's module and the loss settings (static parts of the train step)."""
+
+    model: BertForPreTraining
+    temperature: float
+    alpha: float
+
+    def soft_loss(self, params, student_logits: jax.Array, batch: dict) -> jax.Array:
+        """T^2-scaled KL from the teacher's to the student's MLM distributions, averaged
+        over `masked_lm_weights` (the same positions the hard loss averages over)."""
+        extra = {k: batch[k] for k in _TEACHER_INPUTS if k in batch}
+        out = self.model.apply({"params": params}, batch["input_ids"], batch["input_mask"],
+                               batch["segment_ids"], batch["masked_lm_positions"], **extra,
+                               deterministic=True)
+        return losses.distillation_kl(student_logits, jax.lax.stop_gradient(out.mlm_logits),
+                                      self.temperature, batch["masked_lm_weights"])
+
+    def mlm_loss(self, metrics: dict) -> jax.Array:
+        """The masked-LM part of the training loss."""
+        return self.alpha * metrics["mlm_loss"] + (1 - self.alpha) * metrics["soft_loss"]
+
+
+def check_settings(temperature, alpha) -> None:
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) \
+            or not temperature > 0:
+        raise UserError(f"temperature must be a number > 0, got {temperature!r}")
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 <= alpha <= 1:
+        raise UserError(f"alpha must be between 0 and 1, got {alpha!r}")
+
+
+def load_teacher(path: str, student: BertConfig, fingerprint: str, *, temperature: float,
+                 alpha: float, max_seq_length: int, max_predictions: int, mesh, rules):
+    """(MlmTeacher, its parameters placed on `mesh`, their shardings). The teacher
+    computes in the student's dtype and layer layout; `fingerprint` is the run's
+    tokenizer's, which the teacher's must equal."""
+    from bert_jax.tokenization import load_tokenizer
+    check_settings(temperature, alpha)
+    try:
+        loaded = pretrained.load(path)
+    except FileNotFoundError as e:
+        raise UserError(f"teacher {path}: {e}") from None
+    if "mlm" not in loaded.params:
+        raise UserError(f"teacher {path} has no masked-LM head (a fine-tuned model? distil "
+                        "those with `bert-jax distill`)")
+    if load_tokenizer(loaded.tokenizer_dir).fingerprint() != fingerprint:
+        raise UserError(f"vocabulary mismatch: the teacher {path} reads a different vocabulary "
+                        "from this run's tokenizer; set --config.tokenizer to the teacher's")
+    config = loaded.config.replace(dtype=student.dtype, scan_layers=student.scan_layers,
+                                   attention_impl=student.attention_impl, remat_policy="none",
+                                   attention_probs_dropout_prob=0.0)
+    check_inputs_fit(config, f"teacher {path}", max_seq_length=max_seq_length,
+                     vocab_size=student.vocab_size)
+    model = BertForPreTraining(config, next_sentence_prediction=False)
+    ids = jnp.zeros((1, max_seq_length), jnp.int32)
+    positions = jnp.zeros((1, max_predictions), jnp.int32)
+    boxed = jax.eval_shape(lambda: model.init(jax.random.key(0), ids, ids, ids,
+                                              positions)["params"])
+    shardings = sharding.logical_to_sharding(nn.get_partition_spec(boxed), mesh, rules)
+    params = pretrained.place_params({k: v for k, v in loaded.params.items() if k != "nsp"},
+                                     nn.unbox(boxed), shardings, scan_layers=config.scan_layers,
+                                     source=f"teacher {path}")
+    return MlmTeacher(model, float(temperature), float(alpha)), params, shardings
