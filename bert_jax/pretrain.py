@@ -414,8 +414,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                     sharding.batch_size_multiple(mesh, rules))
     run = checkpoint.run_description(config.to_dict(), bert_config.to_dict(),
                                      tokenizer.fingerprint())
-    teacher, teacher_params, teacher_shardings = (None, None, None) if not config.teacher else \
-        mlm_distill.load_teacher(
+    teacher = teacher_params = teacher_shardings = None
+    if config.teacher:
+        teacher, teacher_params, teacher_shardings = mlm_distill.load_teacher(
             config.teacher, bert_config, run["vocabulary"], temperature=config.temperature,
             alpha=config.alpha, max_seq_length=config.max_seq_length,
             max_predictions=config.max_predictions_per_seq, mesh=mesh, rules=rules)
