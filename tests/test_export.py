@@ -94,6 +94,7 @@ RELOAD = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_exports_reload_in_a_fresh_process(exported, tmp_path):
     directory, (ids, mask, segments), logits = exported
     spec = json.loads((directory / "serving.json").read_text())
@@ -213,6 +214,7 @@ def test_head_tail_truncation_in_graph_equals_python():
     assert single == [truncate_pair(x, None, budget, 0.25)[0] for x in a]
 
 
+@pytest.mark.slow
 def test_saved_model_truncates_like_fine_tuning(tmp_path):
     """A model fine-tuned with `truncation=head+tail` is served with the same rows."""
     config = CONFIG.replace(num_hidden_layers=1)

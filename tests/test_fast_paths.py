@@ -62,7 +62,8 @@ def outputs_and_grads(config, batch, params):
     return out, grads
 
 
-@pytest.mark.parametrize("make_batch", [padded_batch, packed_batch])
+@pytest.mark.parametrize("make_batch", [padded_batch,
+                                        pytest.param(packed_batch, marks=pytest.mark.slow)])
 def test_fused_and_einsum_attention_agree_in_outputs_and_gradients(make_batch):
     batch = make_batch()
     params = nn.unbox(BertModel(CONFIG).init(jax.random.key(0), batch["input_ids"])["params"])
@@ -195,6 +196,7 @@ def text_corpus(tmp_path_factory):
     return str(directory / "*.txt")
 
 
+@pytest.mark.slow
 def test_pretraining_with_rbg_dropout_resumes_exactly(tmp_path, text_corpus):
     from bert_jax import checkpoint
     config = lambda: small_pretrain_config("tiny", text_corpus, rng_impl="rbg")
@@ -214,8 +216,9 @@ def test_pretraining_with_rbg_dropout_resumes_exactly(tmp_path, text_corpus):
 
 # --- fast pretraining variants -------------------------------------------------------------
 
-@pytest.mark.parametrize("variant", ["gpu_base", "gpu_large", "gpu_large_512", "tpu_base",
-                                     "tpu_large", "gpu_large,faithful"])
+@pytest.mark.parametrize("variant", ["gpu_base"] + [
+    pytest.param(v, marks=pytest.mark.slow)
+    for v in ("gpu_large", "gpu_large_512", "tpu_base", "tpu_large", "gpu_large,faithful")])
 def test_fast_variants_load_and_run_a_step_when_shrunk(variant):
     config = load_config(os.path.join(REPO, "configs", "pretrain.py") + ":" + variant,
                          [f"model={SMALL_MODEL}", "global_batch_size=8"])

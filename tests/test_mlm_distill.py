@@ -4,6 +4,7 @@ the loss against BERT's definition, exact resume, and the errors."""
 import os
 import shutil
 
+import flax.linen as nn
 import jax
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from bert_jax import cli, heads, losses, mlm_distill, pretrain, pretrained
 from bert_jax.config import BertConfig
 from bert_jax.pretrain import train_and_evaluate
-from bert_jax.tokenization import WordPieceTokenizer, load_tokenizer
+from bert_jax.tokenization import DEFAULT_VOCAB, WordPieceTokenizer, load_tokenizer
 from test_train import (REPO, final_params, small_config, text_corpus,  # noqa: F401 - a fixture
                         train_records)
 
@@ -41,8 +42,8 @@ def log_softmax(x):
 def init(config, seed, nsp=True):
     ids = np.zeros((1, 8), np.int32)
     model = heads.BertForPreTraining(config, nsp)
-    return model, jax.device_get(model.init(jax.random.key(seed), ids, ids, ids,
-                                            ids[:, :2])["params"])
+    return model, jax.device_get(nn.unbox(model.init(jax.random.key(seed), ids, ids, ids,
+                                                     ids[:, :2])["params"]))
 
 
 def test_the_loss_is_alpha_mlm_plus_the_soft_kl_over_masked_positions():
@@ -102,11 +103,12 @@ def test_micro_batch_shares_add_up_to_the_whole_batch():
 
 @pytest.fixture(scope="module")
 def teacher_workdir(tmp_path_factory, text_corpus):
-    """A 2-step pretraining run of the 32-wide test model: the teacher."""
-    workdir = str(tmp_path_factory.mktemp("teacher") / "run")
-    train_and_evaluate(small_config(text_corpus, num_train_steps=2, eval_every_steps=0),
-                       workdir)
-    return workdir
+    """The teacher: a model directory of the 32-wide test model with an NSP head (not
+    used), reading the bundled vocabulary."""
+    path = str(tmp_path_factory.mktemp("teacher") / "model")
+    config = pretrain.model_config(small_config(text_corpus), 8192)
+    pretrained.save(path, config, init(config, 3)[1], tokenizer=load_tokenizer(DEFAULT_VOCAB))
+    return path
 
 
 def distill_config(corpus, teacher, **overrides):
@@ -131,12 +133,12 @@ def test_distilled_pretraining_logs_the_soft_loss_and_resumes_exactly(
     assert set(result["eval"]) >= {"mlm_loss", "mlm_accuracy"}  # the student's own
     assert pretrained.load(straight).config.hidden_size == 16  # the student's shapes
 
-    # Interrupted after step 2: steps 3 and 4 see the same teacher outputs.
-    resumed = str(tmp_path / "resumed")
-    train_and_evaluate(distill_config(text_corpus, teacher_workdir), resumed)
-    shutil.rmtree(os.path.join(resumed, "checkpoints", "4"))
-    remeshed = str(tmp_path / "remeshed")
-    shutil.copytree(resumed, remeshed)
+    # Interrupted after step 2 (the same run without its last checkpoint): steps 3 and 4
+    # see the same teacher outputs.
+    resumed, remeshed = str(tmp_path / "resumed"), str(tmp_path / "remeshed")
+    for copy in (resumed, remeshed):
+        shutil.copytree(straight, copy)
+        shutil.rmtree(os.path.join(copy, "checkpoints", "4"))
     train_and_evaluate(distill_config(text_corpus, teacher_workdir), resumed)
     assert "resumed from step 2 of" in capsys.readouterr().err
     jax.tree.map(np.testing.assert_array_equal, final_params(resumed), final_params(straight))

@@ -27,6 +27,7 @@ def test_committed_notebook_has_no_outputs():
             assert not cell.outputs and cell.execution_count is None, cell.source[:60]
 
 
+@pytest.mark.slow
 def test_notebook_runs_in_smoke_mode(tmp_path, monkeypatch):
     # The kernel inherits this environment: smoke mode, a TMPDIR so the notebook's
     # temporary workdir lands where the test can find it, and conftest's 8 fake CPU
