@@ -7,6 +7,7 @@ WORKDIR ?= runs/demo
 DEMO_ARGS ?=
 SMOKE ?=
 PYTEST_ARGS ?=
+SLOW ?=
 
 .PHONY: demo test clean
 
@@ -25,10 +26,11 @@ $(VENV)/.test: $(VENV)/.runtime
 demo: $(VENV)/.runtime
 	$(PY) -m bert_jax.demo --workdir $(WORKDIR) $(if $(SMOKE),--smoke --fresh) $(DEMO_ARGS)
 
-# Every test, slow ones included (about 5 of the 15.5 minutes, measured in a fresh clone); for a quick pass:
-# make test PYTEST_ARGS='-m "not slow"'
+# Two workers, one per core (a test file stays on one worker so its fixtures are built
+# once). The slow tests (multi-process runs, every mesh, SavedModels) are left out unless
+# SLOW=1: `make test SLOW=1` runs everything.
 test: $(VENV)/.test
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n 2 --dist loadfile $(if $(SLOW),,-m "not slow") $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) runs

@@ -77,6 +77,11 @@ class MetricsWriter:
                 self.replaced_earlier_run = os.path.exists(path)
                 shutil.rmtree(os.path.join(workdir, "tensorboard"), ignore_errors=True)
             self._jsonl = open(path, "a" if append else "w", encoding="utf-8")
+            if tensorboard:
+                # Imported now (seconds) rather than at the first write, inside the
+                # timed training loop.
+                from bert_jax.tf_host import tensorflow
+                tensorflow()
 
     def drop_after(self, step: int) -> None:
         """Removes the records of steps after `step` from metrics.jsonl: a run resumed

@@ -1,6 +1,7 @@
 """Real processes: two `jax.distributed` processes (gloo) pretrain and fine-tune like
 one, and a run killed with SIGKILL right after a checkpoint resumes to exactly the
-same parameters. Each test launches `bert-jax` subprocesses, hence slow."""
+same parameters. Each test launches `bert-jax` subprocesses; all but the two-process
+pretraining (the one multi-host check every run keeps) are marked slow."""
 
 import json
 import os
@@ -17,9 +18,6 @@ import pytest
 
 from bert_jax import checkpoint, pretrained
 from test_train import REPO, SMALL_MODEL, text_corpus  # noqa: F401 (fixture)
-
-pytestmark = pytest.mark.slow
-
 
 def command(workdir, input_files, *extra, steps=6):
     return [sys.executable, "-m", "bert_jax.cli", "pretrain",
@@ -42,6 +40,7 @@ def params(workdir):
     return pretrained.load_pretrained_from_workdir(str(workdir)).params
 
 
+@pytest.mark.slow
 def test_sigkill_right_after_a_checkpoint_resumes_exactly(tmp_path, text_corpus):
     straight, killed = tmp_path / "straight", tmp_path / "killed"
     subprocess.run(command(straight, text_corpus), env=environment(), check=True,
@@ -105,6 +104,7 @@ def finetune_command(workdir, *extra):
             "--config.eval_batch_size=16", *extra]
 
 
+@pytest.mark.slow
 def test_two_processes_finetune_like_one(tmp_path):
     """Every process batches the same data and places its own rows: the model, the
     metrics and the predictions equal a one-process run on as many devices."""
