@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from bert_jax.config import BertConfig, check_choice
+from bert_jax.dropout import Dropout
 from bert_jax.model import (BertModel, BertOutput, activation, dense_init, gather_positions,
                             layer_norm, mean_pool, zeros_init)
 
@@ -96,20 +97,26 @@ CLASSIFIER_POOLINGS = ("pooler", "mean")
 
 class BertForSequenceClassification(nn.Module):
     """Pooled sequence -> dropout -> dense: logits [B, num_labels] ([B, K, num_labels] for
-    packed rows); `num_labels=1` is regression. `pooling`: one of CLASSIFIER_POOLINGS."""
+    packed rows); `num_labels=1` is regression. `pooling`: one of CLASSIFIER_POOLINGS.
+    With the pooler on unpacked rows the last layer computes [CLS] alone
+    (`BertModel.pooled_only`) unless `every_position` (for callers that capture every
+    layer's states, as distillation does)."""
 
     config: BertConfig
     num_labels: int
     pooling: str = "pooler"
+    every_position: bool = False
 
     @nn.compact
     def __call__(self, input_ids, input_mask=None, segment_ids=None, *, position_ids=None,
                  example_ids=None, cls_positions=None, deterministic: bool = True) -> Array:
         check_choice("pooling", self.pooling, CLASSIFIER_POOLINGS)
-        bert = BertModel(self.config, add_pooling_layer=self.pooling == "pooler", name="bert")
+        packed = cls_positions is not None  # [B, K] positions of each example's [CLS]
+        pooler = self.pooling == "pooler"
+        bert = BertModel(self.config, add_pooling_layer=pooler, name="bert",
+                         pooled_only=pooler and not packed and not self.every_position)
         out = bert(input_ids, input_mask, segment_ids, position_ids, example_ids,
                    deterministic=deterministic)
-        packed = cls_positions is not None  # [B, K] positions of each example's [CLS]
         if self.pooling == "mean":
             pooled = mean_pool(out.sequence_output, input_mask, example_ids if packed else None,
                                cls_positions.shape[1] if packed else None)
@@ -117,7 +124,7 @@ class BertForSequenceClassification(nn.Module):
             pooled = bert.pool(gather_positions(out.sequence_output, cls_positions))
         else:
             pooled = out.pooled_output
-        pooled = nn.Dropout(self.config.hidden_dropout_prob)(pooled, deterministic=deterministic)
+        pooled = Dropout(self.config.hidden_dropout_prob)(pooled, deterministic=deterministic)
         return _dense(self.config, self.num_labels, "classes", "classifier")(pooled)
 
 
@@ -133,8 +140,8 @@ class BertForTokenClassification(nn.Module):
         out = BertModel(self.config, add_pooling_layer=False, name="bert")(
             input_ids, input_mask, segment_ids, position_ids, example_ids,
             deterministic=deterministic)
-        x = nn.Dropout(self.config.hidden_dropout_prob)(out.sequence_output,
-                                                        deterministic=deterministic)
+        x = Dropout(self.config.hidden_dropout_prob)(out.sequence_output,
+                                                     deterministic=deterministic)
         return _dense(self.config, self.num_labels, "classes", "classifier")(x)
 
 
@@ -154,9 +161,11 @@ class BertForQuestionAnswering(nn.Module):
 
 class BertForMultipleChoice(nn.Module):
     """Inputs [B, C, L] (C choices) -> logits [B, C]. Inputs [B, L] are one choice each
-    ([B, 1, L]): what the fine-tuning trainer's shape-only `init` passes."""
+    ([B, 1, L]): what the fine-tuning trainer's shape-only `init` passes. The last layer
+    computes [CLS] alone unless `every_position` (see BertForSequenceClassification)."""
 
     config: BertConfig
+    every_position: bool = False
 
     @nn.compact
     def __call__(self, input_ids, input_mask=None, segment_ids=None, *,
@@ -166,9 +175,9 @@ class BertForMultipleChoice(nn.Module):
             input_ids, input_mask, segment_ids = map(one, (input_ids, input_mask, segment_ids))
         batch, choices, length = input_ids.shape
         flat = lambda x: None if x is None else x.reshape(batch * choices, length)
-        out = BertModel(self.config, name="bert")(
+        out = BertModel(self.config, name="bert", pooled_only=not self.every_position)(
             flat(input_ids), flat(input_mask), flat(segment_ids), deterministic=deterministic)
-        pooled = nn.Dropout(self.config.hidden_dropout_prob)(out.pooled_output,
-                                                             deterministic=deterministic)
+        pooled = Dropout(self.config.hidden_dropout_prob)(out.pooled_output,
+                                                          deterministic=deterministic)
         logits = _dense(self.config, 1, "classes", "classifier")(pooled)
         return logits.reshape(batch, choices)

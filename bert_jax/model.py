@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from bert_jax.config import BertConfig
+from bert_jax.dropout import Dropout
 
 Array = jax.Array
 
@@ -100,7 +101,7 @@ class Embeddings(nn.Module):
         self.token_type_embeddings = embed(
             c.type_vocab_size, embedding_init=dense_init(c, ("token_type", "embed")))
         self.layer_norm = layer_norm(c, "layer_norm")
-        self.dropout = nn.Dropout(c.hidden_dropout_prob)
+        self.dropout = Dropout(c.hidden_dropout_prob)
 
     def __call__(self, input_ids, segment_ids, position_ids, deterministic: bool):
         """position_ids None: 0..L-1 in every row, a slice of the table broadcast over the
@@ -156,8 +157,11 @@ class SelfAttention(nn.Module):
     fused: bool = False
 
     @nn.compact
-    def __call__(self, x, mask: AttentionMask, deterministic: bool):
+    def __call__(self, x, mask: AttentionMask, deterministic: bool, queries=None):
+        """queries: the states the queries come from (default x; [B, 1, H] for a last
+        layer that only [CLS] is read from), keys and values always from x."""
         c = self.config
+        queries = x if queries is None else queries
         # nn.Einsum rather than nn.DenseGeneral: DenseGeneral initialises a flat 2-D
         # kernel and would apply the 3-axis logical constraint to it when traced
         # under a mesh (flax re-runs the init abstractly to check shapes in apply).
@@ -167,7 +171,7 @@ class SelfAttention(nn.Module):
             kernel_init=dense_init(c, ("embed", "heads", "kv")),
             bias_init=zeros_init(("heads", "kv")))
         heads = ("activation_batch", "activation_length", "activation_heads", "activation_kv")
-        q = nn.with_logical_constraint(qkv(name="query")(x), heads)
+        q = nn.with_logical_constraint(qkv(name="query")(queries), heads)
         k = nn.with_logical_constraint(qkv(name="key")(x), heads)
         v = nn.with_logical_constraint(qkv(name="value")(x), heads)
 
@@ -178,7 +182,7 @@ class SelfAttention(nn.Module):
             scores = scores / jnp.sqrt(jnp.float32(c.head_dim))
             scores = jnp.where(mask.dense, scores, jnp.finfo(jnp.float32).min)
             probs = jax.nn.softmax(scores, axis=-1)
-            dropped = nn.Dropout(c.attention_probs_dropout_prob)(
+            dropped = Dropout(c.attention_probs_dropout_prob)(
                 probs, deterministic=deterministic)
             context = jnp.einsum("bnqk,bknd->bqnd", dropped.astype(c.dtype), v)
         context = nn.with_logical_constraint(context, heads)
@@ -195,23 +199,32 @@ class Layer(nn.Module):
 
     Returns the new hidden states and, for `nn.scan`, the per-layer outputs
     (hidden states and attention probabilities) that the caller asked for.
+    `cls_only`: only position 0 ([CLS]) is computed past the keys and values, which
+    still see every token; the output is [B, 1, H] (a pooler-only last layer).
     """
 
     config: BertConfig
     output_hidden_states: bool = False
     output_attentions: bool = False
+    cls_only: bool = False
 
     @nn.compact
     def __call__(self, x, mask, deterministic: bool):
         c = self.config
-        dropout = nn.Dropout(c.hidden_dropout_prob)
+        dropout = Dropout(c.hidden_dropout_prob)
         dense = functools.partial(nn.Dense, dtype=c.dtype, param_dtype=c.param_dtype)
         act_axes = ("activation_batch", "activation_length", "activation_embed")
 
         # Attention probabilities asked for: the einsum path, whatever attention_impl.
         fused = c.attention_impl == "fused" and not self.output_attentions
-        attn, probs = SelfAttention(c, fused, name="attention")(x, mask, deterministic)
-        x = layer_norm(c, "attention_layer_norm")(x + dropout(attn, deterministic=deterministic))
+        queries = x
+        if self.cls_only:
+            queries = x[:, :1]
+            if mask.dense is not None:  # per-query rows (packed): [CLS]'s row
+                mask = AttentionMask(dense=mask.dense[:, :, :1])
+        attn, probs = SelfAttention(c, fused, name="attention")(x, mask, deterministic, queries)
+        x = layer_norm(c, "attention_layer_norm")(
+            queries + dropout(attn, deterministic=deterministic))
         x = nn.with_logical_constraint(x, act_axes)
 
         h = dense(c.intermediate_size, kernel_init=dense_init(c, ("embed", "mlp")),
@@ -243,6 +256,7 @@ class Encoder(nn.Module):
     config: BertConfig
     output_hidden_states: bool = False
     output_attentions: bool = False
+    pooled_only: bool = False
 
     @nn.compact
     def __call__(self, x, mask, deterministic: bool):
@@ -265,8 +279,11 @@ class Encoder(nn.Module):
             probs = None if probs is None else tuple(probs)
         else:
             per_layer = []
+            last = c.num_hidden_layers - 1
             for i in range(c.num_hidden_layers):
-                x, extras = make(name=f"layer_{i}")(x, mask, deterministic)
+                cls_only = self.pooled_only and i == last and not (
+                    self.output_hidden_states or self.output_attentions)
+                x, extras = make(name=f"layer_{i}", cls_only=cls_only)(x, mask, deterministic)
                 per_layer.append(extras)
             hidden = tuple(h for h, _ in per_layer) if self.output_hidden_states else None
             probs = tuple(p for _, p in per_layer) if self.output_attentions else None
@@ -293,17 +310,26 @@ class BertModel(nn.Module):
     `attention_mask`). With `attention_impl="fused"` and no `example_ids`, rows
     must be right-padded (real tokens first): the mask is passed as lengths.
     Training (`deterministic=False`) checks `config.check_trainable()`.
+
+    `pooled_only`: the caller reads `pooled_output` alone, so the last (unscanned)
+    layer computes [CLS] only: its keys and values still see every token, but its
+    queries, output projection and feed-forward run on one position instead of L
+    (exactly the same pooled output, a 1/num_layers cut of the encoder's FLOPs, less
+    the keys and values); `sequence_output` is then [B, 1, H]. Ignored when hidden
+    states or attentions are asked for.
     """
 
     config: BertConfig
     add_pooling_layer: bool = True
     output_hidden_states: bool = False
     output_attentions: bool = False
+    pooled_only: bool = False
 
     def setup(self):
         c = self.config
         self.embeddings = Embeddings(c)
-        self.encoder = Encoder(c, self.output_hidden_states, self.output_attentions)
+        self.encoder = Encoder(c, self.output_hidden_states, self.output_attentions,
+                               self.pooled_only)
         if self.add_pooling_layer:
             self.pooler = nn.Dense(c.hidden_size, dtype=c.dtype, param_dtype=c.param_dtype,
                                    kernel_init=dense_init(c, ("embed", "mlp")),

@@ -158,6 +158,41 @@ def test_mean_pooling_classifier_reads_the_mean_of_real_tokens():
     np.testing.assert_allclose(logits, means @ kernel + bias, atol=1e-5)
 
 
+@pytest.mark.parametrize("attention_impl", ["einsum", "fused"])
+def test_pooled_only_last_layer_gives_the_full_models_logits_and_gradients(attention_impl):
+    """The classifier's last layer computes [CLS] alone: same logits and gradients as
+    every position, with padding and with packed rows' masks; multiple choice too."""
+    config = CONFIG.replace(attention_impl=attention_impl)
+    ids = random_ids((3, 10))
+    mask = (np.arange(10)[None] < np.array([10, 7, 4])[:, None]).astype(np.int32)
+    segments = (np.arange(10)[None] >= 3).astype(np.int32) * mask
+    cases = [(BertForSequenceClassification, (ids, mask, segments)),
+             (BertForMultipleChoice, (ids[None], mask[None], segments[None]))]
+    for head, inputs in cases:
+        params = init(head(config, **({"num_labels": 3} if head is not BertForMultipleChoice
+                                      else {})), *inputs)
+        kwargs = {"num_labels": 3} if head is BertForSequenceClassification else {}
+
+        def loss_and_grads(every_position):
+            model = head(config, every_position=every_position, **kwargs)
+            loss = lambda p: jnp.sum(jnp.sin(model.apply({"params": p}, *inputs)))
+            return jax.value_and_grad(loss)(params)
+
+        (fast, fast_grads), (full, full_grads) = loss_and_grads(False), loss_and_grads(True)
+        np.testing.assert_allclose(fast, full, rtol=1e-5)
+        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-4),
+                     fast_grads, full_grads)
+    # The last layer does run on one position, and a packed row's mask is cut to [CLS]'s row.
+    model = BertModel(config, pooled_only=True)
+    params = init(model, ids)
+    out = model.apply({"params": params}, ids, mask)
+    assert out.sequence_output.shape == (3, 1, CONFIG.hidden_size)
+    example_ids = np.array([[1] * 6 + [2] * 4] * 3, np.int32)
+    full, fast = (BertModel(CONFIG, pooled_only=p).apply(
+        {"params": params}, ids, example_ids=example_ids).pooled_output for p in (False, True))
+    np.testing.assert_allclose(fast, full, atol=1e-5)
+
+
 def test_initialisation_follows_bert():
     params = init(BertForPreTraining(CONFIG.replace(initializer_range=0.02)), random_ids((1, 4)))
     kernel = params["bert"]["encoder"]["layer_0"]["intermediate"]["kernel"]

@@ -215,6 +215,9 @@ def distill_loss(params, batch, teacher_params, dropout_key, *, model, task, rul
     match = settings["hidden_weight"] > 0 or settings["attention_weight"] > 0
     capture = dict(capture_intermediates=_is_captured, mutable=["intermediates"]) if match \
         else {}
+    if match:  # every position of every layer, not just what the heads read
+        model, teacher_model = (m.clone(every_position=True) if hasattr(m, "every_position")
+                                else m for m in (model, teacher_model))
     with nn.logical_axis_rules(rules):
         student = model.apply({"params": params}, **inputs, deterministic=False,
                               rngs={"dropout": dropout_key}, **capture)
