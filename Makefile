@@ -28,9 +28,9 @@ demo: $(VENV)/.runtime
 
 # Two workers, one per core (a test file stays on one worker so its fixtures are built
 # once). The slow tests (multi-process runs, every mesh, SavedModels) are left out unless
-# SLOW=1: `make test SLOW=1` runs everything.
+# SLOW=1: `make test SLOW=1` runs everything. The 15 slowest tests are listed at the end.
 test: $(VENV)/.test
-	$(PY) -m pytest -n 2 --dist loadfile $(if $(SLOW),,-m "not slow") $(PYTEST_ARGS)
+	$(PY) -m pytest -n 2 --dist loadfile --durations=15 $(if $(SLOW),,-m "not slow") $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) runs
