@@ -182,6 +182,12 @@ class Checkpointer:
     def close(self) -> None:
         self.manager.close()
 
+    def __enter__(self) -> "Checkpointer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     def restore(self, target: Any, step: int | None = None, *, run: dict | None = None,
                 start_fresh: bool = False) -> tuple[Any, dict, int] | None:
         """The latest readable checkpoint (or `step`) restored onto `target` (a tree of
@@ -278,21 +284,21 @@ def restore_from_path(path: str, target: Any, *, run: dict | None = None
         directory, step = os.path.dirname(path), int(os.path.basename(path))
     else:
         directory, step = path, None
-    manager = ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(
-        read_only=True, create=False))
-    step = manager.latest_step() if step is None else step
-    if step is None:
-        raise CheckpointError(f"no checkpoint found under {path}")
-    source = os.path.join(directory, str(step))
-    try:
-        meta, shapes = _read_meta(source), _saved_shapes(source)
-    except Exception as e:  # noqa: BLE001
-        raise CheckpointError(f"cannot restore {source}: {_first_line(e)}") from e
-    check_compatible(meta, run, source)
-    _check_shapes(shapes, target, source)
-    try:
-        restored = manager.restore(step, args=ocp.args.Composite(
-            state=ocp.args.StandardRestore(target), meta=ocp.args.JsonRestore()))
-    except Exception as e:  # noqa: BLE001
-        raise CheckpointError(f"cannot restore {source}: {_first_line(e)}") from e
-    return restored.state, _local_meta(restored.meta), step
+    with ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(
+            read_only=True, create=False)) as manager:
+        step = manager.latest_step() if step is None else step
+        if step is None:
+            raise CheckpointError(f"no checkpoint found under {path}")
+        source = os.path.join(directory, str(step))
+        try:
+            meta, shapes = _read_meta(source), _saved_shapes(source)
+        except Exception as e:  # noqa: BLE001
+            raise CheckpointError(f"cannot restore {source}: {_first_line(e)}") from e
+        check_compatible(meta, run, source)
+        _check_shapes(shapes, target, source)
+        try:
+            restored = manager.restore(step, args=ocp.args.Composite(
+                state=ocp.args.StandardRestore(target), meta=ocp.args.JsonRestore()))
+        except Exception as e:  # noqa: BLE001
+            raise CheckpointError(f"cannot restore {source}: {_first_line(e)}") from e
+        return restored.state, _local_meta(restored.meta), step

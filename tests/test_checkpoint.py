@@ -34,15 +34,20 @@ def assert_trees_equal(a, b):
                  jax.device_get(a), jax.device_get(b))
 
 
+def restore(workdir, target, **kwargs):
+    with checkpoint.Checkpointer(str(workdir)) as ckpt:
+        return ckpt.restore(target, **kwargs)
+
+
 def test_saved_on_8_devices_restores_onto_1_and_4(tmp_path):
     state, _ = state_on(jax.devices(), {"fsdp": 4, "tensor": 2})
-    ckpt = checkpoint.Checkpointer(str(tmp_path))
-    ckpt.save(7, state, {"pipeline": {"epoch": 0, "position": 56}})
-    ckpt.wait()
+    with checkpoint.Checkpointer(str(tmp_path)) as ckpt:
+        ckpt.save(7, state, {"pipeline": {"epoch": 0, "position": 56}})
+        ckpt.wait()
     for count in (1, 4):
         mesh = sharding.make_mesh({"fsdp": -1}, devices=jax.devices()[:count])
         target = sharding.abstract_state(init_fn, TX, mesh)
-        restored, meta, step = checkpoint.Checkpointer(str(tmp_path)).restore(target)
+        restored, meta, step = restore(tmp_path, target)
         assert step == 7 and meta["pipeline"] == {"epoch": 0, "position": 56}
         assert len(restored.params["mlm"]["output_bias"].sharding.device_set) == count
         assert_trees_equal(restored, state)
@@ -50,10 +55,10 @@ def test_saved_on_8_devices_restores_onto_1_and_4(tmp_path):
 
 def test_corrupt_latest_falls_back_to_the_previous_with_a_warning(tmp_path, caplog):
     state, mesh = state_on(jax.devices()[:2])
-    ckpt = checkpoint.Checkpointer(str(tmp_path), keep=3)
-    for step in (1, 2):
-        ckpt.save(step, state.replace(step=state.step + step), {"pipeline": None})
-    ckpt.wait()
+    with checkpoint.Checkpointer(str(tmp_path), keep=3) as ckpt:
+        for step in (1, 2):
+            ckpt.save(step, state.replace(step=state.step + step), {"pipeline": None})
+        ckpt.wait()
     state_dir = tmp_path / "checkpoints" / "2" / "state"
     for root, _, files in os.walk(state_dir):  # half-written: array data truncated
         for name in files:
@@ -61,7 +66,7 @@ def test_corrupt_latest_falls_back_to_the_previous_with_a_warning(tmp_path, capl
                 open(os.path.join(root, name), "wb").close()
     target = sharding.abstract_state(init_fn, TX, mesh)
     with caplog.at_level(logging.WARNING):
-        restored, _, step = checkpoint.Checkpointer(str(tmp_path)).restore(target)
+        restored, _, step = restore(tmp_path, target)
     assert step == 1 and int(restored.step) == 1
     assert any(str(tmp_path / "checkpoints" / "2") in r.getMessage() for r in caplog.records)
     assert [p.name.split("-")[0] for p in (tmp_path / checkpoint.CORRUPT_DIR).iterdir()] == ["2"]
@@ -81,9 +86,9 @@ def test_workdir_loads_as_a_pretrained_model(tmp_path):
     state, _ = state_on(jax.devices()[:1])
     pretrained.write_model_files(str(tmp_path / pretrained.WORKDIR_MODEL_DIR), CONFIG,
                                  tokenizer=load_tokenizer(DEFAULT_VOCAB))
-    ckpt = checkpoint.Checkpointer(str(tmp_path))
-    ckpt.save(3, state, {"pipeline": None})
-    ckpt.wait()
+    with checkpoint.Checkpointer(str(tmp_path)) as ckpt:
+        ckpt.save(3, state, {"pipeline": None})
+        ckpt.wait()
     loaded = pretrained.load(str(tmp_path))
     assert loaded.config == CONFIG.replace(scan_layers=False)
     assert isinstance(loaded.params["mlm"]["output_bias"], np.ndarray)

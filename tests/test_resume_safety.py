@@ -52,11 +52,21 @@ def test_compare_runs_splits_fixed_from_changeable_keys():
 
 def saved_checkpoints(tmp_path, steps=(1, 2)):
     state, mesh = state_on(jax.devices()[:2])
-    ckpt = checkpoint.Checkpointer(str(tmp_path), keep=5)
-    for step in steps:
-        ckpt.save(step, state.replace(step=state.step + step), {**RUN, "pipeline": None})
-    ckpt.wait()
+    with checkpoint.Checkpointer(str(tmp_path), keep=5) as ckpt:
+        for step in steps:
+            ckpt.save(step, state.replace(step=state.step + step), {**RUN, "pipeline": None})
+        ckpt.wait()
     return sharding.abstract_state(init_fn, TX, mesh), state
+
+
+def latest_step(workdir):
+    with checkpoint.Checkpointer(str(workdir)) as ckpt:
+        return ckpt.latest_step()
+
+
+def restore(workdir, target, **kwargs):
+    with checkpoint.Checkpointer(str(workdir)) as ckpt:
+        return ckpt.restore(target, **kwargs)
 
 
 def corrupt(step_dir):
@@ -72,7 +82,7 @@ def test_incompatible_checkpoint_stops_and_is_left_where_it_is(tmp_path):
     other = changed(RUN, {"optimizer": "lamb"}, {"hidden_size": 64})
     with pytest.raises(checkpoint.IncompatibleCheckpointError,
                        match=r"model.hidden_size 32 -> 64; optimizer 'adamw' -> 'lamb'\)"):
-        checkpoint.Checkpointer(str(tmp_path)).restore(target, run=other)
+        restore(tmp_path, target, run=other)
     assert sorted(os.listdir(tmp_path / "checkpoints")) == ["1", "2"]
     assert not (tmp_path / checkpoint.CORRUPT_DIR).exists()
 
@@ -84,28 +94,27 @@ def test_checkpoint_of_another_shape_without_a_config_is_incompatible_not_corrup
     target = target.replace(params={**target.params, "extra": jax.ShapeDtypeStruct(
         (3,), "float32", sharding=target.step.sharding)})
     with pytest.raises(checkpoint.IncompatibleCheckpointError, match="do not fit"):
-        checkpoint.Checkpointer(str(tmp_path)).restore(target)
+        restore(tmp_path, target)
     assert sorted(os.listdir(tmp_path / "checkpoints")) == ["1", "2"]
 
 
 def test_quarantine_keeps_every_copy_and_stops_when_none_is_left(tmp_path):
     target, state = saved_checkpoints(tmp_path, steps=(1,))
     for _ in range(2):  # the same step goes bad twice: both copies are kept
-        ckpt = checkpoint.Checkpointer(str(tmp_path), keep=5)
-        ckpt.save(2, state, {**RUN, "pipeline": None})
-        ckpt.wait()
+        with checkpoint.Checkpointer(str(tmp_path), keep=5) as ckpt:
+            ckpt.save(2, state, {**RUN, "pipeline": None})
+            ckpt.wait()
         corrupt(tmp_path / "checkpoints" / "2")
-        restored, _, step = checkpoint.Checkpointer(str(tmp_path)).restore(target, run=RUN)
-        assert step == 1
+        assert restore(tmp_path, target, run=RUN)[2] == 1
     moved = sorted(os.listdir(tmp_path / checkpoint.CORRUPT_DIR))
     assert len(moved) == 2 and all(name.startswith("2-") for name in moved)
 
     corrupt(tmp_path / "checkpoints" / "1")
     with pytest.raises(checkpoint.CheckpointError, match="no readable checkpoint left.*"
                        "start_fresh=true"):
-        checkpoint.Checkpointer(str(tmp_path)).restore(target, run=RUN)
+        restore(tmp_path, target, run=RUN)
     assert len(os.listdir(tmp_path / checkpoint.CORRUPT_DIR)) == 3
-    assert checkpoint.Checkpointer(str(tmp_path)).restore(target, start_fresh=True) is None
+    assert restore(tmp_path, target, run=RUN, start_fresh=True) is None
 
 
 def steps_logged(workdir):
@@ -174,7 +183,7 @@ def test_sigkill_during_a_checkpoint_write_leaves_the_previous_one_and_resumes(
         env={**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.path.join(REPO, 'tests')}"},
         capture_output=True, text=True, timeout=300)
     assert result.returncode == -9, result.stderr[-3000:]
-    assert checkpoint.Checkpointer(workdir).latest_step() == 2
+    assert latest_step(workdir) == 2
     train_and_evaluate(small_config(text_corpus, eval_every_steps=0), workdir)
     assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["2", "4"]
     assert not os.path.exists(os.path.join(workdir, checkpoint.CORRUPT_DIR))
@@ -196,7 +205,7 @@ def test_enospc_during_a_save_leaves_the_previous_one_and_resumes(tmp_path, text
         train_and_evaluate(small_config(text_corpus, eval_every_steps=0), workdir)
     assert e.value.errno == errno.ENOSPC
     monkeypatch.setattr(ocp.JsonCheckpointHandler, "_save_fn", write_meta)
-    assert checkpoint.Checkpointer(workdir).latest_step() == 2
+    assert latest_step(workdir) == 2
     train_and_evaluate(small_config(text_corpus, eval_every_steps=0), workdir)
     assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["2", "4"]
 
