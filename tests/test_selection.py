@@ -8,10 +8,11 @@ import os
 
 import pytest
 
+from bert_jax.config_loader import load_config
 from bert_jax.errors import UserError
 from bert_jax.finetune import cli, inference, selection, trainer
 from test_finetune_csv import NEGATIVE, POSITIVE, write_tsv
-from test_finetune_util import micro_config, shared_compilation_cache
+from test_finetune_util import CONFIG, micro_config, shared_compilation_cache
 
 
 @pytest.fixture(autouse=True)
@@ -121,3 +122,11 @@ def test_ties_keep_the_earlier_setting():
     summary = selection._summary(summaries, {"learning_rate": [2e-5, 3e-5, 5e-5]}, [])
     assert summary["selected"] == {"learning_rate": 3e-5} and summary["best_run"] == "lr3e-05"
     assert summary["test"] == {"accuracy": pytest.approx(0.2)}
+
+
+@pytest.mark.parametrize("variant, learning_rate", [
+    ("csv", 5e-5), ("sst2", 5e-5), ("conll", 1e-4), ("conll2003", 1e-4), ("squad", 3e-5),
+    ("multiple_choice", 2e-5), ("conll,tiny", 1e-3)])
+def test_default_learning_rates_are_the_measured_ones(variant, learning_rate):
+    """The table in docs/finetuning.md ("How the defaults were chosen") picked these."""
+    assert load_config(f"{CONFIG}:{variant}").learning_rate == learning_rate
