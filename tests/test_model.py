@@ -169,9 +169,8 @@ def test_pooled_only_last_layer_gives_the_full_models_logits_and_gradients(atten
     cases = [(BertForSequenceClassification, (ids, mask, segments)),
              (BertForMultipleChoice, (ids[None], mask[None], segments[None]))]
     for head, inputs in cases:
-        params = init(head(config, **({"num_labels": 3} if head is not BertForMultipleChoice
-                                      else {})), *inputs)
         kwargs = {"num_labels": 3} if head is BertForSequenceClassification else {}
+        params = init(head(config, **kwargs), *inputs)
 
         def loss_and_grads(every_position):
             model = head(config, every_position=every_position, **kwargs)

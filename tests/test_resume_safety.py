@@ -15,7 +15,7 @@ import pytest
 
 from bert_jax import checkpoint, cli, sharding
 from bert_jax.pretrain import train_and_evaluate
-from test_checkpoint import TX, assert_trees_equal, init_fn, state_on
+from test_checkpoint import TX, assert_trees_equal, init_fn, restore, state_on
 from test_train import REPO, small_config, text_corpus  # noqa: F401 - a fixture
 
 RUN = checkpoint.run_description({"optimizer": "adamw", "max_seq_length": 32,
@@ -64,11 +64,6 @@ def latest_step(workdir):
         return ckpt.latest_step()
 
 
-def restore(workdir, target, **kwargs):
-    with checkpoint.Checkpointer(str(workdir)) as ckpt:
-        return ckpt.restore(target, **kwargs)
-
-
 def corrupt(step_dir):
     """Truncates the array data of a saved state, as a half-written checkpoint has it."""
     for root, _, files in os.walk(os.path.join(step_dir, "state")):
@@ -114,7 +109,7 @@ def test_quarantine_keeps_every_copy_and_stops_when_none_is_left(tmp_path):
                        "start_fresh=true"):
         restore(tmp_path, target, run=RUN)
     assert len(os.listdir(tmp_path / checkpoint.CORRUPT_DIR)) == 3
-    assert restore(tmp_path, target, run=RUN, start_fresh=True) is None
+    assert restore(tmp_path, target, start_fresh=True) is None
 
 
 def steps_logged(workdir):
