@@ -29,6 +29,7 @@ import numpy as np
 from bert_jax import heads, pretrained
 from bert_jax.atomic import atomic_directory
 from bert_jax.config import check_inputs_fit
+from bert_jax.errors import UserError
 from bert_jax.model import BertModel, mean_pool
 
 SERVING_FILE = "serving.json"
@@ -200,6 +201,8 @@ def export_saved_model(fn, params, tokenizer, path: str, max_length: int,
                                      else tf.gather(label_table, tag_ids)).to_tensor(""),
                 "word_starts": starts.to_tensor(-1), "word_ends": ends.to_tensor(-1)}
 
+    if "cpu" in platforms:
+        check_tensorflow_runs(serve_ids)
     text_spec = tf.TensorSpec([None], tf.string)
     module.serve_ids = serve_ids
     module.serve_text = tf.function(serve_words if tagging else lambda text: serve_segments(
@@ -209,6 +212,25 @@ def export_saved_model(fn, params, tokenizer, path: str, max_length: int,
     tf.saved_model.save(module, path, signatures={
         "serving_default": module.serve_ids, "serve_text": module.serve_text,
         "serve_text_pair": module.serve_text_pair})
+
+
+def check_tensorflow_runs(serve_ids) -> None:
+    """Runs the converted model once in TensorFlow (one row, two tokens) before the
+    SavedModel is written. TensorFlow reads StableHLO at most about a month newer than
+    its own, and a jax much newer than the installed tensorflow writes a model that
+    only fails when it is served: refuse it here instead."""
+    import tensorflow as tf
+    ids = tf.zeros([1, 2], tf.int32)
+    try:
+        serve_ids(ids, tf.ones_like(ids), ids)
+    except tf.errors.InvalidArgumentError as e:
+        if "deserialize" not in str(e):
+            raise
+        raise UserError(
+            f"tensorflow {tf.__version__} cannot run the StableHLO that jax "
+            f"{jax.__version__} writes, so the SavedModel would fail when served; install "
+            "a jax and a tensorflow released close together (constraints.txt pins a pair "
+            "that works), or export only the jax artifact (--format jax)") from None
 
 
 def keep_head_tail_tf(pieces, lengths, head: float):

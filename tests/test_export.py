@@ -149,6 +149,32 @@ def test_encoder_export_any_length_within_positions(tmp_path):
         served(np.zeros((1, 41), np.int32))
 
 
+def test_saved_model_tensorflow_cannot_read_is_refused(tmp_path, monkeypatch, capsys):
+    """A jax much newer than tensorflow writes StableHLO that tensorflow cannot
+    deserialize (seen with jax 0.12 and tensorflow 2.21): the export runs the model in
+    TensorFlow first and fails with the versions, writing nothing."""
+    import tensorflow as tf
+    from jax.experimental import jax2tf
+
+    def newer_stablehlo(*args, **kwargs):
+        def call(*inputs):
+            raise tf.errors.InvalidArgumentError(None, None, (
+                "Cannot deserialize computation: UNKNOWN: unregistered operation "
+                "'vhlo.custom_call_v2' found in dialect ('vhlo'); failed to deserialize "
+                "portable artifact using StableHLO_v1.13.7"))
+        return call
+
+    monkeypatch.setattr(jax2tf, "convert", newer_stablehlo)
+    pretrained.save(tmp_path / "encoder", CONFIG, {"bert": random_params(BertModel(CONFIG))},
+                    tokenizer=WordPieceTokenizer(VOCAB))
+    assert cli.main(["export", "--workdir", str(tmp_path / "encoder"), "--out",
+                     str(tmp_path / "out"), "--platforms", "cpu"]) == 2
+    error = capsys.readouterr().err
+    assert f"tensorflow {tf.__version__} cannot run the StableHLO that jax {jax.__version__}" \
+        in error and "--format jax" in error
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("kind", ["mean_pooling", "tagging", "span"])
 def test_other_heads_export(tmp_path, kind):
     config = CONFIG.replace(num_hidden_layers=1)
