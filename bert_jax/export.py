@@ -18,6 +18,7 @@ task outputs (see `OUTPUTS`). docs/serving.md shows how to call them.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 from typing import Any, Callable
@@ -214,23 +215,47 @@ def export_saved_model(fn, params, tokenizer, path: str, max_length: int,
         "serve_text_pair": module.serve_text_pair})
 
 
+@contextlib.contextmanager
+def stablehlo_for_tensorflow():
+    """While active, jax serializes StableHLO no newer than the installed TensorFlow's
+    own version. By default jax writes a version about a month old, and TensorFlow
+    releases lag jax's: tensorflow 2.21 (StableHLO 1.13.7) cannot read what jax 0.11.2
+    writes by default, and reads it written as 1.13.7. jax has no public setting for this,
+    so it wraps the version lookup jax's serializer calls; where jax has moved that,
+    jax's default stays and `check_tensorflow_runs` tells whether TensorFlow can run it."""
+    try:
+        from jax._src.export import _export
+        from tensorflow.compiler.mlir.stablehlo import stablehlo as tf_stablehlo
+        jax_stablehlo = _export.hlo
+        lookup = jax_stablehlo.get_version_from_compatibility_requirement
+    except (ImportError, AttributeError):  # moved: jax's default stays
+        yield
+        return
+    jax_stablehlo.get_version_from_compatibility_requirement = (
+        lambda requirement: tf_stablehlo.get_smaller_version(
+            lookup(requirement), tf_stablehlo.get_current_version()))
+    try:
+        yield
+    finally:
+        jax_stablehlo.get_version_from_compatibility_requirement = lookup
+
+
 def check_tensorflow_runs(serve_ids) -> None:
     """Runs the converted model once in TensorFlow (one row, two tokens) before the
-    SavedModel is written. TensorFlow reads StableHLO at most about a month newer than
-    its own, and a jax much newer than the installed tensorflow writes a model that
-    only fails when it is served: refuse it here instead."""
+    SavedModel is written, so that a model TensorFlow cannot run (a jax too new for the
+    installed tensorflow: jax 0.12 with tensorflow 2.21) fails here, not when served."""
     import tensorflow as tf
     ids = tf.zeros([1, 2], tf.int32)
     try:
         serve_ids(ids, tf.ones_like(ids), ids)
     except tf.errors.InvalidArgumentError as e:
-        if "deserialize" not in str(e):
-            raise
+        detail = next((f" ({line.strip()[:300]})" for line in str(e).splitlines()
+                       if "error:" in line and "Graph execution" not in line), "")
         raise UserError(
-            f"tensorflow {tf.__version__} cannot run the StableHLO that jax "
-            f"{jax.__version__} writes, so the SavedModel would fail when served; install "
-            "a jax and a tensorflow released close together (constraints.txt pins a pair "
-            "that works), or export only the jax artifact (--format jax)") from None
+            f"tensorflow {tf.__version__} cannot run the model as jax {jax.__version__} "
+            f"writes it, so the SavedModel would fail when served{detail}; "
+            "install a jax and a tensorflow released close together (constraints.txt pins "
+            "a pair that works), or export only the jax artifact (--format jax)") from None
 
 
 def keep_head_tail_tf(pieces, lengths, head: float):
@@ -344,9 +369,10 @@ def export(workdir: str, out: str, formats=("jax", "savedmodel"), platforms=DEFA
             export_jax(fn, params, os.path.join(tmp, JAX_FILE), max_length, platforms)
             spec["files"]["jax"] = JAX_FILE
         if "savedmodel" in formats:
-            export_saved_model(fn, params, tokenizer, os.path.join(tmp, SAVED_MODEL_DIR),
-                               max_length, max_seq_length, labels, platforms, truncation,
-                               tagging=kind == "tagging")
+            with stablehlo_for_tensorflow():
+                export_saved_model(fn, params, tokenizer, os.path.join(tmp, SAVED_MODEL_DIR),
+                                   max_length, max_seq_length, labels, platforms,
+                                   truncation, tagging=kind == "tagging")
             spec["files"]["savedmodel"] = SAVED_MODEL_DIR
         with open(os.path.join(tmp, SERVING_FILE), "w", encoding="utf-8") as f:
             json.dump(spec, f, indent=2)

@@ -3,6 +3,7 @@ process and reproduce the model's outputs, on token ids and on raw strings."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -149,19 +150,32 @@ def test_encoder_export_any_length_within_positions(tmp_path):
         served(np.zeros((1, 41), np.int32))
 
 
-def test_saved_model_tensorflow_cannot_read_is_refused(tmp_path, monkeypatch, capsys):
-    """A jax much newer than tensorflow writes StableHLO that tensorflow cannot
-    deserialize (seen with jax 0.12 and tensorflow 2.21): the export runs the model in
-    TensorFlow first and fails with the versions, writing nothing."""
+def test_saved_model_stablehlo_no_newer_than_tensorflows(exported):
+    """TensorFlow releases lag jax's: the SavedModel's StableHLO is written for the
+    installed TensorFlow's version when jax's default is newer (tensorflow 2.21 cannot
+    read jax 0.11.2's default; it reads the model written for its own 1.13.7)."""
+    from jax._src.lib.mlir.dialects import hlo
+    from tensorflow.compiler.mlir.stablehlo import stablehlo as tf_stablehlo
+    jax_default = hlo.get_version_from_compatibility_requirement(
+        hlo.StablehloCompatibilityRequirement.WEEK_4)
+    want = tf_stablehlo.get_smaller_version(jax_default, tf_stablehlo.get_current_version())
+    saved = (exported[0] / "saved_model" / "saved_model.pb").read_bytes()
+    assert set(re.findall(rb"StableHLO_v[0-9.]+", saved)) == {f"StableHLO_v{want}".encode()}
+
+
+def test_saved_model_tensorflow_cannot_run_is_refused(tmp_path, monkeypatch, capsys):
+    """A jax much newer than tensorflow writes a model that tensorflow cannot run (seen
+    with jax 0.12 and tensorflow 2.21, TensorFlow's error below): the export runs the
+    model in TensorFlow first and fails with the versions, writing nothing."""
     import tensorflow as tf
     from jax.experimental import jax2tf
 
     def newer_stablehlo(*args, **kwargs):
         def call(*inputs):
             raise tf.errors.InvalidArgumentError(None, None, (
-                "Cannot deserialize computation: UNKNOWN: unregistered operation "
-                "'vhlo.custom_call_v2' found in dialect ('vhlo'); failed to deserialize "
-                "portable artifact using StableHLO_v1.13.7"))
+                "Graph execution error:\n\nModule shape refinement failed: UNKNOWN: "
+                "model.py:233:12: error: operand at index 0 has type 'tensor<1x2x64xf32>', "
+                "but decomposition has type 'tensor<?x?x64xf32>'\n\t [[XlaCallModule]]"))
         return call
 
     monkeypatch.setattr(jax2tf, "convert", newer_stablehlo)
@@ -170,8 +184,9 @@ def test_saved_model_tensorflow_cannot_read_is_refused(tmp_path, monkeypatch, ca
     assert cli.main(["export", "--workdir", str(tmp_path / "encoder"), "--out",
                      str(tmp_path / "out"), "--platforms", "cpu"]) == 2
     error = capsys.readouterr().err
-    assert f"tensorflow {tf.__version__} cannot run the StableHLO that jax {jax.__version__}" \
+    assert f"tensorflow {tf.__version__} cannot run the model as jax {jax.__version__}" \
         in error and "--format jax" in error
+    assert "(Module shape refinement failed: UNKNOWN: model.py:233:12: error: operand" in error
     assert not (tmp_path / "out").exists()
 
 
