@@ -121,6 +121,32 @@ def export_jax(fn, params, path: str, max_length: int,
         f.write(exported.serialize())
 
 
+@contextlib.contextmanager
+def stablehlo_for_tensorflow():
+    """While active, jax serializes StableHLO no newer than the installed TensorFlow's
+    own version. By default jax writes a version about a month old, and TensorFlow
+    releases lag jax's: tensorflow 2.21 (StableHLO 1.13.7) cannot read what jax 0.11.2
+    writes by default, and reads it written as 1.13.7. jax has no public setting for this,
+    so it wraps the version lookup jax's serializer calls; where jax has moved that,
+    jax's default stays and `check_tensorflow_runs` tells whether TensorFlow can run it."""
+    try:
+        from jax._src.export import _export
+        from tensorflow.compiler.mlir.stablehlo import stablehlo as tf_stablehlo
+        jax_stablehlo = _export.hlo
+        lookup = jax_stablehlo.get_version_from_compatibility_requirement
+    except (ImportError, AttributeError):  # moved: jax's default stays
+        yield
+        return
+    jax_stablehlo.get_version_from_compatibility_requirement = (
+        lambda requirement: tf_stablehlo.get_smaller_version(
+            lookup(requirement), tf_stablehlo.get_current_version()))
+    try:
+        yield
+    finally:
+        jax_stablehlo.get_version_from_compatibility_requirement = lookup
+
+
+@stablehlo_for_tensorflow()
 def export_saved_model(fn, params, tokenizer, path: str, max_length: int,
                        max_seq_length: int, labels: list[str] | None,
                        platforms=DEFAULT_PLATFORMS, truncation: str = "head",
@@ -202,7 +228,7 @@ def export_saved_model(fn, params, tokenizer, path: str, max_length: int,
                                      else tf.gather(label_table, tag_ids)).to_tensor(""),
                 "word_starts": starts.to_tensor(-1), "word_ends": ends.to_tensor(-1)}
 
-    if "cpu" in platforms:
+    if "cpu" in platforms:  # the check runs on this machine's CPU
         check_tensorflow_runs(serve_ids)
     text_spec = tf.TensorSpec([None], tf.string)
     module.serve_ids = serve_ids
@@ -213,31 +239,6 @@ def export_saved_model(fn, params, tokenizer, path: str, max_length: int,
     tf.saved_model.save(module, path, signatures={
         "serving_default": module.serve_ids, "serve_text": module.serve_text,
         "serve_text_pair": module.serve_text_pair})
-
-
-@contextlib.contextmanager
-def stablehlo_for_tensorflow():
-    """While active, jax serializes StableHLO no newer than the installed TensorFlow's
-    own version. By default jax writes a version about a month old, and TensorFlow
-    releases lag jax's: tensorflow 2.21 (StableHLO 1.13.7) cannot read what jax 0.11.2
-    writes by default, and reads it written as 1.13.7. jax has no public setting for this,
-    so it wraps the version lookup jax's serializer calls; where jax has moved that,
-    jax's default stays and `check_tensorflow_runs` tells whether TensorFlow can run it."""
-    try:
-        from jax._src.export import _export
-        from tensorflow.compiler.mlir.stablehlo import stablehlo as tf_stablehlo
-        jax_stablehlo = _export.hlo
-        lookup = jax_stablehlo.get_version_from_compatibility_requirement
-    except (ImportError, AttributeError):  # moved: jax's default stays
-        yield
-        return
-    jax_stablehlo.get_version_from_compatibility_requirement = (
-        lambda requirement: tf_stablehlo.get_smaller_version(
-            lookup(requirement), tf_stablehlo.get_current_version()))
-    try:
-        yield
-    finally:
-        jax_stablehlo.get_version_from_compatibility_requirement = lookup
 
 
 def check_tensorflow_runs(serve_ids) -> None:
@@ -369,10 +370,9 @@ def export(workdir: str, out: str, formats=("jax", "savedmodel"), platforms=DEFA
             export_jax(fn, params, os.path.join(tmp, JAX_FILE), max_length, platforms)
             spec["files"]["jax"] = JAX_FILE
         if "savedmodel" in formats:
-            with stablehlo_for_tensorflow():
-                export_saved_model(fn, params, tokenizer, os.path.join(tmp, SAVED_MODEL_DIR),
-                                   max_length, max_seq_length, labels, platforms,
-                                   truncation, tagging=kind == "tagging")
+            export_saved_model(fn, params, tokenizer, os.path.join(tmp, SAVED_MODEL_DIR),
+                               max_length, max_seq_length, labels, platforms, truncation,
+                               tagging=kind == "tagging")
             spec["files"]["savedmodel"] = SAVED_MODEL_DIR
         with open(os.path.join(tmp, SERVING_FILE), "w", encoding="utf-8") as f:
             json.dump(spec, f, indent=2)
