@@ -76,6 +76,9 @@ def get_config(variant: str | None = None) -> ml_collections.ConfigDict:
 
     # Devices: sizes of the data, fsdp and tensor axes (-1 = the rest).
     c.mesh_shape = ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1))
+    # Multi-slice TPU (several slices over the data-center network): mesh_shape is then
+    # per slice, and each axis is also split this many ways across slices (docs/tpu.md).
+    c.dcn_mesh_shape = ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1))
     c.logical_axis_rules = DEFAULT_LOGICAL_AXIS_RULES
 
     # Bookkeeping.
