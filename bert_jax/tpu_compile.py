@@ -83,6 +83,13 @@ def compile_step(config, topology: topologies.Topology, num_slices: int = 1,
     devices = topology_devices(topology, num_slices)
     hosts = len({d.process_index for d in devices})
     setup = pretrain.setup(config, _vocab_size(config), devices=devices, process_count=hosts)
+    state_bytes = _state_bytes_per_chip(setup.state)
+    if state_bytes > topology.hbm_bytes:  # no need to compile to know
+        raise DoesNotFit(
+            f"{config_name(config)} does not fit {topology.name}: its parameters and "
+            f"optimizer state alone take {state_bytes / GIB:.2f} GiB per chip, "
+            f"{(state_bytes - topology.hbm_bytes) / GIB:.2f} GiB more than the "
+            f"{topology.hbm_bytes / GIB:.0f} GiB of HBM; {_levers(config)}")
     train_fn, _ = setup.jit_steps()
     start = time.perf_counter()
     with jax.set_mesh(setup.mesh):
