@@ -78,6 +78,21 @@ def _groups(line: str, num_devices: int) -> list[list[int]]:
     return [list(range(num_devices))]
 
 
+def _trip_count(line: str, comps: dict[str, list[str]]) -> int:
+    """How often a while loop runs: XLA's known_trip_count when the backend kept it,
+    else the bound its condition compares the counter with (scans count 0, 1, ... < N)."""
+    trip = _TRIP.search(line)
+    if trip:
+        return int(trip.group(1))
+    cond = re.search(r"condition=%?([\w.\-]+)", line)
+    body = comps.get(cond.group(1), []) if cond else []
+    if any("direction=LT" in l for l in body):
+        bounds = [int(c) for l in body for c in re.findall(r"s32\[\]\S* constant\((\d+)\)", l)]
+        if bounds:
+            return max(bounds)
+    return 1
+
+
 def _computations(hlo_text: str) -> dict[str, list[str]]:
     comps, current = {}, None
     for line in hlo_text.splitlines():
@@ -118,8 +133,7 @@ def collective_bytes(hlo_text: str, num_devices: int,
             branches = _BRANCHES.search(line)
             if branches:
                 callees += [c.strip().lstrip("%") for c in branches.group(1).split(",")]
-            trip = _TRIP.search(line)
-            times = int(trip.group(1)) if trip and " while(" in line else 1
+            times = _trip_count(line, comps) if " while(" in line else 1
             for callee in callees:
                 for k, v in of(callee, depth + 1).items():
                     total[k] += times * v

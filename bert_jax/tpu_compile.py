@@ -195,9 +195,15 @@ def main(argv: list[str]) -> int:
                         help="slices joined over the data-center network (multi-slice)")
     parser.add_argument("--hlo_out", default="",
                         help="also write the compiled program's HLO text to this file")
+    parser.add_argument("--search", action="store_true",
+                        help="try mesh splits, remat and accumulation; table + recommendation")
+    parser.add_argument("--workers", type=int, default=2,
+                        help="with --search: compiles at once (each takes 2-8 GB of RAM)")
     args, overrides = split_config_args(argv)
     args = parser.parse_args(args)
     topology = topologies.resolve(args.topology)
+    if args.search:
+        return _search(args, overrides, topology)
     config = load_config(args.config, overrides)
     report = compile_step(config, topology, args.num_slices, hlo_out=args.hlo_out)
     print(format_report(report))
@@ -207,6 +213,27 @@ def main(argv: list[str]) -> int:
         raise DoesNotFit(f"{config_name(config)} needs {report['hbm_per_chip_gb']:.2f} GiB per "
                          f"chip, {short:.2f} GiB more than the {report['hbm_capacity_gb']:.0f} "
                          f"GiB of a {topology.generation} chip; {_levers(config)}")
+    return 0
+
+
+def _search(args, overrides: list[str], topology: topologies.Topology) -> int:
+    from bert_jax import tpu_search
+    print(f"searching {topology.name} x{args.num_slices} ({args.workers} compiles at once; "
+          f"results cached in {tpu_search.cache_dir()})", flush=True)
+    rows = tpu_search.search(args.config, overrides, topology.name, args.num_slices,
+                             workers=args.workers, headroom=HEADROOM,
+                             log=lambda line: print(line, flush=True))
+    print(tpu_search.format_table(rows))
+    best = tpu_search.recommend(rows, HEADROOM)
+    if best is None:
+        raise DoesNotFit(f"nothing tried fits {topology.name} with {HEADROOM:.0%} of HBM to "
+                         "spare; try a larger slice or a smaller per-chip batch")
+    flags = " ".join(f"--config.{o}" for o in tpu_search._case_overrides(
+        tpu_search.MESHES[best["mesh"]], {k: best[k] for k in ("remat_policy",
+                                                             "grad_accum_steps")}))
+    print(f"recommended: {best['mesh']}, remat {best['remat_policy']}, grad_accum_steps "
+          f"{best['grad_accum_steps']}: {flags}")
+    print(json.dumps({"recommended": {k: v for k, v in best.items()}}), flush=True)
     return 0
 
 
