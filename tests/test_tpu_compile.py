@@ -163,3 +163,28 @@ def test_a_config_that_cannot_fit_is_refused_in_one_line():
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, lines
     assert re.search(r"\d+\.\d\d GiB", lines[0]) and "fsdp" in lines[0], lines[0]
+
+
+def test_search_recommends_headroom_then_least_traffic_and_caches(monkeypatch, tmp_path):
+    from bert_jax import tpu_search
+    monkeypatch.setenv("BERT_JAX_CACHE_DIR", str(tmp_path))
+    calls = []
+
+    def fake_compile(argv, **kwargs):
+        calls.append(argv)
+        overrides = [a for a in argv if a.startswith("--config.")]
+        fsdp = "--config.mesh_shape.fsdp=-1" in overrides
+        full = "--config.remat_policy='full'" in overrides
+        report = {"fits": True, "hbm_capacity_gb": 16.0, "compile_s": 1.0,
+                  "hbm_per_chip_gb": 15.5 if not (fsdp or full) else 12.0,
+                  "collective_bytes": {"all-reduce": 10 if not fsdp else 30}}
+        return subprocess.CompletedProcess(argv, 0, json.dumps(report) + "\n", "")
+
+    monkeypatch.setattr(tpu_search.subprocess, "run", fake_compile)
+    rows = tpu_search.search("configs/pretrain.py:tiny", [], "v5e-4", log=lambda line: None)
+    # data parallel needs full remat for 10% headroom; FSDP fits at once but moves more.
+    best = tpu_search.recommend(rows)
+    assert (best["mesh"], best["remat_policy"], best["grad_accum_steps"]) == ("data", "full", 1)
+    assert len(calls) == 4  # data: 2 rungs; fsdp: 1; fsdp+tensor2: 1
+    tpu_search.search("configs/pretrain.py:tiny", [], "v5e-4", log=lambda line: None)
+    assert len(calls) == 4  # every case came from the cache
