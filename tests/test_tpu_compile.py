@@ -3,7 +3,6 @@
 BERT so that each compile takes seconds."""
 
 import json
-import os
 import re
 import subprocess
 import sys
