@@ -28,6 +28,10 @@ _SHAPE = re.compile(r"\b([a-z]+\d*[a-z0-9]*)\[([\d,]*)\]")
 _OP = re.compile(r"=\s*(.*?)\s(" + "|".join(KINDS) + r")(-start)?\((.*)$")
 _CALLS = re.compile(r"\b(?:body|calls|to_apply|true_computation|false_computation)=%?([\w.\-]+)")
 _BRANCHES = re.compile(r"branch_computations=\{([^}]*)\}")
+_DCN = re.compile(r'_xla_megascale_transfer_type="(\w+)"')
+_DCN_KINDS = {"ALL_REDUCE": "all-reduce", "ALL_GATHER": "all-gather",
+              "REDUCE_SCATTER": "reduce-scatter", "ALL_TO_ALL": "all-to-all",
+              "ONE_TO_ONE": "collective-permute"}
 _TRIP = re.compile(r'"known_trip_count":\{"n":"(\d+)"')
 
 
@@ -107,10 +111,14 @@ def _computations(hlo_text: str) -> dict[str, list[str]]:
     return comps
 
 
-def collective_bytes(hlo_text: str, num_devices: int,
+def collective_bytes(hlo_text: str, num_devices: int, num_slices: int = 1,
                      slice_of: Callable[[int], int] = lambda i: 0) -> dict[str, float]:
     """{kind: bytes per chip per step} (kinds with `ACROSS` appended for collectives that
-    span slices); `slice_of(i)`: the slice of the program's i-th device."""
+    span slices). A multi-slice program (libtpu's Megascale) holds each slice's own
+    collectives over its `num_devices` chips, and sends the cross-slice parts to the
+    host as `send`s tagged with their transfer type (over `num_slices` slices);
+    `slice_of(i)`, for programs whose device groups themselves span slices: the slice of
+    the program's i-th device."""
     comps = _computations(hlo_text)
     memo: dict[str, collections.Counter] = {}
 
@@ -119,6 +127,14 @@ def collective_bytes(hlo_text: str, num_devices: int,
             return memo.get(name, collections.Counter())
         total = collections.Counter()
         for line in comps.get(name, []):
+            dcn = _DCN.search(line) if " send(" in line else None
+            if dcn:
+                kind = _DCN_KINDS.get(dcn.group(1), dcn.group(1).lower())
+                n = max(num_slices, 2)
+                factor = {"all-reduce": 2 * (n - 1) / n, "collective-permute": 1.0}.get(
+                    kind, (n - 1) / n)
+                result = line.split("=", 1)[1].split(" send(")[0]
+                total[kind + ACROSS] += factor * _sizes(result)[0]
             op = _OP.search(line)
             if op:
                 result, kind, start, _ = op.groups()

@@ -113,8 +113,7 @@ def forward(model: nn.Module, params: Any, batch: dict, *, rng=None,
 def train_step(state: TrainState, batch: dict, teacher_params: Any = None, *,
                model: nn.Module, tx: optax.GradientTransformation, schedule: optax.Schedule,
                rules: tuple, grad_accum_steps: int = 1,
-               teacher: mlm_distill.MlmTeacher | None = None,
-               grad_shardings: Any = None) -> tuple[TrainState, dict]:
+               teacher: mlm_distill.MlmTeacher | None = None) -> tuple[TrainState, dict]:
     """One optimizer update on a global batch {key: [B, ...]} (distilling `teacher`,
     whose parameters are `teacher_params`, when given).
 
@@ -122,9 +121,6 @@ def train_step(state: TrainState, batch: dict, teacher_params: Any = None, *,
     batch is processed as k sequential micro-batches whose gradients add up to the
     whole batch's (each weighted by its share of the masked tokens and NSP labels).
     A non-finite loss or gradient norm skips the update (`training.apply_gradients`).
-    grad_shardings: the parameters' shardings, to which the gradients are constrained as
-    soon as they are summed, so that an FSDP mesh reduces them with reduce-scatters
-    instead of all-reducing whole gradients (docs/tpu.md has the traffic).
     Returns (next state, metrics of scalars).
     """
     rng = state.step_rng()
@@ -141,8 +137,6 @@ def train_step(state: TrainState, batch: dict, teacher_params: Any = None, *,
     with nn.logical_axis_rules(rules):
         grads, metrics = training.accumulate_gradients(grads_and_metrics, batch,
                                                        grad_accum_steps)
-    if grad_shardings is not None:
-        grads = jax.lax.with_sharding_constraint(grads, grad_shardings)
     applied_updates = state.step - state.nonfinite_steps  # the optimizer's own count
     new_state, grad_norm, finite = training.apply_gradients(state, grads, metrics["loss"], tx)
     metrics = dict(metrics, grad_norm=grad_norm, learning_rate=schedule(applied_updates),

@@ -135,8 +135,8 @@ def _report(config, topology, setup, compiled, hosts, num_slices, compile_s) -> 
     cost = compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, (list, tuple)) else cost
     flat = list(mesh.devices.flat)
-    collectives = hlo_collectives.collective_bytes(
-        compiled.as_text(), len(flat), lambda i: getattr(flat[i], "slice_index", 0))
+    collectives = hlo_collectives.collective_bytes(compiled.as_text(), chips // num_slices,
+                                                   num_slices)
     model_flops = config.global_batch_size * perf.train_flops_per_example(
         setup.bert_config, config.max_seq_length, config.max_predictions_per_seq)
     batch_ways = pretrain.sharding.batch_size_multiple(mesh, setup.rules)
