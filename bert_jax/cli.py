@@ -12,7 +12,7 @@ import sys
 import tempfile
 import traceback
 
-from bert_jax import compile_cache
+from bert_jax import compile_cache, libtpu_env
 from bert_jax.errors import UserError
 
 COMMANDS = {
@@ -28,6 +28,7 @@ COMMANDS = {
     "convert": ("bert_jax.convert.cli", "HF / Google TF checkpoints to and from bert_jax"),
     "extend-vocab": ("bert_jax.convert.extend_vocab", "add tokens to a model's vocabulary"),
     "export": ("bert_jax.export", "serving export of a fine-tuned model"),
+    "compile": ("bert_jax.tpu_compile", "compile a pretraining step for a TPU slice: fit, comms"),
 }
 
 
@@ -105,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bert-jax: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
         return 2
     compile_cache.configure()  # before JAX is imported; see bert_jax/compile_cache.py
+    libtpu_env.configure()  # likewise; see bert_jax/libtpu_env.py
     _quiet_logging(verbose)
     try:
         if name in TF_COMMANDS and not verbose and "tensorflow" not in sys.modules:

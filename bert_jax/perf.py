@@ -57,12 +57,15 @@ def measured_matmul_flops(size: int = 1024, dtype: str = "float32", seconds: flo
 
 
 def peak_flops_per_device(device: jax.Device | None = None, dtype: str = "float32") -> float:
-    """A device's peak FLOP/s: the vendor figure for known accelerators, measured for CPUs."""
+    """A device's peak FLOP/s: the vendor figure for known accelerators, measured for
+    this process's CPUs (and other local devices not in the table)."""
     device = device or jax.local_devices()[0]
     kind = getattr(device, "device_kind", "")
     for prefix, flops in sorted(_PEAK_FLOPS.items(), key=lambda kv: -len(kv[0])):
         if kind.startswith(prefix):
             return flops
+    if device not in jax.local_devices():  # a compile target (bert-jax compile): not here
+        raise ValueError(f"no peak FLOP/s on record for {kind or device.platform!r}")
     if device.platform == "cpu":
         # Fake CPU devices (--xla_force_host_platform_device_count) share the same cores.
         return measured_matmul_flops(dtype=dtype) / jax.local_device_count()

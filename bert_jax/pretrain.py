@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import functools
 import glob
 import hashlib
@@ -23,7 +24,7 @@ import math
 import os
 import sys
 import time
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import flax.linen as nn
 import jax
@@ -182,6 +183,70 @@ def jit_steps(model: nn.Module, tx, schedule, mesh, shardings: TrainState, rules
     return train, evaluate
 
 
+@dataclasses.dataclass(frozen=True)
+class Setup:
+    """What a pretraining config builds before it touches data, a workdir or a device:
+    the model, optimizer and schedule, the mesh, the TrainState's sharded shapes and
+    the jitted steps. `bert-jax pretrain` runs it; `bert-jax compile` compiles it for a
+    TPU topology (`bert_jax.tpu_compile`)."""
+
+    config: ml_collections.ConfigDict
+    bert_config: BertConfig
+    model: nn.Module
+    tx: optax.GradientTransformation
+    schedule: optax.Schedule
+    init_fn: Callable[[jax.Array], Any]
+    mesh: jax.sharding.Mesh
+    rules: tuple
+    state: TrainState  # jax.ShapeDtypeStructs carrying their shardings
+
+    @property
+    def shardings(self) -> TrainState:
+        return jax.tree.map(lambda s: s.sharding, self.state)
+
+    def jit_steps(self, teacher: mlm_distill.MlmTeacher | None = None,
+                  teacher_shardings: Any = None):
+        """(train_step, eval_step) of this run (`jit_steps`)."""
+        return jit_steps(self.model, self.tx, self.schedule, self.mesh, self.shardings,
+                         self.rules, self.config.grad_accum_steps, teacher, teacher_shardings)
+
+    def abstract_batch(self) -> dict:
+        """The global batch as sharded `jax.ShapeDtypeStruct`s, shaped as the pipeline
+        emits it (`pipeline.batch_spec`)."""
+        from bert_jax.data.pipeline import PipelineOptions, batch_spec
+        options = PipelineOptions(
+            per_host_batch_size=self.config.global_batch_size,
+            max_seq_length=self.config.max_seq_length,
+            max_predictions_per_seq=self.config.max_predictions_per_seq, pack=self.config.pack)
+        batch = sharding.batch_sharding(self.mesh, self.rules)
+        return {k: jax.ShapeDtypeStruct(shape, dtype, sharding=batch) for k, (shape, dtype)
+                in batch_spec(options, self.config.next_sentence_prediction).items()}
+
+
+def setup(config: ml_collections.ConfigDict, vocab_size: int, *,
+          devices: Sequence[jax.Device] | None = None,
+          process_count: int | None = None) -> Setup:
+    """Builds a run's `Setup` from its config, checking the config (`validate_config`)
+    against the target: `devices` (default: all of this job's) and its `process_count`
+    hosts (default: this job's). vocab_size: the tokenizer's (used unless the model sets
+    one). Reads no files and writes none."""
+    bert_config = model_config(config, vocab_size)
+    rules = tuple(tuple(r) for r in config.logical_axis_rules)
+    mesh = sharding.make_mesh(dict(config.mesh_shape), devices=devices,
+                              dcn_mesh_shape=dict(config.get("dcn_mesh_shape") or {}))
+    validate_config(config, bert_config, vocab_size, sharding.batch_size_multiple(mesh, rules),
+                    jax.process_count() if process_count is None else process_count)
+    model = BertForPreTraining(bert_config, config.next_sentence_prediction)
+    tx, schedule = make_optimizer(
+        learning_rate=config.learning_rate, num_train_steps=config.num_train_steps,
+        warmup_steps=config.warmup_steps, optimizer=config.optimizer,
+        weight_decay=config.weight_decay, max_grad_norm=config.max_grad_norm)
+    init_fn = lambda key: model.init(
+        key, *dummy_inputs(1, config.max_seq_length, config.max_predictions_per_seq))["params"]
+    state = sharding.abstract_state(init_fn, tx, mesh, rules=rules, rng_impl=config.rng_impl)
+    return Setup(config, bert_config, model, tx, schedule, init_fn, mesh, rules, state)
+
+
 # --- data ------------------------------------------------------------------------------
 
 def _is_tfrecord(path: str) -> bool:
@@ -337,9 +402,11 @@ def _describe(spec) -> str:
 
 
 def validate_config(config: ml_collections.ConfigDict, bert_config: BertConfig,
-                    vocab_size: int, batch_multiple: int) -> None:
+                    vocab_size: int, batch_multiple: int, process_count: int) -> None:
     """Every check of a pretraining config that needs no data and writes nothing;
-    raises UserError naming the key. batch_multiple: the mesh's batch shards."""
+    raises UserError naming the key. batch_multiple: the mesh's batch shards;
+    process_count: the hosts the run will have (each feeds an equal share of the batch).
+    The input files are checked apart (`input_files`): compiling needs none."""
     for key in _POSITIVE_KEYS:
         check_positive(key, config[key])
     for key in ("warmup_steps", "eval_every_steps"):
@@ -360,19 +427,18 @@ def validate_config(config: ml_collections.ConfigDict, bert_config: BertConfig,
     check_inputs_fit(bert_config, f"model {_describe(config.model)}",
                      max_seq_length=config.max_seq_length, vocab_size=vocab_size)
     check_divisible("global_batch_size", config.global_batch_size,
-                    math.lcm(batch_multiple * config.grad_accum_steps, jax.process_count()),
+                    math.lcm(batch_multiple * config.grad_accum_steps, process_count),
                     "batch shards x grad_accum_steps, and the process count")
-    input_files(config)
 
 
-def restore_or_init(config, ckpt: checkpoint.Checkpointer, init_fn, tx, mesh, rules, writer,
+def restore_or_init(config, ckpt: checkpoint.Checkpointer, setup: Setup, writer,
                     run: dict | None = None):
     """(state, shardings, pipeline state or None). Order: WORKDIR's latest checkpoint ->
     config.resume_from -> config.init_from (weights only) -> scratch. `run` (a
     checkpoint.run_description) must match the workdir checkpoint's; a resume_from
     checkpoint only needs the same state shapes (it may continue on other data)."""
-    target = sharding.abstract_state(init_fn, tx, mesh, rules=rules, rng_impl=config.rng_impl)
-    shardings = jax.tree.map(lambda s: s.sharding, target)
+    init_fn, tx, mesh, rules = setup.init_fn, setup.tx, setup.mesh, setup.rules
+    target, shardings = setup.state, setup.shardings
     restored = ckpt.restore(target, run=run, start_fresh=config.get("start_fresh", False))
     source = ckpt.directory
     if restored is None and config.resume_from:
@@ -407,11 +473,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     workdir = os.path.abspath(workdir)
     tokenizer_path = config.tokenizer or DEFAULT_VOCAB
     tokenizer = load_tokenizer(tokenizer_path)
-    bert_config = model_config(config, tokenizer.vocab_size)
-    rules = tuple(tuple(r) for r in config.logical_axis_rules)
-    mesh = sharding.make_mesh(dict(config.mesh_shape))
-    validate_config(config, bert_config, tokenizer.vocab_size,
-                    sharding.batch_size_multiple(mesh, rules))
+    run_setup = setup(config, tokenizer.vocab_size)
+    bert_config, mesh, rules = run_setup.bert_config, run_setup.mesh, run_setup.rules
+    input_files(config)
     run = checkpoint.run_description(config.to_dict(), bert_config.to_dict(),
                                      tokenizer.fingerprint())
     teacher = teacher_params = teacher_shardings = None
@@ -422,22 +486,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
             max_predictions=config.max_predictions_per_seq, mesh=mesh, rules=rules)
     # Nothing is written before this point: a config error leaves the workdir as it was.
     writer = MetricsWriter(workdir, total_steps=config.num_train_steps)
-    model = BertForPreTraining(bert_config, config.next_sentence_prediction)
-    tx, schedule = make_optimizer(
-        learning_rate=config.learning_rate, num_train_steps=config.num_train_steps,
-        warmup_steps=config.warmup_steps, optimizer=config.optimizer,
-        weight_decay=config.weight_decay, max_grad_norm=config.max_grad_norm)
-    init_fn = lambda key: model.init(
-        key, *dummy_inputs(1, config.max_seq_length, config.max_predictions_per_seq))["params"]
 
     ckpt = checkpoint.Checkpointer(workdir, keep=config.keep_checkpoints)
-    state, shardings, pipeline_state = restore_or_init(config, ckpt, init_fn, tx, mesh, rules,
-                                                       writer, run)
+    state, shardings, pipeline_state = restore_or_init(config, ckpt, run_setup, writer, run)
     if multihost.is_primary():  # the workdir is then loadable as a model directory
         pretrained.write_model_files(os.path.join(workdir, pretrained.WORKDIR_MODEL_DIR),
                                      bert_config, tokenizer=tokenizer)
-    train_fn, eval_fn = jit_steps(model, tx, schedule, mesh, shardings, rules,
-                                  config.grad_accum_steps, teacher, teacher_shardings)
+    train_fn, eval_fn = run_setup.jit_steps(teacher, teacher_shardings)
     teacher_args = () if teacher is None else (teacher_params,)
     files = prepare_input_files(config, workdir, tokenizer_path, writer, run["vocabulary"])
     batches = make_iterator(config, files, tokenizer, split="train", state=pipeline_state)

@@ -31,40 +31,69 @@ MESH_AXES = ("data", "fsdp", "tensor")
 LogicalRules = Sequence[tuple[str, Any]]
 
 
+def _axis_sizes(shape: Mapping[str, int] | Sequence[int], axis_names: Sequence[str],
+                count: int, what: str) -> list[int]:
+    """Sizes per axis from a mapping or sequence with at most one -1 ("the rest"), checked
+    to multiply to `count`."""
+    if isinstance(shape, Mapping):
+        unknown = sorted(set(shape) - set(axis_names))
+        if unknown:
+            raise ValueError(f"{what} has unknown axes {unknown}; known: {list(axis_names)}")
+        sizes = [int(shape.get(name, 1)) for name in axis_names]
+    else:
+        sizes = [int(s) for s in shape]
+        if len(sizes) != len(axis_names):
+            raise ValueError(f"{what} {sizes} needs one size per axis {list(axis_names)}")
+    if sizes.count(-1) > 1 or any(s == 0 or s < -1 for s in sizes):
+        raise ValueError(f"{what} {sizes}: sizes must be positive, at most one -1")
+    known = int(np.prod([s for s in sizes if s != -1]))
+    if -1 in sizes:
+        if count % known:
+            raise ValueError(f"{what} {dict(zip(axis_names, sizes))} does not divide "
+                             f"{count} devices")
+        sizes[sizes.index(-1)] = count // known
+    if int(np.prod(sizes)) != count:
+        raise ValueError(f"{what} {dict(zip(axis_names, sizes))} needs {np.prod(sizes)} "
+                         f"devices; there are {count}")
+    return sizes
+
+
+def num_slices(devices: Sequence[jax.Device]) -> int:
+    """How many TPU slices (joined by the data-center network) the devices span."""
+    return len({getattr(d, "slice_index", 0) for d in devices})
+
+
 def make_mesh(mesh_shape: Mapping[str, int] | Sequence[int] | None = None,
               axis_names: Sequence[str] = MESH_AXES,
-              devices: Sequence[jax.Device] | None = None) -> jax.sharding.Mesh:
+              devices: Sequence[jax.Device] | None = None,
+              dcn_mesh_shape: Mapping[str, int] | Sequence[int] | None = None
+              ) -> jax.sharding.Mesh:
     """A mesh over all devices of all processes, with Auto (pjit-style) axes.
 
-    mesh_shape: sizes per axis name, e.g. `{"data": -1, "fsdp": 2, "tensor": 1}`,
-    or a sequence in `axis_names` order; one size may be -1 ("the rest").
+    mesh_shape: sizes per axis name within one slice, e.g. `{"data": -1, "fsdp": 2,
+    "tensor": 1}`, or a sequence in `axis_names` order; one size may be -1 ("the rest").
     Default: everything on `data`. Axes missing from a mapping get size 1.
+    dcn_mesh_shape: on devices of several TPU slices (multi-slice), how each axis is
+    split across slices, over the slower data-center network (default: `data` across
+    all slices); each mesh axis is then its slice part times its DCN part, built with
+    `mesh_utils.create_hybrid_device_mesh` so that only the DCN parts cross slices.
     """
     devices = list(jax.devices() if devices is None else devices)
     if mesh_shape is None:
         mesh_shape = {axis_names[0]: -1}
-    if isinstance(mesh_shape, Mapping):
-        unknown = sorted(set(mesh_shape) - set(axis_names))
-        if unknown:
-            raise ValueError(f"mesh_shape has unknown axes {unknown}; known: {list(axis_names)}")
-        sizes = [int(mesh_shape.get(name, 1)) for name in axis_names]
-    else:
-        sizes = [int(s) for s in mesh_shape]
-        if len(sizes) != len(axis_names):
-            raise ValueError(f"mesh_shape {sizes} needs one size per axis {list(axis_names)}")
-    if sizes.count(-1) > 1 or any(s == 0 or s < -1 for s in sizes):
-        raise ValueError(f"mesh_shape {sizes}: sizes must be positive, at most one -1")
-    known = int(np.prod([s for s in sizes if s != -1]))
-    if -1 in sizes:
-        if len(devices) % known:
-            raise ValueError(f"mesh_shape {dict(zip(axis_names, sizes))} does not divide "
-                             f"{len(devices)} devices")
-        sizes[sizes.index(-1)] = len(devices) // known
-    if int(np.prod(sizes)) != len(devices):
-        raise ValueError(f"mesh_shape {dict(zip(axis_names, sizes))} needs {np.prod(sizes)} "
-                         f"devices; there are {len(devices)}")
-    return jax.make_mesh(tuple(sizes), tuple(axis_names),
-                         axis_types=(AxisType.Auto,) * len(axis_names), devices=devices)
+    slices = num_slices(devices)
+    dcn = _axis_sizes(dcn_mesh_shape or {axis_names[0]: -1}, axis_names, slices,
+                      "dcn_mesh_shape")
+    ici = _axis_sizes(mesh_shape, axis_names, len(devices) // slices,
+                      "mesh_shape" + (" (per slice)" if slices > 1 else ""))
+    axis_types = (AxisType.Auto,) * len(axis_names)
+    if slices == 1:
+        return jax.make_mesh(tuple(ici), tuple(axis_names), axis_types=axis_types,
+                             devices=devices)
+    from jax.experimental import mesh_utils
+    grid = mesh_utils.create_hybrid_device_mesh(ici, dcn, devices,
+                                                allow_split_physical_axes=True)
+    return jax.sharding.Mesh(grid, tuple(axis_names), axis_types=axis_types)
 
 
 def logical_to_sharding(logical_specs: Any, mesh: jax.sharding.Mesh,

@@ -14,9 +14,11 @@ dropout, the unsafe_rbg dropout RNG; docs/performance.md has the figures):
   gpu_base       BERT-base, seq 128, batch 256 per 80 GB GPU
   gpu_large      BERT-large, seq 128, batch 128 per 80 GB GPU
   gpu_large_512  BERT-large, seq 512, batch 32 per 80 GB GPU, 80 predictions per row
-  tpu_base       `base` with the fast numerics
-  tpu_large      `large` with the fast numerics
-global_batch_size is for one GPU: multiply it by the number of GPUs. Add `,faithful`
+  tpu_base       `base` with the fast numerics (data parallel; 7.0 GiB per v5e chip at
+                 128 rows per chip)
+  tpu_large      `large` with the fast numerics (FSDP; 4.4 GiB per chip on a v4-128)
+The gpu_* global_batch_size is for one GPU: multiply it by the number of GPUs. The tpu_*
+ones are global; check a slice with `bert-jax compile --topology v4-128` (docs/tpu.md). Add `,faithful`
 (e.g. `gpu_large,faithful`) for BERT's exact numerics at the same shapes.
 
 Any key can be overridden: `--config.num_train_steps=100 --config.mesh_shape.fsdp=8`.
@@ -76,6 +78,9 @@ def get_config(variant: str | None = None) -> ml_collections.ConfigDict:
 
     # Devices: sizes of the data, fsdp and tensor axes (-1 = the rest).
     c.mesh_shape = ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1))
+    # Multi-slice TPU (several slices over the data-center network): mesh_shape is then
+    # per slice, and each axis is also split this many ways across slices (docs/tpu.md).
+    c.dcn_mesh_shape = ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1))
     c.logical_axis_rules = DEFAULT_LOGICAL_AXIS_RULES
 
     # Bookkeeping.

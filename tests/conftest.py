@@ -14,6 +14,12 @@ if "--xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "
 import importlib.util  # noqa: E402  (after the XLA flag, on purpose)
 import tempfile  # noqa: E402
 
+# With libtpu installed (the `tpu` extra) and no TPU here, libtpu's start-up warnings would
+# land on the stderr of every JAX process; the CLI sets the same before JAX starts.
+from bert_jax import libtpu_env  # noqa: E402  (imports no JAX)
+
+libtpu_env.configure()
+
 # bert_jax's cache (compiled programs, the converted built-in corpus) in a fresh
 # directory per session: tests neither read nor fill the user's ~/.cache/bert_jax.
 if "BERT_JAX_CACHE_DIR" not in os.environ:

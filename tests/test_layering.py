@@ -136,6 +136,13 @@ def test_loading_a_config_imports_no_jax(module):
     assert _reaches(module, ("jax", "flax", "optax", "orbax", "tensorflow")) == []
 
 
+@pytest.mark.parametrize("module", ["bert_jax.libtpu_env", "bert_jax.topologies",
+                                    "bert_jax.hlo_collectives"])
+def test_libtpu_set_up_and_topology_tables_import_no_jax(module):
+    """The CLI and conftest.py set libtpu's environment before JAX may start."""
+    assert _reaches(module, ("jax", "flax", "optax", "orbax", "tensorflow")) == []
+
+
 def _cycles() -> list[list[str]]:
     """Strongly connected components of more than one module (Tarjan)."""
     index, low, stack, on_stack, found = {}, {}, [], set(), []

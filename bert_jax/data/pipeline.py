@@ -348,3 +348,25 @@ def make_pretrain_iterator(file_patterns: Sequence[str], options: PipelineOption
     if state is not None:
         iterator.set_state(state)
     return iterator
+
+
+def batch_spec(options: PipelineOptions, next_sentence_prediction: bool = True,
+               batch_size: Optional[int] = None) -> Dict[str, tuple]:
+    """{key: (shape, numpy dtype)} of the batches `make_pretrain_iterator` yields, without
+    reading any data (and without TensorFlow): what a train step is compiled for.
+    batch_size: rows per batch (default: options.per_host_batch_size)."""
+    b = options.per_host_batch_size if batch_size is None else batch_size
+    seq, preds = (b, options.max_seq_length), (b, options.max_predictions_per_seq)
+    spec = {"input_ids": (seq, np.int32), "input_mask": (seq, np.int32),
+            "segment_ids": (seq, np.int32), "masked_lm_positions": (preds, np.int32),
+            "masked_lm_ids": (preds, np.int32), "masked_lm_weights": (preds, np.float32)}
+    if options.pack:
+        spec.update(position_ids=(seq, np.int32), example_ids=(seq, np.int32))
+    if next_sentence_prediction and options.pack:
+        rows = (b, options.max_examples_per_row)
+        spec.update(next_sentence_labels=(rows, np.int32),
+                    next_sentence_positions=(rows, np.int32),
+                    next_sentence_weights=(rows, np.float32))
+    elif next_sentence_prediction:
+        spec["next_sentence_labels"] = ((b,), np.int32)
+    return spec

@@ -1,0 +1,241 @@
+"""`bert-jax compile`: a pretraining run's exact train step compiled for a TPU slice on
+any machine (no TPU needed; the `tpu` extra brings libtpu), to check before paying for
+the slice that it fits, and what it computes and communicates.
+
+    bert-jax compile --config configs/pretrain.py:tpu_large --topology v4-128 \
+        [--num_slices 2] [--config.KEY=VALUE ...]
+
+The step is `pretrain.setup`'s (the same model, TrainState, optimizer, shardings,
+accumulation, remat, scan and donation as `bert-jax pretrain`), lowered on
+ShapeDtypeStructs over the devices of `jax.experimental.topologies.get_topology_desc`.
+It prints the slice, the mesh, per-chip HBM (parameters + optimizer state, temporaries,
+total against the chip's), XLA's FLOPs next to the model's, the bytes a chip moves per
+step by collective kind (`bert_jax.hlo_collectives`) and the compile time, then one
+line of JSON. A config that does not fit exits 2 with one line naming the shortfall.
+XLA's `optimal_seconds` is not reported: it is no step time for this program (negative,
+loop bodies counted once).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+
+import jax
+import numpy as np
+
+from bert_jax import hlo_collectives, perf, pretrain, topologies
+from bert_jax.config_loader import load_config, split_config_args
+from bert_jax.errors import UserError
+
+GIB = topologies.GIB
+HEADROOM = 0.10  # a recommended configuration leaves this share of HBM free
+
+
+class DoesNotFit(UserError):
+    """The step needs more HBM per chip than the chip has."""
+
+
+def _vocab_size(config) -> int:
+    """The model's vocab_size if the config sets one, else the run's tokenizer's."""
+    model = config.model
+    if not isinstance(model, str) and "vocab_size" in model:
+        return int(model["vocab_size"])
+    from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
+    return load_tokenizer(config.tokenizer or DEFAULT_VOCAB).vocab_size
+
+
+def topology_devices(topology: topologies.Topology, num_slices: int = 1) -> list:
+    """The devices of `num_slices` slices of `topology`, for compiling only."""
+    from jax.experimental import topologies as jax_topologies
+    if num_slices < 1:
+        raise UserError(f"--num_slices must be at least 1, got {num_slices}")
+    return list(jax_topologies.get_topology_desc(**topology.describe_args(num_slices)).devices)
+
+
+def _levers(config) -> str:
+    return ("shard parameters and optimizer state (--config.mesh_shape.fsdp=-1 "
+            "--config.mesh_shape.data=1), recompute more (--config.remat_policy=full), a "
+            "smaller per-chip batch (--config.global_batch_size), or more micro-batches "
+            f"(--config.grad_accum_steps={2 * config.grad_accum_steps})")
+
+
+def _shortfall_from_error(error: Exception) -> float | None:
+    """GiB over capacity from XLA's RESOURCE_EXHAUSTED message, when it says."""
+    text = str(error)
+    over = re.search(r"[Ee]xceeded \w+ capacity by ([\d.]+)([GMK])", text)
+    if over:
+        return float(over.group(1)) / {"G": 1, "M": 1024, "K": 1024 ** 2}[over.group(2)]
+    used = re.findall(r"([\d.]+)G\b", text)
+    return float(used[0]) - float(used[1]) if len(used) >= 2 else None
+
+
+def compile_step(config, topology: topologies.Topology, num_slices: int = 1,
+                 hlo_out: str = "") -> dict:
+    """Compiles `config`'s train step for `num_slices` slices of `topology`; returns the
+    report (the JSON's fields, plus 'details' for the printout). Raises DoesNotFit when
+    XLA refuses for memory."""
+    if config.teacher:
+        raise UserError("compile does not build distillation runs (config.teacher) yet")
+    devices = topology_devices(topology, num_slices)
+    hosts = len({d.process_index for d in devices})
+    setup = pretrain.setup(config, _vocab_size(config), devices=devices, process_count=hosts)
+    state_bytes = _state_bytes_per_chip(setup.state)
+    if state_bytes > topology.hbm_bytes:  # no need to compile to know
+        raise DoesNotFit(
+            f"{config_name(config)} does not fit {topology.name}: its parameters and "
+            f"optimizer state alone take {state_bytes / GIB:.2f} GiB per chip, "
+            f"{(state_bytes - topology.hbm_bytes) / GIB:.2f} GiB more than the "
+            f"{topology.hbm_bytes / GIB:.0f} GiB of HBM; {_levers(config)}")
+    train_fn, _ = setup.jit_steps()
+    start = time.perf_counter()
+    with jax.set_mesh(setup.mesh):
+        lowered = train_fn.lower(setup.state, setup.abstract_batch())
+        try:
+            compiled = lowered.compile()
+        except Exception as e:  # noqa: BLE001 - XLA's error type differs across versions
+            if "RESOURCE_EXHAUSTED" not in str(e):
+                raise
+            short = _shortfall_from_error(e)
+            raise DoesNotFit(
+                f"{config_name(config)} does not fit {topology.name}: XLA refused, "
+                + (f"{short:.2f} GiB per chip over the {topology.hbm_bytes / GIB:.0f} GiB of "
+                   "HBM" if short is not None else f"out of HBM ({' '.join(str(e).split())[:200]})")
+                + f"; {_levers(config)}") from None
+    compile_s = time.perf_counter() - start
+    if hlo_out:
+        with open(hlo_out, "w", encoding="utf-8") as f:
+            f.write(compiled.as_text())
+    return _report(config, topology, setup, compiled, hosts, num_slices, compile_s)
+
+
+def config_name(config) -> str:
+    model = config.model if isinstance(config.model, str) else config.model.get("preset", "model")
+    return (f"{model} (seq {config.max_seq_length}, batch {config.global_batch_size}, "
+            f"mesh {dict(config.mesh_shape)})")
+
+
+def _state_bytes_per_chip(state) -> int:
+    """Bytes of the TrainState's largest shard on one chip."""
+    total = 0
+    for leaf in jax.tree.leaves(state):
+        shard = leaf.sharding.shard_shape(leaf.shape)
+        total += int(np.prod(shard)) * np.dtype(leaf.dtype).itemsize
+    return total
+
+
+def _report(config, topology, setup, compiled, hosts, num_slices, compile_s) -> dict:
+    mesh, chips = setup.mesh, setup.mesh.devices.size
+    memory = compiled.memory_analysis()
+    total = (memory.argument_size_in_bytes + memory.output_size_in_bytes
+             - memory.alias_size_in_bytes + memory.temp_size_in_bytes)
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+    flat = list(mesh.devices.flat)
+    collectives = hlo_collectives.collective_bytes(compiled.as_text(), chips // num_slices,
+                                                   num_slices)
+    model_flops = config.global_batch_size * perf.train_flops_per_example(
+        setup.bert_config, config.max_seq_length, config.max_predictions_per_seq)
+    batch_ways = pretrain.sharding.batch_size_multiple(mesh, setup.rules)
+    return {
+        "topology": topology.name, "chips": chips, "hosts": hosts, "slices": num_slices,
+        "mesh": {k: int(v) for k, v in mesh.shape.items()},
+        "fits": total <= topology.hbm_bytes,
+        "hbm_per_chip_gb": round(total / GIB, 3),
+        "hbm_capacity_gb": round(topology.hbm_bytes / GIB, 3),
+        "params_and_opt_gb": round(_state_bytes_per_chip(setup.state) / GIB, 3),
+        "temp_gb": round(memory.temp_size_in_bytes / GIB, 3),
+        "flops_per_step": float(cost.get("flops", 0.0)) * chips,
+        "model_flops_per_step": float(model_flops),
+        "collective_bytes": {k: int(v) for k, v in sorted(collectives.items())},
+        "compile_s": round(compile_s, 1),
+        "details": {"device_kind": flat[0].device_kind,
+                    "per_chip_batch": config.global_batch_size / batch_ways,
+                    "grad_accum_steps": config.grad_accum_steps,
+                    "remat_policy": config.remat_policy, "scan_layers": config.scan_layers},
+    }
+
+
+def _gb(x: float) -> str:
+    return f"{x / 1e9:,.2f} GB" if x >= 1e8 else f"{x / 1e6:,.1f} MB"
+
+
+def format_report(report: dict) -> str:
+    d = report["details"]
+    lines = [
+        f"topology  {report['topology']} ({d['device_kind']}): {report['chips']} chips, "
+        f"{report['hosts']} hosts, {report['slices']} slice(s)",
+        f"mesh      {report['mesh']}; per-chip batch {d['per_chip_batch']:g}, "
+        f"grad_accum_steps {d['grad_accum_steps']}, remat {d['remat_policy']}, "
+        f"scan_layers {d['scan_layers']}",
+        f"HBM/chip  {report['hbm_per_chip_gb']:.2f} GiB of {report['hbm_capacity_gb']:.0f} GiB"
+        f" ({'fits' if report['fits'] else 'DOES NOT FIT'}): parameters + optimizer "
+        f"{report['params_and_opt_gb']:.2f} GiB, temporaries {report['temp_gb']:.2f} GiB",
+        f"FLOPs     XLA {report['flops_per_step']:.3e} per step (loop bodies counted once), "
+        f"model {report['model_flops_per_step']:.3e}",
+        "comms     per chip per step: " + (", ".join(
+            f"{k} {_gb(v)}" for k, v in report["collective_bytes"].items()) or "none"),
+        f"compiled  in {report['compile_s']:.1f} s",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="bert-jax compile", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Override any config key with --config.KEY=VALUE. Topologies: "
+               + ", ".join(topologies.names()))
+    parser.add_argument("--config", required=True, help="configs/pretrain.py[:VARIANT]")
+    parser.add_argument("--topology", required=True, help="e.g. v4-128, v5e-16, v5p-8, v6e-256")
+    parser.add_argument("--num_slices", type=int, default=1,
+                        help="slices joined over the data-center network (multi-slice)")
+    parser.add_argument("--hlo_out", default="",
+                        help="also write the compiled program's HLO text to this file")
+    parser.add_argument("--search", action="store_true",
+                        help="try mesh splits, remat and accumulation; table + recommendation")
+    parser.add_argument("--workers", type=int, default=2,
+                        help="with --search: compiles at once (each takes 2-8 GB of RAM)")
+    args, overrides = split_config_args(argv)
+    args = parser.parse_args(args)
+    topology = topologies.resolve(args.topology)
+    if args.search:
+        return _search(args, overrides, topology)
+    config = load_config(args.config, overrides)
+    report = compile_step(config, topology, args.num_slices, hlo_out=args.hlo_out)
+    print(format_report(report))
+    print(json.dumps({k: v for k, v in report.items() if k != "details"}), flush=True)
+    if not report["fits"]:
+        short = report["hbm_per_chip_gb"] - report["hbm_capacity_gb"]
+        raise DoesNotFit(f"{config_name(config)} needs {report['hbm_per_chip_gb']:.2f} GiB per "
+                         f"chip, {short:.2f} GiB more than the {report['hbm_capacity_gb']:.0f} "
+                         f"GiB of a {topology.generation} chip; {_levers(config)}")
+    return 0
+
+
+def _search(args, overrides: list[str], topology: topologies.Topology) -> int:
+    from bert_jax import tpu_search
+    print(f"searching {topology.name} x{args.num_slices} ({args.workers} compiles at once; "
+          f"results cached in {tpu_search.cache_dir()})", flush=True)
+    rows = tpu_search.search(args.config, overrides, topology.name, args.num_slices,
+                             workers=args.workers, headroom=HEADROOM,
+                             log=lambda line: print(line, flush=True))
+    print(tpu_search.format_table(rows))
+    best = tpu_search.recommend(rows, HEADROOM)
+    if best is None:
+        raise DoesNotFit(f"nothing tried fits {topology.name} with {HEADROOM:.0%} of HBM to "
+                         "spare; try a larger slice or a smaller per-chip batch")
+    flags = " ".join(f"--config.{o}" for o in tpu_search._case_overrides(
+        tpu_search.MESHES[best["mesh"]], {k: best[k] for k in ("remat_policy",
+                                                             "grad_accum_steps")}))
+    print(f"recommended: {best['mesh']}, remat {best['remat_policy']}, grad_accum_steps "
+          f"{best['grad_accum_steps']}: {flags}")
+    print(json.dumps({"recommended": {k: v for k, v in best.items()}}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
