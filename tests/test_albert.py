@@ -139,3 +139,51 @@ def test_state_dict_round_trip_and_transformers_reads_ours(tmp_path):
     config, reread = hf.load_hf_dir(tmp_path)
     assert config == ALBERT
     jax.tree.map(np.testing.assert_array_equal, reread, pretrained.to_unscanned(params))
+
+
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+def test_convert_embed_and_back_to_transformers(tmp_path):
+    """An HF AlbertForPreTraining directory (albert_zh-style, WordPiece vocab.txt) converts,
+    embeds like transformers' AlbertModel, and exports back to a directory transformers
+    reads with the same outputs."""
+    from bert_jax import cli
+
+    ref = reference(ALBERT, seed=7)
+    hf_dir, model_dir, back = tmp_path / "hf", tmp_path / "model", tmp_path / "back"
+    ref.save_pretrained(hf_dir)
+    words = [f"w{i}" for i in range(ALBERT.vocab_size - len(SPECIALS))]
+    (hf_dir / "vocab.txt").write_text("\n".join(SPECIALS + words) + "\n")
+    assert cli.main(["convert", "--from-hf", str(hf_dir), "--out", str(model_dir)]) == 0
+    assert pretrained.load(model_dir).config == ALBERT
+
+    texts = tmp_path / "texts.txt"
+    texts.write_text("w1 w2 w3 w4\nw5 w6\n")
+    vectors = tmp_path / "vectors.npy"
+    assert cli.main(["embed", "--checkpoint", str(model_dir), "--input", str(texts),
+                     "--output", str(vectors), "--pooling", "mean"]) == 0
+    ids = np.array([[2, 6, 7, 8, 9, 3], [2, 10, 11, 3, 0, 0]])
+    mask = (ids > 0).astype(np.int64)
+    with torch.no_grad():
+        states = ref.albert(**torch_inputs(ids, mask, 0 * ids)).last_hidden_state.numpy()
+    expected = (states * mask[..., None]).sum(1) / mask.sum(1, keepdims=True)
+    np.testing.assert_allclose(np.load(vectors), expected, atol=TOL)
+
+    assert cli.main(["convert", "--checkpoint", str(model_dir), "--to-hf", str(back)]) == 0
+    again = transformers.AlbertForPreTraining.from_pretrained(back).eval()
+    with torch.no_grad():
+        np.testing.assert_allclose(
+            again(**torch_inputs(ids, mask, 0 * ids)).prediction_logits.numpy(),
+            ref(**torch_inputs(ids, mask, 0 * ids)).prediction_logits.numpy(), atol=1e-5)
+
+
+def test_spiece_model_without_vocab_is_refused_in_one_line(tmp_path, capsys):
+    from bert_jax import cli
+
+    reference(ALBERT, transformers.AlbertModel).save_pretrained(tmp_path / "hf")
+    (tmp_path / "hf" / "spiece.model").write_bytes(b"")
+    assert cli.main(["convert", "--from-hf", str(tmp_path / "hf"), "--out",
+                     str(tmp_path / "out")]) == 2
+    assert "spiece.model" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

@@ -64,7 +64,8 @@ def resolve_model(config) -> ModelSource:
         if config.model:
             wanted = training.model_config(config.model, pre.config.vocab_size)
             for field in ("vocab_size", "hidden_size", "num_hidden_layers",
-                          "num_attention_heads", "intermediate_size"):
+                          "num_attention_heads", "intermediate_size", "model_type",
+                          "embedding_size"):
                 have, want = getattr(pre.config, field), getattr(wanted, field)
                 if have != want:
                     raise ConfigError(
