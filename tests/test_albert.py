@@ -187,3 +187,28 @@ def test_spiece_model_without_vocab_is_refused_in_one_line(tmp_path, capsys):
                      str(tmp_path / "out")]) == 2
     assert "spiece.model" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_finetunes_and_predicts(tmp_path):
+    """A random micro ALBERT fine-tuned on a CSV task: the shared layer trains, the best
+    model is an ALBERT and predicts."""
+    from bert_jax.finetune import inference, trainer
+    from test_finetune_util import micro_config
+
+    positive = ["a wonderful film", "great acting", "i loved it", "the best film"]
+    negative = ["a dull mess", "boring and long", "i hated it", "the worst film"]
+    path = tmp_path / "train.tsv"
+    path.write_text("sentence\tsentiment\n" + "".join(
+        f"{t}\t{label}\n" for ts, label in ((positive, "pos"), (negative, "neg")) for t in ts))
+    model = ("{'preset': 'albert-base-v2', 'num_hidden_layers': 2, 'hidden_size': 32, "
+             "'num_attention_heads': 2, 'intermediate_size': 64, 'embedding_size': 16}")
+    config = micro_config("csv", f"model={model}", f"train_file={path}",
+                          f"validation_file={path}", "text_column=sentence",
+                          "label_column=sentiment", "num_train_epochs=2")
+    results = trainer.finetune(config, str(tmp_path / "run"))
+    assert np.isfinite(results["validation"]["accuracy"])
+    best = pretrained.load(str(tmp_path / "run" / "best"))
+    assert best.config.model_type == "albert" and best.config.embedding_size == 16
+    assert sorted(best.params["bert"]["encoder"]) == ["group_0"]
+    [record] = inference.load_finetuned(str(tmp_path / "run")).predict(["a great film"])
+    assert record["label"] in ("pos", "neg")
