@@ -32,6 +32,7 @@ input line). Its files also carry `word_start` (int64 [L], 1 where a token
 starts a word), from which the pipeline's dynamic masking regroups the words.
 """
 import argparse
+import array
 import dataclasses
 import json
 import multiprocessing
@@ -42,7 +43,7 @@ from typing import List, Optional, Sequence
 
 import numpy as np
 
-from bert_jax.data import chinese_words, corpus, instances, masking
+from bert_jax.data import chinese_words, corpus, instances, lengths, masking
 from bert_jax.tokenization import DEFAULT_VOCAB, TokenizerError, load_tokenizer
 
 
@@ -84,6 +85,9 @@ class Stats:
     random_from_same_document: int = 0
     short_targets: int = 0
     swapped: int = 0
+    truncated_instances: int = 0  # sentence pairs that lost tokens to max_seq_length
+    # Tokens per document, for the length percentiles of the summary.
+    document_tokens: array.array = dataclasses.field(default_factory=lambda: array.array("q"))
 
     def __iadd__(self, other: "Stats") -> "Stats":
         for field in dataclasses.fields(self):
@@ -93,6 +97,8 @@ class Stats:
     def summary(self) -> dict:
         ratio = lambda a, b: round(a / b, 4) if b else 0.0
         return dict(dataclasses.asdict(self),
+                    document_tokens=lengths.percentiles(self.document_tokens),
+                    truncated_fraction=ratio(self.truncated_instances, self.instances),
                     masked_fraction=ratio(self.masked_tokens, self.maskable_tokens),
                     mask_token_fraction=ratio(self.masked_as_mask, self.masked_tokens),
                     unchanged_fraction=ratio(self.masked_unchanged, self.masked_tokens),
@@ -176,6 +182,7 @@ def _tokenize_documents(path: str, ref_path: Optional[str], stats: Stats):
                 document.append(ids)
         if document:
             documents.append(document)
+            stats.document_tokens.append(sum(len(ids) for ids in document))
             stats.one_sentence_documents += len(document) == 1
             stats.sentences += len(document)
     stats.files += read.files
@@ -211,6 +218,7 @@ def _make_rows(documents, options: Options, tokenizer, seed: str, rng: random.Ra
     rng.shuffle(made)
     stats.instances, stats.random_next = counts.instances, counts.random_next
     stats.short_targets, stats.swapped = counts.short_targets, counts.swapped
+    stats.truncated_instances = counts.truncated
     stats.random_from_same_document = counts.random_from_same_document
     rows = instances.pack_instances(made, options.max_seq_length, tokenizer.cls_id,
                                     tokenizer.sep_id) if made else {}
@@ -449,6 +457,8 @@ def run(args, output_files: List[str], summary_dir: Optional[str]) -> int:
     summary = dict(stats.summary(), options=dataclasses.asdict(options),
                    vocab=os.path.abspath(args.vocab), output_files=list(output_files))
     for key, value in stats.summary().items():
+        if isinstance(value, dict):  # percentiles
+            value = ", ".join(f"{k} {v}" for k, v in value.items())
         print(f"{key:>28}: {value}")
     if summary_dir:
         with open(os.path.join(summary_dir, "summary.json"), "w") as f:

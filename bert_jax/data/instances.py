@@ -46,16 +46,21 @@ class InstanceStats:
     short_targets: int = 0
     random_from_same_document: int = 0
     swapped: int = 0
+    truncated: int = 0  # pairs that lost tokens to max_seq_length
 
 
-def _truncate_pair(tokens_a: list, tokens_b: list, max_tokens: int, rng: random.Random):
-    """Drops tokens from the longer side, at its front or back (p=0.5), in place."""
+def _truncate_pair(tokens_a: list, tokens_b: list, max_tokens: int,
+                   rng: random.Random) -> bool:
+    """Drops tokens from the longer side, at its front or back (p=0.5), in place; returns
+    whether it dropped any."""
+    truncated = len(tokens_a) + len(tokens_b) > max_tokens
     while len(tokens_a) + len(tokens_b) > max_tokens:
         longer = tokens_a if len(tokens_a) > len(tokens_b) else tokens_b
         if rng.random() < 0.5:
             del longer[0]
         else:
             longer.pop()
+    return truncated
 
 
 def instances_from_document(documents: Sequence[Sequence[np.ndarray]], index: int,
@@ -81,10 +86,12 @@ def instances_from_document(documents: Sequence[Sequence[np.ndarray]], index: in
         chunk_length += len(document[i])
         if i == len(document) - 1 or chunk_length >= target:
             if sentence_order:
-                i, made = _sentence_order_instance(document, chunk, i, max_tokens, short, rng)
+                i, made, truncated = _sentence_order_instance(document, chunk, i, max_tokens,
+                                                              short, rng)
                 if made is not None:
                     instances.append(made)
                     stats.instances += 1
+                    stats.truncated += truncated
                     stats.swapped += made.swapped
                     stats.short_targets += short
                 chunk, chunk_length = [], 0
@@ -117,7 +124,7 @@ def instances_from_document(documents: Sequence[Sequence[np.ndarray]], index: in
             else:
                 for sentence in chunk[a_end:]:
                     tokens_b.extend(sentence.tolist())
-            _truncate_pair(tokens_a, tokens_b, max_tokens, rng)
+            stats.truncated += _truncate_pair(tokens_a, tokens_b, max_tokens, rng)
             instances.append(Instance(tokens_a, tokens_b, is_random_next, short))
             stats.instances += 1
             stats.random_next += is_random_next
@@ -129,8 +136,8 @@ def instances_from_document(documents: Sequence[Sequence[np.ndarray]], index: in
 
 
 def _sentence_order_instance(document, chunk, i, max_tokens, short, rng):
-    """(index of the chunk's last sentence, an SOP Instance or None) for a full chunk
-    ending at sentence i."""
+    """(index of the chunk's last sentence, an SOP Instance or None, whether it was
+    truncated) for a full chunk ending at sentence i."""
     if len(chunk) == 1 and i + 1 < len(document):  # B is the actual next sentence
         i += 1
         chunk = chunk + [document[i]]
@@ -141,14 +148,14 @@ def _sentence_order_instance(document, chunk, i, max_tokens, short, rng):
     else:  # the document's last lone sentence: its two halves
         tokens = chunk[0].tolist()
         if len(tokens) < 2:
-            return i, None
+            return i, None, False
         cut = rng.randint(1, len(tokens) - 1)
         tokens_a, tokens_b = tokens[:cut], tokens[cut:]
-    _truncate_pair(tokens_a, tokens_b, max_tokens, rng)
+    truncated = _truncate_pair(tokens_a, tokens_b, max_tokens, rng)
     swapped = rng.random() < 0.5
     if swapped:
         tokens_a, tokens_b = tokens_b, tokens_a
-    return i, Instance(tokens_a, tokens_b, False, short, swapped)
+    return i, Instance(tokens_a, tokens_b, False, short, swapped), truncated
 
 
 def pack_instances(instances: Sequence[Instance], max_seq_length: int, cls_id: int, sep_id: int):
