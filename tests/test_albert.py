@@ -212,3 +212,16 @@ def test_finetunes_and_predicts(tmp_path):
     assert sorted(best.params["bert"]["encoder"]) == ["group_0"]
     [record] = inference.load_finetuned(str(tmp_path / "run")).predict(["a great film"])
     assert record["label"] in ("pos", "neg")
+
+
+def test_flops_count_every_applied_layer():
+    """Sharing saves parameters, not FLOPs: 2 layers applied twice cost 4 layers, plus the
+    E -> H projection."""
+    from bert_jax import perf
+    bert = BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=4, num_attention_heads=4,
+                      intermediate_size=64)
+    albert = bert.replace(model_type="albert", embedding_size=32, num_hidden_layers=2,
+                          inner_group_num=2)
+    extra = perf.forward_flops_per_example(albert, 16, 4) - perf.forward_flops_per_example(
+        bert, 16, 4)
+    assert extra == 16 * 2 * 32 * 32

@@ -73,6 +73,7 @@ def test_auto_max_seq_length_covers_95_percent_and_is_recorded(tmp_path, capsys)
     assert saved["max_seq_length"] == 24
 
 
+@pytest.mark.slow
 def test_auto_is_capped_by_the_position_table(tmp_path):
     model = ("{'preset': 'tiny', 'num_hidden_layers': 1, 'hidden_size': 32, "
              "'num_attention_heads': 2, 'intermediate_size': 64, "
