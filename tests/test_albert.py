@@ -225,3 +225,18 @@ def test_flops_count_every_applied_layer():
     extra = perf.forward_flops_per_example(albert, 16, 4) - perf.forward_flops_per_example(
         bert, 16, 4)
     assert extra == 16 * 2 * 32 * 32
+
+
+@pytest.mark.slow
+def test_gradients_are_the_same_scanned_rematerialised_or_unrolled():
+    """The scanned groups accumulate one gradient per shared parameter over their steps."""
+    ids, mask, segments = padded_batch(GROUPED.vocab_size, [7, 4], 7)
+    params = nn.unbox(BertModel(GROUPED).init(jax.random.key(0), ids)["params"])
+
+    def grads(config):
+        loss = lambda p: BertModel(config).apply({"params": p}, ids, mask,
+                                                 segments).sequence_output.sum()
+        return jax.grad(loss)(params)
+
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5),
+                 grads(GROUPED.replace(scan_layers=True, remat_policy="full")), grads(GROUPED))
