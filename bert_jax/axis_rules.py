@@ -12,6 +12,8 @@ DEFAULT_LOGICAL_AXIS_RULES: tuple[tuple[str, Any], ...] = (
     # Parameters.
     ("vocab", "tensor"),
     ("embed", "fsdp"),
+    # ALBERT's embedding width E (128): small, and its [E, H] projection shards H.
+    ("factor_embed", None),
     ("heads", "tensor"),
     ("mlp", "tensor"),
     ("kv", None),

@@ -3,6 +3,9 @@
 A `BertConfig` holds everything the original `bert_config.json` has, plus the
 knobs that change how (not what) the model computes: compute and parameter
 dtypes, rematerialisation, scanned layers and the attention implementation.
+`model_type="albert"` describes ALBERT (Lan et al., 2019) with the same fields plus
+its factorized embeddings (`embedding_size`) and cross-layer sharing
+(`num_hidden_groups`, `inner_group_num`).
 """
 
 from __future__ import annotations
@@ -36,6 +39,9 @@ DTYPES = ("float32", "bfloat16", "float16")
 # "fused": jax.nn.dot_product_attention (cuDNN flash attention on GPU in bf16/fp16),
 # which has no attention-probability dropout. See docs/performance.md.
 ATTENTION_IMPLS = ("einsum", "fused")
+MODEL_TYPES = ("bert", "albert")
+# ALBERT's fields of HF's config.json, with transformers' AlbertConfig defaults.
+_ALBERT_FIELDS = {"embedding_size": 128, "num_hidden_groups": 1, "inner_group_num": 1}
 
 
 class ConfigError(UserError):
@@ -50,6 +56,12 @@ class BertConfig:
     `param_dtype` the storage dtype of parameters (keep float32 for training).
     `attention_impl`: one of ATTENTION_IMPLS; "fused" trains only with
     `attention_probs_dropout_prob=0` (see `check_trainable`).
+
+    ALBERT (`model_type="albert"`): token embeddings of width `embedding_size` (E),
+    projected to `hidden_size`; the layers are `num_hidden_groups` groups of
+    `inner_group_num` layers, group g applied num_hidden_layers / num_hidden_groups
+    times in a row, so one group's parameters serve many layers (all of them in the
+    published models: one group of one layer). BERT leaves these fields at None/1.
     """
 
     vocab_size: int = 30522
@@ -69,6 +81,10 @@ class BertConfig:
     remat_policy: str = "none"
     scan_layers: bool = False
     attention_impl: str = "einsum"
+    model_type: str = "bert"
+    embedding_size: int | None = None
+    num_hidden_groups: int = 1
+    inner_group_num: int = 1
 
     def __post_init__(self):
         for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
@@ -88,6 +104,23 @@ class BertConfig:
         check_choice("dtype", self.dtype, DTYPES)
         check_choice("param_dtype", self.param_dtype, DTYPES)
         check_choice("attention_impl", self.attention_impl, ATTENTION_IMPLS)
+        check_choice("model_type", self.model_type, MODEL_TYPES)
+        self._check_albert_fields()
+
+    def _check_albert_fields(self):
+        names = ("embedding_size", "num_hidden_groups", "inner_group_num")
+        if self.model_type == "bert":
+            if (self.embedding_size, self.num_hidden_groups, self.inner_group_num) != (None, 1, 1):
+                raise ConfigError(f"{', '.join(names)} are ALBERT's: set model_type='albert' "
+                                  "to use them")
+            return
+        for name in names:
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ConfigError(f"{name} must be a positive integer for ALBERT, got {value!r}")
+        if self.num_hidden_layers % self.num_hidden_groups:
+            raise ConfigError(f"num_hidden_layers ({self.num_hidden_layers}) is not a multiple "
+                              f"of num_hidden_groups ({self.num_hidden_groups})")
 
     def check_trainable(self) -> None:
         """Raises ConfigError when this config cannot run with dropout on (training)."""
@@ -101,6 +134,17 @@ class BertConfig:
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
+
+    @property
+    def embedding_width(self) -> int:
+        """The width of the token embeddings: ALBERT's `embedding_size`, else hidden_size."""
+        return self.embedding_size or self.hidden_size
+
+    @property
+    def depth(self) -> int:
+        """Transformer layers applied, each giving a hidden state: num_hidden_layers,
+        times inner_group_num for ALBERT."""
+        return self.num_hidden_layers * self.inner_group_num
 
     def replace(self, **changes) -> "BertConfig":
         return dataclasses.replace(self, **changes)
@@ -119,7 +163,8 @@ class BertConfig:
 
     # --- Google bert_config.json -------------------------------------------------
     def to_google_dict(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in _GOOGLE_FIELDS}
+        albert = _ALBERT_FIELDS if self.model_type == "albert" else {}
+        return {name: getattr(self, name) for name in (*_GOOGLE_FIELDS, *albert)}
 
     @classmethod
     def from_google_dict(cls, values: dict[str, Any], source: str = "bert_config.json"):
@@ -128,10 +173,13 @@ class BertConfig:
 
     # --- Hugging Face config.json ----------------------------------------------------
     def to_hf_dict(self) -> dict[str, Any]:
+        albert = self.model_type == "albert"
         return {
-            "architectures": ["BertForPreTraining"],
-            "model_type": "bert",
+            "architectures": ["AlbertForPreTraining" if albert else "BertForPreTraining"],
+            "model_type": self.model_type,
             **self.to_google_dict(),
+            # transformers' ALBERT drops out before its classifiers at this rate.
+            **({"classifier_dropout_prob": self.hidden_dropout_prob} if albert else {}),
             "layer_norm_eps": self.layer_norm_eps,
             "pad_token_id": 0,
             "position_embedding_type": "absolute",
@@ -141,14 +189,19 @@ class BertConfig:
     @classmethod
     def from_hf_dict(cls, values: dict[str, Any], source: str = "config.json"):
         model_type = values.get("model_type", "bert")
-        if model_type != "bert":
-            raise ConfigError(f"{source}: model_type is {model_type!r}, expected 'bert'")
+        if model_type not in MODEL_TYPES:
+            raise ConfigError(f"{source}: model_type is {model_type!r}, expected one of "
+                              f"{', '.join(MODEL_TYPES)}")
         position_type = values.get("position_embedding_type", "absolute")
         if position_type != "absolute":
             raise ConfigError(f"{source}: position_embedding_type {position_type!r} is not "
                               "supported (BERT uses learned absolute positions)")
-        return cls(**_read_fields(values, _GOOGLE_FIELDS, source,
-                                  optional={"layer_norm_eps": float}))
+        fields = _read_fields(values, _GOOGLE_FIELDS, source, optional={"layer_norm_eps": float})
+        if model_type == "albert":
+            fields.update(_ALBERT_FIELDS)
+            fields.update(_read_fields(values, {}, source,
+                                       optional={name: int for name in _ALBERT_FIELDS}))
+        return cls(model_type=model_type, **fields)
 
     @classmethod
     def from_json_file(cls, path: str | os.PathLike) -> "BertConfig":
@@ -162,10 +215,10 @@ class BertConfig:
             raise ConfigError(f"{path} is not valid JSON: {e}") from None
         if not isinstance(values, dict):
             raise ConfigError(f"{path}: expected a JSON object, got {type(values).__name__}")
-        if "model_type" in values or "architectures" in values:
-            return cls.from_hf_dict(values, source=str(path))
         if set(values) <= {f.name for f in dataclasses.fields(cls)} and "dtype" in values:
             return cls.from_dict(values)
+        if "model_type" in values or "architectures" in values:
+            return cls.from_hf_dict(values, source=str(path))
         return cls.from_google_dict(values, source=str(path))
 
     def save(self, path: str | os.PathLike) -> None:
@@ -215,6 +268,13 @@ def _small_bert(layers: int, hidden: int) -> BertConfig:
                       num_attention_heads=hidden // 64, intermediate_size=4 * hidden)
 
 
+def _albert(layers: int, hidden: int, heads: int, vocab: int, **fields) -> BertConfig:
+    return BertConfig(model_type="albert", embedding_size=128, num_hidden_layers=layers,
+                      hidden_size=hidden, num_attention_heads=heads,
+                      intermediate_size=4 * hidden, vocab_size=vocab, hidden_dropout_prob=0.0,
+                      attention_probs_dropout_prob=0.0, **fields)
+
+
 PRESETS: dict[str, BertConfig] = {
     "bert-base": BertConfig(),
     "bert-large": BertConfig(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
@@ -230,6 +290,14 @@ PRESETS: dict[str, BertConfig] = {
     "tiny": BertConfig(vocab_size=8192, hidden_size=128, num_hidden_layers=2,
                        num_attention_heads=2, intermediate_size=512,
                        max_position_embeddings=512),
+    # ALBERT v2 as Google released it (and transformers' albert-base-v2, albert-large-v2):
+    # E=128, one shared layer, SentencePiece vocabulary of 30000, no dropout.
+    "albert-base-v2": _albert(12, 768, 12, 30000, hidden_act="gelu_new"),
+    "albert-large-v2": _albert(24, 1024, 16, 30000, hidden_act="gelu_new"),
+    # brightmart/albert_zh's Chinese ALBERTs, on BERT's Chinese vocabulary (21128);
+    # albert_tiny_zh is 4 layers of width 312.
+    "albert-tiny-zh": _albert(4, 312, 12, 21128),
+    "albert-base-zh": _albert(12, 768, 12, 21128),
 }
 
 
@@ -241,5 +309,6 @@ def preset(name: str, **overrides) -> BertConfig:
         raise ConfigError(f"unknown model preset {name!r}. Known: "
                           f"bert-base, bert-large, bert-base-chinese, "
                           f"bert-base-multilingual-{{cased,uncased}}, "
-                          f"bert-L{{2..12}}-H{{128..768}}, tiny.{hint}")
+                          f"bert-L{{2..12}}-H{{128..768}}, albert-{{base,large}}-v2, "
+                          f"albert-{{tiny,base}}-zh, tiny.{hint}")
     return PRESETS[name].replace(**overrides)

@@ -110,8 +110,9 @@ def apply_override(config: ml_collections.ConfigDict, key: str, value: Any) -> N
     try:
         node[leaf] = _to_config_value(value)
     except TypeError:
+        # "auto": a number the run derives from its data (fine-tuning's max_seq_length).
         if not (isinstance(value, dict) or isinstance(old, (dict, ml_collections.ConfigDict))
-                or old is None):
+                or old is None or (value == "auto" and isinstance(old, int))):
             raise UserError(f"config key {key!r} expects {type(old).__name__} (like {old!r}), "
                             f"got {type(value).__name__} {value!r}") from None
         with node.ignore_type():

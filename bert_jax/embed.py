@@ -60,9 +60,9 @@ def _embed_batch(params, ids, mask, *, config: BertConfig, pooling: str, layer: 
 
 
 def _layer_index(flag: str, layer: int, config: BertConfig) -> int:
-    """`layer` as an index into hidden_states (0 the embeddings .. num_hidden_layers);
-    negative values count from the last."""
-    n = config.num_hidden_layers
+    """`layer` as an index into hidden_states (0 the embeddings .. config.depth, the layers
+    applied); negative values count from the last."""
+    n = config.depth
     if not -n - 1 <= layer <= n:
         raise UserError(f"{flag} {layer} is out of range for a model with {n} layers "
                         f"(0..{n}, or -{n + 1}..-1 from the last)")
@@ -96,7 +96,7 @@ def embed_texts(model: pretrained.Pretrained, texts: Sequence[str], *, pooling: 
     if pooling not in POOLINGS:
         raise ValueError(f"unknown pooling {pooling!r}; choose from {', '.join(POOLINGS)}")
     layer = _layer_index("--layer", layer, config)
-    layer = -1 if layer == config.num_hidden_layers else layer
+    layer = -1 if layer == config.depth else layer
     if pooling == "pooler" and (layer != -1 or "pooler" not in model.params["bert"]):
         raise ValueError("--pooling pooler needs the last layer and a model with a pooler")
     tokenizer, max_seq_length = _tokenizer(model, config, batch_size, max_seq_length)

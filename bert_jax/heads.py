@@ -15,8 +15,8 @@ import jax.numpy as jnp
 
 from bert_jax.config import BertConfig, check_choice
 from bert_jax.dropout import Dropout
-from bert_jax.model import (BertModel, BertOutput, activation, dense_init, gather_positions,
-                            layer_norm, mean_pool, zeros_init)
+from bert_jax.model import (BertModel, BertOutput, activation, dense_init, embedding_axis,
+                            gather_positions, layer_norm, mean_pool, zeros_init)
 
 Array = jax.Array
 
@@ -29,15 +29,18 @@ def _dense(config: BertConfig, features: int, out_axis: str, name: str) -> nn.De
 
 class MaskedLMHead(nn.Module):
     """Dense + activation + LayerNorm, then the decoder tied to the word
-    embeddings with its own output bias: [..., H] -> [..., V]."""
+    embeddings with its own output bias: [..., H] -> [..., V]. ALBERT's dense maps H to
+    the embedding width E, which its decoder reads."""
 
     config: BertConfig
 
     @nn.compact
     def __call__(self, x: Array, word_embeddings: Array) -> Array:
         c = self.config
-        x = _dense(c, c.hidden_size, "mlp", "transform")(x)
-        x = layer_norm(c, "transform_layer_norm")(activation(c.hidden_act)(x))
+        width = embedding_axis(c)
+        x = _dense(c, c.embedding_width, width if c.model_type == "albert" else "mlp",
+                   "transform")(x)
+        x = layer_norm(c, "transform_layer_norm", width)(activation(c.hidden_act)(x))
         bias = self.param("output_bias", zeros_init(("vocab",)), (c.vocab_size,),
                           c.param_dtype)
         logits = jnp.einsum("...h,vh->...v", x, word_embeddings.astype(c.dtype))
@@ -60,7 +63,9 @@ class BertForPreTraining(nn.Module):
     """BERT's pretraining model. The MLM head runs only at the masked positions
     when they are given, which saves most of the [B, L, V] decoder matmul.
     `next_sentence_prediction=False`: MLM only, no `nsp` parameters (the pooler stays,
-    so the encoder's parameters are those of any BERT)."""
+    so the encoder's parameters are those of any BERT). For ALBERT the `nsp` head is its
+    sentence-order head (SOP), the same 2-way classifier on the pooled [CLS]: which task
+    it learns is the data's (`create-data --sentence_order_prediction`)."""
 
     config: BertConfig
     next_sentence_prediction: bool = True

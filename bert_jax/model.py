@@ -34,12 +34,20 @@ def zeros_init(axes):
     return nn.with_logical_partitioning(nn.initializers.zeros_init(), axes)
 
 
-def layer_norm(config: BertConfig, name: str) -> nn.LayerNorm:
+def layer_norm(config: BertConfig, name: str, axis: str = "embed") -> nn.LayerNorm:
+    """`axis`: the logical name of the normalised dimension ("factor_embed" for ALBERT's
+    embedding width)."""
     # Statistics are computed in float32 whatever the compute dtype.
     return nn.LayerNorm(
         epsilon=config.layer_norm_eps, dtype=config.dtype, param_dtype=config.param_dtype,
-        scale_init=nn.with_logical_partitioning(nn.initializers.ones_init(), ("embed",)),
-        bias_init=zeros_init(("embed",)), name=name)
+        scale_init=nn.with_logical_partitioning(nn.initializers.ones_init(), (axis,)),
+        bias_init=zeros_init((axis,)), name=name)
+
+
+def embedding_axis(config: BertConfig) -> str:
+    """The logical name of the token embeddings' width: ALBERT's E is "factor_embed" (its
+    [E, H] projection shards H as "embed"; a mesh axis can shard one dimension only)."""
+    return "factor_embed" if config.model_type == "albert" else "embed"
 
 
 def activation(name: str):
@@ -80,7 +88,8 @@ def one_hot_lookup(table: Array, ids: Array, dtype) -> Array:
 
 
 class Embeddings(nn.Module):
-    """Word + learned absolute position + token type embeddings, LayerNorm, dropout.
+    """Word + learned absolute position + token type embeddings, LayerNorm, dropout;
+    for ALBERT of width `embedding_size`, then projected to hidden_size.
 
     Only the word embeddings are a gather: with ~30k rows a one-hot matmul would
     cost more than a whole layer, and its gradient's scatter spreads over many rows
@@ -92,16 +101,21 @@ class Embeddings(nn.Module):
 
     def setup(self):
         c = self.config
-        embed = functools.partial(nn.Embed, features=c.hidden_size, dtype=c.dtype,
+        width = embedding_axis(c)
+        embed = functools.partial(nn.Embed, features=c.embedding_width, dtype=c.dtype,
                                   param_dtype=c.param_dtype)
         self.word_embeddings = embed(
-            c.vocab_size, embedding_init=dense_init(c, ("vocab", "embed")))
+            c.vocab_size, embedding_init=dense_init(c, ("vocab", width)))
         self.position_embeddings = embed(
-            c.max_position_embeddings, embedding_init=dense_init(c, ("position", "embed")))
+            c.max_position_embeddings, embedding_init=dense_init(c, ("position", width)))
         self.token_type_embeddings = embed(
-            c.type_vocab_size, embedding_init=dense_init(c, ("token_type", "embed")))
-        self.layer_norm = layer_norm(c, "layer_norm")
+            c.type_vocab_size, embedding_init=dense_init(c, ("token_type", width)))
+        self.layer_norm = layer_norm(c, "layer_norm", width)
         self.dropout = Dropout(c.hidden_dropout_prob)
+        if c.model_type == "albert":
+            self.projection = nn.Dense(c.hidden_size, dtype=c.dtype, param_dtype=c.param_dtype,
+                                       kernel_init=dense_init(c, (width, "embed")),
+                                       bias_init=zeros_init(("embed",)))
 
     def __call__(self, input_ids, segment_ids, position_ids, deterministic: bool):
         """position_ids None: 0..L-1 in every row, a slice of the table broadcast over the
@@ -117,11 +131,14 @@ class Embeddings(nn.Module):
         token_types = one_hot_lookup(self.token_type_embeddings.embedding, segment_ids, c.dtype)
         x = self.word_embeddings(input_ids) + positions + token_types
         x = self.dropout(self.layer_norm(x), deterministic=deterministic)
+        if c.model_type == "albert":
+            x = self.projection(x)
         return nn.with_logical_constraint(
             x, ("activation_batch", "activation_length", "activation_embed"))
 
     def attend(self, x: Array) -> Array:
-        """Logits against the word embedding table (the tied MLM decoder): [..., H] -> [..., V]."""
+        """Logits against the word embedding table (the tied MLM decoder): [..., E] -> [..., V]
+        (E = hidden_size but for ALBERT)."""
         return self.word_embeddings.attend(x)
 
 
@@ -249,9 +266,35 @@ _REMAT_POLICIES = {
 }
 
 
+class LayerGroup(nn.Module):
+    """ALBERT's group of `inner_group_num` layers (`layer_0`, ...), applied in turn; the
+    encoder applies a group several times with the same parameters. Returns the new
+    hidden states and, like `Layer`, the per-layer outputs asked for (tuples over the
+    group's layers)."""
+
+    config: BertConfig
+    output_hidden_states: bool = False
+    output_attentions: bool = False
+
+    @nn.compact
+    def __call__(self, x, mask, deterministic: bool):
+        per_layer = []
+        for k in range(self.config.inner_group_num):
+            x, extras = Layer(self.config, self.output_hidden_states, self.output_attentions,
+                              name=f"layer_{k}")(x, mask, deterministic)
+            per_layer.append(extras)
+        hidden = tuple(h for h, _ in per_layer) if self.output_hidden_states else None
+        probs = tuple(p for _, p in per_layer) if self.output_attentions else None
+        return x, (hidden, probs)
+
+
 class Encoder(nn.Module):
     """A stack of layers: unrolled (`layer_0`, `layer_1`, ...) or one `nn.scan` over
-    `layers` (parameters stacked on a leading `layers` axis; faster compiles)."""
+    `layers` (parameters stacked on a leading `layers` axis; faster compiles).
+
+    ALBERT: `group_0` .. `group_{G-1}` (`LayerGroup`), each applied L/G times in a row with
+    one set of parameters, whatever `scan_layers`; scanned, the L/G applications are one
+    `nn.scan` that broadcasts the group's parameters to every step (not L/G copies)."""
 
     config: BertConfig
     output_hidden_states: bool = False
@@ -261,6 +304,8 @@ class Encoder(nn.Module):
     @nn.compact
     def __call__(self, x, mask, deterministic: bool):
         c = self.config
+        if c.model_type == "albert":
+            return self._shared_groups(x, mask, deterministic)
         layer_cls = Layer
         if c.remat_policy != "none":
             layer_cls = nn.remat(Layer, policy=_REMAT_POLICIES[c.remat_policy],
@@ -289,6 +334,38 @@ class Encoder(nn.Module):
             probs = tuple(p for _, p in per_layer) if self.output_attentions else None
         return x, hidden, probs
 
+    def _shared_groups(self, x, mask, deterministic: bool):
+        """ALBERT's layers: (x, hidden states, attentions) over every application, in order."""
+        c = self.config
+        group_cls = LayerGroup
+        if c.remat_policy != "none":
+            group_cls = nn.remat(LayerGroup, policy=_REMAT_POLICIES[c.remat_policy],
+                                 static_argnums=(3,), prevent_cse=not c.scan_layers)
+        repeats = c.num_hidden_layers // c.num_hidden_groups
+        hidden, probs = [], []
+        for g in range(c.num_hidden_groups):
+            if c.scan_layers:
+                scanned = nn.scan(group_cls, variable_broadcast="params",
+                                  split_rngs={"params": False, "dropout": True},
+                                  in_axes=(nn.broadcast, nn.broadcast), length=repeats)
+                x, (h, p) = scanned(c, self.output_hidden_states, self.output_attentions,
+                                    name=f"group_{g}")(x, mask, deterministic)
+                # Per inner layer [repeats, ...] -> application order (step, then layer).
+                h = None if h is None else [s[i] for i in range(repeats) for s in h]
+                p = None if p is None else [s[i] for i in range(repeats) for s in p]
+            else:
+                group = group_cls(c, self.output_hidden_states, self.output_attentions,
+                                  name=f"group_{g}")
+                h, p = [], []
+                for _ in range(repeats):
+                    x, (step_h, step_p) = group(x, mask, deterministic)
+                    h += step_h or []
+                    p += step_p or []
+            hidden += h or []
+            probs += p or []
+        return (x, tuple(hidden) if self.output_hidden_states else None,
+                tuple(probs) if self.output_attentions else None)
+
 
 @flax.struct.dataclass
 class BertOutput:
@@ -316,7 +393,8 @@ class BertModel(nn.Module):
     queries, output projection and feed-forward run on one position instead of L
     (exactly the same pooled output, a 1/num_layers cut of the encoder's FLOPs, less
     the keys and values); `sequence_output` is then [B, 1, H]. Ignored when hidden
-    states or attentions are asked for.
+    states or attentions are asked for, and for ALBERT (its last layer shares its
+    parameters with the others).
     """
 
     config: BertConfig

@@ -27,13 +27,17 @@ def forward_flops_per_example(config: BertConfig, seq_length: int,
                               num_predictions: int | None) -> float:
     """Matmul FLOPs of one forward pass of BertForPreTraining on one row.
 
-    num_predictions: MLM outputs per row (None: every position).
+    num_predictions: MLM outputs per row (None: every position). ALBERT: every applied
+    layer counts (sharing saves parameters, not FLOPs), plus the E -> H projection, and
+    the MLM head decodes at width E.
     """
-    h, i, n = config.hidden_size, config.intermediate_size, seq_length
+    h, i, n, e = (config.hidden_size, config.intermediate_size, seq_length,
+                  config.embedding_width)
     per_layer = n * (2 * 4 * h * h + 2 * 2 * h * i) + 2 * 2 * n * n * h  # dense + attention
-    mlm = (num_predictions or n) * (2 * h * h + 2 * h * config.vocab_size)
+    mlm = (num_predictions or n) * (2 * h * e + 2 * e * config.vocab_size)
     pooler_nsp = 2 * h * h + 2 * h * 2
-    return config.num_hidden_layers * per_layer + mlm + pooler_nsp
+    projection = n * 2 * e * h if config.model_type == "albert" else 0
+    return config.depth * per_layer + mlm + pooler_nsp + projection
 
 
 def train_flops_per_example(config: BertConfig, seq_length: int,

@@ -295,6 +295,9 @@ def data_options(config: ml_collections.ConfigDict, files: list[str], vocabulary
             "whole_word_masking": config.whole_word_masking,
             "static_masking": not config.dynamic_masking, "seed": config.seed,
             "next_sentence_prediction": config.next_sentence_prediction,
+            # Only when on: data converted before the option existed stays valid.
+            **({"sentence_order_prediction": True} if config.sentence_order_prediction
+               else {}),
             "num_shards": num_shards,
             "inputs": [[os.path.relpath(f, corpus.CORPUS_DIR), os.path.getsize(f)] if embedded
                        else [os.path.abspath(f), os.path.getsize(f), os.stat(f).st_mtime_ns]
@@ -338,7 +341,8 @@ def prepare_input_files(config: ml_collections.ConfigDict, workdir: str, tokeniz
                             random_seed=config.seed,
                             do_whole_word_mask=config.whole_word_masking,
                             static_masking=not config.dynamic_masking,
-                            next_sentence_prediction=config.next_sentence_prediction),
+                            next_sentence_prediction=config.next_sentence_prediction,
+                            sentence_order_prediction=config.sentence_order_prediction),
                 # Workers would re-import an unguarded __main__ script.
                 num_workers=1, progress=False)
             with open(os.path.join(tmp, DATA_OPTIONS_FILE), "w", encoding="utf-8") as f:
@@ -361,7 +365,8 @@ def make_iterator(config, files, tokenizer, *, split: str, state: dict | None = 
         dynamic_masking=config.dynamic_masking, whole_word_masking=config.whole_word_masking,
         pack=config.pack, seed=config.seed, split=split, repeat=split == "train",
         eval_fraction=config.eval_fraction,
-        next_sentence_prediction=config.next_sentence_prediction)
+        next_sentence_prediction=config.next_sentence_prediction,
+        sentence_order_prediction=config.sentence_order_prediction)
     return make_pretrain_iterator(files, options, process_index=process_index,
                                   process_count=process_count, tokenizer=tokenizer, state=state)
 
@@ -424,6 +429,9 @@ def validate_config(config: ml_collections.ConfigDict, bert_config: BertConfig,
     if config.max_predictions_per_seq > config.max_seq_length:
         raise UserError(f"max_predictions_per_seq {config.max_predictions_per_seq} exceeds "
                         f"max_seq_length {config.max_seq_length}")
+    if config.sentence_order_prediction and not config.next_sentence_prediction:
+        raise UserError("sentence_order_prediction trains the sentence-pair head: it needs "
+                        "next_sentence_prediction=True")
     check_inputs_fit(bert_config, f"model {_describe(config.model)}",
                      max_seq_length=config.max_seq_length, vocab_size=vocab_size)
     check_divisible("global_batch_size", config.global_batch_size,

@@ -239,9 +239,10 @@ def label_names(task: dict[str, Any] | None) -> list[str] | None:
 
 def to_scanned(params: dict[str, Any]) -> dict[str, Any]:
     """Stacks `[bert/]encoder/layer_i` into `[bert/]encoder/layers` (no-op if already
-    scanned). Accepts the params of a task model or of a bare `BertModel`."""
+    scanned, and for ALBERT, whose shared `group_g` have one layout either way). Accepts
+    the params of a task model or of a bare `BertModel`."""
     encoder = _encoder(params)
-    if "layers" in encoder:
+    if "layers" in encoder or "layer_0" not in encoder:
         return params
     layers = [encoder[f"layer_{i}"] for i in range(len(encoder))]
     stacked = jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *layers)

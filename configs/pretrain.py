@@ -57,6 +57,10 @@ def get_config(variant: str | None = None) -> ml_collections.ConfigDict:
     # FULL-SENTENCES). TFRecords must be made to match (create-data
     # --no_next_sentence_prediction); raw text is converted to match.
     c.next_sentence_prediction = True
+    # True: ALBERT's sentence-order prediction (SOP) instead of NSP: the pairs are two
+    # consecutive spans, swapped half the time, and the pair head learns which (TFRecords
+    # from create-data --sentence_order_prediction; raw text is converted to match).
+    c.sentence_order_prediction = False
     # Distillation on MLM logits (DistilBERT): a pretrained model dir or pretraining
     # workdir with an MLM head, reading this run's vocabulary. The loss becomes
     # alpha * MLM + (1 - alpha) * T^2 * KL(teacher/T || student/T) (+ NSP).

@@ -103,3 +103,23 @@ def test_global_batch_is_split_over_data_and_fsdp():
     assert batch["x"].shape == (8, 2)
     assert batch["x"].addressable_shards[0].data.shape == (2, 2)
     assert sharding.batch_size_multiple(mesh) == 4
+
+
+ALBERT = CONFIG.replace(model_type="albert", embedding_size=16, num_hidden_layers=2,
+                        scan_layers=True)
+
+
+def test_albert_shares_its_layer_and_trains_on_a_mixed_mesh_like_one_device():
+    """ALBERT's factorized embeddings and one shared layer, scanned, under the default rules:
+    the E-wide tables are split over the vocabulary only, the projection over fsdp."""
+    ref_losses, ref_params, _ = run({"data": 1}, devices=jax.devices()[:1], config=ALBERT)
+    losses, params, state = run({"data": 2, "fsdp": 2, "tensor": 2}, config=ALBERT)
+    np.testing.assert_allclose(losses, ref_losses, atol=1e-5, rtol=1e-5)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5),
+                 params, ref_params)
+    embeddings = state.params["bert"]["embeddings"]
+    P = jax.sharding.PartitionSpec
+    assert embeddings["word_embeddings"]["embedding"].sharding.spec == P("tensor", None)
+    assert embeddings["projection"]["kernel"].sharding.spec == P(None, "fsdp")
+    query = state.params["bert"]["encoder"]["group_0"]["layer_0"]["attention"]["query"]
+    assert query["kernel"].shape == (32, 8, 4)  # one layer, no stacked `layers` axis

@@ -54,15 +54,27 @@ def _hf_task(hf_dir: str) -> dict[str, Any] | None:
     looks like a one-label sequence classifier, so config.json's `architectures` says."""
     with open(os.path.join(hf_dir, "config.json"), encoding="utf-8") as f:
         architectures = json.load(f).get("architectures") or []
-    return {"kind": "multiple_choice"} if "BertForMultipleChoice" in architectures else None
+    multiple_choice = {"BertForMultipleChoice", "AlbertForMultipleChoice"} & set(architectures)
+    return {"kind": "multiple_choice"} if multiple_choice else None
+
+
+def _hf_vocab(hf_dir: str) -> str:
+    vocab = os.path.join(hf_dir, "vocab.txt")
+    if not os.path.exists(vocab) and os.path.exists(os.path.join(hf_dir, "spiece.model")):
+        raise ValueError(f"{hf_dir} has ALBERT's SentencePiece spiece.model and no vocab.txt: "
+                         "bert_jax reads SentencePiece models with [PAD]/[UNK] pieces only "
+                         "(spiece.model has <pad>/<unk>); ALBERTs on a WordPiece vocab.txt, "
+                         "as albert_zh's, convert")
+    return vocab
 
 
 def from_hf(hf_dir: str, out: str, overwrite: bool = False) -> pretrained.Pretrained:
-    """Converts an HF BERT directory (config.json, weights, vocab.txt) to a model directory."""
+    """Converts an HF BERT or ALBERT directory (config.json, weights, vocab.txt) to a model
+    directory."""
     from bert_jax.convert.hf import load_hf_dir
 
     config, params = load_hf_dir(hf_dir)
-    return _save_with_vocab(os.path.join(hf_dir, "vocab.txt"), _hf_do_lower_case(hf_dir),
+    return _save_with_vocab(_hf_vocab(hf_dir), _hf_do_lower_case(hf_dir),
                             config, params, out, _hf_task(hf_dir), overwrite)
 
 
@@ -132,6 +144,11 @@ def to_hf(checkpoint: str, out: str, overwrite: bool = False) -> list[str]:
     if architecture == "BertForSequenceClassification" and pooling != "pooler":
         raise ValueError(f"{checkpoint}: the classifier reads {pooling}-pooled states, but transformers' BertForSequenceClassification "
                          "reads the pooler; export it with `bert-jax export` instead")
+    if model.config.model_type == "albert":
+        if architecture == "BertForNextSentencePrediction":
+            raise ValueError(f"{checkpoint}: transformers has no ALBERT class for a "
+                             "sentence-order head without the MLM head")
+        architecture = architecture.replace("Bert", "Albert", 1)  # the same heads
     notes = []
     if not keeps_pooler and "pooler" in params["bert"]:
         params["bert"] = {k: v for k, v in params["bert"].items() if k != "pooler"}

@@ -1,9 +1,11 @@
-"""Hugging Face BERT checkpoints (`config.json` + `model.safetensors` or
+"""Hugging Face BERT and ALBERT checkpoints (`config.json` + `model.safetensors` or
 `pytorch_model.bin`) to and from our parameter trees.
 
 The mapping is one table of (HF tensor name, our parameter path, layout). HF
 stores linear weights as [out, in]; we store kernels as [in, out], with the
-attention projections split into [H, heads, head_dim].
+attention projections split into [H, heads, head_dim]. ALBERT's tensors map onto the
+same tree: its `sop_classifier` is our `nsp` head, its `albert_layer_groups.g.
+albert_layers.k` our `encoder/group_g/layer_k`.
 """
 
 from __future__ import annotations
@@ -17,10 +19,22 @@ import numpy as np
 from bert_jax import pretrained
 from bert_jax.config import BertConfig
 
-# Tensors HF writes that carry no information of their own.
-_DERIVED = ("embeddings.position_ids", "cls.predictions.decoder.weight",
-            "cls.predictions.decoder.bias")
-_HEAD_PREFIXES = ("cls.", "classifier.", "qa_outputs.")
+# Per model type: the encoder's prefix, the heads' prefixes, the tensors HF writes that
+# carry no information of their own, and the names that tell which heads are present.
+_NAMES = {
+    "bert": {"encoder": "bert.", "heads": ("cls.", "classifier.", "qa_outputs."),
+             "derived": ("embeddings.position_ids", "cls.predictions.decoder.weight",
+                         "cls.predictions.decoder.bias"),
+             "pooler": "bert.pooler.dense.weight",
+             "mlm": "cls.predictions.transform.dense.weight",
+             "nsp": "cls.seq_relationship.weight", "decoder": "cls.predictions.decoder"},
+    "albert": {"encoder": "albert.",
+               "heads": ("predictions.", "sop_classifier.", "classifier.", "qa_outputs."),
+               "derived": ("embeddings.position_ids", "embeddings.token_type_ids",
+                           "predictions.decoder.weight", "predictions.decoder.bias"),
+               "pooler": "albert.pooler.weight", "mlm": "predictions.dense.weight",
+               "nsp": "sop_classifier.classifier.weight", "decoder": "predictions.decoder"},
+}
 
 
 class CheckpointMismatchError(ValueError):
@@ -57,8 +71,9 @@ def _layer_norm(hf, path, size):
 def _entries(config: BertConfig, heads: Mapping[str, int]) -> list[_Entry]:
     """The table for the encoder plus the given heads ({'mlm': V, 'nsp': 2, 'classifier': n,
     'qa_outputs': 2})."""
-    h, n, d, i = (config.hidden_size, config.num_attention_heads, config.head_dim,
-                  config.intermediate_size)
+    if config.model_type == "albert":
+        return _albert_entries(config, heads)
+    h = config.hidden_size
     e = "bert.embeddings"
     out = [
         _Entry(f"{e}.word_embeddings.weight", ("bert", "embeddings", "word_embeddings",
@@ -72,17 +87,8 @@ def _entries(config: BertConfig, heads: Mapping[str, int]) -> list[_Entry]:
         *_layer_norm(f"{e}.LayerNorm", ("bert", "embeddings", "layer_norm"), h),
     ]
     for k in range(config.num_hidden_layers):
-        hf, ours = f"bert.encoder.layer.{k}", ("bert", "encoder", f"layer_{k}")
-        for proj in ("query", "key", "value"):
-            out += _linear(f"{hf}.attention.self.{proj}", (*ours, "attention", proj), h, h,
-                           out_shape=(n, d))
-        out += _linear(f"{hf}.attention.output.dense", (*ours, "attention", "output"), h, h,
-                       in_shape=(n, d))
-        out += _layer_norm(f"{hf}.attention.output.LayerNorm", (*ours, "attention_layer_norm"),
-                           h)
-        out += _linear(f"{hf}.intermediate.dense", (*ours, "intermediate"), h, i)
-        out += _linear(f"{hf}.output.dense", (*ours, "output"), i, h)
-        out += _layer_norm(f"{hf}.output.LayerNorm", (*ours, "output_layer_norm"), h)
+        out += _attention_and_ffn(f"bert.encoder.layer.{k}", ("bert", "encoder", f"layer_{k}"),
+                                  config, _BERT_LAYER)
     if "pooler" in heads:
         out += _linear("bert.pooler.dense", ("bert", "pooler"), h, h)
     if "mlm" in heads:
@@ -99,29 +105,88 @@ def _entries(config: BertConfig, heads: Mapping[str, int]) -> list[_Entry]:
     return out
 
 
-def _normalise_names(state: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """HF names as BertFor* writes them: `bert.` before encoder tensors, LayerNorm
-    `weight`/`bias` (old checkpoints say `gamma`/`beta`)."""
+def _attention_and_ffn(hf: str, ours: tuple[str, ...], config: BertConfig,
+                       names: Mapping[str, str]) -> list[_Entry]:
+    """One transformer layer; `names` gives HF's names of its parts."""
+    h, n, d, i = (config.hidden_size, config.num_attention_heads, config.head_dim,
+                  config.intermediate_size)
+    out = []
+    for proj in ("query", "key", "value"):
+        out += _linear(f"{hf}.{names['qkv']}.{proj}", (*ours, "attention", proj), h, h,
+                       out_shape=(n, d))
+    out += _linear(f"{hf}.{names['attention_output']}", (*ours, "attention", "output"), h, h,
+                   in_shape=(n, d))
+    out += _layer_norm(f"{hf}.{names['attention_norm']}", (*ours, "attention_layer_norm"), h)
+    out += _linear(f"{hf}.{names['intermediate']}", (*ours, "intermediate"), h, i)
+    out += _linear(f"{hf}.{names['output']}", (*ours, "output"), i, h)
+    out += _layer_norm(f"{hf}.{names['output_norm']}", (*ours, "output_layer_norm"), h)
+    return out
+
+
+_BERT_LAYER = {"qkv": "attention.self", "attention_output": "attention.output.dense",
+               "attention_norm": "attention.output.LayerNorm", "intermediate": "intermediate.dense",
+               "output": "output.dense", "output_norm": "output.LayerNorm"}
+_ALBERT_LAYER = {"qkv": "attention", "attention_output": "attention.dense",
+                 "attention_norm": "attention.LayerNorm", "intermediate": "ffn",
+                 "output": "ffn_output", "output_norm": "full_layer_layer_norm"}
+
+
+def _albert_entries(config: BertConfig, heads: Mapping[str, int]) -> list[_Entry]:
+    """`_entries` for transformers' Albert* models."""
+    h, e = config.hidden_size, config.embedding_width
+    emb, ours = "albert.embeddings", ("bert", "embeddings")
+    out = [
+        _Entry(f"{emb}.word_embeddings.weight", (*ours, "word_embeddings", "embedding"),
+               (config.vocab_size, e)),
+        _Entry(f"{emb}.position_embeddings.weight", (*ours, "position_embeddings", "embedding"),
+               (config.max_position_embeddings, e)),
+        _Entry(f"{emb}.token_type_embeddings.weight",
+               (*ours, "token_type_embeddings", "embedding"), (config.type_vocab_size, e)),
+        *_layer_norm(f"{emb}.LayerNorm", (*ours, "layer_norm"), e),
+        *_linear("albert.encoder.embedding_hidden_mapping_in", (*ours, "projection"), e, h),
+    ]
+    for g in range(config.num_hidden_groups):
+        for k in range(config.inner_group_num):
+            out += _attention_and_ffn(
+                f"albert.encoder.albert_layer_groups.{g}.albert_layers.{k}",
+                ("bert", "encoder", f"group_{g}", f"layer_{k}"), config, _ALBERT_LAYER)
+    if "pooler" in heads:
+        out += _linear("albert.pooler", ("bert", "pooler"), h, h)
+    if "mlm" in heads:
+        out += _linear("predictions.dense", ("mlm", "transform"), h, e)
+        out += _layer_norm("predictions.LayerNorm", ("mlm", "transform_layer_norm"), e)
+        out.append(_Entry("predictions.bias", ("mlm", "output_bias"), (config.vocab_size,)))
+    if "nsp" in heads:
+        out += _linear("sop_classifier.classifier", ("nsp",), h, 2)
+    if "classifier" in heads:
+        out += _linear("classifier", ("classifier",), h, heads["classifier"])
+    if "qa_outputs" in heads:
+        out += _linear("qa_outputs", ("qa_outputs",), h, 2)
+    return out
+
+
+def _normalise_names(state: Mapping[str, np.ndarray],
+                     model_type: str = "bert") -> dict[str, np.ndarray]:
+    """HF names as BertFor* (AlbertFor*) writes them: `bert.` (`albert.`) before encoder
+    tensors, LayerNorm `weight`/`bias` (old checkpoints say `gamma`/`beta`)."""
+    names = _NAMES[model_type]
     out = {}
     for name, value in state.items():
-        if not name.startswith(("bert.", *_HEAD_PREFIXES)):
-            name = "bert." + name
+        if not name.startswith((names["encoder"], *names["heads"])):
+            name = names["encoder"] + name
         if "LayerNorm" in name:
             name = name.replace(".gamma", ".weight").replace(".beta", ".bias")
         out[name] = np.asarray(value)
     return out
 
 
-def detect_heads(names) -> dict[str, Any]:
+def detect_heads(names, model_type: str = "bert") -> dict[str, Any]:
     """Which heads a set of (normalised) HF tensor names contains."""
-    names = set(names)
+    names, known = set(names), _NAMES[model_type]
     heads: dict[str, Any] = {}
-    if "bert.pooler.dense.weight" in names:
-        heads["pooler"] = True
-    if "cls.predictions.transform.dense.weight" in names:
-        heads["mlm"] = True
-    if "cls.seq_relationship.weight" in names:
-        heads["nsp"] = True
+    for head in ("pooler", "mlm", "nsp"):
+        if known[head] in names:
+            heads[head] = True
     if "qa_outputs.weight" in names:
         heads["qa_outputs"] = True
     return heads
@@ -132,24 +197,26 @@ def params_from_hf(state: Mapping[str, np.ndarray], config: BertConfig) -> dict[
 
     Raises CheckpointMismatchError naming every missing, unexpected or mis-shaped tensor.
     """
-    state = _normalise_names(state)
-    heads = detect_heads(state)
+    names = _NAMES[config.model_type]
+    state = _normalise_names(state, config.model_type)
+    heads = detect_heads(state, config.model_type)
     if "classifier.weight" in state:
         heads["classifier"] = state["classifier.weight"].shape[0]
     entries = _entries(config, heads)
     expected = {e.hf_name for e in entries}
     problems = [f"missing tensor {name}" for name in sorted(expected - set(state))]
     problems += [f"unexpected tensor {name}" for name in sorted(set(state) - expected)
-                 if not name.endswith(_DERIVED)]
+                 if not name.endswith(names["derived"])]
     problems += [f"tensor {e.hf_name} has shape {tuple(state[e.hf_name].shape)}, the config "
                  f"implies {e.hf_shape}" for e in entries
                  if e.hf_name in state and tuple(state[e.hf_name].shape) != e.hf_shape]
-    decoder = state.get("cls.predictions.decoder.weight")
-    word = state.get("bert.embeddings.word_embeddings.weight")
+    decoder = state.get(f"{names['decoder']}.weight")
+    word_name = f"{names['encoder']}embeddings.word_embeddings.weight"
+    word = state.get(word_name)
     if decoder is not None and word is not None and decoder.shape == word.shape \
             and not np.array_equal(decoder, word):
-        problems.append("tensor cls.predictions.decoder.weight is not tied to "
-                        "bert.embeddings.word_embeddings.weight; BERT's decoder is tied")
+        problems.append(f"tensor {names['decoder']}.weight is not tied to {word_name}; "
+                        f"{config.model_type.upper()}'s decoder is tied")
     if problems:
         raise CheckpointMismatchError("checkpoint does not match the config:\n  "
                                       + "\n  ".join(problems))
@@ -163,7 +230,8 @@ def params_from_hf(state: Mapping[str, np.ndarray], config: BertConfig) -> dict[
 
 
 def params_to_hf(params: Mapping[str, Any], config: BertConfig) -> dict[str, np.ndarray]:
-    """Our parameter tree (any layout, any heads) -> HF state dict with BertFor* names."""
+    """Our parameter tree (any layout, any heads) -> HF state dict with BertFor* (for ALBERT
+    AlbertFor*) names."""
     params = pretrained.to_unscanned(dict(params))
     heads: dict[str, Any] = {k: True for k in ("mlm", "nsp", "qa_outputs") if k in params}
     if "pooler" in params["bert"]:
@@ -177,8 +245,10 @@ def params_to_hf(params: Mapping[str, Any], config: BertConfig) -> dict[str, np.
             node = node[key]
         state[e.hf_name] = np.ascontiguousarray(e.to_hf(np.asarray(node, np.float32)))
     if "mlm" in heads:
-        state["cls.predictions.decoder.weight"] = state["bert.embeddings.word_embeddings.weight"]
-        state["cls.predictions.decoder.bias"] = state["cls.predictions.bias"]
+        names = _NAMES[config.model_type]
+        decoder, encoder = names["decoder"], names["encoder"]
+        state[f"{decoder}.weight"] = state[f"{encoder}embeddings.word_embeddings.weight"]
+        state[f"{decoder}.bias"] = state[decoder.replace("decoder", "bias")]
     return state
 
 
@@ -199,7 +269,7 @@ def read_state_dict(directory: str | os.PathLike) -> dict[str, np.ndarray]:
 
 
 def load_hf_dir(directory: str | os.PathLike, **config_overrides):
-    """Reads an HF BERT directory: returns (config, params)."""
+    """Reads an HF BERT or ALBERT directory: returns (config, params)."""
     config_path = os.path.join(directory, "config.json")
     if not os.path.exists(config_path):
         raise FileNotFoundError(f"no config.json in {directory}")
@@ -214,8 +284,9 @@ def save_hf_dir(directory: str | os.PathLike, config: BertConfig, params: Mappin
     os.makedirs(directory, exist_ok=True)
     state = params_to_hf(params, config)
     # safetensors refuses tensors that share memory: the tied decoder is re-derived on load.
-    state.pop("cls.predictions.decoder.weight", None)
-    state.pop("cls.predictions.decoder.bias", None)
+    decoder = _NAMES[config.model_type]["decoder"]
+    state.pop(f"{decoder}.weight", None)
+    state.pop(f"{decoder}.bias", None)
     hf_config = config.to_hf_dict()
     if architecture:
         hf_config["architectures"] = [architecture]

@@ -4,7 +4,10 @@ With `--no_next_sentence_prediction` the rows are MLM-only, RoBERTa's FULL-SENTE
 [CLS] contiguous sentences [SEP], filled up to max_seq_length, crossing into the next
 document of the same input file with a [SEP] between them; all segment 0, no
 next_sentence_labels feature (which is how the pipeline tells the two kinds apart).
-short_seq_prob applies to NSP pairs only; each of the dupe_factor copies of an
+With `--sentence_order_prediction` the pairs are ALBERT's sentence-order pairs (two
+consecutive spans of a document, swapped with p=0.5; see `instances`), labelled in a
+`sentence_order_labels` feature (1 = swapped) instead of next_sentence_labels.
+short_seq_prob applies to sentence pairs only; each of the dupe_factor copies of an
 MLM-only file has the same rows, masked differently.
 
 Each input file is one unit of work, processed by one worker with random
@@ -29,6 +32,7 @@ input line). Its files also carry `word_start` (int64 [L], 1 where a token
 starts a word), from which the pipeline's dynamic masking regroups the words.
 """
 import argparse
+import array
 import dataclasses
 import json
 import multiprocessing
@@ -39,7 +43,7 @@ from typing import List, Optional, Sequence
 
 import numpy as np
 
-from bert_jax.data import chinese_words, corpus, instances, masking
+from bert_jax.data import chinese_words, corpus, instances, lengths, masking
 from bert_jax.tokenization import DEFAULT_VOCAB, TokenizerError, load_tokenizer
 
 
@@ -55,6 +59,7 @@ class Options:
     static_masking: bool = True
     chinese_segmenter: str = "jieba"  # or "none": CJK characters masked one by one
     next_sentence_prediction: bool = True  # False: MLM-only full-sentence rows
+    sentence_order_prediction: bool = False  # True: ALBERT's SOP pairs instead of NSP
 
 
 @dataclasses.dataclass
@@ -79,6 +84,10 @@ class Stats:
     random_next: int = 0
     random_from_same_document: int = 0
     short_targets: int = 0
+    swapped: int = 0
+    truncated_instances: int = 0  # sentence pairs that lost tokens to max_seq_length
+    # Tokens per document, for the length percentiles of the summary.
+    document_tokens: array.array = dataclasses.field(default_factory=lambda: array.array("q"))
 
     def __iadd__(self, other: "Stats") -> "Stats":
         for field in dataclasses.fields(self):
@@ -88,10 +97,13 @@ class Stats:
     def summary(self) -> dict:
         ratio = lambda a, b: round(a / b, 4) if b else 0.0
         return dict(dataclasses.asdict(self),
+                    document_tokens=lengths.percentiles(self.document_tokens),
+                    truncated_fraction=ratio(self.truncated_instances, self.instances),
                     masked_fraction=ratio(self.masked_tokens, self.maskable_tokens),
                     mask_token_fraction=ratio(self.masked_as_mask, self.masked_tokens),
                     unchanged_fraction=ratio(self.masked_unchanged, self.masked_tokens),
                     random_next_fraction=ratio(self.random_next, self.instances),
+                    swapped_fraction=ratio(self.swapped, self.instances),
                     short_target_fraction=ratio(self.short_targets, self.instances))
 
 
@@ -170,6 +182,7 @@ def _tokenize_documents(path: str, ref_path: Optional[str], stats: Stats):
                 document.append(ids)
         if document:
             documents.append(document)
+            stats.document_tokens.append(sum(len(ids) for ids in document))
             stats.one_sentence_documents += len(document) == 1
             stats.sentences += len(document)
     stats.files += read.files
@@ -201,13 +214,16 @@ def _make_rows(documents, options: Options, tokenizer, seed: str, rng: random.Ra
         for index in range(len(documents)):
             made.extend(instances.instances_from_document(
                 documents, index, options.max_seq_length, options.short_seq_prob, dupe_rng,
-                counts))
+                counts, options.sentence_order_prediction))
     rng.shuffle(made)
     stats.instances, stats.random_next = counts.instances, counts.random_next
-    stats.short_targets = counts.short_targets
+    stats.short_targets, stats.swapped = counts.short_targets, counts.swapped
+    stats.truncated_instances = counts.truncated
     stats.random_from_same_document = counts.random_from_same_document
     rows = instances.pack_instances(made, options.max_seq_length, tokenizer.cls_id,
                                     tokenizer.sep_id) if made else {}
+    if made and options.sentence_order_prediction:  # the feature names the task
+        rows["sentence_order_labels"] = rows.pop("next_sentence_labels")
     return made, rows
 
 
@@ -251,7 +267,8 @@ def examples_from_texts(documents: Sequence[Sequence[str]], tokenizer, options: 
     For tests and small runs. Returns the pipeline's unpacked keys: input_ids,
     input_mask, segment_ids int32 [N, L]; masked_lm_positions, masked_lm_ids
     int32 [N, P]; masked_lm_weights float32 [N, P]; next_sentence_labels int32 [N]
-    (not without NSP; and word_start int32 [N, L] with whole-word masking).
+    (SOP's with sentence_order_prediction; not without NSP; and word_start int32 [N, L]
+    with whole-word masking).
     """
     segment = chinese_words.make_segmenter(options.chinese_segmenter) \
         if options.do_whole_word_mask else None
@@ -268,7 +285,7 @@ def examples_from_texts(documents: Sequence[Sequence[str]], tokenizer, options: 
             for index in range(len(tokenized)):
                 made.extend(instances.instances_from_document(
                     tokenized, index, options.max_seq_length, options.short_seq_prob, rng,
-                    counts))
+                    counts, options.sentence_order_prediction))
         rows = instances.pack_instances(made, options.max_seq_length, tokenizer.cls_id,
                                         tokenizer.sep_id)
     else:
@@ -325,6 +342,9 @@ def create_pretraining_data(inputs: Sequence[str], output_files: Sequence[str], 
     from tqdm import tqdm
     if options.max_seq_length < 5:
         raise ValueError("max_seq_length must be at least 5")
+    if options.sentence_order_prediction and not options.next_sentence_prediction:
+        raise ValueError("--sentence_order_prediction makes sentence pairs: it cannot go "
+                         "with --no_next_sentence_prediction")
     files = corpus.expand_inputs(inputs)
     corpus.require_text(files)
     load_tokenizer(vocab, do_lower_case)  # fail before starting workers
@@ -407,6 +427,9 @@ def _parse_args(argv: List[str]) -> argparse.Namespace:
     parser.add_argument("--no_next_sentence_prediction", action="store_true",
                         help="MLM-only rows of contiguous sentences (RoBERTa's "
                         "FULL-SENTENCES), no sentence pairs or NSP labels")
+    parser.add_argument("--sentence_order_prediction", action="store_true",
+                        help="ALBERT's sentence-order pairs (consecutive spans, swapped "
+                        "with p=0.5) instead of next-sentence pairs")
     parser.add_argument("--no_static_masking", action="store_true",
                         help="write unmasked examples (for dynamic masking in the pipeline)")
     parser.add_argument("--num_shards", type=int, default=4)
@@ -434,6 +457,8 @@ def run(args, output_files: List[str], summary_dir: Optional[str]) -> int:
     summary = dict(stats.summary(), options=dataclasses.asdict(options),
                    vocab=os.path.abspath(args.vocab), output_files=list(output_files))
     for key, value in stats.summary().items():
+        if isinstance(value, dict):  # percentiles
+            value = ", ".join(f"{k} {v}" for k, v in value.items())
         print(f"{key:>28}: {value}")
     if summary_dir:
         with open(os.path.join(summary_dir, "summary.json"), "w") as f:

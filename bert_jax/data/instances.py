@@ -1,5 +1,6 @@
 """Pretraining rows from tokenized documents: next-sentence-prediction pairs (BERT's
-rules) or, without NSP, rows of contiguous sentences (`full_sentence_rows`).
+rules), sentence-order pairs (ALBERT's SOP) or, without either, rows of contiguous
+sentences (`full_sentence_rows`).
 
 Per document, sentences accumulate until a target length (max_seq_length - 3,
 or with probability short_seq_prob a length uniform in [2, that]); the chunk
@@ -16,6 +17,11 @@ forces a random B whenever the chunk is a single sentence (frequent with
 short targets, which pushed random-next to ~52%), we take the actual next
 sentence as B when the coin says so and the document has one, so only a
 document's last lone sentence forces a random B.
+
+Sentence-order prediction (`sentence_order=True`, ALBERT): B is always the text that
+follows A in its document, and with p=0.5 the two are swapped (label 1). A chunk of one
+sentence takes the next sentence as B; a document's last lone sentence is split at a
+random token (one of a single token makes no instance).
 """
 import dataclasses
 import random
@@ -30,6 +36,7 @@ class Instance:
     tokens_b: List[int]
     is_random_next: bool
     short_target: bool
+    swapped: bool = False  # sentence-order pairs: B came first in the document
 
 
 @dataclasses.dataclass
@@ -38,22 +45,30 @@ class InstanceStats:
     random_next: int = 0
     short_targets: int = 0
     random_from_same_document: int = 0
+    swapped: int = 0
+    truncated: int = 0  # pairs that lost tokens to max_seq_length
 
 
-def _truncate_pair(tokens_a: list, tokens_b: list, max_tokens: int, rng: random.Random):
-    """Drops tokens from the longer side, at its front or back (p=0.5), in place."""
+def _truncate_pair(tokens_a: list, tokens_b: list, max_tokens: int,
+                   rng: random.Random) -> bool:
+    """Drops tokens from the longer side, at its front or back (p=0.5), in place; returns
+    whether it dropped any."""
+    truncated = len(tokens_a) + len(tokens_b) > max_tokens
     while len(tokens_a) + len(tokens_b) > max_tokens:
         longer = tokens_a if len(tokens_a) > len(tokens_b) else tokens_b
         if rng.random() < 0.5:
             del longer[0]
         else:
             longer.pop()
+    return truncated
 
 
 def instances_from_document(documents: Sequence[Sequence[np.ndarray]], index: int,
                             max_seq_length: int, short_seq_prob: float, rng: random.Random,
-                            stats: InstanceStats) -> List[Instance]:
-    """Instances of `documents[index]`, each document a list of id arrays (one per sentence)."""
+                            stats: InstanceStats, sentence_order: bool = False
+                            ) -> List[Instance]:
+    """Instances of `documents[index]`, each document a list of id arrays (one per sentence):
+    NSP pairs, or with `sentence_order` SOP pairs (see the module's docstring)."""
     document = documents[index]
     max_tokens = max_seq_length - 3
     instances = []
@@ -70,6 +85,19 @@ def instances_from_document(documents: Sequence[Sequence[np.ndarray]], index: in
         chunk.append(document[i])
         chunk_length += len(document[i])
         if i == len(document) - 1 or chunk_length >= target:
+            if sentence_order:
+                i, made, truncated = _sentence_order_instance(document, chunk, i, max_tokens,
+                                                              short, rng)
+                if made is not None:
+                    instances.append(made)
+                    stats.instances += 1
+                    stats.truncated += truncated
+                    stats.swapped += made.swapped
+                    stats.short_targets += short
+                chunk, chunk_length = [], 0
+                target, short = new_target()
+                i += 1
+                continue
             is_random_next = rng.random() < 0.5
             if len(chunk) == 1 and not is_random_next:
                 if i + 1 < len(document):  # B is the actual next sentence
@@ -96,7 +124,7 @@ def instances_from_document(documents: Sequence[Sequence[np.ndarray]], index: in
             else:
                 for sentence in chunk[a_end:]:
                     tokens_b.extend(sentence.tolist())
-            _truncate_pair(tokens_a, tokens_b, max_tokens, rng)
+            stats.truncated += _truncate_pair(tokens_a, tokens_b, max_tokens, rng)
             instances.append(Instance(tokens_a, tokens_b, is_random_next, short))
             stats.instances += 1
             stats.random_next += is_random_next
@@ -107,9 +135,33 @@ def instances_from_document(documents: Sequence[Sequence[np.ndarray]], index: in
     return instances
 
 
+def _sentence_order_instance(document, chunk, i, max_tokens, short, rng):
+    """(index of the chunk's last sentence, an SOP Instance or None, whether it was
+    truncated) for a full chunk ending at sentence i."""
+    if len(chunk) == 1 and i + 1 < len(document):  # B is the actual next sentence
+        i += 1
+        chunk = chunk + [document[i]]
+    if len(chunk) >= 2:
+        a_end = rng.randint(1, len(chunk) - 1)
+        tokens_a = [t for s in chunk[:a_end] for t in s.tolist()]
+        tokens_b = [t for s in chunk[a_end:] for t in s.tolist()]
+    else:  # the document's last lone sentence: its two halves
+        tokens = chunk[0].tolist()
+        if len(tokens) < 2:
+            return i, None, False
+        cut = rng.randint(1, len(tokens) - 1)
+        tokens_a, tokens_b = tokens[:cut], tokens[cut:]
+    truncated = _truncate_pair(tokens_a, tokens_b, max_tokens, rng)
+    swapped = rng.random() < 0.5
+    if swapped:
+        tokens_a, tokens_b = tokens_b, tokens_a
+    return i, Instance(tokens_a, tokens_b, False, short, swapped), truncated
+
+
 def pack_instances(instances: Sequence[Instance], max_seq_length: int, cls_id: int, sep_id: int):
     """[CLS] A [SEP] B [SEP] rows: input_ids, input_mask, segment_ids int32 [N, L];
-    next_sentence_labels int32 [N] (1 = random next, as in BERT)."""
+    next_sentence_labels int32 [N] (1 = random next, as in BERT; for sentence-order pairs
+    1 = swapped, as in ALBERT)."""
     n = len(instances)
     input_ids = np.zeros((n, max_seq_length), np.int32)
     segment_ids = np.zeros((n, max_seq_length), np.int32)
@@ -120,7 +172,7 @@ def pack_instances(instances: Sequence[Instance], max_seq_length: int, cls_id: i
         segment_ids[row, len(inst.tokens_a) + 2:len(tokens)] = 1
         lengths[row] = len(tokens)
     input_mask = (np.arange(max_seq_length)[None, :] < lengths[:, None]).astype(np.int32)
-    labels = np.array([inst.is_random_next for inst in instances], np.int32)
+    labels = np.array([inst.is_random_next or inst.swapped for inst in instances], np.int32)
     return {"input_ids": input_ids, "input_mask": input_mask, "segment_ids": segment_ids,
             "next_sentence_labels": labels}
 

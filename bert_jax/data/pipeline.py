@@ -40,6 +40,8 @@ def _feature_spec(max_seq_length: int, max_predictions: int):
                                                 [1] * max_seq_length),
             # Absent (-1) in MLM-only files (create-data --no_next_sentence_prediction).
             "next_sentence_labels": tf.io.FixedLenFeature([1], tf.int64, [-1]),
+            # Present instead in sentence-order files (create-data --sentence_order_prediction).
+            "sentence_order_labels": tf.io.FixedLenFeature([1], tf.int64, [-1]),
             "masked_lm_positions": zeros(tf.int64), "masked_lm_ids": zeros(tf.int64),
             "masked_lm_weights": zeros(tf.float32)}
 
@@ -54,7 +56,9 @@ class PipelineOptions:
     seed keys the shuffle and the masks; split 'eval' reads the eval_fraction held out
     (once, unshuffled), 'train' the rest, forever when repeat. next_sentence_prediction:
     whether the records must be NSP pairs (with labels) or MLM-only rows (without); a
-    mismatch is an error, not silently ignored labels."""
+    mismatch is an error, not silently ignored labels. sentence_order_prediction: the pairs
+    must be ALBERT's sentence-order pairs, whose labels (1 = swapped) the batches carry as
+    next_sentence_labels (the same 2-way head learns them)."""
 
     per_host_batch_size: int
     max_seq_length: int
@@ -70,6 +74,12 @@ class PipelineOptions:
     split: str = "train"
     eval_fraction: float = 0.0
     next_sentence_prediction: bool = True
+    sentence_order_prediction: bool = False
+
+    def __post_init__(self):
+        if self.sentence_order_prediction and not self.next_sentence_prediction:
+            raise ValueError("sentence_order_prediction needs next_sentence_prediction=True "
+                             "(its labels train the sentence-pair head)")
 
 
 class PretrainIterator:
@@ -97,6 +107,7 @@ class PretrainIterator:
         self.split = options.split
         self.eval_fraction = options.eval_fraction
         self.next_sentence_prediction = options.next_sentence_prediction
+        self.sentence_order_prediction = options.sentence_order_prediction
         self.set_state({"epoch": 0, "position": 0})
 
     # -- state ------------------------------------------------------------------
@@ -171,8 +182,9 @@ class PretrainIterator:
 
     def _prepare(self, chunk: dict) -> dict:
         """Held-out split, label squeeze and dynamic masking on one parsed chunk."""
-        labels = chunk.pop("next_sentence_labels")[:, 0]
-        _check_nsp_records(labels, self.next_sentence_prediction)
+        labels = _pair_labels(chunk.pop("next_sentence_labels")[:, 0],
+                              chunk.pop("sentence_order_labels")[:, 0],
+                              self.next_sentence_prediction, self.sentence_order_prediction)
         if self.next_sentence_prediction:
             chunk["next_sentence_labels"] = labels
         if self.eval_fraction > 0:
@@ -282,6 +294,23 @@ class PretrainIterator:
                                  self.max_examples)
 
 
+def _pair_labels(nsp: np.ndarray, sop: np.ndarray, next_sentence_prediction: bool,
+                 sentence_order_prediction: bool) -> np.ndarray:
+    """The sentence-pair labels the run wants (-1: none in the records), after checking the
+    records hold that kind: NSP, SOP or none (MLM-only)."""
+    if sentence_order_prediction:
+        if (sop < 0).any():
+            raise ValueError("these TFRecords have no sentence-order labels: make them with "
+                             "bert-jax create-data --sentence_order_prediction, or set "
+                             "sentence_order_prediction=False")
+        return sop
+    if (sop >= 0).any():
+        raise ValueError("these TFRecords hold sentence-order pairs (create-data "
+                         "--sentence_order_prediction): set sentence_order_prediction=True")
+    _check_nsp_records(nsp, next_sentence_prediction)
+    return nsp
+
+
 def _check_nsp_records(labels: np.ndarray, next_sentence_prediction: bool) -> None:
     """Records with NSP labels (-1: none) must meet a run that wants them, and only one."""
     if next_sentence_prediction and (labels < 0).any():
@@ -306,7 +335,8 @@ def make_pretrain_iterator(file_patterns: Sequence[str], options: PipelineOption
     Each batch (B = per_host_batch_size, L = max_seq_length,
     P = max_predictions_per_seq, see `PipelineOptions`) has input_ids, input_mask, segment_ids int32
     [B, L]; masked_lm_positions, masked_lm_ids int32 [B, P]; masked_lm_weights
-    float32 [B, P]; next_sentence_labels int32 [B] (0 = IsNext, 1 = random).
+    float32 [B, P]; next_sentence_labels int32 [B] (0 = IsNext, 1 = random;
+    with sentence_order_prediction 0 = in order, 1 = swapped).
     With `pack=True` rows hold up to K = max_examples_per_row examples and also
     carry position_ids, example_ids int32 [B, L]; next_sentence_labels and
     next_sentence_positions become int32 [B, K], plus next_sentence_weights

@@ -2,8 +2,8 @@
 
   bert-jax finetune --config configs/finetune.py:TASK --init CKPT --workdir DIR \\
       [--config.KEY=VALUE ...]
-  bert-jax evaluate --workdir DIR [--split SPLIT] [--file FILE]
-  bert-jax predict  --workdir DIR --input FILE [--output FILE]
+  bert-jax evaluate --workdir DIR [DIR ...] [--ensemble] [--split SPLIT] [--file FILE]
+  bert-jax predict  --workdir DIR [DIR ...] [--ensemble] --input FILE [--output FILE]
   bert-jax distill  --teacher FINETUNED --student PRESET_OR_MODEL_DIR --workdir DIR \\
       [--config.KEY=VALUE ...]
 
@@ -17,6 +17,10 @@ the teacher's outputs (`bert_jax.finetune.distill`); its workdir is a fine-tunin
 `predict` reads text lines, CSV/TSV or JSONL (CoNLL or SQuAD JSON for those tasks)
 and writes JSONL: labels and probabilities (classification, multiple choice), tags per
 word, or answer spans.
+`evaluate` and `predict` with several workdirs (or `--ensemble`, which makes a
+multi-seed workdir stand for all its seeds) run an ensemble: the members' outputs are
+averaged (`bert_jax.finetune.ensemble`); `evaluate` reports each member's metrics
+beside the ensemble's.
 """
 
 from __future__ import annotations
@@ -89,16 +93,18 @@ def _distill_main(argv: list[str]) -> int:
 def _evaluate_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="bert-jax evaluate",
                                      description="evaluate a fine-tuned workdir")
-    parser.add_argument("--workdir", required=True)
+    _add_workdirs(parser)
     parser.add_argument("--split", help="a split of the task's data (default: its eval splits)")
     parser.add_argument("--file", help="a labeled file (for file-based tasks) to evaluate on")
+    parser.add_argument("--output", help="JSON results file (default: WORKDIR/"
+                        "evaluate_results.json for one workdir; stdout only for several)")
     args = parser.parse_args(argv)
     from bert_jax.errors import UserError
-    from bert_jax.finetune import inference
+    from bert_jax.finetune import ensemble, inference
     if args.file and args.split:
         raise UserError("pass --split or --file, not both")
     overrides = {"validation_file": os.path.abspath(args.file)} if args.file else {}
-    model = inference.load_finetuned(args.workdir, overrides)
+    model = _load(args, overrides)
     task = model.task
     known = list(dict.fromkeys(["train", *task.eval_splits, *task.test_splits]))
     if args.split and args.split not in known:
@@ -110,12 +116,17 @@ def _evaluate_main(argv: list[str]) -> int:
     results = {}
     for name, split in splits.items():
         examples = task.load(split)
+        if isinstance(model, ensemble.Ensemble):
+            results[name] = model.evaluate(examples)
+            continue
         features = task.featurize(examples, model.tokenizer, model.config.max_seq_length,
                                   training=False)
         results[name] = task.evaluate(examples, features, model.outputs(features))
-    with open(os.path.join(args.workdir, inference.EVALUATE_RESULTS_FILE), "w",
-              encoding="utf-8") as f:
-        json.dump(results, f, indent=2)
+    output = args.output or (os.path.join(args.workdir[0], inference.EVALUATE_RESULTS_FILE)
+                             if len(args.workdir) == 1 else None)
+    if output:
+        with open(output, "w", encoding="utf-8") as f:
+            json.dump(results, f, indent=2)
     print(json.dumps(results, indent=2))
     return 0
 
@@ -123,13 +134,13 @@ def _evaluate_main(argv: list[str]) -> int:
 def _predict_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="bert-jax predict",
                                      description="predict with a fine-tuned workdir")
-    parser.add_argument("--workdir", required=True)
+    _add_workdirs(parser)
     parser.add_argument("--input", required=True, help="text lines, CSV/TSV, JSONL (or CoNLL, "
                         "SQuAD JSON)")
     parser.add_argument("--output", help="JSONL file (default: stdout)")
     args = parser.parse_args(argv)
-    from bert_jax.finetune import files, inference
-    model = inference.load_finetuned(args.workdir)
+    from bert_jax.finetune import files
+    model = _load(args)
     records = model.predict_examples(model.task.read_inputs(args.input))
     if args.output:
         files.write_jsonl(args.output, records)
@@ -138,6 +149,24 @@ def _predict_main(argv: list[str]) -> int:
         for record in records:
             print(json.dumps(record, ensure_ascii=False))
     return 0
+
+
+def _add_workdirs(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--workdir", required=True, nargs="+",
+                        help="fine-tuning workdir or fine-tuned model dir; several: an ensemble")
+    parser.add_argument("--ensemble", action="store_true",
+                        help="a multi-seed workdir stands for all its seeds (an ensemble), "
+                        "not its best seed")
+
+
+def _load(args, overrides: dict | None = None):
+    """One fine-tuned model, or an ensemble of several (`Ensemble`)."""
+    from bert_jax.finetune import ensemble, inference
+    members = ensemble.member_dirs(args.workdir, args.ensemble)
+    if len(members) == 1:
+        return inference.load_finetuned(members[0], overrides)
+    print(f"ensemble of {len(members)}: {', '.join(members)}", file=sys.stderr)
+    return ensemble.Ensemble(members, overrides)
 
 
 def main(argv: list[str], command: str = "finetune") -> int:

@@ -108,8 +108,9 @@ def saved_config(task_spec: dict) -> ml_collections.ConfigDict:
 
 
 def load_finetuned(workdir: str, overrides: dict | None = None) -> Finetuned:
-    """Rebuilds task, model and parameters from WORKDIR/best (config keys overridable)."""
-    pre = pretrained.load(pretrained.best_model_dir(workdir))
+    """Rebuilds task, model and parameters from WORKDIR/best, or a fine-tuned model
+    directory itself (config keys overridable)."""
+    pre = pretrained.load(pretrained.resolve_model_dir(workdir))
     if not pre.task or "config" not in pre.task:
         raise ValueError(f"{workdir}: the saved model has no fine-tuning task description")
     config = saved_config(pre.task)

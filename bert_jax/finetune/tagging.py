@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import collections
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
 from bert_jax import heads, losses
+from bert_jax.errors import UserError
 from bert_jax.finetune import crf, files, metrics
 from bert_jax.finetune.task_base import Task, register
 from bert_jax.text_io import tagged_entities, text_example, word_token_spans
@@ -247,8 +249,9 @@ class TaggingTask(Task):
         return w[:, None] if w.ndim == 1 else 1.0
 
     def eval_outputs(self, outputs, batch):
-        if not self.use_crf:
-            return {"tags": jnp.argmax(outputs, axis=-1).astype(jnp.int32)}
+        if not self.use_crf:  # the probabilities are what an ensemble averages
+            return {"tags": jnp.argmax(outputs, axis=-1).astype(jnp.int32),
+                    "probabilities": jax.nn.softmax(outputs.astype(jnp.float32), axis=-1)}
         emissions, transitions, start, end = outputs
         weights = batch["label_weights"]
         mask, emissions, positions = crf.compact(
@@ -257,6 +260,14 @@ class TaggingTask(Task):
         tags = jnp.zeros(weights.shape, jnp.int32)
         rows = jnp.arange(weights.shape[0])[:, None]
         return {"tags": tags.at[rows, positions].set(jnp.where(mask, path, 0))}
+
+    def combine_outputs(self, outputs):
+        """Per token, the tag of the mean probabilities; a CRF's best paths do not average."""
+        if self.use_crf:
+            raise UserError("a CRF tagger decodes whole paths, which do not average: "
+                            "ensemble taggers trained without --config.crf")
+        probabilities = np.mean([o["probabilities"] for o in outputs], axis=0)
+        return {"tags": np.argmax(probabilities, axis=-1), "probabilities": probabilities}
 
     # --- results ---
     def _word_tags(self, features, outputs) -> list[list[str]]:

@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 import flax.linen as nn
 import jax
+import numpy as np
 
 from bert_jax.config import BertConfig
 
@@ -89,6 +90,11 @@ class Task:
     def eval_outputs(self, outputs: Any, batch: dict[str, Array]) -> dict[str, Array]:
         """What the eval step returns per feature: arrays [B, ...]."""
         raise NotImplementedError
+
+    def combine_outputs(self, outputs: list[dict[str, Any]]) -> dict[str, Any]:
+        """One feature's outputs from several models (an ensemble) as one model's: the mean
+        of each (probabilities, scores, logits)."""
+        return {key: np.mean([o[key] for o in outputs], axis=0) for key in outputs[0]}
 
     # --- results (host) ---
     def evaluate(self, examples: list[Example], features: list[Feature],

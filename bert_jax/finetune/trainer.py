@@ -30,6 +30,7 @@ from jax.experimental import multihost_utils
 
 from bert_jax import multihost, optim, pretrained, sharding, training
 from bert_jax.config import BertConfig, ConfigError, check_choice, check_inputs_fit
+from bert_jax.data import lengths
 from bert_jax.errors import UserError, check_positive
 from bert_jax.finetune import files, packing, tasks
 from bert_jax.finetune.inference import (EVALUATE_RESULTS_FILE, make_eval_fn, predict_features,
@@ -64,7 +65,8 @@ def resolve_model(config) -> ModelSource:
         if config.model:
             wanted = training.model_config(config.model, pre.config.vocab_size)
             for field in ("vocab_size", "hidden_size", "num_hidden_layers",
-                          "num_attention_heads", "intermediate_size"):
+                          "num_attention_heads", "intermediate_size", "model_type",
+                          "embedding_size"):
                 have, want = getattr(pre.config, field), getattr(wanted, field)
                 if have != want:
                     raise ConfigError(
@@ -166,15 +168,41 @@ def validate_config(config) -> None:
     epochs = config.num_train_epochs
     if isinstance(epochs, bool) or not isinstance(epochs, (int, float)) or not epochs > 0:
         raise UserError(f"num_train_epochs must be a number > 0, got {epochs!r}")
-    check_positive("max_seq_length", config.max_seq_length)
-    if config.max_seq_length < MIN_SEQ_LENGTH:
-        raise UserError(f"max_seq_length must be at least {MIN_SEQ_LENGTH} ([CLS] A [SEP] B "
-                        f"[SEP] with room for text), got {config.max_seq_length}")
+    if config.max_seq_length != "auto":  # else chosen from the data (train_length_coverage)
+        check_positive("max_seq_length", config.max_seq_length)
+        if config.max_seq_length < MIN_SEQ_LENGTH:
+            raise UserError(f"max_seq_length must be at least {MIN_SEQ_LENGTH} ([CLS] A [SEP] "
+                            f"B [SEP] with room for text), got {config.max_seq_length}")
     check_choice("keep_checkpoint", config.keep_checkpoint, KEEP_CHECKPOINT)
     for key in ("freeze_steps", "freeze_epochs"):
         value = config.get(key, 0)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
             raise UserError(f"{key} must be a number >= 0, got {value!r}")
+
+
+# A length no example reaches: featurized with it, nothing is truncated.
+UNLIMITED_LENGTH = 1 << 30
+
+
+def train_length_coverage(config, source: ModelSource) -> dict[str, Any]:
+    """Token lengths ([CLS] and [SEP]s included; a multiple-choice example's longest choice)
+    of the task's training examples before truncation, as `lengths.coverage` reports them.
+    Resolves `max_seq_length="auto"` in `config` first: the smallest multiple of 8 that
+    covers 95% of them, at most the model's max_position_embeddings."""
+    task = tasks.get_task(config)
+    examples = task.load("train")
+    task.prepare(examples)
+    sizes = []
+    for feature in task.featurize(examples, source.tokenizer, UNLIMITED_LENGTH, training=False):
+        ids = feature["input_ids"]
+        nested = len(ids) and isinstance(ids[0], (list, tuple, np.ndarray))
+        sizes.append(max(map(len, ids)) if nested else len(ids))
+    auto = config.max_seq_length == "auto"
+    if auto:
+        with config.ignore_type():  # "auto" made the field a str
+            config.max_seq_length = lengths.covering_length(
+                sizes, source.config.max_position_embeddings)
+    return {**lengths.coverage(sizes, config.max_seq_length), "auto": auto}
 
 
 def finetune(config, workdir: str) -> dict[str, Any]:
@@ -197,6 +225,7 @@ class Finetuning:
         self.config = config
         self.objective = objective or Objective()
         self.source = source or resolve_model(config)
+        self.length_coverage = train_length_coverage(config, self.source)
         check_inputs_fit(self.source.config, self.source.origin,
                          max_seq_length=config.max_seq_length)
         self.rules = config.logical_axis_rules
@@ -229,6 +258,9 @@ class Finetuning:
         """One run with `config`'s seed and optimisation settings (its data, model and
         numerics settings must be the session's)."""
         validate_config(config)
+        if config.max_seq_length == "auto":  # a grid's copy of the session's config
+            with config.ignore_type():
+                config.max_seq_length = self.config.max_seq_length
         seed = int(config.seed)
         data = self.prepared(seed)
         task, model, mesh, rules = data.task, data.model, self.mesh, self.rules
@@ -286,6 +318,8 @@ class Finetuning:
                        f"{len(train_features)} train features, {steps_per_epoch} steps/epoch, "
                        f"{num_steps} steps, lr {config.learning_rate:g}"
                        + (f", packed {rows_per_batch} rows/batch" if config.packing else ""))
+        writer.message(lengths.describe(self.length_coverage, "train examples")
+                       + (" (max_seq_length=auto)" if self.length_coverage["auto"] else ""))
         kept = {"score": -np.inf, "epoch": None, "metrics": None}
         step, examples_seen, train_time, first_step_time = 0, 0.0, 0.0, None
         spec = {**task.spec(), "config": _absolute_paths(config.to_dict()),
@@ -346,7 +380,9 @@ class Finetuning:
                        "train_seconds": round(train_time, 2),
                        "first_step_seconds": round(first_step_time or 0.0, 2),
                        "train_examples_per_second": round(examples_seen / max(train_time, 1e-9),
-                                                          2)}
+                                                          2),
+                       "max_seq_length": config.max_seq_length,
+                       "length_coverage": self.length_coverage}
             kept_params = jax.device_put(kept_params, shardings.params)
             results.update(predict_test(task, tokenizer, kept_params, eval_fn, config, mesh,
                                         workdir))
