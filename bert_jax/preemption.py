@@ -1,0 +1,68 @@
+"""Preemption: SIGTERM (what spot/preemptible TPU VMs and Kubernetes send before eviction)
+asks a run to stop at a step boundary that every process agrees on, save a checkpoint
+there and exit 0; rerunning the same command resumes from it exactly.
+
+One process: a SIGTERM handler sets a flag, read at the next step boundary; further
+SIGTERMs while the checkpoint is written are ignored (the save completes; earlier
+checkpoints are never touched). Several processes (jax.distributed): jax's preemption
+service catches SIGTERM on any process and the processes agree on the next common step
+(`multihost_utils.reached_preemption_sync_point`, called at every step).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+import jax
+from jax.experimental import multihost_utils
+
+PREEMPTED_EXIT_CODE = 0
+
+
+def message(step: int) -> str:
+    """The line a preempted run prints."""
+    return f"preempted at step {step}; checkpoint saved; rerun the same command to resume"
+
+
+class Preempted(Exception):
+    """A run stopped by SIGTERM after saving the checkpoint of `step`."""
+
+    def __init__(self, step: int):
+        super().__init__(message(step))
+        self.step = step
+
+
+class Watcher:
+    """Watches for a preemption notice; `reached(step)` at each step boundary (every
+    process, every step) says whether to checkpoint and stop there. Created early (a
+    SIGTERM during start-up stops the run after its first step); a context manager
+    that restores the previous SIGTERM handler on exit.
+    handle_sigterm=False: only multi-process notices count (for in-process callers)."""
+
+    def __init__(self, handle_sigterm: bool = True):
+        self.requested = False
+        self._previous = None
+        self._distributed = jax.process_count() > 1
+        if (handle_sigterm and not self._distributed
+                and threading.current_thread() is threading.main_thread()):
+            self._previous = signal.signal(signal.SIGTERM, self._notice)
+
+    def _notice(self, signum, frame) -> None:
+        self.requested = True
+
+    def reached(self, step: int) -> bool:
+        if self._distributed:
+            return multihost_utils.reached_preemption_sync_point(step)
+        return self.requested
+
+    def close(self) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+            self._previous = None
+
+    def __enter__(self) -> "Watcher":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
