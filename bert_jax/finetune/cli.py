@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 
 MULTI_COMMAND = True
@@ -93,11 +92,12 @@ def _evaluate_main(argv: list[str]) -> int:
     parser.add_argument("--split", help="a split of the task's data (default: its eval splits)")
     parser.add_argument("--file", help="a labeled file (for file-based tasks) to evaluate on")
     args = parser.parse_args(argv)
+    from bert_jax import paths
     from bert_jax.errors import UserError
     from bert_jax.finetune import inference
     if args.file and args.split:
         raise UserError("pass --split or --file, not both")
-    overrides = {"validation_file": os.path.abspath(args.file)} if args.file else {}
+    overrides = {"validation_file": paths.abspath(args.file)} if args.file else {}
     model = inference.load_finetuned(args.workdir, overrides)
     task = model.task
     known = list(dict.fromkeys(["train", *task.eval_splits, *task.test_splits]))
@@ -105,7 +105,7 @@ def _evaluate_main(argv: list[str]) -> int:
         raise UserError(f"--split {args.split!r} is not a split of task {task.name!r}; "
                         f"known: {', '.join(known)}")
     # --file is read as the validation split and reported under its own name.
-    splits = ({os.path.basename(args.file): "validation"} if args.file else
+    splits = ({paths.basename(args.file): "validation"} if args.file else
               {split: split for split in ([args.split] if args.split else task.eval_splits)})
     results = {}
     for name, split in splits.items():
@@ -113,9 +113,8 @@ def _evaluate_main(argv: list[str]) -> int:
         features = task.featurize(examples, model.tokenizer, model.config.max_seq_length,
                                   training=False)
         results[name] = task.evaluate(examples, features, model.outputs(features))
-    with open(os.path.join(args.workdir, inference.EVALUATE_RESULTS_FILE), "w",
-              encoding="utf-8") as f:
-        json.dump(results, f, indent=2)
+    paths.write_text(paths.join(args.workdir, inference.EVALUATE_RESULTS_FILE),
+                     json.dumps(results, indent=2))
     print(json.dumps(results, indent=2))
     return 0
 
