@@ -7,10 +7,14 @@ SIGTERMs while the checkpoint is written are ignored (the save completes; earlie
 checkpoints are never touched). Several processes (jax.distributed): jax's preemption
 service catches SIGTERM on any process and the processes agree on the next common step
 (`multihost_utils.reached_preemption_sync_point`, called at every step).
+
+Commands that cannot resume yet (fine-tuning) stop at once on SIGTERM with one line and
+exit code 143 (128 + SIGTERM, what a shell reports for a run killed by it): `stop_on_sigterm`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 
@@ -18,6 +22,7 @@ import jax
 from jax.experimental import multihost_utils
 
 PREEMPTED_EXIT_CODE = 0
+TERMINATED_EXIT_CODE = 128 + signal.SIGTERM
 
 
 def message(step: int) -> str:
@@ -31,6 +36,24 @@ class Preempted(Exception):
     def __init__(self, step: int):
         super().__init__(message(step))
         self.step = step
+
+
+class Terminated(BaseException):
+    """SIGTERM in a command that cannot resume (a BaseException, like KeyboardInterrupt, so
+    no `except Exception` swallows it)."""
+
+
+@contextlib.contextmanager
+def stop_on_sigterm():
+    """Within the block SIGTERM raises Terminated wherever the main thread is."""
+    def stop(signum, frame):
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 class Watcher:
@@ -57,8 +80,11 @@ class Watcher:
         return self.requested
 
     def close(self) -> None:
+        """Restores the previous SIGTERM handler; after a notice, keeps ignoring SIGTERM
+        instead (the process is exiting: a repeated notice must not turn exit 0 into a
+        death by signal)."""
         if self._previous is not None:
-            signal.signal(signal.SIGTERM, self._previous)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN if self.requested else self._previous)
             self._previous = None
 
     def __enter__(self) -> "Watcher":

@@ -41,7 +41,7 @@ def run_finetune(config, workdir: str) -> dict:
 
 
 def _finetune_main(argv: list[str]) -> int:
-    from bert_jax import multihost
+    from bert_jax import multihost, preemption
     from bert_jax.config_loader import load_config, split_config_args
     rest, overrides = split_config_args(argv)
     parser = argparse.ArgumentParser(prog="bert-jax finetune", description=__doc__,
@@ -56,7 +56,13 @@ def _finetune_main(argv: list[str]) -> int:
     config = load_config(args.config, overrides)
     if args.init:
         config.init = args.init
-    results = run_finetune(config, args.workdir)
+    try:
+        with preemption.stop_on_sigterm():
+            results = run_finetune(config, args.workdir)
+    except preemption.Terminated:
+        print("bert-jax finetune: stopped by SIGTERM; fine-tuning cannot resume yet: rerun "
+              "the command to start over", file=sys.stderr)
+        return preemption.TERMINATED_EXIT_CODE
     print(json.dumps({k: v for k, v in results.items() if k != "runs"}, indent=2))
     return 0
 
