@@ -19,6 +19,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import glob as _glob
+import io
 import os
 import posixpath
 import shutil
@@ -151,11 +152,14 @@ def open(path: str | os.PathLike, mode: str = "r", encoding: str | None = None) 
 @contextlib.contextmanager
 def replacing(path: str | os.PathLike, mode: str = "w"):
     """Yields a file whose content replaces `path` whole when the block succeeds (written
-    beside it, then renamed; an object appears whole on close anyway)."""
+    beside it, then renamed; for a URL kept in memory, then written as one object: a
+    remote file object would upload a partial content when an error closes it)."""
     path = os.fspath(path)
     if is_remote(path):
+        buffer = io.BytesIO() if "b" in mode else io.StringIO()
+        yield buffer
         with open(path, mode) as f:
-            yield f
+            f.write(buffer.getvalue())
         return
     tmp = temporary_sibling(path)
     try:

@@ -32,9 +32,15 @@ def losses(metrics_jsonl: str) -> dict:
     return {r["step"]: r["train/loss"] for r in records if "train/loss" in r}
 
 
+# What libraries keep in HOME whatever the run: matplotlib's font cache, Keras's config.
+LIBRARY_FILES = (".cache/", ".keras/")
+
+
 def local_files(directory) -> list[str]:
-    return sorted(os.path.relpath(os.path.join(root, name), directory)
-                  for root, _, names in os.walk(directory) for name in names)
+    """The files under `directory` (a run's HOME, TMPDIR and cwd) but LIBRARY_FILES."""
+    found = (os.path.relpath(os.path.join(root, name), directory)
+             for root, _, names in os.walk(directory) for name in names)
+    return sorted(f for f in found if not f.startswith(LIBRARY_FILES))
 
 
 @pytest.fixture(scope="module")

@@ -93,6 +93,10 @@ def test_bucket_paths_list_append_move_and_replace(gcs, monkeypatch):
     assert paths.read_text(paths.join(root, "log.jsonl")) == "1\n2\n"
     with paths.replacing(paths.join(root, "log.jsonl")) as f:
         f.write("3\n")
+    with pytest.raises(ZeroDivisionError):
+        with paths.replacing(paths.join(root, "log.jsonl")) as f:
+            f.write("half")
+            1 / 0
     assert gcs.download("test_paths/log.jsonl") == b"3\n"
     with tfrecord.RecordWriter(paths.join(root, "r.tfrecord")) as writer:
         for record in RECORDS:
