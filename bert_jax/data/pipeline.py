@@ -133,10 +133,11 @@ class PretrainIterator:
         def file_records(file_index):
             if local:
                 return tf.data.TFRecordDataset(names[file_index])
-            # tf.data's own gs:// client has no emulator setting: stream through bert_jax.paths.
+            # tf.data's own gs:// client has no emulator setting: stream through bert_jax.paths,
+            # in lists of records (each crossing from Python into tf.data costs ~0.1 ms).
             return tf.data.Dataset.from_generator(
-                lambda i: tfrecord.read_records(self.files[int(i)]), args=(file_index,),
-                output_signature=tf.TensorSpec([], tf.string))
+                lambda i: tfrecord.read_record_lists(self.files[int(i)]), args=(file_index,),
+                output_signature=tf.TensorSpec([None], tf.string)).unbatch()
 
         def records(file_index):
             return file_records(file_index).enumerate().map(

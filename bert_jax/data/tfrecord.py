@@ -8,6 +8,7 @@ CRC32C of the bytes.
 """
 from __future__ import annotations
 
+import itertools
 import struct
 from typing import Iterator
 
@@ -60,6 +61,13 @@ def frame(record: bytes) -> bytes:
     header = struct.pack("<Q", len(record))
     return (header + struct.pack("<I", _masked_crc(header)) + record
             + struct.pack("<I", _masked_crc(record)))
+
+
+def read_record_lists(path: str, size: int = 256) -> Iterator[list[bytes]]:
+    """`read_records(path)` in lists of up to `size` records."""
+    records = read_records(path)
+    while chunk := list(itertools.islice(records, size)):
+        yield chunk
 
 
 class RecordWriter:
