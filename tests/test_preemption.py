@@ -106,3 +106,20 @@ def test_sigkill_with_the_workdir_in_a_bucket_resumes_exactly(tmp_path, text_cor
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert re.search(r"resumed from step [24] ", rerun.stderr), rerun.stderr[-3000:]
     assert losses(gcs.download(f"{prefix}/run/metrics.jsonl").decode()) == straight[1]
+
+
+def test_sigterm_stops_finetuning_with_one_line_and_exit_143(tmp_path):
+    """Fine-tuning cannot resume yet: it says so instead of dying silently."""
+    from test_multihost import finetune_command
+    process = subprocess.Popen(finetune_command(tmp_path / "ft"), env=environment(),
+                               stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    lines = []
+    for line in process.stderr:
+        lines.append(line)
+        if "spam from" in line:  # the run has started
+            process.send_signal(signal.SIGTERM)
+            break
+    lines += process.stderr.readlines()
+    assert process.wait() == 143, "".join(lines)[-3000:]
+    assert lines[-1].strip() == ("bert-jax finetune: stopped by SIGTERM; fine-tuning cannot "
+                                 "resume yet: rerun the command to start over")
