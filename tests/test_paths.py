@@ -98,6 +98,15 @@ def test_bucket_paths_list_append_move_and_replace(gcs, monkeypatch):
             f.write("half")
             1 / 0
     assert gcs.download("test_paths/log.jsonl") == b"3\n"
+    # Writers that know only local files (TensorFlow's SavedModel) fill a local staging
+    # directory, uploaded when the block succeeds and removed either way.
+    with atomic_directory(paths.join(root, "export"), local=True) as staging:
+        assert not paths.is_remote(staging)
+        os.makedirs(os.path.join(staging, "saved_model"))
+        with open(os.path.join(staging, "saved_model", "saved_model.pb"), "wb") as f:
+            f.write(b"pb")
+    assert not os.path.exists(staging)
+    assert gcs.download("test_paths/export/saved_model/saved_model.pb") == b"pb"
     with tfrecord.RecordWriter(paths.join(root, "r.tfrecord")) as writer:
         for record in RECORDS:
             writer.write(record)
