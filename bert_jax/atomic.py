@@ -4,25 +4,38 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import tempfile
+
+from bert_jax import paths
 
 
 @contextlib.contextmanager
-def atomic_directory(path: str | os.PathLike, overwrite: bool = False):
+def atomic_directory(path: str | os.PathLike, overwrite: bool = False, *,
+                     local: bool = False):
     """Yields a temporary sibling of `path` to fill; it replaces `path` only when the
-    block succeeds, so a failed conversion or export leaves nothing behind."""
-    path = os.path.abspath(path)
-    if os.path.exists(path) and not overwrite:
+    block succeeds, so a failed conversion or export leaves nothing behind. (In a bucket
+    the final move copies the objects: a run killed during it may leave a partial copy.)
+    local=True: the yielded directory is on local disk even for a `path` in a bucket
+    (for writers that only know local files, e.g. TensorFlow's SavedModel); its files
+    are uploaded when the block succeeds."""
+    path = paths.abspath(path)
+    if paths.exists(path) and not overwrite:
         raise FileExistsError(f"{path} exists; pass --overwrite (overwrite=True) to replace it")
-    parent = os.path.dirname(path)
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".tmp-", dir=parent)
+    if local and paths.is_remote(path):
+        staging = tempfile.mkdtemp(prefix="bert-jax-upload-")
+        try:
+            yield staging
+            with atomic_directory(path, overwrite=True) as tmp:
+                paths.upload_tree(staging, tmp)
+        finally:
+            paths.rmtree(staging, missing_ok=True)
+        return
+    tmp = paths.temporary_sibling(path)
+    paths.makedirs(tmp)
     try:
         yield tmp
-        if os.path.exists(path):
-            shutil.rmtree(path)
-        os.replace(tmp, path)
+        paths.rmtree(path, missing_ok=True)
+        paths.move(tmp, path)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        paths.rmtree(tmp, missing_ok=True)
         raise

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from typing import Any
 
@@ -39,6 +38,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
+from bert_jax import paths
 from bert_jax.pretrained import CHECKPOINTS_DIR, CheckpointError
 
 log = logging.getLogger(__name__)
@@ -145,8 +145,8 @@ class Checkpointer:
     """Orbax CheckpointManager over WORKDIR/checkpoints keeping the last `keep`."""
 
     def __init__(self, workdir: str, *, keep: int = 3, async_save: bool = True):
-        self.workdir = os.path.abspath(workdir)
-        self.directory = os.path.join(self.workdir, CHECKPOINTS_DIR)
+        self.workdir = paths.abspath(workdir)
+        self.directory = paths.join(self.workdir, CHECKPOINTS_DIR)
         self._options = ocp.CheckpointManagerOptions(
             max_to_keep=keep, enable_async_checkpointing=async_save, create=True)
         self.manager = ocp.CheckpointManager(self.directory, options=self._options)
@@ -227,18 +227,18 @@ class Checkpointer:
         return None
 
     def _path(self, step: int) -> str:
-        return os.path.join(self.directory, str(step))
+        return paths.join(self.directory, str(step))
 
     def _move_aside(self, step: int) -> str:
         """Moves checkpoint `step` to a new, unique CORRUPT_DIR/<step>-<time>[-n]."""
-        base = os.path.join(self.workdir, CORRUPT_DIR,
+        base = paths.join(self.workdir, CORRUPT_DIR,
                             f"{step}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}")
         dest, n = base, 1
-        while os.path.exists(dest):
+        while paths.exists(dest):
             dest, n = f"{base}-{n}", n + 1
         if jax.process_index() == 0:
-            os.makedirs(os.path.dirname(dest), exist_ok=True)
-            os.rename(self._path(step), dest)  # same filesystem: atomic, copies nothing
+            paths.makedirs(paths.dirname(dest))
+            paths.move(self._path(step), dest)  # local: atomic, copies nothing
             log.warning("moved unreadable checkpoint to %s", dest)
         multihost_utils.sync_global_devices(f"move_aside_{step}")
         self.manager.reload()
@@ -251,13 +251,12 @@ def _first_line(error: BaseException) -> str:
 
 def _read_meta(step_dir: str) -> dict:
     """A checkpoint's meta JSON, read without restoring (or registering) its state."""
-    with open(os.path.join(step_dir, "meta", "metadata"), encoding="utf-8") as f:
-        return json.load(f)
+    return json.loads(paths.read_text(paths.join(step_dir, "meta", "metadata")))
 
 
 def _saved_shapes(step_dir: str) -> list[tuple]:
     """The sorted shapes of a checkpoint's saved state arrays (its metadata only)."""
-    tree = ocp.PyTreeCheckpointer().metadata(os.path.join(step_dir, "state")).item_metadata.tree
+    tree = ocp.PyTreeCheckpointer().metadata(paths.join(step_dir, "state")).item_metadata.tree
     return sorted(tuple(m.shape) for m in jax.tree.leaves(tree) if hasattr(m, "shape"))
 
 
@@ -277,11 +276,11 @@ def restore_from_path(path: str, target: Any, *, run: dict | None = None
                       ) -> tuple[Any, dict, int]:
     """An explicit resume source: a workdir, its checkpoints/ dir, or one step's dir;
     `run` is checked as in `Checkpointer.restore`."""
-    path = os.path.abspath(path)
-    if os.path.isdir(os.path.join(path, CHECKPOINTS_DIR)):
-        path = os.path.join(path, CHECKPOINTS_DIR)
-    if os.path.isdir(os.path.join(path, "state")):
-        directory, step = os.path.dirname(path), int(os.path.basename(path))
+    path = paths.abspath(path)
+    if paths.isdir(paths.join(path, CHECKPOINTS_DIR)):
+        path = paths.join(path, CHECKPOINTS_DIR)
+    if paths.isdir(paths.join(path, "state")):
+        directory, step = paths.dirname(path), int(paths.basename(path))
     else:
         directory, step = path, None
     with ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(
@@ -289,7 +288,7 @@ def restore_from_path(path: str, target: Any, *, run: dict | None = None
         step = manager.latest_step() if step is None else step
         if step is None:
             raise CheckpointError(f"no checkpoint found under {path}")
-        source = os.path.join(directory, str(step))
+        source = paths.join(directory, str(step))
         try:
             meta, shapes = _read_meta(source), _saved_shapes(source)
         except Exception as e:  # noqa: BLE001

@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import argparse
 import functools
-import os
 from typing import Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax import pretrained
+from bert_jax import paths, pretrained
 from bert_jax.config import ATTENTION_IMPLS, BertConfig, check_inputs_fit
 from bert_jax.errors import UserError, check_positive
 from bert_jax.model import BertModel, mean_pool
@@ -184,8 +183,7 @@ def parse_layers(text: str) -> list[int]:
 
 def read_lines(path: str) -> list[str]:
     """The lines of a UTF-8 text file, without their newlines."""
-    with open(path, "rb") as f:
-        data = f.read()
+    data = paths.read_bytes(path)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -235,9 +233,8 @@ def main(argv: list[str]) -> int:
     vectors = embed_texts(model, texts, pooling=args.pooling or "cls", layer=args.layer,
                           batch_size=args.batch_size, max_seq_length=args.max_seq_length,
                           attention_impl=args.attention_impl)
-    tmp = args.output + ".tmp.npy"
-    np.save(tmp, vectors)
-    os.replace(tmp, args.output)
+    with paths.replacing(args.output, "wb") as f:
+        np.save(f, vectors)
     print(f"wrote {vectors.shape[0]} x {vectors.shape[1]} vectors to {args.output}")
     return 0
 
@@ -259,9 +256,8 @@ def _main_per_token(args: argparse.Namespace) -> int:
     features = token_features(model, texts, layers=layers, combine=args.combine or "sum",
                               batch_size=args.batch_size, max_seq_length=args.max_seq_length,
                               attention_impl=args.attention_impl)
-    tmp = args.output[:-len(".npz")] + ".tmp.npz"
-    np.savez(tmp, **features)
-    os.replace(tmp, args.output)
+    with paths.replacing(args.output, "wb") as f:
+        np.savez(f, **features)
     vectors = features["vectors"]
     print(f"wrote {vectors.shape[0]} token vectors of size {vectors.shape[1]} "
           f"({len(texts)} lines) to {args.output}")

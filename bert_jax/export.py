@@ -20,14 +20,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax import heads, pretrained
+from bert_jax import heads, paths, pretrained
 from bert_jax.atomic import atomic_directory
 from bert_jax.config import check_inputs_fit
 from bert_jax.errors import UserError
@@ -117,7 +116,7 @@ def export_jax(fn, params, path: str, max_length: int,
     """Serializes fn with the weights baked in: f(input_ids, input_mask, segment_ids)."""
     bound = jax.jit(lambda ids, mask, segments: fn(params, ids, mask, segments))
     exported = jax.export.export(bound, platforms=platforms)(*_symbolic_inputs(max_length))
-    with open(path, "wb") as f:
+    with paths.open(path, "wb") as f:
         f.write(exported.serialize())
 
 
@@ -275,10 +274,9 @@ class ServedModel:
     arrays [B, L], `model.predict_texts(texts, pairs)` with the exported tokenizer."""
 
     def __init__(self, export_dir: str):
-        with open(os.path.join(export_dir, SERVING_FILE), encoding="utf-8") as f:
-            self.spec = json.load(f)
-        with open(os.path.join(export_dir, JAX_FILE), "rb") as f:
-            self.exported = jax.export.deserialize(bytearray(f.read()))
+        self.spec = json.loads(paths.read_text(paths.join(export_dir, SERVING_FILE)))
+        self.exported = jax.export.deserialize(
+            bytearray(paths.read_bytes(paths.join(export_dir, JAX_FILE))))
         self.export_dir = export_dir
         self._tokenizer = None
 
@@ -364,18 +362,17 @@ def export(workdir: str, out: str, formats=("jax", "savedmodel"), platforms=DEFA
             "outputs": {k: v for k, v in OUTPUTS[kind].items()
                         if k != "pooled_output" or "pooler" in params.get("bert", params)},
             "platforms": list(platforms), "files": {}}
-    with atomic_directory(out, overwrite) as tmp:
+    with atomic_directory(out, overwrite, local=True) as tmp:  # TensorFlow writes locally
         tokenizer.save(tmp)
         if "jax" in formats:
-            export_jax(fn, params, os.path.join(tmp, JAX_FILE), max_length, platforms)
+            export_jax(fn, params, paths.join(tmp, JAX_FILE), max_length, platforms)
             spec["files"]["jax"] = JAX_FILE
         if "savedmodel" in formats:
-            export_saved_model(fn, params, tokenizer, os.path.join(tmp, SAVED_MODEL_DIR),
+            export_saved_model(fn, params, tokenizer, paths.join(tmp, SAVED_MODEL_DIR),
                                max_length, max_seq_length, labels, platforms, truncation,
                                tagging=kind == "tagging")
             spec["files"]["savedmodel"] = SAVED_MODEL_DIR
-        with open(os.path.join(tmp, SERVING_FILE), "w", encoding="utf-8") as f:
-            json.dump(spec, f, indent=2)
+        paths.write_text(paths.join(tmp, SERVING_FILE), json.dumps(spec, indent=2))
     return spec
 
 

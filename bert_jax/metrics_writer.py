@@ -11,10 +11,11 @@ multi-host runs produce one log. Reusable by any loop:
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
-import shutil
+import socket
 import sys
 import time
 from typing import Mapping
@@ -22,12 +23,43 @@ from typing import Mapping
 import jax
 import numpy as np
 
+from bert_jax import paths
+from bert_jax.data import tfrecord
 
-def _scalar_metadata() -> bytes:
-    from tensorflow.core.framework import summary_pb2
-    metadata = summary_pb2.SummaryMetadata()
-    metadata.plugin_data.plugin_name = "scalars"  # TensorBoard's scalar dashboard
-    return metadata.SerializeToString()
+_EVENT_FILES = itertools.count()
+
+
+class _EventFile:
+    """A TensorBoard event file (TFRecords of `Event` protos, as tf.summary writes them)
+    written through `bert_jax.paths`, so it may lie in a bucket."""
+
+    def __init__(self, directory: str):
+        from tensorflow.core.framework import summary_pb2, types_pb2
+        from tensorflow.core.util import event_pb2
+        self._pb2 = event_pb2, summary_pb2, types_pb2.DT_FLOAT
+        paths.makedirs(directory)
+        now = time.time()
+        name = (f"events.out.tfevents.{int(now)}.{socket.gethostname()}.{os.getpid()}."
+                f"{next(_EVENT_FILES)}.v2")
+        self._file = paths.Appender(paths.join(directory, name), binary=True)
+        self._write(event_pb2.Event(wall_time=now, file_version="brain.Event:2"))
+
+    def _write(self, event) -> None:
+        self._file.write(tfrecord.frame(event.SerializeToString()))
+
+    def scalars(self, step: int, scalars: Mapping[str, float]) -> None:
+        """One event per scalar, as `tf.summary.scalar` records it (a float tensor with
+        the scalars plugin's metadata)."""
+        event_pb2, summary_pb2, float_dtype = self._pb2
+        for name, value in scalars.items():
+            summary = summary_pb2.Summary(value=[summary_pb2.Summary.Value(
+                tag=name, tensor={"dtype": float_dtype, "tensor_shape": {}, "float_val": [value]},
+                metadata={"plugin_data": {"plugin_name": "scalars"}})])
+            self._write(event_pb2.Event(wall_time=time.time(), step=step, summary=summary))
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
 
 
 def _format(value: float) -> str:
@@ -71,12 +103,13 @@ class MetricsWriter:
         self._start = None  # (time, step) of the first progress call
         self.replaced_earlier_run = False
         if self.enabled:
-            os.makedirs(workdir, exist_ok=True)
-            path = os.path.join(workdir, "metrics.jsonl")
+            paths.makedirs(workdir)
+            path = paths.join(workdir, "metrics.jsonl")
             if not append:
-                self.replaced_earlier_run = os.path.exists(path)
-                shutil.rmtree(os.path.join(workdir, "tensorboard"), ignore_errors=True)
-            self._jsonl = open(path, "a" if append else "w", encoding="utf-8")
+                self.replaced_earlier_run = paths.exists(path)
+                paths.rmtree(paths.join(workdir, "tensorboard"), missing_ok=True)
+                paths.write_text(path, "")
+            self._jsonl = paths.Appender(path)
             if tensorboard:
                 # Imported now (seconds) rather than at the first write, inside the
                 # timed training loop.
@@ -89,20 +122,16 @@ class MetricsWriter:
         if not self.enabled:
             return
         self._jsonl.close()
-        path = os.path.join(self.workdir, "metrics.jsonl")
-        with open(path, encoding="utf-8") as f:
-            kept = [line for line in f if _step_of(line) is not None and _step_of(line) <= step]
-        with open(path + ".tmp", "w", encoding="utf-8") as f:
+        path = paths.join(self.workdir, "metrics.jsonl")
+        kept = [line for line in paths.read_text(path).splitlines(keepends=True)
+                if _step_of(line) is not None and _step_of(line) <= step]
+        with paths.replacing(path) as f:
             f.writelines(kept)
-        os.replace(path + ".tmp", path)
-        self._jsonl = open(path, "a", encoding="utf-8")
+        self._jsonl = paths.Appender(path)
 
-    def _summary_writer(self, prefix: str):
+    def _event_file(self, prefix: str) -> _EventFile:
         if prefix not in self._tb:
-            from bert_jax.tf_host import tensorflow
-            tf = tensorflow()  # only for its event-file writer
-            self._tb[prefix] = tf.summary.create_file_writer(
-                os.path.join(self.workdir, "tensorboard", prefix))
+            self._tb[prefix] = _EventFile(paths.join(self.workdir, "tensorboard", prefix))
         return self._tb[prefix]
 
     def write(self, step: int, metrics: Mapping[str, float], prefix: str = "train") -> None:
@@ -115,13 +144,7 @@ class MetricsWriter:
         self._jsonl.write(json.dumps(record) + "\n")
         self._jsonl.flush()
         if self._tensorboard:
-            import tensorflow as tf
-            with self._summary_writer(prefix).as_default(step=int(step)):
-                for name, value in scalars.items():
-                    # What tf.summary.scalar writes, without needing the tensorboard package.
-                    tf.summary.write(name, tf.constant(value, tf.float32),
-                                     metadata=_scalar_metadata())
-            self._summary_writer(prefix).flush()
+            self._event_file(prefix).scalars(int(step), scalars)
 
     def progress(self, step: int, metrics: Mapping[str, float], *, final: bool = False) -> str:
         """Prints `step/total | name value ... | ETA`; one updating line on a terminal,

@@ -16,12 +16,10 @@ import argparse
 import contextlib
 import dataclasses
 import functools
-import glob
 import hashlib
 import json
 import logging
 import math
-import os
 import sys
 import time
 from typing import Any, Callable, Iterator, Sequence
@@ -33,8 +31,8 @@ import ml_collections
 import numpy as np
 import optax
 
-from bert_jax import (checkpoint, compile_cache, losses, mlm_distill, multihost, perf, pretrained,
-                      sharding, training)
+from bert_jax import (checkpoint, compile_cache, losses, mlm_distill, multihost, paths, perf,
+                      preemption, pretrained, sharding, training)
 from bert_jax.atomic import atomic_directory
 from bert_jax.config import BertConfig, check_choice, check_inputs_fit
 from bert_jax.config_loader import load_config, split_config_args
@@ -250,7 +248,7 @@ def setup(config: ml_collections.ConfigDict, vocab_size: int, *,
 # --- data ------------------------------------------------------------------------------
 
 def _is_tfrecord(path: str) -> bool:
-    return ".tfrecord" in os.path.basename(path)
+    return ".tfrecord" in paths.basename(path)
 
 
 def input_files(config: ml_collections.ConfigDict) -> list[str]:
@@ -260,7 +258,7 @@ def input_files(config: ml_collections.ConfigDict) -> list[str]:
     patterns = [p for p in config.input_files.split(",") if p] or [corpus.DEFAULT_CORPUS]
     files = []
     for pattern in patterns:
-        matches = sorted(glob.glob(pattern))
+        matches = paths.glob(pattern)
         if not matches:
             raise UserError(f"input_files: {pattern!r} matches no file")
         files += matches
@@ -268,8 +266,8 @@ def input_files(config: ml_collections.ConfigDict) -> list[str]:
     texts = [f for f in files if not _is_tfrecord(f)]
     if texts:
         corpus.require_text(texts)
-    if any(os.path.getsize(f) == 0 for f in files):
-        raise UserError(f"input_files: {next(f for f in files if not os.path.getsize(f))} "
+    if any(paths.getsize(f) == 0 for f in files):
+        raise UserError(f"input_files: {next(f for f in files if not paths.getsize(f))} "
                         "is empty")
     return files
 
@@ -280,7 +278,7 @@ DATA_OPTIONS_FILE = "options.json"  # the data_options a converted directory was
 def data_cache_dir() -> str:
     """Where the embedded corpus is converted once per machine: CACHE_ROOT/data
     (`compile_cache.cache_root`: $BERT_JAX_CACHE_DIR, else ~/.cache/bert_jax)."""
-    return os.path.join(compile_cache.cache_root(), "data")
+    return paths.join(compile_cache.cache_root(), "data")
 
 
 def data_options(config: ml_collections.ConfigDict, files: list[str], vocabulary: str,
@@ -299,15 +297,14 @@ def data_options(config: ml_collections.ConfigDict, files: list[str], vocabulary
             **({"sentence_order_prediction": True} if config.sentence_order_prediction
                else {}),
             "num_shards": num_shards,
-            "inputs": [[os.path.relpath(f, corpus.CORPUS_DIR), os.path.getsize(f)] if embedded
-                       else [os.path.abspath(f), os.path.getsize(f), os.stat(f).st_mtime_ns]
+            "inputs": [[paths.basename(f), paths.getsize(f)] if embedded
+                       else [paths.abspath(f), paths.getsize(f), paths.mtime_ns(f)]
                        for f in files]}
 
 
 def _read_options(directory: str) -> dict | None:
     try:
-        with open(os.path.join(directory, DATA_OPTIONS_FILE), encoding="utf-8") as f:
-            return json.load(f)
+        return json.loads(paths.read_text(paths.join(directory, DATA_OPTIONS_FILE)))
     except (OSError, ValueError):
         return None
 
@@ -326,16 +323,16 @@ def prepare_input_files(config: ml_collections.ConfigDict, workdir: str, tokeniz
     num_shards = max(8, jax.process_count())
     options = data_options(config, files, vocabulary, num_shards)
     key = hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest()[:16]
-    out_dir = (os.path.join(data_cache_dir(), key)
+    out_dir = (paths.join(data_cache_dir(), key)
                if not config.input_files and jax.process_count() == 1
-               else os.path.join(workdir, "data"))
-    names = [os.path.basename(p) for p in cpd.shard_paths(out_dir, num_shards)]
+               else paths.join(workdir, "data"))
+    names = [paths.basename(p) for p in cpd.shard_paths(out_dir, num_shards)]
     if jax.process_index() == 0 and _read_options(out_dir) != options:
         writer.message(f"converting {len(files)} text file(s) into {out_dir}"
-                       + (" (options changed)" if os.path.isdir(out_dir) else " (once)"))
+                       + (" (options changed)" if paths.isdir(out_dir) else " (once)"))
         with atomic_directory(out_dir, overwrite=True) as tmp:
             cpd.create_pretraining_data(
-                files, [os.path.join(tmp, n) for n in names], tokenizer_path,
+                files, [paths.join(tmp, n) for n in names], tokenizer_path,
                 cpd.Options(max_seq_length=config.max_seq_length,
                             max_predictions_per_seq=config.max_predictions_per_seq,
                             random_seed=config.seed,
@@ -345,10 +342,9 @@ def prepare_input_files(config: ml_collections.ConfigDict, workdir: str, tokeniz
                             sentence_order_prediction=config.sentence_order_prediction),
                 # Workers would re-import an unguarded __main__ script.
                 num_workers=1, progress=False)
-            with open(os.path.join(tmp, DATA_OPTIONS_FILE), "w", encoding="utf-8") as f:
-                json.dump(options, f, indent=1)
+            paths.write_text(paths.join(tmp, DATA_OPTIONS_FILE), json.dumps(options, indent=1))
     multihost.sync("input_files_ready")
-    return [os.path.join(out_dir, n) for n in names]
+    return [paths.join(out_dir, n) for n in names]
 
 
 def make_iterator(config, files, tokenizer, *, split: str, state: dict | None = None,
@@ -475,10 +471,14 @@ def restore_or_init(config, ckpt: checkpoint.Checkpointer, setup: Setup, writer,
     return state, shardings, None
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
-    """Runs (or resumes) pretraining in `workdir`; returns the last train/eval metrics."""
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
+                       watcher: preemption.Watcher | None = None) -> dict:
+    """Runs (or resumes) pretraining in `workdir`; returns the last train/eval metrics.
+    Raises preemption.Preempted after checkpointing the step where `watcher` (default:
+    one that consults only multi-process preemption notices) says to stop."""
     from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
-    workdir = os.path.abspath(workdir)
+    watcher = watcher or preemption.Watcher(handle_sigterm=False)
+    workdir = paths.abspath(workdir)
     tokenizer_path = config.tokenizer or DEFAULT_VOCAB
     tokenizer = load_tokenizer(tokenizer_path)
     run_setup = setup(config, tokenizer.vocab_size)
@@ -498,7 +498,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     ckpt = checkpoint.Checkpointer(workdir, keep=config.keep_checkpoints)
     state, shardings, pipeline_state = restore_or_init(config, ckpt, run_setup, writer, run)
     if multihost.is_primary():  # the workdir is then loadable as a model directory
-        pretrained.write_model_files(os.path.join(workdir, pretrained.WORKDIR_MODEL_DIR),
+        pretrained.write_model_files(paths.join(workdir, pretrained.WORKDIR_MODEL_DIR),
                                      bert_config, tokenizer=tokenizer)
     train_fn, eval_fn = run_setup.jit_steps(teacher, teacher_shardings)
     teacher_args = () if teacher is None else (teacher_params,)
@@ -544,8 +544,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                         final=final)
 
     eval_metrics = {}
+    preempted = False
     with jax.set_mesh(mesh):
-        while step < config.num_train_steps:
+        while step < config.num_train_steps and not preempted:
             state, metrics = train_fn(state, sharding.global_batch(next(batches), mesh, rules),
                                       *teacher_args)
             step += 1
@@ -561,7 +562,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                 writer.write(step, eval_metrics, prefix="eval")
                 writer.message(f"step {step} eval: " + ", ".join(
                     f"{k} {v:.4f}" for k, v in eval_metrics.items()))
-            if step % config.checkpoint_every_steps == 0 or is_last:
+            preempted = watcher.reached(step) and not is_last
+            if step % config.checkpoint_every_steps == 0 or is_last or preempted:
                 if pending:
                     flush(step)  # never checkpoint past an unchecked non-finite step
                 ckpt.save(step, state, {**run, "pipeline": batches.get_state()})
@@ -569,6 +571,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     ckpt.wait()
     ckpt.close()
     writer.close()
+    if preempted:
+        raise preemption.Preempted(step)
     return {"train": last, "eval": eval_metrics}
 
 
@@ -583,12 +587,18 @@ def main(argv: list[str]) -> int:
     args, overrides = split_config_args(argv)
     args = parser.parse_args(args)
     multihost.initialize(args)
-    config = load_config(args.config, overrides)
-    try:
-        train_and_evaluate(config, args.workdir)
-    except NonFiniteError as e:
-        print(f"bert-jax pretrain: {e}", file=sys.stderr)
-        return 1
+    # From here on SIGTERM means: checkpoint at the next step, then stop.
+    with preemption.Watcher() as watcher:
+        config = load_config(args.config, overrides)
+        try:
+            train_and_evaluate(config, args.workdir, watcher)
+        except NonFiniteError as e:
+            print(f"bert-jax pretrain: {e}", file=sys.stderr)
+            return 1
+        except preemption.Preempted as e:
+            if multihost.is_primary():
+                print(e, file=sys.stderr)
+            return preemption.PREEMPTED_EXIT_CODE
     return 0
 
 

@@ -30,6 +30,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from bert_jax import paths
 from bert_jax.atomic import atomic_directory
 from bert_jax.config import BertConfig, ConfigError
 from bert_jax.errors import UserError
@@ -68,10 +69,10 @@ def write_model_files(directory: str | os.PathLike, config: BertConfig, *, token
                       task: dict[str, Any] | None = None) -> None:
     """`bert_jax.json` (the config with unrolled layers, the task) and the tokenizer's files
     into `directory` (created). One process calls this."""
-    os.makedirs(directory, exist_ok=True)
-    with open(os.path.join(directory, MODEL_FILE), "w", encoding="utf-8") as f:
-        json.dump({"model": config.replace(scan_layers=False).to_dict(), "task": task}, f,
-                  indent=2, sort_keys=True)
+    paths.makedirs(directory)
+    paths.write_text(paths.join(directory, MODEL_FILE), json.dumps(
+        {"model": config.replace(scan_layers=False).to_dict(), "task": task},
+        indent=2, sort_keys=True))
     if tokenizer is not None:
         tokenizer.save(directory)
 
@@ -90,7 +91,7 @@ def save(path: str | os.PathLike, config: BertConfig, params: dict[str, Any], *,
         me = jax.process_index()
         checkpointer = ocp.StandardCheckpointer(multiprocessing_options=(
             ocp.options.MultiprocessingOptions(primary_host=me, active_processes={me})))
-        checkpointer.save(os.path.join(tmp, PARAMS_DIR), params)
+        checkpointer.save(paths.join(tmp, PARAMS_DIR), params)
         checkpointer.wait_until_finished()
         write_model_files(tmp, config, tokenizer=tokenizer, task=task)
 
@@ -114,12 +115,11 @@ def read_params(directory: str | os.PathLike, key: str | None = None) -> dict[st
 
 def read_checkpoint_params(step_dir: str) -> dict[str, Any]:
     """Only the params of one pretraining checkpoint's TrainState, as numpy."""
-    return read_params(os.path.join(step_dir, "state"), key="params")
+    return read_params(paths.join(step_dir, "state"), key="params")
 
 
 def _read_model_file(model_file: str) -> dict[str, Any]:
-    with open(model_file, encoding="utf-8") as f:
-        meta = json.load(f)
+    meta = json.loads(paths.read_text(model_file))
     try:
         return {"config": BertConfig.from_dict(meta["model"]), "task": meta.get("task")}
     except (KeyError, TypeError) as e:
@@ -128,64 +128,63 @@ def _read_model_file(model_file: str) -> dict[str, Any]:
 
 def read_model_config(workdir: str) -> BertConfig:
     """The model config a pretraining workdir recorded (WORKDIR/model/bert_jax.json)."""
-    path = os.path.join(os.path.abspath(workdir), WORKDIR_MODEL_DIR, MODEL_FILE)
-    if not os.path.exists(path):
+    path = paths.join(paths.abspath(workdir), WORKDIR_MODEL_DIR, MODEL_FILE)
+    if not paths.exists(path):
         raise CheckpointError(f"{path} not found: not a bert-jax pretraining workdir")
     return _read_model_file(path)["config"]
 
 
 def _checkpoint_steps(directory: str) -> list[int]:
-    if not os.path.isdir(directory):
+    if not paths.isdir(directory):
         return []
-    return sorted(int(name) for name in os.listdir(directory) if name.isdigit())
+    return sorted(int(name) for name in paths.listdir(directory) if name.isdigit())
 
 
 def load_pretrained_from_workdir(workdir: str) -> Pretrained:
     """The latest readable checkpoint of a pretraining workdir as a `Pretrained`
     (numpy params with unrolled layers, the model config, the tokenizer dir)."""
-    workdir = os.path.abspath(workdir)
+    workdir = paths.abspath(workdir)
     config = read_model_config(workdir)
-    directory = os.path.join(workdir, CHECKPOINTS_DIR)
+    directory = paths.join(workdir, CHECKPOINTS_DIR)
     for step in reversed(_checkpoint_steps(directory)):
         try:
-            params = read_checkpoint_params(os.path.join(directory, str(step)))
+            params = read_checkpoint_params(paths.join(directory, str(step)))
         except Exception as e:  # noqa: BLE001
             log.warning("checkpoint %s/%d is unreadable (%s); trying the previous one",
                         directory, step, e)
             continue
         return Pretrained(config, to_unscanned(params), None,
-                          os.path.join(workdir, WORKDIR_MODEL_DIR))
+                          paths.join(workdir, WORKDIR_MODEL_DIR))
     raise CheckpointError(f"no readable checkpoint under {directory}")
 
 
 def load(path: str | os.PathLike) -> Pretrained:
     """Reads a model directory or a pretraining workdir (its latest checkpoint)."""
-    path = os.path.abspath(path)
-    if not os.path.isdir(path):
+    path = paths.abspath(path)
+    if not paths.isdir(path):
         raise FileNotFoundError(f"no model directory at {path}")
-    model_file = os.path.join(path, MODEL_FILE)
-    if os.path.isdir(os.path.join(path, CHECKPOINTS_DIR)) and not os.path.exists(model_file):
+    model_file = paths.join(path, MODEL_FILE)
+    if paths.isdir(paths.join(path, CHECKPOINTS_DIR)) and not paths.exists(model_file):
         return load_pretrained_from_workdir(path)
-    if not os.path.exists(model_file):
+    if not paths.exists(model_file):
         raise FileNotFoundError(
             f"{path} is neither a bert_jax model directory (no {MODEL_FILE}) nor a pretraining "
             "workdir (no checkpoints/). Convert published weights with `bert-jax convert`.")
     meta = _read_model_file(model_file)
-    params = read_params(os.path.join(path, PARAMS_DIR))
+    params = read_params(paths.join(path, PARAMS_DIR))
     return Pretrained(meta["config"], params, meta["task"], path)
 
 
 def best_model_dir(workdir: str) -> str:
     """A fine-tuning workdir's WORKDIR/best, or for several runs (seeds, a grid: see
     `finetune.selection`) the selected run's."""
-    results = os.path.join(workdir, RESULTS_FILE)
-    if not os.path.isdir(os.path.join(workdir, BEST_DIR)) and os.path.exists(results):
-        with open(results, encoding="utf-8") as f:
-            best_run = json.load(f).get("best_run")
+    results = paths.join(workdir, RESULTS_FILE)
+    if not paths.isdir(paths.join(workdir, BEST_DIR)) and paths.exists(results):
+        best_run = json.loads(paths.read_text(results)).get("best_run")
         if best_run is not None:
-            return os.path.join(workdir, best_run, BEST_DIR)
-    path = os.path.join(workdir, BEST_DIR)
-    if not os.path.isdir(path):
+            return paths.join(workdir, best_run, BEST_DIR)
+    path = paths.join(workdir, BEST_DIR)
+    if not paths.isdir(path):
         raise FileNotFoundError(f"{workdir} holds no fine-tuned model ({BEST_DIR}/ is missing); "
                                 "run `bert-jax finetune --workdir` first")
     return path
@@ -193,7 +192,7 @@ def best_model_dir(workdir: str) -> str:
 
 def resolve_model_dir(path: str) -> str:
     """A model directory or pretraining workdir as is; a fine-tuning workdir's best model."""
-    if any(os.path.exists(os.path.join(path, name)) for name in (MODEL_FILE, CHECKPOINTS_DIR)):
+    if any(paths.exists(paths.join(path, name)) for name in (MODEL_FILE, CHECKPOINTS_DIR)):
         return path
     return best_model_dir(path)
 

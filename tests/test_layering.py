@@ -192,3 +192,62 @@ def test_the_cli_table_reaches_every_part():
     assert commands <= set(SOURCES), sorted(commands - set(SOURCES))
     reached = set().union(*(_closure(m) for m in commands))
     assert _parts_reached(reached) == set(PARTS)
+
+
+# Modules that read or write run paths (input files, workdirs, model directories, outputs):
+# their file access goes through bert_jax.paths, so a gs:// path works wherever a local one
+# does (docs/cloud.md).
+RUN_PATH_MODULES = sorted(
+    m for m in SOURCES if m.startswith(("bert_jax.finetune.", "bert_jax.tokenization"))
+    and m != "bert_jax.tokenization.cli"  # reads stdin, writes stdout
+    or m in ("bert_jax.pretrain", "bert_jax.checkpoint", "bert_jax.pretrained",
+             "bert_jax.metrics_writer", "bert_jax.atomic", "bert_jax.embed", "bert_jax.export",
+             "bert_jax.convert.cli", "bert_jax.data.pipeline", "bert_jax.data.corpus",
+             "bert_jax.data.create_pretraining_data", "bert_jax.data.tfrecord"))
+OS_FILE_FUNCTIONS = {"makedirs", "mkdir", "remove", "unlink", "rename", "replace", "listdir",
+                     "scandir", "stat", "rmdir", "walk"}
+
+
+def _dotted(node: ast.AST) -> str:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    return ".".join([node.id] + parts[::-1]) if isinstance(node, ast.Name) else ""
+
+
+def _direct_file_access(module: str) -> list[str]:
+    """'line N: what' for each use of open(), os.path, os file functions, glob, shutil or
+    TensorFlow's gfile in `module`."""
+    with open(SOURCES[module]) as f:
+        tree = ast.parse(f.read(), SOURCES[module])
+    hits = []
+    for node in ast.walk(tree):
+        name = ""
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            name = node.func.id if node.func.id == "open" else ""
+        elif isinstance(node, ast.Attribute):
+            dotted = _dotted(node)
+            if (dotted.startswith("os.path") or dotted.split(".")[0] in ("glob", "shutil")
+                    or (dotted.startswith("os.") and dotted[3:] in OS_FILE_FUNCTIONS)
+                    or "gfile" in dotted.split(".")):
+                name = dotted
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            modules = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                       else [node.module or ""])
+            name = ", ".join(m for m in modules if m.split(".")[0] in ("glob", "shutil"))
+        if name:
+            hits.append(f"line {node.lineno}: {name}")
+    return sorted(set(hits))
+
+
+def test_the_run_path_check_sees_direct_file_access():
+    assert _direct_file_access("bert_jax.paths")  # the layer itself uses them all
+    assert "bert_jax.finetune.trainer" in RUN_PATH_MODULES
+
+
+@pytest.mark.parametrize("module", RUN_PATH_MODULES)
+def test_run_paths_go_through_the_path_layer(module):
+    """No open(), os.path, glob, shutil or gfile outside bert_jax.paths: they would fail
+    (or silently write locally) for a gs:// workdir."""
+    assert _direct_file_access(module) == []

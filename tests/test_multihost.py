@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from bert_jax import checkpoint, pretrained
+from gcs_server import gcs  # noqa: F401 (fixture)
 from test_train import REPO, SMALL_MODEL, text_corpus  # noqa: F401 (fixture)
 
 def command(workdir, input_files, *extra, steps=6):
@@ -128,3 +129,58 @@ def test_two_processes_finetune_like_one(tmp_path):
         [json.loads(x)["label"] for x in predictions[1].splitlines()]
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5),
                  pretrained.load(two / "best").params, pretrained.load(reference / "best").params)
+
+
+def two_processes(workdir, input_files, env, steps=4):
+    """Starts the two processes of one run; returns them (stdout and stderr merged)."""
+    port = free_port()
+    return [subprocess.Popen(
+        command(workdir, input_files, f"--coordinator_address=127.0.0.1:{port}",
+                "--num_processes=2", f"--process_id={i}", steps=steps),
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for i in range(2)]
+
+
+@pytest.mark.slow
+def test_two_processes_with_the_workdir_in_a_bucket_match_one_local(tmp_path, text_corpus, gcs):
+    """Process 0 converts the text into the bucket; both read it and save their parts of
+    each checkpoint there; the losses are a one-process local run's."""
+    from test_cloud import losses
+    workdir = gcs.uri(tmp_path.name, "two")
+    processes = two_processes(workdir, text_corpus, gcs.environment(environment()))
+    outputs = [p.communicate(timeout=600)[0] for p in processes]
+    assert all(p.returncode == 0 for p in processes), outputs[0][-3000:] + outputs[1][-3000:]
+    reference = tmp_path / "reference"
+    args = command(reference, text_corpus, steps=4)
+    args[1:4] = [os.path.join(REPO, "tests", "two_host_reference.py")]
+    run = subprocess.run(args, env=environment(2), capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-3000:]
+    two = losses(gcs.download(f"{tmp_path.name}/two/metrics.jsonl").decode())
+    one = losses((reference / "metrics.jsonl").read_text())
+    assert sorted(two) == [1, 2, 3, 4] and two == pytest.approx(one, abs=1e-5)
+
+
+@pytest.mark.slow
+def test_sigterm_to_one_of_two_processes_stops_both_at_one_step(tmp_path, text_corpus):
+    """jax's preemption service spreads a SIGTERM on process 1 to process 0; both save the
+    same step and exit 0, and the rerun ends where an uninterrupted run does."""
+    from test_preemption import MESSAGE
+    straight, preempted = tmp_path / "straight", tmp_path / "preempted"
+    for workdir in (straight, preempted):
+        processes = two_processes(workdir, text_corpus, environment(), steps=8)
+        if workdir == preempted:
+            for line in processes[0].stdout:
+                if "layers, H=" in line:  # process 0 is about to train
+                    break
+            processes[1].send_signal(signal.SIGTERM)
+        outputs = [p.communicate(timeout=600)[0] for p in processes]
+        assert all(p.returncode == 0 for p in processes), outputs[0][-3000:] + outputs[1][-3000:]
+    match = MESSAGE.search(outputs[0])
+    assert match, outputs[0][-3000:]
+    step = int(match.group(1))
+    assert 1 <= step < 8 and str(step) in os.listdir(preempted / "checkpoints")
+    processes = two_processes(preempted, text_corpus, environment(), steps=8)
+    outputs = [p.communicate(timeout=600)[0] for p in processes]
+    assert all(p.returncode == 0 for p in processes), outputs[0][-3000:]
+    assert f"resumed from step {step} " in outputs[0]
+    jax.tree.map(np.testing.assert_array_equal, params(preempted), params(straight))

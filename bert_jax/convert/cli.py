@@ -13,33 +13,31 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from typing import Any
 
-from bert_jax import pretrained
+from bert_jax import paths, pretrained
 from bert_jax.atomic import atomic_directory
 
 
 def _hf_do_lower_case(hf_dir: str) -> bool:
     """HF records casing in tokenizer_config.json; BERT's published vocabularies default
     to uncased."""
-    path = os.path.join(hf_dir, "tokenizer_config.json")
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as f:
-            return bool(json.load(f).get("do_lower_case", True))
+    path = paths.join(hf_dir, "tokenizer_config.json")
+    if paths.exists(path):
+        return bool(json.loads(paths.read_text(path)).get("do_lower_case", True))
     return True
 
 
 def _google_do_lower_case(google_dir: str) -> bool:
     """Google names its releases `uncased_L-...` / `cased_L-...`; nothing inside says."""
-    name = os.path.basename(os.path.normpath(google_dir)).lower()
+    name = paths.basename(paths.abspath(google_dir)).lower()
     return "uncased" in name or "cased" not in name
 
 
 def _save_with_vocab(vocab: str, do_lower_case: bool, config, params, out, task, overwrite):
     from bert_jax.tokenization import load_tokenizer
 
-    if not os.path.exists(vocab):
+    if not paths.exists(vocab):
         raise FileNotFoundError(f"no vocab.txt at {vocab}")
     tokenizer = load_tokenizer(vocab, do_lower_case=do_lower_case)
     if tokenizer.vocab_size != config.vocab_size:
@@ -52,15 +50,15 @@ def _save_with_vocab(vocab: str, do_lower_case: bool, config, params, out, task,
 def _hf_task(hf_dir: str) -> dict[str, Any] | None:
     """The head kind where the weights cannot tell it: a multiple-choice classifier
     looks like a one-label sequence classifier, so config.json's `architectures` says."""
-    with open(os.path.join(hf_dir, "config.json"), encoding="utf-8") as f:
-        architectures = json.load(f).get("architectures") or []
+    architectures = json.loads(paths.read_text(paths.join(hf_dir, "config.json"))).get(
+        "architectures") or []
     multiple_choice = {"BertForMultipleChoice", "AlbertForMultipleChoice"} & set(architectures)
     return {"kind": "multiple_choice"} if multiple_choice else None
 
 
 def _hf_vocab(hf_dir: str) -> str:
-    vocab = os.path.join(hf_dir, "vocab.txt")
-    if not os.path.exists(vocab) and os.path.exists(os.path.join(hf_dir, "spiece.model")):
+    vocab = paths.join(hf_dir, "vocab.txt")
+    if not paths.exists(vocab) and paths.exists(paths.join(hf_dir, "spiece.model")):
         raise ValueError(f"{hf_dir} has ALBERT's SentencePiece spiece.model and no vocab.txt: "
                          "bert_jax reads SentencePiece models with [PAD]/[UNK] pieces only "
                          "(spiece.model has <pad>/<unk>); ALBERTs on a WordPiece vocab.txt, "
@@ -87,8 +85,8 @@ def from_tf1(google_dir: str, out: str, overwrite: bool = False,
     config, params = tf1.load_tf1_dir(google_dir)
     if do_lower_case is None:
         do_lower_case = _google_do_lower_case(google_dir)
-    directory = google_dir if os.path.isdir(google_dir) else os.path.dirname(google_dir)
-    return _save_with_vocab(os.path.join(directory, "vocab.txt"), do_lower_case, config,
+    directory = google_dir if paths.isdir(google_dir) else paths.dirname(google_dir)
+    return _save_with_vocab(paths.join(directory, "vocab.txt"), do_lower_case, config,
                             params, out, tf1.task_of(params), overwrite)
 
 
@@ -160,7 +158,7 @@ def to_hf(checkpoint: str, out: str, overwrite: bool = False) -> list[str]:
     if crf:
         notes.append(f"transformers has no CRF: {', '.join(crf)} left out (its token "
                      "classifier decodes by argmax)")
-    with atomic_directory(out, overwrite) as tmp:
+    with atomic_directory(out, overwrite, local=True) as tmp:  # safetensors writes locally
         save_hf_dir(tmp, model.config, params, architecture,
                     _hf_task_config(model.task, params))
         notes += _write_hf_tokenizer(model, tmp)
@@ -178,11 +176,11 @@ def _write_hf_tokenizer(model: pretrained.Pretrained, directory: str) -> list[st
     if not isinstance(tokenizer, WordPieceTokenizer):
         return ["transformers' BERT tokenizer reads WordPiece vocabularies only: the "
                 "SentencePiece model was not exported"]
-    with open(os.path.join(directory, "vocab.txt"), "w", encoding="utf-8") as f:
-        f.writelines(tokenizer.id_to_token(i) + "\n" for i in range(tokenizer.vocab_size))
-    with open(os.path.join(directory, "tokenizer_config.json"), "w", encoding="utf-8") as f:
-        json.dump({"tokenizer_class": "BertTokenizer", "do_lower_case": tokenizer.do_lower_case,
-                   "model_max_length": model.config.max_position_embeddings}, f, indent=2)
+    paths.write_text(paths.join(directory, "vocab.txt"), "".join(
+        tokenizer.id_to_token(i) + "\n" for i in range(tokenizer.vocab_size)))
+    paths.write_text(paths.join(directory, "tokenizer_config.json"), json.dumps(
+        {"tokenizer_class": "BertTokenizer", "do_lower_case": tokenizer.do_lower_case,
+         "model_max_length": model.config.max_position_embeddings}, indent=2))
     return []
 
 

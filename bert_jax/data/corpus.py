@@ -4,21 +4,21 @@ BERT format: one sentence per line, a blank line between documents, UTF-8,
 optionally gzip-compressed (`.gz`). Lines that are not valid UTF-8 are decoded
 with U+FFFD replacements and counted, never fatal.
 """
+import contextlib
 import dataclasses
-import glob
 import gzip
-import os
 from typing import Callable, Iterable, Iterator, List, Sequence, TypeVar
 
+from bert_jax import paths
 from bert_jax.errors import UserError
 
 T = TypeVar("T")
 
-_RESOURCES = os.path.join(os.path.dirname(os.path.dirname(__file__)), "resources")
-CORPUS_DIR = os.path.join(_RESOURCES, "corpus")
+_RESOURCES = paths.join(paths.dirname(paths.dirname(paths.abspath(__file__))), "resources")
+CORPUS_DIR = paths.join(_RESOURCES, "corpus")
 # Public-domain text: the King James Bible and the latest 100 State of the
 # Union addresses (see resources/corpus/README.md), gzip shards in BERT format.
-DEFAULT_CORPUS = os.path.join(CORPUS_DIR, "*.txt.gz")
+DEFAULT_CORPUS = paths.join(CORPUS_DIR, "*.txt.gz")
 
 
 @dataclasses.dataclass
@@ -42,10 +42,10 @@ def expand_inputs(patterns: Sequence[str]) -> List[str]:
     files = []
     for pattern in patterns:
         for part in filter(None, (p.strip() for p in pattern.split(","))):
-            matches = sorted(glob.glob(part))
+            matches = paths.glob(part)
             if not matches:
                 raise FileNotFoundError(f"input file not found: {part}")
-            files.extend(m for m in matches if os.path.isfile(m))
+            files.extend(m for m in matches if paths.isfile(m))
     if not files:
         raise FileNotFoundError(f"no input files in {list(patterns)}")
     return files
@@ -62,8 +62,10 @@ def require_text(files: Sequence[str]) -> None:
     raise UserError(f"no text in the input ({shown}): the files are empty or blank")
 
 
+@contextlib.contextmanager
 def _open_binary(path: str):
-    return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
+    with paths.open(path, "rb") as f:  # streamed from a bucket
+        yield gzip.open(f, "rb") if path.endswith(".gz") else f
 
 
 def iter_lines(path: str, stats: ReadStats) -> Iterator[str]:

@@ -43,7 +43,8 @@ from typing import List, Optional, Sequence
 
 import numpy as np
 
-from bert_jax.data import chinese_words, corpus, instances, lengths, masking
+from bert_jax import paths
+from bert_jax.data import chinese_words, corpus, instances, lengths, masking, tfrecord
 from bert_jax.tokenization import DEFAULT_VOCAB, TokenizerError, load_tokenizer
 
 
@@ -322,7 +323,7 @@ def serialize_examples(rows: dict) -> List[bytes]:
 
 
 def shard_paths(output_dir: str, num_shards: int) -> List[str]:
-    return [os.path.join(output_dir, f"pretrain-{i:05d}-of-{num_shards:05d}.tfrecord")
+    return [paths.join(output_dir, f"pretrain-{i:05d}-of-{num_shards:05d}.tfrecord")
             for i in range(num_shards)]
 
 
@@ -338,7 +339,6 @@ def create_pretraining_data(inputs: Sequence[str], output_files: Sequence[str], 
     vocabulary or reference file; bad content (empty files, bad bytes, long
     lines) is counted; a reference line that does not spell its input line fails.
     """
-    import tensorflow as tf
     from tqdm import tqdm
     if options.max_seq_length < 5:
         raise ValueError("max_seq_length must be at least 5")
@@ -358,12 +358,12 @@ def create_pretraining_data(inputs: Sequence[str], output_files: Sequence[str], 
                          "give one per input file, in the inputs' sorted order")
     tasks = [(index, path, references[index] if references else None)
              for index, path in enumerate(files)]
-    made = sorted({os.path.dirname(os.path.abspath(p)) for p in output_files
-                   if not os.path.exists(os.path.dirname(os.path.abspath(p)))})
+    made = sorted({paths.dirname(paths.abspath(p)) for p in output_files
+                   if not paths.exists(paths.dirname(paths.abspath(p)))})
     for directory in made:
-        os.makedirs(directory, exist_ok=True)
-    writers = [tf.io.TFRecordWriter(path) for path in output_files]
-    bar = tqdm(total=sum(os.path.getsize(f) for f in files), unit="B", unit_scale=True,
+        paths.makedirs(directory)
+    writers = [tfrecord.RecordWriter(path) for path in output_files]
+    bar = tqdm(total=sum(paths.getsize(f) for f in files), unit="B", unit_scale=True,
                desc="create-data", disable=not progress, file=sys.stderr)
     total, written = Stats(), 0
     pool = None
@@ -381,7 +381,7 @@ def create_pretraining_data(inputs: Sequence[str], output_files: Sequence[str], 
                 writers[written % len(writers)].write(record)
                 written += 1
             total += stats
-            bar.update(os.path.getsize(path))
+            bar.update(paths.getsize(path))
     finally:
         if pool is not None:
             pool.terminate()
@@ -391,10 +391,10 @@ def create_pretraining_data(inputs: Sequence[str], output_files: Sequence[str], 
     if not written:
         # Empty shards would only fail later, in the pipeline, far from the cause.
         for path in output_files:
-            os.remove(path)
+            paths.remove(path)
         for directory in made:
-            if not os.listdir(directory):
-                os.rmdir(directory)
+            if paths.exists(directory) and not paths.listdir(directory):
+                paths.rmtree(directory)
         raise ValueError(
             f"no pretraining examples from {len(files)} input file(s): {total.documents} "
             f"documents, {total.sentences} sentences, {total.empty_files} empty file(s), "
@@ -455,14 +455,13 @@ def run(args, output_files: List[str], summary_dir: Optional[str]) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     summary = dict(stats.summary(), options=dataclasses.asdict(options),
-                   vocab=os.path.abspath(args.vocab), output_files=list(output_files))
+                   vocab=paths.abspath(args.vocab), output_files=list(output_files))
     for key, value in stats.summary().items():
         if isinstance(value, dict):  # percentiles
             value = ", ".join(f"{k} {v}" for k, v in value.items())
         print(f"{key:>28}: {value}")
     if summary_dir:
-        with open(os.path.join(summary_dir, "summary.json"), "w") as f:
-            json.dump(summary, f, indent=2)
+        paths.write_text(paths.join(summary_dir, "summary.json"), json.dumps(summary, indent=2))
     return 0
 
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 
 MULTI_COMMAND = True
@@ -46,7 +45,7 @@ def run_finetune(config, workdir: str) -> dict:
 
 
 def _finetune_main(argv: list[str]) -> int:
-    from bert_jax import multihost
+    from bert_jax import multihost, preemption
     from bert_jax.config_loader import load_config, split_config_args
     rest, overrides = split_config_args(argv)
     parser = argparse.ArgumentParser(prog="bert-jax finetune", description=__doc__,
@@ -61,7 +60,13 @@ def _finetune_main(argv: list[str]) -> int:
     config = load_config(args.config, overrides)
     if args.init:
         config.init = args.init
-    results = run_finetune(config, args.workdir)
+    try:
+        with preemption.stop_on_sigterm():
+            results = run_finetune(config, args.workdir)
+    except preemption.Terminated:
+        print("bert-jax finetune: stopped by SIGTERM; fine-tuning cannot resume yet: rerun "
+              "the command to start over", file=sys.stderr)
+        return preemption.TERMINATED_EXIT_CODE
     print(json.dumps({k: v for k, v in results.items() if k != "runs"}, indent=2))
     return 0
 
@@ -99,11 +104,12 @@ def _evaluate_main(argv: list[str]) -> int:
     parser.add_argument("--output", help="JSON results file (default: WORKDIR/"
                         "evaluate_results.json for one workdir; stdout only for several)")
     args = parser.parse_args(argv)
+    from bert_jax import paths
     from bert_jax.errors import UserError
     from bert_jax.finetune import ensemble, inference
     if args.file and args.split:
         raise UserError("pass --split or --file, not both")
-    overrides = {"validation_file": os.path.abspath(args.file)} if args.file else {}
+    overrides = {"validation_file": paths.abspath(args.file)} if args.file else {}
     model = _load(args, overrides)
     task = model.task
     known = list(dict.fromkeys(["train", *task.eval_splits, *task.test_splits]))
@@ -111,7 +117,7 @@ def _evaluate_main(argv: list[str]) -> int:
         raise UserError(f"--split {args.split!r} is not a split of task {task.name!r}; "
                         f"known: {', '.join(known)}")
     # --file is read as the validation split and reported under its own name.
-    splits = ({os.path.basename(args.file): "validation"} if args.file else
+    splits = ({paths.basename(args.file): "validation"} if args.file else
               {split: split for split in ([args.split] if args.split else task.eval_splits)})
     results = {}
     for name, split in splits.items():
@@ -122,11 +128,10 @@ def _evaluate_main(argv: list[str]) -> int:
         features = task.featurize(examples, model.tokenizer, model.config.max_seq_length,
                                   training=False)
         results[name] = task.evaluate(examples, features, model.outputs(features))
-    output = args.output or (os.path.join(args.workdir[0], inference.EVALUATE_RESULTS_FILE)
+    output = args.output or (paths.join(args.workdir[0], inference.EVALUATE_RESULTS_FILE)
                              if len(args.workdir) == 1 else None)
     if output:
-        with open(output, "w", encoding="utf-8") as f:
-            json.dump(results, f, indent=2)
+        paths.write_text(output, json.dumps(results, indent=2))
     print(json.dumps(results, indent=2))
     return 0
 

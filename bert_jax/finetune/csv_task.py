@@ -14,13 +14,12 @@ values) fail rather than train a model on the wrong column.
 
 from __future__ import annotations
 
-import os
-
+from bert_jax import paths
 from bert_jax.finetune import files
 from bert_jax.finetune.classification import ClassificationTask
 from bert_jax.finetune.task_base import register
 
-SPAM_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "resources", "spam")
+SPAM_DIR = paths.join(paths.dirname(paths.dirname(paths.abspath(__file__))), "resources", "spam")
 _SPLIT_KEYS = {"train": "train_file", "validation": "validation_file", "test": "test_file"}
 
 
@@ -89,7 +88,7 @@ class CsvTask(ClassificationTask):
     def path(self, split: str) -> str:
         path = self.config.get(_SPLIT_KEYS[split]) or ""
         if not path and self.name == "spam":
-            path = os.path.join(SPAM_DIR, f"{'dev' if split == 'validation' else split}.tsv")
+            path = paths.join(SPAM_DIR, f"{'dev' if split == 'validation' else split}.tsv")
         return path
 
     @property

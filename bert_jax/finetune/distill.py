@@ -29,14 +29,13 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
 
-from bert_jax import losses, pretrained, sharding
+from bert_jax import losses, paths, pretrained, sharding
 from bert_jax.config_loader import apply_override, parse_value
 from bert_jax.errors import UserError
 from bert_jax.finetune import inference, tasks, trainer
@@ -54,7 +53,7 @@ DISTILL_DEFAULTS = dict(teacher="", temperature=2.0, alpha=0.5, student_layers=0
 def load_teacher(path: str) -> pretrained.Pretrained:
     """A fine-tuned model: a fine-tuning workdir (its best model) or a model directory
     saved by fine-tuning."""
-    if not os.path.isdir(path):
+    if not paths.isdir(path):
         raise UserError(f"--teacher {path}: no such directory")
     try:
         teacher = pretrained.load(pretrained.resolve_model_dir(path))
@@ -78,9 +77,9 @@ def distill_config(teacher: pretrained.Pretrained, student: str,
             config[key] = value
         config.teacher = teacher.tokenizer_dir
         config.seeds, config.learning_rates, config.freeze = "", "", ""
-        is_dir = os.path.isdir(student)
+        is_dir = paths.isdir(student)
         # A fine-tuning workdir stands for its kept model.
-        config.init = os.path.abspath(pretrained.resolve_model_dir(student)) if is_dir else ""
+        config.init = paths.abspath(pretrained.resolve_model_dir(student)) if is_dir else ""
         config.model = "" if is_dir else student
         # A random student reads the teacher's vocabulary.
         config.tokenizer = "" if is_dir else teacher.tokenizer_dir
@@ -148,10 +147,9 @@ def student_source(config, teacher: pretrained.Pretrained) -> trainer.ModelSourc
         raise UserError(f"vocabulary mismatch: the student {source.origin} has a different "
                         f"vocabulary ({mine.vocab_size} tokens) from the teacher "
                         f"({theirs.vocab_size} tokens); the student must read the teacher's")
-    model_file = os.path.join(config.init, pretrained.MODEL_FILE)
-    if config.init and os.path.exists(model_file):
-        with open(model_file, encoding="utf-8") as f:
-            student_task = json.load(f).get("task")
+    model_file = paths.join(config.init, pretrained.MODEL_FILE)
+    if config.init and paths.exists(model_file):
+        student_task = json.loads(paths.read_text(model_file)).get("task")
         if student_task and student_task.get("name") != teacher.task["name"]:
             raise UserError(f"task mismatch: the student {config.init} was fine-tuned on "
                             f"{student_task.get('name')!r}, the teacher on "

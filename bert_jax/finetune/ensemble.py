@@ -10,27 +10,25 @@ task, labels, tokenizer and max_seq_length, which decide the features.
 from __future__ import annotations
 
 import json
-import os
 from typing import Sequence
 
-from bert_jax import pretrained
+from bert_jax import paths, pretrained
 from bert_jax.errors import UserError
 from bert_jax.finetune import inference
 
 
-def member_dirs(paths: Sequence[str], expand_seeds: bool) -> list[str]:
+def member_dirs(dirs: Sequence[str], expand_seeds: bool) -> list[str]:
     """The workdirs (or fine-tuned model dirs) of the members; with `expand_seeds`, a
     multi-seed workdir stands for every seed run of its selected setting."""
     out = []
-    for path in paths:
-        results = os.path.join(path, pretrained.RESULTS_FILE)
+    for path in dirs:
+        results = paths.join(path, pretrained.RESULTS_FILE)
         summary = {}
-        if expand_seeds and os.path.exists(results):
-            with open(results, encoding="utf-8") as f:
-                summary = json.load(f)
+        if expand_seeds and paths.exists(results):
+            summary = json.loads(paths.read_text(results))
         if summary.get("seeds"):
-            setting = os.path.dirname(summary["best_run"])
-            out += [os.path.join(path, setting, f"seed_{seed}") for seed in summary["seeds"]]
+            setting = paths.dirname(summary["best_run"])
+            out += [paths.join(path, setting, f"seed_{seed}") for seed in summary["seeds"]]
         else:
             out.append(path)
     return out
@@ -40,8 +38,8 @@ class Ensemble:
     """Fine-tuned models whose outputs are averaged; `task`, `tokenizer` and `config` are
     the first member's (the others are checked to featurize alike)."""
 
-    def __init__(self, paths: Sequence[str], overrides: dict | None = None):
-        self.names = list(paths)
+    def __init__(self, dirs: Sequence[str], overrides: dict | None = None):
+        self.names = list(dirs)
         self.members = [inference.load_finetuned(p, overrides) for p in self.names]
         first = self.members[0]
         self.task, self.tokenizer, self.config = first.task, first.tokenizer, first.config

@@ -9,6 +9,8 @@ import json
 import os
 from typing import Any, Iterable
 
+from bert_jax import paths
+
 csv.field_size_limit(1 << 30)  # emails and documents can exceed the 128 KB default
 
 
@@ -25,10 +27,9 @@ def table_format(path: str) -> str:
 def read_text(path: str) -> str:
     """The whole file as text. Bytes that are not UTF-8 fail with the file, the line and
     the byte; a UTF-8 byte-order mark (spreadsheet exports) is dropped."""
-    if not os.path.exists(path):
+    if not paths.exists(path):
         raise FileNotFoundError(f"no such file: {path}")
-    with open(path, "rb") as f:
-        data = f.read()
+    data = paths.read_bytes(path)
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
@@ -172,10 +173,9 @@ def read_conll(path: str, tag_column: int = -1) -> list[dict[str, list[str]]]:
 
 
 def write_jsonl(path: str, records: Iterable[dict[str, Any]]) -> None:
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
-        for record in records:
-            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+    paths.makedirs(paths.dirname(paths.abspath(path)))
+    paths.write_text(path, "".join(json.dumps(record, ensure_ascii=False) + "\n"
+                                   for record in records))
 
 
 def tfds_examples(name: str, split: str, *, data_dir: str | None = None,

@@ -8,8 +8,8 @@ it trains and validates on MNLI and writes its test predictions to AX.tsv.
 from __future__ import annotations
 
 import dataclasses
-import os
 
+from bert_jax import paths
 from bert_jax.finetune import files
 from bert_jax.finetune.classification import ClassificationTask
 from bert_jax.finetune.task_base import register
@@ -86,9 +86,9 @@ class GlueTask(ClassificationTask):
 
     def write_test_predictions(self, records, split, workdir):
         """GLUE server format: `index<TAB>prediction`, sorted by index."""
-        path = os.path.join(workdir, "glue_submission", self.glue.submissions[split])
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "w", encoding="utf-8") as f:
+        path = paths.join(workdir, "glue_submission", self.glue.submissions[split])
+        paths.makedirs(paths.dirname(path))
+        with paths.open(path, "w", encoding="utf-8") as f:
             f.write("index\tprediction\n")
             for record in sorted(records, key=lambda r: r["idx"]):
                 if self.is_regression:

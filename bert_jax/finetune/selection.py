@@ -20,12 +20,11 @@ from __future__ import annotations
 import copy
 import itertools
 import json
-import os
 from typing import Any
 
 import numpy as np
 
-from bert_jax import multihost, pretrained
+from bert_jax import multihost, paths, pretrained
 from bert_jax.errors import UserError
 
 # config key -> (short name in directory names, the type of its values)
@@ -107,7 +106,7 @@ def run_grid(config, workdir: str) -> dict:
         run_config = setting_config(config, setting)
         session = session or trainer.Finetuning(run_config)
         name = setting_name(setting, grid)
-        setting_dir = os.path.join(workdir, name) if name else workdir
+        setting_dir = paths.join(workdir, name) if name else workdir
         if not seeds:
             result = session.run(run_config, setting_dir)
             summaries.append({**setting, "run_dir": name, "best_run": name, "score": score(result),
@@ -116,10 +115,10 @@ def run_grid(config, workdir: str) -> dict:
         runs = {}
         for seed in seeds:
             run_config.seed = seed
-            runs[seed] = session.run(run_config, os.path.join(setting_dir, f"seed_{seed}"))
+            runs[seed] = session.run(run_config, paths.join(setting_dir, f"seed_{seed}"))
         seeds_summary = summarize_seeds(runs)
         summaries.append({**setting, "run_dir": name,
-                          "best_run": os.path.join(name, seeds_summary["best_run"]),
+                          "best_run": paths.join(name, seeds_summary["best_run"]),
                           "score": float(np.mean([score(r) for r in runs.values()])),
                           "result": seeds_summary})
         if name and multihost.is_primary():
@@ -155,9 +154,8 @@ def _summary(summaries: list[dict], grid: dict, seeds: list[int]) -> dict:
 
 
 def _write(workdir: str, summary: dict) -> None:
-    os.makedirs(workdir, exist_ok=True)
-    with open(os.path.join(workdir, pretrained.RESULTS_FILE), "w", encoding="utf-8") as f:
-        json.dump(summary, f, indent=2)
+    paths.makedirs(workdir)
+    paths.write_text(paths.join(workdir, pretrained.RESULTS_FILE), json.dumps(summary, indent=2))
 
 
 def _print(summary: dict) -> None:

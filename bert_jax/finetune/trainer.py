@@ -17,8 +17,6 @@ import dataclasses
 import functools
 import json
 import math
-import os
-import shutil
 import time
 from typing import Any
 
@@ -28,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import multihost_utils
 
-from bert_jax import multihost, optim, pretrained, sharding, training
+from bert_jax import multihost, optim, paths, pretrained, sharding, training
 from bert_jax.config import BertConfig, ConfigError, check_choice, check_inputs_fit
 from bert_jax.data import lengths
 from bert_jax.errors import UserError, check_positive
@@ -304,12 +302,12 @@ class Finetuning:
         step_fn, eval_fn = data.steps(tx, shardings, mesh, rules,
                                       frozen=config.freeze if frozen_steps else "")
 
-        os.makedirs(workdir, exist_ok=True)
+        paths.makedirs(workdir)
         # An earlier run's outputs would pass for this run's.
-        shutil.rmtree(os.path.join(workdir, PREDICTIONS_DIR), ignore_errors=True)
+        paths.rmtree(paths.join(workdir, PREDICTIONS_DIR), missing_ok=True)
         for stale in (pretrained.RESULTS_FILE, EVALUATE_RESULTS_FILE):
-            if os.path.exists(os.path.join(workdir, stale)):
-                os.remove(os.path.join(workdir, stale))
+            if paths.exists(paths.join(workdir, stale)):
+                paths.remove(paths.join(workdir, stale))
         writer = MetricsWriter(workdir, total_steps=num_steps, append=False)
         if writer.replaced_earlier_run:
             writer.message(f"{workdir} held an earlier fine-tuning run: its metrics, best model "
@@ -366,7 +364,7 @@ class Finetuning:
                     kept_params = multihost_utils.process_allgather(state.params, tiled=True)
                     kept = {"score": main, "epoch": epoch + 1, "metrics": scores}
                     if multihost.is_primary():
-                        pretrained.save(os.path.join(workdir, pretrained.BEST_DIR), bert_config,
+                        pretrained.save(paths.join(workdir, pretrained.BEST_DIR), bert_config,
                                         kept_params, tokenizer=tokenizer, task=spec,
                                         overwrite=True)
             writer.close()
@@ -387,8 +385,8 @@ class Finetuning:
             results.update(predict_test(task, tokenizer, kept_params, eval_fn, config, mesh,
                                         workdir))
         if multihost.is_primary():
-            with open(os.path.join(workdir, pretrained.RESULTS_FILE), "w", encoding="utf-8") as f:
-                json.dump(results, f, indent=2)
+            paths.write_text(paths.join(workdir, pretrained.RESULTS_FILE),
+                             json.dumps(results, indent=2))
         multihost.sync("finetune_results_written")
         return results
 
@@ -445,7 +443,7 @@ def _unfreeze(state, full_tx, init_fn, mesh, rules, rng_impl):
 def _absolute_paths(values: dict) -> dict:
     """The config with its data paths absolute, so a saved model finds its files from
     any working directory."""
-    return {k: os.path.abspath(v) if (k.endswith("_file") or k == "tfds_data_dir")
+    return {k: paths.abspath(v) if (k.endswith("_file") or k == "tfds_data_dir")
             and isinstance(v, str) and v else v for k, v in values.items()}
 
 
@@ -473,7 +471,7 @@ def predict_test(task, tokenizer, params, eval_fn, config, mesh, workdir) -> dic
         outputs = predict_features(task, params, features, eval_fn, config, mesh)
         records = task.predict(examples, features, outputs)
         if multihost.is_primary():
-            files.write_jsonl(os.path.join(workdir, PREDICTIONS_DIR, f"{split}.jsonl"), records)
+            files.write_jsonl(paths.join(workdir, PREDICTIONS_DIR, f"{split}.jsonl"), records)
             task.write_test_predictions(records, split, workdir)
         if examples and all(task.is_labeled(ex) for ex in examples):
             out[split] = task.evaluate(examples, features, outputs)

@@ -7,11 +7,11 @@ import abc
 import dataclasses
 import hashlib
 import json
-import os
 from typing import Iterable, List, Sequence, Tuple
 
 import numpy as np
 
+from bert_jax import paths
 from bert_jax.errors import UserError
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -122,7 +122,5 @@ class Tokenizer(abc.ABC):
 
 
 def write_config(directory: str, config: dict) -> None:
-    os.makedirs(directory, exist_ok=True)
-    with open(os.path.join(directory, CONFIG_NAME), "w") as f:
-        json.dump(config, f, indent=2)
-        f.write("\n")
+    paths.makedirs(directory)
+    paths.write_text(paths.join(directory, CONFIG_NAME), json.dumps(config, indent=2) + "\n")

@@ -7,11 +7,11 @@ Both put BERT's special tokens first: [PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3,
 (as BERT's released vocabularies do) so a fine-tuning run can add tokens.
 """
 import argparse
-import os
 import sys
 import tempfile
 from typing import Iterator, List, Sequence
 
+from bert_jax import paths
 from bert_jax.data import corpus
 from bert_jax.tokenization import base
 from bert_jax.tokenization.sentencepiece_tokenizer import SentencePieceTokenizer
@@ -53,16 +53,17 @@ def train_wordpiece(files: Sequence[str], vocab_size: int, do_lower_case: bool =
 
 def train_sentencepiece(files: Sequence[str], vocab_size: int, model_type: str,
                         out_dir: str) -> SentencePieceTokenizer:
-    """Trains `out_dir/spm.model` (`model_type` 'unigram' or 'bpe')."""
+    """Trains `out_dir/spm.model` (`model_type` 'unigram' or 'bpe'; `out_dir` local: the
+    trainer writes only local files)."""
     import sentencepiece as spm
-    os.makedirs(out_dir, exist_ok=True)
+    paths.makedirs(out_dir)
     spm.SentencePieceTrainer.train(
-        sentence_iterator=_sentences(files), model_prefix=os.path.join(out_dir, "spm"),
+        sentence_iterator=_sentences(files), model_prefix=paths.join(out_dir, "spm"),
         vocab_size=vocab_size, model_type=model_type, character_coverage=0.9995,
         pad_id=0, unk_id=1, bos_id=-1, eos_id=-1, pad_piece="[PAD]", unk_piece="[UNK]",
         user_defined_symbols=["[CLS]", "[SEP]", "[MASK]"], input_sentence_size=2_000_000,
         shuffle_input_sentence=True, minloglevel=2)
-    return SentencePieceTokenizer(os.path.join(out_dir, "spm.model"))
+    return SentencePieceTokenizer(paths.join(out_dir, "spm.model"))
 
 
 def train_tokenizer(files: Sequence[str], vocab_size: int, kind: str, out_dir: str,
@@ -78,7 +79,7 @@ def train_tokenizer(files: Sequence[str], vocab_size: int, kind: str, out_dir: s
         with tempfile.TemporaryDirectory() as tmp:
             tokenizer = train_sentencepiece(files, vocab_size, kind, tmp)
             tokenizer.save(out_dir)
-        return SentencePieceTokenizer(os.path.join(out_dir, "spm.model"))
+        return SentencePieceTokenizer(paths.join(out_dir, "spm.model"))
     raise ValueError(f"unknown tokenizer type {kind!r}: use wordpiece, unigram or bpe")
 
 

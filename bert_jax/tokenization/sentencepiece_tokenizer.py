@@ -5,13 +5,12 @@ fixed ids: [PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3, [MASK]=4. A word starts at
 every piece that begins with the meta symbol "▁" (SentencePiece's own notion
 of a whitespace-separated word), which is what whole-word masking groups.
 """
-import os
-import shutil
 from typing import List
 
 import numpy as np
 import sentencepiece as spm
 
+from bert_jax import paths
 from bert_jax.tokenization import base
 
 WORD_START = "\u2581"
@@ -21,10 +20,11 @@ class SentencePieceTokenizer(base.Tokenizer):
     """Wraps a `.model` file; offsets come from SentencePiece's byte spans."""
 
     def __init__(self, model_path: str):
-        if not os.path.isfile(model_path):
+        if not paths.isfile(model_path):
             raise base.TokenizerError(f"SentencePiece model not found: {model_path}")
         self.model_path = model_path
-        self._sp = spm.SentencePieceProcessor(model_file=model_path)
+        self._model = paths.read_bytes(model_path)
+        self._sp = spm.SentencePieceProcessor(model_proto=self._model)
         self._pieces = [self._sp.id_to_piece(i) for i in range(self._sp.get_piece_size())]
         self._ids = {p: i for i, p in enumerate(self._pieces)}
         missing = [t for t in base.SPECIAL_TOKENS if t not in self._ids]
@@ -45,10 +45,11 @@ class SentencePieceTokenizer(base.Tokenizer):
         return self._pieces[index]
 
     def save(self, directory: str) -> None:
-        os.makedirs(directory, exist_ok=True)
-        target = os.path.join(directory, "spm.model")
-        if os.path.abspath(target) != os.path.abspath(self.model_path):
-            shutil.copyfile(self.model_path, target)
+        paths.makedirs(directory)
+        target = paths.join(directory, "spm.model")
+        if paths.abspath(target) != paths.abspath(self.model_path):
+            with paths.open(target, "wb") as f:
+                f.write(self._model)
         base.write_config(directory, {"type": "sentencepiece"})
 
     def word_start_table(self) -> np.ndarray:
@@ -84,9 +85,8 @@ class SentencePieceTokenizer(base.Tokenizer):
         import tensorflow as tf
         import tensorflow_text as tf_text
         if self._tf_tokenizer is None:
-            with open(self.model_path, "rb") as f:
-                model = f.read()
-            self._tf_tokenizer = tf_text.SentencepieceTokenizer(model=model, out_type=tf.int32)
+            self._tf_tokenizer = tf_text.SentencepieceTokenizer(model=self._model,
+                                                                 out_type=tf.int32)
         return self._tf_tokenizer
 
     def tf_tokenize(self, texts):

@@ -14,13 +14,13 @@ Offsets are character spans into the original text; a "word" (for
 `word_ids`) is one whitespace/punctuation-separated unit, which is what BERT's
 whole-word masking groups through the `##` prefix.
 """
-import os
 import re
 import unicodedata
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
+from bert_jax import paths
 from bert_jax.tokenization import base
 
 MAX_CHARS_PER_WORD = 100
@@ -63,10 +63,9 @@ def is_punctuation(ch: str) -> bool:
 
 def read_vocab(path: str) -> List[str]:
     """Tokens of a BERT `vocab.txt`, one per line, in id order."""
-    if not os.path.isfile(path):
+    if not paths.isfile(path):
         raise base.TokenizerError(f"vocabulary file not found: {path}")
-    with open(path, "rb") as f:
-        raw = f.read()
+    raw = paths.read_bytes(path)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -114,9 +113,9 @@ class WordPieceTokenizer(base.Tokenizer):
         return self._tokens[index]
 
     def save(self, directory: str) -> None:
-        os.makedirs(directory, exist_ok=True)
-        with open(os.path.join(directory, "vocab.txt"), "w", encoding="utf-8") as f:
-            f.write("".join(t + "\n" for t in self._tokens))
+        paths.makedirs(directory)
+        paths.write_text(paths.join(directory, "vocab.txt"),
+                         "".join(t + "\n" for t in self._tokens))
         base.write_config(directory, {"type": "wordpiece",
                                       "do_lower_case": self.do_lower_case})
 

@@ -1,0 +1,273 @@
+"""Run paths: every file bert_jax reads or writes for a run goes through this module, so a
+path may be local or a URL of any scheme etils.epath knows (`gs://bucket/run`, s3://, ...).
+
+Local paths behave exactly as with `os`, `glob` and `open`. Remote paths use
+`etils.epath`, the layer Orbax saves checkpoints with, over fsspec (gcsfs for gs://):
+never over TensorFlow's GCS client, which cannot be pointed at an emulator.
+
+`STORAGE_EMULATOR_HOST=http://127.0.0.1:PORT` (the Google client libraries' convention)
+points all of bert_jax at a GCS emulator such as fake-gcs-server, without credentials:
+importing this module sets what each layer needs from it (tensorstore's URL and test
+token for Orbax's arrays, gcsfs's anonymous access).
+
+Object stores have no rename and no append: `move` copies then deletes, and `Appender`
+rewrites the whole object at each flush (logs stay small).
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import glob as _glob
+import io
+import os
+import posixpath
+import shutil
+import uuid
+from typing import IO
+
+from etils import epath
+
+EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
+
+
+def configure_storage() -> None:
+    """Points every storage layer at $STORAGE_EMULATOR_HOST when set, and makes epath use
+    fsspec for gs:// even where TensorFlow is installed. Runs at import (before the
+    layers read their settings); call again after changing the variable in-process."""
+    os.environ["EPATH_USE_TF"] = "false"  # epath caches this on its first remote path
+    emulator = os.environ.get(EMULATOR_ENV, "")
+    if not emulator or emulator == "default":
+        return
+    url = emulator if "://" in emulator else f"http://{emulator}"
+    os.environ["TENSORSTORE_GCS_HTTP_URL"] = url
+    os.environ.setdefault("GOOGLE_AUTH_TOKEN_FOR_TESTING", "emulator")
+    # gcsfs asks a gRPC control API about each bucket's layout; an emulator has none
+    # (each ask waits 60 s). Read when gcsfs is imported.
+    os.environ["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = "false"
+    import fsspec
+    fsspec.config.conf.setdefault("gcs", {})["token"] = "anon"
+
+
+configure_storage()
+
+
+def is_remote(path: str | os.PathLike) -> bool:
+    """Whether `path` is a URL (gs://...) rather than a local path."""
+    return "://" in os.fspath(path) and not os.fspath(path).startswith("file://")
+
+
+def _module(path: str):
+    return posixpath if is_remote(path) else os.path
+
+
+def join(path: str | os.PathLike, *parts: str) -> str:
+    path = os.fspath(path)
+    return _module(path).join(path, *parts)
+
+
+def abspath(path: str | os.PathLike) -> str:
+    """Local paths made absolute; URLs as given (without a trailing slash)."""
+    path = os.fspath(path)
+    return path.rstrip("/") if is_remote(path) else os.path.abspath(path)
+
+
+def basename(path: str | os.PathLike) -> str:
+    path = os.fspath(path)
+    return _module(path).basename(path.rstrip("/") if is_remote(path) else path)
+
+
+def dirname(path: str | os.PathLike) -> str:
+    path = os.fspath(path)
+    return _module(path).dirname(path.rstrip("/") if is_remote(path) else path)
+
+
+def _epath(path: str | os.PathLike) -> epath.Path:
+    return epath.Path(os.fspath(path))
+
+
+def exists(path: str | os.PathLike) -> bool:
+    return _epath(path).exists() if is_remote(path) else os.path.exists(path)
+
+
+def isdir(path: str | os.PathLike) -> bool:
+    """For a URL: whether any object lies under it (object stores have no directories)."""
+    return _epath(path).is_dir() if is_remote(path) else os.path.isdir(path)
+
+
+def isfile(path: str | os.PathLike) -> bool:
+    return _epath(path).is_file() if is_remote(path) else os.path.isfile(path)
+
+
+def listdir(path: str | os.PathLike) -> list[str]:
+    """The names in a directory, sorted."""
+    if is_remote(path):
+        return sorted(p.name for p in _epath(path).iterdir())
+    return sorted(os.listdir(path))
+
+
+def makedirs(path: str | os.PathLike) -> None:
+    """Creates the directory and its parents (a no-op for URLs, whose directories appear
+    with their first object)."""
+    if not is_remote(path):
+        os.makedirs(path, exist_ok=True)
+
+
+def glob(pattern: str) -> list[str]:
+    """The sorted paths matching `pattern` (wildcards in any component)."""
+    if not is_remote(pattern):
+        return sorted(_glob.glob(pattern))
+    scheme, rest = pattern.split("://", 1)
+    parts = rest.split("/")
+    fixed = next((i for i, p in enumerate(parts) if any(c in p for c in "*?[")), len(parts))
+    if fixed == len(parts):
+        return [pattern] if exists(pattern) else []
+    base = f"{scheme}://" + "/".join(parts[:fixed])
+    return sorted(os.fspath(p) for p in _epath(base).glob("/".join(parts[fixed:])))
+
+
+def getsize(path: str | os.PathLike) -> int:
+    return _epath(path).stat().length if is_remote(path) else os.path.getsize(path)
+
+
+def mtime_ns(path: str | os.PathLike) -> int:
+    """The modification time in nanoseconds (seconds precision for URLs)."""
+    if is_remote(path):
+        return int(_epath(path).stat().mtime) * 1_000_000_000
+    return os.stat(path).st_mtime_ns
+
+
+def open(path: str | os.PathLike, mode: str = "r", encoding: str | None = None) -> IO:  # noqa: A001
+    """A file object: the builtin `open` for local paths; for URLs a streamed read, or a
+    write that appears as one object on close. Modes r, w, rb, wb (no append: `Appender`)."""
+    if not is_remote(path):
+        return builtins.open(path, mode, encoding=encoding)
+    if "a" in mode or "+" in mode:
+        raise ValueError(f"mode {mode!r} is not supported for {path} (objects cannot be appended)")
+    if "b" in mode:
+        return _epath(path).open(mode)
+    return _epath(path).open(mode, encoding=encoding or "utf-8")
+
+
+@contextlib.contextmanager
+def replacing(path: str | os.PathLike, mode: str = "w"):
+    """Yields a file whose content replaces `path` whole when the block succeeds (written
+    beside it, then renamed; for a URL kept in memory, then written as one object: a
+    remote file object would upload a partial content when an error closes it)."""
+    path = os.fspath(path)
+    if is_remote(path):
+        buffer = io.BytesIO() if "b" in mode else io.StringIO()
+        yield buffer
+        with open(path, mode) as f:
+            f.write(buffer.getvalue())
+        return
+    tmp = temporary_sibling(path)
+    try:
+        with open(tmp, mode, encoding=None if "b" in mode else "utf-8") as f:
+            yield f
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def read_text(path: str | os.PathLike) -> str:
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def write_text(path: str | os.PathLike, text: str) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+
+
+def read_bytes(path: str | os.PathLike) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def remove(path: str | os.PathLike) -> None:
+    if is_remote(path):
+        _epath(path).unlink()
+    else:
+        os.remove(path)
+
+
+def rmtree(path: str | os.PathLike, missing_ok: bool = False) -> None:
+    if missing_ok and not exists(path):
+        return
+    if is_remote(path):
+        _epath(path).rmtree()
+    else:
+        shutil.rmtree(path)
+
+
+def move(src: str | os.PathLike, dst: str | os.PathLike) -> None:
+    """Renames `src` (a file or directory) to `dst`, which must not exist: atomic on a local
+    filesystem; on an object store a copy of every object, then their removal."""
+    if not is_remote(src):
+        os.replace(src, dst)
+    elif isdir(src):
+        scheme, base = os.fspath(src).rstrip("/").split("://", 1)
+        for root, _, files in _epath(src).walk():
+            root = os.fspath(root).split("://", 1)[-1]  # fsspec drops the scheme
+            for name in files:
+                _epath(f"{scheme}://{root}/{name}").copy(
+                    _epath(join(dst, root[len(base):].lstrip("/"), name)))
+        rmtree(src)
+    else:
+        _epath(src).rename(dst)
+
+
+def upload_tree(local_dir: str, dst: str) -> None:
+    """Copies the files under the local directory `local_dir` to `dst` (any path)."""
+    for root, _, files in os.walk(local_dir):
+        for name in files:
+            relative = os.path.relpath(os.path.join(root, name), local_dir)
+            with builtins.open(os.path.join(root, name), "rb") as source, \
+                    open(join(dst, *relative.split(os.sep)), "wb") as target:
+                shutil.copyfileobj(source, target, 8 << 20)
+
+
+def temporary_sibling(path: str | os.PathLike) -> str:
+    """A new, unused path next to `path` (same filesystem or bucket), not created."""
+    path = abspath(path)
+    return join(dirname(path), f".tmp-{basename(path)}-{uuid.uuid4().hex[:12]}")
+
+
+class Appender:
+    """An append-only log (text or, with binary=True, bytes): a local file opened for
+    append; on an object store the content so far, rewritten whole at each `flush`
+    (objects cannot be appended; a killed run keeps the last flushed version)."""
+
+    def __init__(self, path: str | os.PathLike, *, binary: bool = False):
+        self.path, self.binary = os.fspath(path), binary
+        self._remote = is_remote(self.path)
+        if self._remote:  # created at once, as a local file opened for append is
+            self._dirty = not exists(self.path)
+            self._content = ((b"" if binary else "") if self._dirty else
+                             read_bytes(self.path) if binary else read_text(self.path))
+            self.flush()
+        else:
+            self._file = (builtins.open(self.path, "ab") if binary
+                          else builtins.open(self.path, "a", encoding="utf-8"))
+
+    def write(self, data) -> None:
+        if self._remote:
+            self._content += data
+            self._dirty = True
+        else:
+            self._file.write(data)
+
+    def flush(self) -> None:
+        if not self._remote:
+            self._file.flush()
+        elif self._dirty:
+            with open(self.path, "wb" if self.binary else "w") as f:
+                f.write(self._content)
+            self._dirty = False
+
+    def close(self) -> None:
+        self.flush()
+        if not self._remote:
+            self._file.close()

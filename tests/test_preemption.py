@@ -1,0 +1,125 @@
+"""Preemption: SIGTERM checkpoints the next step and exits 0 with one line; the rerun
+resumes exactly (the same losses and parameters as an uninterrupted run), with the
+workdir on local disk or in a bucket (a real GCS emulator, see gcs_server.py). SIGKILL
+after a checkpoint in the bucket: the rerun resumes from it exactly."""
+
+import re
+import signal
+import subprocess
+import time
+
+import jax
+import numpy as np
+import pytest
+
+from gcs_server import gcs  # noqa: F401 (fixture)
+from test_cloud import losses, upload_corpus
+from test_multihost import command, environment, params
+from test_train import text_corpus  # noqa: F401 (fixture)
+
+STEPS = 6
+MESSAGE = re.compile(r"preempted at step (\d+); checkpoint saved; rerun the same command to "
+                     r"resume")
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory, text_corpus):
+    """An uninterrupted local run: (workdir, {step: loss})."""
+    workdir = tmp_path_factory.mktemp("straight")
+    run = subprocess.run(command(workdir, text_corpus, steps=STEPS), env=environment(),
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return workdir, losses((workdir / "metrics.jsonl").read_text())
+
+
+def sigterm_during_run(args, env) -> tuple[int, str]:
+    """Starts `args`, sends SIGTERM once training is about to start, then again every 20 ms
+    until the process ends (so further SIGTERMs land during the checkpoint's save).
+    Returns (exit code, stderr)."""
+    process = subprocess.Popen(args, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                               text=True)
+    lines = []
+    for line in process.stderr:
+        lines.append(line)
+        if "layers, H=" in line:  # printed before the first step
+            break
+    while process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        time.sleep(0.02)
+    lines += process.stderr.readlines()
+    return process.wait(), "".join(lines)
+
+
+def check_preempted_then_resumed(args, env, read_metrics, straight_losses):
+    code, stderr = sigterm_during_run(args, env)
+    assert code == 0, stderr[-3000:]
+    last = stderr.strip().splitlines()[-1]
+    match = MESSAGE.fullmatch(last)
+    assert match, stderr[-3000:]
+    step = int(match.group(1))
+    assert 1 <= step < STEPS
+    rerun = subprocess.run(args, env=env, capture_output=True, text=True)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert f"resumed from step {step} " in rerun.stderr
+    # Steps up to the preemption logged by the first run, the rest by the rerun: the
+    # losses of an uninterrupted run.
+    assert losses(read_metrics()) == straight_losses
+
+
+def test_sigterm_checkpoints_exits_0_and_the_rerun_resumes_exactly(tmp_path, text_corpus,
+                                                                   straight):
+    workdir = tmp_path / "preempted"
+    check_preempted_then_resumed(command(workdir, text_corpus, steps=STEPS), environment(),
+                                 lambda: (workdir / "metrics.jsonl").read_text(), straight[1])
+    jax.tree.map(np.testing.assert_array_equal, params(workdir), params(straight[0]))
+
+
+def test_sigterm_with_the_workdir_in_a_bucket_resumes_exactly(tmp_path, text_corpus, straight,
+                                                              gcs):
+    prefix = tmp_path.name
+    corpus = upload_corpus(gcs, text_corpus, f"{prefix}/corpus")
+    workdir = gcs.uri(prefix, "run")
+    check_preempted_then_resumed(
+        command(workdir, corpus, steps=STEPS), gcs.environment(environment()),
+        lambda: gcs.download(f"{prefix}/run/metrics.jsonl").decode(), straight[1])
+
+
+@pytest.mark.slow
+def test_sigkill_with_the_workdir_in_a_bucket_resumes_exactly(tmp_path, text_corpus, straight,
+                                                              gcs):
+    prefix = tmp_path.name
+    corpus = upload_corpus(gcs, text_corpus, f"{prefix}/corpus")
+    args = command(gcs.uri(prefix, "run"), corpus, steps=STEPS)
+    env = gcs.environment(environment())
+    process = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    # Orbax finalises a checkpoint in a bucket by writing commit_success.txt last.
+    committed = f"{prefix}/run/checkpoints/2/commit_success.txt"
+    deadline = time.time() + 300
+    while committed not in gcs.objects(f"{prefix}/run/checkpoints/2/") and time.time() < deadline:
+        assert process.poll() is None, "the run ended before it could be killed"
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert f"{prefix}/run/checkpoints/{STEPS}/commit_success.txt" not in gcs.objects(prefix)
+    rerun = subprocess.run(args, env=env, capture_output=True, text=True)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert re.search(r"resumed from step [24] ", rerun.stderr), rerun.stderr[-3000:]
+    assert losses(gcs.download(f"{prefix}/run/metrics.jsonl").decode()) == straight[1]
+
+
+def test_sigterm_stops_finetuning_with_one_line_and_exit_143(tmp_path):
+    """Fine-tuning cannot resume yet: it says so instead of dying silently."""
+    from test_multihost import finetune_command
+    process = subprocess.Popen(finetune_command(tmp_path / "ft"), env=environment(),
+                               stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    lines = []
+    for line in process.stderr:
+        lines.append(line)
+        if "spam from" in line:  # the run has started
+            process.send_signal(signal.SIGTERM)
+            break
+    lines += process.stderr.readlines()
+    assert process.wait() == 143, "".join(lines)[-3000:]
+    assert lines[-1].strip() == ("bert-jax finetune: stopped by SIGTERM; fine-tuning cannot "
+                                 "resume yet: rerun the command to start over")
