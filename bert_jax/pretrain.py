@@ -33,11 +33,12 @@ import numpy as np
 import optax
 
 from bert_jax import (checkpoint, compile_cache, losses, mlm_distill, multihost, perf, pretrained,
-                      sharding, training)
+                      sharding, training, workdir_lock)
 from bert_jax.atomic import atomic_directory
 from bert_jax.config import BertConfig, check_choice, check_inputs_fit
 from bert_jax.config_loader import load_config, split_config_args
-from bert_jax.errors import UserError, check_divisible, check_positive
+from bert_jax.errors import (Interrupted, UserError, check_divisible, check_positive,
+                             is_out_of_memory, out_of_memory)
 from bert_jax.heads import BertForPreTraining
 from bert_jax.metrics_writer import MetricsWriter
 from bert_jax.optim import OPTIMIZERS, make_optimizer
@@ -47,10 +48,6 @@ log = logging.getLogger("bert_jax.pretrain")
 
 # The model's optional inputs, passed through when the batch has them (packed rows).
 _OPTIONAL_INPUTS = ("position_ids", "example_ids", "next_sentence_positions")
-
-
-class NonFiniteError(FloatingPointError):
-    """The loss or gradient went NaN/Inf and the config says to stop."""
 
 
 # --- model and steps -------------------------------------------------------------------
@@ -324,11 +321,22 @@ def evaluate(eval_fn, params, batches: Iterator[dict], mesh, rules, max_steps: i
     return out
 
 
+# What to change when a run diverges (NonFiniteGuard's message).
+DIVERGENCE_LEVERS = ("a lower --config.learning_rate, a longer --config.warmup_steps, "
+                     "--config.compute_dtype=float32 instead of bfloat16, or gradient clipping "
+                     "(--config.max_grad_norm=1.0).")
+
+# What lowers device memory (the README's "Out of memory").
+MEMORY_LEVERS = ("raise --config.grad_accum_steps (the same batch in sequential "
+                 "micro-batches), --config.remat_policy=full, --config.compute_dtype=bfloat16, "
+                 "or shard with --config.mesh_shape.fsdp=-1 --config.mesh_shape.data=1")
+
 # Shortest pretraining row: [CLS] A [SEP] B [SEP] with room for a few tokens of each.
 MIN_SEQ_LENGTH = 8
 _POSITIVE_KEYS = ("global_batch_size", "num_train_steps", "max_seq_length",
                   "max_predictions_per_seq", "grad_accum_steps", "log_every_steps",
-                  "checkpoint_every_steps", "keep_checkpoints", "eval_steps")
+                  "checkpoint_every_steps", "keep_checkpoints", "eval_steps",
+                  "max_consecutive_nonfinite")
 
 
 def _describe(spec) -> str:
@@ -454,16 +462,19 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                           f"alpha={config.alpha:g})" if teacher else ""))
     pending, last = [], {}
     timer = (time.perf_counter(), step)
+    guard = training.NonFiniteGuard(config.max_consecutive_nonfinite,
+                                    stop_at_first=config.on_nonfinite == "stop",
+                                    levers=DIVERGENCE_LEVERS, log=log)
 
     def flush(step, final=False):
-        """Fetches the pending step metrics; stops on NaN/Inf if asked; logs."""
+        """Fetches the pending step metrics; warns of each skipped (NaN/Inf) step and
+        stops when the run diverged (`training.NonFiniteGuard`); logs."""
         nonlocal pending, timer, last
         fetched = jax.device_get(pending)
         pending = []
-        bad = [step - len(fetched) + 1 + i for i, m in enumerate(fetched) if m["nonfinite"]]
-        if bad and config.on_nonfinite == "stop":
-            raise NonFiniteError(f"non-finite loss or gradient at step {bad[0]}; stopping "
-                                 "(the checkpoint before it is intact)")
+        for i, m in enumerate(fetched):
+            guard.check(step - len(fetched) + 1 + i, float(m["loss"]), float(m["grad_norm"]),
+                        not m["nonfinite"])
         mean = {k: float(np.mean([m[k] for m in fetched])) for k in fetched[0]}
         elapsed = time.perf_counter() - timer[0]
         steps_done = step - timer[1]
@@ -481,12 +492,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                         final=final)
 
     eval_metrics = {}
-    with jax.set_mesh(mesh):
+    with jax.set_mesh(mesh), training.StopRequest(log) as stop, ckpt.saves_finished():
         while step < config.num_train_steps:
             state, metrics = train_fn(state, sharding.global_batch(next(batches), mesh, rules),
                                       *teacher_args)
             step += 1
             pending.append(metrics)
+            ckpt.check()
             is_last = step == config.num_train_steps
             if step % config.log_every_steps == 0 or is_last:
                 flush(step, final=is_last)
@@ -502,9 +514,19 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                 if pending:
                     flush(step)  # never checkpoint past an unchecked non-finite step
                 ckpt.save(step, state, {**run, "pipeline": batches.get_state()})
+            elif stop.requested:
+                if pending:
+                    flush(step)
+                ckpt.save(step, state, {**run, "pipeline": batches.get_state()})
+            if stop.requested and not is_last:
+                ckpt.wait()
+                raise Interrupted(f"interrupted at step {step}: checkpoint {step} saved in "
+                                  f"{ckpt.directory}; the same command resumes from it")
     batches.close()
     ckpt.wait()
     ckpt.close()
+    if guard.summary():
+        writer.message(f"done: {guard.summary()}")
     writer.close()
     return {"train": last, "eval": eval_metrics}
 
@@ -521,11 +543,15 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(args)
     multihost.initialize(args)
     config = load_config(args.config, overrides)
-    try:
-        train_and_evaluate(config, args.workdir)
-    except NonFiniteError as e:
-        print(f"bert-jax pretrain: {e}", file=sys.stderr)
-        return 1
+    with workdir_lock.hold(args.workdir, "bert-jax pretrain", multihost.is_primary()):
+        try:
+            train_and_evaluate(config, args.workdir)
+        except Exception as e:  # noqa: BLE001 - only the out-of-memory error is reworded
+            if is_out_of_memory(e):
+                raise out_of_memory(batch_size=config.global_batch_size,
+                                    seq_length=config.max_seq_length,
+                                    levers=MEMORY_LEVERS) from e
+            raise
     return 0
 
 
