@@ -370,7 +370,10 @@ def validate_config(config: ml_collections.ConfigDict, bert_config: BertConfig,
     check_divisible("global_batch_size", config.global_batch_size,
                     math.lcm(batch_multiple * config.grad_accum_steps, jax.process_count()),
                     "batch shards x grad_accum_steps, and the process count")
-    input_files(config)
+    records = [f for f in input_files(config) if _is_tfrecord(f)]
+    if records:
+        from bert_jax.data.pipeline import check_record_shapes
+        check_record_shapes(records, config.max_seq_length, config.max_predictions_per_seq)
 
 
 def restore_or_init(config, ckpt: checkpoint.Checkpointer, init_fn, tx, mesh, rules, writer,

@@ -7,6 +7,7 @@ with U+FFFD replacements and counted, never fatal.
 import dataclasses
 import glob
 import gzip
+import zlib
 import os
 from typing import Callable, Iterable, Iterator, List, Sequence, TypeVar
 
@@ -66,12 +67,21 @@ def _open_binary(path: str):
     return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
 
 
+def _checked_gzip(lines: Iterator[bytes], path: str) -> Iterator[bytes]:
+    """`lines`, with a truncated or corrupt gzip file reported as a ValueError naming it."""
+    try:
+        yield from lines
+    except (EOFError, zlib.error, gzip.BadGzipFile) as e:
+        raise ValueError(f"{path}: truncated or corrupt gzip file ({e}); download or "
+                         "compress it again") from None
+
+
 def iter_lines(path: str, stats: ReadStats) -> Iterator[str]:
     """Stripped lines of one file, decoding bad bytes as U+FFFD (counted)."""
     stats.files += 1
     size = 0
     with _open_binary(path) as f:
-        for raw in f:
+        for raw in _checked_gzip(f, path):
             size += len(raw)
             stats.bytes += len(raw)
             try:

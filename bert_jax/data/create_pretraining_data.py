@@ -30,6 +30,7 @@ starts a word), from which the pipeline's dynamic masking regroups the words.
 """
 import argparse
 import dataclasses
+import glob
 import json
 import multiprocessing
 import os
@@ -355,6 +356,7 @@ def create_pretraining_data(inputs: Sequence[str], output_files: Sequence[str], 
     else:
         _init_worker(vocab, do_lower_case, options)
         results = map(process_file, tasks)
+    failed = True
     try:
         for (_, path, _), (serialized, stats) in zip(tasks, results):
             for record in serialized:
@@ -362,25 +364,46 @@ def create_pretraining_data(inputs: Sequence[str], output_files: Sequence[str], 
                 written += 1
             total += stats
             bar.update(os.path.getsize(path))
+        failed = False
     finally:
         if pool is not None:
             pool.terminate()
         for writer in writers:
             writer.close()
         bar.close()
+        if failed:  # partial shards would pass for complete ones
+            _remove_outputs(output_files, made)
     if not written:
         # Empty shards would only fail later, in the pipeline, far from the cause.
-        for path in output_files:
-            os.remove(path)
-        for directory in made:
-            if not os.listdir(directory):
-                os.rmdir(directory)
+        _remove_outputs(output_files, made)
         raise ValueError(
             f"no pretraining examples from {len(files)} input file(s): {total.documents} "
             f"documents, {total.sentences} sentences, {total.empty_files} empty file(s), "
             f"{total.undecodable_lines} undecodable line(s); the input needs text in BERT's "
             "format (a sentence per line, a blank line between documents)")
     return total
+
+
+def _remove_outputs(output_files: Sequence[str], made: Sequence[str]) -> None:
+    """Removes the shards of a failed run and the directories it made."""
+    for path in output_files:
+        if os.path.exists(path):
+            os.remove(path)
+    for directory in made:
+        if not os.listdir(directory):
+            os.rmdir(directory)
+
+
+def remove_stale_shards(output_dir: str, output_files: Sequence[str]) -> List[str]:
+    """Removes the shards an earlier run with another --num_shards left in `output_dir`
+    (`pretrain-*-of-*.tfrecord` that this run did not write): a glob over the directory
+    would train on both sets. Returns their paths."""
+    keep = {os.path.abspath(p) for p in output_files}
+    stale = [p for p in sorted(glob.glob(os.path.join(output_dir, "pretrain-*-of-*.tfrecord")))
+             if os.path.abspath(p) not in keep]
+    for path in stale:
+        os.remove(path)
+    return stale
 
 
 def _parse_args(argv: List[str]) -> argparse.Namespace:
@@ -443,4 +466,11 @@ def run(args, output_files: List[str], summary_dir: Optional[str]) -> int:
 
 def main(argv: List[str]) -> int:
     args = _parse_args(argv)
-    return run(args, shard_paths(args.output_dir, args.num_shards), args.output_dir)
+    output_files = shard_paths(args.output_dir, args.num_shards)
+    code = run(args, output_files, args.output_dir)
+    if code == 0:
+        stale = remove_stale_shards(args.output_dir, output_files)
+        if stale:
+            print(f"removed {len(stale)} shard(s) of an earlier run from {args.output_dir} "
+                  f"(written with another --num_shards)", file=sys.stderr)
+    return code
