@@ -370,6 +370,8 @@ def validate_config(config: ml_collections.ConfigDict, bert_config: BertConfig,
     check_divisible("global_batch_size", config.global_batch_size,
                     math.lcm(batch_multiple * config.grad_accum_steps, jax.process_count()),
                     "batch shards x grad_accum_steps, and the process count")
+    if config.init_from:
+        pretrained.check_model_path(config.init_from)
     records = [f for f in input_files(config) if _is_tfrecord(f)]
     if records:
         from bert_jax.data.pipeline import check_record_shapes

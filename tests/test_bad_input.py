@@ -8,6 +8,8 @@ must still not exist afterwards."""
 
 from __future__ import annotations
 
+import glob
+import gzip
 import os
 import subprocess
 import sys
@@ -17,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bert_jax import cli, heads, pretrained
+from bert_jax import cli, heads, pretrained, workdir_lock
 from bert_jax.config import preset
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
 from test_finetune_util import MICRO_MODEL
@@ -147,6 +149,32 @@ CASES = {
                                   "{new}"], "input file not found: /no/such.txt"),
     "train-tokenizer empty file": (["train-tokenizer", "--input", "{empty}", "--out", "{new}"],
                                    "no text in the input ({empty})"),
+    # data mistakes found before any step (issue 32)
+    "config syntax error": (["pretrain", "--config", "{broken_config}", "--workdir", "{new}"],
+                            "{broken_config}:3: "),
+    "pretrain records of another sequence length": (
+        PRETRAIN + ["--config.input_files={records}/*.tfrecord", "--config.max_seq_length=48"],
+        "/pretrain-00000-of-00002.tfrecord was written with max_seq_length 32 but the run asks "
+        "for 48: set --config.max_seq_length=32, or recreate the data"),
+    "pretrain records of another prediction count": (
+        PRETRAIN + ["--config.input_files={records}/*.tfrecord",
+                    "--config.max_predictions_per_seq=6"],
+        "was written with max_predictions_per_seq 5 but the run asks for 6"),
+    "pretrain init_from a fine-tuning workdir": (
+        PRETRAIN + ["--config.init_from={finetuned}"],
+        "{finetuned} is neither a bert_jax model directory (no bert_jax.json) nor a pretraining "
+        "workdir (no checkpoints/). It is a fine-tuning workdir: its model is in best/."),
+    "finetune empty test file": (FINETUNE + ["--config.test_file={header_only}"],
+                                 "{header_only} has no rows"),
+    "create-data truncated gzip": (
+        ["create-data", "--input", "{truncated_gz}", "--output_dir", "{new}", "--no_progress",
+         "--num_workers", "1"], "{truncated_gz}: truncated or corrupt gzip file"),
+    # one writer per workdir: {busy} holds the lock of a live process (this one)
+    "pretrain busy workdir": (PRETRAIN[:4] + ["{busy}"] + PRETRAIN[5:],
+                              "{busy} is in use by another run (host {host}, pid {pid}, "
+                              "bert-jax finetune started "),
+    "finetune busy workdir": (FINETUNE[:4] + ["{busy}"] + FINETUNE[5:],
+                              "{busy} is in use by another run (host {host}, pid {pid}, "),
 }
 # Commands whose own main prints `error: ...` (kept for their direct callers).
 OWN_PREFIX = {"create-data"}
@@ -197,7 +225,22 @@ def paths(tmp_path_factory, text_corpus):
     assert cli.main(args) == 0
     values["finetuned"] = str(root / "finetuned")
     assert cli.main([fill(a, {**values, "new": values["finetuned"]}) for a in FINETUNE]) == 0
-    return values
+    (root / "broken.py").write_text("def get_config():\n    c = 1\n    return c +\n")
+    values["broken_config"] = str(root / "broken.py")
+    values["records"] = str(root / "records")  # TFRecords at max_seq_length 32, 5 predictions
+    assert cli.main(["create-data", "--input", text_corpus, "--output_dir", values["records"],
+                     "--max_seq_length", "32", "--max_predictions_per_seq", "5",
+                     "--num_shards", "2", "--num_workers", "1", "--no_progress"]) == 0
+    with open(glob.glob(text_corpus)[0], "rb") as f:
+        packed = gzip.compress(f.read())
+    (root / "truncated.txt.gz").write_bytes(packed[:len(packed) // 2])
+    values["truncated_gz"] = str(root / "truncated.txt.gz")
+    values["busy"] = str(root / "busy")
+    lock = workdir_lock.WorkdirLock(values["busy"], "bert-jax finetune")
+    lock.acquire()  # held by this (live) process for the module's tests
+    values.update(host=lock.owner["host"], pid=str(lock.owner["pid"]))
+    yield values
+    lock.release()
 
 
 def snapshot(path):
@@ -214,7 +257,7 @@ def snapshot(path):
 def test_bad_input_gets_one_line_and_leaves_nothing(args, message, paths, tmp_path, capsys):
     values = {**paths, "new": str(tmp_path / "new")}
     args = [fill(a, values) for a in args]
-    touched = [a for a in args if a in (paths["pretrained"], paths["finetuned"])]
+    touched = [a for a in args if a in (paths["pretrained"], paths["finetuned"], paths["busy"])]
     before = {path: snapshot(path) for path in touched}
     capsys.readouterr()
     assert cli.main(args) == 2
