@@ -315,3 +315,114 @@ def test_finetune_rerun_clears_outputs_and_evaluate_works_from_anywhere(paths, t
     assert cli.main([fill(a, {**paths, "new": workdir}) for a in FINETUNE]) == 0
     assert not os.path.exists(stale)
     assert not os.path.exists(os.path.join(workdir, "evaluate_results.json"))
+
+
+def checkpoint_steps(workdir):
+    return sorted(int(n) for n in os.listdir(os.path.join(workdir, "checkpoints")) if n.isdigit())
+
+
+def test_a_diverging_pretraining_run_stops_with_one_line_and_keeps_its_checkpoints(
+        paths, tmp_path, capsys, caplog):
+    workdir = str(tmp_path / "diverged")
+    # A huge learning rate without clipping: the parameters overflow, then every step is NaN.
+    args = [fill(a, {**paths, "new": workdir}) for a in PRETRAIN] + [
+        f"--config.model={SMALL}", "--config.learning_rate=1e30", "--config.max_grad_norm=0.0",
+        "--config.warmup_steps=0", "--config.num_train_steps=20", "--config.log_every_steps=1",
+        "--config.checkpoint_every_steps=2", "--config.eval_every_steps=0"]
+    capsys.readouterr()
+    assert cli.main(args) == 1
+    err = capsys.readouterr().err  # progress lines, then the one line of the stop
+    assert "Traceback" not in err and "internal error" not in err, err
+    err = err.splitlines()[-1]
+    assert err.startswith("bert-jax pretrain: error: step 6: loss nan, gradient norm nan: "
+                          "non-finite for 5 step(s) in a row, the run diverged"), err
+    assert "--config.learning_rate" in err and "warmup_steps" in err and "bfloat16" in err
+    skips = [r.getMessage() for r in caplog.records if "update skipped" in r.getMessage()]
+    assert [m.split(":")[0] for m in skips] == ["step 2", "step 3", "step 4", "step 5"]
+    # The steps before the stop were saved (skipped steps keep the parameters): all finite,
+    # none after the stop, nothing half-written.
+    assert checkpoint_steps(workdir) == [2, 4]
+    assert not glob.glob(os.path.join(workdir, "checkpoints", "*tmp*"))
+    params = pretrained.load_pretrained_from_workdir(workdir).params
+    assert all(np.isfinite(x).all() for x in jax.tree.leaves(params))
+
+
+def test_a_diverging_finetuning_run_stops_and_writes_no_best_model(paths, tmp_path, capsys):
+    rows = "".join(f"a good film {i}\tpos\na bad film {i}\tneg\n" for i in range(24))
+    (tmp_path / "train.tsv").write_text("text\tlabel\n" + rows)
+    workdir = str(tmp_path / "diverged")
+    args = [fill(a, {**paths, "new": workdir, "train": str(tmp_path / "train.tsv")})
+            for a in FINETUNE] + ["--config.learning_rate=1e30", "--config.max_grad_norm=0.0",
+                                  "--config.warmup_proportion=0.0", "--config.log_every_steps=1"]
+    capsys.readouterr()
+    assert cli.main(args) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err
+    err = err.splitlines()[-1]
+    assert err.startswith("bert-jax finetune: error: step ") and \
+        "non-finite for 5 step(s) in a row" in err, err
+    assert "--config.warmup_proportion" in err, err
+    assert not os.path.exists(os.path.join(workdir, "best"))
+    assert not os.path.exists(os.path.join(workdir, "eval_results.json"))
+
+
+def test_ctrl_c_saves_a_checkpoint_and_exits_with_one_line(paths, tmp_path, capsys, monkeypatch):
+    import signal
+    from bert_jax import sharding
+    workdir = str(tmp_path / "interrupted")
+    place, calls = sharding.global_batch, []
+
+    def ctrl_c_at_step_3(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            os.kill(os.getpid(), signal.SIGINT)
+        return place(*args, **kwargs)
+
+    monkeypatch.setattr(sharding, "global_batch", ctrl_c_at_step_3)
+    args = [fill(a, {**paths, "new": workdir}) for a in PRETRAIN] + [
+        f"--config.model={SMALL}", "--config.num_train_steps=10", "--config.warmup_steps=1",
+        "--config.checkpoint_every_steps=5", "--config.eval_every_steps=0"]
+    capsys.readouterr()
+    assert cli.main(args) == 130
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert err == (f"bert-jax pretrain: interrupted at step 3: checkpoint 3 saved in "
+                   f"{workdir}/checkpoints; the same command resumes from it")
+    assert checkpoint_steps(workdir) == [3]
+    assert not os.path.exists(os.path.join(workdir, workdir_lock.LOCK_FILE))
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_corrupt_tfrecord_file_is_named(paths, tmp_path, capsys):
+    records = tmp_path / "records"
+    records.mkdir()
+    for path in sorted(glob.glob(os.path.join(paths["records"], "*.tfrecord"))):
+        data = bytearray(open(path, "rb").read())
+        if path.endswith("00001-of-00002.tfrecord"):
+            data[len(data) // 2] ^= 0xFF  # one flipped byte in the middle of the file
+        (records / os.path.basename(path)).write_bytes(bytes(data))
+    bad = str(records / "pretrain-00001-of-00002.tfrecord")
+    args = [fill(a, {**paths, "new": str(tmp_path / "w")}) for a in PRETRAIN] + [
+        f"--config.model={SMALL}", f"--config.input_files={records}/*.tfrecord",
+        "--config.num_train_steps=50", "--config.warmup_steps=1", "--config.eval_every_steps=0"]
+    capsys.readouterr()
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err
+    assert err.splitlines()[-1].startswith(
+        f"bert-jax pretrain: error: {bad}: corrupt or truncated TFRecord file ("), err
+
+
+def test_create_data_rerun_with_fewer_shards_removes_the_earlier_ones(paths, tmp_path, capsys):
+    out = str(tmp_path / "records")
+    for shards in ("3", "2"):
+        assert cli.main(["create-data", "--input", paths["texts"], "--output_dir", out,
+                         "--num_shards", shards, "--num_workers", "1", "--no_progress"]) == 0
+    assert "removed 3 shard(s) of an earlier run" in capsys.readouterr().err
+    assert sorted(os.listdir(out)) == ["pretrain-00000-of-00002.tfrecord",
+                                       "pretrain-00001-of-00002.tfrecord", "summary.json"]
+
+
+def test_version(capsys):
+    from bert_jax import __version__
+    assert cli.main(["--version"]) == 0
+    assert capsys.readouterr().out == f"bert-jax {__version__}\n"
