@@ -211,10 +211,19 @@ class Checkpointer:
                        f"failed ({reason}; {free}); {kept}")
 
     def _remove_partial(self) -> None:
-        """Deletes the temporary directories of unfinished saves (process 0 owns them)."""
-        if jax.process_index() == 0:
-            for path in glob.glob(os.path.join(self.directory, "*.orbax-checkpoint-tmp*")):
+        """Deletes the temporary directories of unfinished saves (process 0 owns them).
+        Orbax reports a failed save at its first failed write while the others may still
+        land (and recreate the directory): delete until none is seen for 0.3 s (5 s at most)."""
+        if jax.process_index() != 0:
+            return
+        deadline, quiet_since = time.time() + 5, time.time()
+        while time.time() < deadline and time.time() - quiet_since < 0.3:
+            partial = glob.glob(os.path.join(self.directory, "*.orbax-checkpoint-tmp*"))
+            for path in partial:
                 shutil.rmtree(path, ignore_errors=True)
+            if partial:
+                quiet_since = time.time()
+            time.sleep(0.05)
 
     @contextlib.contextmanager
     def saves_finished(self):
