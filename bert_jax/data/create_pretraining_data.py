@@ -32,6 +32,7 @@ import argparse
 import dataclasses
 import glob
 import json
+import logging
 import multiprocessing
 import os
 import random
@@ -42,6 +43,7 @@ import numpy as np
 
 from bert_jax.data import chinese_words, corpus, instances, masking
 from bert_jax.tokenization import DEFAULT_VOCAB, TokenizerError, load_tokenizer
+from bert_jax.tokenization.base import uncovered_text_warning
 
 
 @dataclasses.dataclass
@@ -73,6 +75,7 @@ class Stats:
     bytes: int = 0
     instances: int = 0
     tokens: int = 0
+    unknown_tokens: int = 0
     maskable_tokens: int = 0
     masked_tokens: int = 0
     masked_as_mask: int = 0
@@ -95,6 +98,8 @@ class Stats:
                     random_next_fraction=ratio(self.random_next, self.instances),
                     short_target_fraction=ratio(self.short_targets, self.instances))
 
+
+log = logging.getLogger(__name__)
 
 _worker = {}
 
@@ -227,6 +232,8 @@ def process_file(task) -> tuple:
     if options.do_whole_word_mask:
         word_start = _split_word_flags(rows, _worker["word_start"])
     stats.tokens = int(rows["input_mask"].sum())
+    stats.unknown_tokens = int(((rows["input_ids"] == tokenizer.unk_id)
+                                & (rows["input_mask"] > 0)).sum())
     specials = (rows["input_ids"] == tokenizer.cls_id) | (rows["input_ids"] == tokenizer.sep_id)
     stats.maskable_tokens = stats.tokens - int((specials & (rows["input_mask"] > 0)).sum())
     if options.static_masking:
@@ -373,6 +380,10 @@ def create_pretraining_data(inputs: Sequence[str], output_files: Sequence[str], 
         bar.close()
         if failed:  # partial shards would pass for complete ones
             _remove_outputs(output_files, made)
+    warning = uncovered_text_warning(total.unknown_tokens, total.tokens,
+                                     f"{len(files)} input file(s)")
+    if warning:
+        log.warning(warning)
     if not written:
         # Empty shards would only fail later, in the pipeline, far from the cause.
         _remove_outputs(output_files, made)

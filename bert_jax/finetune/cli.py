@@ -150,8 +150,13 @@ def _predict_main(argv: list[str]) -> int:
     parser.add_argument("--output", help="JSONL file (default: stdout)")
     args = parser.parse_args(argv)
     from bert_jax.finetune import files, inference
+    from bert_jax.errors import UserError
     model = inference.load_finetuned(args.workdir)
-    records = model.predict_examples(model.task.read_inputs(args.input))
+    examples = model.task.read_inputs(args.input)
+    if not examples:
+        raise UserError(f"{args.input} holds no inputs (empty, or blank lines only): nothing "
+                        "to predict")
+    records = model.predict_examples(examples)
     if args.output:
         files.write_jsonl(args.output, records)
         print(f"wrote {len(records)} predictions to {args.output}", file=sys.stderr)

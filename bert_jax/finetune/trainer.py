@@ -37,6 +37,7 @@ from bert_jax.finetune.inference import (EVALUATE_RESULTS_FILE, make_eval_fn, pr
                                          round_up)
 from bert_jax.metrics_writer import MetricsWriter
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
+from bert_jax.tokenization.base import uncovered_text_warning
 
 log = logging.getLogger("bert_jax.finetune")
 
@@ -232,6 +233,7 @@ class Finetuning:
                                             training=True)
             if not train_features:
                 raise ValueError(f"task {task.name!r}: no training features")
+            _warn_if_uncovered(tokenizer, train_features, f"task {task.name!r}'s training data")
             for split in task.test_splits:  # read again after training; a bad file fails now
                 task.load(split)
             self._prepared[key] = _Prepared(task, train_features,
@@ -408,6 +410,16 @@ class _Prepared:
             self._steps[frozen] = (step_fn, make_eval_fn(self.model, self.task, rules,
                                                          shardings.params, mesh))
         return self._steps[frozen]
+
+
+def _warn_if_uncovered(tokenizer, features: list, what: str) -> None:
+    """Warns when the vocabulary turns much of the text into [UNK] (up to 1000 features)."""
+    ids = np.concatenate([np.asarray(f["input_ids"]).reshape(-1) for f in features[:1000]])
+    special = np.isin(ids, [tokenizer.pad_id, tokenizer.cls_id, tokenizer.sep_id])
+    warning = uncovered_text_warning(int((ids == tokenizer.unk_id).sum()),
+                                     int((~special).sum()), what)
+    if warning:
+        log.warning(warning)
 
 
 def _frozen_steps(config, steps_per_epoch: int, num_steps: int) -> int:
