@@ -13,7 +13,7 @@ import tempfile
 import threading
 import traceback
 
-from bert_jax import __version__, compile_cache
+from bert_jax import __version__, compile_cache, tf_host
 from bert_jax.errors import Interrupted, NonFiniteError, UserError
 
 COMMANDS = {
@@ -45,21 +45,6 @@ TF_COMMANDS = ("train-tokenizer", "create-data", "pretrain", "finetune", "distil
                "predict", "export")
 
 
-def _import_tensorflow_quietly() -> None:
-    """Imports TensorFlow with file descriptor 2 closed: its C++ start-up lines (oneDNN,
-    'could not find cuda drivers') are written before any log level applies."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, 2)
-        import tensorflow  # noqa: F401
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(devnull)
-
-
 def _quiet_logging(verbose: bool) -> None:
     """Progress and results are ours to print: below-warning logs of TensorFlow, absl
     and Orbax are hidden unless --verbose. Set before TensorFlow is imported. Level 3
@@ -72,6 +57,14 @@ def _quiet_logging(verbose: bool) -> None:
         logging.getLogger(name).setLevel(level)
     if not verbose:
         logging.getLogger("absl").addFilter(_hide_orbax_noise)
+
+
+def quiet_libraries() -> None:
+    """The quiet start of every command for scripts that run stages without `main` (the
+    demo): no TensorFlow start-up lines (`cuInit` on a machine without a GPU), no library
+    INFO logs or Orbax's `_CHECKPOINT_METADATA` warning."""
+    _quiet_logging(verbose=False)
+    tf_host.import_quietly()
 
 
 def _hide_orbax_noise(record: logging.LogRecord) -> bool:
@@ -161,8 +154,8 @@ def main(argv: list[str] | None = None) -> int:
         _LIBRARY_TRACEBACKS.start(name)
     stray = _LIBRARY_TRACEBACKS
     try:
-        if name in TF_COMMANDS and not verbose and "tensorflow" not in sys.modules:
-            _import_tensorflow_quietly()
+        if name in TF_COMMANDS and not verbose:
+            tf_host.import_quietly()
         module = importlib.import_module(COMMANDS[name][0])
         # Modules that serve several commands expose main(argv, command=...).
         if getattr(module, "MULTI_COMMAND", False):

@@ -335,8 +335,7 @@ MEMORY_LEVERS = ("raise --config.grad_accum_steps (the same batch in sequential 
 MIN_SEQ_LENGTH = 8
 _POSITIVE_KEYS = ("global_batch_size", "num_train_steps", "max_seq_length",
                   "max_predictions_per_seq", "grad_accum_steps", "log_every_steps",
-                  "checkpoint_every_steps", "keep_checkpoints", "eval_steps",
-                  "max_consecutive_nonfinite")
+                  "checkpoint_every_steps", "keep_checkpoints", "eval_steps")
 
 
 def _describe(spec) -> str:
@@ -353,6 +352,8 @@ def validate_config(config: ml_collections.ConfigDict, bert_config: BertConfig,
     for key in ("warmup_steps", "eval_every_steps"):
         check_positive(key, config[key], allow_zero=True)
     check_choice("on_nonfinite", config.on_nonfinite, ("skip", "stop"))
+    # .get: config files copied before the key existed still load
+    check_positive("max_consecutive_nonfinite", config.get("max_consecutive_nonfinite", 5))
     check_choice("optimizer", config.optimizer, OPTIMIZERS)
     if config.teacher:
         mlm_distill.check_settings(config.temperature, config.alpha)
@@ -467,7 +468,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                           f"alpha={config.alpha:g})" if teacher else ""))
     pending, last = [], {}
     timer = (time.perf_counter(), step)
-    guard = training.NonFiniteGuard(config.max_consecutive_nonfinite,
+    guard = training.NonFiniteGuard(config.get("max_consecutive_nonfinite", 5),
                                     stop_at_first=config.on_nonfinite == "stop",
                                     levers=DIVERGENCE_LEVERS, log=log)
 

@@ -105,6 +105,9 @@ _worker = {}
 
 
 def _init_worker(vocab: str, do_lower_case: Optional[bool], options: Options):
+    if os.environ.get("TF_CPP_MIN_LOG_LEVEL") == "3":  # a quiet parent (bert_jax.cli)
+        from bert_jax.tf_host import import_quietly
+        import_quietly()
     tokenizer = load_tokenizer(vocab, do_lower_case)
     whole_words = options.do_whole_word_mask
     _worker.update(tokenizer=tokenizer, options=options,

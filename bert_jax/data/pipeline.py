@@ -326,9 +326,11 @@ def check_record_shapes(files: Sequence[str], max_seq_length: int,
         for key, want, flag in (("input_ids", max_seq_length, "max_seq_length"),
                                 ("masked_lm_positions", max_predictions_per_seq,
                                  "max_predictions_per_seq")):
-            if key not in features:
-                raise ValueError(f"{path}: its records have no {key!r} (not pretraining "
-                                 "data from bert-jax create-data)")
+            if key not in features:  # masks are optional (create-data --no_static_masking)
+                if key == "input_ids":
+                    raise ValueError(f"{path}: its records have no 'input_ids' (not "
+                                     "pretraining data from bert-jax create-data)")
+                continue
             have = len(features[key].int64_list.value)
             if have != want:
                 raise ValueError(f"{path} was written with {flag} {have} but the run asks "
