@@ -134,6 +134,10 @@ CASES = {
          "{new}"], "the tokenizer has 8192 tokens but {small_vocab_model} has vocab_size=100"),
     "embed no model": (["embed", "--checkpoint", "/no/model", "--input", "{texts}", "--output",
                         "{new}"], "no model directory at /no/model"),
+    "embed empty file": (["embed", "--checkpoint", "{model}", "--input", "{empty}", "--output",
+                          "{new}"], "{empty} has no lines: nothing to embed"),
+    "predict blank input": (["predict", "--workdir", "{finetuned}", "--input", "{blank}"],
+                            "{blank} holds no inputs (empty, or blank lines only)"),
     "embed bad utf-8": (["embed", "--checkpoint", "{model}", "--input", "{latin1}", "--output",
                          "{new}"], "{latin1}: line 2 is not valid UTF-8"),
     "export vocabulary past the model's": (
@@ -210,9 +214,10 @@ def paths(tmp_path_factory, text_corpus):
     (root / "dev.tsv").write_text("\n".join(rows[:2] + rows[3:]) + "\n")
     (root / "blank_label.tsv").write_text("text\tlabel\na good film\tpos\na film\t\n")
     (root / "header_only.tsv").write_text("text\tlabel\n")
+    (root / "blank.txt").write_text("  \n\n\t\n")
     values = {name: str(root / f"{name}.{ext}") for name, ext in (
         ("empty", "txt"), ("controls", "txt"), ("texts", "txt"), ("latin1", "txt"), ("train", "tsv"),
-        ("dev", "tsv"), ("blank_label", "tsv"), ("header_only", "tsv"))}
+        ("dev", "tsv"), ("blank_label", "tsv"), ("header_only", "tsv"), ("blank", "txt"))}
     values["corpus"] = text_corpus
     values["model"] = save_model(str(root / "model"))
     values["small_vocab_model"] = save_model(str(root / "small_vocab"), vocab_size=100)
@@ -426,3 +431,40 @@ def test_version(capsys):
     from bert_jax import __version__
     assert cli.main(["--version"]) == 0
     assert capsys.readouterr().out == f"bert-jax {__version__}\n"
+
+
+def test_embed_reads_a_fine_tuning_workdir_as_convert_does(paths, tmp_path, capsys):
+    out = str(tmp_path / "vectors.npy")
+    assert cli.main(["embed", "--checkpoint", paths["finetuned"], "--input", paths["texts"],
+                     "--output", out]) == 0
+    assert np.load(out).shape == (2, 32)
+
+
+def test_silent_surprises_get_a_warning(paths, tmp_path, caplog):
+    from bert_jax.finetune import csv_task, files
+    from bert_jax.tokenization import wordpiece
+    # Labels 1, 5 and five: three classes, and a line saying so.
+    assert csv_task.infer_labels(["1", "5", "five", "1"]) == ["1", "5", "five"]
+    assert "the labels mix numbers (1, 5) and words (five)" in caplog.text
+    # A stray quote merges rows: a warning naming the line; one never closed is an error there.
+    (tmp_path / "stray.csv").write_text('text,label\na,pos\n"b,neg\nc,pos\nd",neg\ne,pos\n')
+    rows, _ = files.read_table(str(tmp_path / "stray.csv"))
+    assert [r.line for r in rows] == [2, 3, 6]
+    assert "stray.csv: 1 row(s) hold quoted text over several lines (starting on line 3)" \
+        in caplog.text
+    (tmp_path / "open.csv").write_text('text,label\na,pos\n"b,neg\nc,pos\n')
+    with pytest.raises(ValueError, match=r'open.csv:3: a quote \(\"\) opened on this line is '
+                                         'not closed until line 4'):
+        files.read_table(str(tmp_path / "open.csv"))
+    # Duplicate vocabulary entries.
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\nfilm\nthe\n")
+    assert len(wordpiece.read_vocab(str(vocab))) == 8
+    assert "has 1 duplicate token(s) ('the' at lines 6 and 8)" in caplog.text
+    # Chinese text with the default (English) vocabulary: nearly every token is [UNK].
+    text = tmp_path / "zh.txt"
+    text.write_text("".join("我们的国家很美丽今天天气不错。\n" * 4 + "\n" for _ in range(8)))
+    assert cli.main(["create-data", "--input", str(text), "--output_dir",
+                     str(tmp_path / "zh"), "--num_workers", "1", "--no_progress"]) == 0
+    assert "of the tokens of 1 input file(s) are [UNK]: the vocabulary does not cover" \
+        in caplog.text
