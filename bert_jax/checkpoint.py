@@ -168,14 +168,18 @@ class Checkpointer:
             self.manager.save(step, args=ocp.args.Composite(
                 state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)))
         except Exception as e:  # noqa: BLE001 - write failures become one OSError
-            raise self._save_failed(e) from e
+            if _is_write_error(e):
+                raise self._save_failed(e) from e
+            raise
         self._saving = step
 
     def wait(self) -> None:
         try:
             self.manager.wait_until_finished()
         except Exception as e:  # noqa: BLE001
-            raise self._save_failed(e) from e
+            if _is_write_error(e):
+                raise self._save_failed(e) from e
+            raise
 
     def check(self) -> None:
         """Raises the OSError of a background save that failed (a full disk), so the run
@@ -183,15 +187,14 @@ class Checkpointer:
         try:
             self.manager.check_for_errors()
         except Exception as e:  # noqa: BLE001
-            raise self._save_failed(e) from e
+            if _is_write_error(e):
+                raise self._save_failed(e) from e
+            raise
 
-    def _save_failed(self, error: Exception) -> Exception:
-        """One line for a failed write (a full disk: the path and the free space), or
-        `error` itself when it is no write failure. Orbax writes each step into a
-        temporary directory first, so the earlier checkpoints are intact; the partial one
-        is removed."""
-        if not _is_write_error(error):
-            return error
+    def _save_failed(self, error: Exception) -> OSError:
+        """One line for a failed write (a full disk: the path and the free space). Orbax
+        writes each step into a temporary directory first, so the earlier checkpoints are
+        intact; the partial one is removed."""
         with contextlib.suppress(Exception):  # let the background threads end
             self.manager.wait_until_finished()
         self._remove_partial()

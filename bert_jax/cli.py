@@ -83,12 +83,14 @@ class _LibraryTracebacks:
     its process."""
 
     def __init__(self):
-        self.name, self.path = "", None
+        self.name, self.path, self._installed = "", None, False
 
-    def start(self, name: str) -> None:
-        """A new command: its tracebacks go to a new file."""
+    def start(self, name: str, divert: bool) -> None:
+        """A new command: its tracebacks go to a new file (when `divert`: once installed,
+        the hooks stay for the process)."""
         self.name, self.path = name, None
-        if sys.excepthook is not self.excepthook:
+        if divert and not self._installed:
+            self._installed = True
             sys.excepthook = self.excepthook
             threading.excepthook = sys.unraisablehook = lambda a: self.excepthook(
                 a.exc_type, a.exc_value, a.exc_traceback)
@@ -150,9 +152,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     compile_cache.configure()  # before JAX is imported; see bert_jax/compile_cache.py
     _quiet_logging(verbose)
-    if not (debug or verbose):
-        _LIBRARY_TRACEBACKS.start(name)
     stray = _LIBRARY_TRACEBACKS
+    stray.start(name, divert=not (debug or verbose))
     try:
         if name in TF_COMMANDS and not verbose:
             tf_host.import_quietly()

@@ -414,7 +414,12 @@ class _Prepared:
 
 def _warn_if_uncovered(tokenizer, features: list, what: str) -> None:
     """Warns when the vocabulary turns much of the text into [UNK] (up to 1000 features)."""
-    ids = np.concatenate([np.asarray(f["input_ids"]).reshape(-1) for f in features[:1000]])
+    rows = []
+    for feature in features[:1000]:
+        ids = feature["input_ids"]  # a row, or one row per choice (multiple choice)
+        rows += [np.asarray(r).reshape(-1) for r in
+                 (ids if len(ids) and not np.isscalar(ids[0]) else [ids])]
+    ids = np.concatenate(rows)
     special = np.isin(ids, [tokenizer.pad_id, tokenizer.cls_id, tokenizer.sep_id])
     warning = uncovered_text_warning(int((ids == tokenizer.unk_id).sum()),
                                      int((~special).sum()), what)
