@@ -468,3 +468,23 @@ def test_silent_surprises_get_a_warning(paths, tmp_path, caplog):
                      str(tmp_path / "zh"), "--num_workers", "1", "--no_progress"]) == 0
     assert "of the tokens of 1 input file(s) are [UNK]: the vocabulary does not cover" \
         in caplog.text
+
+
+def test_out_of_device_memory_names_the_batch_and_the_levers(paths, tmp_path, capsys,
+                                                             monkeypatch):
+    from bert_jax import pretrain
+
+    def out_of_memory(config, workdir):
+        raise RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate "
+                           "12.50GiB.")
+
+    monkeypatch.setattr(pretrain, "train_and_evaluate", out_of_memory)
+    workdir = str(tmp_path / "w")
+    capsys.readouterr()
+    assert cli.main([fill(a, {**paths, "new": workdir}) for a in PRETRAIN]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("bert-jax pretrain: error: out of device memory (RESOURCE_EXHAUSTED) "
+                          "at global_batch_size 8, max_seq_length 32: raise "
+                          "--config.grad_accum_steps") and err.count("\n") == 1, err
+    assert "README.md, Troubleshooting: Out of memory" in err
+    assert not os.path.exists(workdir)  # the lock's directory, left empty: removed
