@@ -128,7 +128,8 @@ class StopRequest:
     """While active, Ctrl-C (SIGINT) sets `requested` instead of raising KeyboardInterrupt
     in the middle of a step, so the loop can stop at the next step boundary with a
     checkpoint; a second Ctrl-C interrupts at once. Outside the main thread it does
-    nothing (signals go to the main thread)."""
+    nothing (signals go to the main thread), nor in a multi-process run, whose save every
+    process must join (Ctrl-C there stops at once, the last checkpoint kept)."""
 
     def __init__(self, log: logging.Logger):
         self.requested = False
@@ -143,7 +144,7 @@ class StopRequest:
                          "to stop at once)")
 
     def __enter__(self) -> "StopRequest":
-        if threading.current_thread() is threading.main_thread():
+        if threading.current_thread() is threading.main_thread() and jax.process_count() == 1:
             self._previous = signal.signal(signal.SIGINT, self._handle)
         return self
 
