@@ -28,6 +28,7 @@ weights -> scratch.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
@@ -54,7 +55,8 @@ CHANGEABLE_KEYS = frozenset({
     "num_train_steps", "warmup_steps", "learning_rate", "weight_decay", "max_grad_norm",
     "global_batch_size", "grad_accum_steps", "compute_dtype", "remat_policy", "mesh_shape",
     "logical_axis_rules", "log_every_steps", "eval_every_steps", "eval_steps",
-    "checkpoint_every_steps", "keep_checkpoints", "on_nonfinite", "resume_from",
+    "checkpoint_every_steps", "keep_checkpoints", "on_nonfinite",
+    "max_consecutive_nonfinite", "resume_from",
     "init_from", "partial_restore", "start_fresh", "model.dtype", "model.remat_policy",
     # How attention is computed and how much dropout is applied: same parameters and
     # state, so a run may switch (rng_impl may not: it changes the key and its stream).
@@ -150,6 +152,7 @@ class Checkpointer:
         self._options = ocp.CheckpointManagerOptions(
             max_to_keep=keep, enable_async_checkpointing=async_save, create=True)
         self.manager = ocp.CheckpointManager(self.directory, options=self._options)
+        self._saving: int | None = None  # the step of the latest save started
 
     def latest_step(self) -> int | None:
         return self.manager.latest_step()
@@ -162,22 +165,79 @@ class Checkpointer:
         try:  # also reports a failure of the previous, asynchronous save
             self.manager.save(step, args=ocp.args.Composite(
                 state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)))
-        except OSError as e:
-            raise self._save_failed(e) from e
+        except Exception as e:  # noqa: BLE001 - write failures become one OSError
+            if _is_write_error(e):
+                raise self._save_failed(e) from e
+            raise
+        self._saving = step
 
     def wait(self) -> None:
         try:
             self.manager.wait_until_finished()
-        except OSError as e:
-            raise self._save_failed(e) from e
+        except Exception as e:  # noqa: BLE001
+            if _is_write_error(e):
+                raise self._save_failed(e) from e
+            raise
 
-    def _save_failed(self, error: OSError) -> OSError:
-        """One line for a failed write (a full disk): Orbax writes each step into a
-        temporary directory first, so the earlier checkpoints are intact."""
+    def check(self) -> None:
+        """Raises the OSError of a background save that failed (a full disk), so the run
+        stops at it rather than at the next save; cheap enough for every step."""
+        try:
+            self.manager.check_for_errors()
+        except Exception as e:  # noqa: BLE001
+            if _is_write_error(e):
+                raise self._save_failed(e) from e
+            raise
+
+    def _save_failed(self, error: Exception) -> OSError:
+        """One line for a failed write (a full disk: the path and the free space). Orbax
+        writes each step into a temporary directory first, so the earlier checkpoints are
+        intact; the partial one is removed."""
+        with contextlib.suppress(Exception):  # let the background threads end
+            self.manager.wait_until_finished()
+        self._remove_partial()
         self.manager.reload()
-        return OSError(error.errno, f"writing a checkpoint under {self.directory} failed "
-                       f"({error.strerror or _first_line(error)}); the last complete one, step "
-                       f"{self.manager.latest_step()}, is intact and a rerun resumes from it")
+        free_bytes = paths.free_space(self.directory)
+        free = "free space unknown" if free_bytes is None else f"{free_bytes / 2**20:.1f} MiB free"
+        errno = getattr(error, "errno", None) or (28 if "os_error_code='28'" in str(error)
+                                                  else None)
+        reason = getattr(error, "strerror", None) or (
+            "No space left on device" if errno == 28 else _first_line(error)[:200])
+        latest = self.manager.latest_step()
+        kept = ("no complete checkpoint was written yet" if latest is None else
+                f"the last complete one, step {latest}, is intact and a rerun resumes from it")
+        return OSError(errno, f"writing checkpoint {self._saving} under {self.directory} "
+                       f"failed ({reason}; {free}); {kept}")
+
+    def _remove_partial(self) -> None:
+        """Deletes the temporary directories of unfinished saves (process 0 owns them).
+        Orbax reports a failed save at its first failed write while the others may still
+        land (and recreate the directory): delete until none is seen for 0.3 s (5 s at most)."""
+        if jax.process_index() != 0:
+            return
+        deadline, quiet_since = time.time() + 5, time.time()
+        while time.time() < deadline and time.time() - quiet_since < 0.3:
+            partial = paths.glob(paths.join(self.directory, "*.orbax-checkpoint-tmp*"))
+            for path in partial:
+                with contextlib.suppress(OSError):
+                    paths.rmtree(path, missing_ok=True)
+            if partial:
+                quiet_since = time.time()
+            time.sleep(0.05)
+
+    @contextlib.contextmanager
+    def saves_finished(self):
+        """On an exception in the block, finishes the save in flight (a failure of it is
+        logged) before the exception propagates: a process that exits mid-save leaves a
+        partial checkpoint and Orbax tracebacks behind."""
+        try:
+            yield
+        except BaseException:
+            try:
+                self.manager.wait_until_finished()
+            except Exception:  # noqa: BLE001 - the block's error is the one to report
+                self._remove_partial()
+            raise
 
     def close(self) -> None:
         self.manager.close()
@@ -243,6 +303,12 @@ class Checkpointer:
         multihost_utils.sync_global_devices(f"move_aside_{step}")
         self.manager.reload()
         return dest
+
+
+def _is_write_error(error: BaseException) -> bool:
+    """An OSError, or TensorStore's error for a failed write (a ValueError naming the OS
+    error: RESOURCE_EXHAUSTED ... No space left on device [os_error_code='28'])."""
+    return isinstance(error, OSError) or "os_error_code=" in str(error)
 
 
 def _first_line(error: BaseException) -> str:

@@ -10,10 +10,11 @@ import logging
 import os
 import sys
 import tempfile
+import threading
 import traceback
 
-from bert_jax import compile_cache, libtpu_env
-from bert_jax.errors import UserError
+from bert_jax import __version__, compile_cache, libtpu_env, tf_host
+from bert_jax.errors import Interrupted, NonFiniteError, UserError
 
 COMMANDS = {
     "train-tokenizer": ("bert_jax.tokenization.build_vocab", "train a WordPiece or SentencePiece vocabulary"),
@@ -35,28 +36,14 @@ COMMANDS = {
 def usage() -> str:
     width = max(map(len, COMMANDS))
     lines = [f"  {name:<{width}}  {help_}" for name, (_, help_) in COMMANDS.items()]
-    return "usage: bert-jax COMMAND [FLAGS]  (bert-jax COMMAND --help)\n\ncommands:\n" + \
+    return "usage: bert-jax COMMAND [FLAGS]  (bert-jax COMMAND --help; bert-jax --version)" \
+        "\n\ncommands:\n" + \
         "\n".join(lines)
 
 
 # Commands that import TensorFlow anyway (tf.data, TFRecords, event files, SavedModel).
 TF_COMMANDS = ("train-tokenizer", "create-data", "pretrain", "finetune", "distill", "evaluate",
                "predict", "export")
-
-
-def _import_tensorflow_quietly() -> None:
-    """Imports TensorFlow with file descriptor 2 closed: its C++ start-up lines (oneDNN,
-    'could not find cuda drivers') are written before any log level applies."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, 2)
-        import tensorflow  # noqa: F401
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(devnull)
 
 
 def _quiet_logging(verbose: bool) -> None:
@@ -73,10 +60,65 @@ def _quiet_logging(verbose: bool) -> None:
         logging.getLogger("absl").addFilter(_hide_orbax_noise)
 
 
+def quiet_libraries() -> None:
+    """The quiet start of every command for scripts that run stages without `main` (the
+    demo): no TensorFlow start-up lines (`cuInit` on a machine without a GPU), no library
+    INFO logs or Orbax's `_CHECKPOINT_METADATA` warning."""
+    _quiet_logging(verbose=False)
+    tf_host.import_quietly()
+
+
 def _hide_orbax_noise(record: logging.LogRecord) -> bool:
     """Orbax warns that a `_CHECKPOINT_METADATA` file is missing whenever a sub-item's
     metadata is read (as every restore does); it reads like corruption and is not."""
     return "_CHECKPOINT_METADATA" not in record.getMessage()
+
+
+class _LibraryTracebacks:
+    """Tracebacks that libraries print from their own threads and callbacks (Orbax and
+    TensorStore after a failed checkpoint write print hundreds) and Orbax's logged
+    errors go to a file, created when first needed, instead of the console: the run's
+    failure is reported in one line, which names the file. Process-wide (sys.excepthook,
+    sys.unraisablehook, which TensorStore's callbacks use, threading.excepthook, and a
+    filter on the errors logged to absl's logger, used by libraries only): the CLI owns
+    its process."""
+
+    def __init__(self):
+        self.name, self.path, self._installed = "", None, False
+
+    def start(self, name: str, divert: bool) -> None:
+        """A new command: its tracebacks go to a new file (when `divert`: once installed,
+        the hooks stay for the process)."""
+        self.name, self.path = name, None
+        if divert and not self._installed:
+            self._installed = True
+            sys.excepthook = self.excepthook
+            threading.excepthook = sys.unraisablehook = lambda a: self.excepthook(
+                a.exc_type, a.exc_value, a.exc_traceback)
+            logging.getLogger("absl").addFilter(self.filter)
+
+    def write(self, text: str) -> None:
+        if self.path is None:
+            fd, self.path = tempfile.mkstemp(prefix=f"bert-jax-{self.name}-",
+                                             suffix=".library-errors.txt")
+            os.close(fd)
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(text if text.endswith("\n") else text + "\n")
+
+    def excepthook(self, *exc) -> None:
+        self.write("".join(traceback.format_exception(*exc)))
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR:
+            self.write(logging.Formatter().format(record))
+            return False
+        return True
+
+    def mention(self) -> str:
+        return f"; library errors in {self.path}" if self.path else ""
+
+
+_LIBRARY_TRACEBACKS = _LibraryTracebacks()
 
 
 def _report_bug(name: str, error: BaseException) -> str:
@@ -89,9 +131,10 @@ def _report_bug(name: str, error: BaseException) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Runs one command. Exit codes: 0 success; 2 bad input (a UserError, or the OSError,
-    ValueError or KeyError of a bad file or value: one line `bert-jax COMMAND: error: ...`);
-    1 a run that failed for another reason (a bug: one line naming the file that holds
-    its traceback; a pretraining run stopped by non-finite values). `--debug` or
+    ValueError or KeyError of a bad file or value: one line `bert-jax COMMAND: error: ...`;
+    also a busy workdir, a full disk, out of device memory); 1 a run that failed for
+    another reason (a run that diverged: one line naming the step and what to change; a
+    bug: one line naming the file that holds its traceback); 130 Ctrl-C. `--debug` or
     BERT_JAX_DEBUG=1 lets the exception's traceback through; `--verbose` shows the
     libraries' INFO logs."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -101,6 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(usage())
         return 0
+    if argv[0] == "--version":
+        print(f"bert-jax {__version__}")
+        return 0
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
         print(f"bert-jax: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
@@ -108,9 +154,11 @@ def main(argv: list[str] | None = None) -> int:
     compile_cache.configure()  # before JAX is imported; see bert_jax/compile_cache.py
     libtpu_env.configure()  # likewise; see bert_jax/libtpu_env.py
     _quiet_logging(verbose)
+    stray = _LIBRARY_TRACEBACKS
+    stray.start(name, divert=not (debug or verbose))
     try:
-        if name in TF_COMMANDS and not verbose and "tensorflow" not in sys.modules:
-            _import_tensorflow_quietly()
+        if name in TF_COMMANDS and not verbose:
+            tf_host.import_quietly()
         module = importlib.import_module(COMMANDS[name][0])
         # Modules that serve several commands expose main(argv, command=...).
         if getattr(module, "MULTI_COMMAND", False):
@@ -121,8 +169,19 @@ def main(argv: list[str] | None = None) -> int:
             raise
         message = e.args[0] if isinstance(e, KeyError) and e.args else e  # str() quotes it
         message = " ".join(str(message).split())  # one line, whatever the message holds
-        print(f"bert-jax {name}: error: {message}", file=sys.stderr)
+        print(f"bert-jax {name}: error: {message}{stray.mention()}", file=sys.stderr)
         return 2
+    except NonFiniteError as e:  # the run diverged: not a bug, and not the input's fault
+        if debug:
+            raise
+        print(f"bert-jax {name}: error: {' '.join(str(e).split())}{stray.mention()}",
+              file=sys.stderr)
+        return 1
+    except (Interrupted, KeyboardInterrupt) as e:
+        if debug:
+            raise
+        print(f"bert-jax {name}: {str(e) or 'interrupted'}", file=sys.stderr)
+        return 130
     except Exception as e:  # noqa: BLE001 - anything else is a bug: say so in one line
         if debug:
             raise

@@ -26,6 +26,7 @@ import ast
 import importlib.util
 import inspect
 import os
+import traceback
 from typing import Any, Sequence
 
 import ml_collections
@@ -63,7 +64,16 @@ def _import_file(path: str):
     name = "_bert_jax_config_" + os.path.splitext(os.path.basename(path))[0]
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as e:
+        raise UserError(f"{e.filename or path}:{e.lineno}: {e.msg} (config file syntax)") \
+            from None
+    except Exception as e:  # noqa: BLE001 - the file's own code failed: name its line
+        line = next((f.lineno for f in reversed(traceback.extract_tb(e.__traceback__))
+                     if os.path.abspath(f.filename) == os.path.abspath(path)), "?")
+        raise UserError(f"{path}:{line}: {type(e).__name__}: {e} (running the config "
+                        "file)") from None
     if not hasattr(module, "get_config"):
         raise UserError(f"{path} has no get_config() function")
     return module

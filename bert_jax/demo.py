@@ -133,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="a minute-long run of every stage (what CI executes)")
     parser.add_argument("--fresh", action="store_true", help="delete WORKDIR first")
     args = parser.parse_args(argv)
+    from bert_jax.cli import quiet_libraries
+    quiet_libraries()
     steps = 10 if args.smoke else args.pretrain_steps
     if args.fresh:
         shutil.rmtree(args.workdir, ignore_errors=True)

@@ -192,11 +192,21 @@ def read_lines(path: str) -> list[str]:
     return text.splitlines()
 
 
+def load_model(path: str) -> pretrained.Pretrained:
+    """A model directory, a pretraining workdir, or a fine-tuning workdir's kept model
+    (its encoder is embedded), as `bert-jax convert` reads them."""
+    if paths.isdir(paths.join(path, pretrained.BEST_DIR)) or \
+            paths.exists(paths.join(path, pretrained.RESULTS_FILE)):
+        path = pretrained.best_model_dir(path)
+    return pretrained.load(path)
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="bert-jax embed", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoint", required=True,
-                        help="model directory (bert-jax convert) or pretraining workdir")
+                        help="model directory (bert-jax convert), pretraining workdir or "
+                             "fine-tuning workdir")
     parser.add_argument("--input", required=True, help="UTF-8 text, one input per line")
     parser.add_argument("--output", required=True,
                         help=".npy file of float32 [lines, hidden]; .npz with --per-token")
@@ -229,7 +239,9 @@ def main(argv: list[str]) -> int:
             raise UserError(f"{flag} is for --per-token features (sentence vectors take "
                             "--layer and --pooling)")
     texts = read_lines(args.input)
-    model = pretrained.load(args.checkpoint)
+    if not texts:
+        raise UserError(f"{args.input} has no lines: nothing to embed")
+    model = load_model(args.checkpoint)
     vectors = embed_texts(model, texts, pooling=args.pooling or "cls", layer=args.layer,
                           batch_size=args.batch_size, max_seq_length=args.max_seq_length,
                           attention_impl=args.attention_impl)
@@ -252,7 +264,7 @@ def _main_per_token(args: argparse.Namespace) -> int:
     texts = read_lines(args.input)
     if not texts:
         raise UserError(f"{args.input} has no lines: nothing to embed")
-    model = pretrained.load(args.checkpoint)
+    model = load_model(args.checkpoint)
     features = token_features(model, texts, layers=layers, combine=args.combine or "sum",
                               batch_size=args.batch_size, max_seq_length=args.max_seq_length,
                               attention_impl=args.attention_impl)

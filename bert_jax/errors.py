@@ -23,3 +23,34 @@ def check_positive(name: str, value, *, allow_zero: bool = False) -> None:
 def check_divisible(name: str, value: int, multiple: int, why: str) -> None:
     if value % multiple:
         raise UserError(f"{name} {value} must be a multiple of {multiple} ({why})")
+
+
+class NonFiniteError(FloatingPointError):
+    """A run whose loss or gradient stayed NaN/Inf (it diverged): `bert-jax` prints the
+    message (the step, the values, what to change) as one line and exits with code 1."""
+
+
+class Interrupted(Exception):
+    """Ctrl-C stopped a run at a step boundary; the message says which checkpoint it
+    saved. `bert-jax` prints it as one line and exits with code 130."""
+
+
+class WorkdirBusyError(UserError):
+    """Another run holds the workdir's lock (`bert_jax.workdir_lock`)."""
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """Whether `error` is XLA's device out-of-memory error (RESOURCE_EXHAUSTED)."""
+    text = str(error)  # TensorStore says RESOURCE_EXHAUSTED for a full disk too
+    return "RESOURCE_EXHAUSTED" in text and "os_error_code" not in text \
+        and "No space left" not in text
+
+
+def out_of_memory(*, batch_size: int, seq_length: int,
+                  levers: str) -> UserError:
+    """One line for a step that did not fit in device memory: the batch and sequence
+    length it tried, `levers` (the config keys that lower memory) and the README's
+    section for more."""
+    return UserError(f"out of device memory (RESOURCE_EXHAUSTED) at global_batch_size "
+                     f"{batch_size}, max_seq_length {seq_length}: {levers} (README.md, "
+                     "Troubleshooting: Out of memory)")

@@ -349,6 +349,9 @@ def export(workdir: str, out: str, formats=("jax", "savedmodel"), platforms=DEFA
     model = pretrained.load(pretrained.resolve_model_dir(workdir))
     tokenizer = load_tokenizer(model.tokenizer_dir)
     check_inputs_fit(model.config, model.tokenizer_dir, vocab_size=tokenizer.vocab_size)
+    if not all(np.isfinite(x).all() for x in jax.tree.leaves(model.params)):
+        raise UserError(f"{workdir}: the model's parameters hold NaN or Inf (a diverged run): "
+                        "nothing to export")
     kind, params, fn = serving_function(model)
     labels = pretrained.label_names(model.task)
     max_length = model.config.max_position_embeddings

@@ -126,6 +126,17 @@ def glob(pattern: str) -> list[str]:
     return sorted(os.fspath(p) for p in _epath(base).glob("/".join(parts[fixed:])))
 
 
+def free_space(path: str | os.PathLike) -> int | None:
+    """Free bytes on the filesystem holding `path`; None for URLs (a bucket has no such
+    limit) or when it cannot be read."""
+    if is_remote(path):
+        return None
+    try:
+        return shutil.disk_usage(path).free
+    except OSError:
+        return None
+
+
 def getsize(path: str | os.PathLike) -> int:
     return _epath(path).stat().length if is_remote(path) else os.path.getsize(path)
 

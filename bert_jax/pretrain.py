@@ -32,11 +32,12 @@ import numpy as np
 import optax
 
 from bert_jax import (checkpoint, compile_cache, losses, mlm_distill, multihost, paths, perf,
-                      preemption, pretrained, sharding, training)
+                      preemption, pretrained, sharding, training, workdir_lock)
 from bert_jax.atomic import atomic_directory
 from bert_jax.config import BertConfig, check_choice, check_inputs_fit
 from bert_jax.config_loader import load_config, split_config_args
-from bert_jax.errors import UserError, check_divisible, check_positive
+from bert_jax.errors import (Interrupted, UserError, check_divisible, check_positive,
+                             is_out_of_memory, out_of_memory)
 from bert_jax.heads import BertForPreTraining
 from bert_jax.metrics_writer import MetricsWriter
 from bert_jax.optim import OPTIMIZERS, make_optimizer
@@ -46,10 +47,6 @@ log = logging.getLogger("bert_jax.pretrain")
 
 # The model's optional inputs, passed through when the batch has them (packed rows).
 _OPTIONAL_INPUTS = ("position_ids", "example_ids", "next_sentence_positions")
-
-
-class NonFiniteError(FloatingPointError):
-    """The loss or gradient went NaN/Inf and the config says to stop."""
 
 
 # --- model and steps -------------------------------------------------------------------
@@ -286,7 +283,6 @@ def data_options(config: ml_collections.ConfigDict, files: list[str], vocabulary
     """What converted text depends on; recorded next to the TFRecords and compared on
     reuse. Files are named by path, size and mtime (the embedded corpus by name and size,
     identical wherever it is installed)."""
-    from bert_jax.data import corpus
     embedded = not config.input_files
     return {"format": 1, "vocabulary": vocabulary, "max_seq_length": config.max_seq_length,
             "max_predictions_per_seq": config.max_predictions_per_seq,
@@ -390,6 +386,16 @@ def evaluate(eval_fn, params, batches: Iterator[dict], mesh, rules, max_steps: i
     return out
 
 
+# What to change when a run diverges (NonFiniteGuard's message).
+DIVERGENCE_LEVERS = ("a lower --config.learning_rate, a longer --config.warmup_steps, "
+                     "--config.compute_dtype=float32 instead of bfloat16, or gradient clipping "
+                     "(--config.max_grad_norm=1.0).")
+
+# What lowers device memory (the README's "Out of memory").
+MEMORY_LEVERS = ("raise --config.grad_accum_steps (the same batch in sequential "
+                 "micro-batches), --config.remat_policy=full, --config.compute_dtype=bfloat16, "
+                 "or shard with --config.mesh_shape.fsdp=-1 --config.mesh_shape.data=1")
+
 # Shortest pretraining row: [CLS] A [SEP] B [SEP] with room for a few tokens of each.
 MIN_SEQ_LENGTH = 8
 _POSITIVE_KEYS = ("global_batch_size", "num_train_steps", "max_seq_length",
@@ -413,6 +419,8 @@ def validate_config(config: ml_collections.ConfigDict, bert_config: BertConfig,
     for key in ("warmup_steps", "eval_every_steps"):
         check_positive(key, config[key], allow_zero=True)
     check_choice("on_nonfinite", config.on_nonfinite, ("skip", "stop"))
+    # .get: config files copied before the key existed still load
+    check_positive("max_consecutive_nonfinite", config.get("max_consecutive_nonfinite", 5))
     check_choice("optimizer", config.optimizer, OPTIMIZERS)
     if config.teacher:
         mlm_distill.check_settings(config.temperature, config.alpha)
@@ -433,6 +441,12 @@ def validate_config(config: ml_collections.ConfigDict, bert_config: BertConfig,
     check_divisible("global_batch_size", config.global_batch_size,
                     math.lcm(batch_multiple * config.grad_accum_steps, process_count),
                     "batch shards x grad_accum_steps, and the process count")
+    if config.init_from:
+        pretrained.check_model_path(config.init_from)
+    records = [f for f in input_files(config) if _is_tfrecord(f)]
+    if records:
+        from bert_jax.data.pipeline import check_record_shapes
+        check_record_shapes(records, config.max_seq_length, config.max_predictions_per_seq)
 
 
 def restore_or_init(config, ckpt: checkpoint.Checkpointer, setup: Setup, writer,
@@ -517,16 +531,19 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
                           f"alpha={config.alpha:g})" if teacher else ""))
     pending, last = [], {}
     timer = (time.perf_counter(), step)
+    guard = training.NonFiniteGuard(config.get("max_consecutive_nonfinite", 5),
+                                    stop_at_first=config.on_nonfinite == "stop",
+                                    levers=DIVERGENCE_LEVERS, log=log)
 
     def flush(step, final=False):
-        """Fetches the pending step metrics; stops on NaN/Inf if asked; logs."""
+        """Fetches the pending step metrics; warns of each skipped (NaN/Inf) step and
+        stops when the run diverged (`training.NonFiniteGuard`); logs."""
         nonlocal pending, timer, last
         fetched = jax.device_get(pending)
         pending = []
-        bad = [step - len(fetched) + 1 + i for i, m in enumerate(fetched) if m["nonfinite"]]
-        if bad and config.on_nonfinite == "stop":
-            raise NonFiniteError(f"non-finite loss or gradient at step {bad[0]}; stopping "
-                                 "(the checkpoint before it is intact)")
+        for i, m in enumerate(fetched):
+            guard.check(step - len(fetched) + 1 + i, float(m["loss"]), float(m["grad_norm"]),
+                        not m["nonfinite"])
         mean = {k: float(np.mean([m[k] for m in fetched])) for k in fetched[0]}
         elapsed = time.perf_counter() - timer[0]
         steps_done = step - timer[1]
@@ -545,12 +562,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
 
     eval_metrics = {}
     preempted = False
-    with jax.set_mesh(mesh):
+    with jax.set_mesh(mesh), training.StopRequest(log) as stop, ckpt.saves_finished():
         while step < config.num_train_steps and not preempted:
             state, metrics = train_fn(state, sharding.global_batch(next(batches), mesh, rules),
                                       *teacher_args)
             step += 1
             pending.append(metrics)
+            ckpt.check()
             is_last = step == config.num_train_steps
             if step % config.log_every_steps == 0 or is_last:
                 flush(step, final=is_last)
@@ -563,13 +581,20 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
                 writer.message(f"step {step} eval: " + ", ".join(
                     f"{k} {v:.4f}" for k, v in eval_metrics.items()))
             preempted = watcher.reached(step) and not is_last
-            if step % config.checkpoint_every_steps == 0 or is_last or preempted:
+            if (step % config.checkpoint_every_steps == 0 or is_last or preempted
+                    or stop.requested):
                 if pending:
                     flush(step)  # never checkpoint past an unchecked non-finite step
                 ckpt.save(step, state, {**run, "pipeline": batches.get_state()})
+            if stop.requested and not is_last:
+                ckpt.wait()
+                raise Interrupted(f"interrupted at step {step}: checkpoint {step} saved in "
+                                  f"{ckpt.directory}; the same command resumes from it")
     batches.close()
     ckpt.wait()
     ckpt.close()
+    if guard.summary():
+        writer.message(f"done: {guard.summary()}")
     writer.close()
     if preempted:
         raise preemption.Preempted(step)
@@ -590,15 +615,19 @@ def main(argv: list[str]) -> int:
     # From here on SIGTERM means: checkpoint at the next step, then stop.
     with preemption.Watcher() as watcher:
         config = load_config(args.config, overrides)
-        try:
-            train_and_evaluate(config, args.workdir, watcher)
-        except NonFiniteError as e:
-            print(f"bert-jax pretrain: {e}", file=sys.stderr)
-            return 1
-        except preemption.Preempted as e:
-            if multihost.is_primary():
-                print(e, file=sys.stderr)
-            return preemption.PREEMPTED_EXIT_CODE
+        with workdir_lock.hold(args.workdir, "bert-jax pretrain", multihost.is_primary()):
+            try:
+                train_and_evaluate(config, args.workdir, watcher)
+            except preemption.Preempted as e:
+                if multihost.is_primary():
+                    print(e, file=sys.stderr)
+                return preemption.PREEMPTED_EXIT_CODE
+            except Exception as e:  # noqa: BLE001 - only the out-of-memory error is reworded
+                if is_out_of_memory(e):
+                    raise out_of_memory(batch_size=config.global_batch_size,
+                                        seq_length=config.max_seq_length,
+                                        levers=MEMORY_LEVERS) from e
+                raise
     return 0
 
 

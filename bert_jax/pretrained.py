@@ -158,18 +158,36 @@ def load_pretrained_from_workdir(workdir: str) -> Pretrained:
     raise CheckpointError(f"no readable checkpoint under {directory}")
 
 
-def load(path: str | os.PathLike) -> Pretrained:
-    """Reads a model directory or a pretraining workdir (its latest checkpoint)."""
+def check_model_path(path: str | os.PathLike) -> bool:
+    """Raises what `load` would for a path that holds no model, reading no parameters
+    (a run checks its init_from before writing anything). True for a pretraining
+    workdir, False for a model directory."""
     path = paths.abspath(path)
     if not paths.isdir(path):
         raise FileNotFoundError(f"no model directory at {path}")
     model_file = paths.join(path, MODEL_FILE)
     if paths.isdir(paths.join(path, CHECKPOINTS_DIR)) and not paths.exists(model_file):
-        return load_pretrained_from_workdir(path)
+        read_model_config(path)
+        if not _checkpoint_steps(paths.join(path, CHECKPOINTS_DIR)):
+            raise CheckpointError(f"no checkpoint under {paths.join(path, CHECKPOINTS_DIR)}")
+        return True
     if not paths.exists(model_file):
+        hint = (" It is a fine-tuning workdir: its model is in best/." if
+                paths.isdir(paths.join(path, BEST_DIR)) else "")
         raise FileNotFoundError(
             f"{path} is neither a bert_jax model directory (no {MODEL_FILE}) nor a pretraining "
-            "workdir (no checkpoints/). Convert published weights with `bert-jax convert`.")
+            f"workdir (no checkpoints/).{hint} Convert published weights with `bert-jax "
+            "convert`.")
+    _read_model_file(model_file)
+    return False
+
+
+def load(path: str | os.PathLike) -> Pretrained:
+    """Reads a model directory or a pretraining workdir (its latest checkpoint)."""
+    path = paths.abspath(path)
+    if check_model_path(path):
+        return load_pretrained_from_workdir(path)
+    model_file = paths.join(path, MODEL_FILE)
     meta = _read_model_file(model_file)
     params = read_params(paths.join(path, PARAMS_DIR))
     return Pretrained(meta["config"], params, meta["task"], path)

@@ -5,20 +5,28 @@
 - `accumulate_gradients`: one batch as k sequential micro-batches inside the step;
 - `apply_gradients`: the one update rule, which skips any step whose loss or global
   gradient norm is not finite (params and optimizer state unchanged, the skip counted
-  in `TrainState.nonfinite_steps`).
+  in `TrainState.nonfinite_steps`);
+- `StopRequest`: Ctrl-C stops the loop at a step boundary, where it can save;
+- `NonFiniteGuard`: a warning for each skipped step, and a stop (`NonFiniteError`) when
+  they keep coming: the run diverged.
 
 Starting from loaded weights is `bert_jax.pretrained.place_params`.
 """
 
 from __future__ import annotations
 
+import logging
+import signal
+import threading
 from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from bert_jax.config import BertConfig, preset
+from bert_jax.errors import NonFiniteError
 from bert_jax.train_state import TrainState
 
 
@@ -75,3 +83,71 @@ def apply_gradients(state: TrainState, grads: Any, loss: jax.Array,
         opt_state=keep_if_bad(opt_state, state.opt_state),
         nonfinite_steps=state.nonfinite_steps + (~finite).astype(jnp.int32))
     return new_state, grad_norm, finite
+
+
+class NonFiniteGuard:
+    """Watches the steps `apply_gradients` skipped. An isolated one (a bf16 overflow) is
+    a warning line; `max_consecutive` in a row (1 with `stop_at_first`) mean the run
+    diverged: `NonFiniteError` naming the step, its values and `levers` (what to change),
+    raised before the caller saves anything, so the last checkpoint stays the latest."""
+
+    def __init__(self, max_consecutive: int, *, stop_at_first: bool = False, levers: str,
+                 log: logging.Logger):
+        self.max_consecutive = 1 if stop_at_first else max_consecutive
+        self.levers, self.log = levers, log
+        self.skipped = 0  # this process's run so far (a resumed run counts from its start)
+        self.consecutive = 0
+
+    def check(self, step: int, loss: float, grad_norm: float, finite: bool) -> None:
+        """One step's host values; raises NonFiniteError when the run diverged."""
+        if finite:
+            self.consecutive = 0
+            return
+        self.skipped += 1
+        self.consecutive += 1
+        values = f"loss {loss:.4g}, gradient norm {grad_norm:.4g}"
+        if self.consecutive >= self.max_consecutive:
+            raise NonFiniteError(
+                f"step {step}: {values}: non-finite for {self.consecutive} step(s) in a row, "
+                f"the run diverged; stopping before it saves anything more (the last "
+                f"checkpoint is intact). Try {self.levers}")
+        self.log.warning("step %d: %s; update skipped (%d skipped so far; %d in a row stop "
+                         "the run)", step, values, self.skipped, self.max_consecutive)
+
+    def check_params(self, params: Any, what: str) -> None:
+        """Raises NonFiniteError when host `params` hold NaN/Inf (never saved as `what`)."""
+        if not all(np.isfinite(leaf).all() for leaf in jax.tree.leaves(params)):
+            raise NonFiniteError(f"the parameters hold NaN or Inf values; not writing them as "
+                                 f"{what}. Try {self.levers}")
+
+    def summary(self) -> str:
+        return f"{self.skipped} non-finite step(s) skipped" if self.skipped else ""
+
+
+class StopRequest:
+    """While active, Ctrl-C (SIGINT) sets `requested` instead of raising KeyboardInterrupt
+    in the middle of a step, so the loop can stop at the next step boundary with a
+    checkpoint; a second Ctrl-C interrupts at once. Outside the main thread it does
+    nothing (signals go to the main thread), nor in a multi-process run, whose save every
+    process must join (Ctrl-C there stops at once, the last checkpoint kept)."""
+
+    def __init__(self, log: logging.Logger):
+        self.requested = False
+        self.log = log
+        self._previous = None
+
+    def _handle(self, signum, frame) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        self.log.warning("Ctrl-C: stopping after this step with a checkpoint (Ctrl-C again "
+                         "to stop at once)")
+
+    def __enter__(self) -> "StopRequest":
+        if threading.current_thread() is threading.main_thread() and jax.process_count() == 1:
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)

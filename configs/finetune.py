@@ -121,6 +121,10 @@ def get_config(variant: str | None = None) -> ml_collections.ConfigDict:
     c.freeze_epochs = 0.0
     c.weight_decay = 0.01
     c.max_grad_norm = 1.0
+    # A step whose loss or gradient norm is NaN/Inf is skipped with a warning; "stop"
+    # stops at the first, and max_consecutive_nonfinite in a row always stop (diverged).
+    c.on_nonfinite = "skip"
+    c.max_consecutive_nonfinite = 5
 
     # Runs.
     c.seed = 42

@@ -79,6 +79,7 @@ def get_config(variant: str | None = None) -> ml_collections.ConfigDict:
     c.weight_decay = 0.01
     c.max_grad_norm = 1.0
     c.on_nonfinite = "skip"             # skip: drop the update and count it | stop
+    c.max_consecutive_nonfinite = 5     # skipped updates in a row that stop the run (diverged)
 
     # Devices: sizes of the data, fsdp and tensor axes (-1 = the rest).
     c.mesh_shape = ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1))

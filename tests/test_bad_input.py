@@ -8,6 +8,8 @@ must still not exist afterwards."""
 
 from __future__ import annotations
 
+import glob
+import gzip
 import os
 import subprocess
 import sys
@@ -17,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bert_jax import cli, heads, pretrained
+from bert_jax import cli, heads, pretrained, workdir_lock
 from bert_jax.config import preset
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
 from test_finetune_util import MICRO_MODEL
@@ -132,6 +134,10 @@ CASES = {
          "{new}"], "the tokenizer has 8192 tokens but {small_vocab_model} has vocab_size=100"),
     "embed no model": (["embed", "--checkpoint", "/no/model", "--input", "{texts}", "--output",
                         "{new}"], "no model directory at /no/model"),
+    "embed empty file": (["embed", "--checkpoint", "{model}", "--input", "{empty}", "--output",
+                          "{new}"], "{empty} has no lines: nothing to embed"),
+    "predict blank input": (["predict", "--workdir", "{finetuned}", "--input", "{blank}"],
+                            "{blank} holds no inputs (empty, or blank lines only)"),
     "embed bad utf-8": (["embed", "--checkpoint", "{model}", "--input", "{latin1}", "--output",
                          "{new}"], "{latin1}: line 2 is not valid UTF-8"),
     "export vocabulary past the model's": (
@@ -147,6 +153,32 @@ CASES = {
                                   "{new}"], "input file not found: /no/such.txt"),
     "train-tokenizer empty file": (["train-tokenizer", "--input", "{empty}", "--out", "{new}"],
                                    "no text in the input ({empty})"),
+    # data mistakes found before any step (issue 32)
+    "config syntax error": (["pretrain", "--config", "{broken_config}", "--workdir", "{new}"],
+                            "{broken_config}:3: "),
+    "pretrain records of another sequence length": (
+        PRETRAIN + ["--config.input_files={records}/*.tfrecord", "--config.max_seq_length=48"],
+        "/pretrain-00000-of-00002.tfrecord was written with max_seq_length 32 but the run asks "
+        "for 48: set --config.max_seq_length=32, or recreate the data"),
+    "pretrain records of another prediction count": (
+        PRETRAIN + ["--config.input_files={records}/*.tfrecord",
+                    "--config.max_predictions_per_seq=6"],
+        "was written with max_predictions_per_seq 5 but the run asks for 6"),
+    "pretrain init_from a fine-tuning workdir": (
+        PRETRAIN + ["--config.init_from={finetuned}"],
+        "{finetuned} is neither a bert_jax model directory (no bert_jax.json) nor a pretraining "
+        "workdir (no checkpoints/). It is a fine-tuning workdir: its model is in best/."),
+    "finetune empty test file": (FINETUNE + ["--config.test_file={header_only}"],
+                                 "{header_only} has no rows"),
+    "create-data truncated gzip": (
+        ["create-data", "--input", "{truncated_gz}", "--output_dir", "{new}", "--no_progress",
+         "--num_workers", "1"], "{truncated_gz}: truncated or corrupt gzip file"),
+    # one writer per workdir: {busy} holds the lock of a live process (this one)
+    "pretrain busy workdir": (PRETRAIN[:4] + ["{busy}"] + PRETRAIN[5:],
+                              "{busy} is in use by another run (host {host}, pid {pid}, "
+                              "bert-jax finetune started "),
+    "finetune busy workdir": (FINETUNE[:4] + ["{busy}"] + FINETUNE[5:],
+                              "{busy} is in use by another run (host {host}, pid {pid}, "),
 }
 # Commands whose own main prints `error: ...` (kept for their direct callers).
 OWN_PREFIX = {"create-data"}
@@ -182,9 +214,10 @@ def paths(tmp_path_factory, text_corpus):
     (root / "dev.tsv").write_text("\n".join(rows[:2] + rows[3:]) + "\n")
     (root / "blank_label.tsv").write_text("text\tlabel\na good film\tpos\na film\t\n")
     (root / "header_only.tsv").write_text("text\tlabel\n")
+    (root / "blank.txt").write_text("  \n\n\t\n")
     values = {name: str(root / f"{name}.{ext}") for name, ext in (
         ("empty", "txt"), ("controls", "txt"), ("texts", "txt"), ("latin1", "txt"), ("train", "tsv"),
-        ("dev", "tsv"), ("blank_label", "tsv"), ("header_only", "tsv"))}
+        ("dev", "tsv"), ("blank_label", "tsv"), ("header_only", "tsv"), ("blank", "txt"))}
     values["corpus"] = text_corpus
     values["model"] = save_model(str(root / "model"))
     values["small_vocab_model"] = save_model(str(root / "small_vocab"), vocab_size=100)
@@ -197,7 +230,22 @@ def paths(tmp_path_factory, text_corpus):
     assert cli.main(args) == 0
     values["finetuned"] = str(root / "finetuned")
     assert cli.main([fill(a, {**values, "new": values["finetuned"]}) for a in FINETUNE]) == 0
-    return values
+    (root / "broken.py").write_text("def get_config():\n    c = 1\n    return c +\n")
+    values["broken_config"] = str(root / "broken.py")
+    values["records"] = str(root / "records")  # TFRecords at max_seq_length 32, 5 predictions
+    assert cli.main(["create-data", "--input", text_corpus, "--output_dir", values["records"],
+                     "--max_seq_length", "32", "--max_predictions_per_seq", "5",
+                     "--num_shards", "2", "--num_workers", "1", "--no_progress"]) == 0
+    with open(glob.glob(text_corpus)[0], "rb") as f:
+        packed = gzip.compress(f.read())
+    (root / "truncated.txt.gz").write_bytes(packed[:len(packed) // 2])
+    values["truncated_gz"] = str(root / "truncated.txt.gz")
+    values["busy"] = str(root / "busy")
+    lock = workdir_lock.WorkdirLock(values["busy"], "bert-jax finetune")
+    lock.acquire()  # held by this (live) process for the module's tests
+    values.update(host=lock.owner["host"], pid=str(lock.owner["pid"]))
+    yield values
+    lock.release()
 
 
 def snapshot(path):
@@ -214,7 +262,7 @@ def snapshot(path):
 def test_bad_input_gets_one_line_and_leaves_nothing(args, message, paths, tmp_path, capsys):
     values = {**paths, "new": str(tmp_path / "new")}
     args = [fill(a, values) for a in args]
-    touched = [a for a in args if a in (paths["pretrained"], paths["finetuned"])]
+    touched = [a for a in args if a in (paths["pretrained"], paths["finetuned"], paths["busy"])]
     before = {path: snapshot(path) for path in touched}
     capsys.readouterr()
     assert cli.main(args) == 2
@@ -272,3 +320,171 @@ def test_finetune_rerun_clears_outputs_and_evaluate_works_from_anywhere(paths, t
     assert cli.main([fill(a, {**paths, "new": workdir}) for a in FINETUNE]) == 0
     assert not os.path.exists(stale)
     assert not os.path.exists(os.path.join(workdir, "evaluate_results.json"))
+
+
+def checkpoint_steps(workdir):
+    return sorted(int(n) for n in os.listdir(os.path.join(workdir, "checkpoints")) if n.isdigit())
+
+
+def test_a_diverging_pretraining_run_stops_with_one_line_and_keeps_its_checkpoints(
+        paths, tmp_path, capsys, caplog):
+    workdir = str(tmp_path / "diverged")
+    # A huge learning rate without clipping: the parameters overflow, then every step is NaN.
+    args = [fill(a, {**paths, "new": workdir}) for a in PRETRAIN] + [
+        f"--config.model={SMALL}", "--config.learning_rate=1e30", "--config.max_grad_norm=0.0",
+        "--config.warmup_steps=0", "--config.num_train_steps=20", "--config.log_every_steps=1",
+        "--config.checkpoint_every_steps=2", "--config.eval_every_steps=0"]
+    capsys.readouterr()
+    assert cli.main(args) == 1
+    err = capsys.readouterr().err  # progress lines, then the one line of the stop
+    assert "Traceback" not in err and "internal error" not in err, err
+    err = err.splitlines()[-1]
+    assert err.startswith("bert-jax pretrain: error: step 6: loss nan, gradient norm nan: "
+                          "non-finite for 5 step(s) in a row, the run diverged"), err
+    assert "--config.learning_rate" in err and "warmup_steps" in err and "bfloat16" in err
+    skips = [r.getMessage() for r in caplog.records if "update skipped" in r.getMessage()]
+    assert [m.split(":")[0] for m in skips] == ["step 2", "step 3", "step 4", "step 5"]
+    # The steps before the stop were saved (skipped steps keep the parameters): all finite,
+    # none after the stop, nothing half-written.
+    assert checkpoint_steps(workdir) == [2, 4]
+    assert not glob.glob(os.path.join(workdir, "checkpoints", "*tmp*"))
+    params = pretrained.load_pretrained_from_workdir(workdir).params
+    assert all(np.isfinite(x).all() for x in jax.tree.leaves(params))
+
+
+def test_a_diverging_finetuning_run_stops_and_writes_no_best_model(paths, tmp_path, capsys):
+    rows = "".join(f"a good film {i}\tpos\na bad film {i}\tneg\n" for i in range(24))
+    (tmp_path / "train.tsv").write_text("text\tlabel\n" + rows)
+    workdir = str(tmp_path / "diverged")
+    args = [fill(a, {**paths, "new": workdir, "train": str(tmp_path / "train.tsv")})
+            for a in FINETUNE] + ["--config.learning_rate=1e30", "--config.max_grad_norm=0.0",
+                                  "--config.warmup_proportion=0.0", "--config.log_every_steps=1"]
+    capsys.readouterr()
+    assert cli.main(args) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err
+    err = err.splitlines()[-1]
+    assert err.startswith("bert-jax finetune: error: step ") and \
+        "non-finite for 5 step(s) in a row" in err, err
+    assert "--config.warmup_proportion" in err, err
+    assert not os.path.exists(os.path.join(workdir, "best"))
+    assert not os.path.exists(os.path.join(workdir, "eval_results.json"))
+
+
+def test_ctrl_c_saves_a_checkpoint_and_exits_with_one_line(paths, tmp_path, capsys, monkeypatch):
+    import signal
+    from bert_jax import sharding
+    workdir = str(tmp_path / "interrupted")
+    place, calls = sharding.global_batch, []
+
+    def ctrl_c_at_step_3(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            os.kill(os.getpid(), signal.SIGINT)
+        return place(*args, **kwargs)
+
+    monkeypatch.setattr(sharding, "global_batch", ctrl_c_at_step_3)
+    args = [fill(a, {**paths, "new": workdir}) for a in PRETRAIN] + [
+        f"--config.model={SMALL}", "--config.num_train_steps=10", "--config.warmup_steps=1",
+        "--config.checkpoint_every_steps=5", "--config.eval_every_steps=0"]
+    capsys.readouterr()
+    assert cli.main(args) == 130
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert err == (f"bert-jax pretrain: interrupted at step 3: checkpoint 3 saved in "
+                   f"{workdir}/checkpoints; the same command resumes from it")
+    assert checkpoint_steps(workdir) == [3]
+    assert not os.path.exists(os.path.join(workdir, workdir_lock.LOCK_FILE))
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_corrupt_tfrecord_file_is_named(paths, tmp_path, capsys):
+    records = tmp_path / "records"
+    records.mkdir()
+    for path in sorted(glob.glob(os.path.join(paths["records"], "*.tfrecord"))):
+        data = bytearray(open(path, "rb").read())
+        if path.endswith("00001-of-00002.tfrecord"):
+            data[len(data) // 2] ^= 0xFF  # one flipped byte in the middle of the file
+        (records / os.path.basename(path)).write_bytes(bytes(data))
+    bad = str(records / "pretrain-00001-of-00002.tfrecord")
+    args = [fill(a, {**paths, "new": str(tmp_path / "w")}) for a in PRETRAIN] + [
+        f"--config.model={SMALL}", f"--config.input_files={records}/*.tfrecord",
+        "--config.num_train_steps=50", "--config.warmup_steps=1", "--config.eval_every_steps=0"]
+    capsys.readouterr()
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err
+    assert err.splitlines()[-1].startswith(
+        f"bert-jax pretrain: error: {bad}: corrupt or truncated TFRecord file ("), err
+
+
+def test_create_data_rerun_with_fewer_shards_removes_the_earlier_ones(paths, tmp_path, capsys):
+    out = str(tmp_path / "records")
+    for shards in ("3", "2"):
+        assert cli.main(["create-data", "--input", paths["texts"], "--output_dir", out,
+                         "--num_shards", shards, "--num_workers", "1", "--no_progress"]) == 0
+    assert "removed 3 shard(s) of an earlier run" in capsys.readouterr().err
+    assert sorted(os.listdir(out)) == ["pretrain-00000-of-00002.tfrecord",
+                                       "pretrain-00001-of-00002.tfrecord", "summary.json"]
+
+
+def test_version(capsys):
+    from bert_jax import __version__
+    assert cli.main(["--version"]) == 0
+    assert capsys.readouterr().out == f"bert-jax {__version__}\n"
+
+
+def test_embed_reads_a_fine_tuning_workdir_as_convert_does(paths, tmp_path, capsys):
+    out = str(tmp_path / "vectors.npy")
+    assert cli.main(["embed", "--checkpoint", paths["finetuned"], "--input", paths["texts"],
+                     "--output", out]) == 0
+    assert np.load(out).shape == (2, 32)
+
+
+def test_silent_surprises_get_a_warning(paths, tmp_path, caplog):
+    from bert_jax.finetune import csv_task, files
+    from bert_jax.tokenization import wordpiece
+    # Labels 1, 5 and five: three classes, and a line saying so.
+    assert csv_task.infer_labels(["1", "5", "five", "1"]) == ["1", "5", "five"]
+    assert "the labels mix numbers (1, 5) and words (five)" in caplog.text
+    # A stray quote merges rows: a warning naming the line; one never closed is an error there.
+    (tmp_path / "stray.csv").write_text('text,label\na,pos\n"b,neg\nc,pos\nd",neg\ne,pos\n')
+    rows, _ = files.read_table(str(tmp_path / "stray.csv"))
+    assert [r.line for r in rows] == [2, 3, 6]
+    assert "stray.csv: 1 row(s) hold quoted text over several lines (starting on line 3)" \
+        in caplog.text
+    (tmp_path / "open.csv").write_text('text,label\na,pos\n"b,neg\nc,pos\n')
+    with pytest.raises(ValueError, match=r'open.csv:3: a quote \(\"\) opened on this line is '
+                                         'not closed until line 4'):
+        files.read_table(str(tmp_path / "open.csv"))
+    # Duplicate vocabulary entries.
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\nfilm\nthe\n")
+    assert len(wordpiece.read_vocab(str(vocab))) == 8
+    assert "has 1 duplicate token(s) ('the' at lines 6 and 8)" in caplog.text
+    # Chinese text with the default (English) vocabulary: nearly every token is [UNK].
+    text = tmp_path / "zh.txt"
+    text.write_text("".join("我们的国家很美丽今天天气不错。\n" * 4 + "\n" for _ in range(8)))
+    assert cli.main(["create-data", "--input", str(text), "--output_dir",
+                     str(tmp_path / "zh"), "--num_workers", "1", "--no_progress"]) == 0
+    assert "of the tokens of 1 input file(s) are [UNK]: the vocabulary does not cover" \
+        in caplog.text
+
+
+def test_out_of_device_memory_names_the_batch_and_the_levers(paths, tmp_path, capsys,
+                                                             monkeypatch):
+    from bert_jax import pretrain
+
+    def out_of_memory(config, workdir):
+        raise RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate "
+                           "12.50GiB.")
+
+    monkeypatch.setattr(pretrain, "train_and_evaluate", out_of_memory)
+    workdir = str(tmp_path / "w")
+    capsys.readouterr()
+    assert cli.main([fill(a, {**paths, "new": workdir}) for a in PRETRAIN]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("bert-jax pretrain: error: out of device memory (RESOURCE_EXHAUSTED) "
+                          "at global_batch_size 8, max_seq_length 32: raise "
+                          "--config.grad_accum_steps") and err.count("\n") == 1, err
+    assert "README.md, Troubleshooting: Out of memory" in err
+    assert not os.path.exists(workdir)  # the lock's directory, left empty: removed

@@ -109,7 +109,13 @@ def _parts_reached(modules: set[str]) -> set[str]:
 
 def test_the_reader_sees_function_level_imports():
     assert "bert_jax.finetune.trainer" in IMPORTS["bert_jax.finetune.cli"]  # inside a function
-    assert "tensorflow" in IMPORTS["bert_jax.cli"]
+    assert "tensorflow" in IMPORTS["bert_jax.tf_host"]
+
+
+def test_the_workdir_lock_is_plain_file_operations():
+    """Its file operations are routed through a path layer (local, gs://) later: it must
+    stay importable without the training stack."""
+    assert _reaches("bert_jax.workdir_lock", ("jax", "tensorflow", "orbax", "flax")) == []
 
 
 @pytest.mark.parametrize("module", MODEL_FILES)

@@ -176,6 +176,21 @@ def test_finetuning_learns_the_fixture_then_evaluate_and_predict(finetuned, tmp_
     with pytest.raises(UserError, match="input 0: expected a dict with 'context'"):
         model.predict(["a dog walks"])
 
+    # predict also reads the documented JSONL layout ({"context", "question", "endings"}),
+    # and a file in neither layout names the columns, not a flag predict does not take.
+    documented = write_jsonl(tmp_path / "documented.jsonl", [
+        {"context": "a dog walks into the field .", "question": "then the", "endings": [
+            "cup stands still .", "door stands still .", "dog stands still .",
+            "car stands still ."]}])
+    assert bert_jax_cli.main(["predict", "--workdir", workdir, "--input", documented,
+                              "--output", str(out)]) == 0
+    assert json.loads(out.read_text())["label"] == 2
+    other = write_jsonl(tmp_path / "other.jsonl", [{"story": "a dog", "options": ["a", "b"]}])
+    capsys.readouterr()
+    assert bert_jax_cli.main(["predict", "--workdir", workdir, "--input", other]) == 2
+    err = capsys.readouterr().err
+    assert "predict reads JSONL rows" in err and "--config" not in err, err
+
 
 def test_export_to_transformers_gives_the_same_logits_and_converts_back(finetuned, tmp_path):
     torch = pytest.importorskip("torch")

@@ -4,8 +4,10 @@ no readable checkpoint left stops instead of starting over, and a checkpoint wri
 killed (SIGKILL) or failing (ENOSPC) leaves the previous one restorable."""
 
 import errno
+import glob
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -16,7 +18,7 @@ import pytest
 from bert_jax import checkpoint, cli, sharding
 from bert_jax.pretrain import train_and_evaluate
 from test_checkpoint import TX, assert_trees_equal, init_fn, restore, state_on
-from test_train import REPO, small_config, text_corpus  # noqa: F401 - a fixture
+from test_train import REPO, SMALL_MODEL, small_config, text_corpus  # noqa: F401 - a fixture
 
 RUN = checkpoint.run_description({"optimizer": "adamw", "max_seq_length": 32,
                                   "num_train_steps": 4, "mesh_shape": {"data": -1}},
@@ -199,6 +201,7 @@ def test_enospc_during_a_save_leaves_the_previous_one_and_resumes(tmp_path, text
     with pytest.raises(OSError, match="No space left on device.*step 2, is intact") as e:
         train_and_evaluate(small_config(text_corpus, eval_every_steps=0), workdir)
     assert e.value.errno == errno.ENOSPC
+    assert not glob.glob(os.path.join(workdir, "checkpoints", "*tmp*"))  # no partial save
     monkeypatch.setattr(ocp.JsonCheckpointHandler, "_save_fn", write_meta)
     assert latest_step(workdir) == 2
     train_and_evaluate(small_config(text_corpus, eval_every_steps=0), workdir)
@@ -226,3 +229,73 @@ def test_converted_text_records_its_options_and_is_rebuilt_when_they_change(
     assert rebuilt["max_seq_length"] == 48
     assert sorted(os.listdir(tmp_path / "data")) == sorted(
         [DATA_OPTIONS_FILE] + [f"pretrain-{i:05d}-of-00008.tfrecord" for i in range(8)])
+
+
+def pretrain_args(workdir, corpus, **overrides):
+    """`bert-jax pretrain` on the small model of test_train, 6 steps, a checkpoint every 2."""
+    values = dict(model=SMALL_MODEL, input_files=corpus, max_seq_length=32,
+                  max_predictions_per_seq=5, global_batch_size=8, num_train_steps=6,
+                  warmup_steps=1, log_every_steps=2, eval_every_steps=0,
+                  checkpoint_every_steps=2)
+    values.update(overrides)
+    return (["pretrain", "--config", os.path.join(REPO, "configs", "pretrain.py") + ":tiny",
+             "--workdir", workdir] + [f"--config.{k}={v}" for k, v in values.items()])
+
+
+@pytest.fixture
+def small_filesystem(tmp_path):
+    """A 6 MiB tmpfs: room for one checkpoint of the small model (3.6 MB), not two."""
+    path = tmp_path / "small"
+    path.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(path)],
+                             capture_output=True)
+    if mounted.returncode:
+        pytest.skip("mounting a small tmpfs needs root (test_enospc_during_a_save_... covers "
+                    "ENOSPC with a write hook)")
+    yield str(path)
+    subprocess.run(["umount", "-l", str(path)], check=True)
+
+
+def test_a_full_disk_stops_the_run_at_the_failed_save_with_one_line(small_filesystem,
+                                                                   text_corpus, capsys):
+    workdir = os.path.join(small_filesystem, "w")
+    capsys.readouterr()
+    assert cli.main(pretrain_args(workdir, text_corpus)) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "ERROR" not in err, err  # hundreds of lines before
+    last = err.splitlines()[-1]
+    assert last.startswith(f"bert-jax pretrain: error: [Errno 28] writing checkpoint 4 under "
+                           f"{workdir}/checkpoints failed (No space left on device; "), last
+    assert "MiB free); the last complete one, step 2, is intact and a rerun resumes from " \
+        "it; library errors in " in last, last
+    assert os.listdir(os.path.join(workdir, "checkpoints")) == ["2"]  # no partial save left
+    assert latest_step(workdir) == 2
+    os.remove(last.rsplit(" ", 1)[1])
+
+
+def test_a_second_run_on_a_busy_workdir_stops_and_a_dead_runs_lock_is_taken_over(
+        tmp_path, text_corpus, capsys, caplog):
+    from bert_jax import workdir_lock
+    workdir = str(tmp_path / "w")
+    holder = subprocess.Popen(  # another run: holds the workdir's lock until killed
+        [sys.executable, "-c", "import sys, time; from bert_jax.workdir_lock import "
+         "WorkdirLock; WorkdirLock(sys.argv[1], 'bert-jax pretrain').acquire(); "
+         "print('held', flush=True); time.sleep(600)", workdir],
+        env={**os.environ, "PYTHONPATH": REPO}, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        capsys.readouterr()
+        assert cli.main(pretrain_args(workdir, text_corpus)) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"bert-jax pretrain: error: {workdir} is in use by another run "
+                              f"(host ") and f", pid {holder.pid}, " in err, err
+        assert err.count("\n") == 1, err
+        assert os.listdir(workdir) == [workdir_lock.LOCK_FILE]  # the other run's files only
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    # The killed run's lock stays behind; the next run takes it over and trains.
+    assert cli.main(pretrain_args(workdir, text_corpus, num_train_steps=2)) == 0
+    assert f"pid {holder.pid}" in caplog.text and "its process no longer exists" in caplog.text
+    assert not os.path.exists(os.path.join(workdir, workdir_lock.LOCK_FILE))
+    assert latest_step(workdir) == 2

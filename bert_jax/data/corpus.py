@@ -7,6 +7,7 @@ with U+FFFD replacements and counted, never fatal.
 import contextlib
 import dataclasses
 import gzip
+import zlib
 from typing import Callable, Iterable, Iterator, List, Sequence, TypeVar
 
 from bert_jax import paths
@@ -68,12 +69,21 @@ def _open_binary(path: str):
         yield gzip.open(f, "rb") if path.endswith(".gz") else f
 
 
+def _checked_gzip(lines: Iterator[bytes], path: str) -> Iterator[bytes]:
+    """`lines`, with a truncated or corrupt gzip file reported as a ValueError naming it."""
+    try:
+        yield from lines
+    except (EOFError, zlib.error, gzip.BadGzipFile) as e:
+        raise ValueError(f"{path}: truncated or corrupt gzip file ({e}); download or "
+                         "compress it again") from None
+
+
 def iter_lines(path: str, stats: ReadStats) -> Iterator[str]:
     """Stripped lines of one file, decoding bad bytes as U+FFFD (counted)."""
     stats.files += 1
     size = 0
     with _open_binary(path) as f:
-        for raw in f:
+        for raw in _checked_gzip(f, path):
             size += len(raw)
             stats.bytes += len(raw)
             try:

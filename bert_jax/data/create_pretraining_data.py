@@ -35,6 +35,7 @@ import argparse
 import array
 import dataclasses
 import json
+import logging
 import multiprocessing
 import os
 import random
@@ -46,6 +47,7 @@ import numpy as np
 from bert_jax import paths
 from bert_jax.data import chinese_words, corpus, instances, lengths, masking, tfrecord
 from bert_jax.tokenization import DEFAULT_VOCAB, TokenizerError, load_tokenizer
+from bert_jax.tokenization.base import uncovered_text_warning
 
 
 @dataclasses.dataclass
@@ -78,6 +80,7 @@ class Stats:
     bytes: int = 0
     instances: int = 0
     tokens: int = 0
+    unknown_tokens: int = 0
     maskable_tokens: int = 0
     masked_tokens: int = 0
     masked_as_mask: int = 0
@@ -108,10 +111,15 @@ class Stats:
                     short_target_fraction=ratio(self.short_targets, self.instances))
 
 
+log = logging.getLogger(__name__)
+
 _worker = {}
 
 
 def _init_worker(vocab: str, do_lower_case: Optional[bool], options: Options):
+    if os.environ.get("TF_CPP_MIN_LOG_LEVEL") == "3":  # a quiet parent (bert_jax.cli)
+        from bert_jax.tf_host import import_quietly
+        import_quietly()
     tokenizer = load_tokenizer(vocab, do_lower_case)
     whole_words = options.do_whole_word_mask
     _worker.update(tokenizer=tokenizer, options=options,
@@ -243,6 +251,8 @@ def process_file(task) -> tuple:
     if options.do_whole_word_mask:
         word_start = _split_word_flags(rows, _worker["word_start"])
     stats.tokens = int(rows["input_mask"].sum())
+    stats.unknown_tokens = int(((rows["input_ids"] == tokenizer.unk_id)
+                                & (rows["input_mask"] > 0)).sum())
     specials = (rows["input_ids"] == tokenizer.cls_id) | (rows["input_ids"] == tokenizer.sep_id)
     stats.maskable_tokens = stats.tokens - int((specials & (rows["input_mask"] > 0)).sum())
     if options.static_masking:
@@ -375,6 +385,7 @@ def create_pretraining_data(inputs: Sequence[str], output_files: Sequence[str], 
     else:
         _init_worker(vocab, do_lower_case, options)
         results = map(process_file, tasks)
+    failed = True
     try:
         for (_, path, _), (serialized, stats) in zip(tasks, results):
             for record in serialized:
@@ -382,25 +393,50 @@ def create_pretraining_data(inputs: Sequence[str], output_files: Sequence[str], 
                 written += 1
             total += stats
             bar.update(paths.getsize(path))
+        failed = False
     finally:
         if pool is not None:
             pool.terminate()
         for writer in writers:
             writer.close()
         bar.close()
+        if failed:  # partial shards would pass for complete ones
+            _remove_outputs(output_files, made)
+    warning = uncovered_text_warning(total.unknown_tokens, total.tokens,
+                                     f"{len(files)} input file(s)")
+    if warning:
+        log.warning(warning)
     if not written:
         # Empty shards would only fail later, in the pipeline, far from the cause.
-        for path in output_files:
-            paths.remove(path)
-        for directory in made:
-            if paths.exists(directory) and not paths.listdir(directory):
-                paths.rmtree(directory)
+        _remove_outputs(output_files, made)
         raise ValueError(
             f"no pretraining examples from {len(files)} input file(s): {total.documents} "
             f"documents, {total.sentences} sentences, {total.empty_files} empty file(s), "
             f"{total.undecodable_lines} undecodable line(s); the input needs text in BERT's "
             "format (a sentence per line, a blank line between documents)")
     return total
+
+
+def _remove_outputs(output_files: Sequence[str], made: Sequence[str]) -> None:
+    """Removes the shards of a failed run and the directories it made."""
+    for path in output_files:
+        if paths.exists(path):
+            paths.remove(path)
+    for directory in made:
+        if paths.exists(directory) and not paths.listdir(directory):
+            paths.rmtree(directory)
+
+
+def remove_stale_shards(output_dir: str, output_files: Sequence[str]) -> List[str]:
+    """Removes the shards an earlier run with another --num_shards left in `output_dir`
+    (`pretrain-*-of-*.tfrecord` that this run did not write): a glob over the directory
+    would train on both sets. Returns their paths."""
+    keep = {paths.abspath(p) for p in output_files}
+    stale = [p for p in paths.glob(paths.join(output_dir, "pretrain-*-of-*.tfrecord"))
+             if paths.abspath(p) not in keep]
+    for path in stale:
+        paths.remove(path)
+    return stale
 
 
 def _parse_args(argv: List[str]) -> argparse.Namespace:
@@ -467,4 +503,11 @@ def run(args, output_files: List[str], summary_dir: Optional[str]) -> int:
 
 def main(argv: List[str]) -> int:
     args = _parse_args(argv)
-    return run(args, shard_paths(args.output_dir, args.num_shards), args.output_dir)
+    output_files = shard_paths(args.output_dir, args.num_shards)
+    code = run(args, output_files, args.output_dir)
+    if code == 0:
+        stale = remove_stale_shards(args.output_dir, output_files)
+        if stale:
+            print(f"removed {len(stale)} shard(s) of an earlier run from {args.output_dir} "
+                  f"(written with another --num_shards)", file=sys.stderr)
+    return code

@@ -179,7 +179,8 @@ class PretrainIterator:
     def _chunk_stream(self, epoch: int, position: int) -> Iterator[dict]:
         while True:
             delivered = 0
-            for chunk in self._epoch_dataset(epoch, position).as_numpy_iterator():
+            for chunk in _name_bad_file(self._epoch_dataset(epoch, position).as_numpy_iterator(),
+                                        [self.files[i] for i in self._host_files()]):
                 chunk["epoch"] = np.full(len(chunk["position"]), epoch, np.int64)
                 chunk = self._prepare(chunk)
                 delivered += len(chunk["input_ids"])
@@ -320,6 +321,61 @@ def _pair_labels(nsp: np.ndarray, sop: np.ndarray, next_sentence_prediction: boo
                          "--sentence_order_prediction): set sentence_order_prediction=True")
     _check_nsp_records(nsp, next_sentence_prediction)
     return nsp
+
+
+def _name_bad_file(chunks: Iterator[dict], files: Sequence[str]) -> Iterator[dict]:
+    """`chunks`, with TensorFlow's error for a corrupt or truncated record (which names
+    no file) turned into a ValueError naming the file: on that error, which is rare,
+    the files are read through until one fails."""
+    import tensorflow as tf
+    try:
+        yield from chunks
+    except tf.errors.DataLossError as e:
+        for path in files:
+            try:
+                for _ in tfrecord.read_records(path):
+                    pass
+            except tfrecord.CorruptRecordError as found:
+                detail = str(found).removeprefix(f"{path}: ")
+                raise ValueError(f"{path}: corrupt or truncated TFRecord file ({detail}); "
+                                 "recreate it with bert-jax create-data or leave it out of "
+                                 "input_files") from None
+        raise ValueError(f"a corrupt or truncated TFRecord file among {len(files)} "
+                         f"({e.message.splitlines()[0]})") from None
+
+
+def check_record_shapes(files: Sequence[str], max_seq_length: int,
+                        max_predictions_per_seq: int) -> None:
+    """Reads the first record of the first and the last file: raises ValueError naming
+    the file and both numbers when its rows or masked positions are not the lengths the
+    run asks for, or when it cannot be read (before any step, rather than a shape error
+    at the first batch)."""
+    import tensorflow as tf
+    for path in sorted({files[0], files[-1]}):
+        try:
+            raw = next(iter(tfrecord.read_records(path)), None)
+        except tfrecord.CorruptRecordError as e:
+            raise ValueError(f"{path}: not a readable TFRecord file ({e})") from None
+        if raw is None:
+            continue
+        try:
+            features = tf.train.Example.FromString(raw).features.feature
+        except Exception:  # noqa: BLE001 - protobuf's DecodeError
+            raise ValueError(f"{path}: its records are not tf.train.Examples (not made by "
+                             "bert-jax create-data)") from None
+        for key, want, flag in (("input_ids", max_seq_length, "max_seq_length"),
+                                ("masked_lm_positions", max_predictions_per_seq,
+                                 "max_predictions_per_seq")):
+            if key not in features:  # masks are optional (create-data --no_static_masking)
+                if key == "input_ids":
+                    raise ValueError(f"{path}: its records have no 'input_ids' (not "
+                                     "pretraining data from bert-jax create-data)")
+                continue
+            have = len(features[key].int64_list.value)
+            if have != want:
+                raise ValueError(f"{path} was written with {flag} {have} but the run asks "
+                                 f"for {want}: set --config.{flag}={have}, or recreate the "
+                                 f"data with bert-jax create-data --{flag} {want}")
 
 
 def _check_nsp_records(labels: np.ndarray, next_sentence_prediction: bool) -> None:

@@ -26,6 +26,7 @@ beside the ensemble's.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 
@@ -44,8 +45,24 @@ def run_finetune(config, workdir: str) -> dict:
         config, {key: values[0] for key, values in grid.items()}), workdir)
 
 
+@contextlib.contextmanager
+def _out_of_memory_said(config):
+    """Rewords the device's out-of-memory error as one line with what to change."""
+    from bert_jax.errors import is_out_of_memory, out_of_memory
+    try:
+        yield
+    except Exception as e:  # noqa: BLE001 - only the out-of-memory error is reworded
+        if is_out_of_memory(e):
+            raise out_of_memory(
+                batch_size=config.global_batch_size, seq_length=config.max_seq_length,
+                levers="lower --config.global_batch_size or --config.max_seq_length, "
+                       "--config.remat_policy=full, --config.dtype=bfloat16, or shard with "
+                       "--config.mesh_shape.fsdp=-1 --config.mesh_shape.data=1") from e
+        raise
+
+
 def _finetune_main(argv: list[str]) -> int:
-    from bert_jax import multihost, preemption
+    from bert_jax import multihost, preemption, workdir_lock
     from bert_jax.config_loader import load_config, split_config_args
     rest, overrides = split_config_args(argv)
     parser = argparse.ArgumentParser(prog="bert-jax finetune", description=__doc__,
@@ -61,7 +78,9 @@ def _finetune_main(argv: list[str]) -> int:
     if args.init:
         config.init = args.init
     try:
-        with preemption.stop_on_sigterm():
+        with preemption.stop_on_sigterm(), \
+                workdir_lock.hold(args.workdir, "bert-jax finetune", multihost.is_primary()), \
+                _out_of_memory_said(config):
             results = run_finetune(config, args.workdir)
     except preemption.Terminated:
         print("bert-jax finetune: stopped by SIGTERM; fine-tuning cannot resume yet: rerun "
@@ -72,7 +91,7 @@ def _finetune_main(argv: list[str]) -> int:
 
 
 def _distill_main(argv: list[str]) -> int:
-    from bert_jax import multihost
+    from bert_jax import multihost, workdir_lock
     from bert_jax.config_loader import split_config_args
     rest, overrides = split_config_args(argv)
     parser = argparse.ArgumentParser(
@@ -90,7 +109,9 @@ def _distill_main(argv: list[str]) -> int:
     from bert_jax.finetune import distill
     teacher = distill.load_teacher(args.teacher)
     config = distill.distill_config(teacher, args.student, overrides)
-    results = distill.distill(config, teacher, args.workdir)
+    with workdir_lock.hold(args.workdir, "bert-jax distill", multihost.is_primary()), \
+            _out_of_memory_said(config):
+        results = distill.distill(config, teacher, args.workdir)
     print(json.dumps(results, indent=2))
     return 0
 
@@ -145,8 +166,13 @@ def _predict_main(argv: list[str]) -> int:
     parser.add_argument("--output", help="JSONL file (default: stdout)")
     args = parser.parse_args(argv)
     from bert_jax.finetune import files
+    from bert_jax.errors import UserError
     model = _load(args)
-    records = model.predict_examples(model.task.read_inputs(args.input))
+    examples = model.task.read_inputs(args.input)
+    if not examples:
+        raise UserError(f"{args.input} holds no inputs (empty, or blank lines only): nothing "
+                        "to predict")
+    records = model.predict_examples(examples)
     if args.output:
         files.write_jsonl(args.output, records)
         print(f"wrote {len(records)} predictions to {args.output}", file=sys.stderr)

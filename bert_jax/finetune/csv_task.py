@@ -14,12 +14,17 @@ values) fail rather than train a model on the wrong column.
 
 from __future__ import annotations
 
+import logging
+
 from bert_jax import paths
 from bert_jax.finetune import files
 from bert_jax.finetune.classification import ClassificationTask
 from bert_jax.finetune.task_base import register
 
+log = logging.getLogger(__name__)
+
 SPAM_DIR = paths.join(paths.dirname(paths.dirname(paths.abspath(__file__))), "resources", "spam")
+
 _SPLIT_KEYS = {"train": "train_file", "validation": "validation_file", "test": "test_file"}
 
 
@@ -47,7 +52,14 @@ def infer_labels(values: list, label_type: str = "auto") -> list[str] | None:
                          f"got {label_type!r}")
     if numeric:
         return [_label_name(v) for v in sorted(set(numbers))]
-    return sorted({str(v) for v in values})
+    names = sorted({str(v) for v in values})
+    if any(n is not None for n in numbers):  # "1", "5" and "five": likely one slip
+        mixed = sorted({str(v) for v, n in zip(values, numbers) if n is not None})
+        log.warning("the labels mix numbers (%s) and words (%s): each of the %d is its own "
+                    "class; check the label column if that is not meant",
+                    ", ".join(mixed[:5]), ", ".join(n for n in names if n not in mixed)[:200],
+                    len(names))
+    return names
 
 
 def _column_names(spec: str) -> list[str]:

@@ -6,10 +6,13 @@ from __future__ import annotations
 import csv
 import io
 import json
+import logging
 import os
 from typing import Any, Iterable
 
 from bert_jax import paths
+
+log = logging.getLogger(__name__)
 
 csv.field_size_limit(1 << 30)  # emails and documents can exceed the 128 KB default
 
@@ -65,16 +68,33 @@ def read_table(path: str) -> tuple[list[dict[str, Any]], list[str]]:
         reader = csv.DictReader(io.StringIO(text, newline=""),
                                 delimiter="\t" if kind == "tsv" else ",",
                                 quoting=csv.QUOTE_NONE if kind == "tsv" else csv.QUOTE_MINIMAL)
-        rows = []
+        rows, spanning, end = [], [], 1
         for row in reader:
+            # A quoted CSV field may hold line breaks: the row starts that many lines up
+            # (or after the previous row, when an unclosed quote took the file's last break).
+            breaks = sum(v.count("\n") for v in row.values() if isinstance(v, str))
+            start, end = max(reader.line_num - breaks, end + 1), reader.line_num
             # DictReader files extra fields under the key None, missing ones as None.
             if None in row or None in row.values():
                 fields = (len(reader.fieldnames) + len(row.pop(None, []))
                           - sum(v is None for v in row.values()))
+                if breaks:
+                    raise ValueError(f'{path}:{start}: a quote (") opened on this line is not '
+                                     f"closed until line {reader.line_num}, which makes "
+                                     f"{fields} fields where the header has "
+                                     f"{len(reader.fieldnames)}; remove the stray quote or "
+                                     'double it ("")')
                 raise ValueError(f"{path}:{reader.line_num}: {fields} fields, but the header "
                                  f"has {len(reader.fieldnames)}"
                                  + (" (a tab inside a text?)" if kind == "tsv" else ""))
-            rows.append(Row(row, line=reader.line_num))
+            if breaks:
+                spanning.append(start)
+            rows.append(Row(row, line=start))
+        if spanning:
+            log.warning('%s: %d row(s) hold quoted text over several lines (starting on line '
+                        '%s): if a stray quote (") merged rows, remove it or double it ("")',
+                        path, len(spanning), ", ".join(map(str, spanning[:5]))
+                        + (", ..." if len(spanning) > 5 else ""))
         return rows, list(reader.fieldnames or [])
     if kind == "jsonl":
         rows = []

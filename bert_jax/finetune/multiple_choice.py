@@ -97,6 +97,11 @@ class MultipleChoiceTask(Task):
         return self._read(path, labels="optional" if split == "test" else "required")
 
     def read_inputs(self, path):
+        if files.table_format(path) == "jsonl":  # docs/finetuning.md's predict format
+            rows, columns = files.read_table(path)
+            if "context" in columns and "endings" in columns:
+                return self.examples_from_inputs(
+                    [{k: row.get(k) for k in ("context", "endings", "question")} for row in rows])
         return self._read(path, labels="ignored")
 
     def _read(self, path: str, labels: str) -> list[dict]:
@@ -106,6 +111,13 @@ class MultipleChoiceTask(Task):
         rows, columns = files.read_table(path)
         if not rows:
             raise UserError(f"{path} has no rows")
+        trained = [c for c in (self.context_column, self.question_column, *self.ending_columns)
+                   if c]
+        if labels == "ignored" and any(c not in columns for c in trained):
+            raise UserError(f"{path} has the columns {', '.join(map(repr, columns))}: predict "
+                            'reads JSONL rows {"context": ..., "endings": [...], "question": '
+                            f"...}} or the columns the model was trained with "
+                            f"({', '.join(map(repr, trained))})")
         contexts = files.column(rows, columns, self.context_column, path, "context")
         questions = (files.column(rows, columns, self.question_column, path, "question")
                      if self.question_column else [None] * len(rows))

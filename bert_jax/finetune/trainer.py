@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import logging
 import math
 import time
 from typing import Any
@@ -35,6 +36,9 @@ from bert_jax.finetune.inference import (EVALUATE_RESULTS_FILE, make_eval_fn, pr
                                          round_up)
 from bert_jax.metrics_writer import MetricsWriter
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
+from bert_jax.tokenization.base import uncovered_text_warning
+
+log = logging.getLogger("bert_jax.finetune")
 
 KEEP_CHECKPOINT = ("best", "last")  # the best validation score, or the end of training
 PREDICTIONS_DIR = "predictions"
@@ -118,8 +122,10 @@ def train_step(state, batch, extra=None, *, loss_fn, tx):
     dropout_key = state.step_rng()
     (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(
         state.params, batch, extra, dropout_key)
-    state, _, _ = training.apply_gradients(state, grads, loss, tx)
+    state, grad_norm, finite = training.apply_gradients(state, grads, loss, tx)
     metrics["examples"] = jnp.sum(batch["example_weights"])
+    metrics["grad_norm"] = grad_norm
+    metrics["nonfinite"] = ~finite
     return state, metrics
 
 
@@ -154,6 +160,11 @@ def load_eval_sets(task, tokenizer, config, seed: int) -> dict[str, tuple[list, 
     return sets
 
 
+# What to change when a run diverges (training.NonFiniteGuard's message).
+DIVERGENCE_LEVERS = ("a lower --config.learning_rate, a larger --config.warmup_proportion, "
+                     "float32 instead of --config.dtype=bfloat16, or gradient clipping "
+                     "(--config.max_grad_norm=1.0).")
+
 # Shortest row: [CLS] A [SEP] B [SEP] with a few tokens of each text.
 MIN_SEQ_LENGTH = 8
 
@@ -172,6 +183,8 @@ def validate_config(config) -> None:
             raise UserError(f"max_seq_length must be at least {MIN_SEQ_LENGTH} ([CLS] A [SEP] "
                             f"B [SEP] with room for text), got {config.max_seq_length}")
     check_choice("keep_checkpoint", config.keep_checkpoint, KEEP_CHECKPOINT)
+    check_choice("on_nonfinite", config.get("on_nonfinite", "skip"), ("skip", "stop"))
+    check_positive("max_consecutive_nonfinite", config.get("max_consecutive_nonfinite", 5))
     for key in ("freeze_steps", "freeze_epochs"):
         value = config.get(key, 0)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
@@ -247,6 +260,9 @@ class Finetuning:
                                             training=True)
             if not train_features:
                 raise ValueError(f"task {task.name!r}: no training features")
+            _warn_if_uncovered(tokenizer, train_features, f"task {task.name!r}'s training data")
+            for split in task.test_splits:  # read again after training; a bad file fails now
+                task.load(split)
             self._prepared[key] = _Prepared(task, train_features,
                                             load_eval_sets(task, tokenizer, config, seed),
                                             task.model(self.source.config), self.objective)
@@ -319,6 +335,9 @@ class Finetuning:
         writer.message(lengths.describe(self.length_coverage, "train examples")
                        + (" (max_seq_length=auto)" if self.length_coverage["auto"] else ""))
         kept = {"score": -np.inf, "epoch": None, "metrics": None}
+        guard = training.NonFiniteGuard(config.get("max_consecutive_nonfinite", 5),
+                                        stop_at_first=config.get("on_nonfinite") == "stop",
+                                        levers=DIVERGENCE_LEVERS, log=log)
         step, examples_seen, train_time, first_step_time = 0, 0.0, 0.0, None
         spec = {**task.spec(), "config": _absolute_paths(config.to_dict()),
                 "max_seq_length": config.max_seq_length}
@@ -344,6 +363,9 @@ class Finetuning:
                         start = time.time()
                     if step % config.log_every_steps == 0 or step == num_steps:
                         logged = jax.device_get(pending)
+                        for i, m in enumerate(logged):
+                            guard.check(step - len(logged) + 1 + i, float(m["loss"]),
+                                        float(m["grad_norm"]), not m.pop("nonfinite"))
                         examples_seen += sum(float(m.pop("examples")) for m in logged)
                         mean = {k: float(np.mean([m[k] for m in logged])) for k in logged[0]}
                         mean["learning_rate"] = float(schedule(step))
@@ -351,8 +373,11 @@ class Finetuning:
                         writer.progress(step, mean)
                         pending = []
                 jax.block_until_ready(state)
-                examples_seen += sum(float(m["examples"]) for m in jax.device_get(pending)
-                                     if "examples" in m)
+                logged = jax.device_get(pending)
+                for i, m in enumerate(logged):  # steps since the last log
+                    guard.check(step - len(logged) + 1 + i, float(m["loss"]),
+                                float(m["grad_norm"]), not m["nonfinite"])
+                examples_seen += sum(float(m["examples"]) for m in logged if "examples" in m)
                 train_time += time.time() - start
                 scores = evaluate_sets(task, state.params, data.eval_sets, eval_fn, config, mesh)
                 for split, values in scores.items():
@@ -362,11 +387,14 @@ class Finetuning:
                 if _keep(config.keep_checkpoint, kept, main, last=epoch + 1 == num_epochs):
                     # Host copies on every process (the parameters may span processes).
                     kept_params = multihost_utils.process_allgather(state.params, tiled=True)
+                    guard.check_params(kept_params, f"{workdir}/{pretrained.BEST_DIR}")
                     kept = {"score": main, "epoch": epoch + 1, "metrics": scores}
                     if multihost.is_primary():
                         pretrained.save(paths.join(workdir, pretrained.BEST_DIR), bert_config,
                                         kept_params, tokenizer=tokenizer, task=spec,
                                         overwrite=True)
+            if guard.summary():
+                writer.message(f"done: {guard.summary()}")
             writer.close()
             results = {"task": task.name, "seed": seed, "learning_rate": config.learning_rate,
                        "num_train_epochs": config.num_train_epochs,
@@ -416,6 +444,21 @@ class _Prepared:
             self._steps[frozen] = (step_fn, make_eval_fn(self.model, self.task, rules,
                                                          shardings.params, mesh))
         return self._steps[frozen]
+
+
+def _warn_if_uncovered(tokenizer, features: list, what: str) -> None:
+    """Warns when the vocabulary turns much of the text into [UNK] (up to 1000 features)."""
+    rows = []
+    for feature in features[:1000]:
+        ids = feature["input_ids"]  # a row, or one row per choice (multiple choice)
+        rows += [np.asarray(r).reshape(-1) for r in
+                 (ids if len(ids) and not np.isscalar(ids[0]) else [ids])]
+    ids = np.concatenate(rows)
+    special = np.isin(ids, [tokenizer.pad_id, tokenizer.cls_id, tokenizer.sep_id])
+    warning = uncovered_text_warning(int((ids == tokenizer.unk_id).sum()),
+                                     int((~special).sum()), what)
+    if warning:
+        log.warning(warning)
 
 
 def _frozen_steps(config, steps_per_epoch: int, num_steps: int) -> int:

@@ -121,6 +121,20 @@ class Tokenizer(abc.ABC):
         return [self.id_to_token(int(i)) for i in ids]
 
 
+# Above this share of [UNK] tokens the vocabulary does not cover the text.
+UNKNOWN_SHARE_WARNING = 0.05
+
+
+def uncovered_text_warning(unknown: int, tokens: int, what: str) -> str:
+    """A warning line when more than UNKNOWN_SHARE_WARNING of `what`'s `tokens` are [UNK]
+    (text in a script the vocabulary lacks: Chinese with the English one); else ''."""
+    if not tokens or unknown / tokens <= UNKNOWN_SHARE_WARNING:
+        return ""
+    return (f"{unknown / tokens:.0%} of the tokens of {what} are [UNK]: the vocabulary does "
+            "not cover this text (another language or script? Chinese text needs a Chinese "
+            "vocabulary: docs/chinese.md)")
+
+
 def write_config(directory: str, config: dict) -> None:
     paths.makedirs(directory)
     paths.write_text(paths.join(directory, CONFIG_NAME), json.dumps(config, indent=2) + "\n")

@@ -14,6 +14,7 @@ Offsets are character spans into the original text; a "word" (for
 `word_ids`) is one whitespace/punctuation-separated unit, which is what BERT's
 whole-word masking groups through the `##` prefix.
 """
+import logging
 import re
 import unicodedata
 from typing import Dict, List, Optional, Tuple
@@ -22,6 +23,8 @@ import numpy as np
 
 from bert_jax import paths
 from bert_jax.tokenization import base
+
+log = logging.getLogger(__name__)
 
 MAX_CHARS_PER_WORD = 100
 _CACHE_LIMIT = 200_000
@@ -78,7 +81,23 @@ def read_vocab(path: str) -> List[str]:
         raise base.TokenizerError(
             f"vocabulary {path} lacks the special tokens {missing}; a BERT "
             f"vocab.txt needs all of {list(base.SPECIAL_TOKENS)}")
+    _warn_duplicates(tokens, path)
     return tokens
+
+
+def _warn_duplicates(tokens: List[str], path: str) -> None:
+    """One warning naming the repeated tokens of a vocabulary (with their lines): the text
+    never produces the later ids, so they are most likely a mistake in the file."""
+    first: Dict[str, int] = {}
+    repeats = []
+    for line, token in enumerate(tokens, 1):
+        if token in first:
+            repeats.append(f"{token!r} at lines {first[token]} and {line}")
+        first.setdefault(token, line)
+    if repeats:
+        log.warning("vocabulary %s has %d duplicate token(s) (%s%s): each is only ever read "
+                    "as its first id", path, len(repeats), "; ".join(repeats[:3]),
+                    "; ..." if len(repeats) > 3 else "")
 
 
 class WordPieceTokenizer(base.Tokenizer):
