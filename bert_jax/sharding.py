@@ -59,8 +59,10 @@ def _axis_sizes(shape: Mapping[str, int] | Sequence[int], axis_names: Sequence[s
 
 
 def num_slices(devices: Sequence[jax.Device]) -> int:
-    """How many TPU slices (joined by the data-center network) the devices span."""
-    return len({getattr(d, "slice_index", 0) for d in devices})
+    """How many TPU slices (joined by the data-center network) the devices span; 1 for
+    other platforms, whose hosts' meshes `mesh_shape` describes whole."""
+    return len({getattr(d, "slice_index", 0) if d.platform == "tpu" else 0
+                for d in devices})
 
 
 def make_mesh(mesh_shape: Mapping[str, int] | Sequence[int] | None = None,

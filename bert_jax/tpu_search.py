@@ -127,7 +127,7 @@ def _summary(report: dict) -> str:
     if "error" in report:
         return "does not fit: " + report["error"].split(": error: ")[-1][:120]
     return (f"{report['hbm_per_chip_gb']:.2f}/{report['hbm_capacity_gb']:.0f} GiB, "
-            f"comm {_comm(report) / 1e9:.2f} GB/chip/step, compiled in {report['compile_s']}s")
+            f"comm {_comm(report) / 1e6:,.1f} MB/chip/step, compiled in {report['compile_s']}s")
 
 
 def recommend(rows: list[dict], headroom: float = 0.10) -> dict | None:
@@ -140,12 +140,12 @@ def recommend(rows: list[dict], headroom: float = 0.10) -> dict | None:
 
 def format_table(rows: list[dict]) -> str:
     head = (f"{'mesh':<13} {'remat':<24} {'accum':>5} {'HBM/chip GiB':>12} {'fits':>5} "
-            f"{'comm GB/chip/step':>17}")
+            f"{'comm MB/chip/step':>17}")
     lines = [head]
     for r in sorted(rows, key=lambda r: (r["mesh"], r["grad_accum_steps"])):
         rep = r["report"]
         hbm = f"{rep['hbm_per_chip_gb']:.2f}" if "hbm_per_chip_gb" in rep else "-"
         lines.append(f"{r['mesh']:<13} {r['remat_policy']:<24} {r['grad_accum_steps']:>5} "
                      f"{hbm:>12} {'yes' if rep.get('fits') else 'no':>5} "
-                     f"{_comm(rep) / 1e9:>17.2f}")
+                     f"{_comm(rep) / 1e6:>17,.1f}")
     return "\n".join(lines)
