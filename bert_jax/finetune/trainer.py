@@ -105,12 +105,16 @@ class Objective:
     """What the train step minimises: `loss(params, batch, extra, dropout_key, *, model,
     task, rules)` -> (loss, metrics), and `extra`, an input of every step that is not
     trained (a distillation teacher's parameters), placed with `extra_shardings`.
-    `describe` names it in the run's log."""
+    `describe` names it in the run's log. `wrap_model` (task model -> model) adds
+    parameters that the objective trains with the model, at the top level of its tree
+    (a TinyBERT projection), and `unsaved` names those left out of the saved model."""
 
     loss: Any = task_loss
     extra: Any = None
     extra_shardings: Any = None
     describe: str = "fine-tuning"
+    wrap_model: Any = None
+    unsaved: tuple = ()
 
 
 def train_step(state, batch, extra=None, *, loss_fn, tx):
@@ -249,9 +253,12 @@ class Finetuning:
                                             training=True)
             if not train_features:
                 raise ValueError(f"task {task.name!r}: no training features")
+            model = task.model(self.source.config)
+            if self.objective.wrap_model is not None:
+                model = self.objective.wrap_model(model)
             self._prepared[key] = _Prepared(task, train_features,
                                             load_eval_sets(task, tokenizer, config, seed),
-                                            task.model(self.source.config), self.objective)
+                                            model, self.objective)
         return self._prepared[key]
 
     def run(self, config, workdir: str) -> dict[str, Any]:
@@ -366,9 +373,10 @@ class Finetuning:
                     kept_params = multihost_utils.process_allgather(state.params, tiled=True)
                     kept = {"score": main, "epoch": epoch + 1, "metrics": scores}
                     if multihost.is_primary():
+                        saved = {k: v for k, v in kept_params.items()
+                                 if k not in self.objective.unsaved}
                         pretrained.save(os.path.join(workdir, pretrained.BEST_DIR), bert_config,
-                                        kept_params, tokenizer=tokenizer, task=spec,
-                                        overwrite=True)
+                                        saved, tokenizer=tokenizer, task=spec, overwrite=True)
             writer.close()
             results = {"task": task.name, "seed": seed, "learning_rate": config.learning_rate,
                        "num_train_epochs": config.num_train_epochs,
