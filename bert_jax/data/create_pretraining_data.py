@@ -105,7 +105,7 @@ class Stats:
     truncated_instances: int = 0  # sentence pairs that lost tokens to max_seq_length
     knowledge_units: int = 0  # entities or phrases (of 2+ characters) in the sentences
     knowledge_rows: int = 0  # rows masked by knowledge units (the rest by words)
-    masked_in_knowledge_units: int = 0  # masked tokens of units longer than a word
+    masked_in_knowledge_units: int = 0  # masked tokens of entities or phrases
     # Tokens per document, for the length percentiles of the summary.
     document_tokens: array.array = dataclasses.field(default_factory=lambda: array.array("q"))
 
@@ -236,15 +236,11 @@ def _knowledge_masking_units(rows: dict, word_start: np.ndarray, keys: np.ndarra
     return np.where(use[:, None], rows["unit_start"].astype(bool), word_start)
 
 
-def _masked_in_long_units(rows: dict, units: np.ndarray, word_start: np.ndarray) -> int:
-    """Masked tokens of the units (bool [N, L] starts) that span more than one word."""
-    unit_of = np.maximum.accumulate(np.where(units, np.arange(units.shape[1]), 0), axis=1)
-    words = np.zeros(units.shape, np.int64)
-    row_of = np.broadcast_to(np.arange(len(units))[:, None], units.shape)
-    np.add.at(words, (row_of, unit_of), word_start & (rows["input_mask"] > 0))
-    long_unit = np.take_along_axis(words, unit_of, axis=1) > 1
-    weights = rows["masked_lm_weights"] > 0
-    return int((weights & np.take_along_axis(long_unit, rows["masked_lm_positions"], 1)).sum())
+def _in_knowledge_units(tagged_ids: np.ndarray) -> np.ndarray:
+    """bool [N, L]: the tokens of entities or phrases (of 2+ tokens), from the tagged ids
+    (see `_encode_sentences`): those continuing a unit and the ones each starts from."""
+    continues = (tagged_ids < 0) & ((-tagged_ids - 1) // _UNIT_TAG > 0)
+    return continues | np.pad(continues[:, 1:], ((0, 0), (0, 1)))
 
 
 def _tokenize_documents(path: str, ref_path: Optional[str], stats: Stats):
@@ -319,6 +315,7 @@ def process_file(task) -> tuple:
     if not made:
         return [], stats
     word_start = None
+    in_units = _in_knowledge_units(rows["input_ids"])
     if options.whole_units:
         word_start = _split_word_flags(rows, _worker["word_start"],
                                        options.knowledge_masking != "none")
@@ -335,9 +332,9 @@ def process_file(task) -> tuple:
             mask_id=tokenizer.mask_id, cls_id=tokenizer.cls_id, sep_id=tokenizer.sep_id,
             max_predictions=options.max_predictions_per_seq,
             masked_lm_prob=options.masked_lm_prob, word_start=units))
-        if "unit_start" in rows:
-            stats.masked_in_knowledge_units = _masked_in_long_units(rows, units, word_start)
         weights = rows["masked_lm_weights"] > 0
+        stats.masked_in_knowledge_units = int((weights & np.take_along_axis(
+            in_units, rows["masked_lm_positions"], 1)).sum())
         at_positions = np.take_along_axis(rows["input_ids"], rows["masked_lm_positions"], 1)
         stats.masked_tokens = int(weights.sum())
         stats.masked_as_mask = int((weights & (at_positions == tokenizer.mask_id)).sum())
