@@ -180,18 +180,24 @@ NARROW_MODEL = ("{'preset': 'tiny', 'num_hidden_layers': 2, 'hidden_size': 16, "
                 "'num_attention_heads': 1, 'intermediate_size': 32}")
 
 
-def test_projection_is_trained_and_heads_are_averaged():
-    config = preset("tiny", num_hidden_layers=1, hidden_size=32, num_attention_heads=2,
-                    intermediate_size=64, vocab_size=20, hidden_dropout_prob=0.0,
-                    attention_probs_dropout_prob=0.0)
-    narrow = config.replace(hidden_size=16, num_attention_heads=1, intermediate_size=32)
+@pytest.mark.parametrize("student, teacher", [
+    ((16, 1), (32, 2)),  # narrower, fewer heads: heads averaged
+    ((312, 12), (768, 12)),  # TinyBERT's 312-wide student of a BERT-base-wide teacher
+], ids=["16x1-of-32x2", "312x12-of-768x12"])
+def test_projection_is_trained_across_widths(student, teacher):
+    (width, heads_), (teacher_width, teacher_heads) = student, teacher
+    config = preset("tiny", num_hidden_layers=1, hidden_size=teacher_width,
+                    num_attention_heads=teacher_heads, intermediate_size=2 * teacher_width,
+                    vocab_size=20, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    narrow = config.replace(hidden_size=width, num_attention_heads=heads_,
+                            intermediate_size=2 * width)
     teacher_model = heads.BertForSequenceClassification(config, 2)
     model = distill.StudentWithProjection(heads.BertForSequenceClassification(narrow, 2),
-                                          teacher_width=32)
+                                          teacher_width=teacher_width)
     ids = jnp.array([[2, 5, 6, 7, 3, 0]], jnp.int32)
     mask = (ids > 0).astype(jnp.int32)
     params = nn.unbox(model.init(jax.random.key(0), ids)["params"])
-    assert params[distill.PROJECTION]["kernel"].shape == (16, 32)
+    assert params[distill.PROJECTION]["kernel"].shape == (width, teacher_width)
     alone = heads.BertForSequenceClassification(narrow, 2).init(jax.random.key(0), ids)
     assert set(params) - {distill.PROJECTION} == set(alone["params"])
     teacher = nn.unbox(teacher_model.init(jax.random.key(1), ids)["params"])
@@ -211,6 +217,17 @@ def test_projection_is_trained_and_heads_are_averaged():
                         grads[distill.PROJECTION])
     assert float(loss({**params, distill.PROJECTION: step})[1]["hidden_loss"]) < \
         float(metrics["hidden_loss"])
+
+
+def test_attention_of_different_head_counts_is_compared_as_head_means():
+    student = [jnp.array(np.random.default_rng(0).dirichlet(np.ones(3), (1, 2, 3)))]
+    teacher = [jnp.array(np.random.default_rng(1).dirichlet(np.ones(3), (1, 4, 3)))]
+    (s,), (t,) = distill.comparable_attention(student, teacher)
+    assert s.shape == t.shape == (1, 1, 3, 3)
+    np.testing.assert_allclose(t[0, 0], np.mean(teacher[0][0], axis=0), rtol=1e-6)
+    np.testing.assert_allclose(s.sum(-1), 1.0, rtol=1e-6)  # still distributions per query
+    same = distill.comparable_attention(student, student)
+    assert same[0][0].shape == (1, 2, 3, 3)  # equal head counts: head by head
 
 
 def test_distill_into_a_narrower_student_with_fewer_heads(teacher, tmp_path):

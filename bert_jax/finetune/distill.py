@@ -229,6 +229,15 @@ def matched_layers(student_layers: int, teacher_layers: int) -> list[int]:
     return [(j + 1) * teacher_layers // student_layers - 1 for j in range(student_layers)]
 
 
+def comparable_attention(student_probs, teacher_probs):
+    """Per-layer attention probabilities [B, heads, L, L] as compared: unchanged when the
+    head counts are equal, otherwise each model's mean over its heads ([B, 1, L, L])."""
+    if student_probs[0].shape[1] == teacher_probs[0].shape[1]:
+        return student_probs, teacher_probs
+    mean = lambda probs: [p.mean(axis=1, keepdims=True) for p in probs]
+    return mean(student_probs), mean(teacher_probs)
+
+
 def masked_mse(a, b, weights):
     """Mean squared difference over the trailing axes of `weights`-weighted rows."""
     err = jnp.square(a.astype(jnp.float32) - b.astype(jnp.float32))
@@ -281,9 +290,7 @@ def distill_loss(params, batch, teacher_params, dropout_key, *, model, task, rul
             loss = loss + settings["hidden_weight"] * hidden
             metrics["hidden_loss"] = hidden
         if settings["attention_weight"] > 0:
-            if s_probs[0].shape[1] != t_probs[0].shape[1]:  # head counts differ
-                s_probs = [p.mean(axis=1, keepdims=True) for p in s_probs]
-                t_probs = [p.mean(axis=1, keepdims=True) for p in t_probs]
+            s_probs, t_probs = comparable_attention(s_probs, t_probs)
             rows = mask[:, None, :]  # [B, 1, L] query rows, broadcast over heads
             attention = sum(masked_mse(s_probs[j], t_probs[i],
                                        jnp.broadcast_to(rows, s_probs[j].shape[:3]))
