@@ -352,9 +352,7 @@ def examples_from_texts(documents: Sequence[Sequence[str]], tokenizer, options: 
     (SOP's with sentence_order_prediction; not without NSP; and word_start int32 [N, L]
     with whole-word masking, unit_start int32 [N, L] with knowledge masking).
     """
-    if options.knowledge_masking == "phrase":
-        raise ValueError("knowledge_masking='phrase' needs reference chunking files: "
-                         "use create_pretraining_data")
+    _check_knowledge_masking(options, references=False)  # phrases need chunking files
     segment = chinese_words.make_segmenter(options.chinese_segmenter) \
         if options.whole_units else None
     entities = _entity_finder(options)
