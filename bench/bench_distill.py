@@ -4,6 +4,7 @@ teacher, a 2-layer student initialised from the teacher encoder's layers 0 and 3
 
   python bench/bench_distill.py [--workdir DIR] [--teacher FINETUNED_WORKDIR]
       [--train-examples 1000] [--epochs 3] [--learning-rate 1e-4] [--student-layers 2]
+      [--tinybert]
 
 Recipe for all three: a 1,000-e-mail training subset, max_seq_length 128, 3 epochs,
 lr 1e-4, batch 32, mean pooling, length bucketing, the best dev epoch kept; the
@@ -12,6 +13,10 @@ and (b) (each workdir's kept model, evaluated here), their inference examples/s 
 the test set (after a warm-up pass), then one JSON line. A run whose DIR/NAME/eval_results.json exists is
 reused (so an interrupted bench resumes); `--teacher` takes any fine-tuned spam
 workdir as the teacher instead of fine-tuning one.
+`--tinybert` adds (c): TinyBERT's 4-layer, 312-wide student (12 heads, intermediate
+1200, randomly initialised: no general distillation) distilled from the 6-layer,
+384-wide teacher with hidden-state matching through the learned 312 -> 384 projection
+and attention matching (hidden_weight = attention_weight = 1), same recipe.
 Exits 0 with a "skipped" reason when the data or the MiniLM package is absent.
 """
 
@@ -26,6 +31,11 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_finetune import CONFIG, DATA, minilm_dir, skip  # noqa: E402
+
+
+# TinyBERT's general student shape (Jiao et al. 2020): 4 layers, 312 wide, 12 heads.
+TINYBERT = ("{'preset': 'tiny', 'num_hidden_layers': 4, 'hidden_size': 312, "
+            "'num_attention_heads': 12, 'intermediate_size': 1200}")
 
 
 def recipe(args, data: str) -> list[str]:
@@ -85,6 +95,8 @@ def main():
     parser.add_argument("--learning-rate", type=float, default=1e-4)
     parser.add_argument("--student-layers", type=int, default=2)
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--tinybert", action="store_true",
+                        help="add the 4-layer, 312-wide TinyBERT student (c)")
     args = parser.parse_args()
     data = os.path.join(DATA, "classification", "spam")
     if not os.path.isdir(data):
@@ -107,19 +119,27 @@ def main():
         loaded = distill.load_teacher(teacher_dir)
         distill.distill(distill.distill_config(loaded, student, recipe(args, data)), loaded, w)
     distilled = once(os.path.join(work, "distilled"), run_distill)
+    runs = {"distilled": distilled, "direct": direct}
+    if args.tinybert:
+        def run_tinybert(w):
+            loaded = distill.load_teacher(teacher_dir)
+            config = distill.distill_config(loaded, "tiny", [
+                *recipe(args, data), f"model={TINYBERT}", "hidden_weight=1.0",
+                "attention_weight=1.0"])
+            distill.distill(config, loaded, w)
+        runs["tinybert_4L312"] = once(os.path.join(work, "tinybert_4L312"), run_tinybert)
 
     figures = {name: measure(path) for name, path in (
-        ("teacher", teacher_dir), ("distilled", os.path.join(work, "distilled")),
-        ("direct", os.path.join(work, "direct")))}
-    for name, results in (("distilled", distilled), ("direct", direct)):
+        ("teacher", teacher_dir), *((n, os.path.join(work, n)) for n in runs))}
+    for name, results in runs.items():
         figures[name]["train_examples_per_second"] = results["train_examples_per_second"]
     speedup = round(figures["distilled"]["inference_examples_per_second"]
                     / figures["teacher"]["inference_examples_per_second"], 2)
     out = {"bench": "distill_spam", "teacher": teacher_dir, "train_examples": args.train_examples,
            "epochs": args.epochs, "learning_rate": args.learning_rate,
            "student_layers": args.student_layers, **figures, "inference_speedup": speedup}
-    for name in ("teacher", "distilled", "direct"):
-        print(f"{name:>9}: test accuracy {figures[name]['test_accuracy']:.4f}, inference "
+    for name in figures:
+        print(f"{name:>14}: test accuracy {figures[name]['test_accuracy']:.4f}, inference "
               f"{figures[name]['inference_examples_per_second']} examples/s")
     print(f"the {args.student_layers}-layer student infers {speedup}x as fast as the teacher")
     print(json.dumps(out))

@@ -292,6 +292,9 @@ def data_options(config: ml_collections.ConfigDict, files: list[str], vocabulary
             # Only when on: data converted before the option existed stays valid.
             **({"sentence_order_prediction": True} if config.sentence_order_prediction
                else {}),
+            **({"knowledge_masking": config.knowledge_masking,
+                "knowledge_masking_prob": config.knowledge_masking_prob}
+               if config.knowledge_masking != "none" else {}),
             "num_shards": num_shards,
             "inputs": [[paths.basename(f), paths.getsize(f)] if embedded
                        else [paths.abspath(f), paths.getsize(f), paths.mtime_ns(f)]
@@ -335,7 +338,9 @@ def prepare_input_files(config: ml_collections.ConfigDict, workdir: str, tokeniz
                             do_whole_word_mask=config.whole_word_masking,
                             static_masking=not config.dynamic_masking,
                             next_sentence_prediction=config.next_sentence_prediction,
-                            sentence_order_prediction=config.sentence_order_prediction),
+                            sentence_order_prediction=config.sentence_order_prediction,
+                            knowledge_masking=config.knowledge_masking,
+                            knowledge_masking_prob=config.knowledge_masking_prob),
                 # Workers would re-import an unguarded __main__ script.
                 num_workers=1, progress=False)
             paths.write_text(paths.join(tmp, DATA_OPTIONS_FILE), json.dumps(options, indent=1))
@@ -354,8 +359,10 @@ def make_iterator(config, files, tokenizer, *, split: str, state: dict | None = 
         per_host_batch_size=config.global_batch_size // process_count,
         max_seq_length=config.max_seq_length,
         max_predictions_per_seq=config.max_predictions_per_seq,
-        dynamic_masking=config.dynamic_masking, whole_word_masking=config.whole_word_masking,
-        pack=config.pack, seed=config.seed, split=split, repeat=split == "train",
+        dynamic_masking=config.dynamic_masking,
+        whole_word_masking=config.whole_word_masking or config.knowledge_masking != "none",
+        knowledge_masking=config.knowledge_masking != "none",
+        knowledge_masking_prob=config.knowledge_masking_prob, pack=config.pack, seed=config.seed, split=split, repeat=split == "train",
         eval_fraction=config.eval_fraction,
         next_sentence_prediction=config.next_sentence_prediction,
         sentence_order_prediction=config.sentence_order_prediction)

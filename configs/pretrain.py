@@ -61,6 +61,11 @@ def get_config(variant: str | None = None) -> ml_collections.ConfigDict:
     # consecutive spans, swapped half the time, and the pair head learns which (TFRecords
     # from create-data --sentence_order_prediction; raw text is converted to match).
     c.sentence_order_prediction = False
+    # ERNIE's knowledge masking of Chinese text: "entity" (jieba's named entities) or
+    # "phrase" (needs TFRecords from create-data --knowledge_masking phrase) masks those
+    # units whole, in a share knowledge_masking_prob of the rows (words in the rest).
+    c.knowledge_masking = "none"
+    c.knowledge_masking_prob = 1.0
     # Distillation on MLM logits (DistilBERT): a pretrained model dir or pretraining
     # workdir with an MLM head, reading this run's vocabulary. The loss becomes
     # alpha * MLM + (1 - alpha) * T^2 * KL(teacher/T || student/T) (+ NSP).

@@ -175,6 +175,78 @@ def test_distill_teacher_layers_with_hidden_and_attention_matching(teacher, tmp_
     assert results["train_steps"] == 4
 
 
+# A narrower student with fewer heads: 16 wide, 1 head (the teacher: 32 wide, 2 heads).
+NARROW_MODEL = ("{'preset': 'tiny', 'num_hidden_layers': 2, 'hidden_size': 16, "
+                "'num_attention_heads': 1, 'intermediate_size': 32}")
+
+
+@pytest.mark.parametrize("student, teacher", [
+    ((16, 1), (32, 2)),  # narrower, fewer heads: heads averaged
+    ((312, 12), (768, 12)),  # TinyBERT's 312-wide student of a BERT-base-wide teacher
+], ids=["16x1-of-32x2", "312x12-of-768x12"])
+def test_projection_is_trained_across_widths(student, teacher):
+    (width, heads_), (teacher_width, teacher_heads) = student, teacher
+    config = preset("tiny", num_hidden_layers=1, hidden_size=teacher_width,
+                    num_attention_heads=teacher_heads, intermediate_size=2 * teacher_width,
+                    vocab_size=20, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    narrow = config.replace(hidden_size=width, num_attention_heads=heads_,
+                            intermediate_size=2 * width)
+    teacher_model = heads.BertForSequenceClassification(config, 2)
+    model = distill.StudentWithProjection(heads.BertForSequenceClassification(narrow, 2),
+                                          teacher_width=teacher_width)
+    ids = jnp.array([[2, 5, 6, 7, 3, 0]], jnp.int32)
+    mask = (ids > 0).astype(jnp.int32)
+    params = nn.unbox(model.init(jax.random.key(0), ids)["params"])
+    assert params[distill.PROJECTION]["kernel"].shape == (width, teacher_width)
+    alone = heads.BertForSequenceClassification(narrow, 2).init(jax.random.key(0), ids)
+    assert set(params) - {distill.PROJECTION} == set(alone["params"])
+    teacher = nn.unbox(teacher_model.init(jax.random.key(1), ids)["params"])
+    task = trainer.tasks.get_task(micro_config("csv"))
+    task.label_names = ["a", "b"]
+    batch = {"input_ids": ids, "segment_ids": jnp.zeros_like(ids), "input_mask": mask,
+             "label": jnp.array([1]), "example_weights": jnp.ones(1)}
+    settings = dict(alpha=0.0, temperature=1.0, hidden_weight=1.0, attention_weight=1.0)
+    loss = lambda p: distill.distill_loss(p, batch, teacher, jax.random.key(2), model=model,
+                                          task=task, rules=(), teacher_model=teacher_model,
+                                          settings=settings)
+    (value, metrics), grads = jax.value_and_grad(loss, has_aux=True)(params)
+    assert np.isfinite(float(value)) and float(metrics["attention_loss"]) > 0
+    assert float(jnp.abs(grads[distill.PROJECTION]["kernel"]).sum()) > 0
+    # The loss falls when only the projection learns: it is what maps the widths.
+    step = jax.tree.map(lambda p, g: p - 0.5 * g, params[distill.PROJECTION],
+                        grads[distill.PROJECTION])
+    assert float(loss({**params, distill.PROJECTION: step})[1]["hidden_loss"]) < \
+        float(metrics["hidden_loss"])
+
+
+def test_attention_of_different_head_counts_is_compared_as_head_means():
+    student = [jnp.array(np.random.default_rng(0).dirichlet(np.ones(3), (1, 2, 3)))]
+    teacher = [jnp.array(np.random.default_rng(1).dirichlet(np.ones(3), (1, 4, 3)))]
+    (s,), (t,) = distill.comparable_attention(student, teacher)
+    assert s.shape == t.shape == (1, 1, 3, 3)
+    np.testing.assert_allclose(t[0, 0], np.mean(teacher[0][0], axis=0), rtol=1e-6)
+    np.testing.assert_allclose(s.sum(-1), 1.0, rtol=1e-6)  # still distributions per query
+    same = distill.comparable_attention(student, student)
+    assert same[0][0].shape == (1, 2, 3, 3)  # equal head counts: head by head
+
+
+def test_distill_into_a_narrower_student_with_fewer_heads(teacher, tmp_path):
+    teacher_dir, _ = teacher
+    config = distill.distill_config(
+        distill.load_teacher(teacher_dir), "tiny",
+        [f"model={NARROW_MODEL}", "hidden_weight=1.0", "attention_weight=1.0",
+         "log_every_steps=1", "num_train_epochs=3", "learning_rate=1e-2"])
+    results = distill.distill(config, distill.load_teacher(teacher_dir),
+                              str(tmp_path / "student"))
+    saved = pretrained.load(str(tmp_path / "student" / "best"))
+    assert saved.config.hidden_size == 16 and saved.config.num_attention_heads == 1
+    assert distill.PROJECTION not in saved.params  # the projection is not the student's
+    logged = [json.loads(line) for line in open(tmp_path / "student" / "metrics.jsonl")]
+    hidden = [m["train/hidden_loss"] for m in logged if "train/hidden_loss" in m]
+    assert len(hidden) == results["train_steps"] and hidden[-1] < hidden[0]
+    assert all(m["train/attention_loss"] >= 0 for m in logged if "train/attention_loss" in m)
+
+
 def save_plain_model(path, vocab):
     """A model directory with no task, its own vocabulary."""
     tokenizer = WordPieceTokenizer(vocab)
@@ -193,9 +265,7 @@ def save_plain_model(path, vocab):
     (["--config.task=conll"], "task mismatch: the teacher was fine-tuned on 'csv', the "
                               "config asks for 'conll'"),
     (["--config.seeds=1,2"], "distill runs one setting"),
-    (["--config.hidden_weight=1", "--config.model={'preset': 'tiny', 'hidden_size': 64, "
-      "'num_hidden_layers': 1, 'num_attention_heads': 2, 'intermediate_size': 64}"],
-     "hidden_weight needs equal hidden sizes: the student has 64, the teacher 32"),
+    (["--config.hidden_weight=-1"], "hidden_weight must be a number >= 0, got -1"),
     (["--config.student_layers=2"], "student_layers needs a student model directory"),
 ])
 def test_bad_settings_get_one_line(teacher, tmp_path, capsys, args, message):

@@ -87,3 +87,59 @@ def continues_word(offsets: Sequence[Tuple[int, int]],
     words = [word_of.get(start) for start, _ in offsets]
     return [False] + [here is not None and here == before
                       for before, here in zip(words, words[1:])]
+
+
+# --- ERNIE's knowledge masking: entities and phrases, masked as whole units ---------------
+
+KNOWLEDGE_MASKING = ("none", "entity", "phrase")
+ENTITY_TAGS = ("nr", "ns", "nt", "nz")  # person, place, organisation, other proper noun
+
+
+def jieba_entities() -> Callable[[str], List[Tuple[int, int]]]:
+    """Entity spans from jieba.posseg: words tagged nr* (person; jieba also has nrt, nrfg),
+    ns, nt or nz; adjacent entity words make one entity (上海 浦东 -> 上海浦东)."""
+    loaded = []
+
+    def entities(line: str) -> List[Tuple[int, int]]:
+        if not loaded:
+            import logging
+
+            import jieba
+            import jieba.posseg
+            jieba.setLogLevel(logging.WARNING)
+            loaded.append(jieba.posseg.cut)
+        spans, position = [], 0
+        for word, flag in loaded[0](line):
+            start, position = position, position + len(word)
+            if not word.strip() or not flag.startswith(ENTITY_TAGS):
+                continue
+            if spans and spans[-1][1] == start:
+                spans[-1] = (spans[-1][0], position)
+            else:
+                spans.append((start, position))
+        return spans
+    return entities
+
+
+def entity_list(path: str) -> Callable[[str], List[Tuple[int, int]]]:
+    """Entity spans from a list file (one entity per line, UTF-8): leftmost-longest matches."""
+    with open(path, encoding="utf-8") as f:
+        names = {"".join(line.split()) for line in f} - {""}
+    if not names:
+        raise ValueError(f"{path}: the entity list is empty (one entity per line)")
+    by_first = {}
+    for name in names:
+        by_first.setdefault(name[0], set()).add(name)
+    longest = max(map(len, names))
+
+    def entities(line: str) -> List[Tuple[int, int]]:
+        spans, position = [], 0
+        while position < len(line):
+            candidates = by_first.get(line[position], ())
+            size = next((n for n in range(min(longest, len(line) - position), 0, -1)
+                         if line[position:position + n] in candidates), 0)
+            if size > 1:  # a one-character entity is already a whole unit
+                spans.append((position, position + size))
+            position += max(size, 1)
+        return spans
+    return entities

@@ -30,6 +30,15 @@ Chinese characters into the words of a segmentation: jieba's
 (`--chinese_ref_file`, BERT-wwm's format: a line of space-separated words per
 input line). Its files also carry `word_start` (int64 [L], 1 where a token
 starts a word), from which the pipeline's dynamic masking regroups the words.
+
+ERNIE's knowledge masking (`--knowledge_masking entity|phrase`, whole-word masking
+implied) masks longer units whole: named entities (jieba.posseg's nr/ns/nt/nz words, or
+the leftmost-longest matches of `--entity_file`, one entity per line) or phrases (the
+space-separated chunks of `--chinese_ref_file`, words then come from the segmenter).
+A unit is the union of the words it touches; words outside units stay units of their
+own, so a row mixes entities and words under the same budget. A share
+`--knowledge_masking_prob` of the rows is masked by units, the rest by words. Files also
+carry `unit_start` (int64 [L]) for the pipeline's dynamic masking.
 """
 import argparse
 import array
@@ -63,6 +72,14 @@ class Options:
     chinese_segmenter: str = "jieba"  # or "none": CJK characters masked one by one
     next_sentence_prediction: bool = True  # False: MLM-only full-sentence rows
     sentence_order_prediction: bool = False  # True: ALBERT's SOP pairs instead of NSP
+    knowledge_masking: str = "none"  # "entity" / "phrase": ERNIE's units, masked whole
+    knowledge_masking_prob: float = 1.0  # share of rows masked by units, the rest by words
+    entity_file: str = ""  # knowledge_masking=entity: an entity list instead of jieba's tags
+
+    @property
+    def whole_units(self) -> bool:
+        """Whole words (or ERNIE's longer units) are masked together."""
+        return self.do_whole_word_mask or self.knowledge_masking != "none"
 
 
 @dataclasses.dataclass
@@ -90,6 +107,9 @@ class Stats:
     short_targets: int = 0
     swapped: int = 0
     truncated_instances: int = 0  # sentence pairs that lost tokens to max_seq_length
+    knowledge_units: int = 0  # entities or phrases (of 2+ characters) in the sentences
+    knowledge_rows: int = 0  # rows masked by knowledge units (the rest by words)
+    masked_in_knowledge_units: int = 0  # masked tokens of entities or phrases
     # Tokens per document, for the length percentiles of the summary.
     document_tokens: array.array = dataclasses.field(default_factory=lambda: array.array("q"))
 
@@ -106,6 +126,9 @@ class Stats:
                     masked_fraction=ratio(self.masked_tokens, self.maskable_tokens),
                     mask_token_fraction=ratio(self.masked_as_mask, self.masked_tokens),
                     unchanged_fraction=ratio(self.masked_unchanged, self.masked_tokens),
+                    knowledge_row_fraction=ratio(self.knowledge_rows, self.instances),
+                    masked_in_knowledge_unit_fraction=ratio(self.masked_in_knowledge_units,
+                                                            self.masked_tokens),
                     random_next_fraction=ratio(self.random_next, self.instances),
                     swapped_fraction=ratio(self.swapped, self.instances),
                     short_target_fraction=ratio(self.short_targets, self.instances))
@@ -121,11 +144,19 @@ def _init_worker(vocab: str, do_lower_case: Optional[bool], options: Options):
         from bert_jax.tf_host import import_quietly
         import_quietly()
     tokenizer = load_tokenizer(vocab, do_lower_case)
-    whole_words = options.do_whole_word_mask
+    whole_words = options.whole_units
     _worker.update(tokenizer=tokenizer, options=options,
                    word_start=tokenizer.word_start_table() if whole_words else None,
                    segment=chinese_words.make_segmenter(options.chinese_segmenter)
-                   if whole_words else None)
+                   if whole_words else None, entities=_entity_finder(options))
+
+
+def _entity_finder(options: Options):
+    if options.knowledge_masking != "entity":
+        return None
+    if options.entity_file:
+        return chinese_words.entity_list(options.entity_file)
+    return chinese_words.jieba_entities()
 
 
 def _read_documents(path: str, ref_path: Optional[str], read: corpus.ReadStats) -> list:
@@ -147,35 +178,78 @@ def _read_documents(path: str, ref_path: Optional[str], read: corpus.ReadStats) 
     return corpus.split_documents(numbered, read, text=lambda item: item[0])
 
 
-def _encode_sentences(tokenizer, sentences, segment) -> List[np.ndarray]:
+_UNIT_TAG = 1 << 24  # ids are below it; see `_encode_sentences`
+
+
+def _encode_sentences(tokenizer, sentences, segment, entities=None, phrases=False,
+                      stats: Optional[Stats] = None) -> List[np.ndarray]:
     """int32 ids per (sentence, words, where); with whole-word masking (`segment` given,
     or reference words) a token that continues a segmented word is stored as -(id + 1):
-    the flag then travels with its token through instance building and truncation."""
-    if segment is None and all(words is None for _, words, _ in sentences):
+    the flag then travels with its token through instance building and truncation.
+    With knowledge masking (`entities`: text -> entity spans; `phrases`: the reference
+    words are phrases) a token that continues a unit is stored as -(id + 1 + 2**24), or
+    -(id + 1 + 2**25) when it also continues its word."""
+    if segment is None and entities is None and all(words is None for _, words, _ in sentences):
         return [np.asarray(ids, np.int32)
                 for ids in tokenizer.encode_ids([s for s, _, _ in sentences])]
     encoded = []
     for sentence, words, where in sentences:
-        if words is None and not chinese_words.has_cjk(sentence):
+        if (words is None or phrases) and not chinese_words.has_cjk(sentence):
             encoded.append(np.asarray(tokenizer.encode_ids([sentence])[0], np.int32))
             continue
         encoding = tokenizer.encode(sentence)
-        spans = chinese_words.word_spans(sentence, segment(sentence) if words is None else words,
-                                         where)
+        units = []
+        if phrases:
+            units, words = chinese_words.word_spans(sentence, words, where), None
+        elif entities is not None:
+            units = entities(sentence)
+        if words is None and segment is not None:
+            words = segment(sentence)
+        # No segmentation (chinese_segmenter='none'): characters are the words.
+        spans = chinese_words.word_spans(sentence, words, where) if words is not None else []
         ids = np.asarray(encoding.ids, np.int32)
-        continues = chinese_words.continues_word(encoding.offsets, spans)
-        encoded.append(np.where(continues, -ids - 1, ids).astype(np.int32))
+        continues = np.asarray(chinese_words.continues_word(encoding.offsets, spans), bool)
+        in_unit = np.asarray(chinese_words.continues_word(encoding.offsets, units), bool)
+        if stats is not None:
+            stats.knowledge_units += sum(end - start > 1 for start, end in units)
+        tag = -ids - 1 - np.where(in_unit, np.where(continues, 2, 1) * _UNIT_TAG, 0)
+        encoded.append(np.where(continues | in_unit, tag, ids).astype(np.int32))
     return encoded
 
 
-def _split_word_flags(rows: dict, word_start_table: np.ndarray) -> np.ndarray:
+def _split_word_flags(rows: dict, word_start_table: np.ndarray,
+                      knowledge: bool = False) -> np.ndarray:
     """Restores tagged ids in `rows` (see `_encode_sentences`); returns bool [N, L] word starts
-    and stores them as rows['word_start']."""
-    continues = rows["input_ids"] < 0
-    rows["input_ids"] = np.where(continues, -rows["input_ids"] - 1, rows["input_ids"])
-    word_start = word_start_table[rows["input_ids"]] & ~continues
+    and stores them as rows['word_start'] (and, with `knowledge` masking, the units' starts
+    as rows['unit_start'])."""
+    tagged = rows["input_ids"] < 0
+    value = np.where(tagged, -rows["input_ids"] - 1, 0)
+    kind = value // _UNIT_TAG  # 0: continues a word; 1: a unit; 2: both
+    rows["input_ids"] = np.where(tagged, value % _UNIT_TAG, rows["input_ids"])
+    word_start = word_start_table[rows["input_ids"]] & ~(tagged & (kind != 1))
     rows["word_start"] = word_start.astype(np.int32)
+    if knowledge:
+        rows["unit_start"] = (word_start & ~(tagged & (kind > 0))).astype(np.int32)
     return word_start
+
+
+def _knowledge_masking_units(rows: dict, word_start: np.ndarray, keys: np.ndarray,
+                             options: Options, stats: Optional[Stats] = None) -> np.ndarray:
+    """The units to mask whole per row: knowledge units in a share of the rows
+    (`masking.knowledge_rows`), words elsewhere; counts them in `stats`."""
+    if "unit_start" not in rows:
+        return word_start
+    use = masking.knowledge_rows(keys, options.knowledge_masking_prob)
+    if stats is not None:
+        stats.knowledge_rows = int(use.sum())
+    return np.where(use[:, None], rows["unit_start"].astype(bool), word_start)
+
+
+def _in_knowledge_units(tagged_ids: np.ndarray) -> np.ndarray:
+    """bool [N, L]: the tokens of entities or phrases (of 2+ tokens), from the tagged ids
+    (see `_encode_sentences`): those continuing a unit and the ones each starts from."""
+    continues = (tagged_ids < 0) & ((-tagged_ids - 1) // _UNIT_TAG > 0)
+    return continues | np.pad(continues[:, 1:], ((0, 0), (0, 1)))
 
 
 def _tokenize_documents(path: str, ref_path: Optional[str], stats: Stats):
@@ -184,7 +258,9 @@ def _tokenize_documents(path: str, ref_path: Optional[str], stats: Stats):
     documents = []
     for raw_document in _read_documents(path, ref_path, read):
         document = []
-        for ids in _encode_sentences(tokenizer, raw_document, _worker["segment"]):
+        for ids in _encode_sentences(tokenizer, raw_document, _worker["segment"],
+                                     _worker["entities"],
+                                     options.knowledge_masking == "phrase", stats):
             stats.empty_sentences += len(ids) == 0
             stats.long_sentences += len(ids) > options.max_seq_length - 3
             if len(ids):
@@ -248,8 +324,10 @@ def process_file(task) -> tuple:
     if not made:
         return [], stats
     word_start = None
-    if options.do_whole_word_mask:
-        word_start = _split_word_flags(rows, _worker["word_start"])
+    in_units = _in_knowledge_units(rows["input_ids"])
+    if options.whole_units:
+        word_start = _split_word_flags(rows, _worker["word_start"],
+                                       options.knowledge_masking != "none")
     stats.tokens = int(rows["input_mask"].sum())
     stats.unknown_tokens = int(((rows["input_ids"] == tokenizer.unk_id)
                                 & (rows["input_mask"] > 0)).sum())
@@ -258,12 +336,16 @@ def process_file(task) -> tuple:
     if options.static_masking:
         unmasked = rows["input_ids"]
         keys = np.array([rng.getrandbits(64) for _ in made], np.uint64)
+        units = _knowledge_masking_units(rows, word_start, keys, options, stats) \
+            if word_start is not None else None
         rows.update(masking.mask_batch(
             unmasked, rows["input_mask"], keys, vocab_size=tokenizer.vocab_size,
             mask_id=tokenizer.mask_id, cls_id=tokenizer.cls_id, sep_id=tokenizer.sep_id,
             max_predictions=options.max_predictions_per_seq,
-            masked_lm_prob=options.masked_lm_prob, word_start=word_start))
+            masked_lm_prob=options.masked_lm_prob, word_start=units))
         weights = rows["masked_lm_weights"] > 0
+        stats.masked_in_knowledge_units = int((weights & np.take_along_axis(
+            in_units, rows["masked_lm_positions"], 1)).sum())
         at_positions = np.take_along_axis(rows["input_ids"], rows["masked_lm_positions"], 1)
         stats.masked_tokens = int(weights.sum())
         stats.masked_as_mask = int((weights & (at_positions == tokenizer.mask_id)).sum())
@@ -279,12 +361,14 @@ def examples_from_texts(documents: Sequence[Sequence[str]], tokenizer, options: 
     input_mask, segment_ids int32 [N, L]; masked_lm_positions, masked_lm_ids
     int32 [N, P]; masked_lm_weights float32 [N, P]; next_sentence_labels int32 [N]
     (SOP's with sentence_order_prediction; not without NSP; and word_start int32 [N, L]
-    with whole-word masking).
+    with whole-word masking, unit_start int32 [N, L] with knowledge masking).
     """
+    _check_knowledge_masking(options, references=False)  # phrases need chunking files
     segment = chinese_words.make_segmenter(options.chinese_segmenter) \
-        if options.do_whole_word_mask else None
+        if options.whole_units else None
+    entities = _entity_finder(options)
     tokenized = [[ids for ids in _encode_sentences(tokenizer, [(s, None, "") for s in doc],
-                                                   segment) if len(ids)]
+                                                   segment, entities) if len(ids)]
                  for doc in documents]
     tokenized = [doc for doc in tokenized if doc]
     if not tokenized:
@@ -305,13 +389,15 @@ def examples_from_texts(documents: Sequence[Sequence[str]], tokenizer, options: 
         rows = instances.pack_full_sentence_rows(made, options.max_seq_length,
                                                  tokenizer.cls_id, tokenizer.sep_id)
     keys = np.array([rng.getrandbits(64) for _ in made], np.uint64)
-    word_start = _split_word_flags(rows, tokenizer.word_start_table()) \
-        if options.do_whole_word_mask else None
+    word_start = _split_word_flags(rows, tokenizer.word_start_table(),
+                                   options.knowledge_masking != "none") \
+        if options.whole_units else None
     rows.update(masking.mask_batch(
         rows["input_ids"], rows["input_mask"], keys, vocab_size=tokenizer.vocab_size,
         mask_id=tokenizer.mask_id, cls_id=tokenizer.cls_id, sep_id=tokenizer.sep_id,
         max_predictions=options.max_predictions_per_seq, masked_lm_prob=options.masked_lm_prob,
-        word_start=word_start))
+        word_start=_knowledge_masking_units(rows, word_start, keys, options)
+        if word_start is not None else None))
     return rows
 
 
@@ -337,6 +423,21 @@ def shard_paths(output_dir: str, num_shards: int) -> List[str]:
             for i in range(num_shards)]
 
 
+def _check_knowledge_masking(options: Options, references: bool) -> None:
+    if options.knowledge_masking not in chinese_words.KNOWLEDGE_MASKING:
+        raise ValueError(f"unknown knowledge_masking {options.knowledge_masking!r}: use one "
+                         f"of {list(chinese_words.KNOWLEDGE_MASKING)}")
+    if not 0 <= options.knowledge_masking_prob <= 1:
+        raise ValueError(f"knowledge_masking_prob {options.knowledge_masking_prob} is not "
+                         "in [0, 1]")
+    if options.knowledge_masking == "phrase" and not references:
+        raise ValueError("--knowledge_masking phrase masks the chunks of a reference "
+                         "chunking file: give one per input file with --chinese_ref_file")
+    if options.entity_file and options.knowledge_masking != "entity":
+        raise ValueError("--entity_file lists entities for --knowledge_masking entity")
+    _entity_finder(options)  # a missing or empty entity list fails here, before any work
+
+
 def create_pretraining_data(inputs: Sequence[str], output_files: Sequence[str], vocab: str,
                             options: Options, do_lower_case: Optional[bool] = None,
                             num_workers: int = 1, progress: bool = True,
@@ -360,9 +461,10 @@ def create_pretraining_data(inputs: Sequence[str], output_files: Sequence[str], 
     load_tokenizer(vocab, do_lower_case)  # fail before starting workers
     chinese_words.make_segmenter(options.chinese_segmenter)
     references = corpus.expand_inputs(chinese_ref_files) if chinese_ref_files else []
-    if references and not options.do_whole_word_mask:
+    if references and not options.whole_units:
         raise ValueError("a Chinese reference segmentation is for whole-word masking: "
                          "add --do_whole_word_mask")
+    _check_knowledge_masking(options, bool(references))
     if references and len(references) != len(files):
         raise ValueError(f"{len(references)} reference files for {len(files)} input files: "
                          "give one per input file, in the inputs' sorted order")
@@ -455,7 +557,9 @@ def _parse_args(argv: List[str]) -> argparse.Namespace:
             continue
         parser.add_argument(f"--{field.name}", type=type(field.default), default=field.default,
                             **({"choices": chinese_words.SEGMENTERS}
-                               if field.name == "chinese_segmenter" else {}))
+                               if field.name == "chinese_segmenter" else
+                               {"choices": chinese_words.KNOWLEDGE_MASKING}
+                               if field.name == "knowledge_masking" else {}))
     parser.add_argument("--do_whole_word_mask", action="store_true")
     parser.add_argument("--chinese_ref_file", nargs="+", default=[],
                         help="whole-word masking: reference segmentations (a line of "

@@ -132,6 +132,12 @@ def mask_batch(input_ids: np.ndarray, input_mask: np.ndarray, keys: np.ndarray, 
     }
 
 
+def knowledge_rows(keys: np.ndarray, prob: float) -> np.ndarray:
+    """bool [B]: the rows that ERNIE's knowledge masking masks by units (entities or
+    phrases) rather than words, drawn with probability `prob` from the rows' keys."""
+    return _uniform(keys, 3, 1)[:, 0] < prob
+
+
 def unmask(input_ids: np.ndarray, masked_lm_positions: np.ndarray, masked_lm_ids: np.ndarray,
            masked_lm_weights: np.ndarray) -> np.ndarray:
     """Restores the original tokens of statically masked rows: int32 [B, L]."""

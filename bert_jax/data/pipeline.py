@@ -39,6 +39,10 @@ def _feature_spec(max_seq_length: int, max_predictions: int):
             # vocabulary alone cannot tell where they end); absent = every token may start one.
             "word_start": tf.io.FixedLenFeature([max_seq_length], tf.int64,
                                                 [1] * max_seq_length),
+            # Written by create-data --knowledge_masking (ERNIE's entity/phrase units);
+            # absent (-1) otherwise.
+            "unit_start": tf.io.FixedLenFeature([max_seq_length], tf.int64,
+                                                [-1] * max_seq_length),
             # Absent (-1) in MLM-only files (create-data --no_next_sentence_prediction).
             "next_sentence_labels": tf.io.FixedLenFeature([1], tf.int64, [-1]),
             # Present instead in sentence-order files (create-data --sentence_order_prediction).
@@ -59,7 +63,9 @@ class PipelineOptions:
     whether the records must be NSP pairs (with labels) or MLM-only rows (without); a
     mismatch is an error, not silently ignored labels. sentence_order_prediction: the pairs
     must be ALBERT's sentence-order pairs, whose labels (1 = swapped) the batches carry as
-    next_sentence_labels (the same 2-way head learns them)."""
+    next_sentence_labels (the same 2-way head learns them). knowledge_masking: ERNIE's
+    entity/phrase units (the records' unit_start, from create-data --knowledge_masking) are
+    masked whole in a share knowledge_masking_prob of the rows, words in the others."""
 
     per_host_batch_size: int
     max_seq_length: int
@@ -76,6 +82,8 @@ class PipelineOptions:
     eval_fraction: float = 0.0
     next_sentence_prediction: bool = True
     sentence_order_prediction: bool = False
+    knowledge_masking: bool = False
+    knowledge_masking_prob: float = 1.0
 
     def __post_init__(self):
         if self.sentence_order_prediction and not self.next_sentence_prediction:
@@ -109,6 +117,8 @@ class PretrainIterator:
         self.eval_fraction = options.eval_fraction
         self.next_sentence_prediction = options.next_sentence_prediction
         self.sentence_order_prediction = options.sentence_order_prediction
+        self.knowledge_masking_prob = (options.knowledge_masking_prob
+                                       if options.knowledge_masking else None)
         self.set_state({"epoch": 0, "position": 0})
 
     # -- state ------------------------------------------------------------------
@@ -216,6 +226,13 @@ class PretrainIterator:
         word_start = None
         if self.word_start_table is not None:
             word_start = self.word_start_table[original] & chunk["word_start"].astype(bool)
+        if self.knowledge_masking_prob is not None:
+            if (chunk["unit_start"][:, :1] < 0).any():
+                raise ValueError("knowledge_masking needs records made by create-data "
+                                 "--knowledge_masking entity|phrase (they carry unit_start)")
+            use = masking.knowledge_rows(keys, self.knowledge_masking_prob)
+            units = self.word_start_table[original] & chunk["unit_start"].astype(bool)
+            word_start = np.where(use[:, None], units, word_start)
         chunk.update(masking.mask_batch(
             original, chunk["input_mask"], keys, vocab_size=self.vocab_size,
             mask_id=self.special_ids["mask"], cls_id=self.special_ids["cls"],
@@ -436,6 +453,8 @@ def make_pretrain_iterator(file_patterns: Sequence[str], options: PipelineOption
             word_start_table = tokenizer.word_start_table()
     if options.dynamic_masking and (vocab_size is None or special_ids is None):
         raise ValueError("dynamic masking needs `tokenizer` or `vocab_size` and `special_ids`")
+    if options.knowledge_masking and not options.whole_word_masking:
+        raise ValueError("knowledge_masking masks whole units: it needs whole_word_masking")
     if options.dynamic_masking and options.whole_word_masking and word_start_table is None:
         raise ValueError("whole-word masking needs `tokenizer` or `word_start_table`")
     iterator = PretrainIterator(

@@ -16,9 +16,14 @@ step.
 
 TinyBERT-style matching (Jiao et al. 2020) maps student layer j (0-based, of M) to
 teacher layer (j + 1) * N // M - 1 (of N), so the last layers meet, and the
-embeddings to the embeddings. Hidden states need equal hidden sizes (a learned
-projection between sizes is not implemented), attention probabilities equal head
-counts; both need unrolled layers and einsum attention.
+embeddings to the embeddings. Across widths (TinyBERT's 312-wide student of a 768-wide
+teacher) the student's hidden states go through a learned projection W_h (student
+width -> teacher width, one for every layer, as in TinyBERT) before the MSE: a
+parameter of the distillation objective, trained with the student
+(`StudentWithProjection`) and dropped from the saved student. Attention probabilities
+are compared per head when the head counts are equal; otherwise as the mean over
+heads of each model ([B, L, L] against [B, L, L]), since no head of one model
+corresponds to a head of the other. Both need unrolled layers and einsum attention.
 
 The student is a preset (random encoder, the teacher's tokenizer) or a model
 directory; `student_layers=N` keeps N of its layers, 0-based i * L // N for
@@ -44,6 +49,29 @@ from bert_jax.finetune.multiple_choice import MultipleChoiceTask
 from bert_jax.finetune.squad import SquadTask
 from bert_jax.finetune.tagging import TaggingTask
 from bert_jax.tokenization import load_tokenizer
+
+PROJECTION = "distill_projection"  # the projection's parameters, never saved
+
+
+class StudentWithProjection(nn.Module):
+    """The student for training with a hidden-state projection to `teacher_width`: the
+    student's parameters at the top level (shared scope, so loading, evaluation and
+    saving see the student's own tree) plus PROJECTION's kernel [student width, teacher
+    width] and bias. Calls run the student alone."""
+
+    student: nn.Module
+    teacher_width: int
+
+    def setup(self):
+        nn.share_scope(self, self.student)
+        self.projection = nn.Dense(self.teacher_width, name=PROJECTION,
+                                   param_dtype=jnp.float32)
+
+    def __call__(self, *args, **kwargs):
+        if self.is_initializing():  # create the projection with the student's parameters
+            self.projection(jnp.zeros((1, self.student.config.hidden_size), jnp.float32))
+        return self.student(*args, **kwargs)
+
 
 # Keys added to the teacher's fine-tuning config.
 DISTILL_DEFAULTS = dict(teacher="", temperature=2.0, alpha=0.5, student_layers=0,
@@ -199,6 +227,15 @@ def matched_layers(student_layers: int, teacher_layers: int) -> list[int]:
     return [(j + 1) * teacher_layers // student_layers - 1 for j in range(student_layers)]
 
 
+def comparable_attention(student_probs, teacher_probs):
+    """Per-layer attention probabilities [B, heads, L, L] as compared: unchanged when the
+    head counts are equal, otherwise each model's mean over its heads ([B, 1, L, L])."""
+    if student_probs[0].shape[1] == teacher_probs[0].shape[1]:
+        return student_probs, teacher_probs
+    mean = lambda probs: [p.mean(axis=1, keepdims=True) for p in probs]
+    return mean(student_probs), mean(teacher_probs)
+
+
 def masked_mse(a, b, weights):
     """Mean squared difference over the trailing axes of `weights`-weighted rows."""
     err = jnp.square(a.astype(jnp.float32) - b.astype(jnp.float32))
@@ -211,6 +248,13 @@ def distill_loss(params, batch, teacher_params, dropout_key, *, model, task, rul
     """The trainer's `Objective.loss` for distillation: (loss, metrics)."""
     inputs = task.model_inputs(batch)
     match = settings["hidden_weight"] > 0 or settings["attention_weight"] > 0
+    project = lambda hidden: hidden
+    if isinstance(model, StudentWithProjection):
+        projection = params[PROJECTION]
+        project = lambda hidden: hidden.astype(jnp.float32) @ projection["kernel"] \
+            + projection["bias"]
+        params = {k: v for k, v in params.items() if k != PROJECTION}
+        model = model.student
     capture = dict(capture_intermediates=_is_captured, mutable=["intermediates"]) if match \
         else {}
     if match:  # every position of every layer, not just what the heads read
@@ -237,12 +281,14 @@ def distill_loss(params, batch, teacher_params, dropout_key, *, model, task, rul
         mask = inputs["input_mask"].astype(jnp.float32)
         mask = mask.reshape(-1, mask.shape[-1])  # multiple choice: [B, C, L] -> [B * C, L]
         if settings["hidden_weight"] > 0:
-            hidden = sum(masked_mse(s_hidden[j + 1], t_hidden[i + 1], mask)
-                         for j, i in enumerate(pairs)) + masked_mse(s_hidden[0], t_hidden[0], mask)
+            hidden = sum(masked_mse(project(s_hidden[j + 1]), t_hidden[i + 1], mask)
+                         for j, i in enumerate(pairs)) \
+                + masked_mse(project(s_hidden[0]), t_hidden[0], mask)
             hidden = hidden / (len(pairs) + 1)
             loss = loss + settings["hidden_weight"] * hidden
             metrics["hidden_loss"] = hidden
         if settings["attention_weight"] > 0:
+            s_probs, t_probs = comparable_attention(s_probs, t_probs)
             rows = mask[:, None, :]  # [B, 1, L] query rows, broadcast over heads
             attention = sum(masked_mse(s_probs[j], t_probs[i],
                                        jnp.broadcast_to(rows, s_probs[j].shape[:3]))
@@ -260,16 +306,7 @@ def check_matching(config, student_config, teacher_config) -> None:
         if c.scan_layers:
             raise UserError(f"hidden/attention matching needs unrolled layers; the {who} "
                             "has scan_layers=True")
-    if config.hidden_weight > 0 and student_config.hidden_size != teacher_config.hidden_size:
-        raise UserError(f"hidden_weight needs equal hidden sizes: the student has "
-                        f"{student_config.hidden_size}, the teacher "
-                        f"{teacher_config.hidden_size} (a learned projection is not "
-                        "implemented)")
     if config.attention_weight > 0:
-        if student_config.num_attention_heads != teacher_config.num_attention_heads:
-            raise UserError(f"attention_weight needs equal head counts: the student has "
-                            f"{student_config.num_attention_heads}, the teacher "
-                            f"{teacher_config.num_attention_heads}")
         if "fused" in (student_config.attention_impl, teacher_config.attention_impl):
             raise UserError("attention_weight needs attention_impl=einsum (fused attention "
                             "returns no probabilities)")
@@ -296,11 +333,18 @@ def distill(config, teacher: pretrained.Pretrained, workdir: str) -> dict:
         teacher, teacher_model, mesh, config.logical_axis_rules)
     settings = {k: float(config[k]) for k in ("temperature", "alpha", "hidden_weight",
                                               "attention_weight")}
+    width = teacher.config.hidden_size
+    projected = config.hidden_weight > 0 and source.config.hidden_size != width
     objective = trainer.Objective(
         loss=functools.partial(distill_loss, teacher_model=teacher_model, settings=settings),
         extra=teacher_params, extra_shardings=teacher_shardings,
         describe=f"distilling {teacher.tokenizer_dir} (T={config.temperature:g}, "
-                 f"alpha={config.alpha:g}) into")
+                 f"alpha={config.alpha:g}"
+                 + (f", hidden states projected {source.config.hidden_size} -> {width}"
+                    if projected else "") + ") into",
+        wrap_model=functools.partial(StudentWithProjection, teacher_width=width)
+        if projected else None,
+        unsaved=(PROJECTION,) if projected else ())
     session = trainer.Finetuning(config, objective, source)
     student_task = session.prepared(int(config.seed)).task
     if student_task.spec() != {**student_task.spec(), **_label_spec(teacher.task)}:

@@ -107,12 +107,16 @@ class Objective:
     """What the train step minimises: `loss(params, batch, extra, dropout_key, *, model,
     task, rules)` -> (loss, metrics), and `extra`, an input of every step that is not
     trained (a distillation teacher's parameters), placed with `extra_shardings`.
-    `describe` names it in the run's log."""
+    `describe` names it in the run's log. `wrap_model` (task model -> model) adds
+    parameters that the objective trains with the model, at the top level of its tree
+    (a TinyBERT projection), and `unsaved` names those left out of the saved model."""
 
     loss: Any = task_loss
     extra: Any = None
     extra_shardings: Any = None
     describe: str = "fine-tuning"
+    wrap_model: Any = None
+    unsaved: tuple = ()
 
 
 def train_step(state, batch, extra=None, *, loss_fn, tx):
@@ -263,9 +267,12 @@ class Finetuning:
             _warn_if_uncovered(tokenizer, train_features, f"task {task.name!r}'s training data")
             for split in task.test_splits:  # read again after training; a bad file fails now
                 task.load(split)
+            model = task.model(self.source.config)
+            if self.objective.wrap_model is not None:
+                model = self.objective.wrap_model(model)
             self._prepared[key] = _Prepared(task, train_features,
                                             load_eval_sets(task, tokenizer, config, seed),
-                                            task.model(self.source.config), self.objective)
+                                            model, self.objective)
         return self._prepared[key]
 
     def run(self, config, workdir: str) -> dict[str, Any]:
@@ -390,9 +397,10 @@ class Finetuning:
                     guard.check_params(kept_params, f"{workdir}/{pretrained.BEST_DIR}")
                     kept = {"score": main, "epoch": epoch + 1, "metrics": scores}
                     if multihost.is_primary():
+                        saved = {k: v for k, v in kept_params.items()
+                                 if k not in self.objective.unsaved}
                         pretrained.save(paths.join(workdir, pretrained.BEST_DIR), bert_config,
-                                        kept_params, tokenizer=tokenizer, task=spec,
-                                        overwrite=True)
+                                        saved, tokenizer=tokenizer, task=spec, overwrite=True)
             if guard.summary():
                 writer.message(f"done: {guard.summary()}")
             writer.close()
