@@ -110,6 +110,7 @@ class TaggingTask(Task):
         self.name = name
         self.label_names: list[str] = []
         self.scheme: str | None = None  # a tag_schemes.SCHEMES name; None: not NER
+        self.label_bias: tuple[float, ...] | None = None  # log label frequencies (training)
         self.use_crf = bool(config.get("crf", False))
         self.supports_packing = not self.use_crf  # the CRF would chain across examples
         if name == "conll":
@@ -139,12 +140,17 @@ class TaggingTask(Task):
         return example.get("tags") is not None
 
     def prepare(self, train_examples):
+        counts = collections.Counter(t for ex in train_examples for t in ex["tags"] or ())
         if self.name == "conll2003":
             self.label_names = list(self._tfds_names())
         else:
-            counts = collections.Counter(t for ex in train_examples for t in ex["tags"] or ())
             # `O` (the usual majority) first: it is also the tag of words without tokens.
             self.label_names = sorted(counts, key=lambda t: (t != "O", -counts[t], t))
+        # The classifier starts at the label frequencies (a tag never seen: one count), so
+        # the first steps need not learn the prior (see docs/chinese.md).
+        total = sum(counts.values()) + len(self.label_names)
+        self.label_bias = tuple(float(np.log(max(counts[t], 1) / total))
+                                for t in self.label_names)
         self.scheme = tag_schemes.resolve(self.config.get("tag_scheme", "auto"),
                                           (ex["tags"] for ex in train_examples if ex["tags"]))
         self._set_metric()
@@ -232,9 +238,10 @@ class TaggingTask(Task):
 
     # --- model ---
     def model(self, config):
+        bias = self.label_bias if self.config.get("label_prior_bias", True) else None
         if self.use_crf:
-            return crf.BertForTokenClassificationCRF(config, len(self.label_names))
-        return heads.BertForTokenClassification(config, len(self.label_names))
+            return crf.BertForTokenClassificationCRF(config, len(self.label_names), bias)
+        return heads.BertForTokenClassification(config, len(self.label_names), bias)
 
     def loss(self, outputs, batch):
         weights = batch["label_weights"]
