@@ -35,7 +35,9 @@ import numpy as np
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 CONFIGS = os.path.join(REPO, "configs")
-SEQ_LENGTH, PREDICTIONS = 128, 20
+# Pretraining rows as long as the NER windows (configs/finetune.py:conll,tiny): positions
+# past 64 would never be used, and half-length rows are twice the steps in the budget.
+SEQ_LENGTH, PREDICTIONS = 64, 10
 ENTITY = {"nr": "PER", "ns": "LOC", "nt": "ORG"}
 SENTENCE_END = {"。", "！", "？"}
 PARAGRAPHS_PER_DOCUMENT = 5  # People's Daily marks no article boundaries
@@ -153,6 +155,7 @@ def pretrain(workdir: str, data: list[str], vocab: str, args) -> dict:
         f"--config.eval_every_steps={steps}",
         f"--config.checkpoint_every_steps={steps}",
         f"--config.eval_steps={args.eval_steps}",
+        f"--config.eval_fraction={args.eval_fraction}",
     ])
     start = time.time()
     result = train_and_evaluate(config, workdir)
@@ -177,6 +180,8 @@ def finetune_ner(workdir: str, init: str, vocab: str, seed: int, args) -> dict:
                      "--config.log_every_steps=100000", *args.ner_override]
         if args.ner_sentences:
             overrides.append(f"--config.max_train_examples={args.ner_sentences}")
+        if args.ner_validation_sentences:
+            overrides.append(f"--config.max_eval_examples={args.ner_validation_sentences}")
         run_finetune(load_config(f"{CONFIGS}/finetune.py:conll,tiny", overrides), workdir)
     with open(results_file) as f:
         results = json.load(f)
@@ -208,13 +213,20 @@ def main(argv=None) -> int:
     parser.add_argument("--pretrain-batch", type=int, default=64)
     parser.add_argument("--pretrain-lr", type=float, default=1e-3)
     parser.add_argument("--eval-steps", type=int, default=20, help="held-out MLM batches")
+    parser.add_argument("--eval-fraction", type=float, default=0.01,
+                        help="share of the pretraining rows held out for the MLM accuracy")
     parser.add_argument("--ner-sentences", type=int, default=3000,
                         help="NER training sentences, a seed-dependent random subset (0: all)")
-    parser.add_argument("--ner-epochs", type=float, default=10)
+    parser.add_argument("--ner-validation-sentences", type=int, default=1000,
+                        help="validation sentences scored after each epoch (0: all; the "
+                             "test set is always scored whole)")
+    parser.add_argument("--ner-epochs", type=float, default=5)
     parser.add_argument("--ner-override", action="append", default=[],
                         metavar="--config.KEY=VALUE", help="more fine-tuning settings")
     parser.add_argument("--seeds", default="1,2,3")
     parser.add_argument("--fresh", action="store_true", help="delete WORKDIR first")
+    parser.add_argument("--prepare-only", action="store_true",
+                        help="write the data and the vocabulary, print their paths, stop")
     args = parser.parse_args(argv)
     if args.fresh:
         shutil.rmtree(args.workdir, ignore_errors=True)
@@ -240,6 +252,10 @@ def main(argv=None) -> int:
     seeds = [int(s) for s in args.seeds.split(",")]
     print("== 1/4 train-tokenizer: a Chinese WordPiece vocabulary", flush=True)
     vocab = train_vocab(args.corpus, os.path.join(args.workdir, "vocab"), args.vocab_size)
+    if args.prepare_only:
+        print(json.dumps({"corpus": args.corpus, "ner_train": args.ner_train,
+                          "ner_dev": args.ner_dev, "ner_test": args.ner_test, "vocab": vocab}))
+        return 0
     print("== 2/4 create-data: whole-word masking (jieba), MLM only", flush=True)
     data = create_data(args.corpus, vocab, os.path.join(args.workdir, "data"),
                        args.dupe_factor)

@@ -66,8 +66,8 @@ def test_bench_end_to_end_prints_the_summary_last(tmp_path, capsys):
         "--workdir", str(tmp_path / "run"), "--corpus", paths["corpus.txt"],
         "--ner-train", bmes, "--ner-test", paths["ner_test.conll"], "--model", MICRO_MODEL,
         "--vocab-size", "200", "--dupe-factor", "1", "--pretrain-steps", "2",
-        "--pretrain-batch", "4", "--eval-steps", "1", "--ner-sentences", "0",
-        "--ner-epochs", "2", "--seeds", "1,2", "--ner-override=--config.max_seq_length=32",
+        "--pretrain-batch", "8", "--eval-steps", "1", "--eval-fraction", "0.5",
+        "--ner-sentences", "0", "--ner-epochs", "2", "--seeds", "1,2", "--ner-override=--config.max_seq_length=32",
         "--ner-override=--config.global_batch_size=8"]) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert set(summary) == {"mlm_accuracy", "ner_f1", "minutes"}
