@@ -209,18 +209,18 @@ def main(argv=None) -> int:
     parser.add_argument("--model", default="tiny", help="model preset (both inits)")
     parser.add_argument("--vocab-size", type=int, default=8000)
     parser.add_argument("--dupe-factor", type=int, default=2)
-    parser.add_argument("--pretrain-steps", type=int, default=1500)
+    parser.add_argument("--pretrain-steps", type=int, default=400)
     parser.add_argument("--pretrain-batch", type=int, default=64)
     parser.add_argument("--pretrain-lr", type=float, default=1e-3)
     parser.add_argument("--eval-steps", type=int, default=20, help="held-out MLM batches")
     parser.add_argument("--eval-fraction", type=float, default=0.01,
                         help="share of the pretraining rows held out for the MLM accuracy")
-    parser.add_argument("--ner-sentences", type=int, default=3000,
+    parser.add_argument("--ner-sentences", type=int, default=2000,
                         help="NER training sentences, a seed-dependent random subset (0: all)")
     parser.add_argument("--ner-validation-sentences", type=int, default=1000,
                         help="validation sentences scored after each epoch (0: all; the "
                              "test set is always scored whole)")
-    parser.add_argument("--ner-epochs", type=float, default=5)
+    parser.add_argument("--ner-epochs", type=float, default=3)
     parser.add_argument("--ner-override", action="append", default=[],
                         metavar="--config.KEY=VALUE", help="more fine-tuning settings")
     parser.add_argument("--seeds", default="1,2,3")
