@@ -1,18 +1,24 @@
-"""The Chinese recipe, end to end, on ../shared/data/chinese (see docs/chinese.md).
+"""Does pretraining pay for Chinese NER? The Chinese recipe end to end on CPU.
 
-1. train a Chinese WordPiece vocabulary on People's Daily (1998-01) and the review texts;
-2. create-data once: People's Daily with its hand segmentation as the reference for
-   whole-word masking (`--chinese_ref_file`), the unlabelled training reviews with
-   jieba's; the records carry `word_start`, so one set of files serves both maskings;
-3. pretrain the same small model twice for the same number of steps: whole-word
-   masking, and character-level masking (BERT's Chinese default);
-4. fine-tune each, and the same architecture from random initialisation, on
-   (a) review sentiment (test accuracy) and (b) character-level NER from People's
-   Daily's nr/ns/nt tags (entity F1, with and without the CRF).
+1. a Chinese WordPiece vocabulary trained on the unlabelled corpus;
+2. create-data with whole-word masking (jieba's segmentation), MLM only;
+3. the model pretrained for --pretrain-steps (held-out MLM accuracy, minutes);
+4. character-level NER fine-tuned from it and from random initialisation with the same
+   recipe, --seeds each: test entity F1, mean and std (np.std, as `--config.seeds`).
 
-    python bench/bench_chinese.py --workdir /work/runs/chinese [--pretrain-steps N] [--smoke]
+The NER files may use any tag scheme the `conll` task reads (BIO, IOB1, BIOES, BILOU,
+BMES). Without --ner-dev, fine-tuning keeps the last epoch (no selection) and its
+per-epoch validation curve is the test set's.
 
-Every figure is printed as measured, and saved to WORKDIR/results.json.
+    python bench/bench_chinese.py --corpus corpus.txt --ner-train train.conll \\
+        --ner-test test.conll --workdir runs/zh
+    python bench/bench_chinese.py --people-daily ../shared/data/chinese --workdir runs/zh
+
+--people-daily writes the corpus and the NER splits from People's Daily 1998-01
+(`people_daily_splits`) into WORKDIR/text first. Stages whose outputs exist are
+reused (delete WORKDIR or pass --fresh to rerun). The last line printed is one JSON
+object: {"mlm_accuracy", "ner_f1": {"pretrained": {"mean", "std"}, "random": {...}},
+"minutes"}; WORKDIR/results.json holds it with every run's F1 and curve.
 """
 from __future__ import annotations
 
@@ -20,23 +26,27 @@ import argparse
 import gzip
 import json
 import os
-import re
 import shutil
 import sys
 import time
 
+import numpy as np
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 CONFIGS = os.path.join(REPO, "configs")
-DATA = os.path.join(REPO, "..", "shared", "data", "chinese")
-SEQ_LENGTH, PREDICTIONS = 128, 20
-PARAGRAPHS_PER_DOCUMENT = 5  # People's Daily marks no article boundaries
+# Pretraining rows as long as the NER windows (configs/finetune.py:conll,tiny): positions
+# past 64 would never be used, and half-length rows are twice the steps in the budget.
+SEQ_LENGTH, PREDICTIONS = 64, 10
 ENTITY = {"nr": "PER", "ns": "LOC", "nt": "ORG"}
 SENTENCE_END = {"。", "！", "？"}
+PARAGRAPHS_PER_DOCUMENT = 5  # People's Daily marks no article boundaries
 
 
-def paragraphs(data: str, limit: int | None) -> list[list[tuple[str, str]]]:
-    """People's Daily paragraphs as [(word, tag)]."""
+# --- People's Daily 1998-01 as a corpus and NER splits ---------------------------------
+
+def paragraphs(data: str, limit: int | None = None) -> list[list[tuple[str, str]]]:
+    """People's Daily paragraphs as [(word, part-of-speech tag)]."""
     result = []
     with gzip.open(os.path.join(data, "people_daily_199801.tagged.txt.gz"), "rt",
                    encoding="utf-8") as f:
@@ -77,189 +87,201 @@ def char_tags(sentence) -> list[tuple[str, str]]:
     return out
 
 
-def write_data(workdir: str, paras, reviews_dir: str, review_limit: int | None) -> dict:
-    """Pretraining text + reference segmentations, review texts + jieba segmentation,
-    NER CoNLL splits (every 10th paragraph dev, the next test)."""
-    import jieba
-    os.makedirs(workdir, exist_ok=True)
-    paths = {name: os.path.join(workdir, name) for name in
-             ("pd.txt", "pd.ref", "reviews.txt", "reviews.ref", "vocab_corpus.txt",
-              "ner_train.conll", "ner_dev.conll", "ner_test.conll")}
-    with open(paths["pd.txt"], "w", encoding="utf-8") as text, \
-            open(paths["pd.ref"], "w", encoding="utf-8") as ref:
-        for index, paragraph in enumerate(paras):
-            for sentence in sentences(paragraph):
-                text.write("".join(w for w, _ in sentence) + "\n")
-                ref.write(" ".join(w for w, _ in sentence) + "\n")
-            if (index + 1) % PARAGRAPHS_PER_DOCUMENT == 0:
-                text.write("\n")
-                ref.write("\n")
-    with open(os.path.join(reviews_dir, "train.tsv"), encoding="utf-8") as f:
-        reviews = [line.rstrip("\n").split("\t", 1)[1] for line in f][1:review_limit]
-    with open(paths["reviews.txt"], "w", encoding="utf-8") as text, \
-            open(paths["reviews.ref"], "w", encoding="utf-8") as ref:
-        for review in reviews:  # a review per document, a sentence per line
-            for sentence in re.split(r"(?<=[。！？!?；;])", " ".join(review.split())):
-                if sentence.strip():
-                    text.write(sentence.strip() + "\n")
-                    ref.write(" ".join(w for w in jieba.cut(sentence.strip()) if w.strip())
-                              + "\n")
-            text.write("\n")
-            ref.write("\n")
-    with open(paths["vocab_corpus.txt"], "w", encoding="utf-8") as out:
-        for name in ("pd.txt", "reviews.txt"):
-            with open(paths[name], encoding="utf-8") as f:
-                shutil.copyfileobj(f, out)
-    splits = {"ner_train.conll": [], "ner_dev.conll": [], "ner_test.conll": []}
-    for index, paragraph in enumerate(paras):
-        name = {8: "ner_dev.conll", 9: "ner_test.conll"}.get(index % 10, "ner_train.conll")
-        splits[name] += [char_tags(s) for s in sentences(paragraph)]
+def people_daily_splits(data: str, out: str, limit: int | None = None) -> dict[str, str]:
+    """WORKDIR/text/{corpus.txt, ner_train, ner_dev, ner_test.conll}: every 10th paragraph
+    NER dev, the next test, the rest NER train; the corpus (a sentence per line, a blank
+    line every 5 paragraphs) holds only the training paragraphs, so pretraining never
+    reads the text of the evaluation sentences."""
+    os.makedirs(out, exist_ok=True)
+    names = ("corpus.txt", "ner_train.conll", "ner_dev.conll", "ner_test.conll")
+    paths = {name: os.path.join(out, name) for name in names}
+    if all(os.path.exists(p) for p in paths.values()):
+        return paths
+    splits: dict[str, list] = {name: [] for name in names[1:]}
+    with open(paths["corpus.txt"], "w", encoding="utf-8") as corpus:
+        for index, paragraph in enumerate(paragraphs(data, limit)):
+            split = {8: "ner_dev.conll", 9: "ner_test.conll"}.get(index % 10, "ner_train.conll")
+            splits[split] += [char_tags(s) for s in sentences(paragraph)]
+            if split == "ner_train.conll":
+                corpus.writelines("".join(w for w, _ in s) + "\n" for s in sentences(paragraph))
+                if (index + 1) % PARAGRAPHS_PER_DOCUMENT == 0:
+                    corpus.write("\n")
     for name, rows in splits.items():
         with open(paths[name], "w", encoding="utf-8") as f:
-            for sentence in rows:
-                if sentence:
-                    f.write("".join(f"{ch}\t{tag}\n" for ch, tag in sentence) + "\n")
+            f.writelines("".join(f"{ch}\t{tag}\n" for ch, tag in s) + "\n" for s in rows if s)
     return paths
 
 
-def train_vocab(paths: dict, out: str, size: int) -> str:
+# --- the recipe --------------------------------------------------------------------------
+
+def train_vocab(corpus: str, out: str, size: int) -> str:
     from bert_jax.tokenization import build_vocab
     if not os.path.exists(os.path.join(out, "vocab.txt")):
-        build_vocab.train_tokenizer([paths["vocab_corpus.txt"]], size, "wordpiece", out)
+        build_vocab.train_tokenizer([corpus], size, "wordpiece", out)
     return out
 
 
-def create_data(paths: dict, vocab: str, out: str, dupe: int) -> list[str]:
+def create_data(corpus: str, vocab: str, out: str, dupe: int) -> list[str]:
+    """Whole-word-masked MLM-only rows (no next-sentence task: the budget goes to MLM)."""
     from bert_jax.data import create_pretraining_data as cpd
     outputs = cpd.shard_paths(out, 8)
     if all(os.path.exists(p) for p in outputs):
         return outputs
     options = cpd.Options(max_seq_length=SEQ_LENGTH, max_predictions_per_seq=PREDICTIONS,
-                          dupe_factor=dupe, static_masking=False, do_whole_word_mask=True)
-    stats = cpd.create_pretraining_data(
-        [paths["pd.txt"], paths["reviews.txt"]], outputs, vocab, options,
-        num_workers=2, progress=False,
-        chinese_ref_files=[paths["pd.ref"], paths["reviews.ref"]])
+                          dupe_factor=dupe, static_masking=False, do_whole_word_mask=True,
+                          next_sentence_prediction=False)
+    stats = cpd.create_pretraining_data([corpus], outputs, vocab, options, num_workers=2,
+                                        progress=False)
     print(json.dumps(stats.summary()))
     return outputs
 
 
-def pretrain(workdir: str, data: list[str], vocab: str, steps: int, whole_words: bool,
-             smoke: bool) -> dict:
+def pretrain(workdir: str, data: list[str], vocab: str, args) -> dict:
     from bert_jax.config_loader import load_config
     from bert_jax.pretrain import train_and_evaluate
+    steps = args.pretrain_steps
     config = load_config(f"{CONFIGS}/pretrain.py:tiny", [
+        f"--config.model={args.model}",
         f"--config.input_files={','.join(data)}",
         f"--config.tokenizer={vocab}",
-        f"--config.whole_word_masking={whole_words}",
+        "--config.next_sentence_prediction=false",
         f"--config.num_train_steps={steps}",
         f"--config.max_seq_length={SEQ_LENGTH}",
         f"--config.max_predictions_per_seq={PREDICTIONS}",
-        "--config.global_batch_size=64",
-        "--config.learning_rate=2e-3",
+        f"--config.global_batch_size={args.pretrain_batch}",
+        f"--config.learning_rate={args.pretrain_lr}",
         f"--config.warmup_steps={max(1, steps // 10)}",
         f"--config.log_every_steps={max(1, min(50, steps // 10))}",
         f"--config.eval_every_steps={steps}",
         f"--config.checkpoint_every_steps={steps}",
-        f"--config.eval_steps={2 if smoke else 20}",
+        f"--config.eval_steps={args.eval_steps}",
+        f"--config.eval_fraction={args.eval_fraction}",
     ])
     start = time.time()
     result = train_and_evaluate(config, workdir)
-    result["seconds"] = round(time.time() - start, 1)
-    return result
+    return {"mlm_accuracy": result.get("eval", {}).get("mlm_accuracy"),
+            "minutes": round((time.time() - start) / 60, 2)}
 
 
-def finetune(workdir: str, init: str, vocab: str, task: str, overrides: list[str],
-             smoke: bool) -> dict:
+def finetune_ner(workdir: str, init: str, vocab: str, seed: int, args) -> dict:
+    """One NER run (configs/finetune.py:conll,tiny plus the bench's settings): test F1
+    and the validation F1 after each epoch."""
     from bert_jax.config_loader import load_config
     from bert_jax.finetune.cli import run_finetune
-    base = [f"--config.init={init}", f"--config.tokenizer={vocab}", "--config.model=tiny",
-            f"--config.max_seq_length={SEQ_LENGTH}", "--config.global_batch_size=32",
-            "--config.num_train_epochs=3", "--config.log_every_steps=100000"]
-    if smoke:
-        base += ["--config.max_train_examples=64", "--config.max_eval_examples=64",
-                 "--config.num_train_epochs=1"]
-    config = load_config(f"{CONFIGS}/finetune.py:{task},tiny", base + overrides)
-    if os.path.exists(os.path.join(workdir, "eval_results.json")):
-        with open(os.path.join(workdir, "eval_results.json")) as f:
-            return json.load(f)
-    return run_finetune(config, workdir)
+    results_file = os.path.join(workdir, "eval_results.json")
+    if not os.path.exists(results_file):
+        overrides = [f"--config.init={init}", f"--config.tokenizer={vocab}",
+                     f"--config.model={args.model}", f"--config.seed={seed}",
+                     f"--config.train_file={args.ner_train}",
+                     f"--config.validation_file={args.ner_dev or args.ner_test}",
+                     f"--config.test_file={args.ner_test}",
+                     f"--config.num_train_epochs={args.ner_epochs}",
+                     f"--config.keep_checkpoint={'best' if args.ner_dev else 'last'}",
+                     "--config.log_every_steps=100000", *args.ner_override]
+        if args.ner_sentences:
+            overrides.append(f"--config.max_train_examples={args.ner_sentences}")
+        if args.ner_validation_sentences:
+            overrides.append(f"--config.max_eval_examples={args.ner_validation_sentences}")
+        run_finetune(load_config(f"{CONFIGS}/finetune.py:conll,tiny", overrides), workdir)
+    with open(results_file) as f:
+        results = json.load(f)
+    curve = []
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+        for line in f:
+            row = json.loads(line)
+            if "validation/f1" in row:
+                curve.append(round(row["validation/f1"], 4))
+    return {"test_f1": results["test"]["f1"], "validation_f1_per_epoch": curve}
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--workdir", default="/work/runs/chinese")
-    parser.add_argument("--data", default=DATA,
-                        help="the shared Chinese data (People's Daily, reviews/)")
-    parser.add_argument("--pretrain-steps", type=int, default=300,
-                        help="per pretraining run (about 8 minutes on 2 cores)")
+    parser.add_argument("--workdir", required=True)
+    parser.add_argument("--corpus", help="unlabelled Chinese text: a sentence or paragraph "
+                        "per line, blank lines between documents")
+    parser.add_argument("--ner-train", help="CoNLL file, one character per line, any scheme")
+    parser.add_argument("--ner-test")
+    parser.add_argument("--ner-dev", help="selects the epoch (default: keep the last)")
+    parser.add_argument("--people-daily", metavar="DIR",
+                        help="write the corpus and NER splits from People's Daily 1998-01 "
+                             "(DIR/people_daily_199801.tagged.txt.gz) and use them")
+    parser.add_argument("--model", default="tiny", help="model preset (both inits)")
     parser.add_argument("--vocab-size", type=int, default=8000)
-    parser.add_argument("--review-examples", type=int, default=2000,
-                        help="labelled reviews to fine-tune on (of 13,926)")
-    parser.add_argument("--ner-sentences", type=int, default=3000,
-                        help="NER training sentences (a random subset)")
-    parser.add_argument("--review-pooling", choices=["pooler", "mean"], default="pooler",
-                        help="the review classifier's input (see docs/chinese.md)")
-    parser.add_argument("--smoke", action="store_true", help="every stage in a few minutes")
+    parser.add_argument("--dupe-factor", type=int, default=2)
+    parser.add_argument("--pretrain-steps", type=int, default=400)
+    parser.add_argument("--pretrain-batch", type=int, default=64)
+    parser.add_argument("--pretrain-lr", type=float, default=1e-3)
+    parser.add_argument("--eval-steps", type=int, default=20, help="held-out MLM batches")
+    parser.add_argument("--eval-fraction", type=float, default=0.01,
+                        help="share of the pretraining rows held out for the MLM accuracy")
+    parser.add_argument("--ner-sentences", type=int, default=2000,
+                        help="NER training sentences, a seed-dependent random subset (0: all)")
+    parser.add_argument("--ner-validation-sentences", type=int, default=1000,
+                        help="validation sentences scored after each epoch (0: all; the "
+                             "test set is always scored whole)")
+    parser.add_argument("--ner-epochs", type=float, default=3)
+    parser.add_argument("--ner-override", action="append", default=[],
+                        metavar="--config.KEY=VALUE", help="more fine-tuning settings")
+    parser.add_argument("--seeds", default="1,2,3")
     parser.add_argument("--fresh", action="store_true", help="delete WORKDIR first")
+    parser.add_argument("--prepare-only", action="store_true",
+                        help="write the data and the vocabulary, print their paths, stop")
     args = parser.parse_args(argv)
-    if not os.path.exists(os.path.join(args.data, "people_daily_199801.tagged.txt.gz")):
-        print(f"error: the Chinese data is not at {args.data}", file=sys.stderr)
-        return 2
-    reviews_dir = os.path.join(args.data, "reviews")
     if args.fresh:
         shutil.rmtree(args.workdir, ignore_errors=True)
-    work = args.workdir
-    steps = 10 if args.smoke else args.pretrain_steps
     start = time.time()
-    print("== 1/5 data: People's Daily sentences + reference words, reviews, NER splits")
-    paths = write_data(os.path.join(work, "text"),
-                       paragraphs(args.data, 300 if args.smoke else None), reviews_dir,
-                       200 if args.smoke else None)
-    print("== 2/5 train-tokenizer: a Chinese WordPiece vocabulary")
-    vocab = train_vocab(paths, os.path.join(work, "vocab"), 2000 if args.smoke else args.vocab_size)
-    print("== 3/5 create-data with whole-word masking from the reference segmentation")
-    data = create_data(paths, vocab, os.path.join(work, "data"), 1 if args.smoke else 2)
-    results = {"pretrain": {}, "reviews": {}, "ner": {}, "crf_ner": {}}
-    inits = {"random init": ""}
-    for name, whole_words in (("whole-word masking", True), ("character masking", False)):
-        print(f"== 4/5 pretrain {steps} steps, {name}")
-        directory = os.path.join(work, "pretrain_" + ("wwm" if whole_words else "char"))
-        result = pretrain(directory, data, vocab, steps, whole_words, args.smoke)
-        results["pretrain"][name] = {"eval_mlm_accuracy": result.get("eval", {}).get(
-            "mlm_accuracy"), "seconds": result["seconds"]}
-        inits[name] = directory
-    reviews = [f"--config.train_file={reviews_dir}/train.tsv",
-               f"--config.validation_file={reviews_dir}/dev.tsv",
-               f"--config.test_file={reviews_dir}/test.tsv",
-               f"--config.max_train_examples={64 if args.smoke else args.review_examples}",
-               f"--config.pooling={args.review_pooling}"]
-    ner = [f"--config.train_file={paths['ner_train.conll']}",
-           f"--config.validation_file={paths['ner_dev.conll']}",
-           f"--config.test_file={paths['ner_test.conll']}",
-           f"--config.max_train_examples={64 if args.smoke else args.ner_sentences}"]
-    for name, init in inits.items():
-        tag = name.split()[0]
-        print(f"== 5/5 fine-tune from {name}: reviews, NER, NER+CRF")
-        r = finetune(os.path.join(work, f"reviews_{tag}"), init, vocab, "csv", reviews,
-                     args.smoke)
-        results["reviews"][name] = r["test"]["accuracy"]
-        for key, crf in (("ner", False), ("crf_ner", True)):
-            r = finetune(os.path.join(work, f"{key}_{tag}"), init, vocab, "conll",
-                         ner + [f"--config.crf={crf}"], args.smoke)
-            results[key][name] = r["test"]["f1"]
-    results["minutes"] = round((time.time() - start) / 60, 1)
-    with open(os.path.join(work, "results.json"), "w") as f:
-        json.dump(results, f, indent=2)
-    print(f"\npretraining ({steps} steps each): "
-          + "; ".join(f"{k}: held-out MLM accuracy {v['eval_mlm_accuracy']:.3f} in "
-                      f"{v['seconds'] / 60:.1f} min" for k, v in results["pretrain"].items()))
-    print(f"{'init':<22}{'reviews acc':>12}{'NER F1':>9}{'NER+CRF F1':>12}")
-    for name in inits:
-        print(f"{name:<22}{results['reviews'][name]:>12.4f}{results['ner'][name]:>9.4f}"
-              f"{results['crf_ner'][name]:>12.4f}")
-    print(f"total {results['minutes']} min; {os.path.join(work, 'results.json')}")
+    if args.people_daily:
+        source = os.path.join(args.people_daily, "people_daily_199801.tagged.txt.gz")
+        if not os.path.exists(source):
+            print(f"error: --people-daily: no {source}", file=sys.stderr)
+            return 2
+        paths = people_daily_splits(args.people_daily, os.path.join(args.workdir, "text"))
+        args.corpus = args.corpus or paths["corpus.txt"]
+        args.ner_train = args.ner_train or paths["ner_train.conll"]
+        args.ner_dev = args.ner_dev or paths["ner_dev.conll"]
+        args.ner_test = args.ner_test or paths["ner_test.conll"]
+    missing = [f"--{k.replace('_', '-')}" for k in ("corpus", "ner_train", "ner_test")
+               if not getattr(args, k)]
+    absent = [p for p in (args.corpus, args.ner_train, args.ner_test, args.ner_dev)
+              if p and not os.path.exists(p)]
+    if missing or absent:
+        problem = f"missing {', '.join(missing)}" if missing else f"no file {absent[0]}"
+        print(f"error: {problem} (or pass --people-daily DIR)", file=sys.stderr)
+        return 2
+    seeds = [int(s) for s in args.seeds.split(",")]
+    print("== 1/4 train-tokenizer: a Chinese WordPiece vocabulary", flush=True)
+    vocab = train_vocab(args.corpus, os.path.join(args.workdir, "vocab"), args.vocab_size)
+    if args.prepare_only:
+        print(json.dumps({"corpus": args.corpus, "ner_train": args.ner_train,
+                          "ner_dev": args.ner_dev, "ner_test": args.ner_test, "vocab": vocab}))
+        return 0
+    print("== 2/4 create-data: whole-word masking (jieba), MLM only", flush=True)
+    data = create_data(args.corpus, vocab, os.path.join(args.workdir, "data"),
+                       args.dupe_factor)
+    print(f"== 3/4 pretrain {args.model} for {args.pretrain_steps} steps", flush=True)
+    pretrained_dir = os.path.join(args.workdir, "pretrain")
+    pretraining = pretrain(pretrained_dir, data, vocab, args)
+    print(f"pretraining: {json.dumps(pretraining)}", flush=True)
+    runs = {}
+    for init_name, init in (("pretrained", pretrained_dir), ("random", "")):
+        for seed in seeds:
+            print(f"== 4/4 NER from {init_name} init, seed {seed}", flush=True)
+            runs[f"{init_name}_seed{seed}"] = run = finetune_ner(
+                os.path.join(args.workdir, f"ner_{init_name}_seed{seed}"), init, vocab, seed,
+                args)
+            print(f"{init_name} seed {seed}: {json.dumps(run)}", flush=True)
+    ner_f1 = {}
+    for init_name in ("pretrained", "random"):
+        scores = [runs[f"{init_name}_seed{s}"]["test_f1"] for s in seeds]
+        ner_f1[init_name] = {"mean": round(float(np.mean(scores)), 4),
+                             "std": round(float(np.std(scores)), 4)}
+    summary = {"mlm_accuracy": pretraining["mlm_accuracy"], "ner_f1": ner_f1,
+               "minutes": round((time.time() - start) / 60, 1)}
+    with open(os.path.join(args.workdir, "results.json"), "w") as f:
+        json.dump({**summary, "pretraining": pretraining, "runs": runs,
+                   "settings": vars(args)}, f, indent=2)
+    print(json.dumps(summary))
     return 0
 
 

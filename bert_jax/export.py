@@ -316,10 +316,11 @@ class ServedModel:
         return self(*self.encode(texts, pairs))
 
     def tag_texts(self, texts: list[str]) -> list[dict]:
-        """Tagging models: {'words', 'tags', 'entities'} per raw text, split as
-        character-level CoNLL data is (each CJK character a word, see
-        `text_io.split_words`): one tag per word, entities as character spans of the
-        text. Words past max_seq_length - 2 tokens get the first label (no windows)."""
+        """Tagging models: {'words', 'tags', 'offsets', 'entities'} per raw text, split
+        as character-level CoNLL data is (each character of a Chinese text a word, see
+        `text_io.split_words`): one tag per word in the training scheme, each word's
+        character offsets, entities as character spans of the text. Words past
+        max_seq_length - 2 tokens get the first label (no windows)."""
         from bert_jax import text_io
         from bert_jax.tokenization import load_tokenizer
         if self.spec["kind"] != "tagging":
@@ -327,16 +328,19 @@ class ServedModel:
         if self._tokenizer is None:
             self._tokenizer = load_tokenizer(self.export_dir)
         labels, budget = self.spec["labels"], self.spec["max_seq_length"] - 2
+        scheme = (self.spec.get("task") or {}).get("tag_scheme")
         records = []
         for text in texts:
             example = text_io.text_example(text)
             ids, starts, ends = text_io.word_token_spans(self._tokenizer, example["words"])
             ids = [self._tokenizer.cls_id, *ids[:budget], self._tokenizer.sep_id]
             label_ids = self(np.asarray([ids], np.int32))["label_ids"][0]
-            tags = [labels[int(label_ids[s + 1])] if s < min(e, budget) else labels[0]
-                    for s, e in zip(starts, ends)]
-            records.append({"words": example["words"], "tags": tags, "entities":
-                            text_io.tagged_entities(text, example["spans"], tags)})
+            tags = text_io.rewrite_tags(
+                [labels[int(label_ids[s + 1])] if s < min(e, budget) else labels[0]
+                 for s, e in zip(starts, ends)], scheme)
+            records.append({"words": example["words"], "tags": tags,
+                            "offsets": [list(span) for span in example["spans"]],
+                            "entities": text_io.tagged_entities(text, example["spans"], tags)})
         return records
 
 

@@ -21,10 +21,14 @@ from bert_jax.model import (BertModel, BertOutput, activation, dense_init, embed
 Array = jax.Array
 
 
-def _dense(config: BertConfig, features: int, out_axis: str, name: str) -> nn.Dense:
+def _dense(config: BertConfig, features: int, out_axis: str, name: str,
+           bias: tuple[float, ...] | None = None) -> nn.Dense:
+    bias_init = zeros_init((out_axis,)) if bias is None else nn.with_logical_partitioning(
+        lambda key, shape, dtype=jnp.float32: jnp.asarray(bias, dtype).reshape(shape),
+        (out_axis,))
     return nn.Dense(features, dtype=config.dtype, param_dtype=config.param_dtype,
                     kernel_init=dense_init(config, ("embed", out_axis)),
-                    bias_init=zeros_init((out_axis,)), name=name)
+                    bias_init=bias_init, name=name)
 
 
 class MaskedLMHead(nn.Module):
@@ -134,10 +138,12 @@ class BertForSequenceClassification(nn.Module):
 
 
 class BertForTokenClassification(nn.Module):
-    """Per-token logits [B, L, num_labels] from the last hidden states."""
+    """Per-token logits [B, L, num_labels] from the last hidden states. `label_bias`: the
+    classifier's initial bias (e.g. the log frequencies of the labels), zeros if None."""
 
     config: BertConfig
     num_labels: int
+    label_bias: tuple[float, ...] | None = None
 
     @nn.compact
     def __call__(self, input_ids, input_mask=None, segment_ids=None, *, position_ids=None,
@@ -147,7 +153,7 @@ class BertForTokenClassification(nn.Module):
             deterministic=deterministic)
         x = Dropout(self.config.hidden_dropout_prob)(out.sequence_output,
                                                      deterministic=deterministic)
-        return _dense(self.config, self.num_labels, "classes", "classifier")(x)
+        return _dense(self.config, self.num_labels, "classes", "classifier", self.label_bias)(x)
 
 
 class BertForQuestionAnswering(nn.Module):

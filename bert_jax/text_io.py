@@ -5,7 +5,8 @@ No jax here.
 - pairs: `[CLS] a [SEP] (b [SEP])` with longest-first truncation (`encode_pair`);
 - words: raw text split as character-level CoNLL data is, each word's tokens, and the
   same split in TF ops for the SavedModel (`tf_split_words`, `word_tag_records`);
-- entities: the spans of BIO/IOB1/IOBES tag sequences, with seqeval's chunking.
+- entities: the spans of IOB2 (BIO)/IOB1/IOBES/BILOU/BMES tag sequences, with
+  seqeval's chunking.
 """
 
 from __future__ import annotations
@@ -71,11 +72,14 @@ def encode_pair(tokenizer, text_a: str, text_b: str | None, max_seq_length: int,
 
 def split_words(text: str) -> tuple[list[str], list[tuple[int, int]]]:
     """Words of raw text as character-level CoNLL splits them, and their (start, end)
-    character spans in `text`: each CJK character and each punctuation character is a
-    word; other runs end at whitespace."""
+    character spans in `text`. In a text with a CJK character every non-space character
+    is a word, digits and Latin letters included (Chinese NER corpora put one character
+    per line, so an entity may start anywhere in `992XR`); in other texts each
+    punctuation character is a word and other runs end at whitespace."""
+    chars = any(is_cjk(ord(ch)) for ch in text)
     words, spans, start = [], [], None
     for i, ch in enumerate(text + " "):
-        alone = is_cjk(ord(ch)) or is_punctuation(ch)
+        alone = is_punctuation(ch) or (chars and not ch.isspace())
         if start is not None and (ch.isspace() or alone):
             words.append(text[start:i])
             spans.append((start, i))
@@ -88,14 +92,16 @@ def split_words(text: str) -> tuple[list[str], list[tuple[int, int]]]:
     return words, spans
 
 
+_PREDICATES = {"cjk": lambda ch: is_cjk(ord(ch)), "punctuation": is_punctuation,
+               "space": str.isspace}
+
+
 @functools.cache
-def _regex_class(alone: bool) -> str:
-    """RE2 class of the characters `split_words` isolates (alone) or splits at (spaces),
-    read from the same Python predicates: RE2's Unicode tables are not Python's."""
-    def test(ch):
-        return is_cjk(ord(ch)) or is_punctuation(ch) if alone else ch.isspace()
+def _regex_class(kind: str) -> str:
+    """RE2 class of the characters `split_words` tests with `_PREDICATES[kind]`, read
+    from the same Python predicates: RE2's Unicode tables are not Python's."""
     size = sys.maxunicode + 1
-    flags = np.fromiter(map(test, map(chr, range(size))), bool, size)
+    flags = np.fromiter(map(_PREDICATES[kind], map(chr, range(size))), bool, size)
     edges = np.flatnonzero(np.diff(np.concatenate([[False], flags, [False]])))
     return "[" + "".join(rf"\x{{{start:X}}}-\x{{{end - 1:X}}}"
                          for start, end in edges.reshape(-1, 2)) + "]"
@@ -108,8 +114,13 @@ def tf_split_words(texts):
     import tensorflow as tf
     chars = tf.strings.unicode_split(texts, "UTF-8")
     flat = chars.flat_values
-    space = tf.strings.regex_full_match(flat, _regex_class(False))
-    alone = tf.strings.regex_full_match(flat, _regex_class(True))
+    space = tf.strings.regex_full_match(flat, _regex_class("space"))
+    cjk = tf.strings.regex_full_match(flat, _regex_class("cjk"))
+    chars_text = tf.gather(tf.math.unsorted_segment_max(  # texts with a CJK character
+        tf.cast(cjk, tf.int32), chars.value_rowids(), tf.shape(texts)[0]) > 0,
+        chars.value_rowids())
+    alone = tf.strings.regex_full_match(flat, _regex_class("punctuation")) | (
+        chars_text & ~space)
     in_run = ~space & ~alone
     position = tf.ragged.range(chars.row_lengths()).flat_values  # in its text
     after_run = tf.concat([[False], in_run], 0)[:-1] & (position > 0)
@@ -127,9 +138,12 @@ def tf_split_words(texts):
             by_text(tf.cast(ends, tf.int32)))
 
 
-def word_tag_records(texts: list[str], outputs: dict) -> list[dict]:
+def word_tag_records(texts: list[str], outputs: dict, scheme: str | None = None
+                     ) -> list[dict]:
     """The SavedModel `serve_text` outputs of a tagging model (numpy arrays) as the
-    records `ServedModel.tag_texts` returns: {'words', 'tags', 'entities'} per text."""
+    records `ServedModel.tag_texts` returns: {'words', 'tags', 'offsets', 'entities'}
+    per text; `scheme`, the model's tag scheme (serving.json's task `tag_scheme`),
+    rewrites the tags well formed in it as `tag_texts` does."""
     missing = [k for k in ("num_words", "word_starts", "word_ends", "word_tags")
                if k not in outputs]
     if missing:
@@ -143,9 +157,10 @@ def word_tag_records(texts: list[str], outputs: dict) -> list[dict]:
         n = int(outputs["num_words"][i])
         spans = [(int(s), int(e)) for s, e in zip(outputs["word_starts"][i][:n],
                                                   outputs["word_ends"][i][:n])]
-        tags = [t.decode("utf-8") if isinstance(t, bytes) else str(t)
-                for t in outputs["word_tags"][i][:n]]
+        tags = rewrite_tags([t.decode("utf-8") if isinstance(t, bytes) else str(t)
+                             for t in outputs["word_tags"][i][:n]], scheme)
         records.append({"words": [text[s:e] for s, e in spans], "tags": tags,
+                        "offsets": [list(span) for span in spans],
                         "entities": tagged_entities(text, spans, tags)})
     return records
 
@@ -164,6 +179,33 @@ def tagged_entities(text: str, spans: list[tuple[int, int]], tags: list[str]) ->
             for type_, first, last in found if type_ != "_"]
 
 
+def encode_entities(spans: Iterable[tuple[str, int, int]], length: int, scheme: str
+                    ) -> list[str]:
+    """Tags of `length` words in `scheme` (IOB2, IOB1, IOBES, BILOU or BMES) for
+    entities (type, first, last) that do not overlap."""
+    tags = ["O"] * length
+    previous: tuple[str, int] | None = None  # (type, last) of the entity before
+    for type_, first, last in sorted(spans, key=lambda e: e[1]):
+        if scheme in ("IOB2", "IOB1"):  # IOB1: B- only right after an entity of the type
+            begin = "B" if scheme == "IOB2" or previous == (type_, first - 1) else "I"
+            tags[first:last + 1] = [f"{begin}-{type_}"] + [f"I-{type_}"] * (last - first)
+        else:
+            single, inside, end = {"IOBES": "SIE", "BILOU": "UIL", "BMES": "SME"}[scheme]
+            tags[first:last + 1] = ([f"{single}-{type_}"] if first == last else
+                                    [f"B-{type_}"] + [f"{inside}-{type_}"] * (last - first - 1)
+                                    + [f"{end}-{type_}"])
+        previous = (type_, last)
+    return tags
+
+
+def rewrite_tags(tags: Sequence[str], scheme: str | None) -> list[str]:
+    """A predicted tag sequence's entities (seqeval's chunking) written well formed in
+    `scheme`; tags unchanged when the scheme is None (not an NER tag set)."""
+    if scheme is None:
+        return list(tags)
+    return encode_entities([e for e in entities([tags]) if e[0] != "_"], len(tags), scheme)
+
+
 def word_token_spans(tokenizer, words: list[str]):
     """Tokenizes the words joined by spaces: (token ids, start and end token index of
     each word; start == end for a word that produced no token)."""
@@ -175,12 +217,18 @@ def word_token_spans(tokenizer, words: list[str]):
     return list(encoding.ids), [int(s) for s in ends - counts], [int(e) for e in ends]
 
 
+# BILOU's last/unit and BMES's middle are IOBES's end/single and inside.
+IOBES_PREFIX = {"L": "E", "U": "S", "M": "I"}
+
+
 def _split_tag(tag: str) -> tuple[str, str]:
-    """'B-PER' -> ('B', 'PER'); 'O' -> ('O', '_'); a bare type 'PER' -> ('P', 'ER')
-    exactly like seqeval, so a tag set without prefixes should use token accuracy."""
+    """'B-PER' -> ('B', 'PER'), 'M-PER' -> ('I', 'PER') (IOBES prefixes); 'O' -> ('O', '_');
+    a bare type 'PER' -> ('P', 'ER') exactly like seqeval, so a tag set without prefixes
+    should use token accuracy."""
     if tag in ("O", ""):
         return "O", "_"
-    return tag[0], tag[1:].split("-", maxsplit=1)[-1] or "_"
+    prefix = IOBES_PREFIX.get(tag[0], tag[0]) if tag[1:2] == "-" else tag[0]
+    return prefix, tag[1:].split("-", maxsplit=1)[-1] or "_"
 
 
 def _chunk_ends(prev_tag, tag, prev_type, type_) -> bool:
@@ -200,11 +248,13 @@ def _chunk_starts(prev_tag, tag, prev_type, type_) -> bool:
 
 
 def entities(sequences: Iterable[Sequence[str]]) -> set[tuple[str, int, int]]:
-    """The (type, first, last) token spans of the entities in BIO/IOB1/IOBES tag sequences.
+    """The (type, first, last) token spans of the entities in IOB2/IOB1/IOBES/BILOU/BMES
+    tag sequences.
 
-    seqeval's default (lenient, conlleval-like) chunking: an `I-X` after `O` or after a
-    different type starts an entity; sequences are joined with an `O` between them, so
-    positions index the concatenation.
+    seqeval's default (lenient, conlleval-like) chunking, BILOU and BMES read as the
+    IOBES they spell (`IOBES_PREFIX`): an `I-X` after `O` or after a different type
+    starts an entity; sequences are joined with an `O` between them, so positions index
+    the concatenation.
     """
     flat: list[str] = []
     for seq in sequences:

@@ -62,6 +62,8 @@ def get_config(variant: str | None = None) -> ml_collections.ConfigDict:
     c.metric = ""                     # csv: "" = accuracy or regression (pearson/spearman/mse)
     c.tag_column = -1                 # conll: the column holding the tag
     c.crf = False                     # tagging: a linear-chain CRF over the words
+    c.tag_scheme = "auto"             # conll: IOB2 (BIO), IOB1, IOBES, BILOU, BMES, none or auto
+    c.label_prior_bias = True         # tagging: classifier bias starts at log label frequencies
     c.tagging_stride = None           # tagging: windows' overlap (tokens); None = max_seq_length//4
     # multiple_choice: row i of an example is [CLS] context [SEP] question + " " + ending_i
     # [SEP]; label = the index of the right ending. SWAG's columns by default.

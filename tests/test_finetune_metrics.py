@@ -45,12 +45,6 @@ def test_entity_scores_match_seqeval(prefixes):
         assert ours["f1"] == pytest.approx(seqeval.f1_score(gold, pred))
 
 
-def test_tag_set_kind():
-    assert metrics.is_entity_tag_set(["O", "B-PER", "I-PER"])
-    assert metrics.is_entity_tag_set(["O", "S-LOC", "E-LOC"])
-    assert not metrics.is_entity_tag_set(["nn", "vb", "at"])
-
-
 def test_squad_normalisation_and_scores_by_hand():
     assert metrics.normalize_answer("The  Eiffel-Tower!") == "eiffeltower"
     assert metrics.token_f1("the big red dog", "a red dog") == pytest.approx(0.8)

@@ -13,6 +13,7 @@ import pytest
 import tensorflow_datasets as tfds
 
 from bert_jax import text_io
+from bert_jax.config import preset
 from bert_jax.finetune import cli, crf, files, inference, tagging, tasks, trainer
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
 from test_finetune_util import micro_config, shared_compilation_cache
@@ -53,6 +54,29 @@ def test_read_conll_and_first_subtoken_labels(tmp_path, tokenizer):
     assert int(feature["label_weights"].sum()) == len(sentences[3]["words"])
     ids, first = tagging.word_token_positions(tokenizer, ["Unbelievably", ",", "Zoë"], 30)
     assert first[0] == 0 and first[1] > 1 and first[2] == first[1] + 1
+
+
+@pytest.mark.parametrize("use_crf", [False, True])
+def test_classifier_starts_at_the_label_frequencies(tmp_path, use_crf):
+    """The initial tag distribution is the training prior (loss = the label entropy),
+    so the first steps do not spend themselves learning it (docs/chinese.md)."""
+    import flax.linen as nn
+    import jax
+    path = write_conll(tmp_path / "train.conll", SENTENCES)
+    sentences = files.read_conll(path)
+    config = micro_config("conll", f"train_file={path}", f"crf={use_crf}")
+    task = tasks.get_task(config)
+    task.prepare(sentences)
+    tags = [t for s in sentences for t in s["tags"]]
+    frequency = np.array([max(tags.count(n), 1) for n in task.label_names]) / (
+        len(tags) + len(task.label_names))
+    bert = preset("tiny", vocab_size=100, num_hidden_layers=1, hidden_size=32,
+                  num_attention_heads=2, intermediate_size=64)
+    init = lambda: nn.unbox(task.model(bert).init(jax.random.key(0),
+                                                  jnp.ones((1, 8), jnp.int32)))["params"]
+    np.testing.assert_allclose(init()["classifier"]["bias"], np.log(frequency), rtol=1e-5)
+    task.config.label_prior_bias = False  # the zeros of BERT's head
+    assert not init()["classifier"]["bias"].any()
 
 
 def _brute_force(emissions, transitions, start, end, length):

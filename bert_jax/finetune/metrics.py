@@ -10,7 +10,7 @@ import collections
 import re
 import string
 import unicodedata
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import numpy as np
 import scipy.stats
@@ -80,12 +80,6 @@ def token_accuracy(predicted: Sequence[Sequence[str]], gold: Sequence[Sequence[s
     pairs = [(p, g) for ps, gs in zip(predicted, gold) for p, g in zip(ps, gs)]
     correct = sum(p == g for p, g in pairs)
     return {"token_accuracy": correct / len(pairs) if pairs else 0.0}
-
-
-def is_entity_tag_set(tags: Iterable[str]) -> bool:
-    """True when every tag is `O` or has a B-/I-/E-/S-/L-/U- prefix (an NER scheme)."""
-    tags = [t for t in tags if t != "O"]
-    return bool(tags) and all(re.fullmatch(r"[BIESLU]-.+", t) for t in tags)
 
 
 # --- SQuAD -----------------------------------------------------------------------------

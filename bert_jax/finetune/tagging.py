@@ -1,9 +1,11 @@
 """Token classification: CoNLL-style column files (`conll`) and tfds `conll2003` (NER).
 
 Each word's tag is predicted at its first sub-token; the other sub-tokens carry no
-label. NER tag sets (BIO, IOBES) are scored at entity level with seqeval's
-semantics; other tag sets (e.g. part of speech) by token accuracy, which is reported
-for every tag set. `crf=True` adds a linear-chain CRF over the words.
+label. NER tag sets (IOB2/BIO, IOB1, IOBES, BILOU, BMES: `tag_schemes`, detected from
+the training tags or set by `tag_scheme`) are scored at entity level with seqeval's
+semantics and predictions are written in the training file's scheme; other tag sets
+(e.g. part of speech) by token accuracy, which is reported for every tag set.
+`crf=True` adds a linear-chain CRF over the words.
 
 A sentence longer than `max_seq_length - 2` word pieces is split into windows of
 whole words (like SQuAD's `doc_stride` or the `stride` of HF's token-classification
@@ -15,10 +17,10 @@ window (BERT's max-context rule). A single word longer than a window keeps its f
 pieces. With `crf=True` the CRF (training and Viterbi) runs within each window.
 
 Raw text to tag (`predict`, `Finetuned.predict`) is split into words the way
-character-level CoNLL data is (Chinese NER corpora put one character per line):
-each CJK character and each punctuation character is a word, other runs end at
-whitespace. Predictions give one tag per word, hence per Chinese character, and
-the entities as character spans of the original string.
+character-level CoNLL data is (`text_io.split_words`: in a text with Chinese every
+non-space character is a word, as Chinese NER corpora put one character per line).
+Predictions give one tag per word with its character offsets, hence per Chinese
+character, and the entities as character spans of the original string.
 """
 
 from __future__ import annotations
@@ -29,11 +31,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax import heads, losses
+from bert_jax import heads, losses, paths
 from bert_jax.errors import UserError
-from bert_jax.finetune import crf, files, metrics
+from bert_jax.finetune import crf, files, metrics, tag_schemes
 from bert_jax.finetune.task_base import Task, register
-from bert_jax.text_io import tagged_entities, text_example, word_token_spans
+from bert_jax.text_io import rewrite_tags, tagged_entities, text_example, word_token_spans
 
 
 def word_token_positions(tokenizer, words: list[str], max_tokens: int):
@@ -108,6 +110,8 @@ class TaggingTask(Task):
         super().__init__(config)
         self.name = name
         self.label_names: list[str] = []
+        self.scheme: str | None = None  # a tag_schemes.SCHEMES name; None: not NER
+        self.label_bias: tuple[float, ...] | None = None  # log label frequencies (training)
         self.use_crf = bool(config.get("crf", False))
         self.supports_packing = not self.use_crf  # the CRF would chain across examples
         if name == "conll":
@@ -137,25 +141,36 @@ class TaggingTask(Task):
         return example.get("tags") is not None
 
     def prepare(self, train_examples):
+        counts = collections.Counter(t for ex in train_examples for t in ex["tags"] or ())
         if self.name == "conll2003":
             self.label_names = list(self._tfds_names())
         else:
-            counts = collections.Counter(t for ex in train_examples for t in ex["tags"] or ())
             # `O` (the usual majority) first: it is also the tag of words without tokens.
             self.label_names = sorted(counts, key=lambda t: (t != "O", -counts[t], t))
+        # The classifier starts at the label frequencies (a tag never seen: one count), so
+        # the first steps need not learn the prior (see docs/chinese.md).
+        total = sum(counts.values()) + len(self.label_names)
+        self.label_bias = tuple(float(np.log(max(counts[t], 1) / total))
+                                for t in self.label_names)
+        self.scheme = tag_schemes.resolve(self.config.get("tag_scheme", "auto"),
+                                          (ex["tags"] for ex in train_examples if ex["tags"]))
         self._set_metric()
 
     def _set_metric(self):
-        self.entity_level = metrics.is_entity_tag_set(self.label_names)
+        self.entity_level = self.scheme is not None
         self.selection_metric = "f1" if self.entity_level else "token_accuracy"
 
     def spec(self):
         return {"name": self.name, "family": "tagging", "label_names": self.label_names,
-                "num_labels": len(self.label_names), "crf": self.use_crf}
+                "num_labels": len(self.label_names), "crf": self.use_crf,
+                "tag_scheme": self.scheme}
 
     def restore_spec(self, spec):
         self.label_names = spec["label_names"]
         self.use_crf = spec.get("crf", False)
+        # (older workdirs saved no scheme: read it from the label names)
+        self.scheme = spec["tag_scheme"] if "tag_scheme" in spec else tag_schemes.detect(
+            [[t] for t in self.label_names])
         self._set_metric()
 
     def featurize(self, examples, tokenizer, max_seq_length, *, training):
@@ -224,9 +239,10 @@ class TaggingTask(Task):
 
     # --- model ---
     def model(self, config):
+        bias = self.label_bias if self.config.get("label_prior_bias", True) else None
         if self.use_crf:
-            return crf.BertForTokenClassificationCRF(config, len(self.label_names))
-        return heads.BertForTokenClassification(config, len(self.label_names))
+            return crf.BertForTokenClassificationCRF(config, len(self.label_names), bias)
+        return heads.BertForTokenClassification(config, len(self.label_names), bias)
 
     def loss(self, outputs, batch):
         weights = batch["label_weights"]
@@ -292,20 +308,33 @@ class TaggingTask(Task):
         return scores
 
     def predict(self, examples, features, outputs):
-        """Records {'words', 'tags', 'entities'}; entity spans index the raw text, or for
-        examples given as words, the words joined by single spaces."""
+        """Records {'words', 'tags', 'offsets', 'entities'}: a tag per word in the training
+        scheme, each word's [start, end) and the entities' character spans in the raw
+        text, or for examples given as words, in the words joined by single spaces."""
         records = []
         for ex, tags in zip(examples, self._word_tags(features, outputs)):
-            record = {"words": ex["words"], "tags": tags}
+            text, spans = ex.get("text"), ex.get("spans")
+            if text is None:
+                text = " ".join(ex["words"])
+                ends = np.cumsum([len(w) + 1 for w in ex["words"]]) - 1
+                spans = [(int(e) - len(w), int(e)) for w, e in zip(ex["words"], ends)]
+            tags = rewrite_tags(tags, self.scheme)
+            record = {"words": ex["words"], "tags": tags,
+                      "offsets": [list(span) for span in spans]}
             if self.entity_level:
-                text, spans = ex.get("text"), ex.get("spans")
-                if text is None:
-                    text = " ".join(ex["words"])
-                    ends = np.cumsum([len(w) + 1 for w in ex["words"]]) - 1
-                    spans = [(int(e) - len(w), int(e)) for w, e in zip(ex["words"], ends)]
                 record["entities"] = tagged_entities(text, spans, tags)
             records.append(record)
         return records
+
+    def write_test_predictions(self, records, split, workdir):
+        """WORKDIR/predictions/SPLIT.conll: `word<TAB>predicted tag` lines, a blank line
+        after each sentence, the training file's layout and tag scheme."""
+        path = paths.join(workdir, "predictions", f"{split}.conll")
+        paths.makedirs(paths.dirname(path))
+        paths.write_text(path, "".join(
+            "".join(f"{w}\t{t}\n" for w, t in zip(record["words"], record["tags"])) + "\n"
+            for record in records))
+        return path
 
 
 register("conll")(lambda config: TaggingTask(config, "conll"))
