@@ -474,7 +474,7 @@ def test_out_of_device_memory_names_the_batch_and_the_levers(paths, tmp_path, ca
                                                              monkeypatch):
     from bert_jax import pretrain
 
-    def out_of_memory(config, workdir):
+    def out_of_memory(config, workdir, *args):
         raise RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate "
                            "12.50GiB.")
 

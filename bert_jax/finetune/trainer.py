@@ -240,6 +240,10 @@ class Finetuning:
         self.config = config
         self.objective = objective or Objective()
         self.source = source or resolve_model(config)
+        task = tasks.get_task(config)
+        if config.packing and not task.supports_packing:  # before any data is read
+            raise ValueError(f"task {task.name!r} does not support packing"
+                             + (" with a CRF" if config.get("crf") else ""))
         self.length_coverage = train_length_coverage(config, self.source)
         check_inputs_fit(self.source.config, self.source.origin,
                          max_seq_length=config.max_seq_length)
@@ -254,9 +258,6 @@ class Finetuning:
         if key not in self._prepared:
             # A fresh task per data set: `prepare` reads labels from the training subset.
             task = tasks.get_task(config)
-            if config.packing and not task.supports_packing:
-                raise ValueError(f"task {task.name!r} does not support packing"
-                                 + (" with a CRF" if config.get("crf") else ""))
             tokenizer = self.source.tokenizer
             train_examples = subsample(task.load("train"), config.max_train_examples, seed)
             task.prepare(train_examples)
