@@ -162,28 +162,27 @@ class Checkpointer:
         calls this; `meta['pipeline']` may differ per process and is gathered so
         each process finds its own position on restore."""
         meta = dict(meta, pipeline=gather_process_values(meta.get("pipeline")))
-        try:  # also reports a failure of the previous, asynchronous save
+        with self._write_errors_as_one_line():  # also reports the previous save's failure
             self.manager.save(step, args=ocp.args.Composite(
                 state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)))
-        except Exception as e:  # noqa: BLE001 - write failures become one OSError
-            if _is_write_error(e):
-                raise self._save_failed(e) from e
-            raise
         self._saving = step
 
     def wait(self) -> None:
-        try:
+        with self._write_errors_as_one_line():
             self.manager.wait_until_finished()
-        except Exception as e:  # noqa: BLE001
-            if _is_write_error(e):
-                raise self._save_failed(e) from e
-            raise
 
     def check(self) -> None:
         """Raises the OSError of a background save that failed (a full disk), so the run
         stops at it rather than at the next save; cheap enough for every step."""
-        try:
+        with self._write_errors_as_one_line():
             self.manager.check_for_errors()
+
+    @contextlib.contextmanager
+    def _write_errors_as_one_line(self):
+        """A failed write (`_is_write_error`) becomes `_save_failed`'s OSError; other
+        errors pass unchanged."""
+        try:
+            yield
         except Exception as e:  # noqa: BLE001
             if _is_write_error(e):
                 raise self._save_failed(e) from e
