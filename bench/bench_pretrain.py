@@ -186,7 +186,8 @@ def run_worker(side, **options):
         elif value not in (None, False):
             command += [f"--{key.replace('_', '-')}", str(value)]
     done = subprocess.run(command, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": REPO})
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                              filter(None, [REPO, os.environ.get("PYTHONPATH")]))})
     for line in done.stdout.splitlines():
         if line.startswith("RESULT "):
             return json.loads(line[len("RESULT "):])
