@@ -244,10 +244,10 @@ def pretrain_args(workdir, corpus, **overrides):
 
 @pytest.fixture
 def small_filesystem(tmp_path):
-    """A 6 MiB tmpfs: room for one checkpoint of the small model (3.6 MB), not two."""
+    """A 32 MiB tmpfs of its own, so that the test can fill it."""
     path = tmp_path / "small"
     path.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(path)],
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", str(path)],
                              capture_output=True)
     if mounted.returncode:
         pytest.skip("mounting a small tmpfs needs root (test_enospc_during_a_save_... covers "
@@ -256,9 +256,21 @@ def small_filesystem(tmp_path):
     subprocess.run(["umount", "-l", str(path)], check=True)
 
 
-def test_a_full_disk_stops_the_run_at_the_failed_save_with_one_line(small_filesystem,
-                                                                   text_corpus, capsys):
+def test_a_full_disk_stops_the_run_at_the_failed_save_with_one_line(
+        small_filesystem, text_corpus, capsys, monkeypatch):
+    """Checkpoint 2 lands; then the disk is filled to 1 MiB free and checkpoint 4 fails."""
     workdir = os.path.join(small_filesystem, "w")
+    save = checkpoint.Checkpointer.save
+
+    def save_on_a_filling_disk(self, step, state, meta):
+        if step == 4:
+            self.wait()
+            free = os.statvfs(small_filesystem)
+            with open(os.path.join(small_filesystem, "ballast"), "wb") as ballast:
+                ballast.write(b"\0" * (free.f_bavail * free.f_frsize - 2 ** 20))
+        return save(self, step, state, meta)
+
+    monkeypatch.setattr(checkpoint.Checkpointer, "save", save_on_a_filling_disk)
     capsys.readouterr()
     assert cli.main(pretrain_args(workdir, text_corpus)) == 2
     err = capsys.readouterr().err
