@@ -4,7 +4,11 @@
       checkpoints/<step>/state   TrainState (params, optimizer state, step, rng, ...)
       checkpoints/<step>/meta    JSON: config, every process's input-pipeline position
       model/                     bert_jax.json (model config) + tokenizer files, written
-                                 and read by `bert_jax.pretrained` (as are the params alone)
+                                 and read by `bert_jax.pretrained`
+
+This module alone knows that layout; `read_params` and `latest_params` read a
+checkpoint's parameters without its optimizer state (what `bert_jax.pretrained` loads
+from a pretraining workdir).
 
 Saves are asynchronous (Orbax CheckpointManager) and cooperative: every
 process calls `save` and writes its own shards. Restores take a target of
@@ -40,11 +44,14 @@ import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
 from bert_jax import paths
-from bert_jax.pretrained import CHECKPOINTS_DIR, CheckpointError
+from bert_jax.errors import CheckpointError
 
 log = logging.getLogger(__name__)
 
+CHECKPOINTS_DIR = "checkpoints"
 CORRUPT_DIR = "checkpoints_corrupt"
+# A step's items: the saved names of `Checkpointer.save`'s Composite arguments.
+STATE_ITEM, META_ITEM = "state", "meta"
 
 
 # Config keys a resumed run may change: they shape neither the TrainState nor the
@@ -316,12 +323,12 @@ def _first_line(error: BaseException) -> str:
 
 def _read_meta(step_dir: str) -> dict:
     """A checkpoint's meta JSON, read without restoring (or registering) its state."""
-    return json.loads(paths.read_text(paths.join(step_dir, "meta", "metadata")))
+    return json.loads(paths.read_text(paths.join(step_dir, META_ITEM, "metadata")))
 
 
 def _saved_shapes(step_dir: str) -> list[tuple]:
     """The sorted shapes of a checkpoint's saved state arrays (its metadata only)."""
-    tree = ocp.PyTreeCheckpointer().metadata(paths.join(step_dir, "state")).item_metadata.tree
+    tree = ocp.PyTreeCheckpointer().metadata(paths.join(step_dir, STATE_ITEM)).item_metadata.tree
     return sorted(tuple(m.shape) for m in jax.tree.leaves(tree) if hasattr(m, "shape"))
 
 
@@ -344,7 +351,7 @@ def restore_from_path(path: str, target: Any, *, run: dict | None = None
     path = paths.abspath(path)
     if paths.isdir(paths.join(path, CHECKPOINTS_DIR)):
         path = paths.join(path, CHECKPOINTS_DIR)
-    if paths.isdir(paths.join(path, "state")):
+    if paths.isdir(paths.join(path, STATE_ITEM)):
         directory, step = paths.dirname(path), int(paths.basename(path))
     else:
         directory, step = path, None
@@ -366,3 +373,39 @@ def restore_from_path(path: str, target: Any, *, run: dict | None = None
         except Exception as e:  # noqa: BLE001
             raise CheckpointError(f"cannot restore {source}: {_first_line(e)}") from e
         return restored.state, _local_meta(restored.meta), step
+
+
+# --- the parameters alone ---------------------------------------------------------------
+
+def steps(workdir: str) -> list[int]:
+    """The steps with a checkpoint directory under WORKDIR/checkpoints, ascending."""
+    directory = paths.join(paths.abspath(workdir), CHECKPOINTS_DIR)
+    if not paths.isdir(directory):
+        return []
+    return sorted(int(name) for name in paths.listdir(directory) if name.isdigit())
+
+
+def read_params(step_dir: str) -> dict[str, Any]:
+    """Only the params of one checkpoint's TrainState (`step_dir`: .../checkpoints/<step>),
+    as host numpy arrays, however many devices wrote them; the optimizer state is not read."""
+    directory = paths.join(step_dir, STATE_ITEM)
+    checkpointer = ocp.PyTreeCheckpointer()
+    tree = checkpointer.metadata(directory).item_metadata.tree
+    item = {"params": jax.tree.map(lambda m: np.zeros(m.shape, m.dtype), tree["params"])}
+    restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), item)
+    return checkpointer.restore(directory, args=ocp.args.PyTreeRestore(
+        item=item, restore_args=restore_args, partial_restore=True))["params"]
+
+
+def latest_params(workdir: str) -> tuple[int, dict[str, Any]]:
+    """(step, params) of WORKDIR's latest readable checkpoint (`read_params`); unreadable
+    newer ones are skipped with a warning (and left in place). CheckpointError when none
+    is readable."""
+    directory = paths.join(paths.abspath(workdir), CHECKPOINTS_DIR)
+    for step in reversed(steps(workdir)):
+        try:
+            return step, read_params(paths.join(directory, str(step)))
+        except Exception as e:  # noqa: BLE001 - any failure means: unusable checkpoint
+            log.warning("checkpoint %s/%d is unreadable (%s); trying the previous one",
+                        directory, step, e)
+    raise CheckpointError(f"no readable checkpoint under {directory}")

@@ -25,6 +25,10 @@ def check_divisible(name: str, value: int, multiple: int, why: str) -> None:
         raise UserError(f"{name} {value} must be a multiple of {multiple} ({why})")
 
 
+class CheckpointError(UserError):
+    """No readable checkpoint, or one whose parameters do not match the model."""
+
+
 class NonFiniteError(FloatingPointError):
     """A run whose loss or gradient stayed NaN/Inf (it diverged): `bert-jax` prints the
     message (the step, the values, what to change) as one line and exits with code 1."""

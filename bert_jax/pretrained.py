@@ -6,23 +6,22 @@
       vocab.txt | spm.model, tokenizer_config.json   (the tokenizer's own files)
       params/           Orbax checkpoint of the parameter tree (unrolled layers)
 
-A pretraining workdir (`WORKDIR/checkpoints/<step>/state` written by `bert-jax pretrain`,
-its model files in WORKDIR/model) is accepted wherever a model directory is: its latest
-readable checkpoint's params are read. A fine-tuning workdir resolves to its best model
+A pretraining workdir (its checkpoints written by `bert-jax pretrain` in the layout
+`bert_jax.checkpoint` owns, its model files in WORKDIR/model) is accepted wherever a model
+directory is: its latest readable checkpoint's params are read. A fine-tuning workdir resolves to its best model
 (`resolve_model_dir`). Writes are atomic: a failed conversion leaves nothing at the
 destination.
 
 Also here, because every reader of a model directory needs them: the parameter-tree
 layouts (unrolled `layer_i` vs scanned `layers`), the task metadata (`task_kind`,
-`label_names`, `classifier_pooling`) and `place_params`, which puts loaded numpy weights
-into a sharded state.
+`label_names`, `classifier_pooling`) and `init_params`, which fits loaded numpy weights to
+a model and places them on its mesh.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 import os
 from typing import Any
 
@@ -30,25 +29,18 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from bert_jax import paths
+from bert_jax import checkpoint, paths
 from bert_jax.atomic import atomic_directory
 from bert_jax.config import BertConfig, ConfigError
-from bert_jax.errors import UserError
-
-log = logging.getLogger(__name__)
+from bert_jax.errors import CheckpointError
 
 MODEL_FILE = "bert_jax.json"
 PARAMS_DIR = "params"
-# A pretraining workdir: checkpoints/<step>/state and the model files in model/.
-CHECKPOINTS_DIR = "checkpoints"
+# A pretraining workdir's model files (its checkpoints: `bert_jax.checkpoint`).
 WORKDIR_MODEL_DIR = "model"
 # A fine-tuning workdir: its best model, and the results naming the best seed.
 BEST_DIR = "best"
 RESULTS_FILE = "eval_results.json"
-
-
-class CheckpointError(UserError):
-    """No readable checkpoint, or one whose parameters do not match the model."""
 
 
 @dataclasses.dataclass
@@ -98,24 +90,13 @@ def save(path: str | os.PathLike, config: BertConfig, params: dict[str, Any], *,
 
 # --- reading ----------------------------------------------------------------------------
 
-def read_params(directory: str | os.PathLike, key: str | None = None) -> dict[str, Any]:
-    """An Orbax tree as host numpy arrays (any saved device count); with `key`, only that
-    subtree (e.g. the "params" of a saved TrainState, skipping the optimizer state)."""
+def read_params(directory: str | os.PathLike) -> dict[str, Any]:
+    """A model directory's params/ as host numpy arrays."""
     checkpointer = ocp.PyTreeCheckpointer()
     tree = checkpointer.metadata(directory).item_metadata.tree
-    if key is None:
-        restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)
-        return checkpointer.restore(directory, args=ocp.args.PyTreeRestore(
-            restore_args=restore_args))
-    item = {key: jax.tree.map(lambda m: np.zeros(m.shape, m.dtype), tree[key])}
-    restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), item)
+    restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)
     return checkpointer.restore(directory, args=ocp.args.PyTreeRestore(
-        item=item, restore_args=restore_args, partial_restore=True))[key]
-
-
-def read_checkpoint_params(step_dir: str) -> dict[str, Any]:
-    """Only the params of one pretraining checkpoint's TrainState, as numpy."""
-    return read_params(paths.join(step_dir, "state"), key="params")
+        restore_args=restore_args))
 
 
 def _read_model_file(model_file: str) -> dict[str, Any]:
@@ -134,28 +115,13 @@ def read_model_config(workdir: str) -> BertConfig:
     return _read_model_file(path)["config"]
 
 
-def _checkpoint_steps(directory: str) -> list[int]:
-    if not paths.isdir(directory):
-        return []
-    return sorted(int(name) for name in paths.listdir(directory) if name.isdigit())
-
-
 def load_pretrained_from_workdir(workdir: str) -> Pretrained:
     """The latest readable checkpoint of a pretraining workdir as a `Pretrained`
     (numpy params with unrolled layers, the model config, the tokenizer dir)."""
     workdir = paths.abspath(workdir)
     config = read_model_config(workdir)
-    directory = paths.join(workdir, CHECKPOINTS_DIR)
-    for step in reversed(_checkpoint_steps(directory)):
-        try:
-            params = read_checkpoint_params(paths.join(directory, str(step)))
-        except Exception as e:  # noqa: BLE001
-            log.warning("checkpoint %s/%d is unreadable (%s); trying the previous one",
-                        directory, step, e)
-            continue
-        return Pretrained(config, to_unscanned(params), None,
-                          paths.join(workdir, WORKDIR_MODEL_DIR))
-    raise CheckpointError(f"no readable checkpoint under {directory}")
+    _, params = checkpoint.latest_params(workdir)
+    return Pretrained(config, to_unscanned(params), None, paths.join(workdir, WORKDIR_MODEL_DIR))
 
 
 def check_model_path(path: str | os.PathLike) -> bool:
@@ -166,10 +132,11 @@ def check_model_path(path: str | os.PathLike) -> bool:
     if not paths.isdir(path):
         raise FileNotFoundError(f"no model directory at {path}")
     model_file = paths.join(path, MODEL_FILE)
-    if paths.isdir(paths.join(path, CHECKPOINTS_DIR)) and not paths.exists(model_file):
+    checkpoints = paths.join(path, checkpoint.CHECKPOINTS_DIR)
+    if paths.isdir(checkpoints) and not paths.exists(model_file):
         read_model_config(path)
-        if not _checkpoint_steps(paths.join(path, CHECKPOINTS_DIR)):
-            raise CheckpointError(f"no checkpoint under {paths.join(path, CHECKPOINTS_DIR)}")
+        if not checkpoint.steps(path):
+            raise CheckpointError(f"no checkpoint under {checkpoints}")
         return True
     if not paths.exists(model_file):
         hint = (" It is a fine-tuning workdir: its model is in best/." if
@@ -210,7 +177,8 @@ def best_model_dir(workdir: str) -> str:
 
 def resolve_model_dir(path: str) -> str:
     """A model directory or pretraining workdir as is; a fine-tuning workdir's best model."""
-    if any(paths.exists(paths.join(path, name)) for name in (MODEL_FILE, CHECKPOINTS_DIR)):
+    if any(paths.exists(paths.join(path, name)) for name in (MODEL_FILE,
+                                                             checkpoint.CHECKPOINTS_DIR)):
         return path
     return best_model_dir(path)
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from bert_jax import checkpoint, pretrained, sharding
+from bert_jax.errors import CheckpointError
 from bert_jax.heads import BertForPreTraining
 from bert_jax.optim import make_optimizer
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
@@ -74,7 +75,7 @@ def test_corrupt_latest_falls_back_to_the_previous_with_a_warning(tmp_path, capl
 
 def test_match_params_names_missing_extra_and_misshaped():
     target = {"a": np.zeros(3), "b": {"c": np.zeros((2, 2))}}
-    with pytest.raises(pretrained.CheckpointError) as e:
+    with pytest.raises(CheckpointError) as e:
         pretrained.match_params({"a": np.zeros(4), "x": np.zeros(1)}, target)
     message = str(e.value)
     assert "a (4,) vs model (3,)" in message and "b/c" in message and "x" in message

@@ -9,7 +9,7 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax import cli, pretrained
+from bert_jax import checkpoint, cli
 from test_train import REPO, SMALL_MODEL, text_corpus  # noqa: F401 (fixture)
 
 TWO_LAYERS = SMALL_MODEL.replace("'num_hidden_layers': 1", "'num_hidden_layers': 2")
@@ -28,9 +28,8 @@ def pretrain(workdir, input_files, *overrides):
 
 
 def params_at(workdir, step=None):
-    directory = os.path.join(workdir, "checkpoints")
-    step = step if step is not None else max(int(s) for s in os.listdir(directory) if s.isdigit())
-    return pretrained.read_checkpoint_params(os.path.join(directory, str(step)))
+    step = step if step is not None else checkpoint.steps(str(workdir))[-1]
+    return checkpoint.read_params(os.path.join(workdir, checkpoint.CHECKPOINTS_DIR, str(step)))
 
 
 def logged_steps(workdir):
