@@ -18,6 +18,7 @@ import argparse
 import functools
 from typing import Sequence
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -81,6 +82,16 @@ def _tokenizer(model: pretrained.Pretrained, config: BertConfig, batch_size: int
     return tokenizer, min(max_seq_length, config.max_position_embeddings)
 
 
+def _encoder_params(model: pretrained.Pretrained, config: BertConfig, pooler: bool):
+    """The model's encoder weights as `BertModel(config)` takes them, on the default
+    device (`pretrained.init_params`)."""
+    ids = jnp.zeros((1, MIN_SEQ_LENGTH), jnp.int32)
+    target = jax.eval_shape(lambda: BertModel(config, add_pooling_layer=pooler).init(
+        jax.random.key(0), ids, ids)["params"])
+    return pretrained.init_params(nn.unbox(target), model.params["bert"], drop=("pooler",),
+                                  source=model.tokenizer_dir)
+
+
 def embed_texts(model: pretrained.Pretrained, texts: Sequence[str], *, pooling: str = "mean",
                 layer: int = -1, batch_size: int = 32, max_seq_length: int = 128,
                 attention_impl: str | None = None) -> np.ndarray:
@@ -100,9 +111,7 @@ def embed_texts(model: pretrained.Pretrained, texts: Sequence[str], *, pooling: 
         raise ValueError("--pooling pooler needs the last layer and a model with a pooler")
     tokenizer, max_seq_length = _tokenizer(model, config, batch_size, max_seq_length)
     encoded = encode_texts(tokenizer, texts, max_seq_length)
-    params = model.params["bert"]
-    if pooling != "pooler":
-        params = {k: v for k, v in params.items() if k != "pooler"}
+    params = _encoder_params(model, config, pooler=pooling == "pooler")
     run = functools.partial(_embed_batch, params, config=config, pooling=pooling, layer=layer)
     out = np.zeros((len(encoded), config.hidden_size), np.float32)
     for rows, vectors in _batches(encoded, batch_size, max_seq_length, run):
@@ -159,7 +168,7 @@ def token_features(model: pretrained.Pretrained, texts: Sequence[str], *,
         raise UserError("the input has no lines: nothing to embed")
     tokenizer, max_seq_length = _tokenizer(model, config, batch_size, max_seq_length)
     encoded = encode_texts(tokenizer, texts, max_seq_length)
-    params = {k: v for k, v in model.params["bert"].items() if k != "pooler"}
+    params = _encoder_params(model, config, pooler=False)
     run = functools.partial(_token_batch, params, config=config, layers=layers,
                             combine=combine)
     per_line: list = [None] * len(encoded)

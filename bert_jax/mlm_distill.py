@@ -87,7 +87,6 @@ def load_teacher(path: str, student: BertConfig, fingerprint: str, *, temperatur
     boxed = jax.eval_shape(lambda: model.init(jax.random.key(0), ids, ids, ids,
                                               positions)["params"])
     shardings = sharding.logical_to_sharding(nn.get_partition_spec(boxed), mesh, rules)
-    params = pretrained.place_params({k: v for k, v in loaded.params.items() if k != "nsp"},
-                                     nn.unbox(boxed), shardings, scan_layers=config.scan_layers,
-                                     source=f"teacher {path}")
+    params = pretrained.init_params(nn.unbox(boxed), loaded.params, shardings, drop=("nsp",),
+                                    source=f"teacher {path}")
     return MlmTeacher(model, float(temperature), float(alpha)), params, shardings

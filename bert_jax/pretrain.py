@@ -480,13 +480,11 @@ def restore_or_init(config, ckpt: checkpoint.Checkpointer, setup: Setup, writer,
     if config.init_from:
         loaded = pretrained.load(config.init_from)
         if not config.next_sentence_prediction and "nsp" in loaded.params:
-            loaded.params = {k: v for k, v in loaded.params.items() if k != "nsp"}
             writer.message(f"MLM-only run: the NSP head of {config.init_from} is not used")
-        params = pretrained.place_params(
-            loaded.params,
+        params = pretrained.init_params(
             jax.device_get(state.params) if config.partial_restore else target.params,
-            shardings.params, scan_layers=config.scan_layers,
-            partial=config.partial_restore, source=config.init_from)
+            loaded.params, shardings.params, drop=("nsp",), partial=config.partial_restore,
+            source=config.init_from)
         state = state.replace(params=params)
         writer.message(f"initialised weights from {config.init_from}")
     return state, shardings, None

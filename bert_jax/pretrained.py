@@ -290,11 +290,19 @@ def match_params(loaded: Any, target: Any, *, partial: bool = False,
     return jax.tree.unflatten(treedef, [have.get(k, leaf) for k, leaf in want.items()])
 
 
-def place_params(loaded: Any, target: Any, shardings: Any, *, scan_layers: bool,
-                 partial: bool = False, source: str = "checkpoint") -> Any:
-    """Loaded numpy params (any layer layout) as arrays laid out like `target` and placed
-    with `shardings` (a tree like `target` of `jax.sharding.Sharding`s). See `match_params`
-    for what must match and what `partial` allows."""
-    params = match_params(match_layout(loaded, scan_layers), target, partial=partial,
-                          source=source)
+def init_params(target: Any, loaded: dict[str, Any], shardings: Any = None, *,
+                drop: tuple[str, ...] = (), partial: bool = False,
+                source: str = "checkpoint") -> Any:
+    """Loaded weights (`load(path).params`, or its "bert" encoder) as the parameters of
+    the model whose parameter tree `target` is (arrays or ShapeDtypeStructs), placed with
+    `shardings` (a tree like `target` of `jax.sharding.Sharding`s; None: the default
+    device). Every run that starts from pretrained weights comes through here.
+
+    drop: top-level entries of `loaded` left out when `target` has none (heads the run
+    does not use: an MLM-only run's NSP head, the pooler of a tagger). Layers are stacked
+    or unrolled as `target` holds them; then everything must match (`match_params`,
+    which says what `partial` allows)."""
+    loaded = {k: v for k, v in loaded.items() if k in target or k not in drop}
+    scanned = "layers" in _encoder(target)
+    params = match_params(match_layout(loaded, scanned), target, partial=partial, source=source)
     return jax.device_put(params, shardings)

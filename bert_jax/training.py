@@ -10,7 +10,7 @@
 - `NonFiniteGuard`: a warning for each skipped step, and a stop (`NonFiniteError`) when
   they keep coming: the run diverged.
 
-Starting from loaded weights is `bert_jax.pretrained.place_params`.
+Starting from loaded weights is `bert_jax.pretrained.init_params`.
 """
 
 from __future__ import annotations

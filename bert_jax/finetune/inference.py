@@ -91,8 +91,8 @@ def place_model_params(pre: pretrained.Pretrained, model: nn.Module, mesh, rules
     dummy = jnp.ones((1, 8), jnp.int32)
     boxed = jax.eval_shape(lambda: model.init(jax.random.key(0), dummy, dummy, dummy)["params"])
     shardings = sharding.logical_to_sharding(nn.get_partition_spec(boxed), mesh, rules)
-    params = pretrained.place_params(pre.params, nn.unbox(boxed), shardings,
-                                     scan_layers=pre.config.scan_layers, source=pre.tokenizer_dir)
+    params = pretrained.init_params(nn.unbox(boxed), pre.params, shardings,
+                                    source=pre.tokenizer_dir)
     return params, shardings
 
 

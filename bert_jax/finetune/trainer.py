@@ -46,12 +46,24 @@ PREDICTIONS_DIR = "predictions"
 
 @dataclasses.dataclass
 class ModelSource:
-    """The encoder to start from: its config, tokenizer and (numpy) parameters."""
+    """The encoder to start from: its config, tokenizer and (numpy) parameters, read once
+    (`resolve_model`) and placed into each run's fresh model (`init_params`)."""
 
     config: BertConfig
     tokenizer: Any
     encoder_params: dict | None
     origin: str
+
+    def init_params(self, params: dict, shardings: dict) -> dict:
+        """A fresh task model's `params` (placed with `shardings`) with this encoder's
+        weights in place of the random encoder (`pretrained.init_params`; a tagger's or
+        span model has no pooler, so the source's is dropped); as they are for a random
+        encoder."""
+        if self.encoder_params is None:
+            return params
+        encoder = pretrained.init_params(params["bert"], self.encoder_params, shardings["bert"],
+                                         drop=("pooler",), source=self.origin)
+        return {**params, "bert": encoder}
 
 
 def resolve_model(config) -> ModelSource:
@@ -314,15 +326,7 @@ class Finetuning:
             tx = optim.freeze(full_tx, optim.frozen_mask(shapes, config.freeze))
         state, shardings = sharding.create_sharded_state(init_fn, tx, mesh, rules=rules,
                                                          seed=seed, rng_impl=config.rng_impl)
-        if self.source.encoder_params is not None:
-            loaded = dict(self.source.encoder_params)
-            if "pooler" not in state.params["bert"]:
-                loaded.pop("pooler", None)  # tagging and span heads have no pooler
-            encoder = pretrained.place_params(loaded, state.params["bert"],
-                                              shardings.params["bert"],
-                                              scan_layers=bert_config.scan_layers,
-                                              source=self.source.origin)
-            state = state.replace(params={**state.params, "bert": encoder})
+        state = state.replace(params=self.source.init_params(state.params, shardings.params))
         step_fn, eval_fn = data.steps(tx, shardings, mesh, rules,
                                       frozen=config.freeze if frozen_steps else "")
 
