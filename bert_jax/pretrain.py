@@ -16,8 +16,6 @@ import argparse
 import contextlib
 import dataclasses
 import functools
-import hashlib
-import json
 import logging
 import math
 import sys
@@ -31,11 +29,11 @@ import ml_collections
 import numpy as np
 import optax
 
-from bert_jax import (checkpoint, compile_cache, losses, mlm_distill, multihost, paths, perf,
-                      preemption, pretrained, sharding, training, workdir_lock)
-from bert_jax.atomic import atomic_directory
+from bert_jax import (checkpoint, losses, mlm_distill, multihost, paths, perf, preemption,
+                      pretrained, sharding, training, workdir_lock)
 from bert_jax.config import BertConfig, check_choice, check_inputs_fit
 from bert_jax.config_loader import load_config, split_config_args
+from bert_jax.data import inputs
 from bert_jax.errors import (Interrupted, UserError, check_divisible, check_positive,
                              is_out_of_memory, out_of_memory)
 from bert_jax.heads import BertForPreTraining
@@ -242,134 +240,6 @@ def setup(config: ml_collections.ConfigDict, vocab_size: int, *,
     return Setup(config, bert_config, model, tx, schedule, init_fn, mesh, rules, state)
 
 
-# --- data ------------------------------------------------------------------------------
-
-def _is_tfrecord(path: str) -> bool:
-    return ".tfrecord" in paths.basename(path)
-
-
-def input_files(config: ml_collections.ConfigDict) -> list[str]:
-    """The files config.input_files names (default: the embedded corpus); raises
-    UserError when a pattern matches nothing or a file is empty."""
-    from bert_jax.data import corpus
-    patterns = [p for p in config.input_files.split(",") if p] or [corpus.DEFAULT_CORPUS]
-    files = []
-    for pattern in patterns:
-        matches = paths.glob(pattern)
-        if not matches:
-            raise UserError(f"input_files: {pattern!r} matches no file")
-        files += matches
-    files = sorted(set(files))
-    texts = [f for f in files if not _is_tfrecord(f)]
-    if texts:
-        corpus.require_text(texts)
-    if any(paths.getsize(f) == 0 for f in files):
-        raise UserError(f"input_files: {next(f for f in files if not paths.getsize(f))} "
-                        "is empty")
-    return files
-
-
-DATA_OPTIONS_FILE = "options.json"  # the data_options a converted directory was made with
-
-
-def data_cache_dir() -> str:
-    """Where the embedded corpus is converted once per machine: CACHE_ROOT/data
-    (`compile_cache.cache_root`: $BERT_JAX_CACHE_DIR, else ~/.cache/bert_jax)."""
-    return paths.join(compile_cache.cache_root(), "data")
-
-
-def data_options(config: ml_collections.ConfigDict, files: list[str], vocabulary: str,
-                 num_shards: int) -> dict:
-    """What converted text depends on; recorded next to the TFRecords and compared on
-    reuse. Files are named by path, size and mtime (the embedded corpus by name and size,
-    identical wherever it is installed)."""
-    embedded = not config.input_files
-    return {"format": 1, "vocabulary": vocabulary, "max_seq_length": config.max_seq_length,
-            "max_predictions_per_seq": config.max_predictions_per_seq,
-            "whole_word_masking": config.whole_word_masking,
-            "static_masking": not config.dynamic_masking, "seed": config.seed,
-            "next_sentence_prediction": config.next_sentence_prediction,
-            # Only when on: data converted before the option existed stays valid.
-            **({"sentence_order_prediction": True} if config.sentence_order_prediction
-               else {}),
-            **({"knowledge_masking": config.knowledge_masking,
-                "knowledge_masking_prob": config.knowledge_masking_prob}
-               if config.knowledge_masking != "none" else {}),
-            "num_shards": num_shards,
-            "inputs": [[paths.basename(f), paths.getsize(f)] if embedded
-                       else [paths.abspath(f), paths.getsize(f), paths.mtime_ns(f)]
-                       for f in files]}
-
-
-def _read_options(directory: str) -> dict | None:
-    try:
-        return json.loads(paths.read_text(paths.join(directory, DATA_OPTIONS_FILE)))
-    except (OSError, ValueError):
-        return None
-
-
-def prepare_input_files(config: ml_collections.ConfigDict, workdir: str, tokenizer_path: str,
-                        writer: MetricsWriter, vocabulary: str = "") -> list[str]:
-    """TFRecord patterns for the pipeline. Raw text is converted by process 0 into a
-    directory that records the options it was made with (`data_options`) and is reused
-    while they match, rebuilt (atomically) when they do not: WORKDIR/data, or for the
-    embedded corpus on a single process a per-machine cache (`data_cache_dir`) shared by
-    every workdir. Multi-process runs convert into the workdir, which all must see."""
-    from bert_jax.data import create_pretraining_data as cpd
-    files = input_files(config)
-    if all(_is_tfrecord(f) for f in files):
-        return files
-    num_shards = max(8, jax.process_count())
-    options = data_options(config, files, vocabulary, num_shards)
-    key = hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest()[:16]
-    out_dir = (paths.join(data_cache_dir(), key)
-               if not config.input_files and jax.process_count() == 1
-               else paths.join(workdir, "data"))
-    names = [paths.basename(p) for p in cpd.shard_paths(out_dir, num_shards)]
-    if jax.process_index() == 0 and _read_options(out_dir) != options:
-        writer.message(f"converting {len(files)} text file(s) into {out_dir}"
-                       + (" (options changed)" if paths.isdir(out_dir) else " (once)"))
-        with atomic_directory(out_dir, overwrite=True) as tmp:
-            cpd.create_pretraining_data(
-                files, [paths.join(tmp, n) for n in names], tokenizer_path,
-                cpd.Options(max_seq_length=config.max_seq_length,
-                            max_predictions_per_seq=config.max_predictions_per_seq,
-                            random_seed=config.seed,
-                            do_whole_word_mask=config.whole_word_masking,
-                            static_masking=not config.dynamic_masking,
-                            next_sentence_prediction=config.next_sentence_prediction,
-                            sentence_order_prediction=config.sentence_order_prediction,
-                            knowledge_masking=config.knowledge_masking,
-                            knowledge_masking_prob=config.knowledge_masking_prob),
-                # Workers would re-import an unguarded __main__ script.
-                num_workers=1, progress=False)
-            paths.write_text(paths.join(tmp, DATA_OPTIONS_FILE), json.dumps(options, indent=1))
-    multihost.sync("input_files_ready")
-    return [paths.join(out_dir, n) for n in names]
-
-
-def make_iterator(config, files, tokenizer, *, split: str, state: dict | None = None,
-                  process_index: int | None = None, process_count: int | None = None):
-    """This process's batches: [global_batch_size / process_count, ...] numpy dicts.
-    The process index and count default to this process's in the JAX job."""
-    from bert_jax.data.pipeline import PipelineOptions, make_pretrain_iterator
-    process_count = process_count or jax.process_count()
-    process_index = jax.process_index() if process_index is None else process_index
-    options = PipelineOptions(
-        per_host_batch_size=config.global_batch_size // process_count,
-        max_seq_length=config.max_seq_length,
-        max_predictions_per_seq=config.max_predictions_per_seq,
-        dynamic_masking=config.dynamic_masking,
-        whole_word_masking=config.whole_word_masking or config.knowledge_masking != "none",
-        knowledge_masking=config.knowledge_masking != "none",
-        knowledge_masking_prob=config.knowledge_masking_prob, pack=config.pack, seed=config.seed, split=split, repeat=split == "train",
-        eval_fraction=config.eval_fraction,
-        next_sentence_prediction=config.next_sentence_prediction,
-        sentence_order_prediction=config.sentence_order_prediction)
-    return make_pretrain_iterator(files, options, process_index=process_index,
-                                  process_count=process_count, tokenizer=tokenizer, state=state)
-
-
 # --- the loop --------------------------------------------------------------------------
 
 def evaluate(eval_fn, params, batches: Iterator[dict], mesh, rules, max_steps: int) -> dict:
@@ -450,7 +320,7 @@ def validate_config(config: ml_collections.ConfigDict, bert_config: BertConfig,
                     "batch shards x grad_accum_steps, and the process count")
     if config.init_from:
         pretrained.check_model_path(config.init_from)
-    records = [f for f in input_files(config) if _is_tfrecord(f)]
+    records = [f for f in inputs.input_files(config) if inputs.is_tfrecord(f)]
     if records:
         from bert_jax.data.pipeline import check_record_shapes
         check_record_shapes(records, config.max_seq_length, config.max_predictions_per_seq)
@@ -502,7 +372,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
     tokenizer = load_tokenizer(tokenizer_path)
     run_setup = setup(config, tokenizer.vocab_size)
     bert_config, mesh, rules = run_setup.bert_config, run_setup.mesh, run_setup.rules
-    input_files(config)
+    inputs.input_files(config)
     run = checkpoint.run_description(config.to_dict(), bert_config.to_dict(),
                                      tokenizer.fingerprint())
     teacher = teacher_params = teacher_shardings = None
@@ -521,8 +391,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
                                      bert_config, tokenizer=tokenizer)
     train_fn, eval_fn = run_setup.jit_steps(teacher, teacher_shardings)
     teacher_args = () if teacher is None else (teacher_params,)
-    files = prepare_input_files(config, workdir, tokenizer_path, writer, run["vocabulary"])
-    batches = make_iterator(config, files, tokenizer, split="train", state=pipeline_state)
+    process = dict(process_index=jax.process_index(), process_count=jax.process_count())
+    files = inputs.prepare_input_files(config, workdir, tokenizer_path, run["vocabulary"],
+                                       **process, message=writer.message)
+    multihost.sync("input_files_ready")
+    batches = inputs.make_iterator(config, files, tokenizer, split="train", **process,
+                                   state=pipeline_state)
 
     tokens_per_step = config.global_batch_size * config.max_seq_length
     flops_per_step = config.global_batch_size * perf.train_flops_per_example(
@@ -578,8 +452,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
             if step % config.log_every_steps == 0 or is_last:
                 flush(step, final=is_last)
             if config.eval_every_steps and (step % config.eval_every_steps == 0 or is_last):
-                with contextlib.closing(make_iterator(config, files, tokenizer,
-                                                      split="eval")) as eval_batches:
+                with contextlib.closing(inputs.make_iterator(
+                        config, files, tokenizer, split="eval", **process)) as eval_batches:
                     eval_metrics = evaluate(eval_fn, state.params, eval_batches, mesh, rules,
                                             config.eval_steps)
                 writer.write(step, eval_metrics, prefix="eval")

@@ -7,10 +7,11 @@ import sys
 import numpy as np
 
 from bert_jax import pretrain
+from bert_jax.data import inputs
 
 
 class TwoHosts:
-    def __init__(self, make, config, files, tokenizer, split, state=None):
+    def __init__(self, make, config, files, tokenizer, split, state=None, **_one_process):
         states = state or [None, None]
         self.hosts = [make(config, files, tokenizer, split=split, state=s,
                            process_index=i, process_count=2) for i, s in enumerate(states)]
@@ -31,6 +32,6 @@ class TwoHosts:
 
 
 if __name__ == "__main__":
-    make = pretrain.make_iterator
-    pretrain.make_iterator = lambda *args, **kw: TwoHosts(make, *args, **kw)
+    make = inputs.make_iterator
+    inputs.make_iterator = lambda *args, **kw: TwoHosts(make, *args, **kw)
     sys.exit(pretrain.main(sys.argv[1:]))
