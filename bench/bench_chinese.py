@@ -115,7 +115,7 @@ def people_daily_splits(data: str, out: str, limit: int | None = None) -> dict[s
 # --- the recipe --------------------------------------------------------------------------
 
 def train_vocab(corpus: str, out: str, size: int) -> str:
-    from bert_jax.tokenization import build_vocab
+    from bert_jax.data import build_vocab
     if not os.path.exists(os.path.join(out, "vocab.txt")):
         build_vocab.train_tokenizer([corpus], size, "wordpiece", out)
     return out

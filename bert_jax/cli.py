@@ -17,7 +17,7 @@ from bert_jax import __version__, compile_cache, libtpu_env, tf_host
 from bert_jax.errors import Interrupted, NonFiniteError, UserError
 
 COMMANDS = {
-    "train-tokenizer": ("bert_jax.tokenization.build_vocab", "train a WordPiece or SentencePiece vocabulary"),
+    "train-tokenizer": ("bert_jax.data.build_vocab", "train a WordPiece or SentencePiece vocabulary"),
     "tokenize": ("bert_jax.tokenization.cli", "tokenize stdin, one line per input line"),
     "create-data": ("bert_jax.data.create_pretraining_data", "text files -> MLM/NSP TFRecords"),
     "pretrain": ("bert_jax.pretrain", "pretrain BERT (MLM + NSP) over a device mesh"),

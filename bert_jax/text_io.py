@@ -17,8 +17,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from bert_jax.chars import is_cjk, is_punctuation
 from bert_jax.errors import UserError
-from bert_jax.tokenization.wordpiece import is_cjk, is_punctuation
 
 
 # How a text longer than its share of max_seq_length is cut: BERT keeps its start;

@@ -202,7 +202,7 @@ def _statistics(rows, tok, segmented):
 
 @pytest.mark.parametrize("static", [True, False], ids=["create-data", "pipeline"])
 def test_people_daily_masking_statistics(people_daily, tmp_path, static):
-    from bert_jax.tokenization import build_vocab
+    from bert_jax.data import build_vocab
     corpus = tmp_path / "plain.txt"
     corpus.write_text("\n".join(line.replace(" ", "") for line in people_daily) + "\n",
                       encoding="utf-8")

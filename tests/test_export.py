@@ -278,7 +278,7 @@ def test_saved_model_truncates_like_fine_tuning(tmp_path):
 @pytest.mark.slow
 def test_sentencepiece_tokenizer_in_saved_model(tmp_path):
     from bert_jax.data.corpus import CORPUS_DIR
-    from bert_jax.tokenization.build_vocab import train_sentencepiece
+    from bert_jax.data.build_vocab import train_sentencepiece
     tokenizer = train_sentencepiece([os.path.join(CORPUS_DIR, "kjv-00000-of-00003.txt.gz")],
                                     300, "unigram", str(tmp_path / "spm"))
     config = CONFIG.replace(vocab_size=tokenizer.vocab_size, num_hidden_layers=1)

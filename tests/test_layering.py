@@ -209,7 +209,7 @@ RUN_PATH_MODULES = sorted(
     or m in ("bert_jax.pretrain", "bert_jax.checkpoint", "bert_jax.pretrained",
              "bert_jax.metrics_writer", "bert_jax.atomic", "bert_jax.embed", "bert_jax.export",
              "bert_jax.convert.cli", "bert_jax.data.pipeline", "bert_jax.data.corpus",
-             "bert_jax.data.inputs",
+             "bert_jax.data.inputs", "bert_jax.data.build_vocab",
              "bert_jax.data.create_pretraining_data", "bert_jax.data.tfrecord"))
 OS_FILE_FUNCTIONS = {"makedirs", "mkdir", "remove", "unlink", "rename", "replace", "listdir",
                      "scandir", "stat", "rmdir", "walk"}

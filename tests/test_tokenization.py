@@ -13,7 +13,7 @@ import pytest
 from bert_jax.tokenization import (DEFAULT_VOCAB, SentencePieceTokenizer, TokenizerError,
                                    WordPieceTokenizer, load_tokenizer)
 from bert_jax.data import corpus
-from bert_jax.tokenization import build_vocab
+from bert_jax.data import build_vocab
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The tests that need a real English corpus read Brown from the shared data beside the

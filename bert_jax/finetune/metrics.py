@@ -16,8 +16,8 @@ import numpy as np
 import scipy.stats
 from sklearn import metrics as sk
 
+from bert_jax.chars import is_cjk
 from bert_jax.text_io import entities
-from bert_jax.tokenization.wordpiece import is_cjk
 
 
 # --- classification and regression ------------------------------------------------

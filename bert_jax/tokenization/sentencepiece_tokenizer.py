@@ -1,6 +1,6 @@
 """SentencePiece (unigram or BPE) behind the bert_jax tokenizer interface.
 
-Models trained by `bert_jax.tokenization.build_vocab` have BERT's special tokens at
+Models trained by `bert_jax.data.build_vocab` have BERT's special tokens at
 fixed ids: [PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3, [MASK]=4. A word starts at
 every piece that begins with the meta symbol "▁" (SentencePiece's own notion
 of a whitespace-separated word), which is what whole-word masking groups.

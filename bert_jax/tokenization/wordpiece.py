@@ -22,6 +22,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from bert_jax import paths
+from bert_jax.chars import is_cjk, is_punctuation
 from bert_jax.tokenization import base
 
 log = logging.getLogger(__name__)
@@ -48,20 +49,6 @@ def tf_lower_strip_accents(texts):
     import tensorflow_text as tf_text
     texts = tf.strings.lower(tf.strings.regex_replace(texts, "Σ", "σ"), encoding="utf-8")
     return tf.strings.regex_replace(tf_text.normalize_utf8(texts, "NFD"), r"\p{Mn}", "")
-
-
-def is_cjk(cp: int) -> bool:
-    return (0x4E00 <= cp <= 0x9FFF or 0x3400 <= cp <= 0x4DBF or
-            0x20000 <= cp <= 0x2A6DF or 0x2A700 <= cp <= 0x2B73F or
-            0x2B740 <= cp <= 0x2B81F or 0x2B820 <= cp <= 0x2CEAF or
-            0xF900 <= cp <= 0xFAFF or 0x2F800 <= cp <= 0x2FA1F)
-
-
-def is_punctuation(ch: str) -> bool:
-    cp = ord(ch)
-    if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
-        return True
-    return unicodedata.category(ch).startswith("P")
 
 
 def read_vocab(path: str) -> List[str]:

@@ -5,6 +5,7 @@ Google published for BERT vocabularies); unigram and BPE use SentencePiece.
 Both put BERT's special tokens first: [PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3,
 [MASK]=4; WordPiece vocabularies also reserve `[unusedN]` slots after them
 (as BERT's released vocabularies do) so a fine-tuning run can add tokens.
+It lives beside the corpus reader it learns from, so that tokenization reads no corpus.
 """
 import argparse
 import sys
