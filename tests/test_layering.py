@@ -89,6 +89,13 @@ MODEL_FORBIDDEN = ("tensorflow", "tensorflow_text", "optax", "orbax", "bert_jax.
                    "bert_jax.pretrain")
 HOST_PACKAGES = ("bert_jax.data", "bert_jax.tokenization")
 HOST_FORBIDDEN = ("jax", "flax", "optax", "orbax", "bert_jax.model", "bert_jax.heads")
+# Training checkpoints are the one layer every job saves and loads through: it knows the
+# checkpoint layout and nothing of the jobs, models, model directories or data above it.
+CHECKPOINT_FORBIDDEN = ("bert_jax.pretrain", "bert_jax.pretrained", "bert_jax.finetune",
+                        "bert_jax.training", "bert_jax.mlm_distill", "bert_jax.model",
+                        "bert_jax.heads", "bert_jax.data", "bert_jax.tokenization",
+                        "bert_jax.metrics_writer", "bert_jax.embed", "bert_jax.export",
+                        "bert_jax.convert", "bert_jax.cli")
 
 # "Every part": each of these is one part; a module whose imports reach all of them is a
 # front end, and only the CLI (through its command table) and the demo may be one.
@@ -127,6 +134,18 @@ def test_model_files_import_no_training_io_or_data(module):
     m == p or m.startswith(p + ".") for p in HOST_PACKAGES)))
 def test_data_and_tokenization_import_neither_jax_nor_the_model(module):
     assert _reaches(module, HOST_FORBIDDEN) == []
+
+
+@pytest.mark.parametrize("module", sorted(m for m in SOURCES
+                                          if m.startswith("bert_jax.tokenization")))
+def test_tokenization_imports_no_data(module):
+    """Tokenizers are below the data they tokenize (training a vocabulary from a corpus
+    is `bert_jax.data.build_vocab`)."""
+    assert _reaches(module, ("bert_jax.data",)) == []
+
+
+def test_checkpoint_imports_nothing_above_it():
+    assert _reaches("bert_jax.checkpoint", CHECKPOINT_FORBIDDEN) == []
 
 
 @pytest.mark.parametrize("module", sorted(m for m in SOURCES if m.startswith("bert_jax.convert")
