@@ -397,14 +397,14 @@ def read_params(step_dir: str) -> dict[str, Any]:
         item=item, restore_args=restore_args, partial_restore=True))["params"]
 
 
-def latest_params(workdir: str) -> tuple[int, dict[str, Any]]:
-    """(step, params) of WORKDIR's latest readable checkpoint (`read_params`); unreadable
+def latest_params(workdir: str) -> dict[str, Any]:
+    """The params of WORKDIR's latest readable checkpoint (`read_params`); unreadable
     newer ones are skipped with a warning (and left in place). CheckpointError when none
     is readable."""
     directory = paths.join(paths.abspath(workdir), CHECKPOINTS_DIR)
     for step in reversed(steps(workdir)):
         try:
-            return step, read_params(paths.join(directory, str(step)))
+            return read_params(paths.join(directory, str(step)))
         except Exception as e:  # noqa: BLE001 - any failure means: unusable checkpoint
             log.warning("checkpoint %s/%d is unreadable (%s); trying the previous one",
                         directory, step, e)

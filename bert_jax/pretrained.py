@@ -8,9 +8,9 @@
 
 A pretraining workdir (its checkpoints written by `bert-jax pretrain` in the layout
 `bert_jax.checkpoint` owns, its model files in WORKDIR/model) is accepted wherever a model
-directory is: its latest readable checkpoint's params are read. A fine-tuning workdir resolves to its best model
-(`resolve_model_dir`). Writes are atomic: a failed conversion leaves nothing at the
-destination.
+directory is: its latest readable checkpoint's params are read. A fine-tuning workdir
+resolves to its best model (`resolve_model_dir`). Writes are atomic: a failed
+conversion leaves nothing at the destination.
 
 Also here, because every reader of a model directory needs them: the parameter-tree
 layouts (unrolled `layer_i` vs scanned `layers`), the task metadata (`task_kind`,
@@ -120,7 +120,7 @@ def load_pretrained_from_workdir(workdir: str) -> Pretrained:
     (numpy params with unrolled layers, the model config, the tokenizer dir)."""
     workdir = paths.abspath(workdir)
     config = read_model_config(workdir)
-    _, params = checkpoint.latest_params(workdir)
+    params = checkpoint.latest_params(workdir)
     return Pretrained(config, to_unscanned(params), None, paths.join(workdir, WORKDIR_MODEL_DIR))
 
 
