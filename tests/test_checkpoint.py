@@ -83,6 +83,26 @@ def test_match_params_names_missing_extra_and_misshaped():
     assert loaded["a"].sum() == 3 and loaded["b"]["c"].shape == (2, 2)
 
 
+def test_init_params_drops_only_unused_heads_and_stacks_layers_as_the_target():
+    encoder = {"encoder": {"layer_0": {"w": np.ones(2)}, "layer_1": {"w": np.zeros(2)}},
+               "pooler": {"b": np.ones(1)}}
+    loaded = {"bert": encoder, "nsp": {"k": np.ones(3)}}
+    scanned = {"bert": {"encoder": {"layers": {"w": jax.ShapeDtypeStruct((2, 2), np.float32)}},
+                        "pooler": {"b": jax.ShapeDtypeStruct((1,), np.float32)}}}
+    params = pretrained.init_params(scanned, loaded, drop=("nsp",))
+    assert set(params) == {"bert"} and isinstance(params["bert"]["pooler"]["b"], jax.Array)
+    np.testing.assert_array_equal(params["bert"]["encoder"]["layers"]["w"], [[1, 1], [0, 0]])
+    with pytest.raises(CheckpointError, match="unexpected: nsp/k"):
+        pretrained.init_params(scanned, loaded)
+    with_nsp = {**scanned, "nsp": {"k": jax.ShapeDtypeStruct((3,), np.float32)}}
+    assert set(pretrained.init_params(with_nsp, loaded, drop=("nsp",))) == {"bert", "nsp"}
+    # An encoder's target (a fresh task head's run, embed) takes the encoder alone.
+    unrolled = {"encoder": {f"layer_{i}": {"w": jax.ShapeDtypeStruct((2,), np.float32)}
+                            for i in range(2)}}
+    params = pretrained.init_params(unrolled, pretrained.to_scanned(encoder), drop=("pooler",))
+    np.testing.assert_array_equal(params["encoder"]["layer_1"]["w"], [0, 0])
+
+
 def test_workdir_loads_as_a_pretrained_model(tmp_path):
     state, _ = state_on(jax.devices()[:1])
     pretrained.write_model_files(str(tmp_path / pretrained.WORKDIR_MODEL_DIR), CONFIG,
