@@ -127,8 +127,8 @@ CASES = {
                               "no such file: /no/such.txt"),
     # embed / export
     "embed zero batch": (["embed", "--checkpoint", "{model}", "--input", "{texts}", "--output",
-                          "{new}", "--batch-size", "0"],
-                         "--batch-size must be an integer >= 1, got 0"),
+                          "{new}", "--batch_size", "0"],
+                         "--batch_size must be an integer >= 1, got 0"),
     "embed vocabulary past the model's": (
         ["embed", "--checkpoint", "{small_vocab_model}", "--input", "{texts}", "--output",
          "{new}"], "the tokenizer has 8192 tokens but {small_vocab_model} has vocab_size=100"),

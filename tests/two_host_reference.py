@@ -6,7 +6,7 @@ import sys
 
 import numpy as np
 
-from bert_jax import pretrain
+from bert_jax import cli_pretrain, pretrain
 
 
 class TwoHosts:
@@ -33,4 +33,4 @@ class TwoHosts:
 if __name__ == "__main__":
     make = pretrain.make_iterator
     pretrain.make_iterator = lambda *args, **kw: TwoHosts(make, *args, **kw)
-    sys.exit(pretrain.main(sys.argv[1:]))
+    sys.exit(cli_pretrain.main(sys.argv[1:]))
