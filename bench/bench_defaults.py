@@ -1,6 +1,6 @@
 """The evidence for the fine-tuning defaults (docs/finetuning.md, "How the defaults
 were chosen"): candidate learning rates on real labeled sets nobody tuned on, with two
-model sizes, through BERT's selection protocol (`--config.learning_rates`), and
+model sizes, through BERT's selection protocol (`--config.sweep.learning_rate`), and
 transformers' usual recipe on the same data and model for the classification sets.
 
   python bench/bench_defaults.py [--models minilm,tiny] [--sets spam,reviews,brown_pos]
