@@ -194,7 +194,8 @@ def main(argv: list[str]) -> int:
     source.add_argument("--from_tf1", metavar="DIR", help="Google TF1 BERT directory")
     source.add_argument("--checkpoint", metavar="MODEL_DIR",
                         help="bert_jax model directory or workdir to export (with --to_hf)")
-    parser.add_argument("--out", help="bert_jax model directory to write (with --from_hf or --from_tf1)")
+    parser.add_argument("--out",
+                        help="bert_jax model directory to write (with --from_hf or --from_tf1)")
     parser.add_argument("--to_hf", metavar="DIR", help="Hugging Face directory to write")
     case = parser.add_mutually_exclusive_group()
     case.add_argument("--do_lower_case", action="store_true", default=None,

@@ -83,8 +83,8 @@ def resolve_model(config) -> ModelSource:
         return ModelSource(pre.config.replace(**dropout, **numerics), tokenizer, bert_params,
                            config.init_from)
     if not config.model:
-        raise ConfigError("nothing to fine-tune: pass --init_from CHECKPOINT (a model directory or a "
-                          "pretraining workdir) or --config.model=PRESET for a random encoder")
+        raise ConfigError("nothing to fine-tune: pass --init_from CHECKPOINT (a model directory or "
+                          "a pretraining workdir) or --config.model=PRESET for a random encoder")
     tokenizer = load_tokenizer(config.tokenizer or DEFAULT_VOCAB)
     model_config = training.model_config(config.model, tokenizer.vocab_size)
     spec = config.model if isinstance(config.model, str) else dict(config.model)
