@@ -17,7 +17,8 @@ Why not `ml_collections.config_flags`: it binds configs to absl's global FLAGS a
 the whole of `sys.argv`, while our commands are argparse subcommands (`bert-jax pretrain
 ...`) that load configs from Python too (`load_config` in tests, the demo, notebooks).
 This loader keeps its file format (`get_config(variant)`) and its `--config.KEY=VALUE`
-overrides, in ~100 lines, without global state.
+overrides without global state, and is the one place where renamed keys (RENAMED_KEYS:
+`dtype` -> `compute_dtype`, ...) are read under their old names, with a warning.
 """
 
 from __future__ import annotations

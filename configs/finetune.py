@@ -1,11 +1,11 @@
-"""Fine-tuning recipes: `bert-jax finetune --config configs/finetune.py:TASK --init CKPT`.
+"""Fine-tuning recipes: `bert-jax finetune --config finetune.py:TASK --init_from CKPT`.
 
 TASK is a GLUE task (cola sst2 mrpc qqp stsb mnli qnli rte wnli ax), `csv` (your
 CSV/TSV/JSONL files), `spam` (the small spam set shipped with the package), `conll`
 (CoNLL column files), `conll2003` (tfds), `squad`, `squad_v2` or `multiple_choice`
 (your CSV/TSV/JSONL files, SWAG's layout by default). Append `,tiny`
 (e.g. `spam,tiny`) for a randomly initialised `tiny` model, one short epoch and no
-`--init`: what tests and the demo use.
+`--init_from`: what tests and the demo use.
 
 Defaults are BERT's fine-tuning recipe: AdamW (weight decay 0.01), 10% linear
 warmup then linear decay, batch 32, lr 5e-5 (1e-4 for tagging; 3e-5 for SQuAD; 2e-5

@@ -112,9 +112,12 @@ CASES = {
                              "pooling must be one of pooler, mean; got 'max'"),
     "finetune untyped value": (FINETUNE + ["--config.warmup_proportion=three"],
                                "config key 'warmup_proportion' expects float"),
-    "finetune bad list": (FINETUNE + ["--config.num_train_epochs=three"],
-                          "num_train_epochs must be a number or a comma-separated list of "
-                          "numbers, got 'three'"),
+    "finetune bad number": (FINETUNE + ["--config.num_train_epochs=three"],
+                            "config key 'num_train_epochs' expects float (like 1.0), got str "
+                            "'three'"),
+    "finetune bad sweep": (FINETUNE + ["--config.sweep.num_train_epochs=2,three"],
+                           "sweep.num_train_epochs must be a number or a comma-separated list "
+                           "of numbers, got '2,three'"),
     "finetune bad freeze": (FINETUNE + ["--config.freeze=encoder/*"],
                             "freeze pattern 'encoder/*' matches no parameter"),
     # evaluate / predict
