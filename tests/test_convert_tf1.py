@@ -16,6 +16,7 @@ from bert_jax import pretrained  # noqa: E402
 from bert_jax.convert import cli  # noqa: E402
 from bert_jax.convert.hf import CheckpointMismatchError  # noqa: E402
 from bert_jax.heads import BertForPreTraining, BertForSequenceClassification  # noqa: E402
+from bert_jax.tokenization import load_tokenizer  # noqa: E402
 from test_model_parity import scale_weights  # noqa: E402
 
 LAYERS = 2
@@ -209,3 +210,20 @@ def test_run_classifier_checkpoint_converts_with_its_head(reference, tmp_path):
         theirs = classifier(input_ids=torch.from_numpy(ids).long(),
                             attention_mask=torch.from_numpy(mask).long()).logits.numpy()
     np.testing.assert_allclose(ours, theirs, atol=1e-4)
+
+
+@pytest.mark.parametrize("flag, lower, warning", [
+    ("--cased", False, ""), ("--do_lower_case", True, ""),
+    ("--no-lower-case", False, "--no-lower-case is deprecated, use --cased"),
+    ("--lower-case", True, "--lower-case is deprecated, use --do_lower_case")])
+def test_the_case_of_the_vocabulary_can_be_set(reference, tmp_path, capsys, flag, lower,
+                                               warning):
+    """The directory name says uncased; the flag wins. The old flag names still work, with
+    one warning line."""
+    _, variables = reference
+    google = write_google_dir(tmp_path / "uncased_L-2_H-32_A-4", variables)
+    assert cli.main(["--from_tf1", str(google), "--out", str(tmp_path / "out"), flag]) == 0
+    tokenizer = load_tokenizer(pretrained.load(tmp_path / "out").tokenizer_dir)
+    assert tokenizer.do_lower_case is lower
+    err = capsys.readouterr().err
+    assert err == (f"bert-jax convert: warning: {warning}\n" if warning else "")
