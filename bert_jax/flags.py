@@ -23,6 +23,7 @@ class ArgumentParser(argparse.ArgumentParser):
         self.deprecated = dict(deprecated or {})
 
     def parse_known_args(self, args: Sequence[str] | None = None, namespace=None):
+        """argparse's, after spelling each option of `args` as it was registered."""
         args = list(sys.argv[1:] if args is None else args)
         known = {s for action in self._actions for s in action.option_strings}
         renamed, warned = [], set()
