@@ -101,7 +101,7 @@ def test_jsonl_pair_regression_with_packing(tmp_path, compile_cache):
     assert all(np.isfinite(v) for v in results["validation"].values())
     assert results["selection_metric"] == "pearson"
     best = pretrained.load(str(tmp_path / "run" / "best"))
-    assert (best.config.compute_dtype, best.config.remat_policy) == ("bfloat16", "full")
+    assert (best.config.dtype, best.config.remat_policy) == ("bfloat16", "full")
     assert {p.dtype for p in jax.tree.leaves(best.params)} == {np.dtype("float32")}
     assert "pooler" not in best.params["bert"]  # the mean-pooled head has none to train
     with shared_compilation_cache(compile_cache):
