@@ -2,19 +2,19 @@
 
 1. a Chinese WordPiece vocabulary trained on the unlabelled corpus;
 2. create-data with whole-word masking (jieba's segmentation), MLM only;
-3. the model pretrained for --pretrain-steps (held-out MLM accuracy, minutes);
+3. the model pretrained for --pretrain_steps (held-out MLM accuracy, minutes);
 4. character-level NER fine-tuned from it and from random initialisation with the same
    recipe, --seeds each: test entity F1, mean and std (np.std, as `--config.seeds`).
 
 The NER files may use any tag scheme the `conll` task reads (BIO, IOB1, BIOES, BILOU,
-BMES). Without --ner-dev, fine-tuning keeps the last epoch (no selection) and its
+BMES). Without --ner_dev, fine-tuning keeps the last epoch (no selection) and its
 per-epoch validation curve is the test set's.
 
-    python bench/bench_chinese.py --corpus corpus.txt --ner-train train.conll \\
-        --ner-test test.conll --workdir runs/zh
-    python bench/bench_chinese.py --people-daily ../shared/data/chinese --workdir runs/zh
+    python bench/bench_chinese.py --corpus corpus.txt --ner_train train.conll \\
+        --ner_test test.conll --workdir runs/zh
+    python bench/bench_chinese.py --people_daily ../shared/data/chinese --workdir runs/zh
 
---people-daily writes the corpus and the NER splits from People's Daily 1998-01
+--people_daily writes the corpus and the NER splits from People's Daily 1998-01
 (`people_daily_splits`) into WORKDIR/text first. Stages whose outputs exist are
 reused (delete WORKDIR or pass --fresh to rerun). The last line printed is one JSON
 object: {"mlm_accuracy", "ner_f1": {"pretrained": {"mean", "std"}, "random": {...}},
@@ -170,7 +170,7 @@ def finetune_ner(workdir: str, init: str, vocab: str, seed: int, args) -> dict:
     from bert_jax.finetune.cli import run_finetune
     results_file = os.path.join(workdir, "eval_results.json")
     if not os.path.exists(results_file):
-        overrides = [f"--config.init={init}", f"--config.tokenizer={vocab}",
+        overrides = [f"--config.init_from={init}", f"--config.tokenizer={vocab}",
                      f"--config.model={args.model}", f"--config.seed={seed}",
                      f"--config.train_file={args.ner_train}",
                      f"--config.validation_file={args.ner_dev or args.ner_test}",
@@ -195,37 +195,38 @@ def finetune_ner(workdir: str, init: str, vocab: str, seed: int, args) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    from bert_jax import flags
+    parser = flags.ArgumentParser(description=__doc__,
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workdir", required=True)
     parser.add_argument("--corpus", help="unlabelled Chinese text: a sentence or paragraph "
                         "per line, blank lines between documents")
-    parser.add_argument("--ner-train", help="CoNLL file, one character per line, any scheme")
-    parser.add_argument("--ner-test")
-    parser.add_argument("--ner-dev", help="selects the epoch (default: keep the last)")
-    parser.add_argument("--people-daily", metavar="DIR",
+    parser.add_argument("--ner_train", help="CoNLL file, one character per line, any scheme")
+    parser.add_argument("--ner_test")
+    parser.add_argument("--ner_dev", help="selects the epoch (default: keep the last)")
+    parser.add_argument("--people_daily", metavar="DIR",
                         help="write the corpus and NER splits from People's Daily 1998-01 "
                              "(DIR/people_daily_199801.tagged.txt.gz) and use them")
     parser.add_argument("--model", default="tiny", help="model preset (both inits)")
-    parser.add_argument("--vocab-size", type=int, default=8000)
-    parser.add_argument("--dupe-factor", type=int, default=2)
-    parser.add_argument("--pretrain-steps", type=int, default=400)
-    parser.add_argument("--pretrain-batch", type=int, default=64)
-    parser.add_argument("--pretrain-lr", type=float, default=1e-3)
-    parser.add_argument("--eval-steps", type=int, default=20, help="held-out MLM batches")
-    parser.add_argument("--eval-fraction", type=float, default=0.01,
+    parser.add_argument("--vocab_size", type=int, default=8000)
+    parser.add_argument("--dupe_factor", type=int, default=2)
+    parser.add_argument("--pretrain_steps", type=int, default=400)
+    parser.add_argument("--pretrain_batch", type=int, default=64)
+    parser.add_argument("--pretrain_lr", type=float, default=1e-3)
+    parser.add_argument("--eval_steps", type=int, default=20, help="held-out MLM batches")
+    parser.add_argument("--eval_fraction", type=float, default=0.01,
                         help="share of the pretraining rows held out for the MLM accuracy")
-    parser.add_argument("--ner-sentences", type=int, default=2000,
+    parser.add_argument("--ner_sentences", type=int, default=2000,
                         help="NER training sentences, a seed-dependent random subset (0: all)")
-    parser.add_argument("--ner-validation-sentences", type=int, default=1000,
+    parser.add_argument("--ner_validation_sentences", type=int, default=1000,
                         help="validation sentences scored after each epoch (0: all; the "
                              "test set is always scored whole)")
-    parser.add_argument("--ner-epochs", type=float, default=3)
-    parser.add_argument("--ner-override", action="append", default=[],
+    parser.add_argument("--ner_epochs", type=float, default=3)
+    parser.add_argument("--ner_override", action="append", default=[],
                         metavar="--config.KEY=VALUE", help="more fine-tuning settings")
     parser.add_argument("--seeds", default="1,2,3")
     parser.add_argument("--fresh", action="store_true", help="delete WORKDIR first")
-    parser.add_argument("--prepare-only", action="store_true",
+    parser.add_argument("--prepare_only", action="store_true",
                         help="write the data and the vocabulary, print their paths, stop")
     args = parser.parse_args(argv)
     if args.fresh:
@@ -234,7 +235,7 @@ def main(argv=None) -> int:
     if args.people_daily:
         source = os.path.join(args.people_daily, "people_daily_199801.tagged.txt.gz")
         if not os.path.exists(source):
-            print(f"error: --people-daily: no {source}", file=sys.stderr)
+            print(f"error: --people_daily: no {source}", file=sys.stderr)
             return 2
         paths = people_daily_splits(args.people_daily, os.path.join(args.workdir, "text"))
         args.corpus = args.corpus or paths["corpus.txt"]
@@ -247,7 +248,7 @@ def main(argv=None) -> int:
               if p and not os.path.exists(p)]
     if missing or absent:
         problem = f"missing {', '.join(missing)}" if missing else f"no file {absent[0]}"
-        print(f"error: {problem} (or pass --people-daily DIR)", file=sys.stderr)
+        print(f"error: {problem} (or pass --people_daily DIR)", file=sys.stderr)
         return 2
     seeds = [int(s) for s in args.seeds.split(",")]
     print("== 1/4 train-tokenizer: a Chinese WordPiece vocabulary", flush=True)

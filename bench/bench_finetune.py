@@ -3,7 +3,7 @@
   python bench/bench_finetune.py spam        # all-MiniLM-L6-v2 on spam: test accuracy
   python bench/bench_finetune.py brown_pos   # all-MiniLM-L6-v2 on Brown POS: token accuracy
   python bench/bench_finetune.py packing     # packed vs padded examples/s on short spam inputs
-  python bench/bench_finetune.py classify --compare-transformers [--data DIR]
+  python bench/bench_finetune.py classify --compare_transformers [--data DIR]
       # bert_jax at the `csv` config's defaults against transformers' usual recipe
 
 Each prints a JSON line with the metric, wall time and throughput, and exits 0 with
@@ -65,7 +65,7 @@ def bench_spam(args, cache):
     if not os.path.isdir(data):
         skip(f"{data} is absent")
     results = run("spam", [
-        f"init={minilm_dir(cache)}", f"train_file={data}/train.tsv",
+        f"init_from={minilm_dir(cache)}", f"train_file={data}/train.tsv",
         f"validation_file={data}/dev.tsv", f"test_file={data}/test.tsv",
         f"max_train_examples={args.train_examples}", f"num_train_epochs={args.epochs}",
         f"learning_rate={args.learning_rate}", f"global_batch_size={args.batch_size}",
@@ -83,7 +83,7 @@ def bench_brown_pos(args, cache):
     if not os.path.isdir(data):
         skip(f"{data} is absent")
     results = run("conll", [
-        f"init={minilm_dir(cache)}", f"train_file={data}/train.conll",
+        f"init_from={minilm_dir(cache)}", f"train_file={data}/train.conll",
         f"validation_file={data}/dev.conll", f"test_file={data}/test.conll",
         f"max_train_examples={args.train_examples}", "max_eval_examples=1000",
         f"num_train_epochs={args.epochs}", f"learning_rate={args.learning_rate}",
@@ -112,7 +112,7 @@ def bench_packing(args, cache):
     if not os.path.isdir(os.path.join(DATA, "classification", "spam")):
         skip("../shared/data/classification/spam is absent")
     data = short_spam(os.path.join(cache, f"spam_{args.words}_words"), args.words)
-    init = [f"init={minilm_dir(cache)}"] if args.model == "minilm" else ["model=tiny"]
+    init = [f"init_from={minilm_dir(cache)}"] if args.model == "minilm" else ["model=tiny"]
     common = init + [
         f"train_file={data}/train.tsv", f"validation_file={data}/dev.tsv",
         f"test_file={data}/test.tsv", f"max_train_examples={args.train_examples}",
@@ -137,7 +137,7 @@ def hf_model_dir() -> str:
 def bench_classify(args, cache):
     """A labeled `label<TAB>text` set (train/dev/test.tsv in --data, spam by default):
     bert_jax with the `csv` config's defaults (only the files, epochs, sequence length
-    and batch set), and with --compare-transformers transformers' usual recipe on the
+    and batch set), and with --compare_transformers transformers' usual recipe on the
     same data, model, batch and sequence length in this process."""
     data = args.data or os.path.join(DATA, "classification", "spam")
     if not all(os.path.exists(os.path.join(data, f"{s}.tsv")) for s in ("train", "dev", "test")):
@@ -148,7 +148,7 @@ def bench_classify(args, cache):
         from bert_jax.convert.cli import from_hf
         from_hf(hf_dir, init)
     overrides = [
-        f"init={init}", f"train_file={data}/train.tsv", f"validation_file={data}/dev.tsv",
+        f"init_from={init}", f"train_file={data}/train.tsv", f"validation_file={data}/dev.tsv",
         f"test_file={data}/test.tsv", f"max_train_examples={args.train_examples}",
         f"num_train_epochs={args.epochs}", f"global_batch_size={args.batch_size}",
         f"max_seq_length={args.max_seq_length}", f"seed={args.seed}"]
@@ -192,38 +192,39 @@ def _timing(results):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    from bert_jax import flags
+    parser = flags.ArgumentParser(description=__doc__,
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("bench", choices=["spam", "brown_pos", "packing", "classify"])
-    parser.add_argument("--train-examples", type=int,
+    parser.add_argument("--train_examples", type=int,
                         help="a random subset (0 = all); default: all for spam, 6000 for "
                              "brown_pos, 3000 for packing")
     parser.add_argument("--epochs", type=float,
                         help="default: 3 for spam, 1 for brown_pos and packing")
-    parser.add_argument("--learning-rate", type=float,
+    parser.add_argument("--learning_rate", type=float,
                         help="default: 2e-4 for brown_pos, 1e-4 otherwise")
-    parser.add_argument("--batch-size", type=int,
+    parser.add_argument("--batch_size", type=int,
                         help="spam, brown_pos (default 16), classify (default 32)")
-    parser.add_argument("--max-seq-length", type=int, default=128, help="spam, brown_pos")
+    parser.add_argument("--max_seq_length", type=int, default=128, help="spam, brown_pos")
     parser.add_argument("--truncation", default="head+tail", help="spam: head or head+tail")
     parser.add_argument("--pooling", choices=["pooler", "mean"], default="mean",
                         help="spam: what the classifier reads")
     parser.add_argument("--seed", type=int, default=42, help="spam")
-    parser.add_argument("--keep-checkpoint", choices=["best", "last"], default="last",
+    parser.add_argument("--keep_checkpoint", choices=["best", "last"], default="last",
                         help="spam: the model tested (best = the best dev epoch)")
     parser.add_argument("--words", type=int, default=24, help="packing: words per input")
     parser.add_argument("--model", choices=["minilm", "tiny"], default="minilm",
                         help="packing: the encoder (tiny = random init, fast)")
     parser.add_argument("--data", help="classify: a directory of label<TAB>text train/dev/"
                         "test.tsv (default: ../shared/data/classification/spam)")
-    parser.add_argument("--hf-model", help="classify: an HF BERT directory (default: "
+    parser.add_argument("--hf_model", help="classify: an HF BERT directory (default: "
                         "all-MiniLM-L6-v2)")
-    parser.add_argument("--compare-transformers", action="store_true",
+    parser.add_argument("--compare_transformers", action="store_true",
                         help="classify: also run transformers' usual recipe side by side")
     parser.add_argument("--workdir", help="where runs go (default: a temporary directory)")
     args = parser.parse_args()
     # The recipes quoted in the README and the closing notes.
-    # classify keeps the config's learning rate unless --learning-rate is given.
+    # classify keeps the config's learning rate unless --learning_rate is given.
     recipe = {"spam": (0, 3.0, 1e-4), "brown_pos": (6000, 1.0, 2e-4),
               "packing": (3000, 1.0, 1e-4), "classify": (0, 2.0, 0.0)}[args.bench]
     for name, value in zip(("train_examples", "epochs", "learning_rate"), recipe):

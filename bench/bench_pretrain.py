@@ -3,7 +3,7 @@ whatever backend is present, each side in its own process.
 
     python bench/bench_pretrain.py [--models bert-base,bert-large] [--steps 10]
         [--sides bert_jax,torch_eager,torch_compile] [--numerics auto|fast|faithful]
-        [--scan-layers] [--batch N]
+        [--scan_layers] [--batch N]
 
 GPU/TPU: bert-base seq 128 batch 256, bert-large seq 128 batch 128, bert-large seq 512
 batch 32 (80 predictions); bert_jax with the fast numerics (bf16, fused attention
@@ -205,8 +205,9 @@ def report(backend, device, results):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    from bert_jax import flags
+    parser = flags.ArgumentParser(description=__doc__,
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default=None,
                         help="comma-separated presets (default: all of the backend's cases)")
     parser.add_argument("--steps", type=int, default=None,
@@ -215,13 +216,13 @@ def main():
                         help=f"subset of {','.join(SIDES)} (default: all; CPU: no compile)")
     parser.add_argument("--numerics", choices=("auto", "fast", "faithful"), default="auto",
                         help="bert_jax's numerics; auto: fast on accelerators, faithful on CPU")
-    parser.add_argument("--scan-layers", action="store_true", help="bert_jax: nn.scan layers")
+    parser.add_argument("--scan_layers", action="store_true", help="bert_jax: nn.scan layers")
     parser.add_argument("--batch", type=int, default=None, help="override every case's batch")
     # Internal: one side of one case, in its own process.
     parser.add_argument("--worker", choices=tuple(WORKERS), help=argparse.SUPPRESS)
     parser.add_argument("--side", help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
-    parser.add_argument("--seq-len", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--seq_len", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--predictions", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:

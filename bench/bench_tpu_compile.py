@@ -39,8 +39,9 @@ def case(model: str, seq: int, topology: str) -> tuple[str, list[str]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    from bert_jax import flags
+    parser = flags.ArgumentParser(description=__doc__,
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default="base,large")
     parser.add_argument("--seqs", default="128,512")
     parser.add_argument("--topologies", default=",".join(TOPOLOGIES))

@@ -17,7 +17,8 @@ Why not `ml_collections.config_flags`: it binds configs to absl's global FLAGS a
 the whole of `sys.argv`, while our commands are argparse subcommands (`bert-jax pretrain
 ...`) that load configs from Python too (`load_config` in tests, the demo, notebooks).
 This loader keeps its file format (`get_config(variant)`) and its `--config.KEY=VALUE`
-overrides, in ~100 lines, without global state.
+overrides without global state, and is the one place where renamed keys (RENAMED_KEYS:
+`dtype` -> `compute_dtype`, ...) are read under their old names, with a warning.
 """
 
 from __future__ import annotations
@@ -26,12 +27,21 @@ import ast
 import importlib.util
 import inspect
 import os
+import sys
 import traceback
 from typing import Any, Sequence
 
 import ml_collections
 
 from bert_jax.errors import UserError
+
+# Keys renamed so that every config names a setting alike (old -> new). A config file, an
+# override or a saved config that still uses the old name sets the new key; the first two
+# with one warning line.
+RENAMED_KEYS = {"dtype": "compute_dtype", "init": "init_from", "pack": "packing",
+                "learning_rates": "sweep.learning_rate"}
+# Keys that once also took a list, one run per value: a list now goes to `sweep.KEY`.
+SWEEP_KEYS = ("learning_rate", "num_train_epochs", "global_batch_size")
 
 
 def packaged_config_dir() -> str:
@@ -140,12 +150,78 @@ def load_config(spec: str, overrides: Sequence[str] = ()) -> ml_collections.Conf
     if variant and not takes_arg:
         raise UserError(f"{path}: get_config() takes no variant, got {variant!r}")
     config = module.get_config(variant or None) if takes_arg else module.get_config()
+    warn = _warn_once()
+    rename_keys(config, lambda message: warn(f"{path}: {message}"))
+    apply_overrides(config, overrides, warn)
+    return config
+
+
+def apply_overrides(config: ml_collections.ConfigDict, overrides: Sequence[str],
+                    warn=None) -> None:
+    """Applies `KEY=VALUE` overrides (optionally with a leading `--config.`) in order; an
+    old key name (RENAMED_KEYS) or a list in a SWEEP_KEYS key sets its new key and warns."""
+    warn = warn or _warn_once()
     for item in overrides:
         key, sep, text = item.removeprefix("--").removeprefix("config.").partition("=")
         if not sep:
             raise UserError(f"override {item!r} is not KEY=VALUE")
-        apply_override(config, key, parse_value(text))
+        value = parse_value(text)
+        new = _new_key(config, key, value)
+        if new != key:
+            warn(f"--config.{key} is deprecated, use --config.{new}")
+        apply_override(config, new, value)
+
+
+def _new_key(config: ml_collections.ConfigDict, key: str, value: Any) -> str:
+    """The key an override of `key` sets: itself, its new name, or `sweep.KEY` for a list."""
+    if key not in config and key in RENAMED_KEYS and _has(config, RENAMED_KEYS[key]):
+        return RENAMED_KEYS[key]
+    swept = f"sweep.{key}"
+    is_list = isinstance(value, (list, tuple)) or (isinstance(value, str) and "," in value)
+    if key in SWEEP_KEYS and is_list and _has(config, swept):
+        return swept
+    return key
+
+
+def _has(config: ml_collections.ConfigDict, key: str) -> bool:
+    node = config
+    for part in key.split("."):
+        if not isinstance(node, ml_collections.ConfigDict) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+def rename_keys(config: ml_collections.ConfigDict, warn=None) -> ml_collections.ConfigDict:
+    """Moves each old key of RENAMED_KEYS that `config` holds to its new name (a saved or
+    hand-written config from before the rename); `warn(message)` is told of each."""
+    for old, new in RENAMED_KEYS.items():
+        if old not in config:
+            continue
+        if warn:
+            warn(f"config key {old!r} is deprecated, use {new!r}")
+        value = config[old]
+        del config[old]
+        *parents, leaf = new.split(".")
+        node = config
+        for part in parents:
+            if part not in node:
+                node[part] = ml_collections.ConfigDict()
+            node = node[part]
+        with node.ignore_type():
+            node[leaf] = value
     return config
+
+
+def _warn_once():
+    """A `warn(message)` that prints each message once, as one line on stderr."""
+    said = set()
+
+    def warn(message: str) -> None:
+        if message not in said:
+            said.add(message)
+            print(f"bert-jax: warning: {message}", file=sys.stderr)
+    return warn
 
 
 def split_config_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:

@@ -11,7 +11,7 @@
 Unlabelled in-domain text in the pretraining corpus and few labels for the
 task are the setting where pretraining pays off, and a 10-minute CPU run shows it.
 
-    python -m bert_jax.demo --workdir runs/demo [--pretrain-steps N] [--smoke]
+    python -m bert_jax.demo --workdir runs/demo [--pretrain_steps N] [--smoke]
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ import os
 import re
 import shutil
 import time
+
+from bert_jax import flags
 
 SPAM_TRAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "resources", "spam",
                           "train.tsv")
@@ -81,7 +83,7 @@ def pretrain(workdir: str, data: list[str], steps: int, smoke: bool) -> dict:
 def finetune(workdir: str, init: str, smoke: bool) -> dict:
     from bert_jax.config_loader import load_config
     from bert_jax.finetune.cli import run_finetune
-    overrides = [f"--config.init={init}", "--config.model=tiny", "--config.num_train_epochs=3",
+    overrides = [f"--config.init_from={init}", "--config.model=tiny", "--config.num_train_epochs=3",
                  f"--config.max_train_examples={64 if smoke else LABELLED_EXAMPLES}"]
     if smoke:
         overrides += ["--config.max_eval_examples=64", "--config.num_train_epochs=1"]
@@ -124,10 +126,10 @@ def test_accuracy(results: dict) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = flags.ArgumentParser(description=__doc__,
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workdir", default="runs/demo")
-    parser.add_argument("--pretrain-steps", type=int, default=700,
+    parser.add_argument("--pretrain_steps", type=int, default=700,
                         help="about 10 minutes on a 2-core CPU")
     parser.add_argument("--smoke", action="store_true",
                         help="a minute-long run of every stage (what CI executes)")

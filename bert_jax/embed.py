@@ -1,12 +1,12 @@
 """Sentence embeddings (one vector per input line) or per-token features.
 
     bert-jax embed --checkpoint MODEL_DIR --input texts.txt --output vectors.npy \
-        [--pooling cls|mean|pooler] [--layer N] [--batch-size N] [--max-seq-length N]
-        [--attention-impl einsum|fused]
-    bert-jax embed --checkpoint MODEL_DIR --input texts.txt --output feats.npz --per-token \
+        [--pooling cls|mean|pooler] [--layer N] [--batch_size N] [--max_seq_length N]
+        [--attention_impl einsum|fused]
+    bert-jax embed --checkpoint MODEL_DIR --input texts.txt --output feats.npz --per_token \
         [--layers -4,-3,-2,-1 --combine sum|concat|mean] [...]
 
---per-token writes an .npz with one row per WordPiece of every line, [CLS] and [SEP]
+--per_token writes an .npz with one row per WordPiece of every line, [CLS] and [SEP]
 included, in order: `vectors` float32 [N, H] ([N, len(layers) * H] with concat),
 `line_index` int [N] (the input line) and `tokens` [N] (the WordPiece strings).
 Layers count as in transformers' hidden_states: 0 the embeddings, -1 the last layer.
@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax import paths, pretrained
+from bert_jax import flags, paths, pretrained
 from bert_jax.config import ATTENTION_IMPLS, BertConfig, check_inputs_fit
 from bert_jax.errors import UserError, check_positive
 from bert_jax.model import BertModel, mean_pool
@@ -73,9 +73,9 @@ def _tokenizer(model: pretrained.Pretrained, config: BertConfig, batch_size: int
                max_seq_length: int):
     """(tokenizer, max_seq_length capped at the model's positions) after checking the
     batch size, the length and that the vocabulary fits the model."""
-    check_positive("--batch-size", batch_size)
+    check_positive("--batch_size", batch_size)
     if not isinstance(max_seq_length, int) or max_seq_length < MIN_SEQ_LENGTH:
-        raise UserError(f"--max-seq-length must be at least {MIN_SEQ_LENGTH} ([CLS] text "
+        raise UserError(f"--max_seq_length must be at least {MIN_SEQ_LENGTH} ([CLS] text "
                         f"[SEP]), got {max_seq_length!r}")
     tokenizer = load_tokenizer(model.tokenizer_dir)
     check_inputs_fit(config, model.tokenizer_dir, vocab_size=tokenizer.vocab_size)
@@ -211,27 +211,27 @@ def load_model(path: str) -> pretrained.Pretrained:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="bert-jax embed", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = flags.ArgumentParser(prog="bert-jax embed", description=__doc__,
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoint", required=True,
                         help="model directory (bert-jax convert), pretraining workdir or "
                              "fine-tuning workdir")
     parser.add_argument("--input", required=True, help="UTF-8 text, one input per line")
     parser.add_argument("--output", required=True,
-                        help=".npy file of float32 [lines, hidden]; .npz with --per-token")
+                        help=".npy file of float32 [lines, hidden]; .npz with --per_token")
     parser.add_argument("--pooling", choices=POOLINGS, default=None, help="default: cls")
     parser.add_argument("--layer", type=int, default=-1,
                         help="hidden state to pool: -1 last (default), 0 embeddings")
-    parser.add_argument("--per-token", action="store_true",
+    parser.add_argument("--per_token", action="store_true",
                         help="features of every token (an .npz) instead of one vector a line")
     parser.add_argument("--layers", default=None,
-                        help="--per-token: comma-separated hidden states, e.g. -4,-3,-2,-1 "
+                        help="--per_token: comma-separated hidden states, e.g. -4,-3,-2,-1 "
                              "(default: --layer)")
     parser.add_argument("--combine", choices=COMBINES, default=None,
-                        help="--per-token: how several --layers make one vector")
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--max-seq-length", type=int, default=128)
-    parser.add_argument("--attention-impl", choices=ATTENTION_IMPLS, default=None,
+                        help="--per_token: how several --layers make one vector")
+    parser.add_argument("--batch_size", type=int, default=32)
+    parser.add_argument("--max_seq_length", type=int, default=128)
+    parser.add_argument("--attention_impl", choices=ATTENTION_IMPLS, default=None,
                         help="fused: jax.nn.dot_product_attention (cuDNN on GPU in bf16); "
                              "default: the model's (einsum unless it was set)")
     # `--layers -4,-3` would read as an unknown option to argparse: bind the value first.
@@ -245,7 +245,7 @@ def main(argv: list[str]) -> int:
         return _main_per_token(args)
     for flag, value in (("--layers", args.layers), ("--combine", args.combine)):
         if value is not None:
-            raise UserError(f"{flag} is for --per-token features (sentence vectors take "
+            raise UserError(f"{flag} is for --per_token features (sentence vectors take "
                             "--layer and --pooling)")
     texts = read_lines(args.input)
     if not texts:
@@ -262,9 +262,9 @@ def main(argv: list[str]) -> int:
 
 def _main_per_token(args: argparse.Namespace) -> int:
     if args.pooling is not None:
-        raise UserError("--pooling is for sentence vectors, not --per-token features")
+        raise UserError("--pooling is for sentence vectors, not --per_token features")
     if not args.output.endswith(".npz"):
-        raise UserError(f"--per-token writes an .npz archive: --output must end in .npz, "
+        raise UserError(f"--per_token writes an .npz archive: --output must end in .npz, "
                         f"got {args.output!r}")
     layers = parse_layers(args.layers) if args.layers is not None else [args.layer]
     if len(layers) > 1 and args.combine is None:

@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax import heads, paths, pretrained
+from bert_jax import flags, heads, paths, pretrained
 from bert_jax.atomic import atomic_directory
 from bert_jax.config import check_inputs_fit
 from bert_jax.errors import UserError
@@ -384,8 +384,8 @@ def export(workdir: str, out: str, formats=("jax", "savedmodel"), platforms=DEFA
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="bert-jax export", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = flags.ArgumentParser(prog="bert-jax export", description=__doc__,
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workdir", required=True,
                         help="fine-tuning workdir (its best model) or a model directory")
     parser.add_argument("--out", required=True, help="export directory to write")
@@ -393,7 +393,7 @@ def main(argv: list[str]) -> int:
                         help="comma-separated: jax (jax.export), savedmodel (TF via jax2tf)")
     parser.add_argument("--platforms", default=",".join(DEFAULT_PLATFORMS),
                         help="backends to lower for (cpu, cuda, tpu)")
-    parser.add_argument("--max-seq-length", type=int, default=None,
+    parser.add_argument("--max_seq_length", type=int, default=None,
                         help="truncation of the raw-string signatures (default: the task's)")
     parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     args = parser.parse_args(argv)

@@ -12,13 +12,11 @@ order, masks and dropout as an uninterrupted run.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import functools
 import logging
 import math
-import sys
 import time
 from typing import Any, Callable, Iterator, Sequence
 
@@ -30,12 +28,10 @@ import numpy as np
 import optax
 
 from bert_jax import (checkpoint, losses, mlm_distill, multihost, paths, perf, preemption,
-                      pretrained, sharding, training, workdir_lock)
+                      pretrained, sharding, training)
 from bert_jax.config import BertConfig, check_choice, check_inputs_fit
-from bert_jax.config_loader import load_config, split_config_args
 from bert_jax.data import inputs
-from bert_jax.errors import (Interrupted, UserError, check_divisible, check_positive,
-                             is_out_of_memory, out_of_memory)
+from bert_jax.errors import Interrupted, UserError, check_divisible, check_positive
 from bert_jax.heads import BertForPreTraining
 from bert_jax.metrics_writer import MetricsWriter
 from bert_jax.optim import OPTIMIZERS, make_optimizer
@@ -210,7 +206,7 @@ class Setup:
         options = PipelineOptions(
             per_host_batch_size=self.config.global_batch_size,
             max_seq_length=self.config.max_seq_length,
-            max_predictions_per_seq=self.config.max_predictions_per_seq, pack=self.config.pack)
+            max_predictions_per_seq=self.config.max_predictions_per_seq, pack=self.config.packing)
         batch = sharding.batch_sharding(self.mesh, self.rules)
         return {k: jax.ShapeDtypeStruct(shape, dtype, sharding=batch) for k, (shape, dtype)
                 in batch_spec(options, self.config.next_sentence_prediction).items()}
@@ -478,37 +474,3 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
     if preempted:
         raise preemption.Preempted(step)
     return {"train": last, "eval": eval_metrics}
-
-
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog="bert-jax pretrain", description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="Override any config key with --config.KEY=VALUE.")
-    parser.add_argument("--config", required=True, help="configs/pretrain.py[:VARIANT]")
-    parser.add_argument("--workdir", required=True)
-    multihost.add_arguments(parser)
-    args, overrides = split_config_args(argv)
-    args = parser.parse_args(args)
-    multihost.initialize(args)
-    # From here on SIGTERM means: checkpoint at the next step, then stop.
-    with preemption.Watcher() as watcher:
-        config = load_config(args.config, overrides)
-        with workdir_lock.hold(args.workdir, "bert-jax pretrain", multihost.is_primary()):
-            try:
-                train_and_evaluate(config, args.workdir, watcher)
-            except preemption.Preempted as e:
-                if multihost.is_primary():
-                    print(e, file=sys.stderr)
-                return preemption.PREEMPTED_EXIT_CODE
-            except Exception as e:  # noqa: BLE001 - only the out-of-memory error is reworded
-                if is_out_of_memory(e):
-                    raise out_of_memory(batch_size=config.global_batch_size,
-                                        seq_length=config.max_seq_length,
-                                        levers=MEMORY_LEVERS) from e
-                raise
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

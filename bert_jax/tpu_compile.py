@@ -27,7 +27,7 @@ import time
 import jax
 import numpy as np
 
-from bert_jax import hlo_collectives, perf, pretrain, topologies
+from bert_jax import flags, hlo_collectives, perf, pretrain, topologies
 from bert_jax.config_loader import load_config, split_config_args
 from bert_jax.errors import UserError
 
@@ -184,7 +184,7 @@ def format_report(report: dict) -> str:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
+    parser = flags.ArgumentParser(
         prog="bert-jax compile", description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Override any config key with --config.KEY=VALUE. Topologies: "

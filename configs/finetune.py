@@ -1,11 +1,11 @@
-"""Fine-tuning recipes: `bert-jax finetune --config configs/finetune.py:TASK --init CKPT`.
+"""Fine-tuning recipes: `bert-jax finetune --config finetune.py:TASK --init_from CKPT`.
 
 TASK is a GLUE task (cola sst2 mrpc qqp stsb mnli qnli rte wnli ax), `csv` (your
 CSV/TSV/JSONL files), `spam` (the small spam set shipped with the package), `conll`
 (CoNLL column files), `conll2003` (tfds), `squad`, `squad_v2` or `multiple_choice`
 (your CSV/TSV/JSONL files, SWAG's layout by default). Append `,tiny`
 (e.g. `spam,tiny`) for a randomly initialised `tiny` model, one short epoch and no
-`--init`: what tests and the demo use.
+`--init_from`: what tests and the demo use.
 
 Defaults are BERT's fine-tuning recipe: AdamW (weight decay 0.01), 10% linear
 warmup then linear decay, batch 32, lr 5e-5 (1e-4 for tagging; 3e-5 for SQuAD; 2e-5
@@ -13,7 +13,7 @@ and batch 16 for multiple choice, as BERT's SWAG run), 3 epochs (2 for SQuAD),
 dropout 0.1, evaluation after every epoch, best kept. The learning rates were chosen
 on measured evidence: docs/finetuning.md, "How the defaults were chosen".
 Any key can be overridden: `--config.learning_rate=3e-5 --config.seeds=1,2,3`.
-BERT's GLUE protocol (the paper's grid, selected on dev): `--config.learning_rates=
+BERT's GLUE protocol (the paper's grid, selected on dev): `--config.sweep.learning_rate=
 2e-5,3e-5,4e-5,5e-5` with batch 32 and 3 epochs, optionally with `--config.seeds`.
 """
 
@@ -31,19 +31,19 @@ def get_config(variant: str | None = None) -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.task = task
 
-    # Model. `init`: a model directory (`bert-jax convert`) or pretraining workdir whose
+    # Model. `init_from`: a model directory (`bert-jax convert`) or pretraining workdir whose
     # encoder is restored; the head is always fresh. `model`: "" = the checkpoint's
     # architecture; a preset name ("tiny", "bert-base", ...) or a dict of BertConfig
     # fields is checked against the checkpoint, or builds a random model without one.
-    c.init = ""
+    c.init_from = ""
     c.model = ""
     c.tokenizer = ""                  # "" = the checkpoint's (or the bundled 8k vocab)
     c.hidden_dropout_prob = 0.1
     c.attention_probs_dropout_prob = 0.1
     # Numerics: "" keeps the checkpoint's (float32 for a random model). On TPU/GPU,
-    # dtype=bfloat16 computes in bf16 with float32 parameters; remat_policy=full
+    # compute_dtype=bfloat16 computes in bf16 with float32 parameters; remat_policy=full
     # (or dots) trades compute for activation memory at long max_seq_length.
-    c.dtype = ""
+    c.compute_dtype = ""
     c.remat_policy = ""
     # Fast paths (docs/performance.md): attention_impl=fused (needs
     # attention_probs_dropout_prob=0) and rng_impl=rbg or unsafe_rbg for the dropout masks.
@@ -101,17 +101,13 @@ def get_config(variant: str | None = None) -> ml_collections.ConfigDict:
     c.length_bucketing = False
 
     # Optimisation.
-    # global_batch_size, num_train_epochs and learning_rates also take lists ("16,32"):
-    # one run per combination, selected on validation (bert_jax.finetune.selection).
-    c.global_batch_size = ml_collections.FieldReference(32, field_type=object)
+    c.global_batch_size = 32
     c.eval_batch_size = 64
     # Measured (docs/finetuning.md, "How the defaults were chosen"): 2e-5, the bottom of
     # the paper's grid, underfits the few hundred steps of a small set; 5e-5, its top,
     # suits classifiers; for tagging 1e-4 beat it by 10-16 points of token accuracy.
     c.learning_rate = 3e-5 if task in SQUAD else 1e-4 if task in TAGGING else 5e-5
-    c.learning_rates = ""             # e.g. "2e-5,3e-5,5e-5": replaces learning_rate
-    c.num_train_epochs = ml_collections.FieldReference(2.0 if task in SQUAD else 3.0,
-                                                       field_type=object)
+    c.num_train_epochs = 2.0 if task in SQUAD else 3.0
     c.warmup_proportion = 0.1
     c.optimizer = "adamw"
     # Staged fine-tuning: parameters matching these comma-separated glob patterns over
@@ -134,6 +130,11 @@ def get_config(variant: str | None = None) -> ml_collections.ConfigDict:
     # earlier epoch) or "last", the end of the schedule (BERT's protocol).
     c.keep_checkpoint = "best"
     c.seeds = ""                      # e.g. "1,2,3": one run per seed, mean +- std
+    # BERT's selection protocol: lists ("2e-5,3e-5,5e-5") of these keys make one run per
+    # combination, each replacing the key's value, selected on validation
+    # (bert_jax.finetune.selection). "" = the key's value, one run.
+    c.sweep = ml_collections.ConfigDict(dict(learning_rate="", num_train_epochs="",
+                                             global_batch_size=""))
     c.mesh_shape = ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1))
     c.logical_axis_rules = DEFAULT_LOGICAL_AXIS_RULES
     c.log_every_steps = 50

@@ -51,7 +51,7 @@ def get_config(variant: str | None = None) -> ml_collections.ConfigDict:
     c.max_predictions_per_seq = 20
     c.dynamic_masking = True
     c.whole_word_masking = False
-    c.pack = False
+    c.packing = False
     # False: MLM only, no NSP head or loss; rows are contiguous sentences filled up to
     # max_seq_length, crossing documents with a [SEP] between them (RoBERTa's
     # FULL-SENTENCES). TFRecords must be made to match (create-data

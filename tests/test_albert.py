@@ -155,7 +155,7 @@ def test_convert_embed_and_back_to_transformers(tmp_path):
     ref.save_pretrained(hf_dir)
     words = [f"w{i}" for i in range(ALBERT.vocab_size - len(SPECIALS))]
     (hf_dir / "vocab.txt").write_text("\n".join(SPECIALS + words) + "\n")
-    assert cli.main(["convert", "--from-hf", str(hf_dir), "--out", str(model_dir)]) == 0
+    assert cli.main(["convert", "--from_hf", str(hf_dir), "--out", str(model_dir)]) == 0
     assert pretrained.load(model_dir).config == ALBERT
 
     texts = tmp_path / "texts.txt"
@@ -170,7 +170,7 @@ def test_convert_embed_and_back_to_transformers(tmp_path):
     expected = (states * mask[..., None]).sum(1) / mask.sum(1, keepdims=True)
     np.testing.assert_allclose(np.load(vectors), expected, atol=TOL)
 
-    assert cli.main(["convert", "--checkpoint", str(model_dir), "--to-hf", str(back)]) == 0
+    assert cli.main(["convert", "--checkpoint", str(model_dir), "--to_hf", str(back)]) == 0
     again = transformers.AlbertForPreTraining.from_pretrained(back).eval()
     with torch.no_grad():
         np.testing.assert_allclose(
@@ -183,7 +183,7 @@ def test_spiece_model_without_vocab_is_refused_in_one_line(tmp_path, capsys):
 
     reference(ALBERT, transformers.AlbertModel).save_pretrained(tmp_path / "hf")
     (tmp_path / "hf" / "spiece.model").write_bytes(b"")
-    assert cli.main(["convert", "--from-hf", str(tmp_path / "hf"), "--out",
+    assert cli.main(["convert", "--from_hf", str(tmp_path / "hf"), "--out",
                      str(tmp_path / "out")]) == 2
     assert "spiece.model" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()

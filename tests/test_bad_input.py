@@ -112,9 +112,12 @@ CASES = {
                              "pooling must be one of pooler, mean; got 'max'"),
     "finetune untyped value": (FINETUNE + ["--config.warmup_proportion=three"],
                                "config key 'warmup_proportion' expects float"),
-    "finetune bad list": (FINETUNE + ["--config.num_train_epochs=three"],
-                          "num_train_epochs must be a number or a comma-separated list of "
-                          "numbers, got 'three'"),
+    "finetune bad number": (FINETUNE + ["--config.num_train_epochs=three"],
+                            "config key 'num_train_epochs' expects float (like 1.0), got str "
+                            "'three'"),
+    "finetune bad sweep": (FINETUNE + ["--config.sweep.num_train_epochs=2,three"],
+                           "sweep.num_train_epochs must be a number or a comma-separated list "
+                           "of numbers, got '2,three'"),
     "finetune bad freeze": (FINETUNE + ["--config.freeze=encoder/*"],
                             "freeze pattern 'encoder/*' matches no parameter"),
     # evaluate / predict
@@ -127,8 +130,8 @@ CASES = {
                               "no such file: /no/such.txt"),
     # embed / export
     "embed zero batch": (["embed", "--checkpoint", "{model}", "--input", "{texts}", "--output",
-                          "{new}", "--batch-size", "0"],
-                         "--batch-size must be an integer >= 1, got 0"),
+                          "{new}", "--batch_size", "0"],
+                         "--batch_size must be an integer >= 1, got 0"),
     "embed vocabulary past the model's": (
         ["embed", "--checkpoint", "{small_vocab_model}", "--input", "{texts}", "--output",
          "{new}"], "the tokenizer has 8192 tokens but {small_vocab_model} has vocab_size=100"),

@@ -45,11 +45,11 @@ def test_people_daily_splits_keep_evaluation_text_out_of_the_corpus(tmp_path):
 
 def test_missing_inputs_fail_with_one_line(tmp_path, capsys):
     assert bench_chinese.main(["--workdir", str(tmp_path), "--corpus", "c.txt"]) == 2
-    assert capsys.readouterr().err == ("error: missing --ner-train, --ner-test "
-                                       "(or pass --people-daily DIR)\n")
+    assert capsys.readouterr().err == ("error: missing --ner_train, --ner_test "
+                                       "(or pass --people_daily DIR)\n")
     assert bench_chinese.main(["--workdir", str(tmp_path), "--corpus", "c.txt",
-                               "--ner-train", "a", "--ner-test", "b"]) == 2
-    assert capsys.readouterr().err == "error: no file c.txt (or pass --people-daily DIR)\n"
+                               "--ner_train", "a", "--ner_test", "b"]) == 2
+    assert capsys.readouterr().err == "error: no file c.txt (or pass --people_daily DIR)\n"
 
 
 @pytest.mark.slow
@@ -64,11 +64,11 @@ def test_bench_end_to_end_prints_the_summary_last(tmp_path, capsys):
             f.write("".join(f"{c}\t{t}\n" for c, t in zip(sentence["words"], tags)) + "\n")
     assert bench_chinese.main([
         "--workdir", str(tmp_path / "run"), "--corpus", paths["corpus.txt"],
-        "--ner-train", bmes, "--ner-test", paths["ner_test.conll"], "--model", MICRO_MODEL,
-        "--vocab-size", "200", "--dupe-factor", "1", "--pretrain-steps", "2",
-        "--pretrain-batch", "8", "--eval-steps", "1", "--eval-fraction", "0.5",
-        "--ner-sentences", "0", "--ner-epochs", "2", "--seeds", "1,2", "--ner-override=--config.max_seq_length=32",
-        "--ner-override=--config.global_batch_size=8"]) == 0
+        "--ner_train", bmes, "--ner_test", paths["ner_test.conll"], "--model", MICRO_MODEL,
+        "--vocab_size", "200", "--dupe_factor", "1", "--pretrain_steps", "2",
+        "--pretrain_batch", "8", "--eval_steps", "1", "--eval_fraction", "0.5",
+        "--ner_sentences", "0", "--ner_epochs", "2", "--seeds", "1,2", "--ner_override=--config.max_seq_length=32",
+        "--ner_override=--config.global_batch_size=8"]) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert set(summary) == {"mlm_accuracy", "ner_f1", "minutes"}
     assert 0 <= summary["mlm_accuracy"] <= 1

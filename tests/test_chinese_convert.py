@@ -67,7 +67,7 @@ def google_chinese(tmp_path_factory):
 def test_chinese_checkpoint_converts_embeds_and_finetunes(google_chinese, tmp_path):
     model, google = google_chinese
     out = tmp_path / "converted"
-    assert cli.main(["--from-tf1", str(google), "--out", str(out)]) == 0
+    assert cli.main(["--from_tf1", str(google), "--out", str(out)]) == 0
     loaded = pretrained.load(out)
     assert loaded.config.vocab_size == len(VOCAB)
 
@@ -83,7 +83,7 @@ def test_chinese_checkpoint_converts_embeds_and_finetunes(google_chinese, tmp_pa
     train = tmp_path / "train.txt"  # headerless label<TAB>text
     train.write_text("".join(f"{'pos' if i % 2 else 'neg'}\t{CHARS[i:i + 12]}\n"
                              for i in range(8)), encoding="utf-8")
-    config = micro_config("csv", f"init={out}", "model=", f"train_file={train}",
+    config = micro_config("csv", f"init_from={out}", "model=", f"train_file={train}",
                           f"validation_file={train}", "columns=label,text",
                           "max_train_examples=8", "num_train_epochs=1")
     with shared_compilation_cache(str(tmp_path.parent / "finetune_jax_cache")):

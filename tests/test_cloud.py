@@ -88,7 +88,7 @@ def test_finetune_and_embed_read_the_bucket_run_and_write_to_the_bucket(gcs, buc
     finetune = subprocess.run(
         [sys.executable, "-m", "bert_jax.cli", "finetune",
          "--config", os.path.join(REPO, "configs", "finetune.py") + ":spam",
-         "--init", run_dir, "--workdir", ft_dir, "--config.max_seq_length=32",
+         "--init_from", run_dir, "--workdir", ft_dir, "--config.max_seq_length=32",
          "--config.global_batch_size=8", "--config.max_train_examples=32",
          "--config.max_eval_examples=16", "--config.eval_batch_size=16",
          "--config.num_train_epochs=1", "--config.log_every_steps=2"],

@@ -1,4 +1,4 @@
-"""`bert-jax convert --from-tf1`: a checkpoint written with Google's TF1 variable names
+"""`bert-jax convert --from_tf1`: a checkpoint written with Google's TF1 variable names
 converts and matches transformers' BertForPreTraining on the same weights."""
 
 import json
@@ -16,6 +16,7 @@ from bert_jax import pretrained  # noqa: E402
 from bert_jax.convert import cli  # noqa: E402
 from bert_jax.convert.hf import CheckpointMismatchError  # noqa: E402
 from bert_jax.heads import BertForPreTraining, BertForSequenceClassification  # noqa: E402
+from bert_jax.tokenization import load_tokenizer  # noqa: E402
 from test_model_parity import scale_weights  # noqa: E402
 
 LAYERS = 2
@@ -115,7 +116,7 @@ def test_tf1_checkpoint_matches_transformers(reference, tmp_path):
     model, variables = reference
     google = write_google_dir(tmp_path / "uncased_L-2_H-32_A-4", variables)
     out = tmp_path / "converted"
-    assert cli.main(["--from-tf1", str(google), "--out", str(out)]) == 0
+    assert cli.main(["--from_tf1", str(google), "--out", str(out)]) == 0
 
     loaded = pretrained.load(out)
     assert loaded.config.vocab_size == 40 and set(loaded.params) == {"bert", "mlm", "nsp"}
@@ -140,7 +141,7 @@ def _convert_fails(tmp_path, variables, match):
     google = write_google_dir(tmp_path / "google", variables)
     out = tmp_path / "out"
     with pytest.raises((CheckpointMismatchError, FileNotFoundError), match=match):
-        cli.main(["--from-tf1", str(google), "--out", str(out)])
+        cli.main(["--from_tf1", str(google), "--out", str(out)])
     assert not out.exists()
     return google
 
@@ -168,7 +169,7 @@ def test_missing_index_file_is_reported(reference, tmp_path):
     os.remove(google / "bert_model.ckpt.index")
     with pytest.raises(FileNotFoundError, match=r"bert_model\.ckpt\.data-00000-of-00001 is "
                                                 r"there but its \.index file is missing"):
-        cli.main(["--from-tf1", str(google), "--out", str(tmp_path / "out")])
+        cli.main(["--from_tf1", str(google), "--out", str(tmp_path / "out")])
     assert not (tmp_path / "out").exists()
 
 
@@ -178,7 +179,7 @@ def test_truncated_data_shard_names_the_variable(reference, tmp_path):
     with open(google / "bert_model.ckpt.data-00000-of-00001", "r+b") as f:
         f.truncate(1000)
     with pytest.raises(CheckpointMismatchError, match=r"cannot read variable bert/\S+ from "):
-        cli.main(["--from-tf1", str(google), "--out", str(tmp_path / "out")])
+        cli.main(["--from_tf1", str(google), "--out", str(tmp_path / "out")])
     assert not (tmp_path / "out").exists()
 
 
@@ -191,7 +192,7 @@ def test_run_classifier_checkpoint_converts_with_its_head(reference, tmp_path):
     variables["output_weights"] = 0.1 * rng.standard_normal((3, 32), np.float32)
     variables["output_bias"] = 0.1 * rng.standard_normal(3, np.float32)
     google = write_google_dir(tmp_path / "google", variables)
-    assert cli.main(["--from-tf1", str(google), "--out", str(tmp_path / "out")]) == 0
+    assert cli.main(["--from_tf1", str(google), "--out", str(tmp_path / "out")]) == 0
 
     loaded = pretrained.load(tmp_path / "out")
     assert loaded.task["kind"] == "classification" and loaded.task["num_labels"] == 3
@@ -209,3 +210,20 @@ def test_run_classifier_checkpoint_converts_with_its_head(reference, tmp_path):
         theirs = classifier(input_ids=torch.from_numpy(ids).long(),
                             attention_mask=torch.from_numpy(mask).long()).logits.numpy()
     np.testing.assert_allclose(ours, theirs, atol=1e-4)
+
+
+@pytest.mark.parametrize("flag, lower, warning", [
+    ("--cased", False, ""), ("--do_lower_case", True, ""),
+    ("--no-lower-case", False, "--no-lower-case is deprecated, use --cased"),
+    ("--lower-case", True, "--lower-case is deprecated, use --do_lower_case")])
+def test_the_case_of_the_vocabulary_can_be_set(reference, tmp_path, capsys, flag, lower,
+                                               warning):
+    """The directory name says uncased; the flag wins. The old flag names still work, with
+    one warning line."""
+    _, variables = reference
+    google = write_google_dir(tmp_path / "uncased_L-2_H-32_A-4", variables)
+    assert cli.main(["--from_tf1", str(google), "--out", str(tmp_path / "out"), flag]) == 0
+    tokenizer = load_tokenizer(pretrained.load(tmp_path / "out").tokenizer_dir)
+    assert tokenizer.do_lower_case is lower
+    err = capsys.readouterr().err
+    assert err == (f"bert-jax convert: warning: {warning}\n" if warning else "")

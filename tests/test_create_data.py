@@ -193,7 +193,7 @@ def test_original_tool_flags(tmp_path):
 
 def test_sentencepiece_whole_word_masking(tmp_path):
     from bert_jax.data import build_vocab
-    assert build_vocab.main(["--input", SHARDS[3], "--vocab-size", "1500", "--type", "unigram",
+    assert build_vocab.main(["--input", SHARDS[3], "--vocab_size", "1500", "--type", "unigram",
                        "--out", str(tmp_path / "spm")]) == 0
     tok = load_tokenizer(str(tmp_path / "spm"))
     files = cpd.shard_paths(str(tmp_path / "out"), 1)

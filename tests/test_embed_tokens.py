@@ -1,4 +1,4 @@
-"""`bert-jax embed --per-token`: per-token features of chosen layers, combined, against
+"""`bert-jax embed --per_token`: per-token features of chosen layers, combined, against
 transformers' BertModel(output_hidden_states=True) on the same weights."""
 
 import numpy as np
@@ -80,8 +80,8 @@ def test_cli_writes_tokens_line_index_and_vectors(reference, model_dir, tmp_path
     texts.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
     out = tmp_path / "feats.npz"
     assert cli.main(["embed", "--checkpoint", str(model_dir), "--input", str(texts),
-                     "--output", str(out), "--per-token", "--layers", "-4,-3,-2,-1",
-                     "--combine", "concat", "--batch-size", "2"]) == 0
+                     "--output", str(out), "--per_token", "--layers", "-4,-3,-2,-1",
+                     "--combine", "concat", "--batch_size", "2"]) == 0
     assert "to " + str(out) in capsys.readouterr().out
     with np.load(out) as f:  # no pickled objects: loads without allow_pickle
         vectors, line_index, tokens = f["vectors"], f["line_index"], f["tokens"]
@@ -99,15 +99,15 @@ def test_cli_writes_tokens_line_index_and_vectors(reference, model_dir, tmp_path
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--per-token", "--layers", "4"], "--layers 4 is out of range for a model with 3 layers"),
-    (["--per-token", "--layers", "-5"], "--layers -5 is out of range"),
-    (["--per-token", "--layers", "-1,x"], "--layers takes comma-separated integers"),
-    (["--per-token", "--layers", "-2,-1"], "--layers names 2 layers: say how to combine"),
-    (["--combine", "sum"], "--combine is for --per-token features"),
-    (["--layers", "-1"], "--layers is for --per-token features"),
-    (["--per-token", "--pooling", "mean"], "--pooling is for sentence vectors"),
-    (["--per-token", "--output", "{tmp}/feats.npy"], "--output must end in .npz"),
-    (["--per-token", "--input", "{tmp}/empty.txt"], "empty.txt has no lines"),
+    (["--per_token", "--layers", "4"], "--layers 4 is out of range for a model with 3 layers"),
+    (["--per_token", "--layers", "-5"], "--layers -5 is out of range"),
+    (["--per_token", "--layers", "-1,x"], "--layers takes comma-separated integers"),
+    (["--per_token", "--layers", "-2,-1"], "--layers names 2 layers: say how to combine"),
+    (["--combine", "sum"], "--combine is for --per_token features"),
+    (["--layers", "-1"], "--layers is for --per_token features"),
+    (["--per_token", "--pooling", "mean"], "--pooling is for sentence vectors"),
+    (["--per_token", "--output", "{tmp}/feats.npy"], "--output must end in .npz"),
+    (["--per_token", "--input", "{tmp}/empty.txt"], "empty.txt has no lines"),
 ])
 def test_bad_per_token_arguments(model_dir, tmp_path, capsys, args, message):
     (tmp_path / "texts.txt").write_text("one line\n", encoding="utf-8")

@@ -298,7 +298,7 @@ def test_sentencepiece_tokenizer_in_saved_model(tmp_path):
 @pytest.mark.slow
 def test_minilm_serving_keeps_its_similarity(tmp_path, minilm_dir):
     source = minilm_dir
-    assert cli.main(["convert", "--from-hf", source, "--out", str(tmp_path / "minilm")]) == 0
+    assert cli.main(["convert", "--from_hf", source, "--out", str(tmp_path / "minilm")]) == 0
     export.export(str(tmp_path / "minilm"), str(tmp_path / "out"), platforms=("cpu",),
                   max_seq_length=128)
     texts = ["A man is eating food.", "A man is eating a piece of bread."]

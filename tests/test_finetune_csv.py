@@ -90,7 +90,7 @@ def test_jsonl_pair_regression_with_packing(tmp_path, compile_cache):
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     config = micro_config("csv", f"train_file={path}", f"validation_file={path}",
                           "text_column=a", "text_pair_column=b", "label_column=score",
-                          "packing=true", "length_bucketing=true", "dtype=bfloat16",
+                          "packing=true", "length_bucketing=true", "compute_dtype=bfloat16",
                           "remat_policy=full", "num_train_epochs=2", "keep_checkpoint=last",
                           "pooling=mean")
     with shared_compilation_cache(compile_cache):
@@ -216,7 +216,7 @@ def micro_checkpoint(tmp_path_factory):
 
 
 def test_checkpoint_with_other_hidden_size_fails_clearly(micro_checkpoint):
-    config = micro_config("sst2", f"init={micro_checkpoint}", "model=tiny")
+    config = micro_config("sst2", f"init_from={micro_checkpoint}", "model=tiny")
     with pytest.raises(ConfigError, match="has hidden_size=32 but the config asks for "
                                           "hidden_size=128"):
         trainer.resolve_model(config)
@@ -225,10 +225,10 @@ def test_checkpoint_with_other_hidden_size_fails_clearly(micro_checkpoint):
 def test_checkpoint_with_other_vocabulary_fails_clearly(micro_checkpoint, tmp_path):
     vocab = tmp_path / "vocab.txt"
     vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b"]) + "\n")
-    config = micro_config("sst2", f"init={micro_checkpoint}", "model=", f"tokenizer={vocab}")
+    config = micro_config("sst2", f"init_from={micro_checkpoint}", "model=", f"tokenizer={vocab}")
     with pytest.raises(ConfigError, match="tokenizer has 7 tokens but checkpoint"):
         trainer.resolve_model(config)
-    wrong_vocab = micro_config("sst2", f"init={micro_checkpoint}",
+    wrong_vocab = micro_config("sst2", f"init_from={micro_checkpoint}",
                                "model={'preset': 'tiny', 'vocab_size': 100, 'hidden_size': 32}")
     with pytest.raises(ConfigError, match="vocab_size=8192 but the config asks for "
                                           "vocab_size=100"):

@@ -1,4 +1,4 @@
-"""`bert-jax convert --checkpoint MODEL_DIR --to-hf DIR`: transformers loads the result
+"""`bert-jax convert --checkpoint MODEL_DIR --to_hf DIR`: transformers loads the result
 with no missing or unexpected weights and computes what we compute."""
 
 
@@ -60,9 +60,9 @@ def test_hf_round_trip_is_bit_exact(tmp_path):
     original.save_pretrained(tmp_path / "hf")
     WordPieceTokenizer(VOCAB).save(str(tmp_path / "hf"))
 
-    assert cli.main(["--from-hf", str(tmp_path / "hf"), "--out", str(tmp_path / "ours")]) == 0
+    assert cli.main(["--from_hf", str(tmp_path / "hf"), "--out", str(tmp_path / "ours")]) == 0
     assert cli.main(["--checkpoint", str(tmp_path / "ours"),
-                     "--to-hf", str(tmp_path / "back")]) == 0
+                     "--to_hf", str(tmp_path / "back")]) == 0
 
     before = load_file(tmp_path / "hf" / "model.safetensors")
     after = load_file(tmp_path / "back" / "model.safetensors")
@@ -109,7 +109,7 @@ def test_fine_tuned_heads_load_in_transformers(tmp_path, kind, architecture):
     pretrained.save(tmp_path / "ours", CONFIG, params, tokenizer=WordPieceTokenizer(VOCAB),
                     task=task)
     assert cli.main(["--checkpoint", str(tmp_path / "ours"),
-                     "--to-hf", str(tmp_path / "hf")]) == 0
+                     "--to_hf", str(tmp_path / "hf")]) == 0
 
     model = load_hf(tmp_path / "hf")
     assert type(model).__name__ == architecture
@@ -131,15 +131,15 @@ def test_mean_pooled_classifier_is_not_exported_as_a_pooler_classifier(tmp_path)
                     task={"family": "classification", "label_names": ["a", "b"],
                           "config": {"pooling": "mean"}})
     with pytest.raises(ValueError, match="reads mean-pooled states, but transformers'"):
-        cli.main(["--checkpoint", str(tmp_path / "ours"), "--to-hf", str(tmp_path / "hf")])
+        cli.main(["--checkpoint", str(tmp_path / "ours"), "--to_hf", str(tmp_path / "hf")])
     assert not (tmp_path / "hf").exists()
 
 
 def test_minilm_export_loads_and_embeds_the_same(tmp_path, minilm_dir):
     source = minilm_dir
-    assert cli.main(["--from-hf", source, "--out", str(tmp_path / "ours")]) == 0
+    assert cli.main(["--from_hf", source, "--out", str(tmp_path / "ours")]) == 0
     assert cli.main(["--checkpoint", str(tmp_path / "ours"),
-                     "--to-hf", str(tmp_path / "hf")]) == 0
+                     "--to_hf", str(tmp_path / "hf")]) == 0
 
     exported = load_hf(tmp_path / "hf")
     original = transformers.AutoModel.from_pretrained(source).eval()
@@ -162,7 +162,7 @@ def test_minilm_export_loads_and_embeds_the_same(tmp_path, minilm_dir):
 
 def test_multiple_choice_matches_transformers_and_exports_back(tmp_path):
     """BertForMultipleChoice on transformers' weights (scaled as in the parity tests)
-    gives transformers' logits for [B, C, L] inputs with padding; exported with --to-hf,
+    gives transformers' logits for [B, C, L] inputs with padding; exported with --to_hf,
     transformers loads it as BertForMultipleChoice with every weight bit-identical."""
     from bert_jax.convert import hf
     from test_model_parity import scale_weights
@@ -187,7 +187,7 @@ def test_multiple_choice_matches_transformers_and_exports_back(tmp_path):
     pretrained.save(tmp_path / "ours", CONFIG, params, tokenizer=WordPieceTokenizer(VOCAB),
                     task={"name": "swag", "kind": "multiple_choice"})
     assert cli.main(["--checkpoint", str(tmp_path / "ours"),
-                     "--to-hf", str(tmp_path / "hf")]) == 0
+                     "--to_hf", str(tmp_path / "hf")]) == 0
     exported = load_hf(tmp_path / "hf")
     assert type(exported).__name__ == "BertForMultipleChoice"
     after = load_file(tmp_path / "hf" / "model.safetensors")

@@ -168,6 +168,13 @@ def test_libtpu_set_up_and_topology_tables_import_no_jax(module):
     assert _reaches(module, ("jax", "flax", "optax", "orbax", "tensorflow")) == []
 
 
+def test_the_pretraining_job_parses_no_command_line():
+    """`bert-jax pretrain`'s flags and exit codes live in bert_jax.cli_pretrain; pretrain.py
+    is the job, callable from Python with a config."""
+    assert IMPORTS["bert_jax.pretrain"] & {"argparse", "bert_jax.flags",
+                                           "bert_jax.config_loader"} == set()
+
+
 def _cycles() -> list[list[str]]:
     """Strongly connected components of more than one module (Tarjan)."""
     index, low, stack, on_stack, found = {}, {}, [], set(), []

@@ -165,7 +165,7 @@ def test_mlm_only_run_has_no_nsp_head_or_metrics(mlm_run):
     np.testing.assert_allclose(params["bert"]["pooler"]["kernel"],
                                nsp_params["bert"]["pooler"]["kernel"], rtol=1e-4)
     # What fine-tuning takes from it: the whole encoder.
-    source = trainer.resolve_model(micro_config("spam", f"init={workdir}", "model="))
+    source = trainer.resolve_model(micro_config("spam", f"init_from={workdir}", "model="))
     jax_tree_equal(source.encoder_params, params["bert"])
 
 
@@ -193,14 +193,14 @@ def test_resume_with_nsp_switched_on_is_refused(mlm_run, text_corpus, capsys):
 
 def test_convert_to_hf_gives_a_masked_lm(mlm_run, tmp_path):
     # No NSP head: transformers' BertForMaskedLM (which has no pooler).
-    assert cli.main(["convert", "--checkpoint", mlm_run[0], "--to-hf", str(tmp_path / "hf")]) == 0
+    assert cli.main(["convert", "--checkpoint", mlm_run[0], "--to_hf", str(tmp_path / "hf")]) == 0
     hf_config = json.loads((tmp_path / "hf" / "config.json").read_text())
     assert hf_config["architectures"] == ["BertForMaskedLM"]
 
 
 @pytest.mark.slow
 def test_finetuning_starts_from_an_mlm_only_checkpoint(mlm_run, tmp_path):
-    config = micro_config("spam", f"init={mlm_run[0]}", "model=", "max_train_examples=16",
+    config = micro_config("spam", f"init_from={mlm_run[0]}", "model=", "max_train_examples=16",
                           "max_eval_examples=16", "num_train_epochs=1")
     results = trainer.finetune(config, str(tmp_path / "finetune"))
     assert 0 <= results["validation"]["accuracy"] <= 1

@@ -199,7 +199,7 @@ def test_export_to_transformers_gives_the_same_logits_and_converts_back(finetune
 
     workdir, _, data = finetuned
     hf_dir, back = str(tmp_path / "hf"), str(tmp_path / "back")
-    assert bert_jax_cli.main(["convert", "--checkpoint", workdir, "--to-hf", hf_dir]) == 0
+    assert bert_jax_cli.main(["convert", "--checkpoint", workdir, "--to_hf", hf_dir]) == 0
     hf_model = transformers.BertForMultipleChoice.from_pretrained(hf_dir).eval()
 
     model = inference.load_finetuned(workdir)
@@ -213,7 +213,7 @@ def test_export_to_transformers_gives_the_same_logits_and_converts_back(finetune
             ("token_type_ids", "segment_ids"))}).logits
     np.testing.assert_allclose(torch.softmax(logits, -1).numpy(), ours, atol=1e-5)
 
-    assert convert_cli.main(["--from-hf", hf_dir, "--out", back]) == 0
+    assert convert_cli.main(["--from_hf", hf_dir, "--out", back]) == 0
     converted, saved = pretrained.load(back), pretrained.load(os.path.join(workdir, "best"))
     assert pretrained.task_kind(converted.task, converted.params) == "multiple_choice"
     for (path, a), (_, b) in zip(pretrained._flat(converted.params).items(),

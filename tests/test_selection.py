@@ -42,7 +42,7 @@ def run_of(summary, workdir, name):
 
 def test_grid_selects_on_validation_and_reports_the_selected_test(tmp_path, files):
     workdir = str(tmp_path / "grid")
-    config = micro_config("csv", *files, "learning_rates=1e-6,1e-2", "num_train_epochs=6")
+    config = micro_config("csv", *files, "sweep.learning_rate=1e-6,1e-2", "num_train_epochs=6")
     summary = cli.run_finetune(config, workdir)
     assert summary["grid"]["learning_rate"] == [1e-6, 1e-2]
     names = [s["run_dir"] for s in summary["settings"]]
@@ -86,7 +86,7 @@ def test_runs_share_data_and_compiled_step_and_match_fresh_runs(tmp_path, files)
 
 def test_grid_with_seeds_averages_each_setting(tmp_path, files):
     workdir = str(tmp_path / "grid")
-    config = micro_config("csv", *files, "global_batch_size=8,16", "num_train_epochs=1",
+    config = micro_config("csv", *files, "sweep.global_batch_size=8,16", "num_train_epochs=1",
                           "seeds=1,2")
     summary = cli.run_finetune(config, workdir)
     assert [s["run_dir"] for s in summary["settings"]] == ["bs8", "bs16"]
@@ -102,14 +102,46 @@ def test_grid_with_seeds_averages_each_setting(tmp_path, files):
 
 
 @pytest.mark.parametrize("key,value,message", [
-    ("learning_rates", "2e-5,abc", "learning_rates must be a number or a comma-separated list"),
-    ("global_batch_size", "16,16.5", "global_batch_size must hold ints"),
-    ("num_train_epochs", "2,2", "num_train_epochs lists a value twice"),
+    ("sweep.learning_rate", "2e-5,abc",
+     "sweep.learning_rate must be a number or a comma-separated list"),
+    ("sweep.global_batch_size", "16,16.5", "sweep.global_batch_size must hold ints"),
+    ("sweep.num_train_epochs", "2,2", "sweep.num_train_epochs lists a value twice"),
 ])
 def test_bad_lists_are_named(key, value, message):
     config = micro_config("csv", f"{key}={value}")
     with pytest.raises(UserError, match=message):
         selection.grid_of(config)
+
+
+def test_a_single_run_is_a_plain_run(monkeypatch, tmp_path):
+    """Without seeds or a sweep, fine-tuning is one trainer.finetune call on the config
+    itself: no grid, no setting directories, no selection summary."""
+    config = micro_config("csv")
+    monkeypatch.setattr(selection, "run_grid", lambda *a: pytest.fail("went through the grid"))
+    monkeypatch.setattr(trainer, "finetune", lambda c, w: {"config": c, "workdir": w})
+    result = cli.run_finetune(config, str(tmp_path))
+    assert result == {"config": config, "workdir": str(tmp_path)}
+    assert not selection.is_sweep(config)
+    assert selection.is_sweep(micro_config("csv", "sweep.learning_rate=1e-3,2e-3"))
+    assert selection.is_sweep(micro_config("csv", "seeds=1,2"))
+
+
+def test_old_grid_spellings_become_the_sweep_with_one_warning_each(capsys):
+    config = micro_config("csv", "learning_rates=1e-3,2e-3", "num_train_epochs=1,2",
+                          "global_batch_size=8,16", "learning_rates=1e-3,3e-3")
+    assert dict(config.sweep) == {"learning_rate": "(0.001, 0.003)",
+                                  "num_train_epochs": "(1, 2)", "global_batch_size": "(8, 16)"}
+    assert (config.learning_rate, config.num_train_epochs, config.global_batch_size) == \
+        (1e-3, 1.0, 8)  # the variant's own values: a sweep leaves them alone
+    assert selection.grid_of(config)["learning_rate"] == [1e-3, 3e-3]
+    warnings = capsys.readouterr().err.splitlines()
+    assert warnings == [
+        "bert-jax: warning: --config.learning_rates is deprecated, use "
+        "--config.sweep.learning_rate",
+        "bert-jax: warning: --config.num_train_epochs is deprecated, use "
+        "--config.sweep.num_train_epochs",
+        "bert-jax: warning: --config.global_batch_size is deprecated, use "
+        "--config.sweep.global_batch_size"]
 
 
 def test_ties_keep_the_earlier_setting():

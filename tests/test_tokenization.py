@@ -174,7 +174,7 @@ def test_clear_errors(tmp_path):
 def sentencepiece_dir(request, tmp_path_factory):
     out = tmp_path_factory.mktemp(request.param)
     files = sorted(glob.glob(corpus.DEFAULT_CORPUS))[:1]
-    assert build_vocab.main(["--input", *files, "--vocab-size", "1000", "--type", request.param,
+    assert build_vocab.main(["--input", *files, "--vocab_size", "1000", "--type", request.param,
                        "--out", str(out)]) == 0
     return str(out)
 
@@ -213,7 +213,7 @@ def test_tokenize_cli(minilm_vocab):
 def test_train_wordpiece_cli(tmp_path):
     sample = tmp_path / "sample.txt"
     sample.write_text("\n".join(corpus_lines(1000)))
-    assert build_vocab.main(["--input", str(sample), "--type", "wordpiece", "--vocab-size", "600",
+    assert build_vocab.main(["--input", str(sample), "--type", "wordpiece", "--vocab_size", "600",
                        "--out", str(tmp_path / "wp")]) == 0
     tok = load_tokenizer(str(tmp_path / "wp"))
     assert tok.vocab_size == 600 and tok.id_to_token(4) == "[MASK]"

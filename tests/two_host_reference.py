@@ -6,7 +6,7 @@ import sys
 
 import numpy as np
 
-from bert_jax import pretrain
+from bert_jax import cli_pretrain
 from bert_jax.data import inputs
 
 
@@ -34,4 +34,4 @@ class TwoHosts:
 if __name__ == "__main__":
     make = inputs.make_iterator
     inputs.make_iterator = lambda *args, **kw: TwoHosts(make, *args, **kw)
-    sys.exit(pretrain.main(sys.argv[1:]))
+    sys.exit(cli_pretrain.main(sys.argv[1:]))

@@ -11,6 +11,7 @@ Extra flags: --num_workers. Output files are the shards (comma-separated).
 import argparse
 import sys
 
+from bert_jax import flags
 from bert_jax.data import create_pretraining_data
 
 
@@ -23,8 +24,8 @@ def _bool(value: str) -> bool:
 
 
 def main(argv) -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = flags.ArgumentParser(description=__doc__,
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--input_file", required=True)
     parser.add_argument("--output_file", required=True)
     parser.add_argument("--vocab_file", required=True)

@@ -1,8 +1,8 @@
 """`bert-jax convert`: published checkpoints to and from bert_jax model directories.
 
-  bert-jax convert --from-hf HF_DIR --out MODEL_DIR
-  bert-jax convert --from-tf1 GOOGLE_DIR --out MODEL_DIR
-  bert-jax convert --checkpoint MODEL_DIR --to-hf HF_DIR
+  bert-jax convert --from_hf HF_DIR --out MODEL_DIR
+  bert-jax convert --from_tf1 GOOGLE_DIR --out MODEL_DIR
+  bert-jax convert --checkpoint MODEL_DIR --to_hf HF_DIR
 
 GOOGLE_DIR holds bert_model.ckpt.{index,data-*}, bert_config.json and vocab.txt
 (as in Google's uncased_L-12_H-768_A-12.zip). MODEL_DIR may also be a
@@ -15,7 +15,7 @@ import argparse
 import json
 from typing import Any
 
-from bert_jax import paths, pretrained
+from bert_jax import flags, paths, pretrained
 from bert_jax.atomic import atomic_directory
 
 
@@ -185,33 +185,39 @@ def _write_hf_tokenizer(model: pretrained.Pretrained, directory: str) -> list[st
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="bert-jax convert", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = flags.ArgumentParser(prog="bert-jax convert", description=__doc__,
+                                  formatter_class=argparse.RawDescriptionHelpFormatter,
+                                  deprecated={"--lower_case": "--do_lower_case",
+                                              "--no_lower_case": "--cased"})
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--from-hf", metavar="DIR", help="Hugging Face BERT directory")
-    source.add_argument("--from-tf1", metavar="DIR", help="Google TF1 BERT directory")
+    source.add_argument("--from_hf", metavar="DIR", help="Hugging Face BERT directory")
+    source.add_argument("--from_tf1", metavar="DIR", help="Google TF1 BERT directory")
     source.add_argument("--checkpoint", metavar="MODEL_DIR",
-                        help="bert_jax model directory or workdir to export (with --to-hf)")
-    parser.add_argument("--out", help="bert_jax model directory to write (with --from-*)")
-    parser.add_argument("--to-hf", metavar="DIR", help="Hugging Face directory to write")
-    parser.add_argument("--lower-case", action=argparse.BooleanOptionalAction, default=None,
-                        help="--from-tf1: whether vocab.txt is uncased (default: guessed "
-                             "from the directory name, uncased unless it says cased)")
+                        help="bert_jax model directory or workdir to export (with --to_hf)")
+    parser.add_argument("--out",
+                        help="bert_jax model directory to write (with --from_hf or --from_tf1)")
+    parser.add_argument("--to_hf", metavar="DIR", help="Hugging Face directory to write")
+    case = parser.add_mutually_exclusive_group()
+    case.add_argument("--do_lower_case", action="store_true", default=None,
+                      help="--from_tf1: vocab.txt is uncased (default: guessed from the "
+                           "directory name, uncased unless it says cased)")
+    case.add_argument("--cased", dest="do_lower_case", action="store_false",
+                      help="--from_tf1: vocab.txt is cased")
     parser.add_argument("--overwrite", action="store_true", help="replace the output if it exists")
     args = parser.parse_args(argv)
     if args.checkpoint:
         if not args.to_hf or args.out:
-            parser.error("--checkpoint takes --to-hf DIR (not --out)")
+            parser.error("--checkpoint takes --to_hf DIR (not --out)")
         for note in to_hf(args.checkpoint, args.to_hf, args.overwrite):
             print(f"note: {note}")
         print(f"wrote {args.to_hf}")
         return 0
     if not args.out or args.to_hf:
-        parser.error("--from-hf/--from-tf1 take --out MODEL_DIR (not --to-hf)")
+        parser.error("--from_hf/--from_tf1 take --out MODEL_DIR (not --to_hf)")
     if args.from_hf:
         model = from_hf(args.from_hf, args.out, args.overwrite)
     else:
-        model = from_tf1(args.from_tf1, args.out, args.overwrite, args.lower_case)
+        model = from_tf1(args.from_tf1, args.out, args.overwrite, args.do_lower_case)
     heads = [k for k in ("mlm", "nsp", "classifier", "qa_outputs") if k in model.params]
     print(f"wrote {args.out}: {model.config.num_hidden_layers} layers, hidden "
           f"{model.config.hidden_size}, vocab {model.config.vocab_size}, heads: "

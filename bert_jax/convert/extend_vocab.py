@@ -1,6 +1,6 @@
 """`bert-jax extend-vocab`: add whole-word tokens to a model's WordPiece vocabulary.
 
-  bert-jax extend-vocab --checkpoint MODEL_DIR --add-tokens FILE --out MODEL_DIR2
+  bert-jax extend-vocab --checkpoint MODEL_DIR --add_tokens FILE --out MODEL_DIR2
 
 FILE has one token per line. New tokens first replace the `[unusedN]`
 placeholders that BERT vocabularies reserve for this (their embedding rows are
@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from bert_jax import pretrained
+from bert_jax import flags, pretrained
 from bert_jax.tokenization import WordPieceTokenizer, load_tokenizer
 
 _UNUSED = re.compile(r"\[unused\d+\]$")
@@ -131,10 +131,10 @@ def read_token_file(path: str) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="bert-jax extend-vocab", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = flags.ArgumentParser(prog="bert-jax extend-vocab", description=__doc__,
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoint", required=True, help="model directory or workdir")
-    parser.add_argument("--add-tokens", required=True, metavar="FILE",
+    parser.add_argument("--add_tokens", required=True, metavar="FILE",
                         help="tokens to add, one per line")
     parser.add_argument("--out", required=True, help="model directory to write")
     parser.add_argument("--seed", type=int, default=0, help="seed of the new rows")

@@ -12,7 +12,7 @@ import sys
 import tempfile
 from typing import Iterator, List, Sequence
 
-from bert_jax import paths
+from bert_jax import flags, paths
 from bert_jax.data import corpus
 from bert_jax.tokenization import base
 from bert_jax.tokenization.sentencepiece_tokenizer import SentencePieceTokenizer
@@ -85,12 +85,12 @@ def train_tokenizer(files: Sequence[str], vocab_size: int, kind: str, out_dir: s
 
 
 def main(argv: List[str]) -> int:
-    parser = argparse.ArgumentParser(prog="bert-jax train-tokenizer", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = flags.ArgumentParser(prog="bert-jax train-tokenizer", description=__doc__,
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--input", nargs="+", default=[corpus.DEFAULT_CORPUS],
                         help="text files or globs (BERT format, .gz accepted); "
                         "default: the embedded corpus")
-    parser.add_argument("--vocab-size", type=int, default=8192)
+    parser.add_argument("--vocab_size", type=int, default=8192)
     parser.add_argument("--type", choices=["wordpiece", "unigram", "bpe"], default="wordpiece")
     parser.add_argument("--cased", action="store_true", help="keep case and accents (WordPiece)")
     parser.add_argument("--out", required=True, help="output directory")

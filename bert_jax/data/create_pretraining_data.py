@@ -53,7 +53,7 @@ from typing import List, Optional, Sequence
 
 import numpy as np
 
-from bert_jax import paths
+from bert_jax import flags, paths
 from bert_jax.data import chinese_words, corpus, instances, lengths, masking, tfrecord
 from bert_jax.tokenization import DEFAULT_VOCAB, TokenizerError, load_tokenizer
 from bert_jax.tokenization.base import uncovered_text_warning
@@ -542,8 +542,8 @@ def remove_stale_shards(output_dir: str, output_files: Sequence[str]) -> List[st
 
 
 def _parse_args(argv: List[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="bert-jax create-data", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = flags.ArgumentParser(prog="bert-jax create-data", description=__doc__,
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--input", nargs="+", default=[corpus.DEFAULT_CORPUS],
                         help="text files or globs; default: the embedded corpus")
     parser.add_argument("--output_dir", required=True)

@@ -1,6 +1,6 @@
 """`bert-jax finetune | distill | evaluate | predict`.
 
-  bert-jax finetune --config configs/finetune.py:TASK --init CKPT --workdir DIR \\
+  bert-jax finetune --config configs/finetune.py:TASK --init_from CKPT --workdir DIR \\
       [--config.KEY=VALUE ...]
   bert-jax evaluate --workdir DIR [DIR ...] [--ensemble] [--split SPLIT] [--file FILE]
   bert-jax predict  --workdir DIR [DIR ...] [--ensemble] --input FILE [--output FILE]
@@ -9,9 +9,9 @@
 
 `finetune` with `--config.seeds=1,2,3` runs once per seed under DIR/seed_N and
 writes the mean and standard deviation of every metric to DIR/eval_results.json;
-with `--config.learning_rates=2e-5,3e-5,5e-5` (or lists of `num_train_epochs`,
-`global_batch_size`) it runs each setting and selects on validation
-(`bert_jax.finetune.selection`).
+with `--config.sweep.learning_rate=2e-5,3e-5,5e-5` (or `sweep.num_train_epochs`,
+`sweep.global_batch_size`) it runs each setting and selects on validation
+(`bert_jax.finetune.selection`); without either, it is one plain run.
 `distill` trains the student on the teacher's task and data (its saved config) against
 the teacher's outputs (`bert_jax.finetune.distill`); its workdir is a fine-tuning one.
 `predict` reads text lines, CSV/TSV or JSONL (CoNLL or SQuAD JSON for those tasks)
@@ -30,19 +30,19 @@ import contextlib
 import json
 import sys
 
+from bert_jax import flags
+
 MULTI_COMMAND = True
 DEFAULT_CONFIG = "finetune.py"  # the packaged config (see config_loader)
 
 
 def run_finetune(config, workdir: str) -> dict:
-    """One run, or with lists (`seeds`, `learning_rates`, `num_train_epochs`,
-    `global_batch_size`) BERT's selection over them (`selection.run_grid`)."""
+    """One run, or with `seeds` or a `sweep.*` list BERT's selection over them
+    (`selection.run_grid`)."""
     from bert_jax.finetune import selection, trainer
-    grid = selection.grid_of(config)
-    if config.seeds or any(len(values) > 1 for values in grid.values()):
+    if selection.is_sweep(config):
         return selection.run_grid(config, workdir)
-    return trainer.finetune(selection.setting_config(
-        config, {key: values[0] for key, values in grid.items()}), workdir)
+    return trainer.finetune(config, workdir)
 
 
 @contextlib.contextmanager
@@ -56,7 +56,7 @@ def _out_of_memory_said(config):
             raise out_of_memory(
                 batch_size=config.global_batch_size, seq_length=config.max_seq_length,
                 levers="lower --config.global_batch_size or --config.max_seq_length, "
-                       "--config.remat_policy=full, --config.dtype=bfloat16, or shard with "
+                       "--config.remat_policy=full, --config.compute_dtype=bfloat16, or shard with "
                        "--config.mesh_shape.fsdp=-1 --config.mesh_shape.data=1") from e
         raise
 
@@ -65,18 +65,20 @@ def _finetune_main(argv: list[str]) -> int:
     from bert_jax import multihost, preemption, workdir_lock
     from bert_jax.config_loader import load_config, split_config_args
     rest, overrides = split_config_args(argv)
-    parser = argparse.ArgumentParser(prog="bert-jax finetune", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = flags.ArgumentParser(prog="bert-jax finetune", description=__doc__,
+                                  formatter_class=argparse.RawDescriptionHelpFormatter,
+                                  deprecated={"--init": "--init_from"})
     parser.add_argument("--config", default=f"{DEFAULT_CONFIG}:sst2",
                         help="FILE.py:TASK, e.g. finetune.py:mrpc (packaged) or a path to your own")
-    parser.add_argument("--init", help="model directory or pretraining workdir to start from")
+    parser.add_argument("--init_from",
+                        help="model directory or pretraining workdir to start from")
     parser.add_argument("--workdir", required=True)
     multihost.add_arguments(parser)
     args = parser.parse_args(rest)
     multihost.initialize(args)
     config = load_config(args.config, overrides)
-    if args.init:
-        config.init = args.init
+    if args.init_from:
+        config.init_from = args.init_from
     try:
         with preemption.stop_on_sigterm(), \
                 workdir_lock.hold(args.workdir, "bert-jax finetune", multihost.is_primary()), \
@@ -94,7 +96,7 @@ def _distill_main(argv: list[str]) -> int:
     from bert_jax import multihost, workdir_lock
     from bert_jax.config_loader import split_config_args
     rest, overrides = split_config_args(argv)
-    parser = argparse.ArgumentParser(
+    parser = flags.ArgumentParser(
         prog="bert-jax distill", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="distil a fine-tuned model into a smaller one (docs/distillation.md)")
     parser.add_argument("--teacher", required=True,
@@ -117,8 +119,8 @@ def _distill_main(argv: list[str]) -> int:
 
 
 def _evaluate_main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="bert-jax evaluate",
-                                     description="evaluate a fine-tuned workdir")
+    parser = flags.ArgumentParser(prog="bert-jax evaluate",
+                                  description="evaluate a fine-tuned workdir")
     _add_workdirs(parser)
     parser.add_argument("--split", help="a split of the task's data (default: its eval splits)")
     parser.add_argument("--file", help="a labeled file (for file-based tasks) to evaluate on")
@@ -158,8 +160,8 @@ def _evaluate_main(argv: list[str]) -> int:
 
 
 def _predict_main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="bert-jax predict",
-                                     description="predict with a fine-tuned workdir")
+    parser = flags.ArgumentParser(prog="bert-jax predict",
+                                  description="predict with a fine-tuned workdir")
     _add_workdirs(parser)
     parser.add_argument("--input", required=True, help="text lines, CSV/TSV, JSONL (or CoNLL, "
                         "SQuAD JSON)")

@@ -41,9 +41,9 @@ import jax.numpy as jnp
 import ml_collections
 
 from bert_jax import losses, paths, pretrained, sharding
-from bert_jax.config_loader import apply_override, parse_value
+from bert_jax.config_loader import apply_overrides
 from bert_jax.errors import UserError
-from bert_jax.finetune import inference, tasks, trainer
+from bert_jax.finetune import inference, selection, tasks, trainer
 from bert_jax.finetune.classification import ClassificationTask
 from bert_jax.finetune.multiple_choice import MultipleChoiceTask
 from bert_jax.finetune.squad import SquadTask
@@ -104,18 +104,15 @@ def distill_config(teacher: pretrained.Pretrained, student: str,
         for key, value in DISTILL_DEFAULTS.items():
             config[key] = value
         config.teacher = teacher.tokenizer_dir
-        config.seeds, config.learning_rates, config.freeze = "", "", ""
+        config.seeds, config.freeze = "", ""
+        config.sweep = dict.fromkeys(selection.GRID, "")
         is_dir = paths.isdir(student)
         # A fine-tuning workdir stands for its kept model.
-        config.init = paths.abspath(pretrained.resolve_model_dir(student)) if is_dir else ""
+        config.init_from = paths.abspath(pretrained.resolve_model_dir(student)) if is_dir else ""
         config.model = "" if is_dir else student
         # A random student reads the teacher's vocabulary.
         config.tokenizer = "" if is_dir else teacher.tokenizer_dir
-    for item in overrides:
-        key, sep, text = item.removeprefix("--").removeprefix("config.").partition("=")
-        if not sep:
-            raise UserError(f"override {item!r} is not KEY=VALUE")
-        apply_override(config, key, parse_value(text))
+    apply_overrides(config, overrides)
     return config
 
 
@@ -131,11 +128,8 @@ def check_settings(config) -> None:
     layers = config.student_layers
     if isinstance(layers, bool) or not isinstance(layers, int) or layers < 0:
         raise UserError(f"student_layers must be an integer >= 0, got {layers!r}")
-    if config.seeds or config.learning_rates or any(
-            isinstance(config[k], (str, list, tuple)) for k in ("num_train_epochs",
-                                                                 "global_batch_size")):
-        raise UserError("distill runs one setting: seeds, learning_rates and lists of "
-                        "num_train_epochs or global_batch_size are not supported")
+    if selection.is_sweep(config):
+        raise UserError("distill runs one setting: seeds and sweep.* are not supported")
 
 
 def evenly_spaced_layers(total: int, keep: int) -> list[int]:
@@ -175,11 +169,11 @@ def student_source(config, teacher: pretrained.Pretrained) -> trainer.ModelSourc
         raise UserError(f"vocabulary mismatch: the student {source.origin} has a different "
                         f"vocabulary ({mine.vocab_size} tokens) from the teacher "
                         f"({theirs.vocab_size} tokens); the student must read the teacher's")
-    model_file = paths.join(config.init, pretrained.MODEL_FILE)
-    if config.init and paths.exists(model_file):
+    model_file = paths.join(config.init_from, pretrained.MODEL_FILE)
+    if config.init_from and paths.exists(model_file):
         student_task = json.loads(paths.read_text(model_file)).get("task")
         if student_task and student_task.get("name") != teacher.task["name"]:
-            raise UserError(f"task mismatch: the student {config.init} was fine-tuned on "
+            raise UserError(f"task mismatch: the student {config.init_from} was fine-tuned on "
                             f"{student_task.get('name')!r}, the teacher on "
                             f"{teacher.task['name']!r}")
     return source

@@ -19,6 +19,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from bert_jax import pretrained, sharding
 from bert_jax.config import check_inputs_fit
+from bert_jax.config_loader import rename_keys
 from bert_jax.finetune import packing, task_base, tasks
 from bert_jax.tokenization import load_tokenizer
 
@@ -98,7 +99,7 @@ def place_model_params(pre: pretrained.Pretrained, model: nn.Module, mesh, rules
 
 def saved_config(task_spec: dict) -> ml_collections.ConfigDict:
     """The fine-tuning config saved with a model (`task_spec["config"]`)."""
-    config = ml_collections.ConfigDict(task_spec["config"])
+    config = rename_keys(ml_collections.ConfigDict(task_spec["config"]))  # older key names
     # JSON turned the rules' tuples into lists.
     rules = tuple((name, tuple(axes) if isinstance(axes, list) else axes)
                   for name, axes in config.logical_axis_rules)

@@ -1,8 +1,10 @@
 """BERT's selection protocol: one fine-tuning run per setting of a grid and per seed,
 the setting chosen on validation alone, test reported for the chosen setting.
 
-    --config.learning_rates=2e-5,3e-5,5e-5 --config.num_train_epochs=2,3
-    --config.global_batch_size=16,32 --config.seeds=1,2,3
+    --config.sweep.learning_rate=2e-5,3e-5,5e-5 --config.sweep.num_train_epochs=2,3
+    --config.sweep.global_batch_size=16,32 --config.seeds=1,2,3
+
+A run with neither a sweep nor seeds does not come here (`finetune.cli.run_finetune`).
 
 Each setting runs in DIR/lr2e-05_ep3_bs32/ (only the keys that vary are named), each
 seed in its seed_N/ below that (without a grid, DIR/seed_N/). A setting's score is the
@@ -42,31 +44,41 @@ def parse_list(key: str, value: Any, kind: type) -> list:
     else:
         items = [value]
     try:
-        out = [kind(v) for v in items]
+        numbers = [float(v) for v in items]
     except (TypeError, ValueError):
         raise UserError(f"{key} must be a number or a comma-separated list of numbers, "
                         f"got {value!r}") from None
-    if any(isinstance(v, bool) for v in items) or (kind is int and any(
-            float(v) != int(float(v)) for v in items)):
+    if any(isinstance(v, bool) for v in items) or (kind is int and not all(
+            n.is_integer() for n in numbers)):
         raise UserError(f"{key} must hold {kind.__name__}s, got {value!r}")
+    out = [kind(n) for n in numbers]
     if len(set(out)) != len(out):
         raise UserError(f"{key} lists a value twice: {value!r}")
     return out
 
 
+def swept(config, key: str):
+    """`sweep.KEY` of `config`, "" when not set (or a config from before `sweep`)."""
+    return config.get("sweep", {}).get(key, "")
+
+
+def is_sweep(config) -> bool:
+    """Whether `config` asks for more than one run: a `sweep.*` list or `seeds`."""
+    return bool(config.seeds) or any(swept(config, key) for key in GRID)
+
+
 def grid_of(config) -> dict[str, list]:
-    """{key: values} of the grid; `learning_rates` (when set) replaces `learning_rate`."""
-    grid = {key: parse_list(key, config[key], kind) for key, (_, kind) in GRID.items()}
-    if config.get("learning_rates"):
-        grid["learning_rate"] = parse_list("learning_rates", config.learning_rates, float)
-    return grid
+    """{key: values} of the grid: `sweep.KEY` where set, else the key's own value."""
+    return {key: parse_list(f"sweep.{key}", swept(config, key), kind) if swept(config, key)
+            else [config[key]] for key, (_, kind) in GRID.items()}
 
 
 def setting_config(config, setting: dict):
     """A copy of `config` for one run: the setting's values, no lists."""
     run_config = copy.deepcopy(config)
     run_config.update(setting)
-    run_config.learning_rates = ""
+    with run_config.ignore_type():
+        run_config.sweep = dict.fromkeys(GRID, "")
     run_config.seeds = ""
     return run_config
 

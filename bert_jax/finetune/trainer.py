@@ -67,14 +67,15 @@ class ModelSource:
 
 
 def resolve_model(config) -> ModelSource:
-    """The encoder of `config.init` (checked against `config.model` when both are set),
+    """The encoder of `config.init_from` (checked against `config.model` when both are set),
     or a randomly initialised `config.model` with `config.tokenizer`."""
     dropout = dict(hidden_dropout_prob=config.hidden_dropout_prob,
                    attention_probs_dropout_prob=config.attention_probs_dropout_prob)
-    numerics = {k: config.get(k) for k in ("dtype", "remat_policy", "attention_impl")
-                if config.get(k)}
-    if config.init:
-        pre = pretrained.load(config.init)
+    numerics = {field: config.get(key) for key, field in (
+        ("compute_dtype", "dtype"), ("remat_policy",) * 2, ("attention_impl",) * 2)
+        if config.get(key)}
+    if config.init_from:
+        pre = pretrained.load(config.init_from)
         tokenizer = load_tokenizer(config.tokenizer or pre.tokenizer_dir)
         if config.model:
             wanted = training.model_config(config.model, pre.config.vocab_size)
@@ -84,18 +85,18 @@ def resolve_model(config) -> ModelSource:
                 have, want = getattr(pre.config, field), getattr(wanted, field)
                 if have != want:
                     raise ConfigError(
-                        f"checkpoint {config.init} has {field}={have} but the config asks "
+                        f"checkpoint {config.init_from} has {field}={have} but the config asks "
                         f"for {field}={want} (model={config.model!r}); drop --config.model "
                         "to use the checkpoint's architecture")
         if tokenizer.vocab_size != pre.config.vocab_size:
             raise ConfigError(f"the tokenizer has {tokenizer.vocab_size} tokens but checkpoint "
-                              f"{config.init} has vocab_size={pre.config.vocab_size}")
+                              f"{config.init_from} has vocab_size={pre.config.vocab_size}")
         bert_params = pre.params.get("bert", pre.params)
         return ModelSource(pre.config.replace(**dropout, **numerics), tokenizer, bert_params,
-                           config.init)
+                           config.init_from)
     if not config.model:
-        raise ConfigError("nothing to fine-tune: pass --init CHECKPOINT (a model directory or a "
-                          "pretraining workdir) or --config.model=PRESET for a random encoder")
+        raise ConfigError("nothing to fine-tune: pass --init_from CHECKPOINT (a model directory or "
+                          "a pretraining workdir) or --config.model=PRESET for a random encoder")
     tokenizer = load_tokenizer(config.tokenizer or DEFAULT_VOCAB)
     model_config = training.model_config(config.model, tokenizer.vocab_size)
     spec = config.model if isinstance(config.model, str) else dict(config.model)
@@ -178,7 +179,7 @@ def load_eval_sets(task, tokenizer, config, seed: int) -> dict[str, tuple[list, 
 
 # What to change when a run diverges (training.NonFiniteGuard's message).
 DIVERGENCE_LEVERS = ("a lower --config.learning_rate, a larger --config.warmup_proportion, "
-                     "float32 instead of --config.dtype=bfloat16, or gradient clipping "
+                     "float32 instead of --config.compute_dtype=bfloat16, or gradient clipping "
                      "(--config.max_grad_norm=1.0).")
 
 # Shortest row: [CLS] A [SEP] B [SEP] with a few tokens of each text.

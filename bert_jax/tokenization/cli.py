@@ -1,13 +1,13 @@
 """`bert-jax tokenize`: text on stdin -> tokens (or ids) on stdout, one line per line."""
-import argparse
 import sys
 from typing import List
 
+from bert_jax import flags
 from bert_jax.tokenization import DEFAULT_VOCAB, TokenizerError, load_tokenizer
 
 
 def main(argv: List[str]) -> int:
-    parser = argparse.ArgumentParser(prog="bert-jax tokenize", description=__doc__)
+    parser = flags.ArgumentParser(prog="bert-jax tokenize", description=__doc__)
     parser.add_argument("--vocab", default=DEFAULT_VOCAB,
                         help="tokenizer directory, vocab.txt or SentencePiece .model")
     parser.add_argument("--cased", action="store_true",
