@@ -32,7 +32,8 @@ import numpy as np
 import optax
 
 from bert_jax import (checkpoint, compile_cache, losses, mlm_distill, multihost, paths, perf,
-                      preemption, pretrained, sharding, training, workdir_lock)
+                      preemption, pretrained, sharding, train_loop, training,
+                      workdir_lock)
 from bert_jax.atomic import atomic_directory
 from bert_jax.config import BertConfig, check_choice, check_inputs_fit
 from bert_jax.config_loader import load_config, split_config_args
@@ -106,8 +107,7 @@ def forward(model: nn.Module, params: Any, batch: dict, *, rng=None,
 
 
 def train_step(state: TrainState, batch: dict, teacher_params: Any = None, *,
-               model: nn.Module, tx: optax.GradientTransformation, schedule: optax.Schedule,
-               rules: tuple, grad_accum_steps: int = 1,
+               model: nn.Module, tx: optax.GradientTransformation, rules: tuple, grad_accum_steps: int = 1,
                teacher: mlm_distill.MlmTeacher | None = None) -> tuple[TrainState, dict]:
     """One optimizer update on a global batch {key: [B, ...]} (distilling `teacher`,
     whose parameters are `teacher_params`, when given).
@@ -132,10 +132,8 @@ def train_step(state: TrainState, batch: dict, teacher_params: Any = None, *,
     with nn.logical_axis_rules(rules):
         grads, metrics = training.accumulate_gradients(grads_and_metrics, batch,
                                                        grad_accum_steps)
-    applied_updates = state.step - state.nonfinite_steps  # the optimizer's own count
     new_state, grad_norm, finite = training.apply_gradients(state, grads, metrics["loss"], tx)
-    metrics = dict(metrics, grad_norm=grad_norm, learning_rate=schedule(applied_updates),
-                   nonfinite=(~finite).astype(jnp.float32))
+    metrics = dict(metrics, grad_norm=grad_norm, nonfinite=(~finite).astype(jnp.float32))
     return new_state, metrics
 
 
@@ -160,7 +158,7 @@ def eval_step(params: Any, batch: dict, *, model: nn.Module, rules: tuple) -> di
     return sums
 
 
-def jit_steps(model: nn.Module, tx, schedule, mesh, shardings: TrainState, rules,
+def jit_steps(model: nn.Module, tx, mesh, shardings: TrainState, rules,
               grad_accum_steps: int = 1, teacher: mlm_distill.MlmTeacher | None = None,
               teacher_shardings: Any = None):
     """(train_step, eval_step) jitted once with explicit shardings; the state is donated.
@@ -169,7 +167,7 @@ def jit_steps(model: nn.Module, tx, schedule, mesh, shardings: TrainState, rules
     batch = sharding.batch_sharding(mesh, rules)
     replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
     train = jax.jit(
-        functools.partial(train_step, model=model, tx=tx, schedule=schedule, rules=rules,
+        functools.partial(train_step, model=model, tx=tx, rules=rules,
                           grad_accum_steps=grad_accum_steps, teacher=teacher),
         in_shardings=(shardings, batch) + ((teacher_shardings,) if teacher else ()),
         out_shardings=(shardings, replicated), donate_argnums=0)
@@ -202,7 +200,7 @@ class Setup:
     def jit_steps(self, teacher: mlm_distill.MlmTeacher | None = None,
                   teacher_shardings: Any = None):
         """(train_step, eval_step) of this run (`jit_steps`)."""
-        return jit_steps(self.model, self.tx, self.schedule, self.mesh, self.shardings,
+        return jit_steps(self.model, self.tx, self.mesh, self.shardings,
                          self.rules, self.config.grad_accum_steps, teacher, teacher_shardings)
 
     def abstract_batch(self) -> dict:
@@ -515,97 +513,67 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
             max_predictions=config.max_predictions_per_seq, mesh=mesh, rules=rules)
     # Nothing is written before this point: a config error leaves the workdir as it was.
     writer = MetricsWriter(workdir, total_steps=config.num_train_steps)
-
     ckpt = checkpoint.Checkpointer(workdir, keep=config.keep_checkpoints)
-    state, shardings, pipeline_state = restore_or_init(config, ckpt, run_setup, writer, run)
+    state, _, pipeline_state = restore_or_init(config, ckpt, run_setup, writer, run)
     if multihost.is_primary():  # the workdir is then loadable as a model directory
         pretrained.write_model_files(paths.join(workdir, pretrained.WORKDIR_MODEL_DIR),
                                      bert_config, tokenizer=tokenizer)
     train_fn, eval_fn = run_setup.jit_steps(teacher, teacher_shardings)
-    teacher_args = () if teacher is None else (teacher_params,)
     files = prepare_input_files(config, workdir, tokenizer_path, writer, run["vocabulary"])
     batches = make_iterator(config, files, tokenizer, split="train", state=pipeline_state)
-
-    tokens_per_step = config.global_batch_size * config.max_seq_length
-    flops_per_step = config.global_batch_size * perf.train_flops_per_example(
-        bert_config, config.max_seq_length, config.max_predictions_per_seq)
-    peak = perf.peak_flops_per_device() * jax.device_count()
-    step = int(state.step)
-    if step == 0:
+    if int(state.step) == 0:
         writer.message(f"{bert_config.num_hidden_layers} layers, H={bert_config.hidden_size}, "
                        f"mesh {dict(mesh.shape)}, {jax.process_count()} process(es)"
                        + (f", distilling {config.teacher} (T={config.temperature:g}, "
                           f"alpha={config.alpha:g})" if teacher else ""))
-    pending, last = [], {}
-    timer = (time.perf_counter(), step)
-    guard = training.NonFiniteGuard(config.get("max_consecutive_nonfinite", 5),
-                                    stop_at_first=config.on_nonfinite == "stop",
-                                    levers=DIVERGENCE_LEVERS, log=log)
-
-    def flush(step, final=False):
-        """Fetches the pending step metrics; warns of each skipped (NaN/Inf) step and
-        stops when the run diverged (`training.NonFiniteGuard`); logs."""
-        nonlocal pending, timer, last
-        fetched = jax.device_get(pending)
-        pending = []
-        for i, m in enumerate(fetched):
-            guard.check(step - len(fetched) + 1 + i, float(m["loss"]), float(m["grad_norm"]),
-                        not m["nonfinite"])
-        mean = {k: float(np.mean([m[k] for m in fetched])) for k in fetched[0]}
-        elapsed = time.perf_counter() - timer[0]
-        steps_done = step - timer[1]
-        timer = (time.perf_counter(), step)
-        mean.update(tokens_per_second=tokens_per_step * steps_done / elapsed,
-                    mfu=flops_per_step * steps_done / elapsed / peak,
-                    nonfinite_steps=float(int(state.nonfinite_steps)))
-        mean.pop("nonfinite")
-        writer.write(step, mean, prefix="train")
-        last = mean
-        writer.progress(step, {k: mean[k] for k in ("loss", "soft_loss", "mlm_accuracy",
-                                                    "nsp_accuracy",
-                                                    "learning_rate", "grad_norm",
-                                                    "tokens_per_second", "mfu") if k in mean},
-                        final=final)
-
+    loop = train_loop.Loop(
+        state, train_fn, lambda batch: sharding.global_batch(batch, mesh, rules),
+        num_steps=config.num_train_steps, writer=writer, learning_rate=run_setup.schedule,
+        guard=training.NonFiniteGuard(config.get("max_consecutive_nonfinite", 5),
+                                      stop_at_first=config.on_nonfinite == "stop",
+                                      levers=DIVERGENCE_LEVERS, log=log),
+        log_every=config.log_every_steps, step_args=() if teacher is None else (teacher_params,),
+        per_step={"tokens": config.global_batch_size * config.max_seq_length},
+        flops_per_step=config.global_batch_size * perf.train_flops_per_example(
+            bert_config, config.max_seq_length, config.max_predictions_per_seq),
+        peak_flops=perf.peak_flops_per_device() * jax.device_count(),
+        progress=_PROGRESS, on_step=ckpt.check)
     eval_metrics = {}
-    preempted = False
+
+    def evaluate_now(loop):
+        nonlocal eval_metrics
+        with contextlib.closing(make_iterator(config, files, tokenizer,
+                                              split="eval")) as eval_batches:
+            eval_metrics = evaluate(eval_fn, loop.state.params, eval_batches, mesh, rules,
+                                    config.eval_steps)
+        writer.write(loop.step, eval_metrics, prefix="eval")
+        writer.message(f"step {loop.step} eval: " + ", ".join(
+            f"{k} {v:.4f}" for k, v in eval_metrics.items()))
+
+    save = lambda loop: ckpt.save(loop.step, loop.state, {**run, "pipeline": batches.get_state()})
     with jax.set_mesh(mesh), training.StopRequest(log) as stop, ckpt.saves_finished():
-        while step < config.num_train_steps and not preempted:
-            state, metrics = train_fn(state, sharding.global_batch(next(batches), mesh, rules),
-                                      *teacher_args)
-            step += 1
-            pending.append(metrics)
-            ckpt.check()
-            is_last = step == config.num_train_steps
-            if step % config.log_every_steps == 0 or is_last:
-                flush(step, final=is_last)
-            if config.eval_every_steps and (step % config.eval_every_steps == 0 or is_last):
-                with contextlib.closing(make_iterator(config, files, tokenizer,
-                                                      split="eval")) as eval_batches:
-                    eval_metrics = evaluate(eval_fn, state.params, eval_batches, mesh, rules,
-                                            config.eval_steps)
-                writer.write(step, eval_metrics, prefix="eval")
-                writer.message(f"step {step} eval: " + ", ".join(
-                    f"{k} {v:.4f}" for k, v in eval_metrics.items()))
-            preempted = watcher.reached(step) and not is_last
-            if (step % config.checkpoint_every_steps == 0 or is_last or preempted
-                    or stop.requested):
-                if pending:
-                    flush(step)  # never checkpoint past an unchecked non-finite step
-                ckpt.save(step, state, {**run, "pipeline": batches.get_state()})
-            if stop.requested and not is_last:
-                ckpt.wait()
-                raise Interrupted(f"interrupted at step {step}: checkpoint {step} saved in "
-                                  f"{ckpt.directory}; the same command resumes from it")
+        reason = loop.run(batches, [train_loop.Every(config.eval_every_steps, evaluate_now,
+                                                     at_end=bool(config.eval_every_steps))],
+                          checkpoint=train_loop.Every(config.checkpoint_every_steps, save),
+                          watcher=watcher, stop=stop)
+        if reason == train_loop.INTERRUPTED:
+            ckpt.wait()
+            raise Interrupted(f"interrupted at step {loop.step}: checkpoint {loop.step} saved "
+                              f"in {ckpt.directory}; the same command resumes from it")
     batches.close()
     ckpt.wait()
     ckpt.close()
-    if guard.summary():
-        writer.message(f"done: {guard.summary()}")
+    if loop.guard.summary():
+        writer.message(f"done: {loop.guard.summary()}")
     writer.close()
-    if preempted:
-        raise preemption.Preempted(step)
-    return {"train": last, "eval": eval_metrics}
+    if reason == train_loop.PREEMPTED:
+        raise preemption.Preempted(loop.step)
+    return {"train": loop.last, "eval": eval_metrics}
+
+
+# What the progress line shows (metrics.jsonl has every metric).
+_PROGRESS = ("loss", "soft_loss", "mlm_accuracy", "nsp_accuracy", "learning_rate", "grad_norm",
+             "tokens_per_second", "mfu")
 
 
 def main(argv: list[str]) -> int:
