@@ -21,14 +21,12 @@ import json
 import logging
 import math
 import sys
-import time
 from typing import Any, Callable, Iterator, Sequence
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
-import numpy as np
 import optax
 
 from bert_jax import (checkpoint, compile_cache, losses, mlm_distill, multihost, paths, perf,

@@ -97,7 +97,10 @@ class Loop:
         STOPPED (an action asked; checkpointed)."""
         reason = DONE
         while self.step < self.num_steps and reason == DONE:
-            self._one_step(next(batches))
+            batch = next(batches, None)
+            if batch is None:  # the data ended first (a fine-tuning epoch packed tighter)
+                break
+            self._one_step(batch)
             if self.step % self.log_every == 0 or self.is_last:
                 self.flush()
             self._pause()
