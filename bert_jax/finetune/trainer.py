@@ -95,8 +95,8 @@ def resolve_model(config) -> ModelSource:
 # --- steps -----------------------------------------------------------------------------
 
 def task_loss(params, batch, extra, dropout_key, *, model, task, rules):
-    """Fine-tuning's objective: the task's loss on the model's training outputs (`extra`
-    unused). (loss, metrics)."""
+    """Fine-tuning's loss terms: the task's on the model's training outputs (`extra`
+    unused). {name: (weighted sum, weight)}, the loss as "loss"."""
     with nn.logical_axis_rules(rules):
         outputs = model.apply({"params": params}, **task.model_inputs(batch),
                               deterministic=False, rngs={"dropout": dropout_key})
@@ -106,13 +106,15 @@ def task_loss(params, batch, extra, dropout_key, *, model, task, rules):
 @dataclasses.dataclass
 class Objective:
     """What the train step minimises: `loss(params, batch, extra, dropout_key, *, model,
-    task, rules)` -> (loss, metrics), and `extra`, an input of every step that is not
+    task, rules)` -> {name: (weighted sum, weight)}, of whose means `coefficients`
+    weigh the ones trained on, and `extra`, an input of every step that is not
     trained (a distillation teacher's parameters), placed with `extra_shardings`.
     `describe` names it in the run's log. `wrap_model` (task model -> model) adds
     parameters that the objective trains with the model, at the top level of its tree
     (a TinyBERT projection), and `unsaved` names those left out of the saved model."""
 
     loss: Any = task_loss
+    coefficients: dict = dataclasses.field(default_factory=lambda: {"loss": 1.0})
     extra: Any = None
     extra_shardings: Any = None
     describe: str = "fine-tuning"
@@ -120,14 +122,17 @@ class Objective:
     unsaved: tuple = ()
 
 
-def train_step(state, batch, extra=None, *, loss_fn, tx):
+def train_step(state, batch, extra=None, *, loss_fn, coefficients, tx, grad_accum_steps=1):
     """One update: (TrainState, batch of [B, ...] arrays, extra) -> (TrainState, metrics);
-    `loss_fn` is an `Objective.loss` with model, task and rules bound.
+    `loss_fn` is an `Objective.loss` with model, task and rules bound. With
+    grad_accum_steps = k the batch runs as k sequential micro-batches and gives the
+    whole batch's update (`training.objective_and_grads`).
     A non-finite loss or gradient norm skips it (`training.apply_gradients`)."""
-    dropout_key = state.step_rng()
-    (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-        state.params, batch, extra, dropout_key)
+    terms_fn = lambda params, micro_batch, key: loss_fn(params, micro_batch, extra, key)
+    loss, grads, metrics = training.objective_and_grads(
+        terms_fn, coefficients, state.params, batch, state.step_rng(), grad_accum_steps)
     state, grad_norm, finite = training.apply_gradients(state, grads, loss, tx)
+    metrics["loss"] = loss
     metrics["examples"] = jnp.sum(batch["example_weights"])
     metrics["grad_norm"] = grad_norm
     metrics["nonfinite"] = ~finite
@@ -189,7 +194,11 @@ def validate_config(config) -> None:
                             f"B [SEP] with room for text), got {config.max_seq_length}")
     check_positive("checkpoint_every_steps", config.get("checkpoint_every_steps", 0),
                    allow_zero=True)
-    check_positive("grad_accum_steps", config.get("grad_accum_steps", 1))
+    accum = config.get("grad_accum_steps", 1)
+    check_positive("grad_accum_steps", accum)
+    if isinstance(config.global_batch_size, int) and config.global_batch_size % accum:
+        raise UserError(f"global_batch_size {config.global_batch_size} is not a multiple of "
+                        f"grad_accum_steps {accum}")
     check_choice("keep_checkpoint", config.keep_checkpoint, KEEP_CHECKPOINT)
     check_choice("on_nonfinite", config.get("on_nonfinite", "skip"), ("skip", "stop"))
     check_positive("max_consecutive_nonfinite", config.get("max_consecutive_nonfinite", 5))
@@ -290,15 +299,17 @@ class Finetuning:
             with config.ignore_type():
                 config.max_seq_length = self.config.max_seq_length
         data = self.prepared(int(config.seed))
-        plan = _Plan.of(config, data, self.multiple)
+        accum = config.get("grad_accum_steps", 1)
+        multiple = self.multiple * accum  # each micro-batch spans the batch shards
+        plan = _Plan.of(config, data, multiple)
         run = checkpoint.run_description(config.to_dict(), self.source.config.to_dict(),
                                          self.source.tokenizer.fingerprint())
         state, shardings, kept, writer, ckpt = self._start(config, workdir, data, plan, run)
         frozen = plan.frozen_at(int(state.step))
         step_fn, eval_fn = data.steps(plan.tx if frozen else plan.full_tx, shardings, self.mesh,
-                                      self.rules, frozen=config.freeze if frozen else "")
+                                      self.rules, config.freeze if frozen else "", accum)
         batches = _EpochBatches(lambda epoch: _train_batches(
-            data.task, data.train_features, config, epoch, int(config.seed), self.multiple,
+            data.task, data.train_features, config, epoch, int(config.seed), multiple,
             plan.rows_per_batch), plan.num_epochs, skip=int(state.step))
         loop = train_loop.Loop(
             state, step_fn, lambda batch: sharding.shard_full_batch(batch, self.mesh, self.rules),
@@ -404,7 +415,8 @@ class Finetuning:
                 return
             loop.state, shardings = _unfreeze(loop.state, plan.full_tx, plan.init_fn,
                                               self.mesh, self.rules, config.rng_impl)
-            loop.step_fn, _ = data.steps(plan.full_tx, shardings, self.mesh, self.rules)
+            loop.step_fn, _ = data.steps(plan.full_tx, shardings, self.mesh, self.rules, "",
+                                         config.get("grad_accum_steps", 1))
             loop.writer.message(f"step {loop.step}: unfreezing {config.freeze}")
         return unfreeze
 
@@ -574,20 +586,23 @@ class _Prepared:
     objective: Objective
     _steps: dict = dataclasses.field(default_factory=dict)
 
-    def steps(self, tx, shardings, mesh, rules, frozen: str = ""):
-        """(train step, eval step), jitted once per set of `frozen` patterns: later runs
-        pass states whose optimizer hyperparameters differ but whose structure and
-        shardings are the same."""
-        if frozen not in self._steps:
+    def steps(self, tx, shardings, mesh, rules, frozen: str = "", grad_accum_steps: int = 1):
+        """(train step, eval step), jitted once per set of `frozen` patterns and
+        accumulation count: later runs pass states whose optimizer hyperparameters differ
+        but whose structure and shardings are the same."""
+        key = (frozen, grad_accum_steps)
+        if key not in self._steps:
             loss_fn = functools.partial(self.objective.loss, model=self.model, task=self.task,
                                         rules=rules)
-            step_fn = jax.jit(functools.partial(train_step, loss_fn=loss_fn, tx=tx),
+            step_fn = jax.jit(functools.partial(train_step, loss_fn=loss_fn, tx=tx,
+                                                coefficients=self.objective.coefficients,
+                                                grad_accum_steps=grad_accum_steps),
                               in_shardings=(shardings, sharding.batch_sharding(mesh, rules),
                                             self.objective.extra_shardings),
                               out_shardings=(shardings, None), donate_argnums=0)
-            self._steps[frozen] = (step_fn, make_eval_fn(self.model, self.task, rules,
-                                                         shardings.params, mesh))
-        return self._steps[frozen]
+            self._steps[key] = (step_fn, make_eval_fn(self.model, self.task, rules,
+                                                      shardings.params, mesh))
+        return self._steps[key]
 
 
 def _warn_if_uncovered(tokenizer, features: list, what: str) -> None:
