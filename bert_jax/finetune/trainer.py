@@ -301,6 +301,9 @@ class Finetuning:
         data = self.prepared(int(config.seed))
         accum = config.get("grad_accum_steps", 1)
         multiple = self.multiple * accum  # each micro-batch spans the batch shards
+        if accum > 1 and config.global_batch_size % multiple:
+            raise UserError(f"global_batch_size {config.global_batch_size} is not a multiple "
+                            f"of grad_accum_steps {accum} x {self.multiple} batch shards")
         plan = _Plan.of(config, data, multiple)
         run = checkpoint.run_description(config.to_dict(), self.source.config.to_dict(),
                                          self.source.tokenizer.fingerprint())
