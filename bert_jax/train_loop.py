@@ -11,11 +11,11 @@ and then what is due at the new step, in the manner of clu's periodic actions:
   actions and from the first step, which compiles) and by the learning rate, which is
   derived here alone from the optimizer's schedule at its own update count (skipped
   non-finite steps do not advance it), then written and printed;
-- `actions` (`Every`): evaluation, keeping the best model, unfreezing, early stopping;
+- `actions` (`Every`): evaluation, keeping the best model, unfreezing;
 - the checkpoint (`Every`), also taken when the loop stops early, always after a flush,
   so no checkpoint follows an unchecked non-finite step;
-- stopping: the last step, a preemption notice (`preemption.Watcher`), Ctrl-C
-  (`training.StopRequest`) or an action's `loop.request_stop()`.
+- stopping: the last step, a preemption notice (`preemption.Watcher`) or Ctrl-C
+  (`training.StopRequest`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterator
 import jax
 import numpy as np
 
-DONE, PREEMPTED, INTERRUPTED, STOPPED = "done", "preempted", "interrupted", "stopped"
+DONE, PREEMPTED, INTERRUPTED = "done", "preempted", "interrupted"
 
 
 @dataclasses.dataclass
@@ -80,21 +80,16 @@ class Loop:
         self.totals = {name: 0.0 for name in counted}  # over the timed steps
         self._timer = None  # (start time, step) of the steps being timed
         self._logged_seconds = 0.0
-        self._stop_requested = False
 
     @property
     def is_last(self) -> bool:
         return self.step >= self.num_steps
 
-    def request_stop(self) -> None:
-        """Ends the run after this step, with a checkpoint (early stopping)."""
-        self._stop_requested = True
-
     def run(self, batches: Iterator[dict], actions: tuple = (), *,
             checkpoint: Every | None = None, watcher=None, stop=None) -> str:
-        """Steps until `num_steps` or a stop; returns why it ended: DONE, PREEMPTED
-        (`watcher` said so; checkpointed), INTERRUPTED (`stop`, Ctrl-C; checkpointed) or
-        STOPPED (an action asked; checkpointed)."""
+        """Steps until `num_steps` (or the end of `batches`) or a stop; returns why it
+        ended: DONE, PREEMPTED (`watcher` said so; checkpointed) or INTERRUPTED (`stop`,
+        Ctrl-C; checkpointed)."""
         reason = DONE
         while self.step < self.num_steps and reason == DONE:
             batch = next(batches, None)
@@ -103,17 +98,17 @@ class Loop:
             self._one_step(batch)
             if self.step % self.log_every == 0 or self.is_last:
                 self.flush()
-            self._pause()
-            for action in actions:
-                if action.due(self):
-                    action.action(self)
+            due = [action for action in actions if action.due(self)]
+            if due:
+                self._pause()  # the actions' time is not training time
+            for action in due:
+                action.action(self)
             if watcher is not None and watcher.reached(self.step) and not self.is_last:
                 reason = PREEMPTED
             elif stop is not None and stop.requested and not self.is_last:
                 reason = INTERRUPTED
-            elif self._stop_requested and not self.is_last:
-                reason = STOPPED
             if checkpoint is not None and (checkpoint.due(self) or reason != DONE):
+                self._pause()
                 if self.pending:
                     self.flush()  # never checkpoint past an unchecked non-finite step
                 checkpoint.action(self)
