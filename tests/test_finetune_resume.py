@@ -47,7 +47,9 @@ def test_a_finetune_killed_mid_epoch_resumes_bit_identically(tmp_path):
 
     process = subprocess.Popen(finetune_command(killed, *SETTINGS), env=environment(),
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    checkpoint = killed / "seed_2" / "checkpoints" / "6"  # mid-way through epoch 1
+    # Mid-way through epoch 2: the resumed run skips a whole epoch and part of one, and
+    # takes over the model kept at epoch 1.
+    checkpoint = killed / "seed_2" / "checkpoints" / "12"
     deadline = time.time() + 600
     while not checkpoint.is_dir() and time.time() < deadline:
         assert process.poll() is None, "the run ended before it could be killed"

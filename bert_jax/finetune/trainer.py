@@ -327,22 +327,22 @@ class Finetuning:
                                     when=lambda loop: loop.step == plan.frozen_steps),
                    train_loop.Every(0, self._keeper(config, workdir, data, eval_fn, batches,
                                                     kept, plan), when=epoch_end)]
-        save = lambda loop: ckpt.save(loop.step, loop.state, {**run, "kept": kept.summary()})
+        save = train_loop.Every(config.get("checkpoint_every_steps", 0), lambda loop: ckpt.save(
+            loop.step, loop.state, {**run, "kept": kept.summary()}), when=epoch_end)
         with jax.set_mesh(self.mesh), training.StopRequest(log) as stop, \
                 ckpt.saves_finished():
-            reason = loop.run(batches, actions, watcher=preemption.active(), stop=stop,
-                              checkpoint=train_loop.Every(config.get("checkpoint_every_steps", 0), save,
-                                                          when=epoch_end))
+            reason = loop.run(batches, actions, checkpoint=save, watcher=preemption.active(),
+                              stop=stop)
             ckpt.wait()
             ckpt.close()
+            if reason == train_loop.DONE and loop.guard.summary():
+                writer.message(f"done: {loop.guard.summary()}")
+            writer.close()
             if reason == train_loop.INTERRUPTED:
                 raise Interrupted(f"interrupted at step {loop.step}: checkpoint saved in "
                                   f"{ckpt.directory}; the same command resumes from it")
             if reason == train_loop.PREEMPTED:
                 raise preemption.Preempted(loop.step)
-            if loop.guard.summary():
-                writer.message(f"done: {loop.guard.summary()}")
-            writer.close()
             results = self._results(config, data, plan, loop, kept)
             kept_params = kept.params_or_saved(workdir, loop.state, self.source.config,
                                                self.objective.unsaved)
