@@ -115,11 +115,11 @@ def worker_bert_jax(args):
     rng_impl = "unsafe_rbg" if args.numerics == "fast" else "threefry"
     mesh = sharding.make_mesh({"data": 1}, devices=jax.devices()[:1])
     model = BertForPreTraining(config)
-    tx, schedule = make_optimizer(learning_rate=1e-4, num_train_steps=1000, warmup_steps=10)
+    tx, _ = make_optimizer(learning_rate=1e-4, num_train_steps=1000, warmup_steps=10)
     init_fn = lambda key: model.init(
         key, *dummy_inputs(1, args.seq_len, args.predictions))["params"]
     state, shardings = sharding.create_sharded_state(init_fn, tx, mesh, rng_impl=rng_impl)
-    train, _ = jit_steps(model, tx, schedule, mesh, shardings,
+    train, _ = jit_steps(model, tx, mesh, shardings,
                          sharding.DEFAULT_LOGICAL_AXIS_RULES)
     batch = sharding.global_batch(random_batch(config.vocab_size, args.batch, args.seq_len,
                                                args.predictions), mesh)

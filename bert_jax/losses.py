@@ -1,4 +1,10 @@
-"""Losses and accuracies for pretraining and the task heads (all in float32)."""
+"""Losses and accuracies for pretraining and the task heads (all in float32).
+
+Each returns a weighted sum and its weight, `(sum, weight)`, never their ratio: a step
+adds these up over its micro-batches and divides once (`training.objective_and_grads`),
+so a batch split into micro-batches gives the whole batch's means (as flax's
+`compute_weighted_cross_entropy` returns a sum and a normalizer).
+"""
 
 from __future__ import annotations
 
@@ -7,77 +13,75 @@ import jax.numpy as jnp
 import optax
 
 Array = jax.Array
+Pair = tuple[Array, Array]  # (weighted sum, weight sum)
 
 
-def weighted_cross_entropy(logits: Array, labels: Array, weights: Array | None = None):
-    """Mean of the per-item cross-entropy weighted by `weights`, with the weight sum.
-
-    logits [..., C], labels [...] int, weights [...] (default all ones).
-    Returns (loss, correct_weighted_sum, weight_sum).
-    """
-    logits = logits.astype(jnp.float32)
-    if weights is None:
-        weights = jnp.ones(labels.shape, jnp.float32)
-    weights = weights.astype(jnp.float32)
-    losses = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
-    total = jnp.sum(weights)
-    denom = jnp.maximum(total, 1e-5)
-    correct = jnp.sum((jnp.argmax(logits, -1) == labels) * weights)
-    return jnp.sum(losses * weights) / denom, correct, total
+def _weights(weights: Array | None, shape) -> Array:
+    return jnp.ones(shape, jnp.float32) if weights is None else weights.astype(jnp.float32)
 
 
-def pretraining_loss(mlm_logits: Array, nsp_logits: Array | None,
-                     batch: dict) -> tuple[Array, dict]:
-    """BERT's loss: masked-LM cross-entropy averaged over `masked_lm_weights`
-    plus next-sentence cross-entropy (none when nsp_logits is None: MLM only).
+def mean(pair: Pair) -> Array:
+    """sum / weight (0 where the weight is 0)."""
+    total, weight = pair
+    return total / jnp.maximum(weight, 1e-5)
+
+
+def weighted_cross_entropy(logits: Array, labels: Array, weights: Array | None = None) -> Pair:
+    """Cross-entropy summed with `weights`, and the weight sum.
+    logits [..., C], labels [...] int, weights [...] (default all ones)."""
+    weights = _weights(weights, labels.shape)
+    losses = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), labels)
+    return jnp.sum(losses * weights), jnp.sum(weights)
+
+
+def weighted_accuracy(logits: Array, labels: Array, weights: Array | None = None) -> Pair:
+    """Correct predictions counted with `weights`, and the weight sum."""
+    weights = _weights(weights, labels.shape)
+    return jnp.sum((jnp.argmax(logits, -1) == labels) * weights), jnp.sum(weights)
+
+
+def pretraining_loss(mlm_logits: Array, nsp_logits: Array | None, batch: dict) -> dict:
+    """BERT's loss terms, {name: (sum, weight)}: masked-LM cross-entropy and accuracy over
+    `masked_lm_weights`, and (unless nsp_logits is None: MLM only) next-sentence ones.
+    The training loss is mlm_loss + nsp_loss, each its own weighted mean.
 
     mlm_logits [B, P, V] at `batch['masked_lm_positions']`; nsp_logits [B, 2], or
     [B, K, 2] for packed rows with `batch['next_sentence_weights']` [B, K].
     """
-    mlm_loss, mlm_correct, mlm_count = weighted_cross_entropy(
-        mlm_logits, batch["masked_lm_ids"], batch["masked_lm_weights"])
-    mlm_accuracy = mlm_correct / jnp.maximum(mlm_count, 1.0)
-    if nsp_logits is None:
-        return mlm_loss, {"loss": mlm_loss, "mlm_loss": mlm_loss, "mlm_accuracy": mlm_accuracy}
-    nsp_loss, nsp_correct, nsp_count = weighted_cross_entropy(
-        nsp_logits, batch["next_sentence_labels"], batch.get("next_sentence_weights"))
-    loss = mlm_loss + nsp_loss
-    metrics = {
-        "loss": loss,
-        "mlm_loss": mlm_loss,
-        "nsp_loss": nsp_loss,
-        "mlm_accuracy": mlm_accuracy,
-        "nsp_accuracy": nsp_correct / jnp.maximum(nsp_count, 1.0),
-    }
-    return loss, metrics
+    ids, weights = batch["masked_lm_ids"], batch["masked_lm_weights"]
+    terms = {"mlm_loss": weighted_cross_entropy(mlm_logits, ids, weights),
+             "mlm_accuracy": weighted_accuracy(mlm_logits, ids, weights)}
+    if nsp_logits is not None:
+        labels, weights = batch["next_sentence_labels"], batch.get("next_sentence_weights")
+        terms.update(nsp_loss=weighted_cross_entropy(nsp_logits, labels, weights),
+                     nsp_accuracy=weighted_accuracy(nsp_logits, labels, weights))
+    return terms
 
 
-def regression_loss(predictions: Array, targets: Array, weights: Array | None = None):
-    """Mean squared error; predictions [B, 1] or [B], targets [B]."""
+def regression_loss(predictions: Array, targets: Array, weights: Array | None = None) -> Pair:
+    """Squared error summed with `weights`; predictions [B, 1] or [B], targets [B]."""
     err = jnp.square(predictions.reshape(targets.shape).astype(jnp.float32) - targets)
-    if weights is None:
-        return jnp.mean(err)
-    return jnp.sum(err * weights) / jnp.maximum(jnp.sum(weights), 1e-5)
+    weights = _weights(weights, targets.shape)
+    return jnp.sum(err * weights), jnp.sum(weights)
 
 
 def span_loss(start_logits: Array, end_logits: Array, start_positions: Array,
-              end_positions: Array, weights: Array | None = None) -> Array:
-    """SQuAD loss: mean of the start and end position cross-entropies (logits [B, L])."""
-    start, _, _ = weighted_cross_entropy(start_logits, start_positions, weights)
-    end, _, _ = weighted_cross_entropy(end_logits, end_positions, weights)
-    return (start + end) / 2
+              end_positions: Array, weights: Array | None = None) -> Pair:
+    """SQuAD loss: the mean of the start and end position cross-entropies per example,
+    summed with `weights` (logits [B, L])."""
+    start, weight = weighted_cross_entropy(start_logits, start_positions, weights)
+    end, _ = weighted_cross_entropy(end_logits, end_positions, weights)
+    return (start + end) / 2, weight
 
 
 def distillation_kl(student_logits: Array, teacher_logits: Array, temperature: float,
-                    weights: Array | None = None) -> Array:
+                    weights: Array | None = None) -> Pair:
     """Hinton et al.'s soft-target loss: T^2 * KL(softmax(teacher/T) || softmax(student/T))
-    over the last axis, averaged with `weights` (logits [..., C], weights [...]). The T^2
+    over the last axis, summed with `weights` (logits [..., C], weights [...]). The T^2
     keeps its gradients on the scale of the hard-label loss's as T changes."""
     t = jnp.float32(temperature)
     teacher = jax.nn.log_softmax(teacher_logits.astype(jnp.float32) / t, axis=-1)
     student = jax.nn.log_softmax(student_logits.astype(jnp.float32) / t, axis=-1)
     kl = jnp.sum(jnp.exp(teacher) * (teacher - student), axis=-1)
-    if weights is None:
-        weights = jnp.ones(kl.shape, jnp.float32)
-    weights = weights.astype(jnp.float32)
-    return t * t * jnp.sum(kl * weights) / jnp.maximum(jnp.sum(weights), 1e-5)
+    weights = _weights(weights, kl.shape)
+    return t * t * jnp.sum(kl * weights), jnp.sum(weights)

@@ -36,9 +36,9 @@ class MlmTeacher:
     temperature: float
     alpha: float
 
-    def soft_loss(self, params, student_logits: jax.Array, batch: dict) -> jax.Array:
-        """T^2-scaled KL from the teacher's to the student's MLM distributions, averaged
-        over `masked_lm_weights` (the same positions the hard loss averages over)."""
+    def soft_loss(self, params, student_logits: jax.Array, batch: dict):
+        """T^2-scaled KL from the teacher's to the student's MLM distributions, summed
+        over `masked_lm_weights` (the positions the hard loss covers): (sum, weight)."""
         extra = {k: batch[k] for k in _TEACHER_INPUTS if k in batch}
         out = self.model.apply({"params": params}, batch["input_ids"], batch["input_mask"],
                                batch["segment_ids"], batch["masked_lm_positions"], **extra,
@@ -46,9 +46,9 @@ class MlmTeacher:
         return losses.distillation_kl(student_logits, jax.lax.stop_gradient(out.mlm_logits),
                                       self.temperature, batch["masked_lm_weights"])
 
-    def mlm_loss(self, metrics: dict) -> jax.Array:
-        """The masked-LM part of the training loss."""
-        return self.alpha * metrics["mlm_loss"] + (1 - self.alpha) * metrics["soft_loss"]
+    def coefficients(self) -> dict[str, float]:
+        """The masked-LM part of the training loss: alpha * hard + (1 - alpha) * soft."""
+        return {"mlm_loss": self.alpha, "soft_loss": 1 - self.alpha}
 
 
 def check_settings(temperature, alpha) -> None:

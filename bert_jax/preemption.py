@@ -8,13 +8,12 @@ checkpoints are never touched). Several processes (jax.distributed): jax's preem
 service catches SIGTERM on any process and the processes agree on the next common step
 (`multihost_utils.reached_preemption_sync_point`, called at every step).
 
-Commands that cannot resume yet (fine-tuning) stop at once on SIGTERM with one line and
-exit code 143 (128 + SIGTERM, what a shell reports for a run killed by it): `stop_on_sigterm`.
+A command opens one `Watcher` around its work; library code deeper down (fine-tuning
+runs inside a grid) finds it with `active()`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import signal
 import threading
 
@@ -22,7 +21,6 @@ import jax
 from jax.experimental import multihost_utils
 
 PREEMPTED_EXIT_CODE = 0
-TERMINATED_EXIT_CODE = 128 + signal.SIGTERM
 
 
 def message(step: int) -> str:
@@ -36,24 +34,6 @@ class Preempted(Exception):
     def __init__(self, step: int):
         super().__init__(message(step))
         self.step = step
-
-
-class Terminated(BaseException):
-    """SIGTERM in a command that cannot resume (a BaseException, like KeyboardInterrupt, so
-    no `except Exception` swallows it)."""
-
-
-@contextlib.contextmanager
-def stop_on_sigterm():
-    """Within the block SIGTERM raises Terminated wherever the main thread is."""
-    def stop(signum, frame):
-        raise Terminated()
-
-    previous = signal.signal(signal.SIGTERM, stop)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 class Watcher:
@@ -88,7 +68,20 @@ class Watcher:
             self._previous = None
 
     def __enter__(self) -> "Watcher":
+        global _active
+        self._outer, _active = _active, self
         return self
 
     def __exit__(self, *exc) -> None:
+        global _active
         self.close()
+        _active = self._outer
+
+
+_active: Watcher | None = None
+
+
+def active() -> Watcher:
+    """The watcher the running command opened (`with Watcher():`), else one that consults
+    only multi-process preemption notices."""
+    return _active or Watcher(handle_sigterm=False)

@@ -17,18 +17,16 @@ import dataclasses
 import functools
 import logging
 import math
-import time
 from typing import Any, Callable, Iterator, Sequence
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
-import numpy as np
 import optax
 
 from bert_jax import (checkpoint, losses, mlm_distill, multihost, paths, perf, preemption,
-                      pretrained, sharding, training)
+                      pretrained, sharding, train_loop, training)
 from bert_jax.config import BertConfig, check_choice, check_inputs_fit
 from bert_jax.data import inputs
 from bert_jax.errors import Interrupted, UserError, check_divisible, check_positive
@@ -65,70 +63,51 @@ def dummy_inputs(batch_size: int, seq_length: int, num_predictions: int) -> tupl
     return ids, ids, ids, jnp.zeros((batch_size, num_predictions), jnp.int32)
 
 
-def _weight_sums(batch: dict) -> tuple[jax.Array, jax.Array]:
-    """(MLM, NSP) weight sums: the denominators of `losses.pretraining_loss` (NSP 0 for
-    MLM-only batches)."""
-    if "next_sentence_labels" not in batch:
-        return jnp.sum(batch["masked_lm_weights"]), jnp.zeros(())
-    nsp = batch.get("next_sentence_weights", jnp.ones(batch["next_sentence_labels"].shape))
-    return jnp.sum(batch["masked_lm_weights"]), jnp.sum(nsp)
-
-
 def forward(model: nn.Module, params: Any, batch: dict, *, rng=None,
-            totals: tuple | None = None, teacher: mlm_distill.MlmTeacher | None = None,
-            teacher_params: Any = None) -> tuple[jax.Array, dict]:
-    """Loss and metrics of one batch; dropout on when `rng` is given.
-    totals: the whole batch's `_weight_sums` when `batch` is one micro-batch of it;
-    the losses and metrics are then this micro-batch's share of the whole batch's
-    weighted means, so the micro-batches' gradients sum to the whole batch's.
+            teacher: mlm_distill.MlmTeacher | None = None,
+            teacher_params: Any = None) -> dict:
+    """The loss terms of one batch, {name: (weighted sum, weight)}
+    (`losses.pretraining_loss`); dropout on when `rng` is given.
     teacher: distil its MLM logits (`mlm_distill`), `soft_loss` beside `mlm_loss`."""
     extra = {k: batch[k] for k in _OPTIONAL_INPUTS if k in batch}
     out = model.apply({"params": params}, batch["input_ids"], batch["input_mask"],
                       batch["segment_ids"], batch["masked_lm_positions"], **extra,
                       deterministic=rng is None, rngs={"dropout": rng} if rng is not None else {})
-    _, metrics = losses.pretraining_loss(out.mlm_logits, out.nsp_logits, batch)
+    terms = losses.pretraining_loss(out.mlm_logits, out.nsp_logits, batch)
     if teacher is not None:
-        metrics["soft_loss"] = teacher.soft_loss(teacher_params, out.mlm_logits, batch)
-    if totals is not None:
-        mlm_share, nsp_share = (part / jnp.maximum(total, 1e-5)
-                                for part, total in zip(_weight_sums(batch), totals))
-        metrics = {k: v * (nsp_share if k.startswith("nsp") else mlm_share)
-                   for k, v in metrics.items() if k != "loss"}
-    mlm = metrics["mlm_loss"] if teacher is None else teacher.mlm_loss(metrics)
-    metrics["loss"] = mlm + metrics.get("nsp_loss", 0.0)
-    return metrics["loss"], metrics
+        terms["soft_loss"] = teacher.soft_loss(teacher_params, out.mlm_logits, batch)
+    return terms
+
+
+def loss_coefficients(model: BertForPreTraining,
+                      teacher: mlm_distill.MlmTeacher | None = None) -> dict[str, float]:
+    """The training loss as a sum of `forward`'s term means: MLM (mixed with the soft
+    loss when distilling) plus NSP when the model has the head."""
+    mlm = {"mlm_loss": 1.0} if teacher is None else teacher.coefficients()
+    return {**mlm, **({"nsp_loss": 1.0} if model.next_sentence_prediction else {})}
 
 
 def train_step(state: TrainState, batch: dict, teacher_params: Any = None, *,
-               model: nn.Module, tx: optax.GradientTransformation, schedule: optax.Schedule,
-               rules: tuple, grad_accum_steps: int = 1,
+               model: nn.Module, tx: optax.GradientTransformation, rules: tuple,
+               grad_accum_steps: int = 1,
                teacher: mlm_distill.MlmTeacher | None = None) -> tuple[TrainState, dict]:
     """One optimizer update on a global batch {key: [B, ...]} (distilling `teacher`,
     whose parameters are `teacher_params`, when given).
 
-    Dropout keys come from `state.step_rng()`. With grad_accum_steps = k the
-    batch is processed as k sequential micro-batches whose gradients add up to the
-    whole batch's (each weighted by its share of the masked tokens and NSP labels).
+    Dropout keys come from `state.step_rng()`. With grad_accum_steps = k the batch is
+    processed as k sequential micro-batches whose loss sums are divided once by the
+    whole batch's weights (`training.objective_and_grads`): the whole batch's update.
     A non-finite loss or gradient norm skips the update (`training.apply_gradients`).
     Returns (next state, metrics of scalars).
     """
-    rng = state.step_rng()
-    grad_fn = jax.value_and_grad(functools.partial(forward, model, teacher=teacher,
-                                                   teacher_params=teacher_params), has_aux=True)
-
-    totals = None if grad_accum_steps == 1 else _weight_sums(batch)
-
-    def grads_and_metrics(index, micro_batch):
-        key = rng if grad_accum_steps == 1 else jax.random.fold_in(rng, index)
-        (_, metrics), grads = grad_fn(state.params, micro_batch, rng=key, totals=totals)
-        return grads, metrics
-
+    terms_fn = lambda params, micro_batch, key: forward(
+        model, params, micro_batch, rng=key, teacher=teacher, teacher_params=teacher_params)
     with nn.logical_axis_rules(rules):
-        grads, metrics = training.accumulate_gradients(grads_and_metrics, batch,
-                                                       grad_accum_steps)
-    applied_updates = state.step - state.nonfinite_steps  # the optimizer's own count
-    new_state, grad_norm, finite = training.apply_gradients(state, grads, metrics["loss"], tx)
-    metrics = dict(metrics, grad_norm=grad_norm, learning_rate=schedule(applied_updates),
+        loss, grads, metrics = training.objective_and_grads(
+            terms_fn, loss_coefficients(model, teacher), state.params, batch,
+            state.step_rng(), grad_accum_steps)
+    new_state, grad_norm, finite = training.apply_gradients(state, grads, loss, tx)
+    metrics = dict(metrics, loss=loss, grad_norm=grad_norm,
                    nonfinite=(~finite).astype(jnp.float32))
     return new_state, metrics
 
@@ -148,13 +127,14 @@ def eval_step(params: Any, batch: dict, *, model: nn.Module, rules: tuple) -> di
             "next_sentence_weights", (batch["input_mask"][:, 0] > 0).astype(jnp.float32))))
     sums = {}
     for name, logits, labels, weights in heads:
-        loss, correct, count = losses.weighted_cross_entropy(logits, labels, weights)
-        sums.update({f"{name}_loss_sum": loss * count, f"{name}_correct": correct,
+        loss, count = losses.weighted_cross_entropy(logits, labels, weights)
+        correct, _ = losses.weighted_accuracy(logits, labels, weights)
+        sums.update({f"{name}_loss_sum": loss, f"{name}_correct": correct,
                      f"{name}_count": count})
     return sums
 
 
-def jit_steps(model: nn.Module, tx, schedule, mesh, shardings: TrainState, rules,
+def jit_steps(model: nn.Module, tx, mesh, shardings: TrainState, rules,
               grad_accum_steps: int = 1, teacher: mlm_distill.MlmTeacher | None = None,
               teacher_shardings: Any = None):
     """(train_step, eval_step) jitted once with explicit shardings; the state is donated.
@@ -163,7 +143,7 @@ def jit_steps(model: nn.Module, tx, schedule, mesh, shardings: TrainState, rules
     batch = sharding.batch_sharding(mesh, rules)
     replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
     train = jax.jit(
-        functools.partial(train_step, model=model, tx=tx, schedule=schedule, rules=rules,
+        functools.partial(train_step, model=model, tx=tx, rules=rules,
                           grad_accum_steps=grad_accum_steps, teacher=teacher),
         in_shardings=(shardings, batch) + ((teacher_shardings,) if teacher else ()),
         out_shardings=(shardings, replicated), donate_argnums=0)
@@ -196,7 +176,7 @@ class Setup:
     def jit_steps(self, teacher: mlm_distill.MlmTeacher | None = None,
                   teacher_shardings: Any = None):
         """(train_step, eval_step) of this run (`jit_steps`)."""
-        return jit_steps(self.model, self.tx, self.schedule, self.mesh, self.shardings,
+        return jit_steps(self.model, self.tx, self.mesh, self.shardings,
                          self.rules, self.config.grad_accum_steps, teacher, teacher_shardings)
 
     def abstract_batch(self) -> dict:
@@ -371,106 +351,89 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
     inputs.input_files(config)
     run = checkpoint.run_description(config.to_dict(), bert_config.to_dict(),
                                      tokenizer.fingerprint())
-    teacher = teacher_params = teacher_shardings = None
-    if config.teacher:
-        teacher, teacher_params, teacher_shardings = mlm_distill.load_teacher(
-            config.teacher, bert_config, run["vocabulary"], temperature=config.temperature,
-            alpha=config.alpha, max_seq_length=config.max_seq_length,
-            max_predictions=config.max_predictions_per_seq, mesh=mesh, rules=rules)
+    teacher, teacher_params, teacher_shardings = _teacher(config, run_setup, run["vocabulary"])
     # Nothing is written before this point: a config error leaves the workdir as it was.
     writer = MetricsWriter(workdir, total_steps=config.num_train_steps)
-
     ckpt = checkpoint.Checkpointer(workdir, keep=config.keep_checkpoints)
-    state, shardings, pipeline_state = restore_or_init(config, ckpt, run_setup, writer, run)
+    state, _, pipeline_state = restore_or_init(config, ckpt, run_setup, writer, run)
     if multihost.is_primary():  # the workdir is then loadable as a model directory
         pretrained.write_model_files(paths.join(workdir, pretrained.WORKDIR_MODEL_DIR),
                                      bert_config, tokenizer=tokenizer)
     train_fn, eval_fn = run_setup.jit_steps(teacher, teacher_shardings)
-    teacher_args = () if teacher is None else (teacher_params,)
     process = dict(process_index=jax.process_index(), process_count=jax.process_count())
     files = inputs.prepare_input_files(config, workdir, tokenizer_path, run["vocabulary"],
                                        **process, message=writer.message)
     multihost.sync("input_files_ready")
     batches = inputs.make_iterator(config, files, tokenizer, split="train", **process,
                                    state=pipeline_state)
-
-    tokens_per_step = config.global_batch_size * config.max_seq_length
-    flops_per_step = config.global_batch_size * perf.train_flops_per_example(
-        bert_config, config.max_seq_length, config.max_predictions_per_seq)
-    peak = perf.peak_flops_per_device() * jax.device_count()
-    step = int(state.step)
-    if step == 0:
+    if int(state.step) == 0:
         writer.message(f"{bert_config.num_hidden_layers} layers, H={bert_config.hidden_size}, "
                        f"mesh {dict(mesh.shape)}, {jax.process_count()} process(es)"
                        + (f", distilling {config.teacher} (T={config.temperature:g}, "
                           f"alpha={config.alpha:g})" if teacher else ""))
-    pending, last = [], {}
-    timer = (time.perf_counter(), step)
-    guard = training.NonFiniteGuard(config.get("max_consecutive_nonfinite", 5),
-                                    stop_at_first=config.on_nonfinite == "stop",
-                                    levers=DIVERGENCE_LEVERS, log=log)
-
-    def flush(step, final=False):
-        """Fetches the pending step metrics; warns of each skipped (NaN/Inf) step and
-        stops when the run diverged (`training.NonFiniteGuard`); logs."""
-        nonlocal pending, timer, last
-        fetched = jax.device_get(pending)
-        pending = []
-        for i, m in enumerate(fetched):
-            guard.check(step - len(fetched) + 1 + i, float(m["loss"]), float(m["grad_norm"]),
-                        not m["nonfinite"])
-        mean = {k: float(np.mean([m[k] for m in fetched])) for k in fetched[0]}
-        elapsed = time.perf_counter() - timer[0]
-        steps_done = step - timer[1]
-        timer = (time.perf_counter(), step)
-        mean.update(tokens_per_second=tokens_per_step * steps_done / elapsed,
-                    mfu=flops_per_step * steps_done / elapsed / peak,
-                    nonfinite_steps=float(int(state.nonfinite_steps)))
-        mean.pop("nonfinite")
-        writer.write(step, mean, prefix="train")
-        last = mean
-        writer.progress(step, {k: mean[k] for k in ("loss", "soft_loss", "mlm_accuracy",
-                                                    "nsp_accuracy",
-                                                    "learning_rate", "grad_norm",
-                                                    "tokens_per_second", "mfu") if k in mean},
-                        final=final)
-
+    loop = _loop(config, run_setup, state, train_fn, writer, ckpt,
+                 () if teacher is None else (teacher_params,))
     eval_metrics = {}
-    preempted = False
+
+    def evaluate_now(loop):
+        with contextlib.closing(inputs.make_iterator(config, files, tokenizer, split="eval",
+                                                     **process)) as eval_batches:
+            eval_metrics.update(evaluate(eval_fn, loop.state.params, eval_batches, mesh,
+                                         rules, config.eval_steps))
+        writer.write(loop.step, eval_metrics, prefix="eval")
+        writer.message(f"step {loop.step} eval: " + ", ".join(
+            f"{k} {v:.4f}" for k, v in eval_metrics.items()))
+
+    save = lambda loop: ckpt.save(loop.step, loop.state, {**run, "pipeline": batches.get_state()})
     with jax.set_mesh(mesh), training.StopRequest(log) as stop, ckpt.saves_finished():
-        while step < config.num_train_steps and not preempted:
-            state, metrics = train_fn(state, sharding.global_batch(next(batches), mesh, rules),
-                                      *teacher_args)
-            step += 1
-            pending.append(metrics)
-            ckpt.check()
-            is_last = step == config.num_train_steps
-            if step % config.log_every_steps == 0 or is_last:
-                flush(step, final=is_last)
-            if config.eval_every_steps and (step % config.eval_every_steps == 0 or is_last):
-                with contextlib.closing(inputs.make_iterator(
-                        config, files, tokenizer, split="eval", **process)) as eval_batches:
-                    eval_metrics = evaluate(eval_fn, state.params, eval_batches, mesh, rules,
-                                            config.eval_steps)
-                writer.write(step, eval_metrics, prefix="eval")
-                writer.message(f"step {step} eval: " + ", ".join(
-                    f"{k} {v:.4f}" for k, v in eval_metrics.items()))
-            preempted = watcher.reached(step) and not is_last
-            if (step % config.checkpoint_every_steps == 0 or is_last or preempted
-                    or stop.requested):
-                if pending:
-                    flush(step)  # never checkpoint past an unchecked non-finite step
-                ckpt.save(step, state, {**run, "pipeline": batches.get_state()})
-            if stop.requested and not is_last:
-                ckpt.wait()
-                raise Interrupted(f"interrupted at step {step}: checkpoint {step} saved in "
-                                  f"{ckpt.directory}; the same command resumes from it")
+        reason = loop.run(batches, [train_loop.Every(config.eval_every_steps, evaluate_now,
+                                                     at_end=bool(config.eval_every_steps))],
+                          checkpoint=train_loop.Every(config.checkpoint_every_steps, save),
+                          watcher=watcher, stop=stop)
+        if reason == train_loop.INTERRUPTED:
+            ckpt.wait()
+            raise Interrupted(f"interrupted at step {loop.step}: checkpoint {loop.step} saved "
+                              f"in {ckpt.directory}; the same command resumes from it")
     batches.close()
     ckpt.wait()
     ckpt.close()
-    if guard.summary():
-        writer.message(f"done: {guard.summary()}")
+    if loop.guard.summary():
+        writer.message(f"done: {loop.guard.summary()}")
     writer.close()
-    if preempted:
-        raise preemption.Preempted(step)
-    return {"train": last, "eval": eval_metrics}
+    if reason == train_loop.PREEMPTED:
+        raise preemption.Preempted(loop.step)
+    return {"train": loop.last, "eval": eval_metrics}
+
+
+def _teacher(config, run_setup: Setup, vocabulary: str) -> tuple:
+    """(MlmTeacher, its parameters, their shardings) of `config.teacher`, or Nones."""
+    if not config.teacher:
+        return None, None, None
+    return mlm_distill.load_teacher(
+        config.teacher, run_setup.bert_config, vocabulary, temperature=config.temperature,
+        alpha=config.alpha, max_seq_length=config.max_seq_length,
+        max_predictions=config.max_predictions_per_seq, mesh=run_setup.mesh,
+        rules=run_setup.rules)
+
+
+def _loop(config, run_setup: Setup, state, train_fn, writer, ckpt,
+          step_args: tuple) -> train_loop.Loop:
+    """The training loop of a pretraining run from `state`."""
+    mesh, rules = run_setup.mesh, run_setup.rules
+    return train_loop.Loop(
+        state, train_fn, lambda batch: sharding.global_batch(batch, mesh, rules),
+        num_steps=config.num_train_steps, writer=writer, learning_rate=run_setup.schedule,
+        guard=training.NonFiniteGuard(config.get("max_consecutive_nonfinite", 5),
+                                      stop_at_first=config.on_nonfinite == "stop",
+                                      levers=DIVERGENCE_LEVERS, log=log),
+        log_every=config.log_every_steps, step_args=step_args,
+        per_step={"tokens": config.global_batch_size * config.max_seq_length},
+        flops_per_step=config.global_batch_size * perf.train_flops_per_example(
+            run_setup.bert_config, config.max_seq_length, config.max_predictions_per_seq),
+        peak_flops=perf.peak_flops_per_device() * jax.device_count(),
+        progress=_PROGRESS, on_step=ckpt.check)
+
+
+# What the progress line shows (metrics.jsonl has every metric).
+_PROGRESS = ("loss", "soft_loss", "mlm_accuracy", "nsp_accuracy", "learning_rate", "grad_norm",
+             "tokens_per_second", "mfu")

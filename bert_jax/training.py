@@ -2,7 +2,8 @@
 (`bert_jax.finetune.trainer`) share, so both follow the same rules:
 
 - `model_config`: the BertConfig from a preset name or a dict of fields;
-- `accumulate_gradients`: one batch as k sequential micro-batches inside the step;
+- `objective_and_grads`: the loss of (sum, weight) terms divided once for the whole batch,
+  whether it runs as one pass or k sequential micro-batches (`accumulate_gradients`);
 - `apply_gradients`: the one update rule, which skips any step whose loss or global
   gradient norm is not finite (params and optimizer state unchanged, the skip counted
   in `TrainState.nonfinite_steps`);
@@ -25,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from bert_jax import losses
 from bert_jax.config import BertConfig, preset
 from bert_jax.errors import NonFiniteError
 from bert_jax.train_state import TrainState
@@ -66,6 +68,46 @@ def accumulate_gradients(grads_and_metrics: Callable[[Any, dict], tuple[Any, dic
     add = lambda total, item: (jax.tree.map(jnp.add, total, grads_and_metrics(*item)), None)
     sums, _ = jax.lax.scan(add, zeros, (jnp.arange(count), micro))
     return sums
+
+
+def objective_and_grads(terms_fn: Callable[[Any, dict, jax.Array], dict],
+                        coefficients: dict[str, float], params: Any, batch: dict,
+                        rng: jax.Array, count: int = 1) -> tuple[jax.Array, Any, dict]:
+    """The whole batch's loss sum_k coefficients[k] * (sum_k / weight_k), its gradient
+    and every term's mean, over `count` sequential micro-batches of `batch` (a
+    `lax.scan`: the memory of one micro-batch).
+
+    terms_fn(params, batch, dropout_key) -> {name: (weighted sum, weight)} (`losses`);
+    micro-batch i draws its dropout with fold_in(rng, i). The weights depend on the batch
+    alone, so the whole batch's are known before any micro-batch runs: each
+    micro-batch's sums are scaled by them (computed by `terms_fn` on the whole batch,
+    whose model outputs XLA then drops as unused), and the sums of all the micro-batches
+    are divided once, after accumulation. Returns (loss, grads, {name: mean})."""
+    totals = None
+    if count > 1:
+        whole = terms_fn(jax.lax.stop_gradient(params), batch, rng)
+        totals = {name: weight for name, (_, weight) in whole.items()}
+
+    def grads_and_terms(index, micro_batch):
+        key = rng if count == 1 else jax.random.fold_in(rng, index)
+
+        def loss(p):
+            terms = terms_fn(p, micro_batch, key)
+            weights = totals or {name: weight for name, (_, weight) in terms.items()}
+            return sum(c * losses.mean((terms[k][0], weights[k]))
+                       for k, c in coefficients.items()), terms
+        grads, terms = jax.grad(loss, has_aux=True)(params)
+        return grads, terms
+
+    grads, sums = accumulate_gradients(grads_and_terms, batch, count)
+    loss, means = combine(sums, coefficients)
+    return loss, grads, means
+
+
+def combine(terms: dict, coefficients: dict[str, float]) -> tuple[jax.Array, dict]:
+    """(loss, {name: mean}) of (sum, weight) `terms`: the loss weighs their means."""
+    means = {name: losses.mean(pair) for name, pair in terms.items()}
+    return sum(c * means[k] for k, c in coefficients.items()), means
 
 
 def apply_gradients(state: TrainState, grads: Any, loss: jax.Array,

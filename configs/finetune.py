@@ -102,6 +102,9 @@ def get_config(variant: str | None = None) -> ml_collections.ConfigDict:
 
     # Optimisation.
     c.global_batch_size = 32
+    # > 1: each batch as this many sequential micro-batches, summed inside the step: the
+    # update of the whole batch in the memory of one micro-batch.
+    c.grad_accum_steps = 1
     c.eval_batch_size = 64
     # Measured (docs/finetuning.md, "How the defaults were chosen"): 2e-5, the bottom of
     # the paper's grid, underfits the few hundred steps of a small set; 5e-5, its top,
@@ -138,6 +141,10 @@ def get_config(variant: str | None = None) -> ml_collections.ConfigDict:
     c.mesh_shape = ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1))
     c.logical_axis_rules = DEFAULT_LOGICAL_AXIS_RULES
     c.log_every_steps = 50
+    # Training checkpoints (WORKDIR/checkpoints) at every epoch's end and every this many
+    # steps (0: epoch ends only): an interrupted run rerun with the same command resumes
+    # from the last one, exactly. Removed when the run completes.
+    c.checkpoint_every_steps = 500
 
     if task == "multiple_choice":
         c.global_batch_size = 16      # BERT's SWAG recipe; each example is C rows

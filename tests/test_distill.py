@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from bert_jax import cli as bert_jax_cli
-from bert_jax import heads, losses, pretrained
+from bert_jax import heads, losses, pretrained, training
 from bert_jax.config import preset
 from bert_jax.finetune import distill, inference, trainer
 from bert_jax.tokenization import WordPieceTokenizer
@@ -40,10 +40,11 @@ def test_distillation_kl_by_hand():
         p, q = softmax(teacher / t), softmax(student / t)
         kl = np.sum(p * (np.log(p) - np.log(q)), -1)
         expected = t * t * np.sum(kl * weights) / weights.sum()
-        got = losses.distillation_kl(jnp.asarray(student), jnp.asarray(teacher), t,
-                                     jnp.asarray(weights))
+        got = losses.mean(losses.distillation_kl(jnp.asarray(student), jnp.asarray(teacher),
+                                                 t, jnp.asarray(weights)))
         assert float(got) == pytest.approx(expected, rel=1e-5)
-    assert float(losses.distillation_kl(jnp.asarray(teacher), jnp.asarray(teacher), 2.0)) \
+    assert float(losses.mean(losses.distillation_kl(jnp.asarray(teacher),
+                                                    jnp.asarray(teacher), 2.0))) \
         == pytest.approx(0.0, abs=1e-6)
 
 
@@ -69,12 +70,15 @@ def test_loss_mixes_hard_and_soft_and_alpha_one_is_fine_tuning():
     def losses_for(alpha, temperature):
         settings = dict(alpha=alpha, temperature=temperature, hidden_weight=0.0,
                         attention_weight=0.0)
-        mixed = distill.distill_loss(student, batch, teacher, key, model=model, task=task,
-                                     rules=(), teacher_model=model, settings=settings)
-        plain = trainer.task_loss(student, batch, None, key, model=model, task=task, rules=())
+        mixed = training.combine(
+            distill.distill_loss(student, batch, teacher, key, model=model, task=task,
+                                 rules=(), teacher_model=model, settings=settings),
+            distill.coefficients(settings))
+        plain, _ = training.combine(trainer.task_loss(student, batch, None, key, model=model,
+                                                      task=task, rules=()), {"loss": 1.0})
         logits = [model.apply({"params": p}, ids, batch["input_mask"])
                   for p in (student, teacher)]
-        return mixed, plain[0], logits
+        return mixed, plain, logits
 
     (loss, _), plain, _ = losses_for(1.0, 2.0)
     assert float(loss) == pytest.approx(float(plain), rel=1e-6)
@@ -206,9 +210,10 @@ def test_projection_is_trained_across_widths(student, teacher):
     batch = {"input_ids": ids, "segment_ids": jnp.zeros_like(ids), "input_mask": mask,
              "label": jnp.array([1]), "example_weights": jnp.ones(1)}
     settings = dict(alpha=0.0, temperature=1.0, hidden_weight=1.0, attention_weight=1.0)
-    loss = lambda p: distill.distill_loss(p, batch, teacher, jax.random.key(2), model=model,
-                                          task=task, rules=(), teacher_model=teacher_model,
-                                          settings=settings)
+    loss = lambda p: training.combine(
+        distill.distill_loss(p, batch, teacher, jax.random.key(2), model=model, task=task,
+                             rules=(), teacher_model=teacher_model, settings=settings),
+        distill.coefficients(settings))
     (value, metrics), grads = jax.value_and_grad(loss, has_aux=True)(params)
     assert np.isfinite(float(value)) and float(metrics["attention_loss"]) > 0
     assert float(jnp.abs(grads[distill.PROJECTION]["kernel"]).sum()) > 0

@@ -232,12 +232,12 @@ def test_fast_variants_load_and_run_a_step_when_shrunk(variant):
     rules = config.logical_axis_rules
     mesh = sharding.make_mesh(dict(config.mesh_shape))
     model = BertForPreTraining(bert_config)
-    tx, schedule = make_optimizer(learning_rate=1e-3, num_train_steps=10, warmup_steps=1,
-                                  optimizer=config.optimizer)
+    tx, _ = make_optimizer(learning_rate=1e-3, num_train_steps=10, warmup_steps=1,
+                           optimizer=config.optimizer)
     init_fn = lambda key: model.init(key, *pretrain.dummy_inputs(1, length, predictions))["params"]
     state, shardings = sharding.create_sharded_state(init_fn, tx, mesh, rules=rules,
                                                      rng_impl=config.rng_impl)
-    step, _ = pretrain.jit_steps(model, tx, schedule, mesh, shardings, rules)
+    step, _ = pretrain.jit_steps(model, tx, mesh, shardings, rules)
     rng = np.random.default_rng(0)
     batch = {"input_ids": rng.integers(1, 100, (8, length)).astype(np.int32),
              "input_mask": np.ones((8, length), np.int32),

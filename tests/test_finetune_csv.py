@@ -111,7 +111,7 @@ def test_jsonl_pair_regression_with_packing(tmp_path, compile_cache):
 
 
 def test_keep_checkpoint_rules():
-    kept = {"epoch": 1, "score": 0.9}
+    kept = trainer._Kept(score=0.9, epoch=1)
     assert not trainer._keep("best", kept, 0.9, last=True)  # a tie keeps the earlier epoch
     assert trainer._keep("best", kept, 0.91, last=False)
     assert trainer._keep("last", kept, 0.5, last=True)  # whatever the validation score

@@ -155,6 +155,14 @@ def test_model_directories_conversion_and_export_import_no_training_loop(module)
     assert _reaches(module, ("bert_jax.finetune", "bert_jax.pretrain")) == []
 
 
+@pytest.mark.parametrize("module", ["bert_jax.train_loop", "bert_jax.training",
+                                    "bert_jax.losses", "bert_jax.train_state"])
+def test_the_training_core_imports_no_job_task_or_data(module):
+    """The one loop serves pretraining, fine-tuning and distillation: it knows none."""
+    assert _reaches(module, ("bert_jax.pretrain", "bert_jax.finetune", "bert_jax.mlm_distill",
+                             "bert_jax.data", "bert_jax.checkpoint", "tensorflow")) == []
+
+
 @pytest.mark.parametrize("module", ["bert_jax.config_loader", "bert_jax.axis_rules"])
 def test_loading_a_config_imports_no_jax(module):
     """The config files import `bert_jax.axis_rules`; `bert_jax.config_loader` loads them."""

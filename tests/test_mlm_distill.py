@@ -9,7 +9,7 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax import cli, heads, losses, mlm_distill, pretrain, pretrained
+from bert_jax import cli, heads, losses, mlm_distill, pretrain, pretrained, training
 from bert_jax.config import BertConfig
 from bert_jax.pretrain import train_and_evaluate
 from bert_jax.tokenization import DEFAULT_VOCAB, WordPieceTokenizer, load_tokenizer
@@ -55,8 +55,9 @@ def test_the_loss_is_alpha_mlm_plus_the_soft_kl_over_masked_positions():
     # Sharper teacher distributions: a KL far from 0, where its direction shows.
     teacher_params = jax.tree.map(lambda x: 5 * x, teacher_params)
     teacher = mlm_distill.MlmTeacher(teacher_model, temperature=2.0, alpha=0.3)
-    loss, metrics = pretrain.forward(student, params, batch, teacher=teacher,
-                                     teacher_params=teacher_params)
+    loss, metrics = training.combine(
+        pretrain.forward(student, params, batch, teacher=teacher, teacher_params=teacher_params),
+        pretrain.loss_coefficients(student, teacher))
 
     # The reference, written out from the definition.
     positions = batch["masked_lm_positions"]
@@ -69,7 +70,8 @@ def test_the_loss_is_alpha_mlm_plus_the_soft_kl_over_masked_positions():
     kl = (np.exp(log_p) * (log_p - log_q)).sum(-1)
     w = batch["masked_lm_weights"]
     soft = float(4.0 * (kl * w).sum() / w.sum())
-    hard, _ = losses.pretraining_loss(s.mlm_logits, s.nsp_logits, batch)
+    hard, _ = training.combine(losses.pretraining_loss(s.mlm_logits, s.nsp_logits, batch),
+                               {"mlm_loss": 1.0, "nsp_loss": 1.0})
     assert float(metrics["soft_loss"]) == pytest.approx(soft, rel=1e-5)
     assert float(loss) == pytest.approx(
         0.3 * float(metrics["mlm_loss"]) + 0.7 * soft + float(metrics["nsp_loss"]), rel=1e-5)
@@ -78,27 +80,32 @@ def test_the_loss_is_alpha_mlm_plus_the_soft_kl_over_masked_positions():
 
     # A teacher with the student's own weights: the soft loss vanishes.
     same = mlm_distill.MlmTeacher(heads.BertForPreTraining(config, False), 2.0, 0.3)
-    _, metrics = pretrain.forward(student, params, batch, teacher=same, teacher_params={
-        k: v for k, v in params.items() if k != "nsp"})
+    _, metrics = training.combine(pretrain.forward(student, params, batch, teacher=same,
+                                                   teacher_params={k: v for k, v in
+                                                                   params.items() if k != "nsp"}),
+                                  {})
     assert abs(float(metrics["soft_loss"])) < 1e-6
 
 
-def test_micro_batch_shares_add_up_to_the_whole_batch():
+def test_micro_batch_sums_and_weights_add_up_to_the_whole_batch():
+    """Every term is a (sum, weight) pair: two halves' pairs add up to the whole batch's,
+    so dividing once after accumulation gives the whole batch's means (the first half has
+    a padded prediction slot: averaging the halves' means would differ)."""
     config = BertConfig(vocab_size=64, hidden_size=16, num_hidden_layers=1,
                         num_attention_heads=2, intermediate_size=32, max_position_embeddings=32)
     batch = pretraining_batch(np.random.default_rng(1))
     student, params = init(config, 0)
     teacher_model, teacher_params = init(config, 2, nsp=False)
     teacher = mlm_distill.MlmTeacher(teacher_model, 1.0, 0.5)
-    whole_loss, whole = pretrain.forward(student, params, batch, teacher=teacher,
-                                         teacher_params=teacher_params)
-    totals = pretrain._weight_sums(batch)
-    halves = [pretrain.forward(student, params, {k: v[i:i + 2] for k, v in batch.items()},
-                               totals=totals, teacher=teacher, teacher_params=teacher_params)
-              for i in (0, 2)]
-    assert sum(float(l) for l, _ in halves) == pytest.approx(float(whole_loss), rel=1e-5)
-    assert sum(float(m["soft_loss"]) for _, m in halves) == pytest.approx(
-        float(whole["soft_loss"]), rel=1e-5)
+    terms = lambda b: pretrain.forward(student, params, b, teacher=teacher,
+                                       teacher_params=teacher_params)
+    whole = terms(batch)
+    halves = [terms({k: v[i:i + 2] for k, v in batch.items()}) for i in (0, 2)]
+    for name, (total, weight) in whole.items():
+        assert sum(float(h[name][0]) for h in halves) == pytest.approx(float(total), rel=1e-5)
+        assert sum(float(h[name][1]) for h in halves) == float(weight)
+    mean_of_means = np.mean([float(losses.mean(h["soft_loss"])) for h in halves])
+    assert mean_of_means != pytest.approx(float(losses.mean(whole["soft_loss"])), rel=1e-4)
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,8 @@
 """Preemption: SIGTERM checkpoints the next step and exits 0 with one line; the rerun
 resumes exactly (the same losses and parameters as an uninterrupted run), with the
 workdir on local disk or in a bucket (a real GCS emulator, see gcs_server.py). SIGKILL
-after a checkpoint in the bucket: the rerun resumes from it exactly."""
+after a checkpoint in the bucket: the rerun resumes from it exactly. Fine-tuning stops
+and resumes the same way."""
 
 import re
 import signal
@@ -108,11 +109,13 @@ def test_sigkill_with_the_workdir_in_a_bucket_resumes_exactly(tmp_path, text_cor
     assert losses(gcs.download(f"{prefix}/run/metrics.jsonl").decode()) == straight[1]
 
 
-def test_sigterm_stops_finetuning_with_one_line_and_exit_143(tmp_path):
-    """Fine-tuning cannot resume yet: it says so instead of dying silently."""
+def test_sigterm_checkpoints_finetuning_exits_0_and_the_rerun_resumes(tmp_path):
+    """Fine-tuning stops at the next step with a checkpoint, like pretraining; the rerun
+    resumes from it (bit-identity: tests/test_finetune_resume.py)."""
     from test_multihost import finetune_command
-    process = subprocess.Popen(finetune_command(tmp_path / "ft"), env=environment(),
-                               stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    args = finetune_command(tmp_path / "ft", "--config.log_every_steps=1")
+    process = subprocess.Popen(args, env=environment(), stderr=subprocess.PIPE,
+                               stdout=subprocess.DEVNULL, text=True)
     lines = []
     for line in process.stderr:
         lines.append(line)
@@ -120,6 +123,11 @@ def test_sigterm_stops_finetuning_with_one_line_and_exit_143(tmp_path):
             process.send_signal(signal.SIGTERM)
             break
     lines += process.stderr.readlines()
-    assert process.wait() == 143, "".join(lines)[-3000:]
-    assert lines[-1].strip() == ("bert-jax finetune: stopped by SIGTERM; fine-tuning cannot "
-                                 "resume yet: rerun the command to start over")
+    assert process.wait() == 0, "".join(lines)[-3000:]
+    match = MESSAGE.fullmatch(lines[-1].strip())
+    assert match, "".join(lines)[-3000:]
+    step = int(match.group(1))
+    assert (tmp_path / "ft" / "checkpoints" / str(step)).is_dir()
+    rerun = subprocess.run(args, env=environment(), capture_output=True, text=True)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert f"resumed from step {step} " in rerun.stderr, rerun.stderr[-3000:]

@@ -36,10 +36,10 @@ def synthetic_batches(count, seed=0, batch=BATCH):
 def run(mesh_shape, steps=3, devices=None, config=CONFIG, grad_accum_steps=1):
     mesh = sharding.make_mesh(mesh_shape, devices=devices)
     model = BertForPreTraining(config)
-    tx, schedule = make_optimizer(learning_rate=1e-3, num_train_steps=10, warmup_steps=1)
+    tx, _ = make_optimizer(learning_rate=1e-3, num_train_steps=10, warmup_steps=1)
     init_fn = lambda key: model.init(key, *dummy_inputs(2, LENGTH, PREDICTIONS))["params"]
     state, shardings = sharding.create_sharded_state(init_fn, tx, mesh, seed=0)
-    train, _ = jit_steps(model, tx, schedule, mesh, shardings,
+    train, _ = jit_steps(model, tx, mesh, shardings,
                          sharding.DEFAULT_LOGICAL_AXIS_RULES, grad_accum_steps)
     losses = []
     with jax.set_mesh(mesh):

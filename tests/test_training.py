@@ -48,6 +48,39 @@ def test_accumulated_micro_batches_give_the_whole_batchs_gradients():
     assert not np.allclose(mean_of_means["w"], want["w"], rtol=1e-3)
 
 
+def test_objective_of_micro_batches_divides_once_by_the_whole_batchs_weights():
+    """Two (sum, weight) terms with uneven weights of their own, the loss a + 0.5 b of
+    their means: three micro-batches give the loss, gradients and means of the whole
+    batch; the mean of the micro-batches' own means would not."""
+    rows = np.random.default_rng(1)
+    batch = {"x": jnp.asarray(rows.normal(size=(6, 3)), jnp.float32),
+             "y": jnp.asarray(rows.normal(size=6), jnp.float32),
+             "w": jnp.array([1.0, 0.0, 3.0, 1.0, 2.0, 5.0]),
+             "v": jnp.array([0.0, 2.0, 1.0, 1.0, 0.0, 4.0])}
+
+    def terms(params, b, key):
+        err = (b["x"] @ params["w"] + params["b"] - b["y"]) ** 2
+        return {"a": (jnp.sum(b["w"] * err), jnp.sum(b["w"])),
+                "b": (jnp.sum(b["v"] * jnp.abs(err)), jnp.sum(b["v"]))}
+
+    coefficients = {"a": 1.0, "b": 0.5}
+    key = jax.random.key(0)
+    loss, grads, means = training.objective_and_grads(terms, coefficients, PARAMS, batch, key, 3)
+    whole = lambda p: training.combine(terms(p, batch, key), coefficients)
+    (want_loss, want_means), want = jax.value_and_grad(whole, has_aux=True)(PARAMS)
+    np.testing.assert_allclose(loss, want_loss, rtol=1e-5)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5), grads, want)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5), means, want_means)
+    micro = training.split_microbatches(batch, 3)
+    mean_of_means = np.mean([float(whole_of(terms, coefficients, jax.tree.map(
+        lambda x: x[i], micro))) for i in range(3)])
+    assert not np.isclose(mean_of_means, float(want_loss), rtol=1e-3)
+
+
+def whole_of(terms, coefficients, batch):
+    return training.combine(terms(PARAMS, batch, None), coefficients)[0]
+
+
 def state_and_tx():
     tx, _ = make_optimizer(learning_rate=0.1, num_train_steps=10, warmup_steps=0)
     return TrainState.create(PARAMS, tx, make_key(0)), tx

@@ -122,10 +122,9 @@ class ClassificationTask(Task):
     def loss(self, outputs, batch):
         weights = batch["example_weights"]
         if self.is_regression:
-            loss = losses.regression_loss(outputs[..., 0], batch["label"], weights)
-            return loss, {"loss": loss}
-        loss, correct, count = losses.weighted_cross_entropy(outputs, batch["label"], weights)
-        return loss, {"loss": loss, "accuracy": correct / jnp.maximum(count, 1.0)}
+            return {"loss": losses.regression_loss(outputs[..., 0], batch["label"], weights)}
+        return {"loss": losses.weighted_cross_entropy(outputs, batch["label"], weights),
+                "accuracy": losses.weighted_accuracy(outputs, batch["label"], weights)}
 
     def eval_outputs(self, outputs, batch):
         if self.is_regression:

@@ -79,21 +79,22 @@ def _finetune_main(argv: list[str]) -> int:
     config = load_config(args.config, overrides)
     if args.init_from:
         config.init_from = args.init_from
+    # From here on SIGTERM means: checkpoint at the next step, then stop.
     try:
-        with preemption.stop_on_sigterm(), \
+        with preemption.Watcher(), \
                 workdir_lock.hold(args.workdir, "bert-jax finetune", multihost.is_primary()), \
                 _out_of_memory_said(config):
             results = run_finetune(config, args.workdir)
-    except preemption.Terminated:
-        print("bert-jax finetune: stopped by SIGTERM; fine-tuning cannot resume yet: rerun "
-              "the command to start over", file=sys.stderr)
-        return preemption.TERMINATED_EXIT_CODE
+    except preemption.Preempted as e:
+        if multihost.is_primary():
+            print(e, file=sys.stderr)
+        return preemption.PREEMPTED_EXIT_CODE
     print(json.dumps({k: v for k, v in results.items() if k != "runs"}, indent=2))
     return 0
 
 
 def _distill_main(argv: list[str]) -> int:
-    from bert_jax import multihost, workdir_lock
+    from bert_jax import multihost, preemption, workdir_lock
     from bert_jax.config_loader import split_config_args
     rest, overrides = split_config_args(argv)
     parser = flags.ArgumentParser(
@@ -111,9 +112,15 @@ def _distill_main(argv: list[str]) -> int:
     from bert_jax.finetune import distill
     teacher = distill.load_teacher(args.teacher)
     config = distill.distill_config(teacher, args.student, overrides)
-    with workdir_lock.hold(args.workdir, "bert-jax distill", multihost.is_primary()), \
-            _out_of_memory_said(config):
-        results = distill.distill(config, teacher, args.workdir)
+    try:
+        with preemption.Watcher(), \
+                workdir_lock.hold(args.workdir, "bert-jax distill", multihost.is_primary()), \
+                _out_of_memory_said(config):
+            results = distill.distill(config, teacher, args.workdir)
+    except preemption.Preempted as e:
+        if multihost.is_primary():
+            print(e, file=sys.stderr)
+        return preemption.PREEMPTED_EXIT_CODE
     print(json.dumps(results, indent=2))
     return 0
 

@@ -182,7 +182,8 @@ def student_source(config, teacher: pretrained.Pretrained) -> trainer.ModelSourc
 # --- the loss ---------------------------------------------------------------------------
 
 def soft_loss(task, student, teacher, batch, temperature):
-    """The student's distance to the teacher's outputs (see the module docstring)."""
+    """The student's distance to the teacher's outputs (see the module docstring), as
+    (weighted sum, weight)."""
     if isinstance(task, ClassificationTask):
         weights = batch["example_weights"]
         if task.is_regression:
@@ -196,8 +197,9 @@ def soft_loss(task, student, teacher, batch, temperature):
         return losses.distillation_kl(student, teacher, temperature, batch["example_weights"])
     if isinstance(task, SquadTask):
         weights = batch["example_weights"]
-        return (losses.distillation_kl(student[0], teacher[0], temperature, weights)
-                + losses.distillation_kl(student[1], teacher[1], temperature, weights)) / 2
+        start, weight = losses.distillation_kl(student[0], teacher[0], temperature, weights)
+        end, _ = losses.distillation_kl(student[1], teacher[1], temperature, weights)
+        return (start + end) / 2, weight
     raise UserError(f"task {task.name!r} cannot be distilled")
 
 
@@ -231,15 +233,32 @@ def comparable_attention(student_probs, teacher_probs):
 
 
 def masked_mse(a, b, weights):
-    """Mean squared difference over the trailing axes of `weights`-weighted rows."""
+    """Mean squared difference over the trailing axes of `weights`-weighted rows, summed
+    over the rows with their weights: (sum, weight)."""
     err = jnp.square(a.astype(jnp.float32) - b.astype(jnp.float32))
     err = jnp.mean(err.reshape(*weights.shape, -1), axis=-1)
-    return jnp.sum(err * weights) / jnp.maximum(jnp.sum(weights), 1e-5)
+    return jnp.sum(err * weights), jnp.sum(weights)
+
+
+def _mean_over_layers(pairs):
+    """The (sum, weight) of the mean over layers of pairs that share one weight."""
+    return sum(total for total, _ in pairs) / len(pairs), pairs[0][1]
+
+
+def coefficients(settings: dict) -> dict[str, float]:
+    """The distillation loss as a sum of `distill_loss`'s term means (module docstring)."""
+    out = {"task_loss": settings["alpha"], "soft_loss": 1 - settings["alpha"]}
+    for name in ("hidden", "attention"):
+        if settings[f"{name}_weight"] > 0:
+            out[f"{name}_loss"] = settings[f"{name}_weight"]
+    return out
 
 
 def distill_loss(params, batch, teacher_params, dropout_key, *, model, task, rules,
                  teacher_model, settings):
-    """The trainer's `Objective.loss` for distillation: (loss, metrics)."""
+    """The trainer's `Objective.loss` for distillation: {name: (weighted sum, weight)}
+    of the task loss (`task_loss`), the soft loss and the matching losses, which
+    `coefficients(settings)` weigh."""
     inputs = task.model_inputs(batch)
     match = settings["hidden_weight"] > 0 or settings["attention_weight"] > 0
     project = lambda hidden: hidden
@@ -262,11 +281,9 @@ def distill_loss(params, batch, teacher_params, dropout_key, *, model, task, rul
     teacher = jax.lax.stop_gradient(teacher)
     if match:
         (student, student_vars), (teacher, teacher_vars) = student, teacher
-    hard, metrics = task.loss(student, batch)
-    soft = soft_loss(task, student, teacher, batch, settings["temperature"])
-    alpha = settings["alpha"]
-    loss = alpha * hard + (1 - alpha) * soft
-    metrics = {**metrics, "task_loss": hard, "soft_loss": soft}
+    terms = task.loss(student, batch)
+    terms["task_loss"] = terms.pop("loss")
+    terms["soft_loss"] = soft_loss(task, student, teacher, batch, settings["temperature"])
     if match:
         s_hidden, s_probs = _states(student_vars["intermediates"], model.config.num_hidden_layers)
         t_hidden, t_probs = _states(teacher_vars["intermediates"],
@@ -275,22 +292,17 @@ def distill_loss(params, batch, teacher_params, dropout_key, *, model, task, rul
         mask = inputs["input_mask"].astype(jnp.float32)
         mask = mask.reshape(-1, mask.shape[-1])  # multiple choice: [B, C, L] -> [B * C, L]
         if settings["hidden_weight"] > 0:
-            hidden = sum(masked_mse(project(s_hidden[j + 1]), t_hidden[i + 1], mask)
-                         for j, i in enumerate(pairs)) \
-                + masked_mse(project(s_hidden[0]), t_hidden[0], mask)
-            hidden = hidden / (len(pairs) + 1)
-            loss = loss + settings["hidden_weight"] * hidden
-            metrics["hidden_loss"] = hidden
+            terms["hidden_loss"] = _mean_over_layers(
+                [masked_mse(project(s_hidden[0]), t_hidden[0], mask)]
+                + [masked_mse(project(s_hidden[j + 1]), t_hidden[i + 1], mask)
+                   for j, i in enumerate(pairs)])
         if settings["attention_weight"] > 0:
             s_probs, t_probs = comparable_attention(s_probs, t_probs)
             rows = mask[:, None, :]  # [B, 1, L] query rows, broadcast over heads
-            attention = sum(masked_mse(s_probs[j], t_probs[i],
-                                       jnp.broadcast_to(rows, s_probs[j].shape[:3]))
-                            for j, i in enumerate(pairs)) / len(pairs)
-            loss = loss + settings["attention_weight"] * attention
-            metrics["attention_loss"] = attention
-    metrics["loss"] = loss
-    return loss, metrics
+            terms["attention_loss"] = _mean_over_layers(
+                [masked_mse(s_probs[j], t_probs[i], jnp.broadcast_to(rows, s_probs[j].shape[:3]))
+                 for j, i in enumerate(pairs)])
+    return terms
 
 
 def check_matching(config, student_config, teacher_config) -> None:
@@ -331,6 +343,7 @@ def distill(config, teacher: pretrained.Pretrained, workdir: str) -> dict:
     projected = config.hidden_weight > 0 and source.config.hidden_size != width
     objective = trainer.Objective(
         loss=functools.partial(distill_loss, teacher_model=teacher_model, settings=settings),
+        coefficients=coefficients(settings),
         extra=teacher_params, extra_shardings=teacher_shardings,
         describe=f"distilling {teacher.tokenizer_dir} (T={config.temperature:g}, "
                  f"alpha={config.alpha:g}"

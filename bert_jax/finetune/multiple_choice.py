@@ -204,9 +204,9 @@ class MultipleChoiceTask(Task):
         return {k: batch[k] for k in ("input_ids", "input_mask", "segment_ids")}
 
     def loss(self, outputs, batch):
-        loss, correct, count = losses.weighted_cross_entropy(outputs, batch["label"],
-                                                             batch["example_weights"])
-        return loss, {"loss": loss, "accuracy": correct / jnp.maximum(count, 1.0)}
+        labels, weights = batch["label"], batch["example_weights"]
+        return {"loss": losses.weighted_cross_entropy(outputs, labels, weights),
+                "accuracy": losses.weighted_accuracy(outputs, labels, weights)}
 
     def eval_outputs(self, outputs, batch):
         return {"probabilities": jax.nn.softmax(outputs.astype(jnp.float32), axis=-1)}

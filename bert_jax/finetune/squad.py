@@ -181,9 +181,8 @@ class SquadTask(Task):
 
     def loss(self, outputs, batch):
         start, end = outputs
-        loss = losses.span_loss(start, end, batch["start_position"], batch["end_position"],
-                                batch["example_weights"])
-        return loss, {"loss": loss}
+        return {"loss": losses.span_loss(start, end, batch["start_position"],
+                                         batch["end_position"], batch["example_weights"])}
 
     def eval_outputs(self, outputs, batch):
         start, end = outputs

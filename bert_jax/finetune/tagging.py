@@ -250,13 +250,12 @@ class TaggingTask(Task):
             emissions, transitions, start, end = outputs
             mask, emissions, tags = crf.compact(weights, emissions, batch["label_ids"])
             nll = -crf.log_likelihood(emissions, tags, mask, transitions, start, end)
-            words = jnp.maximum(jnp.sum(mask), 1.0)
-            loss = jnp.sum(nll * batch["example_weights"]) / words
-            return loss, {"loss": loss}
+            # Sentence log-likelihoods per word (the words of the batch).
+            return {"loss": (jnp.sum(nll * batch["example_weights"]),
+                             jnp.sum(mask).astype(jnp.float32))}
         weights = weights * self._row_weights(batch)
-        loss, correct, count = losses.weighted_cross_entropy(outputs, batch["label_ids"],
-                                                             weights)
-        return loss, {"loss": loss, "token_accuracy": correct / jnp.maximum(count, 1.0)}
+        return {"loss": losses.weighted_cross_entropy(outputs, batch["label_ids"], weights),
+                "token_accuracy": losses.weighted_accuracy(outputs, batch["label_ids"], weights)}
 
     @staticmethod
     def _row_weights(batch):

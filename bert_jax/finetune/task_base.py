@@ -83,8 +83,9 @@ class Task:
         keys = ("input_ids", "input_mask", "segment_ids", "position_ids", "example_ids")
         return {k: batch[k] for k in keys if k in batch}
 
-    def loss(self, outputs: Any, batch: dict[str, Array]) -> tuple[Array, dict[str, Array]]:
-        """(scalar loss, metrics to log) from the model outputs of a training batch."""
+    def loss(self, outputs: Any, batch: dict[str, Array]) -> dict[str, tuple[Array, Array]]:
+        """The training loss and metrics to log from the model outputs of a training
+        batch, each a (weighted sum, weight) pair (`bert_jax.losses`): {"loss": ..., ...}."""
         raise NotImplementedError
 
     def eval_outputs(self, outputs: Any, batch: dict[str, Array]) -> dict[str, Array]:

@@ -18,7 +18,6 @@ import functools
 import json
 import logging
 import math
-import time
 from typing import Any
 
 import flax.linen as nn
@@ -27,10 +26,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import multihost_utils
 
-from bert_jax import multihost, optim, paths, pretrained, sharding, training
+from bert_jax import (checkpoint, multihost, optim, paths, preemption, pretrained, sharding,
+                      train_loop, training)
 from bert_jax.config import BertConfig, ConfigError, check_choice, check_inputs_fit
 from bert_jax.data import lengths
-from bert_jax.errors import UserError, check_positive
+from bert_jax.errors import Interrupted, UserError, check_positive
 from bert_jax.finetune import files, packing, tasks
 from bert_jax.finetune.inference import (EVALUATE_RESULTS_FILE, make_eval_fn, predict_features,
                                          round_up)
@@ -41,6 +41,7 @@ from bert_jax.tokenization.base import uncovered_text_warning
 log = logging.getLogger("bert_jax.finetune")
 
 KEEP_CHECKPOINT = ("best", "last")  # the best validation score, or the end of training
+KEEP_CHECKPOINTS = 2  # training checkpoints kept for resuming (removed when the run ends)
 PREDICTIONS_DIR = "predictions"
 
 
@@ -107,8 +108,8 @@ def resolve_model(config) -> ModelSource:
 # --- steps -----------------------------------------------------------------------------
 
 def task_loss(params, batch, extra, dropout_key, *, model, task, rules):
-    """Fine-tuning's objective: the task's loss on the model's training outputs (`extra`
-    unused). (loss, metrics)."""
+    """Fine-tuning's loss terms: the task's on the model's training outputs (`extra`
+    unused). {name: (weighted sum, weight)}, the loss as "loss"."""
     with nn.logical_axis_rules(rules):
         outputs = model.apply({"params": params}, **task.model_inputs(batch),
                               deterministic=False, rngs={"dropout": dropout_key})
@@ -118,13 +119,15 @@ def task_loss(params, batch, extra, dropout_key, *, model, task, rules):
 @dataclasses.dataclass
 class Objective:
     """What the train step minimises: `loss(params, batch, extra, dropout_key, *, model,
-    task, rules)` -> (loss, metrics), and `extra`, an input of every step that is not
+    task, rules)` -> {name: (weighted sum, weight)}, of whose means `coefficients`
+    weigh the ones trained on, and `extra`, an input of every step that is not
     trained (a distillation teacher's parameters), placed with `extra_shardings`.
     `describe` names it in the run's log. `wrap_model` (task model -> model) adds
     parameters that the objective trains with the model, at the top level of its tree
     (a TinyBERT projection), and `unsaved` names those left out of the saved model."""
 
     loss: Any = task_loss
+    coefficients: dict = dataclasses.field(default_factory=lambda: {"loss": 1.0})
     extra: Any = None
     extra_shardings: Any = None
     describe: str = "fine-tuning"
@@ -132,14 +135,17 @@ class Objective:
     unsaved: tuple = ()
 
 
-def train_step(state, batch, extra=None, *, loss_fn, tx):
+def train_step(state, batch, extra=None, *, loss_fn, coefficients, tx, grad_accum_steps=1):
     """One update: (TrainState, batch of [B, ...] arrays, extra) -> (TrainState, metrics);
-    `loss_fn` is an `Objective.loss` with model, task and rules bound.
+    `loss_fn` is an `Objective.loss` with model, task and rules bound. With
+    grad_accum_steps = k the batch runs as k sequential micro-batches and gives the
+    whole batch's update (`training.objective_and_grads`).
     A non-finite loss or gradient norm skips it (`training.apply_gradients`)."""
-    dropout_key = state.step_rng()
-    (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-        state.params, batch, extra, dropout_key)
+    terms_fn = lambda params, micro_batch, key: loss_fn(params, micro_batch, extra, key)
+    loss, grads, metrics = training.objective_and_grads(
+        terms_fn, coefficients, state.params, batch, state.step_rng(), grad_accum_steps)
     state, grad_norm, finite = training.apply_gradients(state, grads, loss, tx)
+    metrics["loss"] = loss
     metrics["examples"] = jnp.sum(batch["example_weights"])
     metrics["grad_norm"] = grad_norm
     metrics["nonfinite"] = ~finite
@@ -199,6 +205,13 @@ def validate_config(config) -> None:
         if config.max_seq_length < MIN_SEQ_LENGTH:
             raise UserError(f"max_seq_length must be at least {MIN_SEQ_LENGTH} ([CLS] A [SEP] "
                             f"B [SEP] with room for text), got {config.max_seq_length}")
+    check_positive("checkpoint_every_steps", config.get("checkpoint_every_steps", 0),
+                   allow_zero=True)
+    accum = config.get("grad_accum_steps", 1)
+    check_positive("grad_accum_steps", accum)
+    if isinstance(config.global_batch_size, int) and config.global_batch_size % accum:
+        raise UserError(f"global_batch_size {config.global_batch_size} is not a multiple of "
+                        f"grad_accum_steps {accum}")
     check_choice("keep_checkpoint", config.keep_checkpoint, KEEP_CHECKPOINT)
     check_choice("on_nonfinite", config.get("on_nonfinite", "skip"), ("skip", "stop"))
     check_positive("max_consecutive_nonfinite", config.get("max_consecutive_nonfinite", 5))
@@ -291,146 +304,282 @@ class Finetuning:
 
     def run(self, config, workdir: str) -> dict[str, Any]:
         """One run with `config`'s seed and optimisation settings (its data, model and
-        numerics settings must be the session's)."""
+        numerics settings must be the session's). Resumes from WORKDIR's checkpoint of
+        the same run when an earlier one was interrupted; raises preemption.Preempted
+        after checkpointing when the command's watcher (`preemption.active`) says so."""
         validate_config(config)
         if config.max_seq_length == "auto":  # a grid's copy of the session's config
             with config.ignore_type():
                 config.max_seq_length = self.config.max_seq_length
-        seed = int(config.seed)
-        data = self.prepared(seed)
-        task, model, mesh, rules = data.task, data.model, self.mesh, self.rules
-        tokenizer, bert_config = self.source.tokenizer, self.source.config
-        train_features = data.train_features
-        rows_per_batch = 0
-        if config.packing:
-            per_row, rows_per_batch = packing.packed_plan(
-                train_features, config.max_seq_length, config.max_examples_per_row,
-                config.global_batch_size, self.multiple)
-            steps_per_epoch = math.ceil(len(train_features) / per_row / rows_per_batch)
-        else:
-            steps_per_epoch = math.ceil(len(train_features) / round_up(config.global_batch_size,
-                                                                         self.multiple))
-        num_steps = max(1, int(config.num_train_epochs * steps_per_epoch))
-        num_epochs = math.ceil(config.num_train_epochs)
-        full_tx, schedule = optim.make_optimizer(
-            learning_rate=config.learning_rate, num_train_steps=num_steps,
-            warmup_steps=int(config.warmup_proportion * num_steps), optimizer=config.optimizer,
-            weight_decay=config.weight_decay, max_grad_norm=config.max_grad_norm, injected=True)
+        data = self.prepared(int(config.seed))
+        accum = config.get("grad_accum_steps", 1)
+        multiple = self.multiple * accum  # each micro-batch spans the batch shards
+        if accum > 1 and config.global_batch_size % multiple:
+            raise UserError(f"global_batch_size {config.global_batch_size} is not a multiple "
+                            f"of grad_accum_steps {accum} x {self.multiple} batch shards")
+        plan = _Plan.of(config, data, multiple)
+        run = checkpoint.run_description(config.to_dict(), self.source.config.to_dict(),
+                                         self.source.tokenizer.fingerprint())
+        state, shardings, kept, writer, ckpt = self._start(config, workdir, data, plan, run)
+        frozen = plan.frozen_at(int(state.step))
+        step_fn, eval_fn = data.steps(plan.tx if frozen else plan.full_tx, shardings, self.mesh,
+                                      self.rules, config.freeze if frozen else "", accum)
+        batches = _EpochBatches(lambda epoch: _train_batches(
+            data.task, data.train_features, config, epoch, int(config.seed), multiple,
+            plan.rows_per_batch), plan.num_epochs, skip=int(state.step))
+        loop = train_loop.Loop(
+            state, step_fn, lambda batch: sharding.shard_full_batch(batch, self.mesh, self.rules),
+            num_steps=plan.num_steps, writer=writer, learning_rate=plan.schedule,
+            guard=training.NonFiniteGuard(config.get("max_consecutive_nonfinite", 5),
+                                          stop_at_first=config.get("on_nonfinite") == "stop",
+                                          levers=DIVERGENCE_LEVERS, log=log),
+            log_every=config.log_every_steps, step_args=(self.objective.extra,),
+            counted=("examples",), on_step=ckpt.check)
+        epoch_end = lambda loop: batches.epoch_ended or loop.is_last
+        actions = [train_loop.Every(0, self._unfreezer(config, data, plan), at_end=False,
+                                    when=lambda loop: loop.step == plan.frozen_steps),
+                   train_loop.Every(0, self._keeper(config, workdir, data, eval_fn, batches,
+                                                    kept, plan), when=epoch_end)]
+        save = train_loop.Every(config.get("checkpoint_every_steps", 0), lambda loop: ckpt.save(
+            loop.step, loop.state, {**run, "kept": kept.summary()}), when=epoch_end)
+        with jax.set_mesh(self.mesh), training.StopRequest(log) as stop, \
+                ckpt.saves_finished():
+            reason = loop.run(batches, actions, checkpoint=save, watcher=preemption.active(),
+                              stop=stop)
+            ckpt.wait()
+            ckpt.close()
+            if reason == train_loop.DONE and loop.guard.summary():
+                writer.message(f"done: {loop.guard.summary()}")
+            writer.close()
+            if reason == train_loop.INTERRUPTED:
+                raise Interrupted(f"interrupted at step {loop.step}: checkpoint saved in "
+                                  f"{ckpt.directory}; the same command resumes from it")
+            if reason == train_loop.PREEMPTED:
+                raise preemption.Preempted(loop.step)
+            results = self._results(config, data, plan, loop, kept)
+            kept_params = kept.params_or_saved(workdir, loop.state,
+                                               self.objective.unsaved)
+            results.update(predict_test(data.task, self.source.tokenizer, kept_params,
+                                        eval_fn, config, self.mesh, workdir))
+        if multihost.is_primary():
+            paths.write_text(paths.join(workdir, pretrained.RESULTS_FILE),
+                             json.dumps(results, indent=2))
+            paths.rmtree(ckpt.directory, missing_ok=True)  # the run is complete
+        multihost.sync("finetune_results_written")
+        return results
 
-        dummy = jnp.ones((1, 8), jnp.int32)
-        init_fn = lambda key: model.init({"params": key, "dropout": key}, dummy, dummy,
-                                         dummy)["params"]
-        frozen_steps = _frozen_steps(config, steps_per_epoch, num_steps)
-        tx = full_tx
-        if frozen_steps:
-            shapes = nn.unbox(jax.eval_shape(init_fn, jax.random.key(0)))
-            tx = optim.freeze(full_tx, optim.frozen_mask(shapes, config.freeze))
-        state, shardings = sharding.create_sharded_state(init_fn, tx, mesh, rules=rules,
-                                                         seed=seed, rng_impl=config.rng_impl)
-        state = state.replace(params=self.source.init_params(state.params, shardings.params))
-        step_fn, eval_fn = data.steps(tx, shardings, mesh, rules,
-                                      frozen=config.freeze if frozen_steps else "")
-
+    def _start(self, config, workdir, data, plan, run):
+        """(state, shardings, _Kept, writer, Checkpointer): WORKDIR's checkpoint of this
+        run, or a fresh state with the encoder's weights (an earlier run's outputs and
+        checkpoints are replaced)."""
+        ckpt = checkpoint.Checkpointer(workdir, keep=KEEP_CHECKPOINTS)
+        latest = ckpt.latest_step()
+        tx = plan.tx if plan.frozen_at(latest or 0) else plan.full_tx
+        target = sharding.abstract_state(plan.init_fn, tx, self.mesh, rules=self.rules,
+                                         rng_impl=config.rng_impl)
+        shardings = jax.tree.map(lambda s: s.sharding, target)
+        try:
+            restored = ckpt.restore(target, run=run, start_fresh=True)
+        except checkpoint.IncompatibleCheckpointError as e:
+            log.warning("%s: starting over", e)
+            restored = None
+        if restored is None and latest is not None:  # another run's, or unreadable
+            ckpt.close()
+            if multihost.is_primary():
+                paths.rmtree(ckpt.directory, missing_ok=True)
+            multihost.sync("finetune_checkpoints_removed")
+            ckpt = checkpoint.Checkpointer(workdir, keep=KEEP_CHECKPOINTS)
         paths.makedirs(workdir)
         # An earlier run's outputs would pass for this run's.
         paths.rmtree(paths.join(workdir, PREDICTIONS_DIR), missing_ok=True)
         for stale in (pretrained.RESULTS_FILE, EVALUATE_RESULTS_FILE):
             if paths.exists(paths.join(workdir, stale)):
                 paths.remove(paths.join(workdir, stale))
-        writer = MetricsWriter(workdir, total_steps=num_steps, append=False)
+        writer = MetricsWriter(workdir, total_steps=plan.num_steps, append=restored is not None)
+        if restored is not None:
+            state, meta, step = restored
+            writer.drop_after(step)
+            writer.message(f"resumed from step {step} of {ckpt.directory}")
+            return state, shardings, _Kept(**meta["kept"]), writer, ckpt
         if writer.replaced_earlier_run:
             writer.message(f"{workdir} held an earlier fine-tuning run: its metrics, best model "
                            "and results are replaced by this run's")
-        writer.message(f"{self.objective.describe} {task.name} from {self.source.origin}: "
-                       f"{len(train_features)} train features, {steps_per_epoch} steps/epoch, "
-                       f"{num_steps} steps, lr {config.learning_rate:g}"
-                       + (f", packed {rows_per_batch} rows/batch" if config.packing else ""))
+        state, shardings = sharding.create_sharded_state(
+            plan.init_fn, plan.tx if plan.frozen_steps else plan.full_tx, self.mesh,
+            rules=self.rules, seed=int(config.seed), rng_impl=config.rng_impl)
+        state = state.replace(params=self.source.init_params(state.params, shardings.params))
+        writer.message(f"{self.objective.describe} {data.task.name} from {self.source.origin}: "
+                       f"{len(data.train_features)} train features, {plan.steps_per_epoch} "
+                       f"steps/epoch, {plan.num_steps} steps, lr {config.learning_rate:g}"
+                       + (f", packed {plan.rows_per_batch} rows/batch" if config.packing else ""))
         writer.message(lengths.describe(self.length_coverage, "train examples")
                        + (" (max_seq_length=auto)" if self.length_coverage["auto"] else ""))
-        kept = {"score": -np.inf, "epoch": None, "metrics": None}
-        guard = training.NonFiniteGuard(config.get("max_consecutive_nonfinite", 5),
-                                        stop_at_first=config.get("on_nonfinite") == "stop",
-                                        levers=DIVERGENCE_LEVERS, log=log)
-        step, examples_seen, train_time, first_step_time = 0, 0.0, 0.0, None
+        return state, shardings, _Kept(), writer, ckpt
+
+    def _unfreezer(self, config, data, plan):
+        """The action that ends `config.freeze`'s hold: every parameter trains on."""
+        def unfreeze(loop):
+            if loop.step >= loop.num_steps:
+                return
+            loop.state, shardings = _unfreeze(loop.state, plan.full_tx, plan.init_fn,
+                                              self.mesh, self.rules, config.rng_impl)
+            loop.step_fn, _ = data.steps(plan.full_tx, shardings, self.mesh, self.rules, "",
+                                         config.get("grad_accum_steps", 1))
+            loop.writer.message(f"step {loop.step}: unfreezing {config.freeze}")
+        return unfreeze
+
+    def _keeper(self, config, workdir, data, eval_fn, batches, kept, plan):
+        """The epoch-end action: evaluate, log, and keep the model in WORKDIR/best when
+        `config.keep_checkpoint` says so."""
+        task, bert_config = data.task, self.source.config
         spec = {**task.spec(), "config": _absolute_paths(config.to_dict()),
                 "max_seq_length": config.max_seq_length}
-        with jax.set_mesh(mesh):
-            for epoch in range(num_epochs):
-                start, pending = time.time(), []
-                for batch in _train_batches(task, train_features, config, epoch, seed,
-                                            self.multiple, rows_per_batch):
-                    if step >= num_steps:
-                        break
-                    if frozen_steps and step == frozen_steps:
-                        state, shardings = _unfreeze(state, full_tx, init_fn, mesh, rules,
-                                                     config.rng_impl)
-                        step_fn, _ = data.steps(full_tx, shardings, mesh, rules, frozen="")
-                        writer.message(f"step {step}: unfreezing {config.freeze}")
-                    state, metrics = step_fn(state, sharding.shard_full_batch(batch, mesh, rules),
-                                             self.objective.extra)
-                    step += 1
-                    pending.append(metrics)
-                    if step == 1:  # the first step may compile: keep it out of the throughput
-                        examples_seen -= float(metrics["examples"])
-                        first_step_time = time.time() - start
-                        start = time.time()
-                    if step % config.log_every_steps == 0 or step == num_steps:
-                        logged = jax.device_get(pending)
-                        for i, m in enumerate(logged):
-                            guard.check(step - len(logged) + 1 + i, float(m["loss"]),
-                                        float(m["grad_norm"]), not m.pop("nonfinite"))
-                        examples_seen += sum(float(m.pop("examples")) for m in logged)
-                        mean = {k: float(np.mean([m[k] for m in logged])) for k in logged[0]}
-                        mean["learning_rate"] = float(schedule(step))
-                        writer.write(step, mean, prefix="train")
-                        writer.progress(step, mean)
-                        pending = []
-                jax.block_until_ready(state)
-                logged = jax.device_get(pending)
-                for i, m in enumerate(logged):  # steps since the last log
-                    guard.check(step - len(logged) + 1 + i, float(m["loss"]),
-                                float(m["grad_norm"]), not m["nonfinite"])
-                examples_seen += sum(float(m["examples"]) for m in logged if "examples" in m)
-                train_time += time.time() - start
-                scores = evaluate_sets(task, state.params, data.eval_sets, eval_fn, config, mesh)
-                for split, values in scores.items():
-                    writer.write(step, values, prefix=split)
-                main = scores[task.eval_splits[0]][task.selection_metric]
-                writer.message(f"epoch {epoch + 1}: " + json.dumps(scores))
-                if _keep(config.keep_checkpoint, kept, main, last=epoch + 1 == num_epochs):
-                    # Host copies on every process (the parameters may span processes).
-                    kept_params = multihost_utils.process_allgather(state.params, tiled=True)
-                    guard.check_params(kept_params, f"{workdir}/{pretrained.BEST_DIR}")
-                    kept = {"score": main, "epoch": epoch + 1, "metrics": scores}
-                    if multihost.is_primary():
-                        saved = {k: v for k, v in kept_params.items()
-                                 if k not in self.objective.unsaved}
-                        pretrained.save(paths.join(workdir, pretrained.BEST_DIR), bert_config,
-                                        saved, tokenizer=tokenizer, task=spec, overwrite=True)
-            if guard.summary():
-                writer.message(f"done: {guard.summary()}")
-            writer.close()
-            results = {"task": task.name, "seed": seed, "learning_rate": config.learning_rate,
-                       "num_train_epochs": config.num_train_epochs,
-                       "global_batch_size": config.global_batch_size,
-                       "keep_checkpoint": config.keep_checkpoint, "kept_epoch": kept["epoch"],
-                       "selection_metric": task.selection_metric,
-                       "selection_split": task.eval_splits[0], **kept["metrics"],
-                       "frozen_steps": min(frozen_steps, step), "train_steps": step,
-                       "train_seconds": round(train_time, 2),
-                       "first_step_seconds": round(first_step_time or 0.0, 2),
-                       "train_examples_per_second": round(examples_seen / max(train_time, 1e-9),
-                                                          2),
-                       "max_seq_length": config.max_seq_length,
-                       "length_coverage": self.length_coverage}
-            kept_params = jax.device_put(kept_params, shardings.params)
-            results.update(predict_test(task, tokenizer, kept_params, eval_fn, config, mesh,
-                                        workdir))
-        if multihost.is_primary():
-            paths.write_text(paths.join(workdir, pretrained.RESULTS_FILE),
-                             json.dumps(results, indent=2))
-        multihost.sync("finetune_results_written")
-        return results
+
+        def keep(loop):
+            scores = evaluate_sets(task, loop.state.params, data.eval_sets, eval_fn, config,
+                                   self.mesh)
+            for split, values in scores.items():
+                loop.writer.write(loop.step, values, prefix=split)
+            main = scores[task.eval_splits[0]][task.selection_metric]
+            loop.writer.message(f"epoch {batches.epoch + 1}: " + json.dumps(scores))
+            last = loop.is_last or batches.epoch + 1 == plan.num_epochs
+            if not _keep(config.keep_checkpoint, kept, main, last=last):
+                return
+            # Host copies on every process (the parameters may span processes).
+            params = multihost_utils.process_allgather(loop.state.params, tiled=True)
+            loop.guard.check_params(params, f"{workdir}/{pretrained.BEST_DIR}")
+            kept.update(main, batches.epoch + 1, scores, params)
+            if multihost.is_primary():
+                saved = {k: v for k, v in params.items() if k not in self.objective.unsaved}
+                pretrained.save(paths.join(workdir, pretrained.BEST_DIR), bert_config, saved,
+                                tokenizer=self.source.tokenizer, task=spec, overwrite=True)
+        return keep
+
+    def _results(self, config, data, plan, loop, kept) -> dict[str, Any]:
+        task = data.task
+        examples_per_second = loop.totals["examples"] / max(loop.train_seconds, 1e-9)
+        return {"task": task.name, "seed": int(config.seed),
+                "learning_rate": config.learning_rate,
+                "num_train_epochs": config.num_train_epochs,
+                "global_batch_size": config.global_batch_size,
+                "keep_checkpoint": config.keep_checkpoint, "kept_epoch": kept.epoch,
+                "selection_metric": task.selection_metric,
+                "selection_split": task.eval_splits[0], **kept.metrics,
+                "frozen_steps": min(plan.frozen_steps, loop.step), "train_steps": loop.step,
+                "train_seconds": round(loop.train_seconds, 2),
+                "first_step_seconds": round(loop.first_step_seconds, 2),
+                "train_examples_per_second": round(examples_per_second, 2),
+                "max_seq_length": config.max_seq_length,
+                "length_coverage": self.length_coverage}
+
+
+@dataclasses.dataclass
+class _Plan:
+    """A run's schedule: steps, epochs, the optimizer (and its frozen form) and the
+    learning rate at each update count."""
+
+    steps_per_epoch: int
+    num_steps: int
+    num_epochs: int
+    rows_per_batch: int
+    frozen_steps: int
+    full_tx: Any
+    tx: Any  # full_tx, or its frozen form while `freeze` holds
+    schedule: Any
+    init_fn: Any
+
+    @classmethod
+    def of(cls, config, data, multiple: int) -> "_Plan":
+        rows_per_batch = 0
+        if config.packing:
+            per_row, rows_per_batch = packing.packed_plan(
+                data.train_features, config.max_seq_length, config.max_examples_per_row,
+                config.global_batch_size, multiple)
+            steps_per_epoch = math.ceil(len(data.train_features) / per_row / rows_per_batch)
+        else:
+            steps_per_epoch = math.ceil(len(data.train_features)
+                                        / round_up(config.global_batch_size, multiple))
+        num_steps = max(1, int(config.num_train_epochs * steps_per_epoch))
+        full_tx, schedule = optim.make_optimizer(
+            learning_rate=config.learning_rate, num_train_steps=num_steps,
+            warmup_steps=int(config.warmup_proportion * num_steps), optimizer=config.optimizer,
+            weight_decay=config.weight_decay, max_grad_norm=config.max_grad_norm, injected=True)
+        dummy = jnp.ones((1, 8), jnp.int32)
+        init_fn = lambda key: data.model.init({"params": key, "dropout": key}, dummy, dummy,
+                                              dummy)["params"]
+        frozen_steps = _frozen_steps(config, steps_per_epoch, num_steps)
+        tx = full_tx
+        if frozen_steps:
+            shapes = nn.unbox(jax.eval_shape(init_fn, jax.random.key(0)))
+            tx = optim.freeze(full_tx, optim.frozen_mask(shapes, config.freeze))
+        return cls(steps_per_epoch, num_steps, math.ceil(config.num_train_epochs),
+                   rows_per_batch, frozen_steps, full_tx, tx, schedule, init_fn)
+
+    def frozen_at(self, step: int) -> bool:
+        """Whether the state after `step` steps has the frozen optimizer state (the
+        unfreezing follows step `frozen_steps`, unless that is the last)."""
+        return bool(self.frozen_steps) and (step < self.frozen_steps
+                                            or self.frozen_steps >= self.num_steps)
+
+
+class _EpochBatches:
+    """The run's training batches, epoch after epoch (`make_epoch(epoch)`), from step
+    `skip` on: a resumed run gets the batches an uninterrupted one would. `epoch` and
+    `epoch_ended` describe the batch taken last."""
+
+    def __init__(self, make_epoch, num_epochs: int, skip: int = 0):
+        self._items = self._all(make_epoch, num_epochs)
+        self.epoch, self.epoch_ended = 0, False
+        for _ in range(skip):
+            next(self)
+
+    @staticmethod
+    def _all(make_epoch, num_epochs):
+        for epoch in range(num_epochs):
+            batches = iter(make_epoch(epoch))
+            batch = next(batches, None)
+            while batch is not None:
+                following = next(batches, None)
+                yield epoch, batch, following is None
+                batch = following
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> dict:
+        self.epoch, batch, self.epoch_ended = next(self._items)
+        return batch
+
+
+@dataclasses.dataclass
+class _Kept:
+    """The model kept in WORKDIR/best: its validation score, epoch (1-based; None before
+    the first evaluation) and metrics; its parameters while this process has them."""
+
+    score: float | None = None
+    epoch: int | None = None
+    metrics: dict | None = None
+    params: Any = dataclasses.field(default=None, repr=False)
+
+    def update(self, score, epoch, metrics, params) -> None:
+        self.score, self.epoch, self.metrics, self.params = float(score), epoch, metrics, params
+
+    def summary(self) -> dict:
+        """What a checkpoint records (JSON)."""
+        return json.loads(json.dumps({"score": self.score, "epoch": self.epoch,
+                                      "metrics": self.metrics}, default=float))
+
+    def params_or_saved(self, workdir, state, unsaved: tuple):
+        """The kept parameters placed like `state.params`: this process's copy, or (a run
+        resumed after keeping them) WORKDIR/best's, with the `unsaved` ones of `state`."""
+        shardings = jax.tree.map(lambda x: x.sharding, state.params)
+        if self.params is not None:
+            return jax.device_put(self.params, shardings)
+        saved = pretrained.load(paths.join(workdir, pretrained.BEST_DIR)).params
+        target = {k: v for k, v in state.params.items() if k not in unsaved}
+        params = pretrained.init_params(target, saved, {k: shardings[k] for k in target},
+                                        source=f"{workdir}/{pretrained.BEST_DIR}")
+        return {**params, **{k: state.params[k] for k in unsaved if k in state.params}}
 
 
 @dataclasses.dataclass
@@ -444,20 +593,23 @@ class _Prepared:
     objective: Objective
     _steps: dict = dataclasses.field(default_factory=dict)
 
-    def steps(self, tx, shardings, mesh, rules, frozen: str = ""):
-        """(train step, eval step), jitted once per set of `frozen` patterns: later runs
-        pass states whose optimizer hyperparameters differ but whose structure and
-        shardings are the same."""
-        if frozen not in self._steps:
+    def steps(self, tx, shardings, mesh, rules, frozen: str = "", grad_accum_steps: int = 1):
+        """(train step, eval step), jitted once per set of `frozen` patterns and
+        accumulation count: later runs pass states whose optimizer hyperparameters differ
+        but whose structure and shardings are the same."""
+        key = (frozen, grad_accum_steps)
+        if key not in self._steps:
             loss_fn = functools.partial(self.objective.loss, model=self.model, task=self.task,
                                         rules=rules)
-            step_fn = jax.jit(functools.partial(train_step, loss_fn=loss_fn, tx=tx),
+            step_fn = jax.jit(functools.partial(train_step, loss_fn=loss_fn, tx=tx,
+                                                coefficients=self.objective.coefficients,
+                                                grad_accum_steps=grad_accum_steps),
                               in_shardings=(shardings, sharding.batch_sharding(mesh, rules),
                                             self.objective.extra_shardings),
                               out_shardings=(shardings, None), donate_argnums=0)
-            self._steps[frozen] = (step_fn, make_eval_fn(self.model, self.task, rules,
-                                                         shardings.params, mesh))
-        return self._steps[frozen]
+            self._steps[key] = (step_fn, make_eval_fn(self.model, self.task, rules,
+                                                      shardings.params, mesh))
+        return self._steps[key]
 
 
 def _warn_if_uncovered(tokenizer, features: list, what: str) -> None:
@@ -504,12 +656,12 @@ def _absolute_paths(values: dict) -> dict:
             and isinstance(v, str) and v else v for k, v in values.items()}
 
 
-def _keep(mode: str, kept: dict, score: float, last: bool) -> bool:
+def _keep(mode: str, kept: _Kept, score: float, last: bool) -> bool:
     """Whether this epoch's model replaces the kept one. "best": a strictly higher
     validation score (ties keep the earlier epoch); "last": the end of the schedule."""
     if mode == "last":
         return last
-    return kept["epoch"] is None or score > kept["score"]
+    return kept.epoch is None or score > kept.score
 
 
 def evaluate_sets(task, params, eval_sets, eval_fn, config, mesh) -> dict[str, dict]:

@@ -1,0 +1,175 @@
+"""The one training loop that pretraining, fine-tuning and distillation run.
+
+    loop = Loop(state, step_fn, place, num_steps=..., writer=..., guard=..., ...)
+    reason = loop.run(batches, actions, checkpoint=Every(n, save), watcher=..., stop=...)
+
+Each step calls the jitted `step_fn(state, global batch, *step_args) -> (state, metrics)`
+and then what is due at the new step, in the manner of clu's periodic actions:
+
+- logging, built in: the pending steps' metrics are fetched at once, checked by the
+  `training.NonFiniteGuard`, averaged, joined by throughput (steps timed apart from the
+  actions and from the first step, which compiles) and by the learning rate, which is
+  derived here alone from the optimizer's schedule at its own update count (skipped
+  non-finite steps do not advance it), then written and printed;
+- `actions` (`Every`): evaluation, keeping the best model, unfreezing;
+- the checkpoint (`Every`), also taken when the loop stops early, always after a flush,
+  so no checkpoint follows an unchecked non-finite step;
+- stopping: the last step, a preemption notice (`preemption.Watcher`) or Ctrl-C
+  (`training.StopRequest`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Callable, Iterator
+
+import jax
+import numpy as np
+
+DONE, PREEMPTED, INTERRUPTED = "done", "preempted", "interrupted"
+
+
+@dataclasses.dataclass
+class Every:
+    """`action(loop)` after every `every`-th step (0: never by count), after the last step
+    with `at_end`, and whenever `when(loop)` holds (an epoch's end)."""
+
+    every: int
+    action: Callable[["Loop"], None]
+    at_end: bool = True
+    when: Callable[["Loop"], bool] | None = None
+
+    def due(self, loop: "Loop") -> bool:
+        return bool((self.every and loop.step % self.every == 0)
+                    or (self.at_end and loop.is_last)
+                    or (self.when is not None and self.when(loop)))
+
+
+class Loop:
+    """A training run from `state` (at `int(state.step)`) to `num_steps`.
+
+    place: a host batch -> the step's global arrays; step_args: further step inputs
+    (a teacher's parameters); learning_rate: the optimizer's schedule (update count ->
+    rate); log_every: steps between log lines; per_step: amounts each step processes,
+    logged per second (e.g. {"tokens": B * L}); counted: metric names summed rather than
+    averaged and logged per second (e.g. "examples" of varying batches); flops_per_step
+    and peak_flops give `mfu`; progress: metric names printed on the progress line
+    (None: all); on_step: called after each step (a background save's error check).
+    """
+
+    def __init__(self, state, step_fn: Callable, place: Callable, *, num_steps: int, writer,
+                 guard, learning_rate: Callable[[int], Any], log_every: int,
+                 step_args: tuple = (), per_step: dict | None = None, counted: tuple = (),
+                 flops_per_step: float = 0.0, peak_flops: float = 0.0,
+                 progress: tuple | None = None, on_step: Callable[[], None] | None = None):
+        self.state, self.step_fn, self.place, self.step_args = state, step_fn, place, step_args
+        self.num_steps, self.writer, self.guard = num_steps, writer, guard
+        self.learning_rate, self.log_every = learning_rate, log_every
+        self.per_step, self.counted = per_step or {}, counted
+        self.flops_per_step, self.peak_flops = flops_per_step, peak_flops
+        self.progress_keys, self.on_step = progress, on_step
+        self.step = int(state.step)
+        self.start_step = self.step
+        # The optimizer's update count: steps minus the non-finite ones it skipped.
+        self.updates = self.step - int(state.nonfinite_steps)
+        self.pending: list = []
+        self.last: dict = {}
+        self.train_seconds = 0.0  # stepping time, first step and actions excluded
+        self.first_step_seconds = 0.0
+        self.totals = {name: 0.0 for name in counted}  # over the timed steps
+        self._timer = None  # (start time, step) of the steps being timed
+        self._logged_seconds = 0.0
+
+    @property
+    def is_last(self) -> bool:
+        return self.step >= self.num_steps
+
+    def run(self, batches: Iterator[dict], actions: tuple = (), *,
+            checkpoint: Every | None = None, watcher=None, stop=None) -> str:
+        """Steps until `num_steps` (or the end of `batches`) or a stop; returns why it
+        ended: DONE, PREEMPTED (`watcher` said so; checkpointed) or INTERRUPTED (`stop`,
+        Ctrl-C; checkpointed)."""
+        reason = DONE
+        while self.step < self.num_steps and reason == DONE:
+            batch = next(batches, None)
+            if batch is None:  # the data ended first (a fine-tuning epoch packed tighter)
+                break
+            self._one_step(batch)
+            if self.step % self.log_every == 0 or self.is_last:
+                self.flush()
+            due = [action for action in actions if action.due(self)]
+            if due:
+                self._pause()  # the actions' time is not training time
+            for action in due:
+                action.action(self)
+            if watcher is not None and watcher.reached(self.step) and not self.is_last:
+                reason = PREEMPTED
+            elif stop is not None and stop.requested and not self.is_last:
+                reason = INTERRUPTED
+            if checkpoint is not None and (checkpoint.due(self) or reason != DONE):
+                self._pause()
+                if self.pending:
+                    self.flush()  # never checkpoint past an unchecked non-finite step
+                checkpoint.action(self)
+        self._pause()
+        if self.pending:
+            self.flush()
+        return reason
+
+    def _one_step(self, batch: dict) -> None:
+        first = self._timer is None and self.step == self.start_step
+        if self._timer is None:
+            self._timer = (time.perf_counter(), self.step)
+        self.state, metrics = self.step_fn(self.state, self.place(batch), *self.step_args)
+        self.step += 1
+        self.pending.append(metrics)
+        if first:  # it may compile: kept out of the throughput
+            jax.block_until_ready(self.state)
+            self.first_step_seconds = time.perf_counter() - self._timer[0]
+            self._timer = (time.perf_counter(), self.step)
+        if self.on_step is not None:
+            self.on_step()
+
+    def _pause(self) -> None:
+        """Ends the timed stretch of steps (before actions run)."""
+        if self._timer is not None and self._timer[1] < self.step:
+            jax.block_until_ready(self.state)
+            self.train_seconds += time.perf_counter() - self._timer[0]
+        self._timer = None
+
+    def flush(self) -> dict:
+        """Fetches, checks, averages and writes the pending steps' metrics."""
+        self._pause()
+        fetched = jax.device_get(self.pending)
+        self.pending = []
+        first = self.step - len(fetched)
+        rates = []
+        for i, m in enumerate(fetched):
+            nonfinite = bool(m.pop("nonfinite"))
+            self.guard.check(first + i + 1, float(m["loss"]), float(m["grad_norm"]),
+                             not nonfinite)
+            rates.append(float(self.learning_rate(self.updates)))
+            self.updates += not nonfinite
+        # The process's first step (it may compile) counts only in first_step_seconds.
+        timed = [m for i, m in enumerate(fetched) if first + i != self.start_step]
+        counts = {k: sum(float(m[k]) for m in timed) for k in self.counted}
+        mean = {k: float(np.mean([m[k] for m in fetched])) for k in fetched[0]
+                if k not in self.counted}
+        mean["learning_rate"] = float(np.mean(rates))
+        seconds = max(self.train_seconds - self._logged_seconds, 1e-9)
+        self._logged_seconds = self.train_seconds
+        for k, v in counts.items():
+            self.totals[k] += v
+        mean.update({f"{k}_per_second": v * len(timed) / seconds
+                     for k, v in self.per_step.items()})
+        mean.update({f"{k}_per_second": v / seconds for k, v in counts.items()})
+        if self.flops_per_step and self.peak_flops:
+            mean["mfu"] = self.flops_per_step * len(timed) / seconds / self.peak_flops
+        mean["nonfinite_steps"] = float(self.step - self.updates)
+        self.writer.write(self.step, mean, prefix="train")
+        self.writer.progress(self.step, {k: v for k, v in mean.items()
+                                         if self.progress_keys is None
+                                         or k in self.progress_keys}, final=self.is_last)
+        self.last = mean
+        return mean
