@@ -8,6 +8,11 @@ all-reduce 2 (n-1)/n S, all-gather and reduce-scatter and all-to-all (n-1)/n S (
 whole, gathered buffer), collective-permute S. Collectives whose groups span TPU slices
 are counted apart (`ACROSS`), so a multi-slice program shows what crosses the
 data-center network.
+
+libtpu writes a reduce-scatter as an "all-reduce-scatter" fusion (emitter
+`SingleInputAllReduceScatterFusion`): a custom fusion whose body is an all-reduce of the
+whole buffer followed by each chip's dynamic-slice, run as one reduce-scatter. Such
+fusions count as the reduce-scatter they are, not as the all-reduce inside them.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ _DCN = re.compile(r'_xla_megascale_transfer_type="(\w+)"')
 _DCN_KINDS = {"ALL_REDUCE": "all-reduce", "ALL_GATHER": "all-gather",
               "REDUCE_SCATTER": "reduce-scatter", "ALL_TO_ALL": "all-to-all",
               "ONE_TO_ONE": "collective-permute"}
+_REDUCE_SCATTER_FUSION = re.compile(r"kind=kCustom.*(calls=%?all-reduce-scatter|AllReduceScatter)")
 _TRIP = re.compile(r'"known_trip_count":\{"n":"(\d+)"')
 
 
@@ -150,8 +156,12 @@ def collective_bytes(hlo_text: str, num_devices: int, num_slices: int = 1,
             if branches:
                 callees += [c.strip().lstrip("%") for c in branches.group(1).split(",")]
             times = _trip_count(line, comps) if " while(" in line else 1
+            fused_scatter = bool(_REDUCE_SCATTER_FUSION.search(line))
             for callee in callees:
                 for k, v in of(callee, depth + 1).items():
+                    if fused_scatter and k.startswith("all-reduce"):
+                        # The inner all-reduce's 2(n-1)/n S is a reduce-scatter's (n-1)/n S.
+                        k, v = k.replace("all-reduce", "reduce-scatter"), v / 2
                     total[k] += times * v
         memo[name] = total
         return total

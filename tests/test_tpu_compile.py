@@ -47,9 +47,16 @@ def test_topology_names_map_to_libtpu_arguments():
 
 HLO = """HloModule m
 
+%all-reduce-scatter.1 (input: bf16[1024]) -> bf16[256] {
+  %input = bf16[1024]{0} parameter(0)
+  %all-reduce.1 = bf16[1024]{0} all-reduce(%input), replica_groups={{0,1,2,3},{4,5,6,7}}, to_apply=%add
+  ROOT %dynamic-slice.1 = bf16[256]{0} dynamic-slice(%all-reduce.1, %offset), dynamic_slice_sizes={256}
+}
+
 %body (p: (s32[], f32[1024])) -> (s32[], f32[1024]) {
   %ag = bf16[4096]{0} all-gather(bf16[1024]{0} %x), replica_groups=[2,4]<=[8], dimensions={0}
   %rs = f32[256]{0} reduce-scatter(f32[1024]{0} %y), replica_groups=[2,4]<=[4,2]T(1,0), dimensions={0}
+  %fusion.1 = bf16[256]{0} fusion(%g), kind=kCustom, calls=%all-reduce-scatter.1, backend_config={"collective_algorithm_config":{"emitter":"SingleInputAllReduceScatterFusion"}}
 }
 
 %cond (q: (s32[], f32[64])) -> pred[] {
@@ -77,8 +84,10 @@ def test_collective_bytes_count_loops_groups_and_slices():
     # ones and the mesh-axis-0 all-reduce pair devices i and i+4 across slices. Loops
     # count by XLA's known trip count, else by their condition's bound (5).
     # A Megascale send (multi-slice programs) crosses slices: an all-reduce over 2.
+    # libtpu's all-reduce-scatter fusion (all-reduce, then each chip's slice) is the
+    # reduce-scatter it runs as, not an all-reduce.
     got = hlo_collectives.collective_bytes(HLO, 8, 2, slice_of=lambda i: i // 4)
-    assert got == {"all-gather": 3 * 0.75 * 4096 * 2,
+    assert got == {"all-gather": 3 * 0.75 * 4096 * 2, "reduce-scatter": 3 * 0.75 * 1024 * 2,
                    "reduce-scatter" + hlo_collectives.ACROSS: 3 * 0.75 * 1024 * 4,
                    "all-reduce" + hlo_collectives.ACROSS: 2 * 0.5 * (1024 + 16 + 512) * 4,
                    "collective-permute": 8 * 4, "all-to-all": 5 * 0.75 * 64 * 4}
