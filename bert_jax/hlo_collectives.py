@@ -23,6 +23,8 @@ from typing import Callable
 
 import numpy as np
 
+# Bumped whenever the counting changes: cached compile reports (`tpu_search`) key on it.
+COUNTING_VERSION = 2
 KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
 ACROSS = " across slices"
 
