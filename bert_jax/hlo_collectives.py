@@ -92,16 +92,37 @@ def _groups(line: str, num_devices: int) -> list[list[int]]:
 
 def _trip_count(line: str, comps: dict[str, list[str]]) -> int:
     """How often a while loop runs: XLA's known_trip_count when the backend kept it,
-    else the bound its condition compares the counter with (scans count 0, 1, ... < N)."""
+    else the bound its condition compares the counter with (loops count 0, 1, ... < N,
+    or by the step the body adds: libtpu unrolls its decomposed collectives by 2)."""
     trip = _TRIP.search(line)
     if trip:
         return int(trip.group(1))
     cond = re.search(r"condition=%?([\w.\-]+)", line)
     body = comps.get(cond.group(1), []) if cond else []
     if any("direction=LT" in l for l in body):
-        bounds = [int(c) for l in body for c in re.findall(r"s32\[\]\S* constant\((\d+)\)", l)]
+        bounds = [int(c) for l in body for c in re.findall(r"[su]32\[\]\S* constant\((\d+)\)", l)]
         if bounds:
-            return max(bounds)
+            loop = re.search(r"body=%?([\w.\-]+)", line)
+            step = _counter_step(comps.get(loop.group(1), []) if loop else [])
+            return -(-max(bounds) // step)
+    return 1
+
+
+def _counter_step(body: list[str]) -> int:
+    """What a loop body adds to its counter (the first element of the tuple it
+    returns), when that is a constant; else 1."""
+    root = next((l for l in body if "ROOT" in l and " tuple(" in l), "")
+    counter = re.search(r" tuple\(%([\w.\-]+)", root)
+    if not counter:
+        return 1
+    add = next((l for l in body if re.match(rf"\s*%{re.escape(counter.group(1))} = .* add\(", l)),
+               "")
+    for operand in re.findall(r"%([\w.\-]+)", add.split(" add(", 1)[-1].split(")")[0]) if add else []:
+        const = next((l for l in body if re.match(rf"\s*%{re.escape(operand)} = \S+ constant\(", l)),
+                     "")
+        value = re.search(r"constant\((\d+)\)", const)
+        if value and int(value.group(1)) > 0:
+            return int(value.group(1))
     return 1
 
 

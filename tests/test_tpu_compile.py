@@ -202,3 +202,22 @@ def test_search_recommends_headroom_then_least_traffic_and_caches(monkeypatch, t
     assert len(calls) == 4  # data: 2 rungs; fsdp: 1; fsdp+tensor2: 1
     tpu_search.search("configs/pretrain.py:tiny", [], "v5e-4", log=lambda line: None)
     assert len(calls) == 4  # every case came from the cache
+
+
+@pytest.mark.slow
+@needs_libtpu
+def test_fsdp_gradients_of_scanned_layers_are_reduce_scattered():
+    """tpu_large's layout (FSDP, scanned layers, remat) on one 8-chip host: each layer's
+    weight gradients leave the scanned backward pass reduce-scattered (libtpu's
+    all-reduce-scatter fusions), not all-reduced whole; what is still all-reduced is
+    the bias and LayerNorm vectors and the loss's scalars."""
+    config = load_config("configs/pretrain.py:tpu_large", MICRO + [
+        "model={'preset': 'tiny', 'num_hidden_layers': 2, 'hidden_size': 256, "
+        "'num_attention_heads': 4, 'intermediate_size': 1024, 'vocab_size': 512}"])
+    assert config.scan_layers and config.mesh_shape.fsdp == -1
+    report = tpu_compile.compile_step(config, topologies.resolve("v5e-8"))
+    sent = report["collective_bytes"]
+    assert report["mesh"]["fsdp"] == 8
+    # Counted as all-reduces, the fused reduce-scatters were 2x their traffic (before
+    # 2026-11-26); all-reduced whole, the weight gradients would be most of it.
+    assert sent.get("all-reduce", 0) < 0.05 * sent["reduce-scatter"], sent
