@@ -93,6 +93,33 @@ def test_collective_bytes_count_loops_groups_and_slices():
                    "collective-permute": 8 * 4, "all-to-all": 5 * 0.75 * 64 * 4}
 
 
+LOOP_BY_TWO = """HloModule m
+
+%cond (p: (u32[], f32[8])) -> pred[] {
+  %i = u32[]{:T(128)} get-tuple-element(%p), index=0
+  %bound = u32[]{:T(128)} constant(4)
+  ROOT %lt = pred[]{:T(512)} compare(%i, %bound), direction=LT
+}
+
+%body (p: (u32[], f32[8])) -> (u32[], f32[8]) {
+  %i = u32[]{:T(128)} get-tuple-element(%p), index=0
+  %two = u32[]{:T(128)} constant(2)
+  %cp = (f32[8]{0}, f32[8]{0}, u32[], u32[]) collective-permute-start(%x), source_target_pairs={{0,1},{1,0}}
+  %next = u32[]{:T(128)} add(%i, %two)
+  ROOT %t = (u32[]{:T(128)}, f32[8]{0}) tuple(%next, %y)
+}
+
+ENTRY %main (a: f32[8]) -> f32[8] {
+  %w = (u32[], f32[8]) while(%t0), condition=%cond, body=%body
+}
+"""
+
+
+def test_a_loop_stepping_by_two_counts_its_trips():
+    # libtpu's decomposed collectives: a u32 counter, 0, 2 < 4: two trips.
+    assert hlo_collectives.collective_bytes(LOOP_BY_TWO, 2) == {"collective-permute": 2 * 32}
+
+
 @pytest.fixture(scope="module")
 def v5e_4(tmp_path_factory):
     hlo = str(tmp_path_factory.mktemp("hlo") / "step.hlo")
