@@ -111,16 +111,16 @@ def _trip_count(line: str, comps: dict[str, list[str]]) -> int:
 def _counter_step(body: list[str]) -> int:
     """What a loop body adds to its counter (the first element of the tuple it
     returns), when that is a constant; else 1."""
+    def defining(name: str, op: str) -> str:
+        pattern = re.compile(rf"\s*%{re.escape(name)} = \S+ {op}\(")
+        return next((l for l in body if pattern.match(l)), "")
+
     root = next((l for l in body if "ROOT" in l and " tuple(" in l), "")
     counter = re.search(r" tuple\(%([\w.\-]+)", root)
-    if not counter:
-        return 1
-    add = next((l for l in body if re.match(rf"\s*%{re.escape(counter.group(1))} = .* add\(", l)),
-               "")
-    for operand in re.findall(r"%([\w.\-]+)", add.split(" add(", 1)[-1].split(")")[0]) if add else []:
-        const = next((l for l in body if re.match(rf"\s*%{re.escape(operand)} = \S+ constant\(", l)),
-                     "")
-        value = re.search(r"constant\((\d+)\)", const)
+    add = defining(counter.group(1), "add") if counter else ""
+    operands = re.findall(r"%([\w.\-]+)", add.split(" add(", 1)[-1].split(")")[0]) if add else []
+    for operand in operands:
+        value = re.search(r"constant\((\d+)\)", defining(operand, "constant"))
         if value and int(value.group(1)) > 0:
             return int(value.group(1))
     return 1
