@@ -8,6 +8,11 @@ all-reduce 2 (n-1)/n S, all-gather and reduce-scatter and all-to-all (n-1)/n S (
 whole, gathered buffer), collective-permute S. Collectives whose groups span TPU slices
 are counted apart (`ACROSS`), so a multi-slice program shows what crosses the
 data-center network.
+
+libtpu writes a reduce-scatter as an "all-reduce-scatter" fusion (emitter
+`SingleInputAllReduceScatterFusion`): a custom fusion whose body is an all-reduce of the
+whole buffer followed by each chip's dynamic-slice, run as one reduce-scatter. Such
+fusions count as the reduce-scatter they are, not as the all-reduce inside them.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from typing import Callable
 
 import numpy as np
 
+# Bumped whenever the counting changes: cached compile reports (`tpu_search`) key on it.
+COUNTING_VERSION = 2
 KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
 ACROSS = " across slices"
 
@@ -32,6 +39,7 @@ _DCN = re.compile(r'_xla_megascale_transfer_type="(\w+)"')
 _DCN_KINDS = {"ALL_REDUCE": "all-reduce", "ALL_GATHER": "all-gather",
               "REDUCE_SCATTER": "reduce-scatter", "ALL_TO_ALL": "all-to-all",
               "ONE_TO_ONE": "collective-permute"}
+_REDUCE_SCATTER_FUSION = re.compile(r"kind=kCustom.*(calls=%?all-reduce-scatter|AllReduceScatter)")
 _TRIP = re.compile(r'"known_trip_count":\{"n":"(\d+)"')
 
 
@@ -84,16 +92,37 @@ def _groups(line: str, num_devices: int) -> list[list[int]]:
 
 def _trip_count(line: str, comps: dict[str, list[str]]) -> int:
     """How often a while loop runs: XLA's known_trip_count when the backend kept it,
-    else the bound its condition compares the counter with (scans count 0, 1, ... < N)."""
+    else the bound its condition compares the counter with (loops count 0, 1, ... < N,
+    or by the step the body adds: libtpu unrolls its decomposed collectives by 2)."""
     trip = _TRIP.search(line)
     if trip:
         return int(trip.group(1))
     cond = re.search(r"condition=%?([\w.\-]+)", line)
     body = comps.get(cond.group(1), []) if cond else []
     if any("direction=LT" in l for l in body):
-        bounds = [int(c) for l in body for c in re.findall(r"s32\[\]\S* constant\((\d+)\)", l)]
+        bounds = [int(c) for l in body for c in re.findall(r"[su]32\[\]\S* constant\((\d+)\)", l)]
         if bounds:
-            return max(bounds)
+            loop = re.search(r"body=%?([\w.\-]+)", line)
+            step = _counter_step(comps.get(loop.group(1), []) if loop else [])
+            return -(-max(bounds) // step)
+    return 1
+
+
+def _counter_step(body: list[str]) -> int:
+    """What a loop body adds to its counter (the first element of the tuple it
+    returns), when that is a constant; else 1."""
+    def defining(name: str, op: str) -> str:
+        pattern = re.compile(rf"\s*%{re.escape(name)} = \S+ {op}\(")
+        return next((l for l in body if pattern.match(l)), "")
+
+    root = next((l for l in body if "ROOT" in l and " tuple(" in l), "")
+    counter = re.search(r" tuple\(%([\w.\-]+)", root)
+    add = defining(counter.group(1), "add") if counter else ""
+    operands = re.findall(r"%([\w.\-]+)", add.split(" add(", 1)[-1].split(")")[0]) if add else []
+    for operand in operands:
+        value = re.search(r"constant\((\d+)\)", defining(operand, "constant"))
+        if value and int(value.group(1)) > 0:
+            return int(value.group(1))
     return 1
 
 
@@ -150,8 +179,12 @@ def collective_bytes(hlo_text: str, num_devices: int, num_slices: int = 1,
             if branches:
                 callees += [c.strip().lstrip("%") for c in branches.group(1).split(",")]
             times = _trip_count(line, comps) if " while(" in line else 1
+            fused_scatter = bool(_REDUCE_SCATTER_FUSION.search(line))
             for callee in callees:
                 for k, v in of(callee, depth + 1).items():
+                    if fused_scatter and k.startswith("all-reduce"):
+                        # The inner all-reduce's 2(n-1)/n S is a reduce-scatter's (n-1)/n S.
+                        k, v = k.replace("all-reduce", "reduce-scatter"), v / 2
                     total[k] += times * v
         memo[name] = total
         return total

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import threading
 
-from bert_jax import compile_cache
+from bert_jax import compile_cache, hlo_collectives
 from bert_jax.config_loader import load_config
 
 MESHES = {"data": {"data": -1, "fsdp": 1, "tensor": 1},
@@ -49,6 +49,7 @@ def _versions() -> str:
             found.append(f"{package}={importlib.metadata.version(package)}")
         except importlib.metadata.PackageNotFoundError:
             found.append(f"{package}=?")
+    found.append(f"hlo_collectives={hlo_collectives.COUNTING_VERSION}")
     return ",".join(found)
 
 

@@ -47,9 +47,16 @@ def test_topology_names_map_to_libtpu_arguments():
 
 HLO = """HloModule m
 
+%all-reduce-scatter.1 (input: bf16[1024]) -> bf16[256] {
+  %input = bf16[1024]{0} parameter(0)
+  %all-reduce.1 = bf16[1024]{0} all-reduce(%input), replica_groups={{0,1,2,3},{4,5,6,7}}, to_apply=%add
+  ROOT %dynamic-slice.1 = bf16[256]{0} dynamic-slice(%all-reduce.1, %offset), dynamic_slice_sizes={256}
+}
+
 %body (p: (s32[], f32[1024])) -> (s32[], f32[1024]) {
   %ag = bf16[4096]{0} all-gather(bf16[1024]{0} %x), replica_groups=[2,4]<=[8], dimensions={0}
   %rs = f32[256]{0} reduce-scatter(f32[1024]{0} %y), replica_groups=[2,4]<=[4,2]T(1,0), dimensions={0}
+  %fusion.1 = bf16[256]{0} fusion(%g), kind=kCustom, calls=%all-reduce-scatter.1, backend_config={"collective_algorithm_config":{"emitter":"SingleInputAllReduceScatterFusion"}}
 }
 
 %cond (q: (s32[], f32[64])) -> pred[] {
@@ -77,11 +84,40 @@ def test_collective_bytes_count_loops_groups_and_slices():
     # ones and the mesh-axis-0 all-reduce pair devices i and i+4 across slices. Loops
     # count by XLA's known trip count, else by their condition's bound (5).
     # A Megascale send (multi-slice programs) crosses slices: an all-reduce over 2.
+    # libtpu's all-reduce-scatter fusion (all-reduce, then each chip's slice) is the
+    # reduce-scatter it runs as, not an all-reduce.
     got = hlo_collectives.collective_bytes(HLO, 8, 2, slice_of=lambda i: i // 4)
-    assert got == {"all-gather": 3 * 0.75 * 4096 * 2,
+    assert got == {"all-gather": 3 * 0.75 * 4096 * 2, "reduce-scatter": 3 * 0.75 * 1024 * 2,
                    "reduce-scatter" + hlo_collectives.ACROSS: 3 * 0.75 * 1024 * 4,
                    "all-reduce" + hlo_collectives.ACROSS: 2 * 0.5 * (1024 + 16 + 512) * 4,
                    "collective-permute": 8 * 4, "all-to-all": 5 * 0.75 * 64 * 4}
+
+
+LOOP_BY_TWO = """HloModule m
+
+%cond (p: (u32[], f32[8])) -> pred[] {
+  %i = u32[]{:T(128)} get-tuple-element(%p), index=0
+  %bound = u32[]{:T(128)} constant(4)
+  ROOT %lt = pred[]{:T(512)} compare(%i, %bound), direction=LT
+}
+
+%body (p: (u32[], f32[8])) -> (u32[], f32[8]) {
+  %i = u32[]{:T(128)} get-tuple-element(%p), index=0
+  %two = u32[]{:T(128)} constant(2)
+  %cp = (f32[8]{0}, f32[8]{0}, u32[], u32[]) collective-permute-start(%x), source_target_pairs={{0,1},{1,0}}
+  %next = u32[]{:T(128)} add(%i, %two)
+  ROOT %t = (u32[]{:T(128)}, f32[8]{0}) tuple(%next, %y)
+}
+
+ENTRY %main (a: f32[8]) -> f32[8] {
+  %w = (u32[], f32[8]) while(%t0), condition=%cond, body=%body
+}
+"""
+
+
+def test_a_loop_stepping_by_two_counts_its_trips():
+    # libtpu's decomposed collectives: a u32 counter, 0, 2 < 4: two trips.
+    assert hlo_collectives.collective_bytes(LOOP_BY_TWO, 2) == {"collective-permute": 2 * 32}
 
 
 @pytest.fixture(scope="module")
@@ -193,3 +229,22 @@ def test_search_recommends_headroom_then_least_traffic_and_caches(monkeypatch, t
     assert len(calls) == 4  # data: 2 rungs; fsdp: 1; fsdp+tensor2: 1
     tpu_search.search("configs/pretrain.py:tiny", [], "v5e-4", log=lambda line: None)
     assert len(calls) == 4  # every case came from the cache
+
+
+@pytest.mark.slow
+@needs_libtpu
+def test_fsdp_gradients_of_scanned_layers_are_reduce_scattered():
+    """tpu_large's layout (FSDP, scanned layers, remat) on one 8-chip host: each layer's
+    weight gradients leave the scanned backward pass reduce-scattered (libtpu's
+    all-reduce-scatter fusions), not all-reduced whole; what is still all-reduced is
+    the bias and LayerNorm vectors and the loss's scalars."""
+    config = load_config("configs/pretrain.py:tpu_large", MICRO + [
+        "model={'preset': 'tiny', 'num_hidden_layers': 2, 'hidden_size': 256, "
+        "'num_attention_heads': 4, 'intermediate_size': 1024, 'vocab_size': 512}"])
+    assert config.scan_layers and config.mesh_shape.fsdp == -1
+    report = tpu_compile.compile_step(config, topologies.resolve("v5e-8"))
+    sent = report["collective_bytes"]
+    assert report["mesh"]["fsdp"] == 8
+    # Counted as all-reduces, the fused reduce-scatters were 2x their traffic (before
+    # 2026-11-26); all-reduced whole, the weight gradients would be most of it.
+    assert sent.get("all-reduce", 0) < 0.05 * sent["reduce-scatter"], sent
