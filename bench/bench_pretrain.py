@@ -108,7 +108,7 @@ def worker_bert_jax(args):
     from bert_jax import sharding
     from bert_jax.heads import BertForPreTraining
     from bert_jax.optim import make_optimizer
-    from bert_jax.pretrain import dummy_inputs, jit_steps
+    from bert_jax.pretrain_steps import dummy_inputs, jit_steps
     jax.config.update("jax_enable_compilation_cache", False)  # first step = a cold compile
     accelerator = jax.default_backend() != "cpu"
     config = jax_model_config(args, accelerator)

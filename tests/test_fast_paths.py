@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bert_jax import compile_cache, pretrain, pretrained, sharding
+from bert_jax import compile_cache, pretrain, pretrain_steps, pretrained, sharding
 from bert_jax.config import BertConfig, ConfigError
 from bert_jax.config_loader import load_config
 from bert_jax.heads import BertForPreTraining
@@ -234,10 +234,11 @@ def test_fast_variants_load_and_run_a_step_when_shrunk(variant):
     model = BertForPreTraining(bert_config)
     tx, _ = make_optimizer(learning_rate=1e-3, num_train_steps=10, warmup_steps=1,
                            optimizer=config.optimizer)
-    init_fn = lambda key: model.init(key, *pretrain.dummy_inputs(1, length, predictions))["params"]
+    init_fn = lambda key: model.init(
+        key, *pretrain_steps.dummy_inputs(1, length, predictions))["params"]
     state, shardings = sharding.create_sharded_state(init_fn, tx, mesh, rules=rules,
                                                      rng_impl=config.rng_impl)
-    step, _ = pretrain.jit_steps(model, tx, mesh, shardings, rules)
+    step, _ = pretrain_steps.jit_steps(model, tx, mesh, shardings, rules)
     rng = np.random.default_rng(0)
     batch = {"input_ids": rng.integers(1, 100, (8, length)).astype(np.int32),
              "input_mask": np.ones((8, length), np.int32),
@@ -288,7 +289,7 @@ def test_train_step_and_bench_imports_need_no_tensorflow():
     code = ("import sys; sys.path.insert(0, 'bench'); import bench_pretrain; "
             "import bert_jax.pretrain, bert_jax.heads, bert_jax.sharding, bert_jax.optim, "
             "bert_jax.perf, bert_jax.cli; "
-            "bench_pretrain.jax_model_config; from bert_jax.pretrain import jit_steps; "
+            "bench_pretrain.jax_model_config; from bert_jax.pretrain_steps import jit_steps; "
             "bad = [m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'tensorboard')]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True,

@@ -9,7 +9,8 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax import cli, heads, losses, mlm_distill, pretrain, pretrained, training
+from bert_jax import (cli, heads, losses, mlm_distill, pretrain, pretrain_steps, pretrained,
+                      training)
 from bert_jax.config import BertConfig
 from bert_jax.pretrain import train_and_evaluate
 from bert_jax.tokenization import DEFAULT_VOCAB, WordPieceTokenizer, load_tokenizer
@@ -56,8 +57,8 @@ def test_the_loss_is_alpha_mlm_plus_the_soft_kl_over_masked_positions():
     teacher_params = jax.tree.map(lambda x: 5 * x, teacher_params)
     teacher = mlm_distill.MlmTeacher(teacher_model, temperature=2.0, alpha=0.3)
     loss, metrics = training.combine(
-        pretrain.forward(student, params, batch, teacher=teacher, teacher_params=teacher_params),
-        pretrain.loss_coefficients(student, teacher))
+        pretrain_steps.forward(student, params, batch, teacher=teacher, teacher_params=teacher_params),
+        pretrain_steps.loss_coefficients(student, teacher))
 
     # The reference, written out from the definition.
     positions = batch["masked_lm_positions"]
@@ -80,7 +81,7 @@ def test_the_loss_is_alpha_mlm_plus_the_soft_kl_over_masked_positions():
 
     # A teacher with the student's own weights: the soft loss vanishes.
     same = mlm_distill.MlmTeacher(heads.BertForPreTraining(config, False), 2.0, 0.3)
-    _, metrics = training.combine(pretrain.forward(student, params, batch, teacher=same,
+    _, metrics = training.combine(pretrain_steps.forward(student, params, batch, teacher=same,
                                                    teacher_params={k: v for k, v in
                                                                    params.items() if k != "nsp"}),
                                   {})
@@ -97,7 +98,7 @@ def test_micro_batch_sums_and_weights_add_up_to_the_whole_batch():
     student, params = init(config, 0)
     teacher_model, teacher_params = init(config, 2, nsp=False)
     teacher = mlm_distill.MlmTeacher(teacher_model, 1.0, 0.5)
-    terms = lambda b: pretrain.forward(student, params, b, teacher=teacher,
+    terms = lambda b: pretrain_steps.forward(student, params, b, teacher=teacher,
                                        teacher_params=teacher_params)
     whole = terms(batch)
     halves = [terms({k: v[i:i + 2] for k, v in batch.items()}) for i in (0, 2)]
