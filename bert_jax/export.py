@@ -158,7 +158,7 @@ def export_saved_model(fn, params, tokenizer, path: str, max_length: int,
     import tensorflow_text as tf_text
     from jax.experimental import jax2tf
 
-    from bert_jax.text_io import head_fraction, tf_split_words
+    from bert_jax.text_io import head_fraction
 
     module = tf.Module()
     module.params = tf.nest.map_structure(tf.Variable, params)
@@ -201,6 +201,29 @@ def export_saved_model(fn, params, tokenizer, path: str, max_length: int,
         return {**out, "input_ids": ids.to_tensor(special["pad"]),
                 "input_mask": tf.ones_like(ids).to_tensor(0)}
 
+    if "cpu" in platforms:  # the check runs on this machine's CPU
+        check_tensorflow_runs(serve_ids)
+    text_spec = tf.TensorSpec([None], tf.string)
+    module.serve_ids = serve_ids
+    serve_text = (_word_tagger(serve_ids, tokenizer, max_seq_length, label_table) if tagging
+                  else lambda text: serve_segments([text]))
+    module.serve_text = tf.function(serve_text, input_signature=[text_spec], autograph=False)
+    module.serve_text_pair = tf.function(lambda text, text_pair: serve_segments(
+        [text, text_pair]), input_signature=[text_spec, text_spec], autograph=False)
+    tf.saved_model.save(module, path, signatures={
+        "serving_default": module.serve_ids, "serve_text": module.serve_text,
+        "serve_text_pair": module.serve_text_pair})
+
+
+def _word_tagger(serve_ids, tokenizer, max_seq_length: int, label_table):
+    """The tagging model's `serve_text` (TF): text in, a tag per word out."""
+    import tensorflow as tf
+    import tensorflow_text as tf_text
+
+    from bert_jax.text_io import tf_split_words
+
+    special = tokenizer.special_ids()
+
     def serve_words(text):
         """Tagging: text split into words as `text_io.split_words` does, each word's tokens
         in a row truncated to max_seq_length (as `ServedModel.tag_texts`), one tag per
@@ -227,17 +250,7 @@ def export_saved_model(fn, params, tokenizer, path: str, max_length: int,
                                      else tf.gather(label_table, tag_ids)).to_tensor(""),
                 "word_starts": starts.to_tensor(-1), "word_ends": ends.to_tensor(-1)}
 
-    if "cpu" in platforms:  # the check runs on this machine's CPU
-        check_tensorflow_runs(serve_ids)
-    text_spec = tf.TensorSpec([None], tf.string)
-    module.serve_ids = serve_ids
-    module.serve_text = tf.function(serve_words if tagging else lambda text: serve_segments(
-        [text]), input_signature=[text_spec], autograph=False)
-    module.serve_text_pair = tf.function(lambda text, text_pair: serve_segments(
-        [text, text_pair]), input_signature=[text_spec, text_spec], autograph=False)
-    tf.saved_model.save(module, path, signatures={
-        "serving_default": module.serve_ids, "serve_text": module.serve_text,
-        "serve_text_pair": module.serve_text_pair})
+    return serve_words
 
 
 def check_tensorflow_runs(serve_ids) -> None:
