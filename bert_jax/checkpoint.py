@@ -44,6 +44,7 @@ import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
 from bert_jax import paths
+from bert_jax.config_loader import RENAMED_KEYS
 from bert_jax.errors import CheckpointError
 
 log = logging.getLogger(__name__)
@@ -91,6 +92,8 @@ def run_description(config: dict, model: dict, vocabulary: str) -> dict:
 
 def _flat_run(run: dict, saved: bool = False) -> dict[str, Any]:
     config = {**(_ADDED_KEYS if saved else {}), **(run.get("config") or {})}
+    if saved:  # written before a key was renamed (`config_loader.RENAMED_KEYS`)
+        config = {RENAMED_KEYS.get(k, k): v for k, v in config.items()}
     flat = {k: v for k, v in config.items() if k not in _INDIRECT_KEYS}
     flat.update({f"model.{k}": v for k, v in (run.get("model") or {}).items()})
     if run.get("vocabulary"):

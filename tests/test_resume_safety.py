@@ -50,6 +50,9 @@ def test_compare_runs_splits_fixed_from_changeable_keys():
                           "model.attention_impl 'einsum' -> 'fused'"]
     # Keys an older checkpoint did not record are not compared.
     assert checkpoint.compare_runs({"config": {}}, RUN) == ([], [])
+    # A key renamed since the checkpoint was written is compared under its new name.
+    assert checkpoint.compare_runs(changed(RUN, {"pack": False}), changed(
+        RUN, {"packing": True}))[0] == ["packing False -> True"]
 
 
 def saved_checkpoints(tmp_path, steps=(1, 2)):
