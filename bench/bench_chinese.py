@@ -242,7 +242,7 @@ def main(argv=None) -> int:
         args.ner_train = args.ner_train or paths["ner_train.conll"]
         args.ner_dev = args.ner_dev or paths["ner_dev.conll"]
         args.ner_test = args.ner_test or paths["ner_test.conll"]
-    missing = [f"--{k.replace('_', '-')}" for k in ("corpus", "ner_train", "ner_test")
+    missing = [f"--{k}" for k in ("corpus", "ner_train", "ner_test")
                if not getattr(args, k)]
     absent = [p for p in (args.corpus, args.ner_train, args.ner_test, args.ner_dev)
               if p and not os.path.exists(p)]

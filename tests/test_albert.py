@@ -189,6 +189,7 @@ def test_spiece_model_without_vocab_is_refused_in_one_line(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_finetunes_and_predicts(tmp_path):
     """A random micro ALBERT fine-tuned on a CSV task: the shared layer trains, the best
     model is an ALBERT and predicts."""

@@ -390,6 +390,7 @@ def test_ctrl_c_saves_a_checkpoint_and_exits_with_one_line(paths, tmp_path, caps
     args = [fill(a, {**paths, "new": workdir}) for a in PRETRAIN] + [
         f"--config.model={SMALL}", "--config.num_train_steps=10", "--config.warmup_steps=1",
         "--config.checkpoint_every_steps=5", "--config.eval_every_steps=0"]
+    handler = signal.getsignal(signal.SIGINT)  # SIG_IGN under `nohup ... &`
     capsys.readouterr()
     assert cli.main(args) == 130
     err = capsys.readouterr().err.splitlines()[-1]
@@ -397,7 +398,7 @@ def test_ctrl_c_saves_a_checkpoint_and_exits_with_one_line(paths, tmp_path, caps
                    f"{workdir}/checkpoints; the same command resumes from it")
     assert checkpoint_steps(workdir) == [3]
     assert not os.path.exists(os.path.join(workdir, workdir_lock.LOCK_FILE))
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGINT) is handler  # restored
 
 
 def test_a_corrupt_tfrecord_file_is_named(paths, tmp_path, capsys):

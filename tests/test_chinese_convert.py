@@ -64,6 +64,7 @@ def google_chinese(tmp_path_factory):
     return model, directory
 
 
+@pytest.mark.slow
 def test_chinese_checkpoint_converts_embeds_and_finetunes(google_chinese, tmp_path):
     model, google = google_chinese
     out = tmp_path / "converted"

@@ -82,6 +82,7 @@ def test_pretraining_in_a_bucket_matches_local_paths(tmp_path, text_corpus, gcs,
     assert local_files(scratch) == []
 
 
+@pytest.mark.slow
 def test_finetune_and_embed_read_the_bucket_run_and_write_to_the_bucket(gcs, bucket_run):
     prefix, scratch, env = bucket_run
     run_dir, ft_dir = gcs.uri(prefix, "run"), gcs.uri(prefix, "ft")

@@ -235,6 +235,7 @@ def test_attention_of_different_head_counts_is_compared_as_head_means():
     assert same[0][0].shape == (1, 2, 3, 3)  # equal head counts: head by head
 
 
+@pytest.mark.slow
 def test_distill_into_a_narrower_student_with_fewer_heads(teacher, tmp_path):
     teacher_dir, _ = teacher
     config = distill.distill_config(

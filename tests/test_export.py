@@ -312,6 +312,7 @@ TAG_TEXTS = ["江泽民在北京会见了代表团", "Apple 公司在 California
              "e\u0301 \u0301 ok — the old man's hat (new)."]
 
 
+@pytest.mark.slow
 def test_saved_model_tags_words_like_tag_texts(tmp_path):
     """serve_text of a tagging model: words split in-graph as text_io.split_words does,
     one tag per word, character offsets; word_tag_records gives tag_texts' records.

@@ -126,6 +126,7 @@ def distill_config(corpus, teacher, **overrides):
     return small_config(corpus, **values)
 
 
+@pytest.mark.slow
 def test_distilled_pretraining_logs_the_soft_loss_and_resumes_exactly(
         tmp_path, text_corpus, teacher_workdir, capsys):
     straight = str(tmp_path / "straight")
@@ -186,6 +187,7 @@ def test_bad_settings_fail_before_anything_is_written(tmp_path, text_corpus, tea
     assert not os.path.exists(workdir)
 
 
+@pytest.mark.slow
 def test_a_teacher_without_an_mlm_head_or_with_another_vocabulary_is_refused(
         tmp_path, text_corpus, teacher_workdir, capsys):
     loaded = pretrained.load(teacher_workdir)

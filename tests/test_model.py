@@ -72,6 +72,7 @@ def test_scanned_and_unrolled_encoders_agree_and_convert():
     assert jax.tree.all(jax.tree.map(np.array_equal, back, params))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", ["full", "dots", "dots_with_no_batch_dims"])
 def test_remat_gives_the_same_gradients(policy):
     ids = random_ids((2, 8))

@@ -75,6 +75,7 @@ def test_sigterm_checkpoints_exits_0_and_the_rerun_resumes_exactly(tmp_path, tex
     jax.tree.map(np.testing.assert_array_equal, params(workdir), params(straight[0]))
 
 
+@pytest.mark.slow
 def test_sigterm_with_the_workdir_in_a_bucket_resumes_exactly(tmp_path, text_corpus, straight,
                                                               gcs):
     prefix = tmp_path.name
@@ -109,6 +110,7 @@ def test_sigkill_with_the_workdir_in_a_bucket_resumes_exactly(tmp_path, text_cor
     assert losses(gcs.download(f"{prefix}/run/metrics.jsonl").decode()) == straight[1]
 
 
+@pytest.mark.slow
 def test_sigterm_checkpoints_finetuning_exits_0_and_the_rerun_resumes(tmp_path):
     """Fine-tuning stops at the next step with a checkpoint, like pretraining; the rerun
     resumes from it (bit-identity: tests/test_finetune_resume.py)."""

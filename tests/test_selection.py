@@ -65,6 +65,7 @@ def test_grid_selects_on_validation_and_reports_the_selected_test(tmp_path, file
     assert inference.load_finetuned(workdir).config.learning_rate == 1e-2  # the selected run
 
 
+@pytest.mark.slow
 def test_runs_share_data_and_compiled_step_and_match_fresh_runs(tmp_path, files):
     """A session's second run (another learning rate and epoch count) reuses the first
     run's features and compiled step, and gives exactly what a fresh run gives."""

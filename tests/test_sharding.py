@@ -109,6 +109,7 @@ ALBERT = CONFIG.replace(model_type="albert", embedding_size=16, num_hidden_layer
                         scan_layers=True)
 
 
+@pytest.mark.slow
 def test_albert_shares_its_layer_and_trains_on_a_mixed_mesh_like_one_device():
     """ALBERT's factorized embeddings and one shared layer, scanned, under the default rules:
     the E-wide tables are split over the vocabulary only, the projection over fsdp."""

@@ -100,6 +100,7 @@ def test_sop_without_pairs_is_refused(tmp_path, capsys):
     assert "cannot go with --no_next_sentence_prediction" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_albert_pretrains_with_sentence_order_prediction(tmp_path, text_corpus):  # noqa: F811
     from bert_jax import pretrained
     from bert_jax.data.inputs import DATA_OPTIONS_FILE
