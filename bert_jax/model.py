@@ -446,8 +446,13 @@ class BertModel(nn.Module):
 
 
 def gather_positions(x: Array, positions: Array) -> Array:
-    """x[b, positions[b, p]] for every b, p: [B, L, ...] x [B, P] -> [B, P, ...]."""
-    return jnp.take_along_axis(x, positions[..., None].astype(jnp.int32), axis=1)
+    """x[b, positions[b, p]] for every b, p: [B, L, H] x [B, P] -> [B, P, H].
+
+    A one-hot batched matmul, as `one_hot_lookup`: the gradient of the gather is a
+    scatter into [B, L, H] that GPUs serialise; this one's is a matmul.
+    """
+    one_hot = jax.nn.one_hot(positions, x.shape[1], dtype=x.dtype)
+    return jnp.einsum("bpl,bl...->bp...", one_hot, x, precision=jax.lax.Precision.HIGHEST)
 
 
 def mean_pool(states: Array, input_mask: Array | None, example_ids: Array | None = None,

@@ -17,6 +17,7 @@ from bert_jax import compile_cache, pretrain, pretrain_steps, pretrained, shardi
 from bert_jax.config import BertConfig, ConfigError
 from bert_jax.config_loader import load_config
 from bert_jax.heads import BertForPreTraining
+from bert_jax.losses import pretraining_loss
 from bert_jax.model import BertModel
 from bert_jax.optim import make_optimizer
 from bert_jax.train_state import TrainState, make_key
@@ -135,6 +136,26 @@ def test_only_the_word_embeddings_are_gathered():
     # Position and token-type gradients are matmuls/sums, not scatters onto a few rows.
     assert _scatter_count(None) == 1
     assert _scatter_count(np.tile(np.arange(12, dtype=np.int32), (3, 1))) == 1
+
+
+def test_the_pretraining_gradient_scatters_only_onto_the_word_embeddings():
+    # The masked-position gather and the MLM/NSP label picks are one-hot products: their
+    # gradients would otherwise be scatters over [B, L, H] and [B, P, V] (issue 30's GPU
+    # figures: +5% seq/s on bert-base, H200).
+    model = BertForPreTraining(CONFIG)
+    batch = padded_batch()
+    positions = np.array([[1, 2, 0], [3, 1, 0], [2, 4, 5]], np.int32)
+    inputs = (batch["input_ids"], batch["input_mask"], batch["segment_ids"], positions)
+    params = model.init(jax.random.key(0), *inputs)["params"]
+    labels = {"masked_lm_ids": np.array([[5, 6, 0], [7, 8, 0], [9, 10, 11]], np.int32),
+              "masked_lm_weights": np.array([[1, 1, 0], [1, 1, 0], [1, 1, 1]], np.float32),
+              "next_sentence_labels": np.array([0, 1, 0], np.int32)}
+
+    def loss(p):
+        out = model.apply({"params": p}, *inputs)
+        terms = pretraining_loss(out.mlm_logits, out.nsp_logits, labels)
+        return terms["mlm_loss"][0] + terms["nsp_loss"][0]
+    assert str(jax.make_jaxpr(jax.grad(loss))(params)).count("scatter-add") == 1
 
 
 def test_explicit_position_ids_equal_the_default_positions():

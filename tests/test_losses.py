@@ -128,3 +128,26 @@ def test_packed_rows_give_the_unpacked_logits_and_loss():
     assert float(pack_loss) == pytest.approx(float(single_loss), rel=1e-5)
     for key in ("mlm_loss", "nsp_loss", "mlm_accuracy", "nsp_accuracy"):
         assert float(pack_metrics[key]) == pytest.approx(float(single_metrics[key]), rel=1e-5)
+
+
+def test_the_one_hot_cross_entropy_is_optax_s_in_value_and_gradient():
+    import optax
+    from bert_jax.losses import softmax_cross_entropy
+    logits = jax.random.normal(jax.random.key(0), (4, 5, 33)) * 5
+    logits = logits.at[:, :, -3:].set(-jnp.inf)  # masked classes stay out of the pick
+    labels = jax.random.randint(jax.random.key(1), (4, 5), 0, 30)
+    ours = lambda x: softmax_cross_entropy(x, labels)
+    optax_ = lambda x: optax.softmax_cross_entropy_with_integer_labels(x, labels)
+    np.testing.assert_allclose(ours(logits), optax_(logits), rtol=1e-6)
+    np.testing.assert_allclose(jax.grad(lambda x: ours(x).sum())(logits),
+                               jax.grad(lambda x: optax_(x).sum())(logits), atol=1e-6)
+
+
+def test_gather_positions_picks_rows_exactly():
+    from bert_jax.model import gather_positions
+    x = jax.random.normal(jax.random.key(0), (3, 16, 8))
+    positions = jax.random.randint(jax.random.key(1), (3, 4), 0, 16)
+    for dtype in (jnp.float32, jnp.bfloat16):
+        np.testing.assert_array_equal(
+            gather_positions(x.astype(dtype), positions),
+            jnp.take_along_axis(x.astype(dtype), positions[..., None], axis=1))
