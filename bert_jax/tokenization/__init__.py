@@ -7,6 +7,7 @@ import json
 from typing import Optional
 
 from bert_jax import paths
+from bert_jax.tokenization.albert_text import AlbertNormalization
 from bert_jax.tokenization.base import (CONFIG_NAME, SPECIAL_TOKENS, Encoding, Tokenizer,
                                         TokenizerError)
 from bert_jax.tokenization.sentencepiece_tokenizer import SentencePieceTokenizer
@@ -15,8 +16,9 @@ from bert_jax.tokenization.wordpiece import WordPieceTokenizer
 DEFAULT_VOCAB = paths.join(paths.dirname(paths.dirname(paths.abspath(__file__))), "resources",
                            "vocab")
 
-__all__ = ["DEFAULT_VOCAB", "Encoding", "SPECIAL_TOKENS", "SentencePieceTokenizer",
-           "Tokenizer", "TokenizerError", "WordPieceTokenizer", "load_tokenizer"]
+__all__ = ["AlbertNormalization", "DEFAULT_VOCAB", "Encoding", "SPECIAL_TOKENS",
+           "SentencePieceTokenizer", "Tokenizer", "TokenizerError", "WordPieceTokenizer",
+           "load_tokenizer"]
 
 
 def load_tokenizer(path: str, do_lower_case: Optional[bool] = None) -> Tokenizer:
@@ -30,7 +32,8 @@ def load_tokenizer(path: str, do_lower_case: Optional[bool] = None) -> Tokenizer
         if paths.isfile(config_path):
             config = json.loads(paths.read_text(config_path))
         if config.get("type") == "sentencepiece" or paths.isfile(paths.join(path, "spm.model")):
-            return SentencePieceTokenizer(paths.join(path, "spm.model"))
+            return SentencePieceTokenizer(paths.join(path, "spm.model"),
+                                          _albert_normalization(config, config_path))
         if do_lower_case is None:
             do_lower_case = config.get("do_lower_case", True)
         return WordPieceTokenizer.from_file(paths.join(path, "vocab.txt"), do_lower_case)
@@ -40,3 +43,14 @@ def load_tokenizer(path: str, do_lower_case: Optional[bool] = None) -> Tokenizer
     if path.endswith(".model"):
         return SentencePieceTokenizer(path)
     return WordPieceTokenizer.from_file(path, True if do_lower_case is None else do_lower_case)
+
+
+def _albert_normalization(config: dict, config_path: str) -> Optional[AlbertNormalization]:
+    """The ALBERT preprocessing a SentencePiece directory's config records, if any."""
+    if config.get("albert") is None:
+        return None
+    try:
+        return AlbertNormalization(**config["albert"])
+    except TypeError:
+        raise TokenizerError(f"{config_path}: 'albert' takes do_lower_case and keep_accents, "
+                             f"not {config['albert']}") from None

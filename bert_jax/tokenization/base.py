@@ -1,7 +1,8 @@
 """The tokenizer interface every part of bert_jax uses.
 
 Two implementations: `WordPieceTokenizer` (BERT `vocab.txt`) and
-`SentencePieceTokenizer` (an `spm.model` with BERT's special tokens).
+`SentencePieceTokenizer` (an `spm.model` with padding, unknown, [CLS], [SEP] and [MASK]
+pieces; optionally with ALBERT's text preprocessing).
 """
 import abc
 import dataclasses
@@ -71,13 +72,17 @@ class Tokenizer(abc.ABC):
         """Writes the files `load_tokenizer(directory)` reads back."""
 
     def fingerprint(self) -> str:
-        """sha256 hex of what decides the ids: the tokens in id order and the casing.
+        """sha256 hex of what decides the ids: the tokens in id order and the casing (and
+        ALBERT's preprocessing).
         Checkpoints and converted data record it so a different vocabulary is noticed."""
-        digest = hashlib.sha256(f"{type(self).__name__} "
-                                f"lower={getattr(self, 'do_lower_case', None)}\n".encode())
+        digest = hashlib.sha256(f"{type(self).__name__} {self.fingerprint_options()}\n".encode())
         for index in range(self.vocab_size):
             digest.update(self.id_to_token(index).encode("utf-8") + b"\n")
         return digest.hexdigest()
+
+    def fingerprint_options(self) -> str:
+        """The settings besides the tokens that decide the ids, for `fingerprint`."""
+        return f"lower={getattr(self, 'do_lower_case', None)}"
 
     @abc.abstractmethod
     def tf_tokenize(self, texts):

@@ -1,45 +1,78 @@
 """SentencePiece (unigram or BPE) behind the bert_jax tokenizer interface.
 
-Models trained by `bert_jax.data.build_vocab` have BERT's special tokens at
-fixed ids: [PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3, [MASK]=4. A word starts at
-every piece that begins with the meta symbol "▁" (SentencePiece's own notion
-of a whitespace-separated word), which is what whole-word masking groups.
+The padding and unknown pieces are the ones the model itself declares (`[PAD]`/`[UNK]`
+in models trained by `bert_jax.data.build_vocab`, `<pad>`/`<unk>` in Google's ALBERT
+`spiece.model`); `[CLS]`, `[SEP]` and `[MASK]` are looked up by name. With
+`albert=AlbertNormalization(...)` the text goes through ALBERT's preprocessing and its
+digit-comma split (`albert_text`), which a model directory records. A word starts at
+every piece that begins with the meta symbol "▁" (SentencePiece's own notion of a
+whitespace-separated word), which is what whole-word masking groups.
 """
-from typing import List
+import dataclasses
+from typing import List, Optional
 
 import numpy as np
 import sentencepiece as spm
 
 from bert_jax import paths
 from bert_jax.tokenization import base
+from bert_jax.tokenization.albert_text import WORD_START, AlbertNormalization, digit_comma_splits
 
-WORD_START = "\u2581"
+NAMED_SPECIALS = {"cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
 
 
 class SentencePieceTokenizer(base.Tokenizer):
     """Wraps a `.model` file; offsets come from SentencePiece's byte spans."""
 
-    def __init__(self, model_path: str):
+    def __init__(self, model_path: str, albert: Optional[AlbertNormalization] = None):
         if not paths.isfile(model_path):
             raise base.TokenizerError(f"SentencePiece model not found: {model_path}")
         self.model_path = model_path
+        self.albert = albert
         self._model = paths.read_bytes(model_path)
-        self._sp = spm.SentencePieceProcessor(model_proto=self._model)
+        try:
+            self._sp = spm.SentencePieceProcessor(model_proto=self._model)
+        except RuntimeError as e:
+            raise base.TokenizerError(f"{model_path} is not a SentencePiece model: "
+                                      f"{str(e).splitlines()[0]}") from None
         self._pieces = [self._sp.id_to_piece(i) for i in range(self._sp.get_piece_size())]
         self._ids = {p: i for i, p in enumerate(self._pieces)}
-        missing = [t for t in base.SPECIAL_TOKENS if t not in self._ids]
+        self._special = self._find_specials()
+        self._special_ids = set(self._special.values())
+        # ALBERT's digit-comma split, as {piece id: [(id, piece), ...]}
+        self._splits = {} if albert is None else {
+            index: [(self._ids.get(p, self._sp.unk_id()), p) for p in pieces]
+            for index, pieces in digit_comma_splits(self._sp).items()}
+        self._tf_tokenizer = None
+
+    def _find_specials(self) -> dict:
+        """{'pad', 'unk', 'cls', 'sep', 'mask'} -> id; a one-line error naming what lacks."""
+        special = {"pad": self._sp.pad_id(), "unk": self._sp.unk_id()}
+        special.update({kind: self._ids.get(name, -1) for kind, name in NAMED_SPECIALS.items()})
+        missing = [NAMED_SPECIALS.get(kind, f"a {kind} piece (pad_id)")
+                   for kind, index in special.items() if index < 0]
         if missing:
             raise base.TokenizerError(
-                f"SentencePiece model {model_path} lacks the special tokens {missing}")
-        self._special_ids = {self._ids[t] for t in base.SPECIAL_TOKENS}
-        self._tf_tokenizer = None
+                f"SentencePiece model {self.model_path} lacks the special pieces "
+                f"{', '.join(missing)}: BERT needs padding, unknown, [CLS], [SEP] and [MASK] "
+                "pieces (train with pad_id=0 unk_id=1 and [CLS],[SEP],[MASK] as control or "
+                "user-defined symbols)")
+        return special
+
+    @property
+    def pad_id(self) -> int:
+        return self._special["pad"]
+
+    @property
+    def unk_id(self) -> int:
+        return self._special["unk"]
 
     @property
     def vocab_size(self) -> int:
         return len(self._pieces)
 
     def token_to_id(self, token: str) -> int:
-        return self._ids.get(token, self._ids["[UNK]"])
+        return self._ids.get(token, self.unk_id)
 
     def id_to_token(self, index: int) -> str:
         return self._pieces[index]
@@ -50,36 +83,67 @@ class SentencePieceTokenizer(base.Tokenizer):
         if paths.abspath(target) != paths.abspath(self.model_path):
             with paths.open(target, "wb") as f:
                 f.write(self._model)
-        base.write_config(directory, {"type": "sentencepiece"})
+        config = {"type": "sentencepiece"}
+        if self.albert is not None:
+            config["albert"] = dataclasses.asdict(self.albert)
+        base.write_config(directory, config)
+
+    def fingerprint_options(self) -> str:
+        options = super().fingerprint_options()
+        return options if self.albert is None else f"{options} albert={self.albert}"
 
     def word_start_table(self) -> np.ndarray:
-        specials = set(base.SPECIAL_TOKENS)
-        return np.array([p.startswith(WORD_START) or p in specials for p in self._pieces], bool)
+        return np.array([p.startswith(WORD_START) or i in self._special_ids
+                         for i, p in enumerate(self._pieces)], bool)
 
     def encode(self, text: str) -> base.Encoding:
-        proto = self._sp.encode(text, return_type="proto")
-        char_of_byte = _byte_to_char_index(text)
+        normalized, starts, ends = (text, None, None) if self.albert is None \
+            else self.albert.normalize_with_spans(text)
+        proto = self._sp.encode(normalized, return_type="proto")
+        char_of_byte = _byte_to_char_index(normalized)
         ids, tokens, offsets, word_ids = [], [], [], []
         word = -1
         for piece in proto.pieces:
-            if piece.piece.startswith(WORD_START) or word < 0 or piece.id in self._special_ids:
-                word += 1
             start, end = char_of_byte[piece.begin], char_of_byte[piece.end]
             surface = piece.surface
             leading = len(surface) - len(surface.lstrip())
             if leading < len(surface):  # offsets cover the text, not the space before it
                 start += leading
-            ids.append(piece.id)
-            tokens.append(piece.piece)
-            offsets.append((start, end))
-            word_ids.append(word)
+            for index, token, (a, b) in self._split(piece.id, piece.piece, start, end):
+                if token.startswith(WORD_START) or word < 0 or index in self._special_ids:
+                    word += 1
+                ids.append(index)
+                tokens.append(token)
+                offsets.append((a, b) if starts is None
+                               else _original_span(a, b, starts, ends, len(text)))
+                word_ids.append(word)
         return base.Encoding(ids, tokens, offsets, word_ids)
+
+    def _split(self, index: int, piece: str, start: int, end: int):
+        """(id, piece, span) of the piece, or of the pieces ALBERT's digit-comma split makes
+        of it: each digit piece over its characters, the "," over the last."""
+        if index not in self._splits:
+            yield index, piece, (start, end)
+            return
+        *digits, comma = self._splits[index]
+        for part_id, part in digits:
+            length = len(part.lstrip(WORD_START))
+            yield part_id, part, (start, min(start + length, end - 1))
+            start += length
+        yield comma[0], comma[1], (end - 1, end)
 
     def encode_batch(self, texts) -> List[base.Encoding]:
         return [self.encode(t) for t in texts]
 
     def encode_ids(self, texts) -> List[List[int]]:
-        return self._sp.encode(list(texts))
+        if self.albert is None:
+            return self._sp.encode(list(texts))
+        rows = self._sp.encode([self.albert.normalize(t) for t in texts])
+        if not self._splits:
+            return rows
+        return [[i for index in row for i in (
+            [p for p, _ in self._splits[index]] if index in self._splits else [index])]
+            for row in rows]
 
     def tf_module(self):
         import tensorflow as tf
@@ -90,8 +154,29 @@ class SentencePieceTokenizer(base.Tokenizer):
         return self._tf_tokenizer
 
     def tf_tokenize(self, texts):
-        """tf.string [N] -> RaggedTensor [N, None] int32, via tensorflow-text."""
-        return self.tf_module().tokenize(texts)
+        """tf.string [N] -> RaggedTensor [N, None] int32, via tensorflow-text (ALBERT's
+        preprocessing and digit-comma split as TF ops)."""
+        import tensorflow as tf
+        if self.albert is not None:
+            texts = self.albert.tf_normalize(texts)
+        ids = self.tf_module().tokenize(texts)
+        if not self._splits:
+            return ids
+        rows = [[p for p, _ in self._splits[i]] if i in self._splits else [i]
+                for i in range(self.vocab_size)]
+        table = tf.RaggedTensor.from_row_lengths(  # id -> the ids it becomes
+            tf.constant([i for row in rows for i in row], tf.int32),
+            tf.constant([len(row) for row in rows], tf.int64))
+        pieces = tf.gather(table, ids.flat_values)  # [tokens, (ids)]
+        return tf.RaggedTensor.from_row_splits(pieces, ids.row_splits).merge_dims(1, 2)
+
+
+def _original_span(a: int, b: int, starts: List[int], ends: List[int], length: int):
+    """Characters [a, b) of the normalized text as a span of the original text."""
+    if b > a:
+        return starts[a], ends[b - 1]
+    position = starts[a] if a < len(starts) else length
+    return position, position
 
 
 def _byte_to_char_index(text: str) -> List[int]:
