@@ -19,13 +19,9 @@ from bert_jax import flags, paths, pretrained
 from bert_jax.atomic import atomic_directory
 
 
-def _hf_do_lower_case(hf_dir: str) -> bool:
-    """HF records casing in tokenizer_config.json; BERT's published vocabularies default
-    to uncased."""
+def _hf_tokenizer_config(hf_dir: str) -> dict[str, Any]:
     path = paths.join(hf_dir, "tokenizer_config.json")
-    if paths.exists(path):
-        return bool(json.loads(paths.read_text(path)).get("do_lower_case", True))
-    return True
+    return json.loads(paths.read_text(path)) if paths.exists(path) else {}
 
 
 def _google_do_lower_case(google_dir: str) -> bool:
@@ -34,14 +30,17 @@ def _google_do_lower_case(google_dir: str) -> bool:
     return "uncased" in name or "cased" not in name
 
 
-def _save_with_vocab(vocab: str, do_lower_case: bool, config, params, out, task, overwrite):
+def _wordpiece(vocab: str, do_lower_case: bool):
     from bert_jax.tokenization import load_tokenizer
 
     if not paths.exists(vocab):
         raise FileNotFoundError(f"no vocab.txt at {vocab}")
-    tokenizer = load_tokenizer(vocab, do_lower_case=do_lower_case)
+    return load_tokenizer(vocab, do_lower_case=do_lower_case)
+
+
+def _save_with_tokenizer(tokenizer, source: str, config, params, out, task, overwrite):
     if tokenizer.vocab_size != config.vocab_size:
-        raise ValueError(f"{vocab} has {tokenizer.vocab_size} tokens but the config says "
+        raise ValueError(f"{source} has {tokenizer.vocab_size} tokens but the config says "
                          f"vocab_size={config.vocab_size}")
     pretrained.save(out, config, params, tokenizer=tokenizer, task=task, overwrite=overwrite)
     return pretrained.Pretrained(config, params, task, out)
@@ -56,24 +55,36 @@ def _hf_task(hf_dir: str) -> dict[str, Any] | None:
     return {"kind": "multiple_choice"} if multiple_choice else None
 
 
-def _hf_vocab(hf_dir: str) -> str:
-    vocab = paths.join(hf_dir, "vocab.txt")
-    if not paths.exists(vocab) and paths.exists(paths.join(hf_dir, "spiece.model")):
-        raise ValueError(f"{hf_dir} has ALBERT's SentencePiece spiece.model and no vocab.txt: "
-                         "bert_jax reads SentencePiece models with [PAD]/[UNK] pieces only "
-                         "(spiece.model has <pad>/<unk>); ALBERTs on a WordPiece vocab.txt, "
-                         "as albert_zh's, convert")
-    return vocab
+def _hf_tokenizer(hf_dir: str):
+    """(tokenizer, its file) of an HF directory: BERT's vocab.txt (casing from
+    tokenizer_config.json, uncased by default as BERT's published vocabularies), else
+    ALBERT's SentencePiece spiece.model with AlbertTokenizer's preprocessing."""
+    from bert_jax.tokenization import AlbertNormalization, SentencePieceTokenizer
+
+    settings = _hf_tokenizer_config(hf_dir)
+    vocab, spiece = paths.join(hf_dir, "vocab.txt"), paths.join(hf_dir, "spiece.model")
+    if paths.exists(vocab) or not paths.exists(spiece):
+        if not paths.exists(vocab):
+            raise FileNotFoundError(f"{hf_dir} has neither vocab.txt nor spiece.model (a "
+                                    "tokenizer.json alone is not read)")
+        return _wordpiece(vocab, bool(settings.get("do_lower_case", True))), vocab
+    if not settings.get("remove_space", True):
+        raise ValueError(f"{hf_dir}/tokenizer_config.json sets remove_space=false: bert_jax's "
+                         "ALBERT preprocessing always collapses whitespace")
+    albert = AlbertNormalization(do_lower_case=bool(settings.get("do_lower_case", True)),
+                                 keep_accents=bool(settings.get("keep_accents", False)))
+    return SentencePieceTokenizer(spiece, albert=albert), spiece
 
 
 def from_hf(hf_dir: str, out: str, overwrite: bool = False) -> pretrained.Pretrained:
-    """Converts an HF BERT or ALBERT directory (config.json, weights, vocab.txt) to a model
-    directory."""
+    """Converts an HF BERT or ALBERT directory (config.json, weights, and vocab.txt or
+    ALBERT's spiece.model) to a model directory."""
     from bert_jax.convert.hf import load_hf_dir
 
     config, params = load_hf_dir(hf_dir)
-    return _save_with_vocab(_hf_vocab(hf_dir), _hf_do_lower_case(hf_dir),
-                            config, params, out, _hf_task(hf_dir), overwrite)
+    tokenizer, source = _hf_tokenizer(hf_dir)
+    return _save_with_tokenizer(tokenizer, source, config, params, out, _hf_task(hf_dir),
+                                overwrite)
 
 
 def from_tf1(google_dir: str, out: str, overwrite: bool = False,
@@ -86,8 +97,9 @@ def from_tf1(google_dir: str, out: str, overwrite: bool = False,
     if do_lower_case is None:
         do_lower_case = _google_do_lower_case(google_dir)
     directory = google_dir if paths.isdir(google_dir) else paths.dirname(google_dir)
-    return _save_with_vocab(paths.join(directory, "vocab.txt"), do_lower_case, config,
-                            params, out, tf1.task_of(params), overwrite)
+    vocab = paths.join(directory, "vocab.txt")
+    return _save_with_tokenizer(_wordpiece(vocab, do_lower_case), vocab, config, params, out,
+                                tf1.task_of(params), overwrite)
 
 
 # --- bert_jax -> Hugging Face -------------------------------------------------------
@@ -166,21 +178,30 @@ def to_hf(checkpoint: str, out: str, overwrite: bool = False) -> list[str]:
 
 
 def _write_hf_tokenizer(model: pretrained.Pretrained, directory: str) -> list[str]:
-    """vocab.txt and an HF tokenizer_config.json; SentencePiece has no HF BERT tokenizer."""
-    from bert_jax.tokenization import WordPieceTokenizer, load_tokenizer
+    """vocab.txt, or an ALBERT SentencePiece model as spiece.model, and an HF
+    tokenizer_config.json; other SentencePiece models have no HF BERT tokenizer."""
+    from bert_jax.tokenization import SentencePieceTokenizer, load_tokenizer
 
     try:
         tokenizer = load_tokenizer(model.tokenizer_dir)
     except ValueError:
         return [f"no tokenizer in {model.tokenizer_dir}: wrote the weights only"]
-    if not isinstance(tokenizer, WordPieceTokenizer):
-        return ["transformers' BERT tokenizer reads WordPiece vocabularies only: the "
-                "SentencePiece model was not exported"]
-    paths.write_text(paths.join(directory, "vocab.txt"), "".join(
-        tokenizer.id_to_token(i) + "\n" for i in range(tokenizer.vocab_size)))
-    paths.write_text(paths.join(directory, "tokenizer_config.json"), json.dumps(
-        {"tokenizer_class": "BertTokenizer", "do_lower_case": tokenizer.do_lower_case,
-         "model_max_length": model.config.max_position_embeddings}, indent=2))
+    settings = {"model_max_length": model.config.max_position_embeddings}
+    if isinstance(tokenizer, SentencePieceTokenizer):
+        if tokenizer.albert is None:
+            return ["transformers' BERT tokenizer reads WordPiece vocabularies only: the "
+                    "SentencePiece model was not exported"]
+        with paths.open(paths.join(directory, "spiece.model"), "wb") as f:
+            f.write(paths.read_bytes(tokenizer.model_path))
+        settings.update(tokenizer_class="AlbertTokenizer",
+                        do_lower_case=tokenizer.albert.do_lower_case,
+                        keep_accents=tokenizer.albert.keep_accents)
+    else:
+        paths.write_text(paths.join(directory, "vocab.txt"), "".join(
+            tokenizer.id_to_token(i) + "\n" for i in range(tokenizer.vocab_size)))
+        settings.update(tokenizer_class="BertTokenizer", do_lower_case=tokenizer.do_lower_case)
+    paths.write_text(paths.join(directory, "tokenizer_config.json"),
+                     json.dumps(settings, indent=2))
     return []
 
 

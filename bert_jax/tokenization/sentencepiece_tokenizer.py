@@ -30,6 +30,8 @@ class SentencePieceTokenizer(base.Tokenizer):
         self.model_path = model_path
         self.albert = albert
         self._model = paths.read_bytes(model_path)
+        if not self._model:
+            raise base.TokenizerError(f"SentencePiece model {model_path} is empty")
         try:
             self._sp = spm.SentencePieceProcessor(model_proto=self._model)
         except RuntimeError as e:
@@ -49,14 +51,13 @@ class SentencePieceTokenizer(base.Tokenizer):
         """{'pad', 'unk', 'cls', 'sep', 'mask'} -> id; a one-line error naming what lacks."""
         special = {"pad": self._sp.pad_id(), "unk": self._sp.unk_id()}
         special.update({kind: self._ids.get(name, -1) for kind, name in NAMED_SPECIALS.items()})
-        missing = [NAMED_SPECIALS.get(kind, f"a {kind} piece (pad_id)")
-                   for kind, index in special.items() if index < 0]
+        names = {"pad": "padding (pad_id)", "unk": "unknown (unk_id)", **NAMED_SPECIALS}
+        missing = [names[kind] for kind, index in special.items() if index < 0]
         if missing:
             raise base.TokenizerError(
-                f"SentencePiece model {self.model_path} lacks the special pieces "
-                f"{', '.join(missing)}: BERT needs padding, unknown, [CLS], [SEP] and [MASK] "
-                "pieces (train with pad_id=0 unk_id=1 and [CLS],[SEP],[MASK] as control or "
-                "user-defined symbols)")
+                f"SentencePiece model {self.model_path} has no {' or '.join(missing)} piece: "
+                "BERT needs padding, unknown, [CLS], [SEP] and [MASK] pieces (train it with "
+                "pad_id=0 unk_id=1 and [CLS],[SEP],[MASK] as control or user-defined symbols)")
         return special
 
     @property
