@@ -235,3 +235,24 @@ def test_convert_refuses_a_spiece_model_without_mask(tmp_path, capsys):
     error = capsys.readouterr().err.strip()
     assert "[MASK]" in error and len(error.splitlines()) == 1
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_saved_model_tokenizes_as_albert(hf_tokenizer_dir, tmp_path):
+    """An exported ALBERT-tokenized classifier: the SavedModel's serve_text, reloaded in a
+    fresh process, gives the ids of the Python tokenizer (preprocessing and split in-graph)."""
+    from bert_jax import export, heads
+    from test_albert import ALBERT
+    from test_export import _reload_saved_model_texts, random_params
+
+    tok = SentencePieceTokenizer(str(hf_tokenizer_dir / "spiece.model"), AlbertNormalization())
+    config = ALBERT.replace(vocab_size=tok.vocab_size)
+    params = random_params(heads.BertForSequenceClassification(config, 2))
+    pretrained.save(tmp_path / "model", config, params, tokenizer=tok,
+                    task={"family": "classification", "label_names": ["x", "y"]})
+    export.export(str(tmp_path / "model"), str(tmp_path / "out"), platforms=("cpu",))
+    texts = [t for t in TEXTS if t]
+    out = _reload_saved_model_texts(tmp_path / "out", texts, tmp_path)
+    for row, text in zip(out["input_ids"], texts):
+        expected = encode_pair(tok, text, None, 64)[0]
+        assert row.tolist() == expected + [0] * (len(row) - len(expected)), text
