@@ -178,7 +178,7 @@ def test_convert_embed_and_back_to_transformers(tmp_path):
             ref(**torch_inputs(ids, mask, 0 * ids)).prediction_logits.numpy(), atol=1e-5)
 
 
-def test_spiece_model_without_vocab_is_refused_in_one_line(tmp_path, capsys):
+def test_an_empty_spiece_model_is_refused_in_one_line(tmp_path, capsys):
     from bert_jax import cli
 
     reference(ALBERT, transformers.AlbertModel).save_pretrained(tmp_path / "hf")

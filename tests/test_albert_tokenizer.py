@@ -108,9 +108,14 @@ def test_special_pieces_come_from_the_model(hf_tokenizer_dir):
     assert tok.word_start_table()[:5].all()
 
 
-def test_encodes_as_transformers_albert_tokenizer(hf_tokenizer_dir, reference):
+@pytest.mark.parametrize("albert", [AlbertNormalization(), AlbertNormalization(False, True)],
+                         ids=["uncased", "cased_with_accents"])
+def test_encodes_as_transformers_albert_tokenizer(hf_tokenizer_dir, albert):
     """Token for token: single texts and pairs, ids and token types."""
-    tok = SentencePieceTokenizer(str(hf_tokenizer_dir / "spiece.model"), AlbertNormalization())
+    tok = SentencePieceTokenizer(str(hf_tokenizer_dir / "spiece.model"), albert)
+    reference = transformers.AlbertTokenizer.from_pretrained(
+        str(hf_tokenizer_dir), do_lower_case=albert.do_lower_case,
+        keep_accents=albert.keep_accents)
     sp = spm.SentencePieceProcessor(model_file=str(hf_tokenizer_dir / "spiece.model"))
     assert any(map(digit_comma, reference.tokenize(TEXTS[5]))), \
         "the test model should have digit-comma pieces for the split to act on"
@@ -149,7 +154,8 @@ def test_in_graph_tokenizer_equals_python(hf_tokenizer_dir):
     ties between equal-score segmentations differently from the Python package.)"""
     for albert in (AlbertNormalization(), AlbertNormalization(False, True)):
         tok = SentencePieceTokenizer(str(hf_tokenizer_dir / "spiece.model"), albert)
-        texts = TEXTS + [t.upper() for t in TEXTS] + ["ΟΔΟΣ ΟΔΟΣ", "a\u0301\u0323 \u1680x\x1cy"]
+        texts = TEXTS + [t.upper() for t in TEXTS] + ["ΟΔΟΣ ΟΔΟΣ",
+                                                      "a\u0301\u0323 \u1680x\x1cy"]
         assert tok.tf_tokenize(texts).to_list() == tok.encode_ids(texts)
 
 

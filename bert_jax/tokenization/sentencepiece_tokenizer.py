@@ -48,7 +48,7 @@ class SentencePieceTokenizer(base.Tokenizer):
         self._tf_tokenizer = None
 
     def _find_specials(self) -> dict:
-        """{'pad', 'unk', 'cls', 'sep', 'mask'} -> id; a one-line error naming what lacks."""
+        """{"pad", "unk", "cls", "sep", "mask"} -> id; a one-line error names what is missing."""
         special = {"pad": self._sp.pad_id(), "unk": self._sp.unk_id()}
         special.update({kind: self._ids.get(name, -1) for kind, name in NAMED_SPECIALS.items()})
         names = {"pad": "padding (pad_id)", "unk": "unknown (unk_id)", **NAMED_SPECIALS}
