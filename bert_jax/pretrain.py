@@ -208,7 +208,8 @@ def restore_or_init(config, ckpt: checkpoint.Checkpointer, setup: Setup, writer,
         params = pretrained.init_params(
             jax.device_get(state.params) if config.partial_restore else target.params,
             loaded.params, shardings.params, drop=("nsp",), partial=config.partial_restore,
-            source=config.init_from)
+            source=config.init_from,
+            missing_hint=" (set partial_restore to keep fresh values for missing ones)")
         state = state.replace(params=params)
         writer.message(f"initialised weights from {config.init_from}")
     return state, shardings, None

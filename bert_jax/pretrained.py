@@ -267,12 +267,13 @@ def _flat(tree: Any) -> dict[str, Any]:
 
 
 def match_params(loaded: Any, target: Any, *, partial: bool = False,
-                 source: str = "checkpoint") -> Any:
+                 source: str = "checkpoint", missing_hint: str = "") -> Any:
     """`loaded` numpy params arranged like `target` (arrays or ShapeDtypeStructs).
 
     Missing, extra or mis-shaped parameters raise CheckpointError naming them;
     with `partial=True` missing ones are filled from `target` (which must then hold
-    arrays) and extra ones dropped, but shapes must still match.
+    arrays) and extra ones dropped, but shapes must still match. `missing_hint` ends
+    the error when parameters are missing (the caller's way to allow it).
     """
     have, want = _flat(loaded), _flat(target)
     missing = sorted(set(want) - set(have))
@@ -283,16 +284,15 @@ def match_params(loaded: Any, target: Any, *, partial: bool = False,
         [] if partial else [f"missing: {', '.join(missing)}"] if missing else []) + (
         [] if partial else [f"unexpected: {', '.join(extra)}"] if extra else [])
     if problems:
-        hint = "" if partial else " (set partial_restore to keep fresh values for missing ones)"
         raise CheckpointError(f"parameters of {source} do not match the model; "
-                              + "; ".join(problems) + hint)
+                              + "; ".join(problems) + (missing_hint if missing else ""))
     treedef = jax.tree.structure(target)
     return jax.tree.unflatten(treedef, [have.get(k, leaf) for k, leaf in want.items()])
 
 
 def init_params(target: Any, loaded: dict[str, Any], shardings: Any = None, *,
                 drop: tuple[str, ...] = (), partial: bool = False,
-                source: str = "checkpoint") -> Any:
+                source: str = "checkpoint", missing_hint: str = "") -> Any:
     """Loaded weights (`load(path).params`, or its "bert" encoder) as the parameters of
     the model whose parameter tree `target` is (arrays or ShapeDtypeStructs), placed with
     `shardings` (a tree like `target` of `jax.sharding.Sharding`s; None: the default
@@ -304,5 +304,6 @@ def init_params(target: Any, loaded: dict[str, Any], shardings: Any = None, *,
     which says what `partial` allows)."""
     loaded = {k: v for k, v in loaded.items() if k in target or k not in drop}
     scanned = "layers" in _encoder(target)
-    params = match_params(match_layout(loaded, scanned), target, partial=partial, source=source)
+    params = match_params(match_layout(loaded, scanned), target, partial=partial, source=source,
+                          missing_hint=missing_hint)
     return jax.device_put(params, shardings)

@@ -16,7 +16,7 @@ import tempfile  # noqa: E402
 
 # With libtpu installed (the `tpu` extra) and no TPU here, libtpu's start-up warnings would
 # land on the stderr of every JAX process; the CLI sets the same before JAX starts.
-from bert_jax import libtpu_env  # noqa: E402  (imports no JAX)
+from bert_jax import compile_cache, libtpu_env  # noqa: E402  (import no JAX)
 
 libtpu_env.configure()
 
@@ -24,6 +24,9 @@ libtpu_env.configure()
 # directory per session: tests neither read nor fill the user's ~/.cache/bert_jax.
 if "BERT_JAX_CACHE_DIR" not in os.environ:
     os.environ["BERT_JAX_CACHE_DIR"] = tempfile.mkdtemp(prefix="bert_jax_test_cache_")
+# Tests in this process and the CLIs they start share compiled programs, as a user's
+# runs do: most tests compile the same tiny train steps.
+compile_cache.configure()
 
 import pytest  # noqa: E402
 

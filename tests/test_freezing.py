@@ -115,3 +115,25 @@ def test_frozen_encoder_then_unfrozen(tmp_path, files):
 def test_bad_freeze_settings(tmp_path, files, overrides, message):
     with pytest.raises(UserError, match=message):
         trainer.finetune(micro_config("csv", *files, *overrides), str(tmp_path / "run"))
+
+
+def test_a_source_without_a_pooler_leaves_the_classifier_s_pooler_fresh():
+    # A masked-LM checkpoint (transformers' *ForMaskedLM) has no pooler: fine-tuning a
+    # pooled classifier from it keeps the fresh pooler and loads everything else.
+    import numpy as np
+    from bert_jax.config import preset
+    from bert_jax.finetune.trainer import ModelSource
+    from bert_jax.heads import BertForSequenceClassification
+    config = preset("tiny").replace(vocab_size=64)
+    model = BertForSequenceClassification(config, num_labels=2)
+    ids = np.ones((1, 8), np.int32)
+    fresh = nn.unbox(model.init(jax.random.key(0), ids)["params"])
+    source_params = nn.unbox(model.init(jax.random.key(1), ids)["params"])["bert"]
+    del source_params["pooler"]
+    source = ModelSource(config, None, jax.device_get(source_params), "an MLM checkpoint")
+    shardings = jax.tree.map(lambda x: x.sharding, fresh)
+    params = source.init_params(fresh, shardings)
+    np.testing.assert_array_equal(params["bert"]["pooler"]["kernel"],
+                                  fresh["bert"]["pooler"]["kernel"])
+    np.testing.assert_array_equal(params["bert"]["embeddings"]["word_embeddings"]["embedding"],
+                                  source_params["embeddings"]["word_embeddings"]["embedding"])

@@ -58,11 +58,17 @@ class ModelSource:
     def init_params(self, params: dict, shardings: dict) -> dict:
         """A fresh task model's `params` (placed with `shardings`) with this encoder's
         weights in place of the random encoder (`pretrained.init_params`; a tagger's or
-        span model has no pooler, so the source's is dropped); as they are for a random
-        encoder."""
+        span model has no pooler, so the source's is dropped, and a source without one,
+        such as a masked-LM checkpoint, leaves the pooler fresh, as transformers does);
+        as they are for a random encoder."""
         if self.encoder_params is None:
             return params
-        encoder = pretrained.init_params(params["bert"], self.encoder_params, shardings["bert"],
+        loaded = self.encoder_params
+        if "pooler" in params["bert"] and "pooler" not in loaded:
+            log.warning("%s has no pooler: the classifier's pooler starts from random "
+                            "weights (or set pooling=mean)", self.origin)
+            loaded = {**loaded, "pooler": jax.device_get(params["bert"]["pooler"])}
+        encoder = pretrained.init_params(params["bert"], loaded, shardings["bert"],
                                          drop=("pooler",), source=self.origin)
         return {**params, "bert": encoder}
 
