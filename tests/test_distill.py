@@ -184,17 +184,20 @@ NARROW_MODEL = ("{'preset': 'tiny', 'num_hidden_layers': 2, 'hidden_size': 16, "
                 "'num_attention_heads': 1, 'intermediate_size': 32}")
 
 
-@pytest.mark.parametrize("student, teacher", [
-    ((16, 1), (32, 2)),  # narrower, fewer heads: heads averaged
-    ((312, 12), (768, 12)),  # TinyBERT's 312-wide student of a BERT-base-wide teacher
-], ids=["16x1-of-32x2", "312x12-of-768x12"])
-def test_projection_is_trained_across_widths(student, teacher):
+@pytest.mark.parametrize("student, teacher, albert", [
+    ((16, 1), (32, 2), False),  # narrower, fewer heads: heads averaged
+    ((312, 12), (768, 12), False),  # TinyBERT's 312-wide student of a BERT-base-wide teacher
+    ((16, 1), (32, 2), True),  # an ALBERT student: factorized embeddings, shared layers
+], ids=["16x1-of-32x2", "312x12-of-768x12", "albert-16x1-of-32x2"])
+def test_projection_is_trained_across_widths(student, teacher, albert):
     (width, heads_), (teacher_width, teacher_heads) = student, teacher
     config = preset("tiny", num_hidden_layers=1, hidden_size=teacher_width,
                     num_attention_heads=teacher_heads, intermediate_size=2 * teacher_width,
                     vocab_size=20, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     narrow = config.replace(hidden_size=width, num_attention_heads=heads_,
                             intermediate_size=2 * width)
+    if albert:
+        narrow = narrow.replace(model_type="albert", embedding_size=8, num_hidden_layers=2)
     teacher_model = heads.BertForSequenceClassification(config, 2)
     model = distill.StudentWithProjection(heads.BertForSequenceClassification(narrow, 2),
                                           teacher_width=teacher_width)
@@ -222,6 +225,28 @@ def test_projection_is_trained_across_widths(student, teacher):
                         grads[distill.PROJECTION])
     assert float(loss({**params, distill.PROJECTION: step})[1]["hidden_loss"]) < \
         float(metrics["hidden_loss"])
+
+
+@pytest.mark.parametrize("shape", [
+    dict(num_hidden_layers=3),
+    dict(model_type="albert", embedding_size=8, num_hidden_layers=4, num_hidden_groups=2,
+         inner_group_num=2),  # 8 applied layers, each group's two layers twice
+], ids=["bert", "albert"])
+def test_matched_states_are_the_model_s_hidden_states_and_attentions(shape):
+    from bert_jax.model import BertModel
+    config = preset("tiny", hidden_size=16, num_attention_heads=2, intermediate_size=32,
+                    vocab_size=20, **shape)
+    ids = jnp.array([[2, 5, 6, 7, 3, 0]], jnp.int32)
+    model = heads.BertForSequenceClassification(config, 2, every_position=True)
+    params = nn.unbox(model.init(jax.random.key(0), ids)["params"])
+    _, captured = model.apply({"params": params}, ids, capture_intermediates=distill._is_captured,
+                              mutable=["intermediates"])
+    hidden, probs = distill._states(captured["intermediates"], config)
+    out = BertModel(config, output_hidden_states=True, output_attentions=True).apply(
+        {"params": params["bert"]}, ids)
+    assert len(hidden) == len(out.hidden_states) and len(probs) == len(out.attentions)
+    jax.tree.map(np.testing.assert_array_equal, (list(hidden), list(probs)),
+                 (list(out.hidden_states), list(out.attentions)))
 
 
 def test_attention_of_different_head_counts_is_compared_as_head_means():

@@ -210,12 +210,24 @@ def _is_captured(module, method: str) -> bool:
                                      or name.startswith("layer_"))
 
 
-def _states(intermediates, num_layers: int):
-    """(hidden states: embeddings then each layer's, attention probabilities per layer)."""
+def _layer_calls(encoder, c) -> list:
+    """(a layer's captured intermediates, which of its calls) for every applied layer, in
+    order. An ALBERT layer is called once per application of its group (flax keeps one
+    captured output per call)."""
+    if c.model_type != "albert":
+        return [(encoder[f"layer_{i}"], 0) for i in range(c.num_hidden_layers)]
+    repeats = c.num_hidden_layers // c.num_hidden_groups
+    return [(encoder[f"group_{g}"][f"layer_{k}"], r) for g in range(c.num_hidden_groups)
+            for r in range(repeats) for k in range(c.inner_group_num)]
+
+
+def _states(intermediates, config):
+    """(hidden states: embeddings then each applied layer's, attention probabilities per
+    applied layer)."""
     bert = intermediates["bert"]
-    layers = [bert["encoder"][f"layer_{i}"] for i in range(num_layers)]
-    hidden = [bert["embeddings"]["__call__"][0]] + [l["__call__"][0][0] for l in layers]
-    return hidden, [l["attention"]["__call__"][0][1] for l in layers]
+    calls = _layer_calls(bert["encoder"], config)
+    hidden = [bert["embeddings"]["__call__"][0]] + [l["__call__"][r][0] for l, r in calls]
+    return hidden, [l["attention"]["__call__"][r][1] for l, r in calls]
 
 
 def matched_layers(student_layers: int, teacher_layers: int) -> list[int]:
@@ -285,9 +297,8 @@ def distill_loss(params, batch, teacher_params, dropout_key, *, model, task, rul
     terms["task_loss"] = terms.pop("loss")
     terms["soft_loss"] = soft_loss(task, student, teacher, batch, settings["temperature"])
     if match:
-        s_hidden, s_probs = _states(student_vars["intermediates"], model.config.num_hidden_layers)
-        t_hidden, t_probs = _states(teacher_vars["intermediates"],
-                                    teacher_model.config.num_hidden_layers)
+        s_hidden, s_probs = _states(student_vars["intermediates"], model.config)
+        t_hidden, t_probs = _states(teacher_vars["intermediates"], teacher_model.config)
         pairs = matched_layers(len(s_probs), len(t_probs))
         mask = inputs["input_mask"].astype(jnp.float32)
         mask = mask.reshape(-1, mask.shape[-1])  # multiple choice: [B, C, L] -> [B * C, L]
