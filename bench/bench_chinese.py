@@ -158,10 +158,14 @@ def pretrain(workdir: str, data: list[str], vocab: str, args) -> dict:
         f"--config.eval_steps={args.eval_steps}",
         f"--config.eval_fraction={args.eval_fraction}",
     ])
+    settings = {k: getattr(args, k) for k in ("model", "pretrain_steps", "pretrain_batch",
+                                                "pretrain_lr", "eval_steps", "eval_fraction")}
     done = os.path.join(workdir, "bench_pretraining.json")
-    if os.path.exists(done):  # a finished pretraining is reused with its measured figures
+    if os.path.exists(done):  # the same pretraining, finished: reused with its figures
         with open(done) as f:
-            return json.load(f)
+            figures = json.load(f)
+        if figures.pop("settings", None) == settings:
+            return figures
     start = time.time()
     result = train_and_evaluate(config, workdir)
     minutes = (time.time() - start) / 60
@@ -175,7 +179,7 @@ def pretrain(workdir: str, data: list[str], vocab: str, args) -> dict:
                "stage_tokens_per_second": round(
                    steps * args.pretrain_batch * SEQ_LENGTH / (minutes * 60), 1)}
     with open(done, "w") as f:
-        json.dump(figures, f)
+        json.dump({**figures, "settings": settings}, f)
     return figures
 
 
@@ -227,18 +231,18 @@ def main(argv=None) -> int:
     parser.add_argument("--model", default="tiny", help="model preset (both inits)")
     parser.add_argument("--vocab_size", type=int, default=8000)
     parser.add_argument("--dupe_factor", type=int, default=2)
-    parser.add_argument("--pretrain_steps", type=int, default=400)
+    parser.add_argument("--pretrain_steps", type=int, default=1200)
     parser.add_argument("--pretrain_batch", type=int, default=64)
-    parser.add_argument("--pretrain_lr", type=float, default=1e-3)
+    parser.add_argument("--pretrain_lr", type=float, default=2e-3)
     parser.add_argument("--eval_steps", type=int, default=20, help="held-out MLM batches")
     parser.add_argument("--eval_fraction", type=float, default=0.01,
                         help="share of the pretraining rows held out for the MLM accuracy")
-    parser.add_argument("--ner_sentences", type=int, default=2000,
+    parser.add_argument("--ner_sentences", type=int, default=4000,
                         help="NER training sentences, a seed-dependent random subset (0: all)")
     parser.add_argument("--ner_validation_sentences", type=int, default=1000,
                         help="validation sentences scored after each epoch (0: all; the "
                              "test set is always scored whole)")
-    parser.add_argument("--ner_epochs", type=float, default=3)
+    parser.add_argument("--ner_epochs", type=float, default=8)
     parser.add_argument("--ner_override", action="append", default=[],
                         metavar="--config.KEY=VALUE", help="more fine-tuning settings")
     parser.add_argument("--seeds", default="1,2,3")
