@@ -242,7 +242,7 @@ def main(argv=None) -> int:
     parser.add_argument("--ner_validation_sentences", type=int, default=1000,
                         help="validation sentences scored after each epoch (0: all; the "
                              "test set is always scored whole)")
-    parser.add_argument("--ner_epochs", type=float, default=8)
+    parser.add_argument("--ner_epochs", type=float, default=3)
     parser.add_argument("--ner_override", action="append", default=[],
                         metavar="--config.KEY=VALUE", help="more fine-tuning settings")
     parser.add_argument("--seeds", default="1,2,3")
