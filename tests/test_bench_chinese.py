@@ -62,13 +62,14 @@ def test_bench_end_to_end_prints_the_summary_last(tmp_path, capsys):
         for sentence in files.read_conll(paths["ner_train.conll"]):
             tags = text_io.rewrite_tags(sentence["tags"], "BMES")
             f.write("".join(f"{c}\t{t}\n" for c, t in zip(sentence["words"], tags)) + "\n")
-    assert bench_chinese.main([
+    argv = [
         "--workdir", str(tmp_path / "run"), "--corpus", paths["corpus.txt"],
         "--ner_train", bmes, "--ner_test", paths["ner_test.conll"], "--model", MICRO_MODEL,
         "--vocab_size", "200", "--dupe_factor", "1", "--pretrain_steps", "2",
         "--pretrain_batch", "8", "--eval_steps", "1", "--eval_fraction", "0.5",
         "--ner_sentences", "0", "--ner_epochs", "2", "--seeds", "1,2", "--ner_override=--config.max_seq_length=32",
-        "--ner_override=--config.global_batch_size=8"]) == 0
+        "--ner_override=--config.global_batch_size=8"]
+    assert bench_chinese.main(argv) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert set(summary) == {"mlm_accuracy", "ner_f1", "minutes"}
     assert 0 <= summary["mlm_accuracy"] <= 1
@@ -79,3 +80,11 @@ def test_bench_end_to_end_prints_the_summary_last(tmp_path, capsys):
         runs = json.load(f)["runs"]
     assert set(runs) == {"pretrained_seed1", "pretrained_seed2", "random_seed1", "random_seed2"}
     assert all(len(r["validation_f1_per_epoch"]) == 2 for r in runs.values())
+    pretraining = json.load(open(tmp_path / "run" / "results.json"))["pretraining"]
+    assert pretraining["tokens_per_second"] > 0
+    # Run again: every stage is reused, the pretraining with its measured figures.
+    assert bench_chinese.main(argv) == 0
+    again = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert again["mlm_accuracy"] == summary["mlm_accuracy"]
+    assert again["ner_f1"] == summary["ner_f1"]
+    assert json.load(open(tmp_path / "run" / "results.json"))["pretraining"] == pretraining
