@@ -158,7 +158,8 @@ def pretrain(workdir: str, data: list[str], vocab: str, args) -> dict:
         f"--config.eval_steps={args.eval_steps}",
         f"--config.eval_fraction={args.eval_fraction}",
     ])
-    settings = {k: getattr(args, k) for k in ("model", "pretrain_steps", "pretrain_batch",
+    settings = {k: getattr(args, k) for k in ("model", "vocab_size", "dupe_factor",
+                                                "pretrain_steps", "pretrain_batch",
                                                 "pretrain_lr", "eval_steps", "eval_fraction")}
     done = os.path.join(workdir, "bench_pretraining.json")
     if os.path.exists(done):  # the same pretraining, finished: reused with its figures

@@ -27,8 +27,10 @@ def micro_config(task: str, *overrides: str):
 
 @contextlib.contextmanager
 def shared_compilation_cache(directory: str):
-    """JAX's persistent compilation cache, on only inside the block: many tasks with the
-    same shapes compile once (each fine-tuning run jits fresh step functions)."""
+    """JAX's persistent compilation cache in `directory` with no size or compile-time
+    threshold, inside the block: many tasks with the same shapes compile once (each
+    fine-tuning run jits fresh step functions). Outside it the session's cache
+    (conftest.py) keeps only compiles over a second."""
     from jax._src import compilation_cache  # reset_cache re-reads the settings
     keys = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
             "jax_persistent_cache_min_entry_size_bytes")
