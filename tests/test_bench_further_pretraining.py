@@ -81,13 +81,16 @@ def test_bench_end_to_end_prints_the_summary_last(tmp_path, capsys):
     summary = json.loads(out.strip().splitlines()[-1])
     # Both continued runs start from the general model's weights.
     assert err.count(f"initialised weights from {tmp_path / 'run' / 'pretrain_general'}\n") == 2
-    assert set(summary) == {"test_accuracy", "mlm_accuracy", "minutes", "total_minutes"}
+    assert set(summary) == {"test_accuracy", "paired", "mlm_accuracy", "minutes",
+                           "total_minutes"}
+    assert summary["paired"]["general+domain - general"]["seeds"] == 2
     assert set(summary["test_accuracy"]) == set(bench.ARMS) == set(summary["mlm_accuracy"])
     for arm in bench.ARMS:
         assert set(summary["test_accuracy"][arm]) == {"mean", "std"}
         assert 0 <= summary["test_accuracy"][arm]["mean"] <= 1
         assert all(0 <= a <= 1 for a in summary["mlm_accuracy"][arm].values())
-    assert set(summary["minutes"]) == {"create_data", *(f"pretrain {a}" for a in bench.ARMS),
+    assert set(summary["minutes"]) == {"create_data", "mlm_accuracy",
+                                       *(f"pretrain {a}" for a in bench.ARMS),
                                        *(f"finetune {a}" for a in bench.ARMS)}
     results = json.load(open(tmp_path / "run" / "results.json"))
     assert all(set(results["seeds"][arm]) == {"1", "2"} for arm in bench.ARMS)
