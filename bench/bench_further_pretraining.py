@@ -94,7 +94,7 @@ def create_data(out: str, sources: list[str], dupe_factor: int) -> dict:
 
 
 def pretrain_config(records: list[str], args, *, steps: int = 1, learning_rate: float = 0.0,
-                    init_from: str = "", eval_fraction: float = 0.01):
+                    init_from: str = "", eval_fraction: float | None = None):
     from bert_jax.config_loader import load_config
     return load_config(f"{CONFIGS}/pretrain.py:tiny", [
         f"--config.model={args.model}",
@@ -110,7 +110,7 @@ def pretrain_config(records: list[str], args, *, steps: int = 1, learning_rate: 
         f"--config.eval_every_steps={steps}",
         f"--config.checkpoint_every_steps={steps}",
         f"--config.eval_steps={args.eval_steps}",
-        f"--config.eval_fraction={eval_fraction}",
+        f"--config.eval_fraction={args.eval_fraction if eval_fraction is None else eval_fraction}",
     ])
 
 
@@ -199,6 +199,9 @@ def main(argv=None) -> int:
     parser.add_argument("--dupe_factor", type=int, default=2)
     parser.add_argument("--eval_steps", type=int, default=20,
                         help="MLM evaluation batches (of --pretrain_batch rows), at most")
+    parser.add_argument("--eval_fraction", type=float, default=0.01,
+                        help="share of the pretraining rows held out (never trained on) for "
+                             "the MLM accuracy")
     parser.add_argument("--labelled", type=int, default=300,
                         help="labelled training e-mails, a seed-dependent subset")
     parser.add_argument("--epochs", type=float, default=3)
@@ -233,17 +236,18 @@ def main(argv=None) -> int:
     minutes["create_data"] = round(sum(d["minutes"] for d in data.values()), 2)
     print(json.dumps({name: d["rows"] for name, d in data.items()}), flush=True)
 
-    common = {k: getattr(args, k) for k in ("model", "pretrain_batch", "dupe_factor")}
+    common = {k: getattr(args, k) for k in ("model", "pretrain_batch", "dupe_factor",
+                                              "eval_fraction")}
     general = {**common, "steps": args.general_steps, "lr": args.general_lr}
     print(f"== 2/5 pretrain {args.model} on the general corpus, {args.general_steps} steps",
           flush=True)
     models = {"general": work("pretrain_general")}
     stages = {"general": pretrain(models["general"], data["general"]["records"],
                                   args.general_steps, args.general_lr, "", general, args)}
-    for arm, text, step in (("general+domain", "emails", "3/5"),
-                            ("general+general", "general", "4/5")):
-        print(f"== {step} continue pretraining on the {'e-mails' if text == 'emails' else 'general corpus'}"
-              f", {args.further_steps} steps", flush=True)
+    for arm, text, step, name in (("general+domain", "emails", "3/5", "the e-mails"),
+                                  ("general+general", "general", "4/5", "the general corpus")):
+        print(f"== {step} continue pretraining on {name}, {args.further_steps} steps",
+              flush=True)
         models[arm] = work(f"pretrain_{arm.replace('+', '_')}")
         stages[arm] = pretrain(models[arm], data[text]["records"], args.further_steps,
                                args.further_lr, models["general"],
@@ -259,7 +263,8 @@ def main(argv=None) -> int:
     for arm in ARMS:
         mlm[arm] = cached(work(f"mlm_{arm.replace('+', '_')}"), stages[arm], lambda: {
             "emails": mlm_accuracy(models[arm], data["heldout_emails"]["records"], 1.0, args),
-            "general": mlm_accuracy(models[arm], data["general"]["records"], 0.01, args)})
+            "general": mlm_accuracy(models[arm], data["general"]["records"],
+                                    args.eval_fraction, args)})
         print(f"{arm}: held-out MLM accuracy {json.dumps(mlm[arm])}", flush=True)
         minutes["mlm_accuracy"] = round(minutes["mlm_accuracy"] + mlm[arm]["minutes"], 2)
         finetuned[arm] = finetune(

@@ -73,7 +73,8 @@ def test_bench_end_to_end_prints_the_summary_last(tmp_path, capsys):
                               for i in range(60)))
     argv = ["--workdir", str(tmp_path / "run"), "--corpus", str(corpus), "--model", MICRO_MODEL,
             "--general_steps", "2", "--further_steps", "2", "--pretrain_batch", "8",
-            "--eval_steps", "1", "--dupe_factor", "1", "--labelled", "16", "--epochs", "1",
+            "--eval_steps", "1", "--eval_fraction", "0.5", "--dupe_factor", "1", "--labelled", "16",
+            "--epochs", "1",
             "--seeds", "1,2", "--finetune_override=--config.global_batch_size=8",
             "--finetune_override=--config.max_eval_examples=16"]
     assert bench.main(argv) == 0
