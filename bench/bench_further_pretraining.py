@@ -95,6 +95,8 @@ def create_data(out: str, sources: list[str], dupe_factor: int) -> dict:
 
 def pretrain_config(records: list[str], args, *, steps: int = 1, learning_rate: float = 0.0,
                     init_from: str = "", eval_fraction: float | None = None):
+    """configs/pretrain.py:tiny with the bench's rows, batch and schedule (warmup 10%,
+    then linear decay; one evaluation and one checkpoint, at the end)."""
     from bert_jax.config_loader import load_config
     return load_config(f"{CONFIGS}/pretrain.py:tiny", [
         f"--config.model={args.model}",
@@ -152,6 +154,9 @@ def mlm_accuracy(model_dir: str, records: list[str], eval_fraction: float, args)
                                args.eval_steps)
     finally:
         batches.close()
+    if not metrics:
+        raise ValueError(f"no held-out rows in {os.path.dirname(records[0])}: raise "
+                         "--eval_fraction")
     return round(metrics["mlm_accuracy"], 4)
 
 
