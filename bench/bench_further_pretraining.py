@@ -21,7 +21,7 @@ held-out rows (the same masks for every model): the domain shift, and what (3) f
 
     python bench/bench_further_pretraining.py --workdir runs/further [--fresh]
 
-The defaults are the run docs/finetuning.md reports (about 35 minutes on 2 shared cores).
+The defaults are the run docs/finetuning.md reports (about 30 minutes on 2 shared cores).
 
 Stages whose outputs exist with the same settings are reused; a stage whose settings
 changed is rerun with everything after it. The last line printed is one JSON object:
