@@ -33,14 +33,15 @@ SPAM_TRAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "resources
 SEQ_LENGTH, PREDICTIONS, LABELLED_EXAMPLES = 64, 10, 300
 
 
-def unlabelled_emails(path: str) -> str:
-    """The training e-mails without labels, in BERT's input format (a sentence per line,
-    a blank line between e-mails)."""
-    with open(SPAM_TRAIN, newline="", encoding="utf-8") as f, \
-            gzip.open(path, "wt", encoding="utf-8") as out:
-        for row in csv.DictReader(f, delimiter="\t"):
-            sentences = [s.strip() for s in re.split(r"(?<=[.!?])\s+", row["text"])]
-            out.write("\n".join(s for s in sentences if s) + "\n\n")
+def unlabelled_emails(path: str, sources: tuple[str, ...] = (SPAM_TRAIN,)) -> str:
+    """The e-mails of `sources` (the spam TSVs; default the training split) without
+    labels, in BERT's input format (a sentence per line, a blank line between e-mails)."""
+    with gzip.open(path, "wt", encoding="utf-8") as out:
+        for source in sources:
+            with open(source, newline="", encoding="utf-8") as f:
+                for row in csv.DictReader(f, delimiter="\t"):
+                    sentences = [s.strip() for s in re.split(r"(?<=[.!?])\s+", row["text"])]
+                    out.write("\n".join(s for s in sentences if s) + "\n\n")
     return path
 
 

@@ -215,16 +215,34 @@ def restore_or_init(config, ckpt: checkpoint.Checkpointer, setup: Setup, writer,
     return state, shardings, None
 
 
+def run_tokenizer(config: ml_collections.ConfigDict) -> tuple[str, Any]:
+    """(path, tokenizer) of a run: config.tokenizer, else init_from's own (continued
+    pretraining keeps the model's vocabulary, as fine-tuning does), else the bundled
+    vocabulary. An explicit tokenizer must be init_from's vocabulary: other token ids
+    would silently mean other words to the loaded embeddings."""
+    from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
+    source = config.init_from and pretrained.tokenizer_dir(config.init_from)
+    if source and not any(paths.exists(paths.join(source, name))
+                          for name in ("vocab.txt", "spm.model")):
+        source = ""  # a model saved without its tokenizer (`pretrained.save` allows it)
+    path = config.tokenizer or source or DEFAULT_VOCAB
+    tokenizer = load_tokenizer(path)
+    if config.tokenizer and source and \
+            load_tokenizer(source).fingerprint() != tokenizer.fingerprint():
+        raise UserError(f"tokenizer {config.tokenizer} is not the vocabulary of init_from "
+                        f"{config.init_from} ({source}): drop --config.tokenizer to use the "
+                        "model's")
+    return path, tokenizer
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
                        watcher: preemption.Watcher | None = None) -> dict:
     """Runs (or resumes) pretraining in `workdir`; returns the last train/eval metrics.
     Raises preemption.Preempted after checkpointing the step where `watcher` (default:
     one that consults only multi-process preemption notices) says to stop."""
-    from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
     watcher = watcher or preemption.Watcher(handle_sigterm=False)
     workdir = paths.abspath(workdir)
-    tokenizer_path = config.tokenizer or DEFAULT_VOCAB
-    tokenizer = load_tokenizer(tokenizer_path)
+    tokenizer_path, tokenizer = run_tokenizer(config)
     run_setup = setup(config, tokenizer.vocab_size)
     bert_config, mesh, rules = run_setup.bert_config, run_setup.mesh, run_setup.rules
     inputs.input_files(config)

@@ -149,6 +149,13 @@ def check_model_path(path: str | os.PathLike) -> bool:
     return False
 
 
+def tokenizer_dir(path: str | os.PathLike) -> str:
+    """Where the tokenizer of a model directory or pretraining workdir is (`load`'s
+    tokenizer_dir), reading no parameters."""
+    path = paths.abspath(path)
+    return paths.join(path, WORKDIR_MODEL_DIR) if check_model_path(path) else path
+
+
 def load(path: str | os.PathLike) -> Pretrained:
     """Reads a model directory or a pretraining workdir (its latest checkpoint)."""
     path = paths.abspath(path)

@@ -106,3 +106,29 @@ def test_partial_restore_fills_missing_parts_and_is_needed_for_them(source, tmp_
     kernel = fresh["intermediate"]["kernel"]  # BERT's init: truncated normal, std 0.02
     assert not np.array_equal(kernel, copied["intermediate"]["kernel"])
     assert 0.01 < kernel.std() < 0.03 and not fresh["intermediate"]["bias"].any()
+
+
+def test_init_from_keeps_the_models_vocabulary(text_corpus, tmp_path, capsys):  # noqa: F811
+    """Continued pretraining reads text with init_from's vocabulary, not the bundled one:
+    here one of the same size (two tokens swapped), where the bundled vocabulary would run
+    without an error and feed each embedding the other token's text. Naming another
+    vocabulary is refused."""
+    from bert_jax.tokenization import DEFAULT_VOCAB
+    with open(os.path.join(DEFAULT_VOCAB, "vocab.txt"), encoding="utf-8") as f:
+        tokens = f.read().splitlines()
+    the, of = tokens.index("the"), tokens.index("of")
+    tokens[the], tokens[of] = "of", "the"
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("".join(t + "\n" for t in tokens), encoding="utf-8")
+    source = tmp_path / "source"
+    assert pretrain(source, text_corpus, f"--config.tokenizer={vocab}",
+                    "--config.num_train_steps=1") == 0
+    continued = tmp_path / "continued"
+    assert pretrain(continued, text_corpus, "--config.num_train_steps=1",
+                    f"--config.init_from={source}") == 0
+    assert (continued / "model" / "vocab.txt").read_text(encoding="utf-8").splitlines() == tokens
+    capsys.readouterr()
+    assert pretrain(tmp_path / "refused", text_corpus, f"--config.init_from={source}",
+                    f"--config.tokenizer={DEFAULT_VOCAB}") == 2
+    assert f"is not the vocabulary of init_from {source}" in capsys.readouterr().err
+    assert not (tmp_path / "refused").exists()  # refused before anything is written
