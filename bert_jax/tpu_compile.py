@@ -40,12 +40,12 @@ class DoesNotFit(UserError):
 
 
 def _vocab_size(config) -> int:
-    """The model's vocab_size if the config sets one, else the run's tokenizer's."""
+    """The model's vocab_size if the config sets one, else the run's tokenizer's (as
+    pretraining picks it: config.tokenizer, init_from's, or the bundled vocabulary)."""
     model = config.model
     if not isinstance(model, str) and "vocab_size" in model:
         return int(model["vocab_size"])
-    from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
-    return load_tokenizer(config.tokenizer or DEFAULT_VOCAB).vocab_size
+    return pretrain.run_tokenizer(config)[1].vocab_size
 
 
 def topology_devices(topology: topologies.Topology, num_slices: int = 1) -> list:

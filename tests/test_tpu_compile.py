@@ -248,3 +248,25 @@ def test_fsdp_gradients_of_scanned_layers_are_reduce_scattered():
     # Counted as all-reduces, the fused reduce-scatters were 2x their traffic (before
     # 2026-11-26); all-reduced whole, the weight gradients would be most of it.
     assert sent.get("all-reduce", 0) < 0.05 * sent["reduce-scatter"], sent
+
+
+def test_the_vocabulary_size_is_init_from_s(tmp_path):
+    """A continued pretraining compiles with its model's vocabulary, as it will run."""
+    import flax.linen as nn
+    import jax.numpy as jnp
+
+    from bert_jax import pretrained
+    from bert_jax.config import BertConfig
+    from bert_jax.heads import BertForPreTraining
+    from bert_jax.tokenization import load_tokenizer
+    tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(40)]
+    (tmp_path / "vocab.txt").write_text("".join(t + "\n" for t in tokens), encoding="utf-8")
+    bert_config = BertConfig(vocab_size=45, hidden_size=8, num_hidden_layers=1,
+                             num_attention_heads=1, intermediate_size=8)
+    ids = jnp.zeros((1, 4), jnp.int32)
+    params = nn.unbox(BertForPreTraining(bert_config).init(jax.random.key(0), ids)["params"])
+    pretrained.save(tmp_path / "model", bert_config, params,
+                    tokenizer=load_tokenizer(str(tmp_path)))
+    config = load_config("configs/pretrain.py:tiny", [f"init_from={tmp_path / 'model'}"])
+    assert tpu_compile._vocab_size(config) == 45
+    assert tpu_compile._vocab_size(load_config("configs/pretrain.py:tiny")) == 8192
