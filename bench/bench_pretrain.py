@@ -103,13 +103,14 @@ def jax_model_config(args, accelerator):
     return preset(args.model, **fields)
 
 
-def worker_bert_jax(args):
+def jax_step(args):
+    """bert_jax's train step for one case, ready to run: (step, sync), where step() runs
+    one step (compiling on the first call) and sync() waits for it."""
     import jax
     from bert_jax import sharding
     from bert_jax.heads import BertForPreTraining
     from bert_jax.optim import make_optimizer
     from bert_jax.pretrain_steps import dummy_inputs, jit_steps
-    jax.config.update("jax_enable_compilation_cache", False)  # first step = a cold compile
     accelerator = jax.default_backend() != "cpu"
     config = jax_model_config(args, accelerator)
     rng_impl = "unsafe_rbg" if args.numerics == "fast" else "threefry"
@@ -126,11 +127,18 @@ def worker_bert_jax(args):
     holder = {"state": state, "loss": None}
 
     def step():
-        holder["state"], metrics = train(holder["state"], batch)
+        with jax.set_mesh(mesh):
+            holder["state"], metrics = train(holder["state"], batch)
         holder["loss"] = metrics["loss"]
 
-    with jax.set_mesh(mesh):
-        first, seconds = timed(step, args.steps, lambda: jax.block_until_ready(holder["loss"]))
+    return step, lambda: jax.block_until_ready(holder["loss"])
+
+
+def worker_bert_jax(args):
+    import jax
+    jax.config.update("jax_enable_compilation_cache", False)  # first step = a cold compile
+    step, sync = jax_step(args)
+    first, seconds = timed(step, args.steps, sync)
     stats = jax.devices()[0].memory_stats() or {}
     peak = stats.get("peak_bytes_in_use")
     return {"first_step_s": first, "step_s": seconds,
