@@ -220,15 +220,14 @@ def run_tokenizer(config: ml_collections.ConfigDict) -> tuple[str, Any]:
     pretraining keeps the model's vocabulary, as fine-tuning does), else the bundled
     vocabulary. An explicit tokenizer must be init_from's vocabulary: other token ids
     would silently mean other words to the loaded embeddings."""
-    from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
+    from bert_jax.tokenization import DEFAULT_VOCAB, has_tokenizer, load_tokenizer
     source = config.init_from and pretrained.tokenizer_dir(config.init_from)
-    if source and not any(paths.exists(paths.join(source, name))
-                          for name in ("vocab.txt", "spm.model")):
-        source = ""  # a model saved without its tokenizer (`pretrained.save` allows it)
-    path = config.tokenizer or source or DEFAULT_VOCAB
-    tokenizer = load_tokenizer(path)
-    if config.tokenizer and source and \
-            load_tokenizer(source).fingerprint() != tokenizer.fingerprint():
+    # A model saved without its tokenizer (`pretrained.save` allows it) has none to keep.
+    models = load_tokenizer(source) if source and has_tokenizer(source) else None
+    if not config.tokenizer:
+        return (source, models) if models else (DEFAULT_VOCAB, load_tokenizer(DEFAULT_VOCAB))
+    path, tokenizer = config.tokenizer, load_tokenizer(config.tokenizer)
+    if models and models.fingerprint() != tokenizer.fingerprint():
         raise UserError(f"tokenizer {config.tokenizer} is not the vocabulary of init_from "
                         f"{config.init_from} ({source}): drop --config.tokenizer to use the "
                         "model's")

@@ -195,3 +195,25 @@ def test_multiple_choice_matches_transformers_and_exports_back(tmp_path):
     for name, value in after.items():
         assert np.array_equal(value, state[name]), name
     np.testing.assert_array_equal(run_hf(exported, ids, mask, segments).logits.numpy(), theirs)
+
+
+def test_a_model_without_a_tokenizer_exports_its_weights_and_a_broken_one_is_named(
+        tmp_path, capsys):
+    from bert_jax.tokenization import TokenizerError
+    hf = tmp_path / "hf"
+    transformers.BertForPreTraining(transformers.BertConfig(**CONFIG.to_google_dict())) \
+        .save_pretrained(hf)
+    WordPieceTokenizer(VOCAB).save(str(hf))
+    assert cli.main(["--from_hf", str(hf), "--out", str(tmp_path / "ours")]) == 0
+    vocab = tmp_path / "ours" / "vocab.txt"
+    vocab.unlink()
+
+    assert cli.main(["--checkpoint", str(tmp_path / "ours"), "--to_hf", str(tmp_path / "a")]) == 0
+    assert "no tokenizer in" in capsys.readouterr().out
+    assert (tmp_path / "a" / "model.safetensors").exists()
+    assert not (tmp_path / "a" / "vocab.txt").exists()
+
+    vocab.write_text("hello\nworld\n")  # no special tokens: an error, not "no tokenizer"
+    with pytest.raises(TokenizerError, match=r"\[CLS\]"):
+        cli.main(["--checkpoint", str(tmp_path / "ours"), "--to_hf", str(tmp_path / "b")])
+    assert not (tmp_path / "b").exists()

@@ -11,7 +11,7 @@ import unicodedata
 import pytest
 
 from bert_jax.tokenization import (DEFAULT_VOCAB, SentencePieceTokenizer, TokenizerError,
-                                   WordPieceTokenizer, load_tokenizer)
+                                   WordPieceTokenizer, has_tokenizer, load_tokenizer)
 from bert_jax.data import corpus
 from bert_jax.data import build_vocab
 
@@ -153,6 +153,14 @@ def test_save_and_load_round_trip(tmp_path, minilm_vocab):
     assert isinstance(again, WordPieceTokenizer) and not again.do_lower_case
     assert again.encode("Hello World").ids == tok.encode("Hello World").ids
     assert load_tokenizer(str(tmp_path / "vocab.txt")).do_lower_case
+
+
+def test_has_tokenizer_sees_a_saved_tokenizer_only(tmp_path, minilm_vocab):
+    assert not has_tokenizer(str(tmp_path))
+    (tmp_path / "tokenizer_config.json").write_text("{}")  # a config alone is no tokenizer
+    assert not has_tokenizer(str(tmp_path))
+    load_tokenizer(minilm_vocab).save(str(tmp_path))
+    assert has_tokenizer(str(tmp_path))
 
 
 def test_clear_errors(tmp_path):

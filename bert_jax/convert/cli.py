@@ -180,12 +180,11 @@ def to_hf(checkpoint: str, out: str, overwrite: bool = False) -> list[str]:
 def _write_hf_tokenizer(model: pretrained.Pretrained, directory: str) -> list[str]:
     """vocab.txt, or an ALBERT SentencePiece model as spiece.model, and an HF
     tokenizer_config.json; other SentencePiece models have no HF BERT tokenizer."""
-    from bert_jax.tokenization import SentencePieceTokenizer, load_tokenizer
+    from bert_jax.tokenization import SentencePieceTokenizer, has_tokenizer, load_tokenizer
 
-    try:
-        tokenizer = load_tokenizer(model.tokenizer_dir)
-    except ValueError:
+    if not has_tokenizer(model.tokenizer_dir):
         return [f"no tokenizer in {model.tokenizer_dir}: wrote the weights only"]
+    tokenizer = load_tokenizer(model.tokenizer_dir)
     settings = {"model_max_length": model.config.max_position_embeddings}
     if isinstance(tokenizer, SentencePieceTokenizer):
         if tokenizer.albert is None:

@@ -80,7 +80,7 @@ def train_tokenizer(files: Sequence[str], vocab_size: int, kind: str, out_dir: s
         with tempfile.TemporaryDirectory() as tmp:
             tokenizer = train_sentencepiece(files, vocab_size, kind, tmp)
             tokenizer.save(out_dir)
-        return SentencePieceTokenizer(paths.join(out_dir, "spm.model"))
+        return SentencePieceTokenizer(paths.join(out_dir, base.SPM_FILE))
     raise ValueError(f"unknown tokenizer type {kind!r}: use wordpiece, unigram or bpe")
 
 

@@ -8,8 +8,8 @@ from typing import Optional
 
 from bert_jax import paths
 from bert_jax.tokenization.albert_text import AlbertNormalization
-from bert_jax.tokenization.base import (CONFIG_NAME, SPECIAL_TOKENS, Encoding, Tokenizer,
-                                        TokenizerError)
+from bert_jax.tokenization.base import (CONFIG_NAME, SPECIAL_TOKENS, SPM_FILE, VOCAB_FILE,
+                                        Encoding, Tokenizer, TokenizerError)
 from bert_jax.tokenization.sentencepiece_tokenizer import SentencePieceTokenizer
 from bert_jax.tokenization.wordpiece import WordPieceTokenizer
 
@@ -18,7 +18,12 @@ DEFAULT_VOCAB = paths.join(paths.dirname(paths.dirname(paths.abspath(__file__)))
 
 __all__ = ["AlbertNormalization", "DEFAULT_VOCAB", "Encoding", "SPECIAL_TOKENS",
            "SentencePieceTokenizer", "Tokenizer", "TokenizerError", "WordPieceTokenizer",
-           "load_tokenizer"]
+           "has_tokenizer", "load_tokenizer"]
+
+
+def has_tokenizer(directory: str) -> bool:
+    """Whether `directory` holds a saved tokenizer (`load_tokenizer` can read it)."""
+    return any(paths.isfile(paths.join(directory, name)) for name in (VOCAB_FILE, SPM_FILE))
 
 
 def load_tokenizer(path: str, do_lower_case: Optional[bool] = None) -> Tokenizer:
@@ -31,12 +36,12 @@ def load_tokenizer(path: str, do_lower_case: Optional[bool] = None) -> Tokenizer
         config_path = paths.join(path, CONFIG_NAME)
         if paths.isfile(config_path):
             config = json.loads(paths.read_text(config_path))
-        if config.get("type") == "sentencepiece" or paths.isfile(paths.join(path, "spm.model")):
-            return SentencePieceTokenizer(paths.join(path, "spm.model"),
+        if config.get("type") == "sentencepiece" or paths.isfile(paths.join(path, SPM_FILE)):
+            return SentencePieceTokenizer(paths.join(path, SPM_FILE),
                                           _albert_normalization(config, config_path))
         if do_lower_case is None:
             do_lower_case = config.get("do_lower_case", True)
-        return WordPieceTokenizer.from_file(paths.join(path, "vocab.txt"), do_lower_case)
+        return WordPieceTokenizer.from_file(paths.join(path, VOCAB_FILE), do_lower_case)
     if not paths.exists(path):
         raise TokenizerError(f"tokenizer not found: {path} (expected a directory, a vocab.txt "
                              "or a SentencePiece .model file)")

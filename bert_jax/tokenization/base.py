@@ -17,6 +17,8 @@ from bert_jax.errors import UserError
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 CONFIG_NAME = "tokenizer_config.json"
+# The file `save` writes beside it, by kind.
+VOCAB_FILE, SPM_FILE = "vocab.txt", "spm.model"
 
 
 class TokenizerError(UserError):

@@ -80,7 +80,7 @@ class SentencePieceTokenizer(base.Tokenizer):
 
     def save(self, directory: str) -> None:
         paths.makedirs(directory)
-        target = paths.join(directory, "spm.model")
+        target = paths.join(directory, base.SPM_FILE)
         if paths.abspath(target) != paths.abspath(self.model_path):
             with paths.open(target, "wb") as f:
                 f.write(self._model)

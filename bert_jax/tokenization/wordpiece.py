@@ -120,7 +120,7 @@ class WordPieceTokenizer(base.Tokenizer):
 
     def save(self, directory: str) -> None:
         paths.makedirs(directory)
-        paths.write_text(paths.join(directory, "vocab.txt"),
+        paths.write_text(paths.join(directory, base.VOCAB_FILE),
                          "".join(t + "\n" for t in self._tokens))
         base.write_config(directory, {"type": "wordpiece",
                                       "do_lower_case": self.do_lower_case})
