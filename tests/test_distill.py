@@ -203,11 +203,13 @@ def test_projection_is_trained_across_widths(student, teacher, albert):
                                           teacher_width=teacher_width)
     ids = jnp.array([[2, 5, 6, 7, 3, 0]], jnp.int32)
     mask = (ids > 0).astype(jnp.int32)
-    params = nn.unbox(model.init(jax.random.key(0), ids)["params"])
+    # Jitted and abstract inits: eager ones compile each op apart (seconds at width 768).
+    params = nn.unbox(jax.jit(model.init)(jax.random.key(0), ids)["params"])
     assert params[distill.PROJECTION]["kernel"].shape == (width, teacher_width)
-    alone = heads.BertForSequenceClassification(narrow, 2).init(jax.random.key(0), ids)
+    alone = jax.eval_shape(heads.BertForSequenceClassification(narrow, 2).init,
+                           jax.random.key(0), ids)
     assert set(params) - {distill.PROJECTION} == set(alone["params"])
-    teacher = nn.unbox(teacher_model.init(jax.random.key(1), ids)["params"])
+    teacher = nn.unbox(jax.jit(teacher_model.init)(jax.random.key(1), ids)["params"])
     task = trainer.tasks.get_task(micro_config("csv"))
     task.label_names = ["a", "b"]
     batch = {"input_ids": ids, "segment_ids": jnp.zeros_like(ids), "input_mask": mask,
@@ -217,7 +219,7 @@ def test_projection_is_trained_across_widths(student, teacher, albert):
         distill.distill_loss(p, batch, teacher, jax.random.key(2), model=model, task=task,
                              rules=(), teacher_model=teacher_model, settings=settings),
         distill.coefficients(settings))
-    (value, metrics), grads = jax.value_and_grad(loss, has_aux=True)(params)
+    (value, metrics), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
     assert np.isfinite(float(value)) and float(metrics["attention_loss"]) > 0
     assert float(jnp.abs(grads[distill.PROJECTION]["kernel"]).sum()) > 0
     # The loss falls when only the projection learns: it is what maps the widths.
