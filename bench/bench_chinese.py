@@ -23,7 +23,6 @@ object: {"mlm_accuracy", "ner_f1": {"pretrained": {"mean", "std"}, "random": {..
 from __future__ import annotations
 
 import argparse
-import ast
 import gzip
 import json
 import os
@@ -192,7 +191,9 @@ def pretrain(workdir: str, data: list[str], vocab: str, args) -> dict:
 
 def _with_dropout(model: str, rate: float) -> dict:
     """The model setting (a preset name or a dict literal) with its dropout set to `rate`."""
-    spec = ast.literal_eval(model) if model.lstrip().startswith("{") else {"preset": model}
+    from bert_jax.config_loader import parse_value  # how --config.model reads it
+    spec = parse_value(model)
+    spec = spec if isinstance(spec, dict) else {"preset": model}
     return {**spec, "hidden_dropout_prob": rate, "attention_probs_dropout_prob": rate}
 
 

@@ -223,11 +223,12 @@ def run_tokenizer(config: ml_collections.ConfigDict) -> tuple[str, Any]:
     from bert_jax.tokenization import DEFAULT_VOCAB, has_tokenizer, load_tokenizer
     source = config.init_from and pretrained.tokenizer_dir(config.init_from)
     # A model saved without its tokenizer (`pretrained.save` allows it) has none to keep.
-    models = load_tokenizer(source) if source and has_tokenizer(source) else None
+    model_tokenizer = load_tokenizer(source) if source and has_tokenizer(source) else None
     if not config.tokenizer:
-        return (source, models) if models else (DEFAULT_VOCAB, load_tokenizer(DEFAULT_VOCAB))
+        return ((source, model_tokenizer) if model_tokenizer
+                else (DEFAULT_VOCAB, load_tokenizer(DEFAULT_VOCAB)))
     path, tokenizer = config.tokenizer, load_tokenizer(config.tokenizer)
-    if models and models.fingerprint() != tokenizer.fingerprint():
+    if model_tokenizer and model_tokenizer.fingerprint() != tokenizer.fingerprint():
         raise UserError(f"tokenizer {config.tokenizer} is not the vocabulary of init_from "
                         f"{config.init_from} ({source}): drop --config.tokenizer to use the "
                         "model's")
