@@ -66,6 +66,8 @@ CHANGEABLE_KEYS = frozenset({
     "checkpoint_every_steps", "keep_checkpoints", "on_nonfinite",
     "max_consecutive_nonfinite", "resume_from",
     "init_from", "partial_restore", "start_fresh", "model.dtype", "model.remat_policy",
+    # FP8 matmuls: the same parameters and optimizer state as bf16 (bert_jax/fp8.py).
+    "model.fp8",
     # How attention is computed and how much dropout is applied: same parameters and
     # state, so a run may switch (rng_impl may not: it changes the key and its stream).
     "attention_impl", "attention_probs_dropout_prob", "model.attention_impl",

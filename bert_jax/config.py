@@ -35,6 +35,8 @@ _GOOGLE_FIELDS = {
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "tanh", "silu", "swish")
 REMAT_POLICIES = ("none", "full", "dots", "dots_with_no_batch_dims")
 DTYPES = ("float32", "bfloat16", "float16")
+# A run's `compute_dtype`: a dtype, or "fp8" (bfloat16 with FP8 encoder matmuls).
+COMPUTE_DTYPES = (*DTYPES, "fp8")
 # "einsum": BERT's attention exactly (probabilities materialised, dropout on them);
 # "fused": jax.nn.dot_product_attention (cuDNN flash attention on GPU in bf16/fp16),
 # which has no attention-probability dropout. See docs/performance.md.
@@ -55,7 +57,9 @@ class BertConfig:
     The defaults are BERT-base (uncased). `dtype` is the compute dtype,
     `param_dtype` the storage dtype of parameters (keep float32 for training).
     `attention_impl`: one of ATTENTION_IMPLS; "fused" trains only with
-    `attention_probs_dropout_prob=0` (see `check_trainable`).
+    `attention_probs_dropout_prob=0` (see `check_trainable`). `fp8`: the encoder layers'
+    six matmuls in float8 with current per-tensor scaling (bert_jax/fp8.py), the rest in
+    `dtype`; the parameters are the same, so checkpoints move between FP8 and bf16 runs.
 
     ALBERT (`model_type="albert"`): token embeddings of width `embedding_size` (E),
     projected to `hidden_size`; the layers are `num_hidden_groups` groups of
@@ -81,6 +85,7 @@ class BertConfig:
     remat_policy: str = "none"
     scan_layers: bool = False
     attention_impl: str = "einsum"
+    fp8: bool = False
     model_type: str = "bert"
     embedding_size: int | None = None
     num_hidden_groups: int = 1
@@ -239,6 +244,15 @@ def check_inputs_fit(config: BertConfig, source: str, *, max_seq_length: int | N
     if vocab_size is not None and vocab_size > config.vocab_size:
         raise ConfigError(f"the tokenizer has {vocab_size} tokens but {source} has "
                           f"vocab_size={config.vocab_size}: ids past it would read no embedding")
+
+
+def compute_fields(compute_dtype: str) -> dict[str, Any]:
+    """A run's `compute_dtype` as BertConfig fields: "fp8" is bfloat16 compute with the
+    encoder's matmuls in float8 (`BertConfig.fp8`)."""
+    check_choice("compute_dtype", compute_dtype, COMPUTE_DTYPES)
+    if compute_dtype == "fp8":
+        return {"dtype": "bfloat16", "fp8": True}
+    return {"dtype": compute_dtype, "fp8": False}
 
 
 def check_choice(name, value, choices):

@@ -83,8 +83,9 @@ class BertForPreTraining(nn.Module):
     def __call__(self, input_ids, input_mask=None, segment_ids=None, masked_lm_positions=None,
                  position_ids=None, example_ids=None, next_sentence_positions=None, *,
                  deterministic: bool = True) -> PreTrainingOutput:
+        examples = None if next_sentence_positions is None else next_sentence_positions.shape[1]
         out = self.bert(input_ids, input_mask, segment_ids, position_ids, example_ids,
-                        deterministic=deterministic)
+                        max_examples=examples, deterministic=deterministic)
         states = out.sequence_output
         if masked_lm_positions is not None:
             states = gather_positions(states, masked_lm_positions)
@@ -125,6 +126,7 @@ class BertForSequenceClassification(nn.Module):
         bert = BertModel(self.config, add_pooling_layer=pooler, name="bert",
                          pooled_only=pooler and not packed and not self.every_position)
         out = bert(input_ids, input_mask, segment_ids, position_ids, example_ids,
+                   max_examples=cls_positions.shape[1] if packed else None,
                    deterministic=deterministic)
         if self.pooling == "mean":
             pooled = mean_pool(out.sequence_output, input_mask, example_ids if packed else None,

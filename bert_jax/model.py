@@ -17,9 +17,12 @@ import flax.linen as nn
 import flax.struct
 import jax
 import jax.numpy as jnp
+from flax.linen.dtypes import promote_dtype
 
+from bert_jax import splash
 from bert_jax.config import BertConfig
 from bert_jax.dropout import Dropout
+from bert_jax.fp8 import fp8_dot_general
 
 Array = jax.Array
 
@@ -143,26 +146,112 @@ class Embeddings(nn.Module):
 
 
 @flax.struct.dataclass
+class PackedSegments:
+    """Packed rows in the form of cuDNN's packed ("ragged") attention: per row, the
+    length and start of each of up to M examples ([B, M] and [B, M + 1], -1 past the
+    row's last example), and which tokens are real ([B, L])."""
+
+    lengths: Array
+    starts: Array
+    tokens: Array
+
+
+@flax.struct.dataclass
 class AttentionMask:
-    """Which keys each query may attend to, in one of two forms: `dense`, a boolean
-    [B, 1, Lq or 1, Lk] (`attention_mask`), or `lengths`, int32 [B] real tokens per
+    """Which keys each query may attend to, in one of four forms: `dense`, a boolean
+    [B, 1, Lq or 1, Lk] (`attention_mask`); `lengths`, int32 [B] real tokens per
     right-padded row (the form cuDNN's fused attention takes; it rejects a dense
-    [B, 1, 1, L] mask)."""
+    [B, 1, 1, L] mask); `packed`, the examples of packed rows (`PackedSegments`, for
+    cuDNN); `example_ids` [B, L] of packed rows (for splash attention on TPU)."""
 
     dense: Array | None = None
     lengths: Array | None = None
+    packed: PackedSegments | None = None
+    example_ids: Array | None = None
+
+
+def packed_segments(example_ids: Array, max_examples: int) -> PackedSegments:
+    """example_ids [B, L] (1..k on each row's consecutive examples, 0 on the padding at
+    the end) as PackedSegments of M = max_examples + 1 slots: the examples, then the
+    padding as a segment of its own, so that cuDNN defines every row of its output and
+    gradients (rows it leaves outside every segment come back undefined, NaN in its
+    backward pass)."""
+    slot = jnp.where(example_ids > 0, example_ids, max_examples + 1)
+    member = slot[:, :, None] == jnp.arange(1, max_examples + 2)  # [B, L, M]
+    lengths = member.sum(1, dtype=jnp.int32)
+    present = lengths > 0
+    starts = jnp.where(present, jnp.argmax(member, axis=1).astype(jnp.int32), -1)
+    # Present slots first (cuDNN reads them in order): a row with k < max_examples
+    # examples has its padding in slot M, after k absent ones.
+    order = jnp.argsort(~present, axis=1, stable=True)
+    lengths, starts = (jnp.take_along_axis(jnp.where(present, x, -1), order, axis=1)
+                       for x in (lengths, starts))
+    starts = jnp.pad(starts, ((0, 0), (0, 1)), constant_values=-1)
+    return PackedSegments(lengths, starts, example_ids > 0)
+
+
+def cudnn_available(dtype) -> bool:
+    """Whether attention in `dtype` can take cuDNN's fused kernels in this trace."""
+    return splash.platform() == "gpu" and jnp.dtype(dtype) in (jnp.bfloat16, jnp.float16)
 
 
 def fused_attention(q: Array, k: Array, v: Array, mask: AttentionMask) -> Array:
-    """softmax(q k^T / sqrt(D)) v through `jax.nn.dot_product_attention`, no dropout:
-    [B, L, N, D] x3 -> [B, L, N, D]. cuDNN flash attention on GPU when it applies
-    (bf16/fp16, right-padded rows given as lengths), XLA's implementation elsewhere.
-    Padded query rows attend to the real keys, as in the einsum path."""
-    cudnn = (jax.default_backend() == "gpu" and mask.lengths is not None
-             and q.dtype in (jnp.bfloat16, jnp.float16))
+    """softmax(q k^T / sqrt(D)) v with no dropout: [B, L, N, D] x3 -> [B, L, N, D].
+    cuDNN flash attention on GPU in bf16/fp16 for right-padded rows (given as lengths,
+    through `jax.nn.dot_product_attention`) and for packed rows (`mask.packed`); Pallas
+    splash attention for packed rows on TPU (`mask.example_ids`); XLA's implementation
+    elsewhere. Padded query rows attend to the real keys, as in the einsum path; in
+    packed rows through cuDNN they are zeros."""
+    if mask.packed is not None:
+        return packed_cudnn_attention(q, k, v, mask.packed)
+    if mask.example_ids is not None:
+        return splash.splash_attention(q, k, v, mask.example_ids)
+    cudnn = mask.lengths is not None and cudnn_available(q.dtype)
     return jax.nn.dot_product_attention(
         q, k, v, mask=mask.dense, key_value_seq_lengths=mask.lengths,
         implementation="cudnn" if cudnn else "xla")
+
+
+def packed_cudnn_attention(q: Array, k: Array, v: Array, packed: PackedSegments) -> Array:
+    """cuDNN's packed attention: each example attends within itself, no [L, L] mask.
+    jax exposes the segment offsets only in its cuDNN module, not in
+    `jax.nn.dot_product_attention` (which takes one length per row)."""
+    from jax._src.cudnn import fused_attention_stablehlo as cudnn
+    out = cudnn.dot_product_attention(
+        q, k, v, q_seqlen=packed.lengths, kv_seqlen=packed.lengths, q_offsets=packed.starts,
+        kv_offsets=packed.starts, scale=1.0 / float(q.shape[-1]) ** 0.5,
+        mask_type=cudnn.MaskType.PADDING, qkv_layout="BTNH")
+    # Padding attends to padding: zeros instead, as in the dense-mask path's outputs.
+    return jnp.where(packed.tokens[:, :, None, None], out, 0).astype(q.dtype)
+
+
+def matmul(config: BertConfig):
+    """The encoder layers' dot_general: float8 with current scaling when `config.fp8`
+    (bert_jax/fp8.py), else XLA's in the compute dtype."""
+    return fp8_dot_general if config.fp8 else jax.lax.dot_general
+
+
+class Projection(nn.Module):
+    """`x @ kernel + bias` as an einsum over a kernel of named axes, e.g. [H, N, D] for the
+    query heads: the parameters of flax's `nn.Einsum` ("kernel", "bias"), with the
+    encoder's matmul (`matmul`). Not nn.DenseGeneral: that initialises a flat 2-D kernel
+    and would apply the 3-axis logical constraint to it when traced under a mesh."""
+
+    config: BertConfig
+    einsum_str: str
+    shape: tuple[int, ...]
+    kernel_axes: tuple[str, ...]
+    bias_axes: tuple[str, ...]
+
+    @nn.compact
+    def __call__(self, x):
+        c = self.config
+        kernel = self.param("kernel", dense_init(c, self.kernel_axes), self.shape,
+                            c.param_dtype)
+        bias_shape = self.shape[-len(self.bias_axes):]
+        bias = self.param("bias", zeros_init(self.bias_axes), bias_shape, c.param_dtype)
+        x, kernel, bias = promote_dtype(x, kernel, bias, dtype=c.dtype)
+        return jnp.einsum(self.einsum_str, x, kernel, _dot_general=matmul(c)) + bias
 
 
 class SelfAttention(nn.Module):
@@ -179,14 +268,9 @@ class SelfAttention(nn.Module):
         layer that only [CLS] is read from), keys and values always from x."""
         c = self.config
         queries = x if queries is None else queries
-        # nn.Einsum rather than nn.DenseGeneral: DenseGeneral initialises a flat 2-D
-        # kernel and would apply the 3-axis logical constraint to it when traced
-        # under a mesh (flax re-runs the init abstractly to check shapes in apply).
         qkv = functools.partial(
-            nn.Einsum, shape=(c.hidden_size, c.num_attention_heads, c.head_dim),
-            einsum_str="blh,hnd->blnd", dtype=c.dtype, param_dtype=c.param_dtype,
-            kernel_init=dense_init(c, ("embed", "heads", "kv")),
-            bias_init=zeros_init(("heads", "kv")))
+            Projection, c, "blh,hnd->blnd", (c.hidden_size, c.num_attention_heads, c.head_dim),
+            ("embed", "heads", "kv"), ("heads", "kv"))
         heads = ("activation_batch", "activation_length", "activation_heads", "activation_kv")
         q = nn.with_logical_constraint(qkv(name="query")(queries), heads)
         k = nn.with_logical_constraint(qkv(name="key")(x), heads)
@@ -203,11 +287,8 @@ class SelfAttention(nn.Module):
                 probs, deterministic=deterministic)
             context = jnp.einsum("bnqk,bknd->bqnd", dropped.astype(c.dtype), v)
         context = nn.with_logical_constraint(context, heads)
-        out = nn.Einsum(
-            shape=(c.num_attention_heads, c.head_dim, c.hidden_size), einsum_str="blnd,ndh->blh",
-            dtype=c.dtype, param_dtype=c.param_dtype,
-            kernel_init=dense_init(c, ("heads", "kv", "embed")), bias_init=zeros_init(("embed",)),
-            name="output")(context)
+        out = Projection(c, "blnd,ndh->blh", (c.num_attention_heads, c.head_dim, c.hidden_size),
+                         ("heads", "kv", "embed"), ("embed",), name="output")(context)
         return out, probs
 
 
@@ -229,7 +310,8 @@ class Layer(nn.Module):
     def __call__(self, x, mask, deterministic: bool):
         c = self.config
         dropout = Dropout(c.hidden_dropout_prob)
-        dense = functools.partial(nn.Dense, dtype=c.dtype, param_dtype=c.param_dtype)
+        dense = functools.partial(nn.Dense, dtype=c.dtype, param_dtype=c.param_dtype,
+                                  dot_general=matmul(c))
         act_axes = ("activation_batch", "activation_length", "activation_embed")
 
         # Attention probabilities asked for: the einsum path, whatever attention_impl.
@@ -414,7 +496,10 @@ class BertModel(nn.Module):
                                    bias_init=zeros_init(("mlp",)))
 
     def __call__(self, input_ids, input_mask=None, segment_ids=None, position_ids=None,
-                 example_ids=None, *, deterministic: bool = True) -> BertOutput:
+                 example_ids=None, *, max_examples: int | None = None,
+                 deterministic: bool = True) -> BertOutput:
+        """max_examples: at most this many examples in a packed row (default L); packed
+        rows take cuDNN's attention on GPU with one slot per example."""
         if input_mask is None:
             input_mask = jnp.ones_like(input_ids)
         if segment_ids is None:
@@ -423,10 +508,16 @@ class BertModel(nn.Module):
         if not deterministic:
             c.check_trainable()
         x = self.embeddings(input_ids, segment_ids, position_ids, deterministic)
-        if c.attention_impl == "fused" and not self.output_attentions and example_ids is None:
+        fused = c.attention_impl == "fused" and not self.output_attentions
+        if fused and example_ids is None:
             # At least 1: an all-padding row (batch filler) stays finite in cuDNN.
             lengths = jnp.maximum(jnp.sum(input_mask, axis=-1, dtype=jnp.int32), 1)
             mask = AttentionMask(lengths=lengths)
+        elif fused and cudnn_available(c.dtype) and not self.pooled_only:
+            mask = AttentionMask(packed=packed_segments(
+                example_ids, max_examples or input_ids.shape[-1]))
+        elif fused and splash.available(input_ids.shape[-1]) and not self.pooled_only:
+            mask = AttentionMask(example_ids=example_ids)
         else:
             mask = AttentionMask(dense=attention_mask(input_mask, example_ids))
         sequence, hidden, probs = self.encoder(x, mask, deterministic)

@@ -25,7 +25,7 @@ import optax
 
 from bert_jax import (checkpoint, mlm_distill, multihost, paths, perf, preemption, pretrained,
                       sharding, train_loop, training)
-from bert_jax.config import BertConfig, check_choice, check_inputs_fit
+from bert_jax.config import BertConfig, check_choice, check_inputs_fit, compute_fields
 from bert_jax.data import inputs
 from bert_jax.errors import Interrupted, UserError, check_divisible, check_positive
 from bert_jax.heads import BertForPreTraining
@@ -45,7 +45,8 @@ def model_config(config: ml_collections.ConfigDict, vocab_size: int | None = Non
     dropout = ({} if config.attention_probs_dropout_prob is None else
                {"attention_probs_dropout_prob": float(config.attention_probs_dropout_prob)})
     bert_config = training.model_config(
-        config.model, vocab_size, **dropout, dtype=config.compute_dtype, param_dtype="float32",
+        config.model, vocab_size, **dropout, **compute_fields(config.compute_dtype),
+        param_dtype="float32",
         remat_policy=config.remat_policy, scan_layers=config.scan_layers,
         attention_impl=config.attention_impl)
     bert_config.check_trainable()

@@ -134,9 +134,8 @@ def _report(config, topology, setup, compiled, hosts, num_slices, compile_s) -> 
              - memory.alias_size_in_bytes + memory.temp_size_in_bytes)
     cost = compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-    flat = list(mesh.devices.flat)
-    collectives = hlo_collectives.collective_bytes(compiled.as_text(), chips // num_slices,
-                                                   num_slices)
+    flat, text = list(mesh.devices.flat), compiled.as_text()
+    collectives = hlo_collectives.collective_bytes(text, chips // num_slices, num_slices)
     model_flops = config.global_batch_size * perf.train_flops_per_example(
         setup.bert_config, config.max_seq_length, config.max_predictions_per_seq)
     batch_ways = pretrain.sharding.batch_size_multiple(mesh, setup.rules)
@@ -152,6 +151,9 @@ def _report(config, topology, setup, compiled, hosts, num_slices, compile_s) -> 
         "model_flops_per_step": float(model_flops),
         "collective_bytes": {k: int(v) for k, v in sorted(collectives.items())},
         "compile_s": round(compile_s, 1),
+        # Pallas splash attention kernels (packed rows with fused attention), fwd and bwd.
+        "splash_attention_calls": sum('custom_call_target="tpu_custom_call"' in line
+                                      and "%splash" in line for line in text.splitlines()),
         "details": {"device_kind": flat[0].device_kind,
                     "per_chip_batch": config.global_batch_size / batch_ways,
                     "grad_accum_steps": config.grad_accum_steps,
@@ -178,6 +180,8 @@ def format_report(report: dict) -> str:
         f"model {report['model_flops_per_step']:.3e}",
         "comms     per chip per step: " + (", ".join(
             f"{k} {_gb(v)}" for k, v in report["collective_bytes"].items()) or "none"),
+        "attention " + (f"Pallas splash attention ({report['splash_attention_calls']} "
+                        "kernel calls)" if report["splash_attention_calls"] else "XLA"),
         f"compiled  in {report['compile_s']:.1f} s",
     ]
     return "\n".join(lines)

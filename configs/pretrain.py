@@ -34,7 +34,8 @@ def get_config(variant: str | None = None) -> ml_collections.ConfigDict:
     # Model: a preset name (bert_jax.config.PRESETS) or a dict of BertConfig fields,
     # optionally with 'preset' naming the base. vocab_size defaults to the tokenizer's.
     c.model = "bert-base"
-    c.compute_dtype = "float32"         # "bfloat16": bf16 compute, fp32 params and optimizer
+    c.compute_dtype = "float32"         # "bfloat16": bf16 compute, fp32 params and optimizer;
+    #                                     "fp8": bf16 with FP8 encoder matmuls (Hopper)
     c.remat_policy = "none"             # none | full | dots | dots_with_no_batch_dims
     c.scan_layers = False
     c.attention_impl = "einsum"         # einsum (BERT's exact) | fused (no attention dropout)

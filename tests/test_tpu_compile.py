@@ -19,7 +19,7 @@ MICRO = ["model={'preset': 'tiny', 'num_hidden_layers': 1, 'vocab_size': 512}",
          "rng_impl=unsafe_rbg", "compute_dtype=bfloat16"]
 JSON_KEYS = {"topology", "chips", "hosts", "slices", "mesh", "fits", "hbm_per_chip_gb",
              "hbm_capacity_gb", "params_and_opt_gb", "temp_gb", "flops_per_step",
-             "model_flops_per_step", "collective_bytes", "compile_s"}
+             "model_flops_per_step", "collective_bytes", "compile_s", "splash_attention_calls"}
 
 needs_libtpu = pytest.mark.skipif(
     __import__("importlib").util.find_spec("libtpu") is None,
@@ -144,6 +144,20 @@ def test_compile_for_v5e_2x2_reports_the_fields(v5e_4):
     assert report["collective_bytes"]["all-reduce"] > 0
     assert report["flops_per_step"] == pytest.approx(report["model_flops_per_step"], rel=0.5)
     assert "HBM/chip" in result.stdout and "v5 lite" in result.stdout
+
+
+@needs_libtpu
+def test_packed_rows_with_fused_attention_compile_to_splash_attention():
+    packed = [o for o in MICRO if not o.startswith("max_seq_length")] + [
+        "max_seq_length=128", "packing=true", "attention_impl=fused",
+        "attention_probs_dropout_prob=0.0"]
+    result = run_cli("--config", "configs/pretrain.py:tiny", "--topology", "v5e-4",
+                     *[f"--config.{o}" for o in packed])
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    # One layer: the forward kernel and the backward's dq and dkv kernels.
+    assert report["splash_attention_calls"] >= 2
+    assert "Pallas splash attention" in result.stdout
 
 
 @needs_libtpu

@@ -28,7 +28,8 @@ from jax.experimental import multihost_utils
 
 from bert_jax import (checkpoint, multihost, optim, paths, preemption, pretrained, sharding,
                       train_loop, training)
-from bert_jax.config import BertConfig, ConfigError, check_choice, check_inputs_fit
+from bert_jax.config import (BertConfig, ConfigError, check_choice, check_inputs_fit,
+                             compute_fields)
 from bert_jax.data import lengths
 from bert_jax.errors import Interrupted, UserError, check_positive
 from bert_jax.finetune import files, packing, tasks
@@ -79,8 +80,9 @@ def resolve_model(config) -> ModelSource:
     dropout = dict(hidden_dropout_prob=config.hidden_dropout_prob,
                    attention_probs_dropout_prob=config.attention_probs_dropout_prob)
     numerics = {field: config.get(key) for key, field in (
-        ("compute_dtype", "dtype"), ("remat_policy",) * 2, ("attention_impl",) * 2)
-        if config.get(key)}
+        ("remat_policy",) * 2, ("attention_impl",) * 2) if config.get(key)}
+    if config.get("compute_dtype"):
+        numerics.update(compute_fields(config.compute_dtype))
     if config.init_from:
         pre = pretrained.load(config.init_from)
         tokenizer = load_tokenizer(config.tokenizer or pre.tokenizer_dir)
