@@ -2,8 +2,8 @@
 whatever backend is present, each side in its own process.
 
     python bench/bench_pretrain.py [--models bert-base,bert-large] [--steps 10]
-        [--sides bert_jax,torch_eager,torch_compile] [--numerics auto|fast|faithful]
-        [--scan_layers] [--batch N]
+        [--sides bert_jax,torch_eager,torch_compile] [--numerics auto|fast|faithful|fp8]
+        [--packed] [--hidden_act gelu_new] [--scan_layers] [--batch N]
 
 GPU/TPU: bert-base seq 128 batch 256, bert-large seq 128 batch 128, bert-large seq 512
 batch 32 (80 predictions); bert_jax with the fast numerics (bf16, fused attention
@@ -18,7 +18,12 @@ random batches of the same shape. Ours computes the MLM head only at the masked
 positions; transformers computes it at every position, as it always does. MFU counts
 the same model FLOPs for all sides (masked positions only) against the device's dense
 bf16 peak (bert_jax/perf.py), or on a CPU against a measured fp32 matmul peak.
-Prints a table, the ratios, and last one JSON line (see `report`).
+`--numerics fp8` is the fast numerics with the encoder's matmuls in FP8. `--packed`
+feeds bert_jax rows packed from the embedded corpus's example lengths
+(bench/corpus_lengths_512.json), so samples/s (MLPerf's unit: sequences a second)
+exceeds seq/s (rows) by the examples per row; the torch sides get the same rows' shapes
+unpacked, one sample a row. Prints a table, the ratios, and last one JSON line (see
+`report`).
 """
 
 from __future__ import annotations
@@ -62,6 +67,51 @@ def random_batch(vocab_size, batch_size, length, predictions, seed=0):
     }
 
 
+def corpus_lengths(path=os.path.join(REPO, "bench", "corpus_lengths_512.json")):
+    """The embedded corpus's example lengths at seq 512 (bench/corpus_lengths_512.json,
+    from `bert-jax create-data`): (lengths, their counts)."""
+    with open(path) as f:
+        counts = json.load(f)["counts"]
+    return np.array([int(k) for k in counts]), np.array(list(counts.values()))
+
+
+def packed_batch(vocab_size, batch_size, length, predictions, max_examples=3, seed=0):
+    """Rows of examples whose lengths follow the embedded corpus's (cut to `length`),
+    packed in stream order as bert_jax's pipeline packs them: an example joins the row
+    while tokens, masked positions (15% of its tokens) and `max_examples` allow. Returns
+    (batch, examples in it)."""
+    from bert_jax.data import packing
+    rng = np.random.default_rng(seed)
+    values, counts = corpus_lengths()
+    rows, current, used, slots = [], [], 0, 0
+    sizes = []
+    while len(rows) < batch_size:
+        n = int(min(rng.choice(values, p=counts / counts.sum()), length))
+        count = min(max(1, round(0.15 * n)), predictions)
+        if not packing.row_fits(used, slots, len(current), n, count, length, predictions,
+                                max_examples):
+            rows.append(current)
+            current, used, slots = [], 0, 0
+        current.append(len(sizes))
+        sizes.append((n, count))
+        used, slots = used + n, slots + count
+    examples = {"input_ids": rng.integers(5, vocab_size, (len(sizes), length)).astype(np.int32),
+                "input_mask": (np.arange(length) < np.array([n for n, _ in sizes])[:, None]
+                               ).astype(np.int32),
+                "masked_lm_positions": np.zeros((len(sizes), predictions), np.int32),
+                "masked_lm_ids": rng.integers(5, vocab_size, (len(sizes), predictions)),
+                "masked_lm_weights": np.zeros((len(sizes), predictions), np.float32),
+                "next_sentence_labels": rng.integers(0, 2, len(sizes)).astype(np.int32)}
+    examples["segment_ids"] = (np.arange(length) >= examples["input_mask"].sum(1,
+                               keepdims=True) // 2).astype(np.int32) * examples["input_mask"]
+    for i, (n, count) in enumerate(sizes):
+        examples["masked_lm_positions"][i, :count] = np.sort(
+            rng.choice(np.arange(1, n), count, replace=False)) if n > 1 else 0
+        examples["masked_lm_weights"][i, :count] = 1
+    batch = packing.pack_rows(examples, rows, length, predictions, max_examples)
+    return batch, sum(len(r) for r in rows)
+
+
 def timed(step, steps, sync):
     """(first step seconds, compile included; mean seconds of `steps` later steps)."""
     start = time.perf_counter()
@@ -97,9 +147,11 @@ def worker_probe(_args):
 def jax_model_config(args, accelerator):
     from bert_jax.config import preset
     fields = dict(scan_layers=args.scan_layers,
-                  dtype="bfloat16" if accelerator else "float32")
-    if args.numerics == "fast":
+                  dtype="bfloat16" if accelerator else "float32", fp8=args.numerics == "fp8")
+    if args.numerics in ("fast", "fp8"):
         fields.update(attention_impl="fused", attention_probs_dropout_prob=0.0)
+    if args.hidden_act:
+        fields.update(hidden_act=args.hidden_act)
     return preset(args.model, **fields)
 
 
@@ -113,7 +165,7 @@ def jax_step(args):
     from bert_jax.pretrain_steps import dummy_inputs, jit_steps
     accelerator = jax.default_backend() != "cpu"
     config = jax_model_config(args, accelerator)
-    rng_impl = "unsafe_rbg" if args.numerics == "fast" else "threefry"
+    rng_impl = "threefry" if args.numerics == "faithful" else "unsafe_rbg"
     mesh = sharding.make_mesh({"data": 1}, devices=jax.devices()[:1])
     model = BertForPreTraining(config)
     tx, _ = make_optimizer(learning_rate=1e-4, num_train_steps=1000, warmup_steps=10)
@@ -122,15 +174,21 @@ def jax_step(args):
     state, shardings = sharding.create_sharded_state(init_fn, tx, mesh, rng_impl=rng_impl)
     train, _ = jit_steps(model, tx, mesh, shardings,
                          sharding.DEFAULT_LOGICAL_AXIS_RULES)
-    batch = sharding.global_batch(random_batch(config.vocab_size, args.batch, args.seq_len,
-                                               args.predictions), mesh)
-    holder = {"state": state, "loss": None}
+    if args.packed:
+        batch, examples = packed_batch(config.vocab_size, args.batch, args.seq_len,
+                                       args.predictions)
+    else:
+        batch, examples = random_batch(config.vocab_size, args.batch, args.seq_len,
+                                       args.predictions), args.batch
+    batch = sharding.global_batch(batch, mesh)
+    holder = {"state": state, "loss": None, "examples": examples}
 
     def step():
         with jax.set_mesh(mesh):
             holder["state"], metrics = train(holder["state"], batch)
         holder["loss"] = metrics["loss"]
 
+    step.examples = examples  # sequences per step: more than rows when packed
     return step, lambda: jax.block_until_ready(holder["loss"])
 
 
@@ -141,7 +199,7 @@ def worker_bert_jax(args):
     first, seconds = timed(step, args.steps, sync)
     stats = jax.devices()[0].memory_stats() or {}
     peak = stats.get("peak_bytes_in_use")
-    return {"first_step_s": first, "step_s": seconds,
+    return {"first_step_s": first, "step_s": seconds, "examples": step.examples,
             "peak_memory_gb": peak / 2 ** 30 if peak else host_peak_gb()}
 
 
@@ -177,7 +235,8 @@ def worker_torch(args):
 
     first, seconds = timed(step, args.steps, torch.cuda.synchronize if cuda else lambda: None)
     peak = torch.cuda.max_memory_allocated() / 2 ** 30 if cuda else host_peak_gb()
-    return {"first_step_s": first, "step_s": seconds, "peak_memory_gb": peak}
+    return {"first_step_s": first, "step_s": seconds, "examples": args.batch,
+            "peak_memory_gb": peak}
 
 
 WORKERS = {"probe": worker_probe, "bert_jax": worker_bert_jax, "torch_eager": worker_torch,
@@ -208,7 +267,8 @@ def run_worker(side, **options):
 
 def report(backend, device, results):
     """The one JSON line: {"backend", "device", "results": [{"model", "seq_len", "batch",
-    "side", "seq_per_s", "tokens_per_s", "mfu", "first_step_s", "peak_memory_gb"}]}."""
+    "side", "numerics", "packed", "seq_per_s", "samples_per_s", "tokens_per_s", "mfu",
+    "first_step_s", "peak_memory_gb"}]}."""
     return json.dumps({"backend": backend, "device": device, "results": results})
 
 
@@ -222,8 +282,13 @@ def main():
                         help="timed steps after two untimed ones (default 10; 3 on a CPU)")
     parser.add_argument("--sides", default=None,
                         help=f"subset of {','.join(SIDES)} (default: all; CPU: no compile)")
-    parser.add_argument("--numerics", choices=("auto", "fast", "faithful"), default="auto",
-                        help="bert_jax's numerics; auto: fast on accelerators, faithful on CPU")
+    parser.add_argument("--numerics", choices=("auto", "fast", "faithful", "fp8"),
+                        default="auto", help="bert_jax's numerics; auto: fast on "
+                        "accelerators, faithful on CPU; fp8: fast with FP8 encoder matmuls")
+    parser.add_argument("--packed", action="store_true",
+                        help="bert_jax: rows packed from the embedded corpus's lengths")
+    parser.add_argument("--hidden_act", default=None,
+                        help="bert_jax: another activation (gelu_new: BERT's original tanh)")
     parser.add_argument("--scan_layers", action="store_true", help="bert_jax: nn.scan layers")
     parser.add_argument("--batch", type=int, default=None, help="override every case's batch")
     # Internal: one side of one case, in its own process.
@@ -263,8 +328,8 @@ def main():
           f"{probe['peak'] / 1e12:.3g} TFLOP/s {probe['peak_dtype']}"
           f"{' (measured)' if not accelerator else ''}; bert_jax numerics {numerics}"
           f"{', scanned layers' if args.scan_layers else ''}; {steps} timed steps")
-    print(f"{'model':<11}{'seq':>5}{'batch':>6} {'side':<14}{'seq/s':>9}{'tokens/s':>10}"
-          f"{'MFU':>7}{'first s':>9}{'peak GB':>9}")
+    print(f"{'model':<11}{'seq':>5}{'batch':>6} {'side':<14}{'seq/s':>9}{'samples/s':>10}"
+          f"{'tokens/s':>10}{'MFU':>7}{'first s':>9}{'peak GB':>9}")
     results, ratios = [], []
     for model, seq_len, batch, predictions in cases:
         if model not in models:
@@ -273,21 +338,26 @@ def main():
         flops = batch * perf.train_flops_per_example(preset(model), seq_len, predictions)
         by_side = {}
         for side in sides:
+            ours = side == "bert_jax"
             out = run_worker(side, model=model, seq_len=seq_len, batch=batch,
                              predictions=predictions, steps=steps, numerics=numerics,
-                             scan_layers=args.scan_layers and side == "bert_jax")
+                             scan_layers=args.scan_layers and ours, packed=args.packed and ours,
+                             hidden_act=args.hidden_act if ours else None)
             if out is None:
                 continue
             row = {"model": model, "seq_len": seq_len, "batch": batch, "side": side,
+                   "numerics": numerics if ours else "torch bf16 autocast",
+                   "packed": bool(args.packed and ours),
                    "seq_per_s": batch / out["step_s"],
+                   "samples_per_s": out["examples"] / out["step_s"],
                    "tokens_per_s": batch * seq_len / out["step_s"],
                    "mfu": flops / out["step_s"] / probe["peak"],
                    "first_step_s": out["first_step_s"], "peak_memory_gb": out["peak_memory_gb"]}
             by_side[side] = row
             results.append(row)
             print(f"{model:<11}{seq_len:>5}{batch:>6} {side:<14}{row['seq_per_s']:>9.1f}"
-                  f"{row['tokens_per_s']:>10.0f}{row['mfu']:>7.1%}{row['first_step_s']:>9.1f}"
-                  f"{row['peak_memory_gb']:>9.2f}", flush=True)
+                  f"{row['samples_per_s']:>10.1f}{row['tokens_per_s']:>10.0f}{row['mfu']:>7.1%}"
+                  f"{row['first_step_s']:>9.1f}{row['peak_memory_gb']:>9.2f}", flush=True)
         for other in ("torch_eager", "torch_compile"):
             if "bert_jax" in by_side and other in by_side:
                 ratio = by_side["bert_jax"]["seq_per_s"] / by_side[other]["seq_per_s"]

@@ -1,0 +1,41 @@
+"""The pretraining bench's packed rows and lever names (bench/bench_pretrain.py,
+bench/bench_levers.py): what the GPU figures in docs/performance.md are measured on."""
+
+import os
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "bench"))
+import bench_levers  # noqa: E402
+import bench_pretrain  # noqa: E402
+
+
+def test_packed_rows_follow_the_corpus_lengths_and_stay_valid():
+    batch, examples = bench_pretrain.packed_batch(8192, 64, 512, 80)
+    ids, mask = batch["example_ids"], batch["input_mask"]
+    assert ids.shape == (64, 512) and examples == int(ids.max(1).sum())
+    assert examples > 64  # some rows hold two examples
+    for row in range(64):
+        k = ids[row].max()
+        # examples 1..k back to back from position 0, then padding
+        assert list(np.unique(ids[row][ids[row] > 0])) == list(range(1, k + 1))
+        assert (np.diff(ids[row][mask[row] > 0]) >= 0).all() and not ids[row][mask[row] == 0].any()
+        real = batch["masked_lm_positions"][row][batch["masked_lm_weights"][row] > 0]
+        assert (mask[row][real] == 1).all()
+    values, counts = bench_pretrain.corpus_lengths()
+    mean = (values * counts).sum() / counts.sum()
+    assert abs(mask.sum() / examples - mean) < 0.1 * mean
+
+
+def test_lever_names_are_checked():
+    assert bench_levers.parse_variant("large512-fp8+packed") == {
+        "case": "large512", "side": "bert_jax", "numerics": "fp8", "packed": True,
+        "tanh": False, "cublaslt": False}
+    assert bench_levers.parse_variant("base128-torch_compile")["side"] == "torch_compile"
+    with pytest.raises(SystemExit, match="unknown setting"):
+        bench_levers.parse_variant("base128-fp16")
+    with pytest.raises(SystemExit, match="unknown case"):
+        bench_levers.parse_variant("huge-fast")
