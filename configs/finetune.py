@@ -71,6 +71,9 @@ def get_config(variant: str | None = None) -> ml_collections.ConfigDict:
     c.context_column = "sent1"
     c.question_column = "sent2"       # "" = none (the endings alone)
     c.ending_columns = "ending0,ending1,ending2,ending3"
+    # GLUE from the published folders (google-research/bert's `--data_dir=$GLUE_DIR/MRPC`):
+    # the glue_data folder or the task's own; "" = tensorflow-datasets.
+    c.glue_dir = ""
     c.tfds_data_dir = ""
     c.tfds_download = False           # True: let tfds download (needs network)
     c.max_train_examples = 0          # > 0: a random subset (quick runs)
