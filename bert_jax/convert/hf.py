@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
-from bert_jax import pretrained
+from bert_jax import layer_layout, paths
 from bert_jax.config import BertConfig
 
 # Per model type: the encoder's prefix, the heads' prefixes, the tensors HF writes that
@@ -226,13 +226,13 @@ def params_from_hf(state: Mapping[str, np.ndarray], config: BertConfig) -> dict[
         for key in e.path[:-1]:
             node = node.setdefault(key, {})
         node[e.path[-1]] = e.to_ours(state[e.hf_name].astype(np.float32))
-    return pretrained.match_layout(params, config.scan_layers)
+    return layer_layout.match_layout(params, config.scan_layers)
 
 
 def params_to_hf(params: Mapping[str, Any], config: BertConfig) -> dict[str, np.ndarray]:
     """Our parameter tree (any layout, any heads) -> HF state dict with BertFor* (for ALBERT
     AlbertFor*) names."""
-    params = pretrained.to_unscanned(dict(params))
+    params = layer_layout.to_unscanned(dict(params))
     heads: dict[str, Any] = {k: True for k in ("mlm", "nsp", "qa_outputs") if k in params}
     if "pooler" in params["bert"]:
         heads["pooler"] = True
@@ -299,3 +299,48 @@ def save_hf_dir(directory: str | os.PathLike, config: BertConfig, params: Mappin
 def iter_hf_names(config: BertConfig, heads: Mapping[str, Any]) -> Iterator[str]:
     """Every HF tensor name our layout maps, for the given heads."""
     return (e.hf_name for e in _entries(config, heads))
+
+
+# --- the other files of an HF directory -----------------------------------------------
+
+def _hf_tokenizer_config(hf_dir: str) -> dict[str, Any]:
+    path = paths.join(hf_dir, "tokenizer_config.json")
+    return json.loads(paths.read_text(path)) if paths.exists(path) else {}
+
+
+def wordpiece(vocab: str, do_lower_case: bool):
+    from bert_jax.tokenization import load_tokenizer
+
+    if not paths.exists(vocab):
+        raise FileNotFoundError(f"no vocab.txt at {vocab}")
+    return load_tokenizer(vocab, do_lower_case=do_lower_case)
+
+
+def hf_task(hf_dir: str) -> dict[str, Any] | None:
+    """The head kind where the weights cannot tell it: a multiple-choice classifier
+    looks like a one-label sequence classifier, so config.json's `architectures` says."""
+    architectures = json.loads(paths.read_text(paths.join(hf_dir, "config.json"))).get(
+        "architectures") or []
+    multiple_choice = {"BertForMultipleChoice", "AlbertForMultipleChoice"} & set(architectures)
+    return {"kind": "multiple_choice"} if multiple_choice else None
+
+
+def hf_tokenizer(hf_dir: str):
+    """(tokenizer, its file) of an HF directory: BERT's vocab.txt (casing from
+    tokenizer_config.json, uncased by default as BERT's published vocabularies), else
+    ALBERT's SentencePiece spiece.model with AlbertTokenizer's preprocessing."""
+    from bert_jax.tokenization import AlbertNormalization, SentencePieceTokenizer
+
+    settings = _hf_tokenizer_config(hf_dir)
+    vocab, spiece = paths.join(hf_dir, "vocab.txt"), paths.join(hf_dir, "spiece.model")
+    if paths.exists(vocab) or not paths.exists(spiece):
+        if not paths.exists(vocab):
+            raise FileNotFoundError(f"{hf_dir} has neither vocab.txt nor spiece.model (a "
+                                    "tokenizer.json alone is not read)")
+        return wordpiece(vocab, bool(settings.get("do_lower_case", True))), vocab
+    if not settings.get("remove_space", True):
+        raise ValueError(f"{hf_dir}/tokenizer_config.json sets remove_space=false: bert_jax's "
+                         "ALBERT preprocessing always collapses whitespace")
+    albert = AlbertNormalization(do_lower_case=bool(settings.get("do_lower_case", True)),
+                                 keep_accents=bool(settings.get("keep_accents", False)))
+    return SentencePieceTokenizer(spiece, albert=albert), spiece
