@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator, Mapping
 import numpy as np
 
 from bert_jax import layer_layout, paths
-from bert_jax.config import BertConfig
+from bert_jax.config import BertConfig, ConfigError
 
 # Per model type: the encoder's prefix, the heads' prefixes, the tensors HF writes that
 # carry no information of their own, and the names that tell which heads are present.
@@ -268,13 +268,53 @@ def read_state_dict(directory: str | os.PathLike) -> dict[str, np.ndarray]:
     raise FileNotFoundError(f"no model.safetensors or pytorch_model.bin in {directory}")
 
 
+# transformers' names for encoders that are not BERT's and not read (why, in a word).
+_REFUSED = {name: "RoBERTa's byte-level BPE tokenizer and position offset"
+            for name in ("roberta", "xlm-roberta", "camembert", "roberta-prelayernorm")}
+
+
+def hf_config(path: str | os.PathLike) -> tuple[BertConfig, bool]:
+    """config.json as a BertConfig, and whether it is ERNIE's (`model_type: ernie`: a BERT
+    encoder under `ernie.` names, see `_ernie_as_bert`). RoBERTa's model types are refused
+    in one line: their checkpoints published as BERT (`model_type: bert`, a vocab.txt, such
+    as hfl/chinese-roberta-wwm-ext) load as BERT."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            values = json.load(f)
+    except (OSError, ValueError):
+        values = None  # from_json_file says what is wrong
+    model_type = values.get("model_type") if isinstance(values, dict) else None
+    if model_type in _REFUSED:
+        raise ConfigError(f"{path}: model_type {model_type!r} is not a BERT encoder bert_jax "
+                          f"reads ({_REFUSED[model_type]}); RoBERTa-style checkpoints published "
+                          "as BERT (model_type 'bert' with a vocab.txt) load")
+    if model_type == "ernie":
+        return BertConfig.from_hf_dict({**values, "model_type": "bert"}, source=str(path)), True
+    return BertConfig.from_json_file(path), False
+
+
+def _ernie_as_bert(state: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """ERNIE's tensors under BERT's names. ERNIE 2.0/3.0 (`use_task_id`) add a task-type
+    embedding to every token; transformers' ErnieModel uses task 0 unless given others, so
+    its row 0 is folded into every row of the token-type table: the same sums, exactly."""
+    state = {("bert." + k[len("ernie."):] if k.startswith("ernie.") else k): v
+             for k, v in state.items()}
+    task = state.pop("bert.embeddings.task_type_embeddings.weight", None)
+    if task is not None:
+        name = "bert.embeddings.token_type_embeddings.weight"
+        state[name] = (np.asarray(state[name], np.float32) + np.asarray(task[0], np.float32))
+    return state
+
+
 def load_hf_dir(directory: str | os.PathLike, **config_overrides):
-    """Reads an HF BERT or ALBERT directory: returns (config, params)."""
+    """Reads an HF BERT, ERNIE or ALBERT directory: returns (config, params)."""
     config_path = os.path.join(directory, "config.json")
     if not os.path.exists(config_path):
         raise FileNotFoundError(f"no config.json in {directory}")
-    config = BertConfig.from_json_file(config_path).replace(**config_overrides)
-    return config, params_from_hf(read_state_dict(directory), config)
+    config, ernie = hf_config(config_path)
+    config = config.replace(**config_overrides)
+    state = read_state_dict(directory)
+    return config, params_from_hf(_ernie_as_bert(state) if ernie else state, config)
 
 
 def save_hf_dir(directory: str | os.PathLike, config: BertConfig, params: Mapping[str, Any],

@@ -16,6 +16,7 @@ import os
 import re
 
 from bert_jax import paths
+from bert_jax.convert import hf
 from bert_jax.errors import UserError
 
 PREFIX = "hf:"
@@ -67,9 +68,11 @@ def _download(repo: str, revision: str, name: str) -> str:
     try:
         info = HfApi(endpoint=endpoint).model_info(repo, revision=revision, timeout=10)
         files = _wanted({s.rfilename for s in info.siblings or []}, name)
-        for file in files:
+        for file in files:  # config.json first: a model that cannot convert stops there
             path = hf_hub_download(repo, file, revision=info.sha, cache_dir=cache_dir,
                                    endpoint=endpoint)
+            if file == "config.json":
+                hf.hf_config(path)
     except GatedRepoError:
         raise UserError(f"hf:{name} is gated: accept its terms on the Hub, then log in with "
                         "`hf auth login` or set HF_TOKEN") from None
