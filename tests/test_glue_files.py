@@ -13,6 +13,7 @@ import tensorflow_datasets as tfds
 from bert_jax import cli
 from bert_jax.errors import UserError
 from bert_jax.finetune import glue_files, tasks, trainer
+from test_finetune_glue import EXPECTED
 from test_finetune_util import CONFIG, MICRO_MODEL, SHARED_DATA, micro_config
 
 BOM = "\ufeff"
@@ -182,14 +183,27 @@ def test_one_line_errors(glue_data, tmp_path):
     assert "WNLI/train.tsv:2: label 'entailment' is not one of 0, 1" in _error("wnli", str(bad))
 
 
-def test_finetune_reads_a_glue_data_folder_end_to_end(glue_data, tmp_path):
-    workdir = str(tmp_path / "mrpc")
-    results = trainer.finetune(micro_config("mrpc", f"glue_dir={glue_data}"), workdir)
-    assert {"f1", "accuracy"} <= set(results["validation"])
-    with open(os.path.join(workdir, "glue_submission", "MRPC.tsv")) as f:
-        lines = f.read().splitlines()
-    assert lines[0] == "index\tprediction" and [l.split("\t")[0] for l in lines[1:]] == \
-        [str(i) for i in range(5)] and {l.split("\t")[1] for l in lines[1:]} <= {"0", "1"}
+@pytest.mark.parametrize("name", ["cola", "mrpc", "stsb", "mnli", "ax"])
+def test_finetune_reads_a_glue_data_folder_end_to_end(name, glue_data, tmp_path):
+    """The metrics and submission files of the tfds route (test_finetune_glue.EXPECTED)."""
+    split, metric_names, submissions = EXPECTED[name]
+    workdir = str(tmp_path / name)
+    results = trainer.finetune(micro_config(name, f"glue_dir={glue_data}"), workdir)
+    assert metric_names <= set(results[split])
+    if name == "mnli":
+        assert set(results["validation_mismatched"]) == {"accuracy"}
+    for file_name in submissions:
+        with open(os.path.join(workdir, "glue_submission", file_name)) as f:
+            lines = f.read().splitlines()
+        rows = 3 if name == "ax" else 6 if name == "mnli" else 5
+        assert lines[0] == "index\tprediction"
+        assert [line.split("\t")[0] for line in lines[1:]] == [str(i) for i in range(rows)]
+        values = {line.split("\t")[1] for line in lines[1:]}
+        if name == "stsb":
+            assert all(0.0 <= float(v) <= 5.0 for v in values)
+        else:
+            assert values <= ({"0", "1"} if name in ("cola", "mrpc") else
+                              {"entailment", "neutral", "contradiction"})
 
 
 def test_the_cli_exits_2_in_one_line_for_a_wrong_folder(tmp_path, capsys):

@@ -9,6 +9,7 @@ it trains and validates on MNLI and writes its test predictions to AX.tsv.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 from bert_jax import paths
 from bert_jax.finetune import files, glue_files
@@ -66,11 +67,11 @@ class GlueTask(ClassificationTask):
         self.eval_splits = self.glue.eval_splits
         self.text_columns = self.glue.text_keys
 
-    @property
+    @functools.cached_property
     def test_splits(self):
         splits = tuple(self.glue.submissions)
         glue_dir = self.config.get("glue_dir")
-        if glue_dir:  # a glue_data folder may lack a test file: no submission for it
+        if glue_dir:  # a glue_data folder may lack a test file: no submission (one warning)
             return tuple(s for s in splits if glue_files.split_path(glue_dir, self.name, s))
         return splits
 
