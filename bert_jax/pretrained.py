@@ -216,9 +216,8 @@ def convert_hf_dir(hf_dir: str, out: str, overwrite: bool = False) -> Pretrained
     ALBERT's spiece.model), or a Hub model by name, to a model directory."""
     from bert_jax.convert import hf, hub
 
-    name = hub.hub_name(hf_dir)
-    if name is not None:
-        hf_dir = hub.fetch(name)[0]
+    if hub.hub_name(hf_dir) is not None:
+        hf_dir = hub.fetch(str(hf_dir))[0]
     config, params = hf.load_hf_dir(hf_dir)
     tokenizer, source = hf.hf_tokenizer(hf_dir)
     return save_converted(tokenizer, source, config, params, out, hf.hf_task(hf_dir), overwrite)
@@ -229,10 +228,9 @@ def local_path(path: str | os.PathLike) -> str:
     on first use, then read from the cache (CACHE/models--ORG--NAME/bert_jax/COMMIT)."""
     from bert_jax.convert import hub
 
-    name = hub.hub_name(path)
-    if name is None:
+    if hub.hub_name(path) is None:
         return str(path)
-    hf_dir, converted = hub.fetch(name)
+    hf_dir, converted = hub.fetch(str(path))
     if not paths.exists(paths.join(converted, MODEL_FILE)):
         convert_hf_dir(hf_dir, converted, overwrite=True)
     return converted

@@ -109,13 +109,15 @@ def test_an_unreachable_hub_falls_back_to_the_cache_fast(server, monkeypatch, tm
 
 
 def test_private_models_take_the_token_and_names_fail_in_one_line(server, monkeypatch):
-    with pytest.raises(UserError, match="org/private: no such local directory, nor a model "
-                       "on the Hub .*HF_TOKEN"):
+    with pytest.raises(UserError, match="^hf:org/private: no such model on the Hub .*HF_TOKEN"):
         pretrained.load("hf:org/private")
     monkeypatch.setenv("HF_TOKEN", "secret")
     assert pretrained.load("hf:org/private").config.hidden_size == 16
     with pytest.raises(UserError, match="has no revision 'v9'"):
         pretrained.load("hf:org/tiny@v9")
+    with pytest.raises(UserError, match=r"^org/typo \(no such local path; as a Hub model\): "
+                       "no such model on the Hub"):
+        pretrained.load("org/typo")
     with pytest.raises(UserError, match="a Hub model is hf:ORG/NAME"):
         pretrained.load("hf:tiny")
 

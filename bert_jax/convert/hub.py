@@ -50,7 +50,7 @@ def _wanted(names: set[str], name: str) -> list[str]:
     weights = [f for f in WEIGHT_FILES if f in names]
     if "config.json" not in names or not weights:
         sharded = any(n.endswith(".index.json") for n in names)
-        raise UserError(f"hf:{name} is not a model bert_jax converts: it has "
+        raise UserError(f"{name} is not a model bert_jax converts: it has "
                         + ("sharded weights" if sharded else
                            "no config.json" if "config.json" not in names else
                            f"neither {' nor '.join(WEIGHT_FILES)}"))
@@ -74,13 +74,13 @@ def _download(repo: str, revision: str, name: str) -> str:
             if file == "config.json":
                 hf.hf_config(path)
     except GatedRepoError:
-        raise UserError(f"hf:{name} is gated: accept its terms on the Hub, then log in with "
+        raise UserError(f"{name} is gated: accept its terms on the Hub, then log in with "
                         "`hf auth login` or set HF_TOKEN") from None
     except RevisionNotFoundError:
-        raise UserError(f"hf:{name}: the Hub model has no revision {revision!r}") from None
+        raise UserError(f"{name}: the Hub model has no revision {revision!r}") from None
     except RepositoryNotFoundError:
-        raise UserError(f"{name}: no such local directory, nor a model on the Hub (a "
-                        "private one needs `hf auth login` or HF_TOKEN)") from None
+        raise UserError(f"{name}: no such model on the Hub (a private one needs `hf auth "
+                        "login` or HF_TOKEN)") from None
     except Exception as e:
         if not _unreachable(e):
             raise
@@ -113,23 +113,26 @@ def _cached(repo: str, revision: str, name: str, why: str) -> str:
         _wanted(set(os.listdir(folder)), name)
         return folder
     except (LocalEntryNotFoundError, FileNotFoundError, UserError):
-        raise UserError(f"hf:{name} is not in the Hugging Face cache and {why}: run once with "
+        raise UserError(f"{name} is not in the Hugging Face cache and {why}: run once with "
                         f"network access (without HF_HUB_OFFLINE), or `hf download {repo}"
                         + (f" --revision {revision}" if revision != "main" else "")
                         + "` where there is one and copy the cache (HF_HOME)") from None
 
 
-def fetch(name: str) -> tuple[str, str]:
-    """(snapshot folder with the HF files, where their conversion belongs) of
-    `ORG/NAME[@REVISION]`."""
+def fetch(path: str) -> tuple[str, str]:
+    """(snapshot folder with the HF files, where their conversion belongs) of the Hub
+    model `path` names (`hub_name`)."""
+    name = hub_name(path)
     repo, _, revision = name.partition("@")
     revision = revision or "main"
+    # How errors name it: a bare name may be a mistyped local path.
+    label = path if path.startswith(PREFIX) else f"{path} (no such local path; as a Hub model)"
     if _offline():
-        folder = _cached(repo, revision, name, "HF_HUB_OFFLINE is set")
+        folder = _cached(repo, revision, label, "HF_HUB_OFFLINE is set")
     else:
         try:
-            folder = _download(repo, revision, name)
+            folder = _download(repo, revision, label)
         except ConnectionError as e:
-            folder = _cached(repo, revision, name, f"the Hub cannot be reached ({e})")
+            folder = _cached(repo, revision, label, f"the Hub cannot be reached ({e})")
     snapshots, commit = os.path.split(os.path.abspath(folder))
     return folder, os.path.join(os.path.dirname(snapshots), CONVERTED_DIR, commit)
