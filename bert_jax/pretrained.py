@@ -17,7 +17,8 @@ resolves to its best model (`resolve_model_dir`). Writes are atomic: a failed
 conversion leaves nothing at the destination.
 
 Also here, because every reader of a model directory needs them: the parameter-tree
-layouts (unrolled `layer_i` vs scanned `layers`), the task metadata (`task_kind`,
+layouts (unrolled `layer_i` vs scanned `layers`, from `bert_jax.layer_layout`, which the HF
+conversion below this module uses too), the task metadata (`task_kind`,
 `label_names`, `classifier_pooling`) and `init_params`, which fits loaded numpy weights to
 a model and places them on its mesh.
 """

@@ -84,7 +84,8 @@ def _download(repo: str, revision: str, name: str) -> str:
     except Exception as e:
         if not _unreachable(e):
             raise
-        raise ConnectionError(f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:120]}") from None
+        first_line = (str(e).splitlines() or [""])[0][:120]
+        raise ConnectionError(f"{type(e).__name__}: {first_line}") from None
     folder = os.path.dirname(path)
     if revision != info.sha:  # the cache's refs/REVISION, for offline use of the name
         ref = os.path.join(os.path.dirname(os.path.dirname(folder)), "refs", revision)

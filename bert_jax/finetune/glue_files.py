@@ -131,9 +131,9 @@ def _label(row, path: str, name: str, label_names: list[str] | None):
             return label
     except ValueError:
         pass
-    raise UserError(f"{path}:{getattr(row, 'line', '?')}: label {value!r:.40} is not "
-                    + ("a score" if layout.label_kind == "score" else
-                       f"one of {', '.join(label_names) if layout.label_kind == 'name' else '0, 1'}"))
+    expected = {"score": "a score", "name": f"one of {', '.join(label_names or [])}"}.get(
+        layout.label_kind, "one of 0, 1")
+    raise UserError(f"{path}:{getattr(row, 'line', '?')}: label {value!r:.40} is not {expected}")
 
 
 def load(glue_dir: str, name: str, split: str, label_names: list[str] | None) -> list[dict]:
