@@ -31,7 +31,8 @@ def get_config(variant: str | None = None) -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.task = task
 
-    # Model. `init_from`: a model directory (`bert-jax convert`) or pretraining workdir whose
+    # Model. `init_from`: a model directory (`bert-jax convert`), a Hub model by name
+    # (`hf:ORG/NAME[@REVISION]`, docs/converting.md) or a pretraining workdir, whose
     # encoder is restored; the head is always fresh. `model`: "" = the checkpoint's
     # architecture; a preset name ("tiny", "bert-base", ...) or a dict of BertConfig
     # fields is checked against the checkpoint, or builds a random model without one.
