@@ -154,7 +154,8 @@ def main(argv: list[str]) -> int:
                                   deprecated={"--lower_case": "--do_lower_case",
                                               "--no_lower_case": "--cased"})
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--from_hf", metavar="DIR", help="Hugging Face BERT directory, or hf:ORG/NAME[@REVISION] on the Hub"
+    source.add_argument("--from_hf", metavar="DIR",
+                        help="Hugging Face BERT directory, or hf:ORG/NAME[@REVISION] on the Hub")
     source.add_argument("--from_tf1", metavar="DIR", help="Google TF1 BERT directory")
     source.add_argument("--checkpoint", metavar="MODEL_DIR",
                         help="bert_jax model directory or workdir to export (with --to_hf)")
