@@ -214,8 +214,8 @@ def main(argv: list[str]) -> int:
     parser = flags.ArgumentParser(prog="bert-jax embed", description=__doc__,
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoint", required=True,
-                        help="model directory (bert-jax convert), pretraining workdir or "
-                             "fine-tuning workdir")
+                        help="model directory (bert-jax convert), pretraining workdir, "
+                             "fine-tuning workdir or Hub model (hf:ORG/NAME[@REVISION])")
     parser.add_argument("--input", required=True, help="UTF-8 text, one input per line")
     parser.add_argument("--output", required=True,
                         help=".npy file of float32 [lines, hidden]; .npz with --per_token")

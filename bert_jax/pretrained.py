@@ -6,6 +6,10 @@
       vocab.txt | spm.model, tokenizer_config.json   (the tokenizer's own files)
       params/           Orbax checkpoint of the parameter tree (unrolled layers)
 
+A model published on the Hugging Face Hub is accepted wherever a model directory is, by
+name: `hf:ORG/NAME[@REVISION]` (or `ORG/NAME` where no such local path exists), fetched
+(`bert_jax.convert.hub`) and converted once into the cache beside it (`local_path`).
+
 A pretraining workdir (its checkpoints written by `bert-jax pretrain` in the layout
 `bert_jax.checkpoint` owns, its model files in WORKDIR/model) is accepted wherever a model
 directory is: its latest readable checkpoint's params are read. A fine-tuning workdir
@@ -13,7 +17,8 @@ resolves to its best model (`resolve_model_dir`). Writes are atomic: a failed
 conversion leaves nothing at the destination.
 
 Also here, because every reader of a model directory needs them: the parameter-tree
-layouts (unrolled `layer_i` vs scanned `layers`), the task metadata (`task_kind`,
+layouts (unrolled `layer_i` vs scanned `layers`, from `bert_jax.layer_layout`, which the HF
+conversion below this module uses too), the task metadata (`task_kind`,
 `label_names`, `classifier_pooling`) and `init_params`, which fits loaded numpy weights to
 a model and places them on its mesh.
 """
@@ -33,6 +38,7 @@ from bert_jax import checkpoint, paths
 from bert_jax.atomic import atomic_directory
 from bert_jax.config import BertConfig, ConfigError
 from bert_jax.errors import CheckpointError
+from bert_jax.layer_layout import encoder_of, match_layout, to_scanned, to_unscanned  # noqa: F401
 
 MODEL_FILE = "bert_jax.json"
 PARAMS_DIR = "params"
@@ -128,7 +134,7 @@ def check_model_path(path: str | os.PathLike) -> bool:
     """Raises what `load` would for a path that holds no model, reading no parameters
     (a run checks its init_from before writing anything). True for a pretraining
     workdir, False for a model directory."""
-    path = paths.abspath(path)
+    path = paths.abspath(local_path(path))
     if not paths.isdir(path):
         raise FileNotFoundError(f"no model directory at {path}")
     model_file = paths.join(path, MODEL_FILE)
@@ -152,13 +158,14 @@ def check_model_path(path: str | os.PathLike) -> bool:
 def tokenizer_dir(path: str | os.PathLike) -> str:
     """Where the tokenizer of a model directory or pretraining workdir is (`load`'s
     tokenizer_dir), reading no parameters."""
-    path = paths.abspath(path)
+    path = paths.abspath(local_path(path))
     return paths.join(path, WORKDIR_MODEL_DIR) if check_model_path(path) else path
 
 
 def load(path: str | os.PathLike) -> Pretrained:
-    """Reads a model directory or a pretraining workdir (its latest checkpoint)."""
-    path = paths.abspath(path)
+    """Reads a model directory, a pretraining workdir (its latest checkpoint) or a Hub
+    model by name."""
+    path = paths.abspath(local_path(path))
     if check_model_path(path):
         return load_pretrained_from_workdir(path)
     model_file = paths.join(path, MODEL_FILE)
@@ -183,11 +190,51 @@ def best_model_dir(workdir: str) -> str:
 
 
 def resolve_model_dir(path: str) -> str:
-    """A model directory or pretraining workdir as is; a fine-tuning workdir's best model."""
+    """A model directory or pretraining workdir as is; a fine-tuning workdir's best model;
+    a Hub model by name as its converted model directory."""
+    path = local_path(path)
     if any(paths.exists(paths.join(path, name)) for name in (MODEL_FILE,
                                                              checkpoint.CHECKPOINTS_DIR)):
         return path
     return best_model_dir(path)
+
+
+# --- converted models, and models by name --------------------------------------------
+
+def save_converted(tokenizer, source: str, config: BertConfig, params: dict[str, Any],
+                   out: str, task: dict[str, Any] | None, overwrite: bool) -> Pretrained:
+    """Writes a converted checkpoint with its tokenizer (read from `source`), which must
+    have the config's vocabulary size."""
+    if tokenizer.vocab_size != config.vocab_size:
+        raise ValueError(f"{source} has {tokenizer.vocab_size} tokens but the config says "
+                         f"vocab_size={config.vocab_size}")
+    save(out, config, params, tokenizer=tokenizer, task=task, overwrite=overwrite)
+    return Pretrained(config, params, task, out)
+
+
+def convert_hf_dir(hf_dir: str, out: str, overwrite: bool = False) -> Pretrained:
+    """Converts an HF BERT or ALBERT directory (config.json, weights, and vocab.txt or
+    ALBERT's spiece.model), or a Hub model by name, to a model directory."""
+    from bert_jax.convert import hf, hub
+
+    if hub.hub_name(hf_dir) is not None:
+        hf_dir = hub.fetch(str(hf_dir))[0]
+    config, params = hf.load_hf_dir(hf_dir)
+    tokenizer, source = hf.hf_tokenizer(hf_dir)
+    return save_converted(tokenizer, source, config, params, out, hf.hf_task(hf_dir), overwrite)
+
+
+def local_path(path: str | os.PathLike) -> str:
+    """`path` itself, or for a Hub model by name its model directory: fetched and converted
+    on first use, then read from the cache (CACHE/models--ORG--NAME/bert_jax/COMMIT)."""
+    from bert_jax.convert import hub
+
+    if hub.hub_name(path) is None:
+        return str(path)
+    hf_dir, converted = hub.fetch(str(path))
+    if not paths.exists(paths.join(converted, MODEL_FILE)):
+        convert_hf_dir(hf_dir, converted, overwrite=True)
+    return converted
 
 
 # --- task metadata ----------------------------------------------------------------------
@@ -225,45 +272,6 @@ def label_names(task: dict[str, Any] | None) -> list[str] | None:
     recorded them."""
     names = (task or {}).get("label_names") or (task or {}).get("labels")
     return [str(n) for n in names] if names else None
-
-
-# --- parameter-tree layout --------------------------------------------------------------
-
-def to_scanned(params: dict[str, Any]) -> dict[str, Any]:
-    """Stacks `[bert/]encoder/layer_i` into `[bert/]encoder/layers` (no-op if already
-    scanned, and for ALBERT, whose shared `group_g` have one layout either way). Accepts
-    the params of a task model or of a bare `BertModel`."""
-    encoder = _encoder(params)
-    if "layers" in encoder or "layer_0" not in encoder:
-        return params
-    layers = [encoder[f"layer_{i}"] for i in range(len(encoder))]
-    stacked = jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *layers)
-    return _with_encoder(params, {"layers": stacked})
-
-
-def to_unscanned(params: dict[str, Any]) -> dict[str, Any]:
-    """Splits `[bert/]encoder/layers` into `[bert/]encoder/layer_i` (no-op if unrolled)."""
-    encoder = _encoder(params)
-    if "layers" not in encoder:
-        return params
-    stacked = encoder["layers"]
-    count = jax.tree.leaves(stacked)[0].shape[0]
-    return _with_encoder(params, {
-        f"layer_{i}": jax.tree.map(lambda x, i=i: x[i], stacked) for i in range(count)})
-
-
-def match_layout(params: dict[str, Any], scan_layers: bool) -> dict[str, Any]:
-    return to_scanned(params) if scan_layers else to_unscanned(params)
-
-
-def _encoder(params):
-    return params["bert"]["encoder"] if "bert" in params else params["encoder"]
-
-
-def _with_encoder(params, encoder):
-    if "bert" in params:
-        return {**params, "bert": {**params["bert"], "encoder": encoder}}
-    return {**params, "encoder": encoder}
 
 
 # --- placing loaded weights -------------------------------------------------------------
@@ -310,7 +318,7 @@ def init_params(target: Any, loaded: dict[str, Any], shardings: Any = None, *,
     or unrolled as `target` holds them; then everything must match (`match_params`,
     which says what `partial` allows)."""
     loaded = {k: v for k, v in loaded.items() if k in target or k not in drop}
-    scanned = "layers" in _encoder(target)
+    scanned = "layers" in encoder_of(target)
     params = match_params(match_layout(loaded, scanned), target, partial=partial, source=source,
                           missing_hint=missing_hint)
     return jax.device_put(params, shardings)

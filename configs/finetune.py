@@ -31,7 +31,8 @@ def get_config(variant: str | None = None) -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.task = task
 
-    # Model. `init_from`: a model directory (`bert-jax convert`) or pretraining workdir whose
+    # Model. `init_from`: a model directory (`bert-jax convert`), a Hub model by name
+    # (`hf:ORG/NAME[@REVISION]`, docs/converting.md) or a pretraining workdir, whose
     # encoder is restored; the head is always fresh. `model`: "" = the checkpoint's
     # architecture; a preset name ("tiny", "bert-base", ...) or a dict of BertConfig
     # fields is checked against the checkpoint, or builds a random model without one.
@@ -71,6 +72,9 @@ def get_config(variant: str | None = None) -> ml_collections.ConfigDict:
     c.context_column = "sent1"
     c.question_column = "sent2"       # "" = none (the endings alone)
     c.ending_columns = "ending0,ending1,ending2,ending3"
+    # GLUE from the published folders (google-research/bert's `--data_dir=$GLUE_DIR/MRPC`):
+    # the glue_data folder or the task's own; "" = tensorflow-datasets.
+    c.glue_dir = ""
     c.tfds_data_dir = ""
     c.tfds_download = False           # True: let tfds download (needs network)
     c.max_train_examples = 0          # > 0: a random subset (quick runs)

@@ -102,7 +102,7 @@ def get_config(variant: str | None = None) -> ml_collections.ConfigDict:
     c.checkpoint_every_steps = 10_000
     c.keep_checkpoints = 3
     c.resume_from = ""                  # a checkpoint dir to start from if the workdir has none
-    c.init_from = ""                    # a model dir (bert-jax convert / pretrain) for the weights
+    c.init_from = ""                    # a model dir (bert-jax convert / pretrain) or hf:ORG/NAME
     c.partial_restore = False           # allow missing/extra params when restoring init_from
     c.start_fresh = False               # start over when no checkpoint in the workdir is readable
 

@@ -19,87 +19,31 @@ from bert_jax import flags, paths, pretrained
 from bert_jax.atomic import atomic_directory
 
 
-def _hf_tokenizer_config(hf_dir: str) -> dict[str, Any]:
-    path = paths.join(hf_dir, "tokenizer_config.json")
-    return json.loads(paths.read_text(path)) if paths.exists(path) else {}
-
-
 def _google_do_lower_case(google_dir: str) -> bool:
     """Google names its releases `uncased_L-...` / `cased_L-...`; nothing inside says."""
     name = paths.basename(paths.abspath(google_dir)).lower()
     return "uncased" in name or "cased" not in name
 
 
-def _wordpiece(vocab: str, do_lower_case: bool):
-    from bert_jax.tokenization import load_tokenizer
-
-    if not paths.exists(vocab):
-        raise FileNotFoundError(f"no vocab.txt at {vocab}")
-    return load_tokenizer(vocab, do_lower_case=do_lower_case)
-
-
-def _save_with_tokenizer(tokenizer, source: str, config, params, out, task, overwrite):
-    if tokenizer.vocab_size != config.vocab_size:
-        raise ValueError(f"{source} has {tokenizer.vocab_size} tokens but the config says "
-                         f"vocab_size={config.vocab_size}")
-    pretrained.save(out, config, params, tokenizer=tokenizer, task=task, overwrite=overwrite)
-    return pretrained.Pretrained(config, params, task, out)
-
-
-def _hf_task(hf_dir: str) -> dict[str, Any] | None:
-    """The head kind where the weights cannot tell it: a multiple-choice classifier
-    looks like a one-label sequence classifier, so config.json's `architectures` says."""
-    architectures = json.loads(paths.read_text(paths.join(hf_dir, "config.json"))).get(
-        "architectures") or []
-    multiple_choice = {"BertForMultipleChoice", "AlbertForMultipleChoice"} & set(architectures)
-    return {"kind": "multiple_choice"} if multiple_choice else None
-
-
-def _hf_tokenizer(hf_dir: str):
-    """(tokenizer, its file) of an HF directory: BERT's vocab.txt (casing from
-    tokenizer_config.json, uncased by default as BERT's published vocabularies), else
-    ALBERT's SentencePiece spiece.model with AlbertTokenizer's preprocessing."""
-    from bert_jax.tokenization import AlbertNormalization, SentencePieceTokenizer
-
-    settings = _hf_tokenizer_config(hf_dir)
-    vocab, spiece = paths.join(hf_dir, "vocab.txt"), paths.join(hf_dir, "spiece.model")
-    if paths.exists(vocab) or not paths.exists(spiece):
-        if not paths.exists(vocab):
-            raise FileNotFoundError(f"{hf_dir} has neither vocab.txt nor spiece.model (a "
-                                    "tokenizer.json alone is not read)")
-        return _wordpiece(vocab, bool(settings.get("do_lower_case", True))), vocab
-    if not settings.get("remove_space", True):
-        raise ValueError(f"{hf_dir}/tokenizer_config.json sets remove_space=false: bert_jax's "
-                         "ALBERT preprocessing always collapses whitespace")
-    albert = AlbertNormalization(do_lower_case=bool(settings.get("do_lower_case", True)),
-                                 keep_accents=bool(settings.get("keep_accents", False)))
-    return SentencePieceTokenizer(spiece, albert=albert), spiece
-
-
 def from_hf(hf_dir: str, out: str, overwrite: bool = False) -> pretrained.Pretrained:
-    """Converts an HF BERT or ALBERT directory (config.json, weights, and vocab.txt or
-    ALBERT's spiece.model) to a model directory."""
-    from bert_jax.convert.hf import load_hf_dir
-
-    config, params = load_hf_dir(hf_dir)
-    tokenizer, source = _hf_tokenizer(hf_dir)
-    return _save_with_tokenizer(tokenizer, source, config, params, out, _hf_task(hf_dir),
-                                overwrite)
+    """Converts an HF BERT or ALBERT directory, or a Hub model by name (`hf:ORG/NAME`), to
+    a model directory (`bert_jax.pretrained.convert_hf_dir`)."""
+    return pretrained.convert_hf_dir(hf_dir, out, overwrite)
 
 
 def from_tf1(google_dir: str, out: str, overwrite: bool = False,
              do_lower_case: bool | None = None) -> pretrained.Pretrained:
     """Converts a Google TF1 BERT directory (checkpoint, bert_config.json, vocab.txt),
     with its MLM/NSP heads or a run_classifier / run_squad head, to a model directory."""
-    from bert_jax.convert import tf1
+    from bert_jax.convert import hf, tf1
 
     config, params = tf1.load_tf1_dir(google_dir)
     if do_lower_case is None:
         do_lower_case = _google_do_lower_case(google_dir)
     directory = google_dir if paths.isdir(google_dir) else paths.dirname(google_dir)
     vocab = paths.join(directory, "vocab.txt")
-    return _save_with_tokenizer(_wordpiece(vocab, do_lower_case), vocab, config, params, out,
-                                tf1.task_of(params), overwrite)
+    return pretrained.save_converted(hf.wordpiece(vocab, do_lower_case), vocab, config, params,
+                                     out, tf1.task_of(params), overwrite)
 
 
 # --- bert_jax -> Hugging Face -------------------------------------------------------
@@ -210,7 +154,8 @@ def main(argv: list[str]) -> int:
                                   deprecated={"--lower_case": "--do_lower_case",
                                               "--no_lower_case": "--cased"})
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--from_hf", metavar="DIR", help="Hugging Face BERT directory")
+    source.add_argument("--from_hf", metavar="DIR",
+                        help="Hugging Face BERT directory, or hf:ORG/NAME[@REVISION] on the Hub")
     source.add_argument("--from_tf1", metavar="DIR", help="Google TF1 BERT directory")
     source.add_argument("--checkpoint", metavar="MODEL_DIR",
                         help="bert_jax model directory or workdir to export (with --to_hf)")

@@ -16,8 +16,8 @@ from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
-from bert_jax import pretrained
-from bert_jax.config import BertConfig
+from bert_jax import layer_layout, paths
+from bert_jax.config import BertConfig, ConfigError
 
 # Per model type: the encoder's prefix, the heads' prefixes, the tensors HF writes that
 # carry no information of their own, and the names that tell which heads are present.
@@ -226,13 +226,13 @@ def params_from_hf(state: Mapping[str, np.ndarray], config: BertConfig) -> dict[
         for key in e.path[:-1]:
             node = node.setdefault(key, {})
         node[e.path[-1]] = e.to_ours(state[e.hf_name].astype(np.float32))
-    return pretrained.match_layout(params, config.scan_layers)
+    return layer_layout.match_layout(params, config.scan_layers)
 
 
 def params_to_hf(params: Mapping[str, Any], config: BertConfig) -> dict[str, np.ndarray]:
     """Our parameter tree (any layout, any heads) -> HF state dict with BertFor* (for ALBERT
     AlbertFor*) names."""
-    params = pretrained.to_unscanned(dict(params))
+    params = layer_layout.to_unscanned(dict(params))
     heads: dict[str, Any] = {k: True for k in ("mlm", "nsp", "qa_outputs") if k in params}
     if "pooler" in params["bert"]:
         heads["pooler"] = True
@@ -268,13 +268,53 @@ def read_state_dict(directory: str | os.PathLike) -> dict[str, np.ndarray]:
     raise FileNotFoundError(f"no model.safetensors or pytorch_model.bin in {directory}")
 
 
+# transformers' names for encoders that are not BERT's and not read (why, in a word).
+_REFUSED = {name: "RoBERTa's byte-level BPE tokenizer and position offset"
+            for name in ("roberta", "xlm-roberta", "camembert", "roberta-prelayernorm")}
+
+
+def hf_config(path: str | os.PathLike) -> tuple[BertConfig, bool]:
+    """config.json as a BertConfig, and whether it is ERNIE's (`model_type: ernie`: a BERT
+    encoder under `ernie.` names, see `_ernie_as_bert`). RoBERTa's model types are refused
+    in one line: their checkpoints published as BERT (`model_type: bert`, a vocab.txt, such
+    as hfl/chinese-roberta-wwm-ext) load as BERT."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            values = json.load(f)
+    except (OSError, ValueError):
+        values = None  # from_json_file says what is wrong
+    model_type = values.get("model_type") if isinstance(values, dict) else None
+    if model_type in _REFUSED:
+        raise ConfigError(f"{path}: model_type {model_type!r} is not a BERT encoder bert_jax "
+                          f"reads ({_REFUSED[model_type]}); RoBERTa-style checkpoints published "
+                          "as BERT (model_type 'bert' with a vocab.txt) load")
+    if model_type == "ernie":
+        return BertConfig.from_hf_dict({**values, "model_type": "bert"}, source=str(path)), True
+    return BertConfig.from_json_file(path), False
+
+
+def _ernie_as_bert(state: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """ERNIE's tensors under BERT's names. ERNIE 2.0/3.0 (`use_task_id`) add a task-type
+    embedding to every token; transformers' ErnieModel uses task 0 unless given others, so
+    its row 0 is folded into every row of the token-type table: the same sums, exactly."""
+    state = {("bert." + k[len("ernie."):] if k.startswith("ernie.") else k): v
+             for k, v in state.items()}
+    task = state.pop("bert.embeddings.task_type_embeddings.weight", None)
+    if task is not None:
+        name = "bert.embeddings.token_type_embeddings.weight"
+        state[name] = (np.asarray(state[name], np.float32) + np.asarray(task[0], np.float32))
+    return state
+
+
 def load_hf_dir(directory: str | os.PathLike, **config_overrides):
-    """Reads an HF BERT or ALBERT directory: returns (config, params)."""
+    """Reads an HF BERT, ERNIE or ALBERT directory: returns (config, params)."""
     config_path = os.path.join(directory, "config.json")
     if not os.path.exists(config_path):
         raise FileNotFoundError(f"no config.json in {directory}")
-    config = BertConfig.from_json_file(config_path).replace(**config_overrides)
-    return config, params_from_hf(read_state_dict(directory), config)
+    config, ernie = hf_config(config_path)
+    config = config.replace(**config_overrides)
+    state = read_state_dict(directory)
+    return config, params_from_hf(_ernie_as_bert(state) if ernie else state, config)
 
 
 def save_hf_dir(directory: str | os.PathLike, config: BertConfig, params: Mapping[str, Any],
@@ -299,3 +339,48 @@ def save_hf_dir(directory: str | os.PathLike, config: BertConfig, params: Mappin
 def iter_hf_names(config: BertConfig, heads: Mapping[str, Any]) -> Iterator[str]:
     """Every HF tensor name our layout maps, for the given heads."""
     return (e.hf_name for e in _entries(config, heads))
+
+
+# --- the other files of an HF directory -----------------------------------------------
+
+def _hf_tokenizer_config(hf_dir: str) -> dict[str, Any]:
+    path = paths.join(hf_dir, "tokenizer_config.json")
+    return json.loads(paths.read_text(path)) if paths.exists(path) else {}
+
+
+def wordpiece(vocab: str, do_lower_case: bool):
+    from bert_jax.tokenization import load_tokenizer
+
+    if not paths.exists(vocab):
+        raise FileNotFoundError(f"no vocab.txt at {vocab}")
+    return load_tokenizer(vocab, do_lower_case=do_lower_case)
+
+
+def hf_task(hf_dir: str) -> dict[str, Any] | None:
+    """The head kind where the weights cannot tell it: a multiple-choice classifier
+    looks like a one-label sequence classifier, so config.json's `architectures` says."""
+    architectures = json.loads(paths.read_text(paths.join(hf_dir, "config.json"))).get(
+        "architectures") or []
+    multiple_choice = {"BertForMultipleChoice", "AlbertForMultipleChoice"} & set(architectures)
+    return {"kind": "multiple_choice"} if multiple_choice else None
+
+
+def hf_tokenizer(hf_dir: str):
+    """(tokenizer, its file) of an HF directory: BERT's vocab.txt (casing from
+    tokenizer_config.json, uncased by default as BERT's published vocabularies), else
+    ALBERT's SentencePiece spiece.model with AlbertTokenizer's preprocessing."""
+    from bert_jax.tokenization import AlbertNormalization, SentencePieceTokenizer
+
+    settings = _hf_tokenizer_config(hf_dir)
+    vocab, spiece = paths.join(hf_dir, "vocab.txt"), paths.join(hf_dir, "spiece.model")
+    if paths.exists(vocab) or not paths.exists(spiece):
+        if not paths.exists(vocab):
+            raise FileNotFoundError(f"{hf_dir} has neither vocab.txt nor spiece.model (a "
+                                    "tokenizer.json alone is not read)")
+        return wordpiece(vocab, bool(settings.get("do_lower_case", True))), vocab
+    if not settings.get("remove_space", True):
+        raise ValueError(f"{hf_dir}/tokenizer_config.json sets remove_space=false: bert_jax's "
+                         "ALBERT preprocessing always collapses whitespace")
+    albert = AlbertNormalization(do_lower_case=bool(settings.get("do_lower_case", True)),
+                                 keep_accents=bool(settings.get("keep_accents", False)))
+    return SentencePieceTokenizer(spiece, albert=albert), spiece

@@ -71,7 +71,8 @@ def _finetune_main(argv: list[str]) -> int:
     parser.add_argument("--config", default=f"{DEFAULT_CONFIG}:sst2",
                         help="FILE.py:TASK, e.g. finetune.py:mrpc (packaged) or a path to your own")
     parser.add_argument("--init_from",
-                        help="model directory or pretraining workdir to start from")
+                        help="model directory, pretraining workdir or Hub model "
+                             "(hf:ORG/NAME[@REVISION]) to start from")
     parser.add_argument("--workdir", required=True)
     multihost.add_arguments(parser)
     args = parser.parse_args(rest)
@@ -101,10 +102,10 @@ def _distill_main(argv: list[str]) -> int:
         prog="bert-jax distill", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="distil a fine-tuned model into a smaller one (docs/distillation.md)")
     parser.add_argument("--teacher", required=True,
-                        help="fine-tuning workdir or fine-tuned model directory")
+                        help="fine-tuning workdir or fine-tuned model directory (or hf:...)")
     parser.add_argument("--student", required=True,
                         help="model preset (random encoder, e.g. bert-L2-H256) or model "
-                             "directory / pretraining workdir")
+                             "directory / pretraining workdir / hf:ORG/NAME")
     parser.add_argument("--workdir", required=True)
     multihost.add_arguments(parser)
     args = parser.parse_args(rest)

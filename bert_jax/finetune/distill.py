@@ -81,10 +81,11 @@ DISTILL_DEFAULTS = dict(teacher="", temperature=2.0, alpha=0.5, student_layers=0
 def load_teacher(path: str) -> pretrained.Pretrained:
     """A fine-tuned model: a fine-tuning workdir (its best model) or a model directory
     saved by fine-tuning."""
-    if not paths.isdir(path):
+    local = pretrained.local_path(path)  # a Hub model by name: its converted directory
+    if not paths.isdir(local):
         raise UserError(f"--teacher {path}: no such directory")
     try:
-        teacher = pretrained.load(pretrained.resolve_model_dir(path))
+        teacher = pretrained.load(pretrained.resolve_model_dir(local))
     except FileNotFoundError as e:
         raise UserError(f"--teacher {path}: {e}") from None
     if not teacher.task or "config" not in teacher.task:
@@ -106,6 +107,7 @@ def distill_config(teacher: pretrained.Pretrained, student: str,
         config.teacher = teacher.tokenizer_dir
         config.seeds, config.freeze = "", ""
         config.sweep = dict.fromkeys(selection.GRID, "")
+        student = pretrained.local_path(student)  # a Hub model by name: converted
         is_dir = paths.isdir(student)
         # A fine-tuning workdir stands for its kept model.
         config.init_from = paths.abspath(pretrained.resolve_model_dir(student)) if is_dir else ""

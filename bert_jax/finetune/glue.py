@@ -1,5 +1,6 @@
-"""The GLUE tasks, read through tensorflow-datasets (`glue/NAME`), with their official
-metrics and GLUE server submission files.
+"""The GLUE tasks, read through tensorflow-datasets (`glue/NAME`) or from the published
+`glue_data/` folders (`--config.glue_dir`, `bert_jax.finetune.glue_files`), with their
+official metrics and GLUE server submission files.
 
 `ax` (the diagnostic set) has no training data of its own: like the GLUE baselines
 it trains and validates on MNLI and writes its test predictions to AX.tsv.
@@ -8,9 +9,10 @@ it trains and validates on MNLI and writes its test predictions to AX.tsv.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 from bert_jax import paths
-from bert_jax.finetune import files
+from bert_jax.finetune import files, glue_files
 from bert_jax.finetune.classification import ClassificationTask
 from bert_jax.finetune.task_base import register
 
@@ -65,9 +67,13 @@ class GlueTask(ClassificationTask):
         self.eval_splits = self.glue.eval_splits
         self.text_columns = self.glue.text_keys
 
-    @property
+    @functools.cached_property
     def test_splits(self):
-        return tuple(self.glue.submissions)
+        splits = tuple(self.glue.submissions)
+        glue_dir = self.config.get("glue_dir")
+        if glue_dir:  # a glue_data folder may lack a test file: no submission (one warning)
+            return tuple(s for s in splits if glue_files.split_path(glue_dir, self.name, s))
+        return splits
 
     def _dataset(self, split: str) -> str:
         if self.glue.train_dataset and split not in self.glue.submissions:
@@ -75,6 +81,8 @@ class GlueTask(ClassificationTask):
         return self.glue.dataset or f"glue/{self.name}"
 
     def load(self, split):
+        if self.config.get("glue_dir"):
+            return glue_files.load(self.config.glue_dir, self.name, split, self.label_names)
         rows = files.tfds_examples(self._dataset(split), split,
                                    data_dir=self.config.get("tfds_data_dir"),
                                    download=self.config.get("tfds_download", False))

@@ -660,7 +660,7 @@ def _unfreeze(state, full_tx, init_fn, mesh, rules, rng_impl):
 def _absolute_paths(values: dict) -> dict:
     """The config with its data paths absolute, so a saved model finds its files from
     any working directory."""
-    return {k: paths.abspath(v) if (k.endswith("_file") or k == "tfds_data_dir")
+    return {k: paths.abspath(v) if (k.endswith("_file") or k in ("tfds_data_dir", "glue_dir"))
             and isinstance(v, str) and v else v for k, v in values.items()}
 
 
