@@ -25,6 +25,8 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
+# `import jax` alone does not make `jax.export` available on jax 0.7 (Colab's); this does.
+from jax import export as jax_export
 
 from bert_jax import flags, heads, paths, pretrained
 from bert_jax.atomic import atomic_directory
@@ -107,7 +109,7 @@ def serving_function(model: pretrained.Pretrained
 
 
 def _symbolic_inputs(max_length: int):
-    b, length = jax.export.symbolic_shape("b, l", constraints=(f"l <= {max_length}",))
+    b, length = jax_export.symbolic_shape("b, l", constraints=(f"l <= {max_length}",))
     return [jax.ShapeDtypeStruct((b, length), jnp.int32)] * 3
 
 
@@ -115,7 +117,7 @@ def export_jax(fn, params, path: str, max_length: int,
                platforms=DEFAULT_PLATFORMS) -> None:
     """Serializes fn with the weights baked in: f(input_ids, input_mask, segment_ids)."""
     bound = jax.jit(lambda ids, mask, segments: fn(params, ids, mask, segments))
-    exported = jax.export.export(bound, platforms=platforms)(*_symbolic_inputs(max_length))
+    exported = jax_export.export(bound, platforms=platforms)(*_symbolic_inputs(max_length))
     with paths.open(path, "wb") as f:
         f.write(exported.serialize())
 
@@ -288,7 +290,7 @@ class ServedModel:
 
     def __init__(self, export_dir: str):
         self.spec = json.loads(paths.read_text(paths.join(export_dir, SERVING_FILE)))
-        self.exported = jax.export.deserialize(
+        self.exported = jax_export.deserialize(
             bytearray(paths.read_bytes(paths.join(export_dir, JAX_FILE))))
         self.export_dir = export_dir
         self._tokenizer = None

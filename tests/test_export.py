@@ -74,9 +74,9 @@ RELOAD = textwrap.dedent("""
     arrays = [inputs[k] for k in ("input_ids", "input_mask", "segment_ids")]
     results = {}
 
-    import jax  # the jax.export artifact needs nothing but jax
+    from jax import export as jax_export  # the artifact needs nothing but jax
     with open(f"{directory}/model.jaxexport", "rb") as f:
-        exported = jax.export.deserialize(bytearray(f.read()))
+        exported = jax_export.deserialize(bytearray(f.read()))
     for key, value in exported.call(*arrays).items():
         results[f"jax_{key}"] = np.asarray(value)
 
