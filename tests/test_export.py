@@ -166,8 +166,8 @@ def test_saved_model_stablehlo_no_newer_than_tensorflows(exported):
 def test_saved_model_tensorflow_cannot_run_is_refused(tmp_path, monkeypatch, capsys):
     """A jax much newer than tensorflow writes a model that tensorflow cannot run (seen
     with jax 0.12 and tensorflow 2.21 before `erf_without_composites`, TensorFlow's
-    error below): the export runs the
-    model in TensorFlow first and fails with the versions, writing nothing."""
+    error below): the export runs the model in TensorFlow first and fails with the
+    versions, writing nothing."""
     import tensorflow as tf
     from jax.experimental import jax2tf
 

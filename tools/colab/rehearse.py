@@ -225,6 +225,8 @@ def rehearse(runtime: str, repo: str, cache: str, workdir: str, install_only: bo
         f"{n} {o} -> {v}" for n, (o, v) in sorted(changed.items())))
     for i, meta in enumerate(result["seconds"][2:], 2):
         print(f"  cell {i}: {seconds(meta)}")
+    if install_only:
+        print(f"rehearse ({runtime}): imports: {result['outputs'][-1].strip()}")
     return problems
 
 
