@@ -2,6 +2,8 @@
 
     python tools/colab/matrix.py colab|newest [pytest arguments]
 
+Both run the tests marked slow in tests/test_export.py too (the SavedModel exports).
+
 colab:  Colab's CPU runtime (Python 3.13, jax 0.7.2, flax 0.11.2, tensorflow 2.20, numpy
         2.1.3; rehearse.py's cached venv, copied), plus bert_jax and pytest added the way
         the notebook adds them: nothing Colab has is replaced.
@@ -23,7 +25,7 @@ import rehearse
 
 TESTS = ["tests/test_model.py", "tests/test_train.py", "tests/test_finetune_csv.py",
          "tests/test_checkpoint.py", "tests/test_pipeline.py", "tests/test_export.py"]
-TEST_PACKAGES = ["pytest", "pytest-timeout"]
+TEST_PACKAGES = ["pytest", "pytest-timeout", "pytest-xdist"]
 
 
 def colab_env(root: str, cache: str, env: str) -> str:
@@ -41,7 +43,8 @@ def colab_env(root: str, cache: str, env: str) -> str:
 def newest_env(root: str, cache: str) -> str:
     # Per checkout too: bert_jax is installed in editable mode.
     with open(os.path.join(root, "setup.cfg"), "rb") as f:
-        key = hashlib.sha256(root.encode() + f.read()).hexdigest()[:12]
+        key = hashlib.sha256(root.encode() + f.read() + str(TEST_PACKAGES).encode())
+        key = key.hexdigest()[:12]
     env = os.path.join(cache, "newest-" + key)
     stamp = os.path.join(env, ".built")
     if not os.path.exists(stamp):
@@ -76,8 +79,13 @@ def run_tests(env: str, stack: str, root: str) -> int:
                     "flax {flax.__version__}, numpy {numpy.__version__}, tensorflow "
                     "{tf.__version__}')", stack], check=True)
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
-    return subprocess.run([python, "-m", "pytest", "-m", "not slow", "-p", "no:cacheprovider",
-                           *TESTS, *sys.argv[2:]], cwd=root, env=environ).returncode
+    pytest = [python, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadfile",
+              *sys.argv[2:]]
+    # The fast tests, then the SavedModel exports (marked slow), which lag jax the most.
+    fast = subprocess.run(pytest + ["-m", "not slow", *TESTS], cwd=root, env=environ)
+    exports = subprocess.run(pytest + ["-m", "slow", "tests/test_export.py"], cwd=root,
+                             env=environ)
+    return fast.returncode or exports.returncode
 
 
 if __name__ == "__main__":

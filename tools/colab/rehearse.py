@@ -105,8 +105,10 @@ def copy_env(base: str, env: str) -> None:
 
 
 def pip_check(env: str) -> list[str]:
+    # cwd=env: `python -m` puts the working folder on sys.path, and a checkout's
+    # bert_jax.egg-info there would count as installed.
     out = subprocess.run([os.path.join(env, "bin", "python"), "-m", "pip", "check"],
-                         capture_output=True, text=True).stdout
+                         capture_output=True, text=True, cwd=env).stdout
     return sorted(line for line in out.splitlines()
                   if line.strip() and not line.startswith("No broken requirements"))
 
@@ -116,7 +118,7 @@ def versions(env: str) -> dict[str, str]:
             "for x in m.distributions(): d.setdefault(x.metadata['Name'].lower()"
             ".replace('_', '-'), x.version)\nprint(json.dumps(d))")
     out = subprocess.run([os.path.join(env, "bin", "python"), "-c", code],
-                         capture_output=True, text=True, check=True).stdout
+                         capture_output=True, text=True, check=True, cwd=env).stdout
     return json.loads(out)
 
 
@@ -183,7 +185,8 @@ def seconds(cell_metadata: dict) -> str:
         return "?"
 
 
-def rehearse(runtime: str, repo: str, cache: str, workdir: str, install_only: bool) -> list:
+def rehearse(runtime: str, repo: str, cache: str, workdir: str, install_only: bool,
+             wheel: bool = False) -> list:
     """Problems found (empty: the notebook ran as in Colab)."""
     base = build_env(runtime, cache)
     env = os.path.join(workdir, "venv")
@@ -191,6 +194,13 @@ def rehearse(runtime: str, repo: str, cache: str, workdir: str, install_only: bo
     copy_env(base, env)
     content = os.path.join(workdir, "content")
     copy_repo(repo, os.path.join(content, "bert_jax"))
+    notebook = os.path.join(content, "bert_jax", "notebooks", "colab_quickstart.ipynb")
+    if wheel:  # an uploaded wheel instead of the folder
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", content,
+                        os.path.join(content, "bert_jax")], check=True)
+        shutil.move(notebook, os.path.join(workdir, "notebook.ipynb"))
+        notebook = os.path.join(workdir, "notebook.ipynb")
+        shutil.rmtree(os.path.join(content, "bert_jax"))
     before = versions(env)
     environ = {k: v for k, v in os.environ.items()
                if not k.startswith(("PYTHON", "VIRTUAL_ENV", "JUPYTER", "XLA_FLAGS"))}
@@ -198,7 +208,7 @@ def rehearse(runtime: str, repo: str, cache: str, workdir: str, install_only: bo
                    PYDEVD_DISABLE_FILE_VALIDATION="1",  # ipykernel's debugger warning
                    PATH=os.path.join(env, "bin") + os.pathsep + environ.get("PATH", ""))
     subprocess.run([os.path.join(env, "bin", "python"), os.path.abspath(__file__), "--execute",
-                    os.path.join(content, "bert_jax", "notebooks", "colab_quickstart.ipynb"),
+                    notebook,
                     "--content", content] + (["--install-only"] if install_only else []),
                    env=environ, cwd=content, check=True)
     with open(os.path.join(content, "rehearsal.json")) as f:
@@ -237,6 +247,8 @@ def main() -> int:
                         help="the install cell and the imports, not the whole notebook")
     parser.add_argument("--repo", default=ROOT, help="the checkout to rehearse (default: this)")
     parser.add_argument("--cache", default=os.path.expanduser("~/.cache/bert_jax/colab"))
+    parser.add_argument("--wheel", action="store_true",
+                        help="upload a wheel of the repository instead of its folder")
     parser.add_argument("--keep", action="store_true", help="keep the work folder")
     parser.add_argument("--execute", help=argparse.SUPPRESS)  # inside the Colab venv
     parser.add_argument("--content", help=argparse.SUPPRESS)
@@ -246,7 +258,7 @@ def main() -> int:
     workdir = tempfile.mkdtemp(prefix=f"colab_{args.runtime}_")
     try:
         problems = rehearse(args.runtime, os.path.abspath(args.repo), args.cache, workdir,
-                            args.install_only)
+                            args.install_only, args.wheel)
     finally:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
