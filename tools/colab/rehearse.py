@@ -208,8 +208,7 @@ def rehearse(runtime: str, repo: str, cache: str, workdir: str, install_only: bo
                    PYDEVD_DISABLE_FILE_VALIDATION="1",  # ipykernel's debugger warning
                    PATH=os.path.join(env, "bin") + os.pathsep + environ.get("PATH", ""))
     subprocess.run([os.path.join(env, "bin", "python"), os.path.abspath(__file__), "--execute",
-                    notebook,
-                    "--content", content] + (["--install-only"] if install_only else []),
+                    notebook, "--content", content] + (["--install-only"] * install_only),
                    env=environ, cwd=content, check=True)
     with open(os.path.join(content, "rehearsal.json")) as f:
         result = json.load(f)
@@ -234,7 +233,7 @@ def rehearse(runtime: str, repo: str, cache: str, workdir: str, install_only: bo
     print(f"rehearse ({runtime}): changed {len(changed)}: " + " ".join(
         f"{n} {o} -> {v}" for n, (o, v) in sorted(changed.items())))
     for i, meta in enumerate(result["seconds"][2:], 2):
-        print(f"  cell {i}: {seconds(meta)}")
+        print(f"  code cell {i}: {seconds(meta)}")  # the install cell is code cell 1
     if install_only:
         print(f"rehearse ({runtime}): imports: {result['outputs'][-1].strip()}")
     return problems
