@@ -166,7 +166,8 @@ def execute(notebook: str, content: str, install_only: bool) -> int:
         client.execute()
     except nbclient.exceptions.CellExecutionError as e:
         error = str(e)
-    outputs = ["".join(o.get("text", "") for o in c.outputs) for c in nb.cells]
+    outputs = ["".join(o.get("text", "") for o in c.outputs if o.get("name") == "stdout")
+               for c in nb.cells]
     loaded = next((json.loads(line[len("LOADED="):]) for line in outputs[0].splitlines()
                    if line.startswith("LOADED=")), [])
     with open(os.path.join(content, "rehearsal.json"), "w") as f:
