@@ -9,7 +9,7 @@ SMOKE ?=
 PYTEST_ARGS ?=
 SLOW ?=
 
-.PHONY: demo test clean
+.PHONY: demo test colab matrix clean
 
 $(VENV)/.runtime: setup.cfg constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,18 @@ demo: $(VENV)/.runtime
 # SLOW=1: `make test SLOW=1` runs everything. The 15 slowest tests are listed at the end.
 test: $(VENV)/.test
 	$(PY) -m pytest -n 2 --dist loadfile --durations=15 $(if $(SLOW),,-m "not slow") $(PYTEST_ARGS)
+
+# Colab rehearsed (tools/colab/rehearse.py; needs a Python 3.13, takes no .venv): the
+# notebook's install cell and every cell in smoke mode in a venv of Colab's CPU runtime
+# (cached in ~/.cache/bert_jax/colab), and the TPU runtime's install cell and imports.
+colab:
+	$(PYTHON) tools/colab/rehearse.py
+	$(PYTHON) tools/colab/rehearse.py --runtime tpu --install-only
+
+# The core tests on Colab's stack (jax 0.7.2, Python 3.13) and on the newest releases.
+matrix:
+	$(PYTHON) tools/colab/matrix.py colab
+	$(PYTHON) tools/colab/matrix.py newest
 
 clean:
 	rm -rf $(VENV) runs

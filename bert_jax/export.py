@@ -25,6 +25,8 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
+# `import jax` alone does not make `jax.export` available on jax 0.7 (Colab's); this does.
+from jax import export as jax_export
 
 from bert_jax import flags, heads, paths, pretrained
 from bert_jax.atomic import atomic_directory
@@ -107,7 +109,7 @@ def serving_function(model: pretrained.Pretrained
 
 
 def _symbolic_inputs(max_length: int):
-    b, length = jax.export.symbolic_shape("b, l", constraints=(f"l <= {max_length}",))
+    b, length = jax_export.symbolic_shape("b, l", constraints=(f"l <= {max_length}",))
     return [jax.ShapeDtypeStruct((b, length), jnp.int32)] * 3
 
 
@@ -115,7 +117,7 @@ def export_jax(fn, params, path: str, max_length: int,
                platforms=DEFAULT_PLATFORMS) -> None:
     """Serializes fn with the weights baked in: f(input_ids, input_mask, segment_ids)."""
     bound = jax.jit(lambda ids, mask, segments: fn(params, ids, mask, segments))
-    exported = jax.export.export(bound, platforms=platforms)(*_symbolic_inputs(max_length))
+    exported = jax_export.export(bound, platforms=platforms)(*_symbolic_inputs(max_length))
     with paths.open(path, "wb") as f:
         f.write(exported.serialize())
 
@@ -145,7 +147,45 @@ def stablehlo_for_tensorflow():
         jax_stablehlo.get_version_from_compatibility_requirement = lookup
 
 
+# XLA's float32 erf, x * P(x^2) / Q(x^2) on [-4, 4]: the decomposition that jax >= 0.12
+# ships inside a `stablehlo.composite`, written out with plain ops.
+_ERF_P = (-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06,
+          -5.69250639462346e-05, -7.34990630326855e-04, -2.95459980854025e-03,
+          -1.60960333262415e-02)
+_ERF_Q = (-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03,
+          -7.37332916720468e-03, -1.42647390514189e-02)
+
+
+def _plain_erf(x):
+    y = jnp.clip(x.astype(jnp.float32), -4.0, 4.0)
+    return (y * jnp.polyval(jnp.array(_ERF_P, jnp.float32), y * y)
+            / jnp.polyval(jnp.array(_ERF_Q, jnp.float32), y * y)).astype(x.dtype)
+
+
+@contextlib.contextmanager
+def erf_without_composites():
+    """While active, erf and erfc (the exact GELU) lower to plain StableHLO ops. jax 0.12
+    lowers them to a `stablehlo.composite` whose dynamically shaped decomposition
+    tensorflow 2.21 cannot refine ("operand ... has type 'tensor<1x2x64xf32>', but
+    decomposition has type 'tensor<?x?x64xf32>'"). The outputs stay within 1e-6."""
+    try:
+        from jax._src.interpreters import mlir
+        from jax._src.lax import special
+        saved = {p: mlir._lowerings[p] for p in (special.erf_p, special.erfc_p)}
+    except (ImportError, AttributeError, KeyError):  # moved: jax's lowering stays
+        yield
+        return
+    mlir.register_lowering(special.erf_p, mlir.lower_fun(_plain_erf, multiple_results=False))
+    mlir.register_lowering(special.erfc_p, mlir.lower_fun(
+        lambda x, accuracy=None: 1 - _plain_erf(x), multiple_results=False))
+    try:
+        yield
+    finally:
+        mlir._lowerings.update(saved)
+
+
 @stablehlo_for_tensorflow()
+@erf_without_composites()
 def export_saved_model(fn, params, tokenizer, path: str, max_length: int,
                        max_seq_length: int, labels: list[str] | None,
                        platforms=DEFAULT_PLATFORMS, truncation: str = "head",
@@ -255,8 +295,8 @@ def _word_tagger(serve_ids, tokenizer, max_seq_length: int, label_table):
 
 def check_tensorflow_runs(serve_ids) -> None:
     """Runs the converted model once in TensorFlow (one row, two tokens) before the
-    SavedModel is written, so that a model TensorFlow cannot run (a jax too new for the
-    installed tensorflow: jax 0.12 with tensorflow 2.21) fails here, not when served."""
+    SavedModel is written, so that a model TensorFlow cannot run (a jax much newer than
+    the installed tensorflow writes ops it does not know) fails here, not when served."""
     import tensorflow as tf
     ids = tf.zeros([1, 2], tf.int32)
     try:
@@ -288,7 +328,7 @@ class ServedModel:
 
     def __init__(self, export_dir: str):
         self.spec = json.loads(paths.read_text(paths.join(export_dir, SERVING_FILE)))
-        self.exported = jax.export.deserialize(
+        self.exported = jax_export.deserialize(
             bytearray(paths.read_bytes(paths.join(export_dir, JAX_FILE))))
         self.export_dir = export_dir
         self._tokenizer = None

@@ -74,9 +74,9 @@ RELOAD = textwrap.dedent("""
     arrays = [inputs[k] for k in ("input_ids", "input_mask", "segment_ids")]
     results = {}
 
-    import jax  # the jax.export artifact needs nothing but jax
+    from jax import export as jax_export  # the artifact needs nothing but jax
     with open(f"{directory}/model.jaxexport", "rb") as f:
-        exported = jax.export.deserialize(bytearray(f.read()))
+        exported = jax_export.deserialize(bytearray(f.read()))
     for key, value in exported.call(*arrays).items():
         results[f"jax_{key}"] = np.asarray(value)
 
@@ -165,8 +165,9 @@ def test_saved_model_stablehlo_no_newer_than_tensorflows(exported):
 
 def test_saved_model_tensorflow_cannot_run_is_refused(tmp_path, monkeypatch, capsys):
     """A jax much newer than tensorflow writes a model that tensorflow cannot run (seen
-    with jax 0.12 and tensorflow 2.21, TensorFlow's error below): the export runs the
-    model in TensorFlow first and fails with the versions, writing nothing."""
+    with jax 0.12 and tensorflow 2.21 before `erf_without_composites`, TensorFlow's
+    error below): the export runs the model in TensorFlow first and fails with the
+    versions, writing nothing."""
     import tensorflow as tf
     from jax.experimental import jax2tf
 

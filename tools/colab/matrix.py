@@ -1,0 +1,92 @@
+"""The core tests on the oldest supported stack (Colab's) and on the newest releases.
+
+    python tools/colab/matrix.py colab|newest [pytest arguments]
+
+Both run the tests marked slow in tests/test_export.py too (the SavedModel exports).
+
+colab:  Colab's CPU runtime (Python 3.13, jax 0.7.2, flax 0.11.2, tensorflow 2.20, numpy
+        2.1.3; rehearse.py's cached venv, copied), plus bert_jax and pytest added the way
+        the notebook adds them: nothing Colab has is replaced.
+newest: Python 3.13 and the newest release of everything (no constraints), in a venv
+        cached beside rehearse.py's (rebuilt when setup.cfg changes; delete
+        ~/.cache/bert_jax/colab/newest-* to move to newer releases).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import rehearse
+
+TESTS = ["tests/test_model.py", "tests/test_train.py", "tests/test_finetune_csv.py",
+         "tests/test_checkpoint.py", "tests/test_pipeline.py", "tests/test_export.py"]
+TEST_PACKAGES = ["pytest", "pytest-timeout", "pytest-xdist"]
+
+
+def colab_env(root: str, cache: str, env: str) -> str:
+    rehearse.copy_env(rehearse.build_env("cpu", cache), env)
+    pins = rehearse.versions(env)
+    pins.pop("tensorflow-metadata")  # the notebook's fix for Colab's protobuf, as there
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
+        f.writelines(f"{name}=={v}\n" for name, v in pins.items())
+    subprocess.run([os.path.join(env, "bin", "python"), "-m", "pip", "install", "-q",
+                    "-c", f.name, "-e", root, "tensorflow-metadata==1.17.3", *TEST_PACKAGES],
+                   check=True)
+    return env
+
+
+def newest_env(root: str, cache: str) -> str:
+    # Per checkout too: bert_jax is installed in editable mode.
+    with open(os.path.join(root, "setup.cfg"), "rb") as f:
+        key = hashlib.sha256(root.encode() + f.read() + str(TEST_PACKAGES).encode())
+        key = key.hexdigest()[:12]
+    env = os.path.join(cache, "newest-" + key)
+    stamp = os.path.join(env, ".built")
+    if not os.path.exists(stamp):
+        shutil.rmtree(env, ignore_errors=True)
+        subprocess.run([rehearse.python313(), "-m", "venv", env], check=True)
+        subprocess.run([os.path.join(env, "bin", "python"), "-m", "pip", "install", "-q",
+                        "--upgrade", "pip"], check=True)
+        subprocess.run([os.path.join(env, "bin", "python"), "-m", "pip", "install", "-q",
+                        "-e", root, *TEST_PACKAGES], check=True)
+        open(stamp, "w").close()
+    return env
+
+
+def main() -> int:
+    if len(sys.argv) < 2 or sys.argv[1] not in ("colab", "newest"):
+        sys.exit(__doc__.strip().splitlines()[2].strip())
+    root, stack = rehearse.ROOT, sys.argv[1]
+    cache = os.path.expanduser("~/.cache/bert_jax/colab")
+    work = tempfile.mkdtemp(prefix="matrix_")
+    try:
+        env = (colab_env(root, cache, os.path.join(work, "venv")) if stack == "colab"
+               else newest_env(root, cache))
+        return run_tests(env, stack, root)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def run_tests(env: str, stack: str, root: str) -> int:
+    python = os.path.join(env, "bin", "python")
+    subprocess.run([python, "-c", "import sys, jax, flax, numpy, tensorflow as tf; print("
+                    "f'{sys.argv[1]}: Python {sys.version.split()[0]}, jax {jax.__version__}, "
+                    "flax {flax.__version__}, numpy {numpy.__version__}, tensorflow "
+                    "{tf.__version__}')", stack], check=True)
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
+    pytest = [python, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadfile",
+              *sys.argv[2:]]
+    # The fast tests, then the SavedModel exports (marked slow), which lag jax the most.
+    fast = subprocess.run(pytest + ["-m", "not slow", *TESTS], cwd=root, env=environ)
+    exports = subprocess.run(pytest + ["-m", "slow", "tests/test_export.py"], cwd=root,
+                             env=environ)
+    return fast.returncode or exports.returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())
