@@ -23,6 +23,7 @@ import socket
 import threading
 import time
 
+from bert_jax import workdir_kind
 from bert_jax.errors import WorkdirBusyError
 
 log = logging.getLogger(__name__)
@@ -96,7 +97,9 @@ def _describe(owner: dict) -> str:
 class WorkdirLock:
     """The lock of one workdir; `acquire()` then `release()`, or use it as a context."""
 
-    def __init__(self, workdir: str, command: str, files: type[LockFiles] = LockFiles):
+    def __init__(self, workdir: str, command: str, files: type[LockFiles] = LockFiles,
+                 kind: str | None = None):
+        self.kind = kind  # recorded in the workdir once the lock is held (`workdir_kind`)
         self.workdir = os.path.abspath(workdir)
         self.path = os.path.join(self.workdir, LOCK_FILE)
         self.files = files
@@ -116,6 +119,8 @@ class WorkdirLock:
                 self._heartbeat = threading.Thread(target=self._beat, daemon=True,
                                                    name="workdir-lock-heartbeat")
                 self._heartbeat.start()
+                if self.kind is not None:
+                    workdir_kind.mark(self.workdir, self.kind, self.owner["command"])
                 return
             found = self.files.read(self.path)
             if found is None:
@@ -166,6 +171,9 @@ class WorkdirLock:
 
     def _remove_created_workdir(self) -> None:
         if self._created_workdir:
+            with contextlib.suppress(OSError):  # a run that wrote nothing but the marker
+                if os.listdir(self.workdir) == [workdir_kind.JOB_FILE]:
+                    self.files.delete(os.path.join(self.workdir, workdir_kind.JOB_FILE))
             self.files.remove_directory_if_empty(self.workdir)
 
     def __enter__(self) -> "WorkdirLock":
@@ -176,9 +184,14 @@ class WorkdirLock:
         self.release()
 
 
-def hold(workdir: str, command: str, primary: bool = True):
+def hold(workdir: str, command: str, primary: bool = True, *, kind: str | None = None,
+         inputs: dict[str, str] | None = None):
     """The context that holds `workdir`'s lock for a run (`primary`: the process that
-    writes; the others share its lock). Paths with a scheme (gs://) are not locked yet."""
+    writes; the others share its lock). With `kind` (a `workdir_kind` job kind) it first
+    refuses a workdir of another kind or one of `inputs` ({flag: path}), and records
+    `kind` once the lock is held. Paths with a scheme (gs://) are not locked yet."""
+    if kind is not None:
+        workdir_kind.check(workdir, kind, inputs)
     if not primary or "://" in workdir:
         return contextlib.nullcontext()
-    return WorkdirLock(workdir, command)
+    return WorkdirLock(workdir, command, kind=kind)

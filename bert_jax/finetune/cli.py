@@ -62,7 +62,7 @@ def _out_of_memory_said(config):
 
 
 def _finetune_main(argv: list[str]) -> int:
-    from bert_jax import multihost, preemption, workdir_lock
+    from bert_jax import multihost, preemption, workdir_kind, workdir_lock
     from bert_jax.config_loader import load_config, split_config_args
     rest, overrides = split_config_args(argv)
     parser = flags.ArgumentParser(prog="bert-jax finetune", description=__doc__,
@@ -82,7 +82,10 @@ def _finetune_main(argv: list[str]) -> int:
     # From here on SIGTERM means: checkpoint at the next step, then stop.
     try:
         with preemption.Watcher(), \
-                workdir_lock.hold(args.workdir, "bert-jax finetune", multihost.is_primary()), \
+                workdir_lock.hold(args.workdir, "bert-jax finetune", multihost.is_primary(),
+                                  kind=workdir_kind.FINETUNING,
+                                  inputs={"--init_from": config.get("init_from"),
+                                          "--config.model": config.get("model")}), \
                 _out_of_memory_said(config):
             results = run_finetune(config, args.workdir)
     except preemption.Preempted as e:
@@ -94,7 +97,7 @@ def _finetune_main(argv: list[str]) -> int:
 
 
 def _distill_main(argv: list[str]) -> int:
-    from bert_jax import multihost, preemption, workdir_lock
+    from bert_jax import multihost, preemption, workdir_kind, workdir_lock
     from bert_jax.config_loader import split_config_args
     rest, overrides = split_config_args(argv)
     parser = flags.ArgumentParser(
@@ -114,7 +117,9 @@ def _distill_main(argv: list[str]) -> int:
     config = distill.distill_config(teacher, args.student, overrides)
     try:
         with preemption.Watcher(), \
-                workdir_lock.hold(args.workdir, "bert-jax distill", multihost.is_primary()), \
+                workdir_lock.hold(args.workdir, "bert-jax distill", multihost.is_primary(),
+                                  kind=workdir_kind.DISTILLATION,
+                                  inputs={"--teacher": args.teacher, "--student": args.student}), \
                 _out_of_memory_said(config):
             results = distill.distill(config, teacher, args.workdir)
     except preemption.Preempted as e:

@@ -27,7 +27,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from bert_jax import (checkpoint, multihost, optim, paths, preemption, pretrained, sharding,
-                      train_loop, training)
+                      train_loop, training, workdir_kind)
 from bert_jax.config import (BertConfig, ConfigError, check_choice, check_inputs_fit,
                              compute_fields)
 from bert_jax.data import lengths
@@ -44,6 +44,9 @@ log = logging.getLogger("bert_jax.finetune")
 KEEP_CHECKPOINT = ("best", "last")  # the best validation score, or the end of training
 KEEP_CHECKPOINTS = 2  # training checkpoints kept for resuming (removed when the run ends)
 PREDICTIONS_DIR = "predictions"
+# What a fresh run would replace: moved to WORKDIR/previous/ (`workdir_kind.set_aside`).
+EARLIER_RUN = [checkpoint.CHECKPOINTS_DIR, PREDICTIONS_DIR, pretrained.RESULTS_FILE,
+               EVALUATE_RESULTS_FILE, pretrained.BEST_DIR, "metrics.jsonl", "tensorboard"]
 
 
 @dataclasses.dataclass
@@ -391,10 +394,12 @@ class Finetuning:
         except checkpoint.IncompatibleCheckpointError as e:
             log.warning("%s: starting over", e)
             restored = None
-        if restored is None and latest is not None:  # another run's, or unreadable
+        aside = None
+        if restored is None:  # a fresh run: an earlier one's results are moved aside
             ckpt.close()
             if multihost.is_primary():
-                paths.rmtree(ckpt.directory, missing_ok=True)
+                aside = workdir_kind.set_aside(workdir, EARLIER_RUN)
+                paths.rmtree(ckpt.directory, missing_ok=True)  # left only in a bucket
             multihost.sync("finetune_checkpoints_removed")
             ckpt = checkpoint.Checkpointer(workdir, keep=KEEP_CHECKPOINTS)
         paths.makedirs(workdir)
@@ -409,9 +414,10 @@ class Finetuning:
             writer.drop_after(step)
             writer.message(f"resumed from step {step} of {ckpt.directory}")
             return state, shardings, _Kept(**meta["kept"]), writer, ckpt
-        if writer.replaced_earlier_run:
-            writer.message(f"{workdir} held an earlier fine-tuning run: its metrics, best model "
-                           "and results are replaced by this run's")
+        if aside or writer.replaced_earlier_run:
+            writer.message(f"{workdir} held an earlier fine-tuning run: its results are moved "
+                           f"to {aside}" if aside else f"{workdir} held an earlier fine-tuning "
+                           "run: its metrics, best model and results are replaced")
         state, shardings = sharding.create_sharded_state(
             plan.init_fn, plan.tx if plan.frozen_steps else plan.full_tx, self.mesh,
             rules=self.rules, seed=int(config.seed), rng_impl=config.rng_impl)
