@@ -474,7 +474,11 @@ def create_pretraining_data(inputs: Sequence[str], output_files: Sequence[str], 
                    if not paths.exists(paths.dirname(paths.abspath(p)))})
     for directory in made:
         paths.makedirs(directory)
-    writers = [tfrecord.RecordWriter(path) for path in output_files]
+    # Shards are written under temporary (hidden) names, renamed when all are complete:
+    # a killed run leaves no file a later glob could take as data, and an earlier
+    # run's shards stay whole until then.
+    temporary = [paths.temporary_sibling(path) for path in output_files]
+    writers = [tfrecord.RecordWriter(path) for path in temporary]
     bar = tqdm(total=sum(paths.getsize(f) for f in files), unit="B", unit_scale=True,
                desc="create-data", disable=not progress, file=sys.stderr)
     total, written = Stats(), 0
@@ -502,20 +506,20 @@ def create_pretraining_data(inputs: Sequence[str], output_files: Sequence[str], 
         for writer in writers:
             writer.close()
         bar.close()
-        if failed:  # partial shards would pass for complete ones
-            _remove_outputs(output_files, made)
+        if failed or not written:  # partial shards would pass for complete ones
+            _remove_outputs(temporary, made)
     warning = uncovered_text_warning(total.unknown_tokens, total.tokens,
                                      f"{len(files)} input file(s)")
     if warning:
         log.warning(warning)
-    if not written:
-        # Empty shards would only fail later, in the pipeline, far from the cause.
-        _remove_outputs(output_files, made)
+    if not written:  # empty shards would only fail later, in the pipeline
         raise ValueError(
             f"no pretraining examples from {len(files)} input file(s): {total.documents} "
             f"documents, {total.sentences} sentences, {total.empty_files} empty file(s), "
             f"{total.undecodable_lines} undecodable line(s); the input needs text in BERT's "
             "format (a sentence per line, a blank line between documents)")
+    for tmp, path in zip(temporary, output_files):
+        paths.move(tmp, path)
     return total
 
 
