@@ -20,6 +20,16 @@ def check_positive(name: str, value, *, allow_zero: bool = False) -> None:
         raise UserError(f"{name} must be an integer >= {low}, got {value!r}")
 
 
+def check_learning_rate(value) -> None:
+    """A learning rate must be a number > 0: a negative one climbs the loss, zero trains
+    nothing (to measure a model without training, `bert-jax evaluate` it)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise UserError(f"learning_rate must be a number > 0, got {value!r}"
+                        + (" (a negative rate raises the loss)" if isinstance(value, (int, float))
+                           and value < 0 else " (nothing would train; `bert-jax evaluate` "
+                           "measures a model without training)" if value == 0 else ""))
+
+
 def check_divisible(name: str, value: int, multiple: int, why: str) -> None:
     if value % multiple:
         raise UserError(f"{name} {value} must be a multiple of {multiple} ({why})")

@@ -27,7 +27,8 @@ from bert_jax import (checkpoint, mlm_distill, multihost, paths, perf, preemptio
                       sharding, train_loop, training)
 from bert_jax.config import BertConfig, check_choice, check_inputs_fit, compute_fields
 from bert_jax.data import inputs
-from bert_jax.errors import Interrupted, UserError, check_divisible, check_positive
+from bert_jax.errors import (Interrupted, UserError, check_divisible, check_learning_rate,
+                             check_positive)
 from bert_jax.heads import BertForPreTraining
 from bert_jax.metrics_writer import MetricsWriter
 from bert_jax.optim import OPTIMIZERS, make_optimizer
@@ -151,6 +152,13 @@ def validate_config(config: ml_collections.ConfigDict, bert_config: BertConfig,
     for key in ("warmup_steps", "eval_every_steps"):
         check_positive(key, config[key], allow_zero=True)
     check_choice("on_nonfinite", config.on_nonfinite, ("skip", "stop"))
+    check_learning_rate(config.learning_rate)
+    if not 0 <= config.eval_fraction < 1:
+        raise UserError(f"eval_fraction must be >= 0 and < 1, got {config.eval_fraction}")
+    if config.eval_every_steps and not config.eval_fraction:  # else it fails at the first eval
+        raise UserError(f"eval_fraction 0 holds out nothing to evaluate on every "
+                        f"eval_every_steps {config.eval_every_steps}: set --config.eval_fraction "
+                        "(e.g. 0.01), or --config.eval_every_steps=0 to train without evaluation")
     # .get: config files copied before the key existed still load
     check_positive("max_consecutive_nonfinite", config.get("max_consecutive_nonfinite", 5))
     check_choice("optimizer", config.optimizer, OPTIMIZERS)

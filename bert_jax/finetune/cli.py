@@ -165,9 +165,13 @@ def _evaluate_main(argv: list[str]) -> int:
         results[name] = task.evaluate(examples, features, model.outputs(features))
     output = args.output or (paths.join(args.workdir[0], inference.EVALUATE_RESULTS_FILE)
                              if len(args.workdir) == 1 else None)
+    print(json.dumps(results, indent=2))  # first: a folder we cannot write loses nothing
     if output:
-        paths.write_text(output, json.dumps(results, indent=2))
-    print(json.dumps(results, indent=2))
+        try:
+            paths.write_text(output, json.dumps(results, indent=2))
+        except OSError as e:
+            raise UserError(f"could not write {output} ({e.strerror or e}): the metrics are "
+                            "printed above; pass --output FILE to save them elsewhere") from e
     return 0
 
 

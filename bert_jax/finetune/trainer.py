@@ -31,7 +31,7 @@ from bert_jax import (checkpoint, multihost, optim, paths, preemption, pretraine
 from bert_jax.config import (BertConfig, ConfigError, check_choice, check_inputs_fit,
                              compute_fields)
 from bert_jax.data import lengths
-from bert_jax.errors import Interrupted, UserError, check_positive
+from bert_jax.errors import Interrupted, UserError, check_learning_rate, check_positive
 from bert_jax.finetune import files, packing, tasks
 from bert_jax.finetune.inference import (EVALUATE_RESULTS_FILE, make_eval_fn, predict_features,
                                          round_up)
@@ -208,6 +208,7 @@ def validate_config(config) -> None:
     the key. Batch sizes are rounded up to a multiple of the mesh's batch shards."""
     for key in ("global_batch_size", "eval_batch_size", "log_every_steps"):
         check_positive(key, config[key])
+    check_learning_rate(config.learning_rate)
     epochs = config.num_train_epochs
     if isinstance(epochs, bool) or not isinstance(epochs, (int, float)) or not epochs > 0:
         raise UserError(f"num_train_epochs must be a number > 0, got {epochs!r}")
@@ -304,7 +305,10 @@ class Finetuning:
                 raise ValueError(f"task {task.name!r}: no training features")
             _warn_if_uncovered(tokenizer, train_features, f"task {task.name!r}'s training data")
             for split in task.test_splits:  # read again after training; a bad file fails now
-                task.load(split)
+                try:
+                    task.check_labels(task.load(split))
+                except ValueError as e:
+                    raise UserError(f"the {split} split: {e}") from e
             model = task.model(self.source.config)
             if self.objective.wrap_model is not None:
                 model = self.objective.wrap_model(model)
