@@ -153,12 +153,7 @@ def validate_config(config: ml_collections.ConfigDict, bert_config: BertConfig,
         check_positive(key, config[key], allow_zero=True)
     check_choice("on_nonfinite", config.on_nonfinite, ("skip", "stop"))
     check_learning_rate(config.learning_rate)
-    if not 0 <= config.eval_fraction < 1:
-        raise UserError(f"eval_fraction must be >= 0 and < 1, got {config.eval_fraction}")
-    if config.eval_every_steps and not config.eval_fraction:  # else it fails at the first eval
-        raise UserError(f"eval_fraction 0 holds out nothing to evaluate on every "
-                        f"eval_every_steps {config.eval_every_steps}: set --config.eval_fraction "
-                        "(e.g. 0.01), or --config.eval_every_steps=0 to train without evaluation")
+    inputs.check_eval_fraction(config)
     # .get: config files copied before the key existed still load
     check_positive("max_consecutive_nonfinite", config.get("max_consecutive_nonfinite", 5))
     check_choice("optimizer", config.optimizer, OPTIMIZERS)
@@ -254,7 +249,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
     tokenizer_path, tokenizer = run_tokenizer(config)
     run_setup = setup(config, tokenizer.vocab_size)
     bert_config, mesh, rules = run_setup.bert_config, run_setup.mesh, run_setup.rules
-    inputs.input_files(config)
+    inputs.check_records_vocabulary(inputs.input_files(config), tokenizer_path,
+                                    tokenizer.fingerprint())
     run = checkpoint.run_description(config.to_dict(), bert_config.to_dict(),
                                      tokenizer.fingerprint())
     teacher, teacher_params, teacher_shardings = _teacher(config, run_setup, run["vocabulary"])

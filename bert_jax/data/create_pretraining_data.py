@@ -438,6 +438,14 @@ def _check_knowledge_masking(options: Options, references: bool) -> None:
     _entity_finder(options)  # a missing or empty entity list fails here, before any work
 
 
+def _check_options(options: Options) -> None:
+    if options.max_seq_length < 5:
+        raise ValueError("max_seq_length must be at least 5")
+    if options.sentence_order_prediction and not options.next_sentence_prediction:
+        raise ValueError("--sentence_order_prediction makes sentence pairs: it cannot go "
+                         "with --no_next_sentence_prediction")
+
+
 def create_pretraining_data(inputs: Sequence[str], output_files: Sequence[str], vocab: str,
                             options: Options, do_lower_case: Optional[bool] = None,
                             num_workers: int = 1, progress: bool = True,
@@ -451,11 +459,7 @@ def create_pretraining_data(inputs: Sequence[str], output_files: Sequence[str], 
     lines) is counted; a reference line that does not spell its input line fails.
     """
     from tqdm import tqdm
-    if options.max_seq_length < 5:
-        raise ValueError("max_seq_length must be at least 5")
-    if options.sentence_order_prediction and not options.next_sentence_prediction:
-        raise ValueError("--sentence_order_prediction makes sentence pairs: it cannot go "
-                         "with --no_next_sentence_prediction")
+    _check_options(options)
     files = corpus.expand_inputs(inputs)
     corpus.require_text(files)
     load_tokenizer(vocab, do_lower_case)  # fail before starting workers
@@ -599,7 +603,9 @@ def run(args, output_files: List[str], summary_dir: Optional[str]) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     summary = dict(stats.summary(), options=dataclasses.asdict(options),
-                   vocab=paths.abspath(args.vocab), output_files=list(output_files))
+                   vocab=paths.abspath(args.vocab), output_files=list(output_files),
+                   # pretraining refuses records made with another vocabulary
+                   vocab_fingerprint=load_tokenizer(args.vocab, args.do_lower_case).fingerprint())
     for key, value in stats.summary().items():
         if isinstance(value, dict):  # percentiles
             value = ", ".join(f"{k} {v}" for k, v in value.items())
