@@ -31,7 +31,7 @@ def main(argv: list[str]) -> int:
     multihost.initialize(args)
     # From here on SIGTERM means: checkpoint at the next step, then stop.
     with preemption.Watcher() as watcher:
-        config = load_config(args.config, overrides)
+        config = load_config(args.config, overrides, command="pretrain")
         with workdir_lock.hold(args.workdir, "bert-jax pretrain", multihost.is_primary(),
                                kind=workdir_kind.PRETRAINING,
                                inputs={"--config.init_from": config.get("init_from"),

@@ -139,10 +139,28 @@ def apply_override(config: ml_collections.ConfigDict, key: str, value: Any) -> N
             node[leaf] = _to_config_value(value)
 
 
-def load_config(spec: str, overrides: Sequence[str] = ()) -> ml_collections.ConfigDict:
+# command -> (its packaged config file, a key only that family of configs has)
+FAMILIES = {"pretrain": ("pretrain.py", "input_files"), "finetune": ("finetune.py", "task")}
+
+
+def check_family(config: ml_collections.ConfigDict, path: str, command: str) -> None:
+    """Refuses the config of another command (e.g. finetune.py for `bert-jax pretrain`),
+    which would otherwise fail later on a missing key, as a bug."""
+    file, key = FAMILIES[command]
+    if key in config:
+        return
+    other = next((c for c, (_, k) in FAMILIES.items() if k in config), None)
+    raise UserError(f"{path} is not a {command} config (it has no '{key}' key"
+                    + (f"; it is a config for `bert-jax {other}`" if other else "")
+                    + f"): `bert-jax {command}` takes configs/{file}[:VARIANT] or a copy of it")
+
+
+def load_config(spec: str, overrides: Sequence[str] = (),
+                command: str | None = None) -> ml_collections.ConfigDict:
     """Loads `FILE.py` or `FILE.py:VARIANT` and applies `KEY=VALUE` overrides in order.
 
-    Overrides may carry a leading `--config.` (as typed on a command line).
+    Overrides may carry a leading `--config.` (as typed on a command line). `command`
+    ("pretrain", "finetune"): the config must be of that command's family.
     """
     path, _, variant = spec.partition(":")
     module = _import_file(path)
@@ -150,6 +168,8 @@ def load_config(spec: str, overrides: Sequence[str] = ()) -> ml_collections.Conf
     if variant and not takes_arg:
         raise UserError(f"{path}: get_config() takes no variant, got {variant!r}")
     config = module.get_config(variant or None) if takes_arg else module.get_config()
+    if command:
+        check_family(config, path, command)
     warn = _warn_once()
     rename_keys(config, lambda message: warn(f"{path}: {message}"))
     apply_overrides(config, overrides, warn)

@@ -258,6 +258,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
     writer = MetricsWriter(workdir, total_steps=config.num_train_steps)
     ckpt = checkpoint.Checkpointer(workdir, keep=config.keep_checkpoints)
     state, _, pipeline_state = restore_or_init(config, ckpt, run_setup, writer, run)
+    if int(state.step) >= config.num_train_steps:  # a completed run, run again
+        ckpt.close()
+        writer.message(f"{workdir} holds a complete run ({int(state.step)} of "
+                       f"{config.num_train_steps} steps): nothing to train (raise "
+                       "--config.num_train_steps to continue); its last metrics follow")
+        writer.close()
+        return {"train": writer.last("train"), "eval": writer.last("eval")}
     if multihost.is_primary():  # the workdir is then loadable as a model directory
         pretrained.write_model_files(paths.join(workdir, pretrained.WORKDIR_MODEL_DIR),
                                      bert_config, tokenizer=tokenizer)

@@ -76,7 +76,7 @@ def _finetune_main(argv: list[str]) -> int:
     multihost.add_arguments(parser)
     args = parser.parse_args(rest)
     multihost.initialize(args)
-    config = load_config(args.config, overrides)
+    config = load_config(args.config, overrides, command="finetune")
     if args.init_from:
         config.init_from = args.init_from
     # From here on SIGTERM means: checkpoint at the next step, then stop.
