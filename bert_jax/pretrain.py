@@ -152,7 +152,7 @@ def validate_config(config: ml_collections.ConfigDict, bert_config: BertConfig,
     for key in ("warmup_steps", "eval_every_steps"):
         check_positive(key, config[key], allow_zero=True)
     check_choice("on_nonfinite", config.on_nonfinite, ("skip", "stop"))
-    check_learning_rate(config.learning_rate)
+    check_learning_rate(config.learning_rate, config.get("allow_zero_learning_rate", False))
     inputs.check_eval_fraction(config)
     # .get: config files copied before the key existed still load
     check_positive("max_consecutive_nonfinite", config.get("max_consecutive_nonfinite", 5))
