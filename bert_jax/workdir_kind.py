@@ -85,12 +85,30 @@ def check(workdir: str, kind: str, inputs: dict[str, str] | None = None) -> None
                     "command would replace; choose another folder")
 
 
-def mark(workdir: str, kind: str, command: str) -> None:
-    """Records `kind` in `workdir` unless it is recorded already (call after `check`)."""
+def mark(workdir: str, kind: str, command: str) -> frozenset | None:
+    """Records `kind` in `workdir` unless it is recorded already (call after `check`);
+    returns the names the workdir held before (for `unmark_if_idle`), or None when it
+    wrote nothing."""
     path = os.path.join(workdir, JOB_FILE)
-    if "://" not in workdir and not os.path.exists(path):
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump({"kind": kind, "command": command}, f)
+    if "://" in workdir or os.path.exists(path):
+        return None
+    before = frozenset(os.listdir(workdir))
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump({"kind": kind, "command": command}, f)
+    return before
+
+
+def unmark_if_idle(workdir: str, before: frozenset | None, ignore: str) -> None:
+    """Removes the marker `mark` wrote when the run added nothing to the workdir (it
+    failed before writing): a bad command leaves a folder as it was. `ignore`: the
+    lock file."""
+    if before is None:
+        return
+    try:
+        if set(os.listdir(workdir)) - {JOB_FILE, ignore} <= before:
+            os.remove(os.path.join(workdir, JOB_FILE))
+    except OSError:
+        pass  # the workdir is gone: nothing to undo
 
 
 PREVIOUS_DIR = "previous"

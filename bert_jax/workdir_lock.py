@@ -107,6 +107,7 @@ class WorkdirLock:
                       "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         self._text = json.dumps(self.owner)
         self._created_workdir = False
+        self._marked = None  # the workdir's names before this run wrote the kind marker
         self._stop = threading.Event()
         self._heartbeat: threading.Thread | None = None
 
@@ -120,7 +121,8 @@ class WorkdirLock:
                                                    name="workdir-lock-heartbeat")
                 self._heartbeat.start()
                 if self.kind is not None:
-                    workdir_kind.mark(self.workdir, self.kind, self.owner["command"])
+                    self._marked = workdir_kind.mark(self.workdir, self.kind,
+                                                     self.owner["command"])
                 return
             found = self.files.read(self.path)
             if found is None:
@@ -166,14 +168,12 @@ class WorkdirLock:
             self._heartbeat.join()
             found = self.files.read(self.path)
             if found is not None and found[0] == self._text:
+                workdir_kind.unmark_if_idle(self.workdir, self._marked, LOCK_FILE)
                 self.files.delete(self.path)
         self._remove_created_workdir()
 
     def _remove_created_workdir(self) -> None:
         if self._created_workdir:
-            with contextlib.suppress(OSError):  # a run that wrote nothing but the marker
-                if os.listdir(self.workdir) == [workdir_kind.JOB_FILE]:
-                    self.files.delete(os.path.join(self.workdir, workdir_kind.JOB_FILE))
             self.files.remove_directory_if_empty(self.workdir)
 
     def __enter__(self) -> "WorkdirLock":

@@ -68,6 +68,15 @@ def test_the_marker_decides_and_a_run_that_wrote_nothing_leaves_nothing(tmp_path
     assert sorted(os.listdir(workdir)) == [workdir_kind.JOB_FILE, "metrics.jsonl"]
 
 
+def test_a_run_that_fails_before_writing_leaves_an_older_workdir_as_it_was(tmp_path):
+    workdir = make(tmp_path / "pre", "model/bert_jax.json", "metrics.jsonl")  # no marker
+    with pytest.raises(RuntimeError):
+        with workdir_lock.hold(workdir, "bert-jax pretrain", kind=workdir_kind.PRETRAINING):
+            assert os.path.exists(os.path.join(workdir, workdir_kind.JOB_FILE))
+            raise RuntimeError("a bad config")
+    assert sorted(os.listdir(workdir)) == ["metrics.jsonl", "model"]
+
+
 def test_overwriting_a_training_workdir_is_refused(tmp_path):
     workdir = make(tmp_path / "pre", "model/bert_jax.json", "metrics.jsonl")
     with pytest.raises(UserError, match="holds a pretraining run"):
