@@ -24,6 +24,7 @@ overrides without global state, and is the one place where renamed keys (RENAMED
 from __future__ import annotations
 
 import ast
+import difflib
 import importlib.util
 import inspect
 import os
@@ -117,9 +118,11 @@ def apply_override(config: ml_collections.ConfigDict, key: str, value: Any) -> N
             raise UserError(f"unknown config key {'.'.join(parents[:i + 1])!r} (in {key!r})")
         node = node[part]
     if not isinstance(node, ml_collections.ConfigDict) or leaf not in node:
-        known = ", ".join(sorted(node.keys())) if isinstance(node, ml_collections.ConfigDict) \
-            else ""
-        raise UserError(f"unknown config key {key!r}" + (f"; known here: {known}" if known else ""))
+        keys = sorted(node.keys()) if isinstance(node, ml_collections.ConfigDict) else []
+        near = difflib.get_close_matches(leaf, keys, n=3, cutoff=0.6)
+        hint = (f"; did you mean {' or '.join(near)}?" if near else
+                f"; known here: {', '.join(keys)}" if keys else "")
+        raise UserError(f"unknown config key {key!r}{hint}")
     old = node[leaf]
     if isinstance(old, float) and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)

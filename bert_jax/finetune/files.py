@@ -144,12 +144,14 @@ def read_headerless(path: str, names: list[str]) -> list[dict[str, str]]:
     return rows
 
 
-def column(rows: list[dict], columns: list[str], name: str, path: str, role: str) -> list:
-    """The values of column `name`; a missing column names the ones the file has."""
+def column(rows: list[dict], columns: list[str], name: str, path: str, role: str,
+           fix: str = "") -> list:
+    """The values of column `name`; a missing column names the ones the file has and
+    `fix` (default: the config key that names the column)."""
     if name not in columns:
         raise ValueError(f"{path} has no {role} column {name!r}; its columns are: "
-                         f"{', '.join(map(repr, columns)) or '(none)'} (set "
-                         f"--config.{role}_column)")
+                         f"{', '.join(map(repr, columns)) or '(none)'} "
+                         f"({fix or f'set --config.{role}_column'})")
     return [row.get(name) for row in rows]
 
 
