@@ -43,6 +43,7 @@ carry `unit_start` (int64 [L]) for the pipeline's dynamic masking.
 import argparse
 import array
 import dataclasses
+import itertools
 import json
 import logging
 import multiprocessing
@@ -53,7 +54,7 @@ from typing import List, Optional, Sequence
 
 import numpy as np
 
-from bert_jax import flags, paths
+from bert_jax import chars, flags, paths
 from bert_jax.data import chinese_words, corpus, instances, lengths, masking, tfrecord
 from bert_jax.tokenization import DEFAULT_VOCAB, TokenizerError, load_tokenizer
 from bert_jax.tokenization.base import uncovered_text_warning
@@ -438,6 +439,11 @@ def _check_knowledge_masking(options: Options, references: bool) -> None:
     _entity_finder(options)  # a missing or empty entity list fails here, before any work
 
 
+def _cjk_share(path: str, lines: int = 1000) -> float:
+    """The CJK share of the first `lines` lines of `path` (for the [UNK] warning)."""
+    return chars.cjk_share(itertools.islice(corpus.iter_lines(path, corpus.ReadStats()), lines))
+
+
 def _check_options(options: Options) -> None:
     if options.max_seq_length < 5:
         raise ValueError("max_seq_length must be at least 5")
@@ -513,7 +519,7 @@ def create_pretraining_data(inputs: Sequence[str], output_files: Sequence[str], 
         if failed or not written:  # partial shards would pass for complete ones
             _remove_outputs(temporary, made)
     warning = uncovered_text_warning(total.unknown_tokens, total.tokens,
-                                     f"{len(files)} input file(s)")
+                                     f"{len(files)} input file(s)", _cjk_share(files[0]))
     if warning:
         log.warning(warning)
     if not written:  # empty shards would only fail later, in the pipeline

@@ -26,8 +26,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import multihost_utils
 
-from bert_jax import (checkpoint, multihost, optim, paths, preemption, pretrained, sharding,
-                      train_loop, training, workdir_kind)
+from bert_jax import (chars, checkpoint, multihost, optim, paths, preemption, pretrained,
+                      sharding, train_loop, training, workdir_kind)
 from bert_jax.config import (BertConfig, ConfigError, check_choice, check_inputs_fit,
                              compute_fields)
 from bert_jax.data import lengths
@@ -303,7 +303,9 @@ class Finetuning:
                                             training=True)
             if not train_features:
                 raise ValueError(f"task {task.name!r}: no training features")
-            _warn_if_uncovered(tokenizer, train_features, f"task {task.name!r}'s training data")
+            _warn_if_uncovered(tokenizer, train_features, f"task {task.name!r}'s training data",
+                               train_examples)
+            warn_if_degenerate(config, task)
             for split in task.test_splits:  # read again after training; a bad file fails now
                 try:
                     task.check_labels(task.load(split))
@@ -630,8 +632,18 @@ class _Prepared:
         return self._steps[key]
 
 
-def _warn_if_uncovered(tokenizer, features: list, what: str) -> None:
-    """Warns when the vocabulary turns much of the text into [UNK] (up to 1000 features)."""
+def _strings(value):
+    """The strings in an example's value (a text, a word list, a dict of texts)."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, (list, tuple, dict)):
+        for item in value.values() if isinstance(value, dict) else value:
+            yield from _strings(item)
+
+
+def _warn_if_uncovered(tokenizer, features: list, what: str, examples: list) -> None:
+    """Warns when the vocabulary turns much of the text into [UNK] (up to 1000 features;
+    about Chinese only when the examples' text is mostly CJK)."""
     rows = []
     for feature in features[:1000]:
         ids = feature["input_ids"]  # a row, or one row per choice (multiple choice)
@@ -640,9 +652,28 @@ def _warn_if_uncovered(tokenizer, features: list, what: str) -> None:
     ids = np.concatenate(rows)
     special = np.isin(ids, [tokenizer.pad_id, tokenizer.cls_id, tokenizer.sep_id])
     warning = uncovered_text_warning(int((ids == tokenizer.unk_id).sum()),
-                                     int((~special).sum()), what)
+                                     int((~special).sum()), what,
+                                     chars.cjk_share(_strings(examples[:1000])))
     if warning:
         log.warning(warning)
+
+
+def warn_if_degenerate(config, task) -> None:
+    """Warns about training data that runs but teaches nothing measurable: a single
+    class, or a validation file with the training file's text."""
+    names = getattr(task, "label_names", None)
+    if names is not None and len(names) == 1:
+        log.warning("task %r: every training example has the label %r: the model can only "
+                    "learn to predict it, and its accuracy says nothing", task.name, names[0])
+    train, dev = config.get("train_file"), config.get("validation_file")
+    try:
+        same = bool(train and dev) and paths.getsize(train) == paths.getsize(dev) and \
+            paths.read_bytes(train) == paths.read_bytes(dev)
+    except OSError:  # not plain files (a glob, a list): not compared
+        same = False
+    if same:
+        log.warning("validation_file %s holds the training file's text (%s): its scores "
+                    "measure memorisation, not generalisation", dev, train)
 
 
 def _frozen_steps(config, steps_per_epoch: int, num_steps: int) -> int:
