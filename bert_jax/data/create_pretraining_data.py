@@ -461,8 +461,9 @@ def create_pretraining_data(inputs: Sequence[str], output_files: Sequence[str], 
     `chinese_ref_files`: reference segmentations for whole-word masking, one per
     input file in the sorted order of the expanded inputs. Fails at once
     (FileNotFoundError / TokenizerError / ValueError) for a missing input,
-    vocabulary or reference file; bad content (empty files, bad bytes, long
-    lines) is counted; a reference line that does not spell its input line fails.
+    vocabulary or reference file, and for bytes that are not UTF-8 (`bert_jax.encoding`);
+    empty files and long lines are counted; a reference line that does not spell its
+    input line fails.
     """
     from tqdm import tqdm
     _check_options(options)

@@ -10,7 +10,7 @@ import logging
 import os
 from typing import Any, Iterable
 
-from bert_jax import paths
+from bert_jax import encoding, paths
 
 log = logging.getLogger(__name__)
 
@@ -32,13 +32,7 @@ def read_text(path: str) -> str:
     the byte; a UTF-8 byte-order mark (spreadsheet exports) is dropped."""
     if not paths.exists(path):
         raise FileNotFoundError(f"no such file: {path}")
-    data = paths.read_bytes(path)
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        raise ValueError(f"{path}:{line}: not UTF-8 text (byte {data[e.start]:#04x} at offset "
-                         f"{e.start}); convert it first, e.g. `iconv -f latin1 -t utf-8`") from None
+    return encoding.decode(paths.read_bytes(path), path)
 
 
 def read_json(path: str) -> Any:
