@@ -19,9 +19,10 @@ def codec_of(head: bytes) -> str:
     return next((name for bom, name in _BOMS if head.startswith(bom)), "utf-8")
 
 
-def not_utf8(path: str, line: int, data: bytes, offset: int) -> ValueError:
-    return ValueError(f"{path}:{line}: not UTF-8 text (byte {data[offset]:#04x} at offset "
-                      f"{offset}); {CONVERT}")
+def not_utf8(path: str, line: int, data: bytes, index: int, start: int = 0) -> ValueError:
+    """The error for byte `data[index]`; `start`: the file offset of `data`."""
+    return ValueError(f"{path}:{line}: not UTF-8 text (byte {data[index]:#04x} at offset "
+                      f"{start + index}); {CONVERT}")
 
 
 def decode(data: bytes, path: str) -> str:
@@ -36,9 +37,9 @@ def decode(data: bytes, path: str) -> str:
         raise not_utf8(path, data.count(b"\n", 0, e.start) + 1, data, e.start) from None
 
 
-def decode_line(raw: bytes, path: str, line: int) -> str:
-    """One UTF-8 line of a file read line by line."""
+def decode_line(raw: bytes, path: str, line: int, start: int) -> str:
+    """One UTF-8 line of a file read line by line; `start`: its offset in the file."""
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise not_utf8(path, line, raw, e.start) from None
+        raise not_utf8(path, line, raw, e.start, start) from None

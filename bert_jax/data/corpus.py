@@ -93,9 +93,10 @@ def iter_lines(path: str, stats: ReadStats) -> Iterator[str]:
                 size += len(raw)
                 yield from (line.strip() for line in encoding.decode(raw, path).splitlines())
                 break
+            line = encoding.decode_line(raw, path, number, size)
             size += len(raw)
             stats.bytes += len(raw)
-            yield encoding.decode_line(raw, path, number).strip()
+            yield line.strip()
     if size == 0:
         stats.empty_files += 1
 

@@ -21,8 +21,10 @@ def main(argv: List[str]) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     stdin = open(sys.stdin.fileno(), "rb", closefd=False)
+    offset = 0
     for number, raw in enumerate(stdin, 1):  # bytes that are not UTF-8: one line naming it
-        encoding = tokenizer.encode(decode_line(raw, "stdin", number).rstrip("\r\n"))
+        encoding = tokenizer.encode(decode_line(raw, "stdin", number, offset).rstrip("\r\n"))
+        offset += len(raw)
         items = encoding.ids if args.ids else encoding.tokens
         sys.stdout.write(" ".join(map(str, items)) + "\n")
     sys.stdout.flush()
