@@ -6,7 +6,7 @@ import contextlib
 import os
 import tempfile
 
-from bert_jax import paths
+from bert_jax import paths, workdir_kind
 
 
 @contextlib.contextmanager
@@ -19,6 +19,8 @@ def atomic_directory(path: str | os.PathLike, overwrite: bool = False, *,
     (for writers that only know local files, e.g. TensorFlow's SavedModel); its files
     are uploaded when the block succeeds."""
     path = paths.abspath(path)
+    if overwrite and not paths.is_remote(path):  # never replace a training run's workdir
+        workdir_kind.check(path, workdir_kind.MODEL)
     if paths.exists(path) and not overwrite:
         raise FileExistsError(f"{path} exists; pass --overwrite (overwrite=True) to replace it")
     if local and paths.is_remote(path):

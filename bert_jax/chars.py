@@ -15,6 +15,17 @@ def is_cjk(cp: int) -> bool:
             0xF900 <= cp <= 0xFAFF or 0x2F800 <= cp <= 0x2FA1F)
 
 
+def cjk_share(texts) -> float:
+    """The share of CJK ideographs among the non-space characters of `texts`."""
+    cjk = total = 0
+    for text in texts:
+        for ch in text:
+            if not ch.isspace():
+                total += 1
+                cjk += is_cjk(ord(ch))
+    return cjk / total if total else 0.0
+
+
 def is_punctuation(ch: str) -> bool:
     """ASCII symbols and every Unicode P* character."""
     cp = ord(ch)

@@ -60,7 +60,8 @@ STATE_ITEM, META_ITEM = "state", "meta"
 # not batches). The schedule keys change the rest of the run's learning rate, which
 # is why a changed key is named in a warning. Every other key must match.
 CHANGEABLE_KEYS = frozenset({
-    "num_train_steps", "warmup_steps", "learning_rate", "weight_decay", "max_grad_norm",
+    "num_train_steps", "warmup_steps", "learning_rate", "allow_zero_learning_rate",
+    "weight_decay", "max_grad_norm",
     "global_batch_size", "grad_accum_steps", "compute_dtype", "remat_policy", "mesh_shape",
     "logical_axis_rules", "log_every_steps", "eval_every_steps", "eval_steps",
     "checkpoint_every_steps", "keep_checkpoints", "on_nonfinite",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bert_jax import flags, multihost, preemption, pretrain, workdir_lock
+from bert_jax import flags, multihost, preemption, pretrain, workdir_kind, workdir_lock
 from bert_jax.config_loader import load_config, split_config_args
 from bert_jax.errors import is_out_of_memory, out_of_memory
 
@@ -31,8 +31,11 @@ def main(argv: list[str]) -> int:
     multihost.initialize(args)
     # From here on SIGTERM means: checkpoint at the next step, then stop.
     with preemption.Watcher() as watcher:
-        config = load_config(args.config, overrides)
-        with workdir_lock.hold(args.workdir, "bert-jax pretrain", multihost.is_primary()):
+        config = load_config(args.config, overrides, command="pretrain")
+        with workdir_lock.hold(args.workdir, "bert-jax pretrain", multihost.is_primary(),
+                               kind=workdir_kind.PRETRAINING,
+                               inputs={"--config.init_from": config.get("init_from"),
+                                       "--config.teacher": config.get("teacher")}):
             try:
                 pretrain.train_and_evaluate(config, args.workdir, watcher)
             except preemption.Preempted as e:

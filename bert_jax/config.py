@@ -323,6 +323,6 @@ def preset(name: str, **overrides) -> BertConfig:
         raise ConfigError(f"unknown model preset {name!r}. Known: "
                           f"bert-base, bert-large, bert-base-chinese, "
                           f"bert-base-multilingual-{{cased,uncased}}, "
-                          f"bert-L{{2..12}}-H{{128..768}}, albert-{{base,large}}-v2, "
+                          f"bert-L{{2,4,6,8,10,12}}-H{{128,256,512,768}}, albert-{{base,large}}-v2, "
                           f"albert-{{tiny,base}}-zh, tiny.{hint}")
     return PRESETS[name].replace(**overrides)

@@ -24,6 +24,7 @@ overrides without global state, and is the one place where renamed keys (RENAMED
 from __future__ import annotations
 
 import ast
+import difflib
 import importlib.util
 import inspect
 import os
@@ -117,9 +118,11 @@ def apply_override(config: ml_collections.ConfigDict, key: str, value: Any) -> N
             raise UserError(f"unknown config key {'.'.join(parents[:i + 1])!r} (in {key!r})")
         node = node[part]
     if not isinstance(node, ml_collections.ConfigDict) or leaf not in node:
-        known = ", ".join(sorted(node.keys())) if isinstance(node, ml_collections.ConfigDict) \
-            else ""
-        raise UserError(f"unknown config key {key!r}" + (f"; known here: {known}" if known else ""))
+        keys = sorted(node.keys()) if isinstance(node, ml_collections.ConfigDict) else []
+        near = difflib.get_close_matches(leaf, keys, n=3, cutoff=0.6)
+        hint = (f"; did you mean {' or '.join(near)}?" if near else
+                f"; known here: {', '.join(keys)}" if keys else "")
+        raise UserError(f"unknown config key {key!r}{hint}")
     old = node[leaf]
     if isinstance(old, float) and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
@@ -139,10 +142,28 @@ def apply_override(config: ml_collections.ConfigDict, key: str, value: Any) -> N
             node[leaf] = _to_config_value(value)
 
 
-def load_config(spec: str, overrides: Sequence[str] = ()) -> ml_collections.ConfigDict:
+# command -> (its packaged config file, a key only that family of configs has)
+FAMILIES = {"pretrain": ("pretrain.py", "input_files"), "finetune": ("finetune.py", "task")}
+
+
+def check_family(config: ml_collections.ConfigDict, path: str, command: str) -> None:
+    """Refuses the config of another command (e.g. finetune.py for `bert-jax pretrain`),
+    which would otherwise fail later on a missing key, as a bug."""
+    file, key = FAMILIES[command]
+    if key in config:
+        return
+    other = next((c for c, (_, k) in FAMILIES.items() if k in config), None)
+    raise UserError(f"{path} is not a {command} config (it has no '{key}' key"
+                    + (f"; it is a config for `bert-jax {other}`" if other else "")
+                    + f"): `bert-jax {command}` takes configs/{file}[:VARIANT] or a copy of it")
+
+
+def load_config(spec: str, overrides: Sequence[str] = (),
+                command: str | None = None) -> ml_collections.ConfigDict:
     """Loads `FILE.py` or `FILE.py:VARIANT` and applies `KEY=VALUE` overrides in order.
 
-    Overrides may carry a leading `--config.` (as typed on a command line).
+    Overrides may carry a leading `--config.` (as typed on a command line). `command`
+    ("pretrain", "finetune"): the config must be of that command's family.
     """
     path, _, variant = spec.partition(":")
     module = _import_file(path)
@@ -150,6 +171,8 @@ def load_config(spec: str, overrides: Sequence[str] = ()) -> ml_collections.Conf
     if variant and not takes_arg:
         raise UserError(f"{path}: get_config() takes no variant, got {variant!r}")
     config = module.get_config(variant or None) if takes_arg else module.get_config()
+    if command:
+        check_family(config, path, command)
     warn = _warn_once()
     rename_keys(config, lambda message: warn(f"{path}: {message}"))
     apply_overrides(config, overrides, warn)

@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax import flags, paths, pretrained
+from bert_jax import encoding, flags, paths, pretrained
 from bert_jax.config import ATTENTION_IMPLS, BertConfig, check_inputs_fit
 from bert_jax.errors import UserError, check_positive
 from bert_jax.model import BertModel, mean_pool
@@ -192,13 +192,7 @@ def parse_layers(text: str) -> list[int]:
 
 def read_lines(path: str) -> list[str]:
     """The lines of a UTF-8 text file, without their newlines."""
-    data = paths.read_bytes(path)
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data[:e.start].count(b"\n") + 1
-        raise ValueError(f"{path}: line {line} is not valid UTF-8 ({e.reason})") from None
-    return text.splitlines()
+    return encoding.decode(paths.read_bytes(path), path).splitlines()
 
 
 def load_model(path: str) -> pretrained.Pretrained:

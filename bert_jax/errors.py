@@ -20,6 +20,21 @@ def check_positive(name: str, value, *, allow_zero: bool = False) -> None:
         raise UserError(f"{name} must be an integer >= {low}, got {value!r}")
 
 
+def check_learning_rate(value, allow_zero: bool | None = None) -> None:
+    """A learning rate must be a number > 0: a negative one climbs the loss, zero trains
+    nothing: allowed only where the config has the explicit `allow_zero_learning_rate`
+    (`allow_zero`: its value; None where the config has no such key)."""
+    if not isinstance(value, bool) and isinstance(value, (int, float)) and (
+            value > 0 or allow_zero and value == 0):
+        return
+    why = ""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value <= 0:
+        why = (" (a negative rate raises the loss)" if value < 0 else " (nothing would train"
+               + ("; --config.allow_zero_learning_rate=True if that is the intent)"
+                  if allow_zero is not None else ")"))
+    raise UserError(f"learning_rate must be a number > 0, got {value!r}{why}")
+
+
 def check_divisible(name: str, value: int, multiple: int, why: str) -> None:
     if value % multiple:
         raise UserError(f"{name} {value} must be a multiple of {multiple} ({why})")

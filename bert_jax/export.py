@@ -28,7 +28,7 @@ import numpy as np
 # `import jax` alone does not make `jax.export` available on jax 0.7 (Colab's); this does.
 from jax import export as jax_export
 
-from bert_jax import flags, heads, paths, pretrained
+from bert_jax import flags, heads, paths, pretrained, workdir_kind
 from bert_jax.atomic import atomic_directory
 from bert_jax.config import check_inputs_fit
 from bert_jax.errors import UserError
@@ -450,6 +450,7 @@ def main(argv: list[str]) -> int:
                         help="truncation of the raw-string signatures (default: the task's)")
     parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     args = parser.parse_args(argv)
+    workdir_kind.check(args.out, workdir_kind.MODEL, {"--workdir": args.workdir})
     formats = [f.strip() for f in args.format.split(",") if f.strip()]
     unknown = sorted(set(formats) - {"jax", "savedmodel"})
     if unknown or not formats:

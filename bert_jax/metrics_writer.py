@@ -129,6 +129,17 @@ class MetricsWriter:
             f.writelines(kept)
         self._jsonl = paths.Appender(path)
 
+    def last(self, prefix: str) -> dict[str, float]:
+        """The latest value of each `{prefix}/NAME` in metrics.jsonl: what a completed
+        run, run again, returns."""
+        path = paths.join(self.workdir, "metrics.jsonl")
+        values = {}
+        for line in paths.read_text(path).splitlines() if paths.exists(path) else ():
+            if _step_of(line) is not None:
+                values.update({k.split("/", 1)[1]: v for k, v in json.loads(line).items()
+                               if k.startswith(prefix + "/")})
+        return values
+
     def _event_file(self, prefix: str) -> _EventFile:
         if prefix not in self._tb:
             self._tb[prefix] = _EventFile(paths.join(self.workdir, "tensorboard", prefix))

@@ -188,7 +188,8 @@ def read_text(path: str | os.PathLike) -> str:
 
 
 def write_text(path: str | os.PathLike, text: str) -> None:
-    with open(path, "w", encoding="utf-8") as f:
+    """Writes `path` whole or not at all (`replacing`): a killed run leaves no half file."""
+    with replacing(path) as f:
         f.write(text)
 
 

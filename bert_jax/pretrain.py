@@ -27,7 +27,8 @@ from bert_jax import (checkpoint, mlm_distill, multihost, paths, perf, preemptio
                       sharding, train_loop, training)
 from bert_jax.config import BertConfig, check_choice, check_inputs_fit, compute_fields
 from bert_jax.data import inputs
-from bert_jax.errors import Interrupted, UserError, check_divisible, check_positive
+from bert_jax.errors import (Interrupted, UserError, check_divisible, check_learning_rate,
+                             check_positive)
 from bert_jax.heads import BertForPreTraining
 from bert_jax.metrics_writer import MetricsWriter
 from bert_jax.optim import OPTIMIZERS, make_optimizer
@@ -151,6 +152,8 @@ def validate_config(config: ml_collections.ConfigDict, bert_config: BertConfig,
     for key in ("warmup_steps", "eval_every_steps"):
         check_positive(key, config[key], allow_zero=True)
     check_choice("on_nonfinite", config.on_nonfinite, ("skip", "stop"))
+    check_learning_rate(config.learning_rate, config.get("allow_zero_learning_rate", False))
+    inputs.check_eval_fraction(config)
     # .get: config files copied before the key existed still load
     check_positive("max_consecutive_nonfinite", config.get("max_consecutive_nonfinite", 5))
     check_choice("optimizer", config.optimizer, OPTIMIZERS)
@@ -246,7 +249,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
     tokenizer_path, tokenizer = run_tokenizer(config)
     run_setup = setup(config, tokenizer.vocab_size)
     bert_config, mesh, rules = run_setup.bert_config, run_setup.mesh, run_setup.rules
-    inputs.input_files(config)
+    inputs.check_records_vocabulary(inputs.input_files(config), tokenizer_path,
+                                    tokenizer.fingerprint())
     run = checkpoint.run_description(config.to_dict(), bert_config.to_dict(),
                                      tokenizer.fingerprint())
     teacher, teacher_params, teacher_shardings = _teacher(config, run_setup, run["vocabulary"])
@@ -254,6 +258,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
     writer = MetricsWriter(workdir, total_steps=config.num_train_steps)
     ckpt = checkpoint.Checkpointer(workdir, keep=config.keep_checkpoints)
     state, _, pipeline_state = restore_or_init(config, ckpt, run_setup, writer, run)
+    if int(state.step) >= config.num_train_steps:  # a completed run, run again
+        ckpt.close()
+        writer.message(f"{workdir} holds a complete run ({int(state.step)} of "
+                       f"{config.num_train_steps} steps): nothing to train (raise "
+                       "--config.num_train_steps to continue); its last metrics follow")
+        writer.close()
+        return {"train": writer.last("train"), "eval": writer.last("eval")}
     if multihost.is_primary():  # the workdir is then loadable as a model directory
         pretrained.write_model_files(paths.join(workdir, pretrained.WORKDIR_MODEL_DIR),
                                      bert_config, tokenizer=tokenizer)

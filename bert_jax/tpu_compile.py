@@ -53,7 +53,13 @@ def topology_devices(topology: topologies.Topology, num_slices: int = 1) -> list
     from jax.experimental import topologies as jax_topologies
     if num_slices < 1:
         raise UserError(f"--num_slices must be at least 1, got {num_slices}")
-    return list(jax_topologies.get_topology_desc(**topology.describe_args(num_slices)).devices)
+    try:
+        return list(jax_topologies.get_topology_desc(**topology.describe_args(num_slices)).devices)
+    except RuntimeError as e:
+        if "not installed" not in str(e):
+            raise
+        raise UserError("compiling for a TPU topology needs libtpu, which is not installed: "
+                        "pip install -e .[tpu] (no TPU needed)") from e
 
 
 def _levers(config) -> str:

@@ -23,6 +23,7 @@ import socket
 import threading
 import time
 
+from bert_jax import workdir_kind
 from bert_jax.errors import WorkdirBusyError
 
 log = logging.getLogger(__name__)
@@ -96,7 +97,9 @@ def _describe(owner: dict) -> str:
 class WorkdirLock:
     """The lock of one workdir; `acquire()` then `release()`, or use it as a context."""
 
-    def __init__(self, workdir: str, command: str, files: type[LockFiles] = LockFiles):
+    def __init__(self, workdir: str, command: str, files: type[LockFiles] = LockFiles,
+                 kind: str | None = None):
+        self.kind = kind  # recorded in the workdir once the lock is held (`workdir_kind`)
         self.workdir = os.path.abspath(workdir)
         self.path = os.path.join(self.workdir, LOCK_FILE)
         self.files = files
@@ -104,6 +107,7 @@ class WorkdirLock:
                       "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         self._text = json.dumps(self.owner)
         self._created_workdir = False
+        self._marked = None  # the workdir's names before this run wrote the kind marker
         self._stop = threading.Event()
         self._heartbeat: threading.Thread | None = None
 
@@ -116,6 +120,9 @@ class WorkdirLock:
                 self._heartbeat = threading.Thread(target=self._beat, daemon=True,
                                                    name="workdir-lock-heartbeat")
                 self._heartbeat.start()
+                if self.kind is not None:
+                    self._marked = workdir_kind.mark(self.workdir, self.kind,
+                                                     self.owner["command"])
                 return
             found = self.files.read(self.path)
             if found is None:
@@ -161,6 +168,7 @@ class WorkdirLock:
             self._heartbeat.join()
             found = self.files.read(self.path)
             if found is not None and found[0] == self._text:
+                workdir_kind.unmark_if_idle(self.workdir, self._marked, LOCK_FILE)
                 self.files.delete(self.path)
         self._remove_created_workdir()
 
@@ -176,9 +184,14 @@ class WorkdirLock:
         self.release()
 
 
-def hold(workdir: str, command: str, primary: bool = True):
+def hold(workdir: str, command: str, primary: bool = True, *, kind: str | None = None,
+         inputs: dict[str, str] | None = None):
     """The context that holds `workdir`'s lock for a run (`primary`: the process that
-    writes; the others share its lock). Paths with a scheme (gs://) are not locked yet."""
+    writes; the others share its lock). With `kind` (a `workdir_kind` job kind) it first
+    refuses a workdir of another kind or one of `inputs` ({flag: path}), and records
+    `kind` once the lock is held. Paths with a scheme (gs://) are not locked yet."""
+    if kind is not None:
+        workdir_kind.check(workdir, kind, inputs)
     if not primary or "://" in workdir:
         return contextlib.nullcontext()
-    return WorkdirLock(workdir, command)
+    return WorkdirLock(workdir, command, kind=kind)

@@ -81,6 +81,7 @@ def get_config(variant: str | None = None) -> ml_collections.ConfigDict:
     c.num_train_steps = 1_000_000
     c.warmup_steps = 10_000
     c.learning_rate = 1e-4
+    c.allow_zero_learning_rate = False  # learning_rate 0 trains nothing: only on purpose
     c.optimizer = "adamw"               # adamw | lamb
     c.weight_decay = 0.01
     c.max_grad_norm = 1.0

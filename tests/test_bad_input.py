@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import glob
 import gzip
+import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -42,7 +44,11 @@ CASES = {
                                "config key 'num_train_steps' expects int (like 3000), got str "
                                "'five'"),
     "pretrain unknown key": (PRETRAIN + ["--config.lerning_rate=1"],
-                             "unknown config key 'lerning_rate'; known here: "),
+                             "unknown config key 'lerning_rate'; did you mean learning_rate or "
+                             "allow_zero_learning_rate?"),
+    "pretrain unknown key, nothing near": (
+        PRETRAIN + ["--config.zzz=1"],
+        "unknown config key 'zzz'; known here: allow_zero_learning_rate, alpha, "),
     "pretrain zero batch": (PRETRAIN + ["--config.global_batch_size=0"],
                             "global_batch_size must be an integer >= 1, got 0"),
     "pretrain negative batch": (PRETRAIN + ["--config.global_batch_size=-4"],
@@ -142,7 +148,13 @@ CASES = {
     "predict blank input": (["predict", "--workdir", "{finetuned}", "--input", "{blank}"],
                             "{blank} holds no inputs (empty, or blank lines only)"),
     "embed bad utf-8": (["embed", "--checkpoint", "{model}", "--input", "{latin1}", "--output",
-                         "{new}"], "{latin1}: line 2 is not valid UTF-8"),
+                         "{new}"],
+                        "{latin1}:2: not UTF-8 text (byte 0xe9 at offset 8); convert it to UTF-8"),
+    "create-data Latin-1 text": (  # issue 44: refused, not café -> caf
+        ["create-data", "--input", "{latin1}", "--output_dir", "{new}", "--num_workers", "1",
+         "--no_progress"],
+        "{latin1}:2: not UTF-8 text (byte 0xe9 at offset 8); convert it to UTF-8 first, e.g. "
+        "`iconv -f latin1 -t utf-8` for Latin-1 text"),
     "export vocabulary past the model's": (
         ["export", "--workdir", "{small_vocab_model}", "--out", "{new}"],
         "the tokenizer has 8192 tokens but {small_vocab_model} has vocab_size=100"),
@@ -163,6 +175,10 @@ CASES = {
         PRETRAIN + ["--config.input_files={records}/*.tfrecord", "--config.max_seq_length=48"],
         "/pretrain-00000-of-00002.tfrecord was written with max_seq_length 32 but the run asks "
         "for 48: set --config.max_seq_length=32, or recreate the data"),
+    "pretrain records of another vocabulary": (  # issue 44: summary.json's fingerprint
+        PRETRAIN + ["--config.input_files={other_vocab_records}/*.tfrecord"],
+        "the TFRecords in {other_vocab_records} were made with the vocabulary /elsewhere/vocab "
+        "(its summary.json), not this run's "),
     "pretrain records of another prediction count": (
         PRETRAIN + ["--config.input_files={records}/*.tfrecord",
                     "--config.max_predictions_per_seq=6"],
@@ -182,6 +198,65 @@ CASES = {
                               "bert-jax finetune started "),
     "finetune busy workdir": (FINETUNE[:4] + ["{busy}"] + FINETUNE[5:],
                               "{busy} is in use by another run (host {host}, pid {pid}, "),
+    # No command replaces another run's results (issue 44): refused before any write.
+    "finetune from its own workdir": (
+        FINETUNE[:4] + ["{pretrained}"] + FINETUNE[5:] + ["--init_from", "{pretrained}"],
+        "the output folder {pretrained} is also --init_from: writing there would replace "
+        "what this run reads"),
+    "finetune into a pretraining workdir": (
+        FINETUNE[:4] + ["{pretrained}"] + FINETUNE[5:],
+        "{pretrained} holds a pretraining run (bert-jax pretrain) whose results this command "
+        "would replace; choose another folder"),
+    "pretrain into a fine-tuning workdir": (
+        PRETRAIN[:4] + ["{finetuned}"] + PRETRAIN[5:],
+        "{finetuned} holds a fine-tuning run (bert-jax finetune) whose results this command "
+        "would replace"),
+    "distill into a pretraining workdir": (
+        ["distill", "--teacher", "{finetuned}", "--student", "{model}", "--workdir",
+         "{pretrained}"], "{pretrained} holds a pretraining run (bert-jax pretrain)"),
+    "export over a pretraining workdir": (
+        ["export", "--workdir", "{finetuned}", "--out", "{pretrained}", "--overwrite"],
+        "{pretrained} holds a pretraining run (bert-jax pretrain) whose results"),
+    # One line instead of "internal error" (issue 44)
+    "pretrain with a fine-tuning config": (
+        ["pretrain", "--config", os.path.join(REPO, "configs", "finetune.py") + ":csv",
+         "--workdir", "{new}"],
+        "finetune.py is not a pretrain config (it has no 'input_files' key; it is a config for "
+        "`bert-jax finetune`): `bert-jax pretrain` takes configs/pretrain.py[:VARIANT]"),
+    "finetune with a pretraining config": (
+        ["finetune", "--config", os.path.join(REPO, "configs", "pretrain.py") + ":tiny",
+         "--workdir", "{new}"],
+        "pretrain.py is not a finetune config (it has no 'task' key; it is a config for "
+        "`bert-jax pretrain`): `bert-jax finetune` takes configs/finetune.py[:VARIANT]"),
+    "finetune CoNLL without tags": (
+        ["finetune", "--config", os.path.join(REPO, "configs", "finetune.py") + ":conll,tiny",
+         "--workdir", "{new}", f"--config.model={MICRO_MODEL}", "--config.max_seq_length=32",
+         "--config.global_batch_size=8", "--config.train_file={words}",
+         "--config.validation_file={words}"],
+        "{words} has no tag column: training needs a token and its tag on each line"),
+    "predict without the text column": (
+        ["predict", "--workdir", "{finetuned}", "--input", "{no_text}"],
+        "no_text.tsv has no text column 'text'; its columns are: 'sentence', 'x' (name the "
+        "column 'text' in the file's header, or give plain text, one input per line)"),
+    "pretrain odd layer preset": (
+        PRETRAIN + ["--config.model=bert-L3-H128"],
+        "bert-L{2,4,6,8,10,12}-H{128,256,512,768}"),
+    # Validation before work (issue 44)
+    "pretrain eval_fraction 0": (
+        PRETRAIN + ["--config.eval_fraction=0"],
+        "eval_fraction 0 holds out nothing to evaluate on every eval_every_steps "),
+    "pretrain negative learning rate": (
+        PRETRAIN + ["--config.learning_rate=-0.001"],
+        "learning_rate must be a number > 0, got -0.001 (a negative rate raises the loss)"),
+    "finetune zero learning rate": (
+        FINETUNE + ["--config.learning_rate=0"],
+        "learning_rate must be a number > 0, got 0.0 (nothing would train"),
+    "finetune test label unseen in training": (
+        FINETUNE + ["--config.test_file={other_label}"],
+        "the test split: label 'meh' is not among the training labels"),
+    "convert onto its own input": (
+        ["convert", "--checkpoint", "{finetuned}", "--to_hf", "{finetuned}", "--overwrite"],
+        "the output folder {finetuned} is also the input"),
 }
 # Commands whose own main prints `error: ...` (kept for their direct callers).
 OWN_PREFIX = {"create-data"}
@@ -205,6 +280,13 @@ def save_model(path, **fields):
     return path
 
 
+def pretrained_args(values):
+    """The fixture's pretraining run: 2 steps, a checkpoint at the end."""
+    return [fill(a, {**values, "new": values["pretrained"]}) for a in PRETRAIN] + [
+        f"--config.model={SMALL}", "--config.num_train_steps=2", "--config.warmup_steps=1",
+        "--config.eval_every_steps=0", "--config.checkpoint_every_steps=2"]
+
+
 @pytest.fixture(scope="module")
 def paths(tmp_path_factory, text_corpus):
     root = tmp_path_factory.mktemp("bad_input")
@@ -217,20 +299,20 @@ def paths(tmp_path_factory, text_corpus):
     (root / "dev.tsv").write_text("\n".join(rows[:2] + rows[3:]) + "\n")
     (root / "blank_label.tsv").write_text("text\tlabel\na good film\tpos\na film\t\n")
     (root / "header_only.tsv").write_text("text\tlabel\n")
+    (root / "words.txt").write_text("Paris\nis\nbig\n\nRome\ntoo\n")  # CoNLL without tags
+    (root / "no_text.tsv").write_text("sentence\tx\nhello\t1\n")
+    (root / "other_label.tsv").write_text("text\tlabel\na good film\tpos\na film\tmeh\n")
     (root / "blank.txt").write_text("  \n\n\t\n")
     values = {name: str(root / f"{name}.{ext}") for name, ext in (
         ("empty", "txt"), ("controls", "txt"), ("texts", "txt"), ("latin1", "txt"), ("train", "tsv"),
-        ("dev", "tsv"), ("blank_label", "tsv"), ("header_only", "tsv"), ("blank", "txt"))}
+        ("dev", "tsv"), ("blank_label", "tsv"), ("header_only", "tsv"), ("blank", "txt"),
+        ("other_label", "tsv"), ("words", "txt"), ("no_text", "tsv"))}
     values["corpus"] = text_corpus
     values["model"] = save_model(str(root / "model"))
     values["small_vocab_model"] = save_model(str(root / "small_vocab"), vocab_size=100)
     # One real pretraining run (2 steps) and one fine-tuning run, to resume and evaluate.
     values["pretrained"] = str(root / "pretrained")
-    args = [fill(a, {**values, "new": values["pretrained"]}) for a in PRETRAIN] + [
-        f"--config.model={SMALL}", "--config.num_train_steps=2", "--config.warmup_steps=1",
-        "--config.eval_every_steps=0", "--config.checkpoint_every_steps=2",
-    ]
-    assert cli.main(args) == 0
+    assert cli.main(pretrained_args(values)) == 0
     values["finetuned"] = str(root / "finetuned")
     assert cli.main([fill(a, {**values, "new": values["finetuned"]}) for a in FINETUNE]) == 0
     (root / "broken.py").write_text("def get_config():\n    c = 1\n    return c +\n")
@@ -239,6 +321,14 @@ def paths(tmp_path_factory, text_corpus):
     assert cli.main(["create-data", "--input", text_corpus, "--output_dir", values["records"],
                      "--max_seq_length", "32", "--max_predictions_per_seq", "5",
                      "--num_shards", "2", "--num_workers", "1", "--no_progress"]) == 0
+    values["other_vocab_records"] = str(root / "other_vocab_records")
+    shutil.copytree(values["records"], values["other_vocab_records"])
+    summary_path = os.path.join(values["other_vocab_records"], "summary.json")
+    with open(summary_path) as f:
+        summary = json.load(f)
+    assert summary["vocab_fingerprint"] == load_tokenizer(DEFAULT_VOCAB).fingerprint()
+    with open(summary_path, "w") as f:
+        json.dump({**summary, "vocab": "/elsewhere/vocab", "vocab_fingerprint": "0" * 64}, f)
     with open(glob.glob(text_corpus)[0], "rb") as f:
         packed = gzip.compress(f.read())
     (root / "truncated.txt.gz").write_bytes(packed[:len(packed) // 2])
@@ -310,7 +400,6 @@ def test_a_bug_gets_one_line_naming_the_traceback_file(monkeypatch, capsys):
 
 def test_finetune_rerun_clears_outputs_and_evaluate_works_from_anywhere(paths, tmp_path,
                                                                         monkeypatch, capsys):
-    import json
     workdir = paths["finetuned"]
     stale = os.path.join(workdir, "predictions", "old.jsonl")
     os.makedirs(os.path.dirname(stale), exist_ok=True)
@@ -323,6 +412,89 @@ def test_finetune_rerun_clears_outputs_and_evaluate_works_from_anywhere(paths, t
     assert cli.main([fill(a, {**paths, "new": workdir}) for a in FINETUNE]) == 0
     assert not os.path.exists(stale)
     assert not os.path.exists(os.path.join(workdir, "evaluate_results.json"))
+    # ... moved aside, not deleted (issue 44), and said so
+    aside = glob.glob(os.path.join(workdir, "previous", "*"))
+    assert len(aside) == 1, aside
+    assert {"best", "eval_results.json", "evaluate_results.json", "metrics.jsonl",
+            "predictions"} <= set(os.listdir(aside[0]))
+    assert os.path.exists(os.path.join(aside[0], "predictions", "old.jsonl"))
+    assert f"its results are moved to {aside[0]}" in capsys.readouterr().err
+
+
+def test_evaluate_prints_its_metrics_before_a_write_that_fails(paths, tmp_path, capsys):
+    out = str(tmp_path / "missing" / "results.json")  # as a read-only folder (tests run as root)
+    capsys.readouterr()
+    assert cli.main(["evaluate", "--workdir", paths["finetuned"], "--output", out]) == 2
+    captured = capsys.readouterr()
+    assert list(json.loads(captured.out)) == ["validation"]
+    assert captured.err.startswith(f"bert-jax evaluate: error: could not write {out} (No such "
+                                   "file or directory): the metrics are printed above") \
+        and captured.err.count("\n") == 1, captured.err
+    assert not os.path.exists(os.path.dirname(out))
+
+
+def test_a_completed_pretraining_run_rerun_says_so_and_returns_its_metrics(paths, capsys):
+    from bert_jax import pretrain
+    from bert_jax.config_loader import load_config, split_config_args
+    workdir = paths["pretrained"]
+    steps = checkpoint_steps(workdir)
+    capsys.readouterr()
+    assert cli.main(pretrained_args(paths)) == 0
+    assert f"{workdir} holds a complete run (2 of 2 steps): nothing to train" in \
+        capsys.readouterr().err
+    args, overrides = split_config_args(pretrained_args(paths)[1:])
+    results = pretrain.train_and_evaluate(load_config(args[1], overrides), workdir)
+    assert "loss" in results["train"] and results["eval"] == {}  # the notebook's KeyError
+    assert checkpoint_steps(workdir) == steps
+
+
+def test_utf16_and_utf32_text_with_a_byte_order_mark_is_read(tmp_path):
+    from bert_jax.data import corpus
+    from bert_jax.finetune import files
+    text = "café one\nsecond line\n\nnext doc\n"
+    for codec in ("utf-16", "utf-32", "utf-8-sig"):
+        path = tmp_path / f"{codec}.txt"
+        path.write_bytes(text.encode(codec))
+        assert list(corpus.iter_lines(str(path), corpus.ReadStats())) == \
+            ["café one", "second line", "", "next doc"]
+        table = tmp_path / f"{codec}.tsv"
+        table.write_bytes("text\tlabel\ncafé\tpos\n".encode(codec))
+        assert files.read_table(str(table))[0][0]["text"] == "café"
+
+
+def test_tokenize_refuses_latin1_input_instead_of_printing_garbage():
+    result = subprocess.run([sys.executable, "-m", "bert_jax.cli", "tokenize"],
+                            input="fine\ncaf\xe9\n".encode("latin-1"), capture_output=True,
+                            env={**os.environ, "PYTHONPATH": REPO}, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.decode() == ("bert-jax tokenize: error: stdin:2: not UTF-8 text (byte "
+                                      "0xe9 at offset 8); convert it to UTF-8 first, e.g. "
+                                      "`iconv -f latin1 -t utf-8` for Latin-1 text\n")
+
+
+def test_compile_without_libtpu_says_what_to_install(monkeypatch):
+    from jax.experimental import topologies as jax_topologies
+    from bert_jax import errors, topologies, tpu_compile
+
+    def missing(**kwargs):
+        raise RuntimeError("JAX TPU support not installed; cannot generate TPU topology")
+
+    monkeypatch.setattr(jax_topologies, "get_topology_desc", missing)
+    with pytest.raises(errors.UserError, match=r"needs libtpu, which is not installed: pip "
+                       r"install -e \.\[tpu\]"):
+        tpu_compile.topology_devices(topologies.resolve(topologies.names()[0]))
+
+
+def test_a_glob_catching_summary_json_reads_only_the_tfrecords(paths, caplog):
+    from bert_jax.data import inputs
+    from bert_jax.config_loader import load_config
+    config = load_config(os.path.join(REPO, "configs", "pretrain.py") + ":tiny",
+                         [f"input_files={paths['records']}/*"])
+    files = inputs.input_files(config)
+    assert [os.path.basename(f) for f in files] == ["pretrain-00000-of-00002.tfrecord",
+                                                    "pretrain-00001-of-00002.tfrecord"]
+    assert "skipping 1 file(s) that are not TFRecords beside the TFRecords: summary.json" \
+        in caplog.text
 
 
 def checkpoint_steps(workdir):
@@ -460,6 +632,18 @@ def test_silent_surprises_get_a_warning(paths, tmp_path, caplog):
     with pytest.raises(ValueError, match=r'open.csv:3: a quote \(\"\) opened on this line is '
                                          'not closed until line 4'):
         files.read_table(str(tmp_path / "open.csv"))
+    # One class, and a validation file that is the training file (issue 44).
+    from bert_jax.finetune import tasks, trainer
+    from bert_jax.config_loader import load_config
+    (tmp_path / "one.tsv").write_text("text\tlabel\na good film\tpos\nanother\tpos\n")
+    config = load_config(os.path.join(REPO, "configs", "finetune.py") + ":csv",
+                         [f"train_file={tmp_path / 'one.tsv'}",
+                          f"validation_file={tmp_path / 'one.tsv'}"])
+    task = tasks.get_task(config)
+    task.prepare(task.load("train"))
+    trainer.warn_if_degenerate(config, task)
+    assert "every training example has the label 'pos': the model can only learn" in caplog.text
+    assert "one.tsv holds the training file's text" in caplog.text
     # Duplicate vocabulary entries.
     vocab = tmp_path / "vocab.txt"
     vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\nfilm\nthe\n")
@@ -470,8 +654,12 @@ def test_silent_surprises_get_a_warning(paths, tmp_path, caplog):
     text.write_text("".join("我们的国家很美丽今天天气不错。\n" * 4 + "\n" for _ in range(8)))
     assert cli.main(["create-data", "--input", str(text), "--output_dir",
                      str(tmp_path / "zh"), "--num_workers", "1", "--no_progress"]) == 0
-    assert "of the tokens of 1 input file(s) are [UNK]: the vocabulary does not cover" \
-        in caplog.text
+    assert "of the tokens of 1 input file(s) are [UNK]: the vocabulary does not cover this " \
+        "text (Chinese text needs a Chinese vocabulary" in caplog.text
+    # ... but English text with [UNK]s is not told about Chinese (issue 44).
+    from bert_jax.tokenization.base import uncovered_text_warning
+    english = uncovered_text_warning(8, 100, "task 'csv''s training data", cjk_share=0.0)
+    assert english.startswith("8% of the tokens") and "Chinese" not in english
 
 
 def test_out_of_device_memory_names_the_batch_and_the_levers(paths, tmp_path, capsys,

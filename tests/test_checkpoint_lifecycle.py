@@ -79,7 +79,8 @@ def test_init_from_loads_weights_only(source, tmp_path, capsys):
     target = tmp_path / "init"
     capsys.readouterr()
     assert pretrain(target, records, "--config.num_train_steps=2",
-                    "--config.learning_rate=0.0", f"--config.init_from={workdir}") == 0
+                    "--config.learning_rate=0.0", "--config.allow_zero_learning_rate=True",
+                    f"--config.init_from={workdir}") == 0
     assert f"initialised weights from {workdir}" in capsys.readouterr().err
     assert logged_steps(str(target)) == [1, 2]
     assert_trees_equal(params_at(str(target)), params_at(workdir, 3))
@@ -96,7 +97,8 @@ def test_partial_restore_fills_missing_parts_and_is_needed_for_them(source, tmp_
     assert "missing: bert/encoder/layer_1/" in capsys.readouterr().err
     target = tmp_path / "partial"
     assert pretrain(target, records, f"--config.model={TWO_LAYERS}", "--config.num_train_steps=1",
-                    "--config.learning_rate=0.0", f"--config.init_from={workdir}",
+                    "--config.learning_rate=0.0", "--config.allow_zero_learning_rate=True",
+                    f"--config.init_from={workdir}",
                     "--config.partial_restore=True") == 0
     got, want = params_at(str(target)), params_at(workdir, 3)
     fresh = got["bert"]["encoder"].pop("layer_1")

@@ -188,7 +188,8 @@ def test_missing_column_names_the_columns(tmp_path, sentiment_files):
 
 
 @pytest.mark.parametrize("override, message", [
-    ("--config.lerning_rate=1", "error: unknown config key 'lerning_rate'; known here: "),
+    ("--config.lerning_rate=1",
+     "error: unknown config key 'lerning_rate'; did you mean learning_rate?"),
     ("--config.train_file=/no/such.tsv", "error: no such file: /no/such.tsv"),
     ("--config.keep_checkpoint=first",
      "error: keep_checkpoint must be one of best, last; got 'first'"),

@@ -15,7 +15,7 @@ import argparse
 import json
 from typing import Any
 
-from bert_jax import flags, paths, pretrained
+from bert_jax import flags, paths, pretrained, workdir_kind
 from bert_jax.atomic import atomic_directory
 
 
@@ -170,6 +170,9 @@ def main(argv: list[str]) -> int:
                       help="--from_tf1: vocab.txt is cased")
     parser.add_argument("--overwrite", action="store_true", help="replace the output if it exists")
     args = parser.parse_args(argv)
+    for out in filter(None, (args.out, args.to_hf)):  # never a training run's or the input
+        workdir_kind.check(out, workdir_kind.MODEL, {"the input": args.checkpoint or
+                                                     args.from_hf or args.from_tf1})
     if args.checkpoint:
         if not args.to_hf or args.out:
             parser.error("--checkpoint takes --to_hf DIR (not --out)")

@@ -1,8 +1,9 @@
 """Reading pretraining text in BERT's format, and the embedded default corpus.
 
-BERT format: one sentence per line, a blank line between documents, UTF-8,
-optionally gzip-compressed (`.gz`). Lines that are not valid UTF-8 are decoded
-with U+FFFD replacements and counted, never fatal.
+BERT format: one sentence per line, a blank line between documents, UTF-8 (or
+UTF-16/32 with a byte-order mark), optionally gzip-compressed (`.gz`). Bytes that are
+not text in that encoding fail naming the file and line (`bert_jax.encoding`): a
+Latin-1 file would otherwise lose its accented letters.
 """
 import contextlib
 import dataclasses
@@ -10,7 +11,7 @@ import gzip
 import zlib
 from typing import Callable, Iterable, Iterator, List, Sequence, TypeVar
 
-from bert_jax import paths
+from bert_jax import encoding, paths
 from bert_jax.errors import UserError
 
 T = TypeVar("T")
@@ -79,18 +80,22 @@ def _checked_gzip(lines: Iterator[bytes], path: str) -> Iterator[bytes]:
 
 
 def iter_lines(path: str, stats: ReadStats) -> Iterator[str]:
-    """Stripped lines of one file, decoding bad bytes as U+FFFD (counted)."""
+    """Stripped lines of one file (`bert_jax.encoding`: UTF-8, or UTF-16/32 after a
+    byte-order mark, read whole; other bytes raise ValueError naming the line)."""
     stats.files += 1
     size = 0
     with _open_binary(path) as f:
-        for raw in _checked_gzip(f, path):
+        raws = _checked_gzip(f, path)
+        for number, raw in enumerate(raws, 1):
+            if number == 1 and encoding.codec_of(raw[:4]) != "utf-8":
+                raw = raw + b"".join(raws)  # UTF-16/32 newlines span the byte lines
+                stats.bytes += len(raw)
+                size += len(raw)
+                yield from (line.strip() for line in encoding.decode(raw, path).splitlines())
+                break
+            line = encoding.decode_line(raw, path, number, size)
             size += len(raw)
             stats.bytes += len(raw)
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                line = raw.decode("utf-8", errors="replace")
-                stats.undecodable_lines += 1
             yield line.strip()
     if size == 0:
         stats.empty_files += 1

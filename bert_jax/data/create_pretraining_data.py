@@ -43,6 +43,7 @@ carry `unit_start` (int64 [L]) for the pipeline's dynamic masking.
 import argparse
 import array
 import dataclasses
+import itertools
 import json
 import logging
 import multiprocessing
@@ -53,7 +54,7 @@ from typing import List, Optional, Sequence
 
 import numpy as np
 
-from bert_jax import flags, paths
+from bert_jax import chars, flags, paths
 from bert_jax.data import chinese_words, corpus, instances, lengths, masking, tfrecord
 from bert_jax.tokenization import DEFAULT_VOCAB, TokenizerError, load_tokenizer
 from bert_jax.tokenization.base import uncovered_text_warning
@@ -438,6 +439,19 @@ def _check_knowledge_masking(options: Options, references: bool) -> None:
     _entity_finder(options)  # a missing or empty entity list fails here, before any work
 
 
+def _cjk_share(path: str, lines: int = 1000) -> float:
+    """The CJK share of the first `lines` lines of `path` (for the [UNK] warning)."""
+    return chars.cjk_share(itertools.islice(corpus.iter_lines(path, corpus.ReadStats()), lines))
+
+
+def _check_options(options: Options) -> None:
+    if options.max_seq_length < 5:
+        raise ValueError("max_seq_length must be at least 5")
+    if options.sentence_order_prediction and not options.next_sentence_prediction:
+        raise ValueError("--sentence_order_prediction makes sentence pairs: it cannot go "
+                         "with --no_next_sentence_prediction")
+
+
 def create_pretraining_data(inputs: Sequence[str], output_files: Sequence[str], vocab: str,
                             options: Options, do_lower_case: Optional[bool] = None,
                             num_workers: int = 1, progress: bool = True,
@@ -447,15 +461,12 @@ def create_pretraining_data(inputs: Sequence[str], output_files: Sequence[str], 
     `chinese_ref_files`: reference segmentations for whole-word masking, one per
     input file in the sorted order of the expanded inputs. Fails at once
     (FileNotFoundError / TokenizerError / ValueError) for a missing input,
-    vocabulary or reference file; bad content (empty files, bad bytes, long
-    lines) is counted; a reference line that does not spell its input line fails.
+    vocabulary or reference file, and for bytes that are not UTF-8 (`bert_jax.encoding`);
+    empty files and long lines are counted; a reference line that does not spell its
+    input line fails.
     """
     from tqdm import tqdm
-    if options.max_seq_length < 5:
-        raise ValueError("max_seq_length must be at least 5")
-    if options.sentence_order_prediction and not options.next_sentence_prediction:
-        raise ValueError("--sentence_order_prediction makes sentence pairs: it cannot go "
-                         "with --no_next_sentence_prediction")
+    _check_options(options)
     files = corpus.expand_inputs(inputs)
     corpus.require_text(files)
     load_tokenizer(vocab, do_lower_case)  # fail before starting workers
@@ -474,7 +485,11 @@ def create_pretraining_data(inputs: Sequence[str], output_files: Sequence[str], 
                    if not paths.exists(paths.dirname(paths.abspath(p)))})
     for directory in made:
         paths.makedirs(directory)
-    writers = [tfrecord.RecordWriter(path) for path in output_files]
+    # Shards are written under temporary (hidden) names, renamed when all are complete:
+    # a killed run leaves no file a later glob could take as data, and an earlier
+    # run's shards stay whole until then.
+    temporary = [paths.temporary_sibling(path) for path in output_files]
+    writers = [tfrecord.RecordWriter(path) for path in temporary]
     bar = tqdm(total=sum(paths.getsize(f) for f in files), unit="B", unit_scale=True,
                desc="create-data", disable=not progress, file=sys.stderr)
     total, written = Stats(), 0
@@ -502,20 +517,20 @@ def create_pretraining_data(inputs: Sequence[str], output_files: Sequence[str], 
         for writer in writers:
             writer.close()
         bar.close()
-        if failed:  # partial shards would pass for complete ones
-            _remove_outputs(output_files, made)
+        if failed or not written:  # partial shards would pass for complete ones
+            _remove_outputs(temporary, made)
     warning = uncovered_text_warning(total.unknown_tokens, total.tokens,
-                                     f"{len(files)} input file(s)")
+                                     f"{len(files)} input file(s)", _cjk_share(files[0]))
     if warning:
         log.warning(warning)
-    if not written:
-        # Empty shards would only fail later, in the pipeline, far from the cause.
-        _remove_outputs(output_files, made)
+    if not written:  # empty shards would only fail later, in the pipeline
         raise ValueError(
             f"no pretraining examples from {len(files)} input file(s): {total.documents} "
             f"documents, {total.sentences} sentences, {total.empty_files} empty file(s), "
             f"{total.undecodable_lines} undecodable line(s); the input needs text in BERT's "
             "format (a sentence per line, a blank line between documents)")
+    for tmp, path in zip(temporary, output_files):
+        paths.move(tmp, path)
     return total
 
 
@@ -595,7 +610,9 @@ def run(args, output_files: List[str], summary_dir: Optional[str]) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     summary = dict(stats.summary(), options=dataclasses.asdict(options),
-                   vocab=paths.abspath(args.vocab), output_files=list(output_files))
+                   vocab=paths.abspath(args.vocab), output_files=list(output_files),
+                   # pretraining refuses records made with another vocabulary
+                   vocab_fingerprint=load_tokenizer(args.vocab, args.do_lower_case).fingerprint())
     for key, value in stats.summary().items():
         if isinstance(value, dict):  # percentiles
             value = ", ".join(f"{k} {v}" for k, v in value.items())

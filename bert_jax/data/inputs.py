@@ -38,6 +38,13 @@ def input_files(config: ml_collections.ConfigDict) -> list[str]:
             raise UserError(f"input_files: {pattern!r} matches no file")
         files += matches
     files = sorted(set(files))
+    records = [f for f in files if is_tfrecord(f)]
+    if records and len(records) < len(files):  # e.g. data/* catching summary.json
+        skipped = [paths.basename(f) for f in files if not is_tfrecord(f)]
+        log.warning("input_files: skipping %d file(s) that are not TFRecords beside the "
+                    "TFRecords: %s", len(skipped), ", ".join(skipped[:5])
+                    + (", ..." if len(skipped) > 5 else ""))
+        files = records
     texts = [f for f in files if not is_tfrecord(f)]
     if texts:
         corpus.require_text(texts)
@@ -45,6 +52,37 @@ def input_files(config: ml_collections.ConfigDict) -> list[str]:
         raise UserError(f"input_files: {next(f for f in files if not paths.getsize(f))} "
                         "is empty")
     return files
+
+
+def check_eval_fraction(config: ml_collections.ConfigDict) -> None:
+    """The held-out share must be in [0, 1), and above 0 when the run evaluates (else
+    it would stop at the first evaluation, after training)."""
+    if not 0 <= config.eval_fraction < 1:
+        raise UserError(f"eval_fraction must be >= 0 and < 1, got {config.eval_fraction}")
+    if config.eval_every_steps and not config.eval_fraction:
+        raise UserError(f"eval_fraction 0 holds out nothing to evaluate on every "
+                        f"eval_every_steps {config.eval_every_steps}: set --config.eval_fraction "
+                        "(e.g. 0.01), or --config.eval_every_steps=0 to train without evaluation")
+
+
+SUMMARY_FILE = "summary.json"  # what `bert-jax create-data` writes beside its TFRecords
+
+
+def check_records_vocabulary(files: list[str], tokenizer_path: str, vocabulary: str) -> None:
+    """Refuses TFRecords whose create-data summary.json records another vocabulary
+    (fingerprint) than the run's `vocabulary`: their token ids would mean other words."""
+    for directory in sorted({paths.dirname(f) for f in files if is_tfrecord(f)}):
+        try:
+            summary = json.loads(paths.read_text(paths.join(directory, SUMMARY_FILE)))
+        except (OSError, ValueError):
+            continue  # records made elsewhere: nothing to compare
+        made_with = summary.get("vocab_fingerprint") if isinstance(summary, dict) else None
+        if made_with and made_with != vocabulary:
+            raise UserError(
+                f"the TFRecords in {directory} were made with the vocabulary "
+                f"{summary.get('vocab', '?')} (its {SUMMARY_FILE}), not this run's "
+                f"{tokenizer_path}: make them again with create-data --vocab "
+                f"{tokenizer_path}, or pretrain with --config.tokenizer={summary.get('vocab')}")
 
 
 def data_cache_dir() -> str:

@@ -86,7 +86,9 @@ class ClassificationTask(Task):
             # Plain text for a pair task: one pair per line, separated by a tab.
             rows = [dict(zip(("text", "text_pair"), r["text"].split("\t", 1))) for r in rows]
             a_name, b_name = "text", "text_pair"
-        texts_a = files.column(rows, list(rows[0]) if rows else columns, a_name, path, "text")
+        texts_a = files.column(rows, list(rows[0]) if rows else columns, a_name, path, "text",
+                               fix=f"name the column {a_name!r} in the file's header, or give "
+                               "plain text, one input per line")
         texts_b = [r.get(b_name) for r in rows] if b_name else [None] * len(rows)
         return [{"text_a": str(a), "text_b": None if b is None else str(b), "label": None,
                  "idx": i} for i, (a, b) in enumerate(zip(texts_a, texts_b))]

@@ -62,7 +62,7 @@ def _out_of_memory_said(config):
 
 
 def _finetune_main(argv: list[str]) -> int:
-    from bert_jax import multihost, preemption, workdir_lock
+    from bert_jax import multihost, preemption, workdir_kind, workdir_lock
     from bert_jax.config_loader import load_config, split_config_args
     rest, overrides = split_config_args(argv)
     parser = flags.ArgumentParser(prog="bert-jax finetune", description=__doc__,
@@ -77,13 +77,16 @@ def _finetune_main(argv: list[str]) -> int:
     multihost.add_arguments(parser)
     args = parser.parse_args(rest)
     multihost.initialize(args)
-    config = load_config(args.config, overrides)
+    config = load_config(args.config, overrides, command="finetune")
     if args.init_from:
         config.init_from = args.init_from
     # From here on SIGTERM means: checkpoint at the next step, then stop.
     try:
         with preemption.Watcher(), \
-                workdir_lock.hold(args.workdir, "bert-jax finetune", multihost.is_primary()), \
+                workdir_lock.hold(args.workdir, "bert-jax finetune", multihost.is_primary(),
+                                  kind=workdir_kind.FINETUNING,
+                                  inputs={"--init_from": config.get("init_from"),
+                                          "--config.model": config.get("model")}), \
                 _out_of_memory_said(config):
             results = run_finetune(config, args.workdir)
     except preemption.Preempted as e:
@@ -95,7 +98,7 @@ def _finetune_main(argv: list[str]) -> int:
 
 
 def _distill_main(argv: list[str]) -> int:
-    from bert_jax import multihost, preemption, workdir_lock
+    from bert_jax import multihost, preemption, workdir_kind, workdir_lock
     from bert_jax.config_loader import split_config_args
     rest, overrides = split_config_args(argv)
     parser = flags.ArgumentParser(
@@ -115,7 +118,9 @@ def _distill_main(argv: list[str]) -> int:
     config = distill.distill_config(teacher, args.student, overrides)
     try:
         with preemption.Watcher(), \
-                workdir_lock.hold(args.workdir, "bert-jax distill", multihost.is_primary()), \
+                workdir_lock.hold(args.workdir, "bert-jax distill", multihost.is_primary(),
+                                  kind=workdir_kind.DISTILLATION,
+                                  inputs={"--teacher": args.teacher, "--student": args.student}), \
                 _out_of_memory_said(config):
             results = distill.distill(config, teacher, args.workdir)
     except preemption.Preempted as e:
@@ -161,9 +166,13 @@ def _evaluate_main(argv: list[str]) -> int:
         results[name] = task.evaluate(examples, features, model.outputs(features))
     output = args.output or (paths.join(args.workdir[0], inference.EVALUATE_RESULTS_FILE)
                              if len(args.workdir) == 1 else None)
+    print(json.dumps(results, indent=2))  # first: a folder we cannot write loses nothing
     if output:
-        paths.write_text(output, json.dumps(results, indent=2))
-    print(json.dumps(results, indent=2))
+        try:
+            paths.write_text(output, json.dumps(results, indent=2))
+        except OSError as e:
+            raise UserError(f"could not write {output} ({e.strerror or e}): the metrics are "
+                            "printed above; pass --output FILE to save them elsewhere") from e
     return 0
 
 

@@ -151,6 +151,10 @@ class CsvTask(ClassificationTask):
         super().restore_spec(spec)
         self.selection_metric = "pearson" if self.is_regression else "accuracy"
 
+    def check_labels(self, examples):
+        for example in examples:
+            self._encode_label(example)
+
     def featurize(self, examples, tokenizer, max_seq_length, *, training):
         return super().featurize([self._encode_label(ex) for ex in examples], tokenizer,
                                  max_seq_length, training=training)

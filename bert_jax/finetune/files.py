@@ -10,7 +10,7 @@ import logging
 import os
 from typing import Any, Iterable
 
-from bert_jax import paths
+from bert_jax import encoding, paths
 
 log = logging.getLogger(__name__)
 
@@ -32,13 +32,7 @@ def read_text(path: str) -> str:
     the byte; a UTF-8 byte-order mark (spreadsheet exports) is dropped."""
     if not paths.exists(path):
         raise FileNotFoundError(f"no such file: {path}")
-    data = paths.read_bytes(path)
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        raise ValueError(f"{path}:{line}: not UTF-8 text (byte {data[e.start]:#04x} at offset "
-                         f"{e.start}); convert it first, e.g. `iconv -f latin1 -t utf-8`") from None
+    return encoding.decode(paths.read_bytes(path), path)
 
 
 def read_json(path: str) -> Any:
@@ -144,12 +138,14 @@ def read_headerless(path: str, names: list[str]) -> list[dict[str, str]]:
     return rows
 
 
-def column(rows: list[dict], columns: list[str], name: str, path: str, role: str) -> list:
-    """The values of column `name`; a missing column names the ones the file has."""
+def column(rows: list[dict], columns: list[str], name: str, path: str, role: str,
+           fix: str = "") -> list:
+    """The values of column `name`; a missing column names the ones the file has and
+    `fix` (default: the config key that names the column)."""
     if name not in columns:
         raise ValueError(f"{path} has no {role} column {name!r}; its columns are: "
-                         f"{', '.join(map(repr, columns)) or '(none)'} (set "
-                         f"--config.{role}_column)")
+                         f"{', '.join(map(repr, columns)) or '(none)'} "
+                         f"({fix or f'set --config.{role}_column'})")
     return [row.get(name) for row in rows]
 
 

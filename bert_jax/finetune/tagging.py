@@ -142,6 +142,10 @@ class TaggingTask(Task):
 
     def prepare(self, train_examples):
         counts = collections.Counter(t for ex in train_examples for t in ex["tags"] or ())
+        if not counts:
+            raise UserError(f"{self.config.get('train_file') or 'the training data'} has no "
+                            "tag column: training needs a token and its tag on each line "
+                            "(e.g. 'Paris B-LOC'), blank lines between sentences")
         if self.name == "conll2003":
             self.label_names = list(self._tfds_names())
         else:

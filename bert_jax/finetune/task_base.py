@@ -49,6 +49,10 @@ class Task:
     def prepare(self, train_examples: list[Example]) -> None:
         """Fixes what depends on the training data (e.g. the label set of a CSV)."""
 
+    def check_labels(self, examples: list[Example]) -> None:
+        """Raises ValueError for a label training did not see: called on every split
+        before the first step, not after training."""
+
     def is_labeled(self, example: Example) -> bool:
         """Whether an example has a gold answer (test splits often do not)."""
         return example.get("label") is not None

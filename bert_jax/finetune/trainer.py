@@ -26,12 +26,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import multihost_utils
 
-from bert_jax import (checkpoint, multihost, optim, paths, preemption, pretrained, sharding,
-                      train_loop, training)
+from bert_jax import (chars, checkpoint, multihost, optim, paths, preemption, pretrained,
+                      sharding, train_loop, training, workdir_kind)
 from bert_jax.config import (BertConfig, ConfigError, check_choice, check_inputs_fit,
                              compute_fields)
 from bert_jax.data import lengths
-from bert_jax.errors import Interrupted, UserError, check_positive
+from bert_jax.errors import Interrupted, UserError, check_learning_rate, check_positive
 from bert_jax.finetune import files, packing, tasks
 from bert_jax.finetune.inference import (EVALUATE_RESULTS_FILE, make_eval_fn, predict_features,
                                          round_up)
@@ -44,6 +44,9 @@ log = logging.getLogger("bert_jax.finetune")
 KEEP_CHECKPOINT = ("best", "last")  # the best validation score, or the end of training
 KEEP_CHECKPOINTS = 2  # training checkpoints kept for resuming (removed when the run ends)
 PREDICTIONS_DIR = "predictions"
+# What a fresh run would replace: moved to WORKDIR/previous/ (`workdir_kind.set_aside`).
+EARLIER_RUN = [checkpoint.CHECKPOINTS_DIR, PREDICTIONS_DIR, pretrained.RESULTS_FILE,
+               EVALUATE_RESULTS_FILE, pretrained.BEST_DIR, "metrics.jsonl", "tensorboard"]
 
 
 @dataclasses.dataclass
@@ -205,6 +208,7 @@ def validate_config(config) -> None:
     the key. Batch sizes are rounded up to a multiple of the mesh's batch shards."""
     for key in ("global_batch_size", "eval_batch_size", "log_every_steps"):
         check_positive(key, config[key])
+    check_learning_rate(config.learning_rate)
     epochs = config.num_train_epochs
     if isinstance(epochs, bool) or not isinstance(epochs, (int, float)) or not epochs > 0:
         raise UserError(f"num_train_epochs must be a number > 0, got {epochs!r}")
@@ -299,9 +303,14 @@ class Finetuning:
                                             training=True)
             if not train_features:
                 raise ValueError(f"task {task.name!r}: no training features")
-            _warn_if_uncovered(tokenizer, train_features, f"task {task.name!r}'s training data")
+            _warn_if_uncovered(tokenizer, train_features, f"task {task.name!r}'s training data",
+                               train_examples)
+            warn_if_degenerate(config, task)
             for split in task.test_splits:  # read again after training; a bad file fails now
-                task.load(split)
+                try:
+                    task.check_labels(task.load(split))
+                except ValueError as e:
+                    raise UserError(f"the {split} split: {e}") from e
             model = task.model(self.source.config)
             if self.objective.wrap_model is not None:
                 model = self.objective.wrap_model(model)
@@ -391,10 +400,12 @@ class Finetuning:
         except checkpoint.IncompatibleCheckpointError as e:
             log.warning("%s: starting over", e)
             restored = None
-        if restored is None and latest is not None:  # another run's, or unreadable
+        aside = None
+        if restored is None:  # a fresh run: an earlier one's results are moved aside
             ckpt.close()
             if multihost.is_primary():
-                paths.rmtree(ckpt.directory, missing_ok=True)
+                aside = workdir_kind.set_aside(workdir, EARLIER_RUN)
+                paths.rmtree(ckpt.directory, missing_ok=True)  # left only in a bucket
             multihost.sync("finetune_checkpoints_removed")
             ckpt = checkpoint.Checkpointer(workdir, keep=KEEP_CHECKPOINTS)
         paths.makedirs(workdir)
@@ -409,9 +420,10 @@ class Finetuning:
             writer.drop_after(step)
             writer.message(f"resumed from step {step} of {ckpt.directory}")
             return state, shardings, _Kept(**meta["kept"]), writer, ckpt
-        if writer.replaced_earlier_run:
-            writer.message(f"{workdir} held an earlier fine-tuning run: its metrics, best model "
-                           "and results are replaced by this run's")
+        if aside or writer.replaced_earlier_run:
+            writer.message(f"{workdir} held an earlier fine-tuning run: its results are moved "
+                           f"to {aside}" if aside else f"{workdir} held an earlier fine-tuning "
+                           "run: its metrics, best model and results are replaced")
         state, shardings = sharding.create_sharded_state(
             plan.init_fn, plan.tx if plan.frozen_steps else plan.full_tx, self.mesh,
             rules=self.rules, seed=int(config.seed), rng_impl=config.rng_impl)
@@ -620,8 +632,18 @@ class _Prepared:
         return self._steps[key]
 
 
-def _warn_if_uncovered(tokenizer, features: list, what: str) -> None:
-    """Warns when the vocabulary turns much of the text into [UNK] (up to 1000 features)."""
+def _strings(value):
+    """The strings in an example's value (a text, a word list, a dict of texts)."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, (list, tuple, dict)):
+        for item in value.values() if isinstance(value, dict) else value:
+            yield from _strings(item)
+
+
+def _warn_if_uncovered(tokenizer, features: list, what: str, examples: list) -> None:
+    """Warns when the vocabulary turns much of the text into [UNK] (up to 1000 features;
+    about Chinese only when the examples' text is mostly CJK)."""
     rows = []
     for feature in features[:1000]:
         ids = feature["input_ids"]  # a row, or one row per choice (multiple choice)
@@ -630,9 +652,28 @@ def _warn_if_uncovered(tokenizer, features: list, what: str) -> None:
     ids = np.concatenate(rows)
     special = np.isin(ids, [tokenizer.pad_id, tokenizer.cls_id, tokenizer.sep_id])
     warning = uncovered_text_warning(int((ids == tokenizer.unk_id).sum()),
-                                     int((~special).sum()), what)
+                                     int((~special).sum()), what,
+                                     chars.cjk_share(_strings(examples[:1000])))
     if warning:
         log.warning(warning)
+
+
+def warn_if_degenerate(config, task) -> None:
+    """Warns about training data that runs but teaches nothing measurable: a single
+    class, or a validation file with the training file's text."""
+    names = getattr(task, "label_names", None)
+    if names is not None and len(names) == 1:
+        log.warning("task %r: every training example has the label %r: the model can only "
+                    "learn to predict it, and its accuracy says nothing", task.name, names[0])
+    train, dev = config.get("train_file"), config.get("validation_file")
+    try:
+        same = bool(train and dev) and paths.getsize(train) == paths.getsize(dev) and \
+            paths.read_bytes(train) == paths.read_bytes(dev)
+    except OSError:  # not plain files (a glob, a list): not compared
+        same = False
+    if same:
+        log.warning("validation_file %s holds the training file's text (%s): its scores "
+                    "measure memorisation, not generalisation", dev, train)
 
 
 def _frozen_steps(config, steps_per_epoch: int, num_steps: int) -> int:

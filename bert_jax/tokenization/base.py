@@ -132,14 +132,16 @@ class Tokenizer(abc.ABC):
 UNKNOWN_SHARE_WARNING = 0.05
 
 
-def uncovered_text_warning(unknown: int, tokens: int, what: str) -> str:
+def uncovered_text_warning(unknown: int, tokens: int, what: str, cjk_share: float = 0.0) -> str:
     """A warning line when more than UNKNOWN_SHARE_WARNING of `what`'s `tokens` are [UNK]
-    (text in a script the vocabulary lacks: Chinese with the English one); else ''."""
+    (text in a script the vocabulary lacks); else ''. `cjk_share`: the text's share of
+    CJK ideographs (`chars.cjk_share`); only mostly-CJK text is told about Chinese."""
     if not tokens or unknown / tokens <= UNKNOWN_SHARE_WARNING:
         return ""
     return (f"{unknown / tokens:.0%} of the tokens of {what} are [UNK]: the vocabulary does "
-            "not cover this text (another language or script? Chinese text needs a Chinese "
-            "vocabulary: docs/chinese.md)")
+            "not cover this text " + ("(Chinese text needs a Chinese vocabulary: "
+                                      "docs/chinese.md)" if cjk_share > 0.5 else
+                                      "(another language or script, or symbols it lacks?)"))
 
 
 def write_config(directory: str, config: dict) -> None:

@@ -3,6 +3,7 @@ import sys
 from typing import List
 
 from bert_jax import flags
+from bert_jax.encoding import decode_line
 from bert_jax.tokenization import DEFAULT_VOCAB, TokenizerError, load_tokenizer
 
 
@@ -19,10 +20,11 @@ def main(argv: List[str]) -> int:
     except TokenizerError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    stdin = open(sys.stdin.fileno(), encoding="utf-8", errors="replace", newline="\n",
-                 closefd=False)
-    for line in stdin:
-        encoding = tokenizer.encode(line.rstrip("\n"))
+    stdin = open(sys.stdin.fileno(), "rb", closefd=False)
+    offset = 0
+    for number, raw in enumerate(stdin, 1):  # bytes that are not UTF-8: one line naming it
+        encoding = tokenizer.encode(decode_line(raw, "stdin", number, offset).rstrip("\r\n"))
+        offset += len(raw)
         items = encoding.ids if args.ids else encoding.tokens
         sys.stdout.write(" ".join(map(str, items)) + "\n")
     sys.stdout.flush()

@@ -1,0 +1,45 @@
+"""Decoding text files: UTF-8, or UTF-16/32 when a byte-order mark says so; any other
+bytes (Latin-1, cp1252, ...) are refused naming the file, the line and the byte rather
+than dropped or replaced. One place for every reader (corpus, fine-tuning files, embed,
+tokenize)."""
+
+from __future__ import annotations
+
+import codecs
+
+# Longest first: the UTF-32 LE mark begins with the UTF-16 LE one.
+_BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"),
+         (codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"),
+         (codecs.BOM_UTF16_BE, "utf-16"))
+CONVERT = "convert it to UTF-8 first, e.g. `iconv -f latin1 -t utf-8` for Latin-1 text"
+
+
+def codec_of(head: bytes) -> str:
+    """The codec of a file that starts with `head` (its first 4 bytes or more)."""
+    return next((name for bom, name in _BOMS if head.startswith(bom)), "utf-8")
+
+
+def not_utf8(path: str, line: int, data: bytes, index: int, start: int = 0) -> ValueError:
+    """The error for byte `data[index]`; `start`: the file offset of `data`."""
+    return ValueError(f"{path}:{line}: not UTF-8 text (byte {data[index]:#04x} at offset "
+                      f"{start + index}); {CONVERT}")
+
+
+def decode(data: bytes, path: str) -> str:
+    """The text of a whole file (a byte-order mark dropped)."""
+    codec = codec_of(data[:4])
+    try:
+        return data.decode(codec)
+    except UnicodeDecodeError as e:
+        if codec != "utf-8" and codec != "utf-8-sig":
+            raise ValueError(f"{path}: not valid {codec.upper()} text after its byte-order "
+                             f"mark (offset {e.start}): {e.reason}") from None
+        raise not_utf8(path, data.count(b"\n", 0, e.start) + 1, data, e.start) from None
+
+
+def decode_line(raw: bytes, path: str, line: int, start: int) -> str:
+    """One UTF-8 line of a file read line by line; `start`: its offset in the file."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise not_utf8(path, line, raw, e.start, start) from None
