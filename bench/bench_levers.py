@@ -50,18 +50,11 @@ def run(name: str, steps: int, peak: float) -> dict | None:
     from bert_jax.config import preset
     v = parse_variant(name)
     model, seq_len, batch, predictions = CASES[v["case"]]
-    if v["cublaslt"]:
-        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
-                                   " --xla_gpu_enable_cublaslt=true").strip()
-    try:
-        out = bench_pretrain.run_worker(
-            v["side"], model=model, seq_len=seq_len, batch=batch, predictions=predictions,
-            steps=steps, numerics=v["numerics"], packed=v["packed"],
-            hidden_act="gelu_new" if v["tanh"] else None)
-    finally:
-        if v["cublaslt"]:
-            os.environ["XLA_FLAGS"] = os.environ["XLA_FLAGS"].replace(
-                "--xla_gpu_enable_cublaslt=true", "").strip()
+    out = bench_pretrain.run_worker(
+        v["side"], xla_flags="--xla_gpu_enable_cublaslt=true" if v["cublaslt"] else "",
+        model=model, seq_len=seq_len, batch=batch, predictions=predictions, steps=steps,
+        numerics=v["numerics"], packed=v["packed"],
+        hidden_act="gelu_new" if v["tanh"] else None)
     if out is None:
         return None
     flops = batch * perf.train_flops_per_example(preset(model), seq_len, predictions)

@@ -243,18 +243,20 @@ WORKERS = {"probe": worker_probe, "bert_jax": worker_bert_jax, "torch_eager": wo
            "torch_compile": worker_torch}
 
 
-def run_worker(side, **options):
-    """Runs one side in a fresh process; its result dict, or None (with the reason
-    printed) when it failed, e.g. out of memory."""
+def run_worker(side, xla_flags: str = "", **options):
+    """Runs one side in a fresh process (`xla_flags` added to its XLA_FLAGS); its result
+    dict, or None (with the reason printed) when it failed, e.g. out of memory."""
     command = [sys.executable, os.path.abspath(__file__), "--worker", side]
     for key, value in options.items():
         if value is True:
             command.append(f"--{key.replace('_', '-')}")
         elif value not in (None, False):
             command += [f"--{key.replace('_', '-')}", str(value)]
-    done = subprocess.run(command, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": os.pathsep.join(
-                              filter(None, [REPO, os.environ.get("PYTHONPATH")]))})
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, [REPO, os.environ.get("PYTHONPATH")]))}
+    if xla_flags:
+        env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {xla_flags}".strip()
+    done = subprocess.run(command, capture_output=True, text=True, env=env)
     for line in done.stdout.splitlines():
         if line.startswith("RESULT "):
             return json.loads(line[len("RESULT "):])

@@ -24,14 +24,15 @@ def check_learning_rate(value, allow_zero: bool | None = None) -> None:
     """A learning rate must be a number > 0: a negative one climbs the loss, zero trains
     nothing: allowed only where the config has the explicit `allow_zero_learning_rate`
     (`allow_zero`: its value; None where the config has no such key)."""
-    if not isinstance(value, bool) and isinstance(value, (int, float)) and (
-            value > 0 or allow_zero and value == 0):
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if number and (value > 0 or allow_zero and value == 0):
         return
     why = ""
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and value <= 0:
-        why = (" (a negative rate raises the loss)" if value < 0 else " (nothing would train"
-               + ("; --config.allow_zero_learning_rate=True if that is the intent)"
-                  if allow_zero is not None else ")"))
+    if number and value < 0:
+        why = " (a negative rate raises the loss)"
+    elif number:
+        why = (" (nothing would train; --config.allow_zero_learning_rate=True if that is the "
+               "intent)" if allow_zero is not None else " (nothing would train)")
     raise UserError(f"learning_rate must be a number > 0, got {value!r}{why}")
 
 

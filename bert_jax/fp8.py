@@ -57,11 +57,13 @@ def _fp8_dot_fwd(lhs, rhs, dimension_numbers, out_dtype):
     q_lhs, s_lhs = quantize(lhs, E4M3)
     q_rhs, s_rhs = quantize(rhs, E4M3)
     out = scaled_product(q_lhs, q_rhs, s_lhs * s_rhs, dimension_numbers, out_dtype)
-    return out, (q_lhs, s_lhs, q_rhs, s_rhs, jnp.zeros((), lhs.dtype), jnp.zeros((), rhs.dtype))
+    # A scalar of the operands' dtype (`fp8_dot_general` casts both to it): their
+    # gradients' dtype, which may differ from `out_dtype`.
+    return out, (q_lhs, s_lhs, q_rhs, s_rhs, jnp.zeros((), lhs.dtype))
 
 
 def _fp8_dot_bwd(dimension_numbers, out_dtype, residuals, g):
-    q_lhs, s_lhs, q_rhs, s_rhs, lhs_like, rhs_like = residuals
+    q_lhs, s_lhs, q_rhs, s_rhs, operand_like = residuals
     q_g, s_g = quantize(g, E5M2)
     # flax's transposes of a dot_general (the same ones jax's own rule uses), applied to
     # the float8 operands, each one FP8 GEMM; shapes come from the quantized residuals.
@@ -69,8 +71,8 @@ def _fp8_dot_bwd(dimension_numbers, out_dtype, residuals, g):
                      preferred_element_type=out_dtype)
     d_lhs = fp8_ops.dot_general_transpose_lhs(q_g, q_lhs, q_rhs, **transpose)
     d_rhs = fp8_ops.dot_general_transpose_rhs(q_g, q_lhs, q_rhs, **transpose)
-    return ((d_lhs * (s_g * s_rhs).astype(out_dtype)).astype(lhs_like.dtype),
-            (d_rhs * (s_g * s_lhs).astype(out_dtype)).astype(rhs_like.dtype))
+    return ((d_lhs * (s_g * s_rhs).astype(out_dtype)).astype(operand_like.dtype),
+            (d_rhs * (s_g * s_lhs).astype(out_dtype)).astype(operand_like.dtype))
 
 
 _fp8_dot.defvjp(_fp8_dot_fwd, _fp8_dot_bwd)

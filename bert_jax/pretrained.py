@@ -16,11 +16,10 @@ directory is: its latest readable checkpoint's params are read. A fine-tuning wo
 resolves to its best model (`resolve_model_dir`). Writes are atomic: a failed
 conversion leaves nothing at the destination.
 
-Also here, because every reader of a model directory needs them: the parameter-tree
-layouts (unrolled `layer_i` vs scanned `layers`, from `bert_jax.layer_layout`, which the HF
-conversion below this module uses too), the task metadata (`task_kind`,
-`label_names`, `classifier_pooling`) and `init_params`, which fits loaded numpy weights to
-a model and places them on its mesh.
+Also here, because every reader of a model directory needs them: the task metadata
+(`task_kind`, `label_names`, `classifier_pooling`) and `init_params`, which fits loaded
+numpy weights to a model, in either layer layout (`bert_jax.layer_layout`), and places
+them on its mesh.
 """
 
 from __future__ import annotations
@@ -38,7 +37,7 @@ from bert_jax import checkpoint, paths
 from bert_jax.atomic import atomic_directory
 from bert_jax.config import BertConfig, ConfigError
 from bert_jax.errors import CheckpointError
-from bert_jax.layer_layout import encoder_of, match_layout, to_scanned, to_unscanned  # noqa: F401
+from bert_jax.layer_layout import encoder_of, match_layout, to_unscanned
 
 MODEL_FILE = "bert_jax.json"
 PARAMS_DIR = "params"

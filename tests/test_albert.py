@@ -7,7 +7,7 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax import pretrained
+from bert_jax import layer_layout, pretrained
 from bert_jax.config import BertConfig, ConfigError, preset
 from bert_jax.convert import hf
 from bert_jax.heads import (BertForPreTraining, BertForQuestionAnswering,
@@ -138,7 +138,7 @@ def test_state_dict_round_trip_and_transformers_reads_ours(tmp_path):
                                    atol=1e-5)
     config, reread = hf.load_hf_dir(tmp_path)
     assert config == ALBERT
-    jax.tree.map(np.testing.assert_array_equal, reread, pretrained.to_unscanned(params))
+    jax.tree.map(np.testing.assert_array_equal, reread, layer_layout.to_unscanned(params))
 
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]

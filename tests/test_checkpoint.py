@@ -8,7 +8,7 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax import checkpoint, pretrained, sharding
+from bert_jax import checkpoint, layer_layout, pretrained, sharding
 from bert_jax.errors import CheckpointError
 from bert_jax.heads import BertForPreTraining
 from bert_jax.optim import make_optimizer
@@ -99,7 +99,7 @@ def test_init_params_drops_only_unused_heads_and_stacks_layers_as_the_target():
     # An encoder's target (a fresh task head's run, embed) takes the encoder alone.
     unrolled = {"encoder": {f"layer_{i}": {"w": jax.ShapeDtypeStruct((2,), np.float32)}
                             for i in range(2)}}
-    params = pretrained.init_params(unrolled, pretrained.to_scanned(encoder), drop=("pooler",))
+    params = pretrained.init_params(unrolled, layer_layout.to_scanned(encoder), drop=("pooler",))
     np.testing.assert_array_equal(params["encoder"]["layer_1"]["w"], [0, 0])
 
 

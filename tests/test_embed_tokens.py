@@ -4,7 +4,7 @@ transformers' BertModel(output_hidden_states=True) on the same weights."""
 import numpy as np
 import pytest
 
-from bert_jax import cli, pretrained
+from bert_jax import cli, layer_layout, pretrained
 from bert_jax.config import BertConfig
 from bert_jax.convert import hf
 from bert_jax.embed import token_features
@@ -54,7 +54,7 @@ def test_layers_and_combinations_match_transformers(reference, scan):
     ref, model = reference
     if scan:
         model = pretrained.Pretrained(CONFIG.replace(scan_layers=True),
-                                      pretrained.to_scanned(model.params), None, DEFAULT_VOCAB)
+                                      layer_layout.to_scanned(model.params), None, DEFAULT_VOCAB)
     tokenizer = load_tokenizer(DEFAULT_VOCAB)
     expected = reference_states(ref, tokenizer, TEXTS)
     last4 = [-4, -3, -2, -1]

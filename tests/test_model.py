@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bert_jax import pretrained
+from bert_jax import layer_layout, pretrained
 from bert_jax.config import PRESETS, BertConfig, ConfigError, preset
 from bert_jax.heads import (BertForMultipleChoice, BertForPreTraining, BertForQuestionAnswering,
                             BertForSequenceClassification, BertForTokenClassification)
@@ -61,14 +61,14 @@ def test_scanned_and_unrolled_encoders_agree_and_convert():
     unrolled = BertForPreTraining(CONFIG)
     scanned = BertForPreTraining(CONFIG.replace(scan_layers=True))
     params = init(unrolled, ids)
-    scanned_params = pretrained.to_scanned(params)
+    scanned_params = layer_layout.to_scanned(params)
     shapes = jax.tree.map(jnp.shape, init(scanned, ids))
     assert jax.tree.map(jnp.shape, scanned_params) == shapes
     a = unrolled.apply({"params": params}, ids)
     b = scanned.apply({"params": scanned_params}, ids)
     np.testing.assert_allclose(a.mlm_logits, b.mlm_logits, atol=1e-5)
     np.testing.assert_allclose(a.nsp_logits, b.nsp_logits, atol=1e-5)
-    back = pretrained.to_unscanned(scanned_params)
+    back = layer_layout.to_unscanned(scanned_params)
     assert jax.tree.all(jax.tree.map(np.array_equal, back, params))
 
 
@@ -86,7 +86,7 @@ def test_remat_gives_the_same_gradients(policy):
         return jax.grad(loss)(p)
 
     for scan in (False, True):
-        p = pretrained.match_layout(params, scan)
+        p = layer_layout.match_layout(params, scan)
         expected = grads(CONFIG.replace(scan_layers=scan), p)
         got = grads(CONFIG.replace(scan_layers=scan, remat_policy=policy), p)
         jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-4),

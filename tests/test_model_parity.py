@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from bert_jax import pretrained
+from bert_jax import layer_layout, pretrained
 from bert_jax.config import BertConfig
 from bert_jax.convert import hf
 from bert_jax.heads import BertForPreTraining
@@ -122,7 +122,7 @@ def test_hidden_states_and_attentions_match_transformers():
     for scan in (False, True):
         c = config.replace(scan_layers=scan)
         out = BertModel(c, output_hidden_states=True, output_attentions=True).apply(
-            {"params": pretrained.match_layout(params, scan)["bert"]}, ids, mask, segments)
+            {"params": layer_layout.match_layout(params, scan)["bert"]}, ids, mask, segments)
         assert len(out.hidden_states) == config.num_hidden_layers + 1
         for ours, theirs in zip(out.hidden_states, expected.hidden_states):
             np.testing.assert_allclose(ours, theirs.numpy(), atol=TOL)

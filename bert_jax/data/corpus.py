@@ -31,7 +31,6 @@ class ReadStats:
     documents: int = 0
     lines: int = 0
     bytes: int = 0
-    undecodable_lines: int = 0
 
     def __iadd__(self, other: "ReadStats") -> "ReadStats":
         for field in dataclasses.fields(self):

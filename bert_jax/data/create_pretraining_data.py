@@ -94,7 +94,6 @@ class Stats:
     sentences: int = 0
     empty_sentences: int = 0
     long_sentences: int = 0
-    undecodable_lines: int = 0
     bytes: int = 0
     instances: int = 0
     tokens: int = 0
@@ -179,6 +178,7 @@ def _read_documents(path: str, ref_path: Optional[str], read: corpus.ReadStats) 
     return corpus.split_documents(numbered, read, text=lambda item: item[0])
 
 
+SUMMARY_FILE = "summary.json"  # beside the TFRecords; pretraining reads its vocabulary
 _UNIT_TAG = 1 << 24  # ids are below it; see `_encode_sentences`
 
 
@@ -273,7 +273,6 @@ def _tokenize_documents(path: str, ref_path: Optional[str], stats: Stats):
             stats.sentences += len(document)
     stats.files += read.files
     stats.empty_files += read.empty_files
-    stats.undecodable_lines += read.undecodable_lines
     stats.bytes += read.bytes
     stats.documents += len(documents)
     stats.single_document_files += len(documents) == 1
@@ -526,8 +525,8 @@ def create_pretraining_data(inputs: Sequence[str], output_files: Sequence[str], 
     if not written:  # empty shards would only fail later, in the pipeline
         raise ValueError(
             f"no pretraining examples from {len(files)} input file(s): {total.documents} "
-            f"documents, {total.sentences} sentences, {total.empty_files} empty file(s), "
-            f"{total.undecodable_lines} undecodable line(s); the input needs text in BERT's "
+            f"documents, {total.sentences} sentences, {total.empty_files} empty file(s); "
+            "the input needs text in BERT's "
             "format (a sentence per line, a blank line between documents)")
     for tmp, path in zip(temporary, output_files):
         paths.move(tmp, path)
@@ -618,7 +617,7 @@ def run(args, output_files: List[str], summary_dir: Optional[str]) -> int:
             value = ", ".join(f"{k} {v}" for k, v in value.items())
         print(f"{key:>28}: {value}")
     if summary_dir:
-        paths.write_text(paths.join(summary_dir, "summary.json"), json.dumps(summary, indent=2))
+        paths.write_text(paths.join(summary_dir, SUMMARY_FILE), json.dumps(summary, indent=2))
     return 0
 
 

@@ -65,12 +65,10 @@ def check_eval_fraction(config: ml_collections.ConfigDict) -> None:
                         "(e.g. 0.01), or --config.eval_every_steps=0 to train without evaluation")
 
 
-SUMMARY_FILE = "summary.json"  # what `bert-jax create-data` writes beside its TFRecords
-
-
 def check_records_vocabulary(files: list[str], tokenizer_path: str, vocabulary: str) -> None:
     """Refuses TFRecords whose create-data summary.json records another vocabulary
     (fingerprint) than the run's `vocabulary`: their token ids would mean other words."""
+    from bert_jax.data.create_pretraining_data import SUMMARY_FILE
     for directory in sorted({paths.dirname(f) for f in files if is_tfrecord(f)}):
         try:
             summary = json.loads(paths.read_text(paths.join(directory, SUMMARY_FILE)))

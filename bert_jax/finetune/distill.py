@@ -40,7 +40,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from bert_jax import losses, paths, pretrained, sharding
+from bert_jax import layer_layout, losses, paths, pretrained, sharding
 from bert_jax.config_loader import apply_overrides
 from bert_jax.errors import UserError
 from bert_jax.finetune import inference, selection, tasks, trainer
@@ -142,7 +142,7 @@ def take_layers(encoder_params: dict, bert_config, keep: int):
     """An encoder's parameters and config cut to `keep` evenly spaced layers:
     (params, config, the 0-based layers kept)."""
     chosen = evenly_spaced_layers(bert_config.num_hidden_layers, keep)
-    layers = pretrained.to_unscanned({"encoder": encoder_params["encoder"]})["encoder"]
+    layers = layer_layout.to_unscanned({"encoder": encoder_params["encoder"]})["encoder"]
     params = {**encoder_params, "encoder": {f"layer_{i}": layers[f"layer_{j}"]
                                             for i, j in enumerate(chosen)}}
     return params, bert_config.replace(num_hidden_layers=keep), chosen

@@ -420,10 +420,12 @@ class Finetuning:
             writer.drop_after(step)
             writer.message(f"resumed from step {step} of {ckpt.directory}")
             return state, shardings, _Kept(**meta["kept"]), writer, ckpt
-        if aside or writer.replaced_earlier_run:
+        if aside:
             writer.message(f"{workdir} held an earlier fine-tuning run: its results are moved "
-                           f"to {aside}" if aside else f"{workdir} held an earlier fine-tuning "
-                           "run: its metrics, best model and results are replaced")
+                           f"to {aside}")
+        elif writer.replaced_earlier_run:
+            writer.message(f"{workdir} held an earlier fine-tuning run: its metrics, best model "
+                           "and results are replaced")
         state, shardings = sharding.create_sharded_state(
             plan.init_fn, plan.tx if plan.frozen_steps else plan.full_tx, self.mesh,
             rules=self.rules, seed=int(config.seed), rng_impl=config.rng_impl)
