@@ -4,6 +4,7 @@ whatever backend is present, each side in its own process.
     python bench/bench_pretrain.py [--models bert-base,bert-large] [--steps 10]
         [--sides bert_jax,torch_eager,torch_compile] [--numerics auto|fast|faithful|fp8]
         [--packed] [--hidden_act gelu_new] [--scan_layers] [--batch N]
+    python bench/bench_pretrain.py --model bert-large --seq_len 512 --packed --numerics fp8
 
 GPU/TPU: bert-base seq 128 batch 256, bert-large seq 128 batch 128, bert-large seq 512
 batch 32 (80 predictions); bert_jax with the fast numerics (bf16, fused attention
@@ -147,7 +148,9 @@ def worker_probe(_args):
 def jax_model_config(args, accelerator):
     from bert_jax.config import preset
     fields = dict(scan_layers=args.scan_layers,
-                  dtype="bfloat16" if accelerator else "float32", fp8=args.numerics == "fp8")
+                  # FP8 is bf16 with FP8 matmuls on every backend (`compute_dtype=fp8`)
+                  dtype="bfloat16" if accelerator or args.numerics == "fp8" else "float32",
+                  fp8=args.numerics == "fp8")
     if args.numerics in ("fast", "fp8"):
         fields.update(attention_impl="fused", attention_probs_dropout_prob=0.0)
     if args.hidden_act:
@@ -293,11 +296,11 @@ def main():
                         help="bert_jax: another activation (gelu_new: BERT's original tanh)")
     parser.add_argument("--scan_layers", action="store_true", help="bert_jax: nn.scan layers")
     parser.add_argument("--batch", type=int, default=None, help="override every case's batch")
+    parser.add_argument("--model", help="one preset (as --models)")
+    parser.add_argument("--seq_len", type=int, help="only the cases of this length")
     # Internal: one side of one case, in its own process.
     parser.add_argument("--worker", choices=tuple(WORKERS), help=argparse.SUPPRESS)
     parser.add_argument("--side", help=argparse.SUPPRESS)
-    parser.add_argument("--model", help=argparse.SUPPRESS)
-    parser.add_argument("--seq_len", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--predictions", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -309,12 +312,15 @@ def main():
     if probe is None:
         sys.exit("bench_pretrain: the JAX probe process failed")
     accelerator = probe["backend"] != "cpu"
-    cases = CASES["accelerator" if accelerator else "cpu"]
-    models = args.models.split(",") if args.models else (
+    cases = [c for c in CASES["accelerator" if accelerator else "cpu"]
+             if args.seq_len in (None, c[1])]
+    chosen = args.models or args.model
+    models = chosen.split(",") if chosen else (
         sorted({c[0] for c in cases}) if accelerator else DEFAULT_CPU_MODELS)
     unknown = sorted(set(models) - {c[0] for c in cases})
     if unknown:
-        sys.exit(f"bench_pretrain: no {probe['backend']} case for {unknown}; known: "
+        sys.exit(f"bench_pretrain: no {probe['backend']} case for {unknown}"
+                 f"{'' if args.seq_len is None else f' at seq {args.seq_len}'}; known: "
                  f"{sorted({c[0] for c in cases})}")
     sides = args.sides.split(",") if args.sides else (
         list(SIDES) if accelerator else ["bert_jax", "torch_eager"])
@@ -348,7 +354,8 @@ def main():
             if out is None:
                 continue
             row = {"model": model, "seq_len": seq_len, "batch": batch, "side": side,
-                   "numerics": numerics if ours else "torch bf16 autocast",
+                   "numerics": numerics if ours else
+                   "torch bf16 autocast" if accelerator else "torch float32",
                    "packed": bool(args.packed and ours),
                    "seq_per_s": batch / out["step_s"],
                    "samples_per_s": out["examples"] / out["step_s"],
