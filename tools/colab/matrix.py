@@ -5,8 +5,8 @@
 Both run the tests marked slow in tests/test_export.py too (the SavedModel exports).
 
 colab:  Colab's CPU runtime (Python 3.13, jax 0.7.2, flax 0.11.2, tensorflow 2.20, numpy
-        2.1.3; rehearse.py's cached venv, copied), plus bert_jax and pytest added the way
-        the notebook adds them: nothing Colab has is replaced.
+        2.1.3; rehearse.py's cached venv, copied), plus bert_jax and pytest added within
+        the notebook's pins (uv, as for the venvs): nothing Colab has is replaced.
 newest: Python 3.13 and the newest release of everything (no constraints), in a venv
         cached beside rehearse.py's (rebuilt when setup.cfg changes; delete
         ~/.cache/bert_jax/colab/newest-* to move to newer releases).
@@ -34,26 +34,23 @@ def colab_env(root: str, cache: str, env: str) -> str:
     pins.pop("tensorflow-metadata")  # the notebook's fix for Colab's protobuf, as there
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
         f.writelines(f"{name}=={v}\n" for name, v in pins.items())
-    subprocess.run([os.path.join(env, "bin", "python"), "-m", "pip", "install", "-q",
-                    "-c", f.name, "-e", root, "tensorflow-metadata==1.17.3", *TEST_PACKAGES],
-                   check=True)
+    rehearse.uv_install(cache, env, "-c", f.name, "-e", root, "tensorflow-metadata==1.17.3",
+                        *TEST_PACKAGES)
     return env
 
 
 def newest_env(root: str, cache: str) -> str:
     # Per checkout too: bert_jax is installed in editable mode.
     with open(os.path.join(root, "setup.cfg"), "rb") as f:
-        key = hashlib.sha256(root.encode() + f.read() + str(TEST_PACKAGES).encode())
+        key = hashlib.sha256(root.encode() + f.read() + str(TEST_PACKAGES).encode()
+                             + rehearse.UV_VERSION.encode())
         key = key.hexdigest()[:12]
     env = os.path.join(cache, "newest-" + key)
     stamp = os.path.join(env, ".built")
     if not os.path.exists(stamp):
         shutil.rmtree(env, ignore_errors=True)
         subprocess.run([rehearse.python313(), "-m", "venv", env], check=True)
-        subprocess.run([os.path.join(env, "bin", "python"), "-m", "pip", "install", "-q",
-                        "--upgrade", "pip"], check=True)
-        subprocess.run([os.path.join(env, "bin", "python"), "-m", "pip", "install", "-q",
-                        "-e", root, *TEST_PACKAGES], check=True)
+        rehearse.uv_install(cache, env, "-e", root, *TEST_PACKAGES)
         open(stamp, "w").close()
     return env
 
