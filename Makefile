@@ -35,10 +35,12 @@ test: $(VENV)/.test
 
 # Colab rehearsed (tools/colab/rehearse.py; needs a Python 3.13, takes no .venv): the
 # notebook's install cell and every cell in smoke mode in a venv of Colab's CPU runtime
-# (cached in ~/.cache/bert_jax/colab), and the TPU runtime's install cell and imports.
+# (cached in ~/.cache/bert_jax/colab), the TPU runtime's install cell and imports from an
+# uploaded wheel, and the install cell resolved against the GPU runtime (dry_run.py).
 colab:
 	$(PYTHON) tools/colab/rehearse.py
-	$(PYTHON) tools/colab/rehearse.py --runtime tpu --install-only
+	$(PYTHON) tools/colab/rehearse.py --runtime tpu --install-only --wheel
+	$(PYTHON) tools/colab/dry_run.py --runtime gpu
 
 # The core tests on Colab's stack (jax 0.7.2, Python 3.13) and on the newest releases.
 matrix:

@@ -6,6 +6,9 @@ reads them:
   HEAD /REPO/resolve/REV/FILE          X-Repo-Commit, ETag, Content-Length
   GET  /REPO/resolve/REV/FILE          the bytes
 
+`bert_files()` writes a small random BERT as the Hub holds one (numpy and safetensors only,
+so a harness can serve it where bert_jax is not installed yet: the Colab rehearsal).
+
 Errors carry the Hub's X-Error-Code (RepoNotFound, RevisionNotFound, EntryNotFound), which
 huggingface_hub turns into its error types. A private repo answers only a request with
 `Authorization: Bearer TOKEN`. Every request is recorded in `requests` as (method, path).
@@ -18,6 +21,62 @@ import http.server
 import json
 import threading
 import urllib.parse
+
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+def bert_files(seed: int = 0, hidden: int = 16, layers: int = 2, vocab_size: int = 64,
+               words: tuple[str, ...] = ()) -> dict[str, bytes]:
+    """config.json, model.safetensors (BertForPreTraining's tensors, random), vocab.txt and
+    tokenizer_config.json of a small uncased BERT."""
+    import numpy as np
+    from safetensors.numpy import save
+
+    rng, inter = np.random.default_rng(seed), 2 * hidden
+    shapes = {"bert.embeddings.word_embeddings.weight": (vocab_size, hidden),
+              "bert.embeddings.position_embeddings.weight": (64, hidden),
+              "bert.embeddings.token_type_embeddings.weight": (2, hidden),
+              "bert.pooler.dense.weight": (hidden, hidden),
+              "cls.predictions.transform.dense.weight": (hidden, hidden),
+              "cls.seq_relationship.weight": (2, hidden)}
+    for i in range(layers):
+        block = f"bert.encoder.layer.{i}."
+        for name in ("attention.self.query", "attention.self.key", "attention.self.value",
+                     "attention.output.dense"):
+            shapes[block + name + ".weight"] = (hidden, hidden)
+        shapes[block + "intermediate.dense.weight"] = (inter, hidden)
+        shapes[block + "output.dense.weight"] = (hidden, inter)
+    state = {k: rng.normal(0, 0.02, v).astype(np.float32) for k, v in shapes.items()}
+    for name, size in [(k[:-len(".weight")], v[0]) for k, v in shapes.items()
+                       if "embeddings" not in k] + [("cls.predictions", vocab_size)]:
+        state[name + ".bias"] = np.zeros(size, np.float32)
+    for norm in ["bert.embeddings.LayerNorm", "cls.predictions.transform.LayerNorm"] + [
+            f"bert.encoder.layer.{i}.{part}.LayerNorm" for i in range(layers)
+            for part in ("attention.output", "output")]:
+        state[norm + ".weight"] = np.ones(hidden, np.float32)
+        state[norm + ".bias"] = np.zeros(hidden, np.float32)
+    config = {"architectures": ["BertForPreTraining"], "model_type": "bert",
+              "vocab_size": vocab_size, "hidden_size": hidden, "num_hidden_layers": layers,
+              "num_attention_heads": 2, "intermediate_size": inter, "hidden_act": "gelu",
+              "max_position_embeddings": 64, "type_vocab_size": 2, "hidden_dropout_prob": 0.1,
+              "attention_probs_dropout_prob": 0.1, "initializer_range": 0.02,
+              "layer_norm_eps": 1e-12}
+    vocab = SPECIALS + list(words)
+    vocab += [f"w{i}" for i in range(vocab_size - len(vocab))]
+    return {"config.json": json.dumps(config).encode(),
+            "model.safetensors": save(state, metadata={"format": "pt"}),
+            "vocab.txt": ("\n".join(vocab) + "\n").encode(),
+            "tokenizer_config.json": b'{"do_lower_case": true}'}
+
+
+NOTEBOOK_MODEL = "google/bert_uncased_L-2_H-128_A-2"  # notebooks/colab_quickstart.ipynb's
+
+
+def notebook_hub() -> "HubServer":
+    """The quickstart notebook's model by name, served as a small random BERT (for
+    tests/test_notebook.py and the Colab rehearsal, tools/colab/rehearse.py)."""
+    commit = "0" * 40
+    return HubServer({NOTEBOOK_MODEL: Repo({commit: bert_files()}, {"main": commit})})
 
 
 class Repo:

@@ -1,5 +1,6 @@
 """notebooks/colab_quickstart.ipynb runs top to bottom in smoke mode (embedded data, tfds
-mock SST-2, a few steps) and leaves its metrics and plot behind."""
+mock SST-2, a few steps, its Hub model by name from a local Hub server) and leaves its
+metrics and plot behind."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import os
 import sys
 
 import pytest
+from hub_server import NOTEBOOK_MODEL, notebook_hub
 
 nbclient = pytest.importorskip("nbclient")
 nbformat = pytest.importorskip("nbformat")
@@ -34,6 +36,10 @@ def test_notebook_runs_in_smoke_mode(tmp_path, monkeypatch):
     # devices, so the runs use an 8-way data-parallel mesh.
     monkeypatch.setenv("BERT_JAX_NOTEBOOK_SMOKE", "1")
     monkeypatch.setenv("TMPDIR", str(tmp_path))
+    hub = notebook_hub()
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf_cache"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     nb = nbformat.read(NOTEBOOK, as_version=4)
     # jupyter_client runs the `python3` kernelspec with sys.executable, so the notebook
     # sees this venv's packages (and the bert_jax under test), not some other python's.
@@ -41,13 +47,18 @@ def test_notebook_runs_in_smoke_mode(tmp_path, monkeypatch):
     assert km.format_kernel_cmd()[0] == sys.executable
     client = nbclient.NotebookClient(nb, km=km, timeout=600,
                                      resources={"metadata": {"path": str(tmp_path)}})
-    client.execute()  # raises CellExecutionError, with the traceback, if a cell fails
+    try:
+        client.execute()  # raises CellExecutionError, with the traceback, if a cell fails
+    finally:
+        hub.close()
 
     executable = [c for c in nb.cells if c.cell_type == "code"]
     assert all(c.execution_count for c in executable)
     text = "".join(o.get("text", "") for c in executable for o in c.outputs)
     assert "smoke=True" in text and " x cpu (cpu), compute float32" in text
     assert "SST-2 validation accuracy" in text
+    assert f"SST-2 validation accuracy from hf:{NOTEBOOK_MODEL}: " in text
+    assert any(f"/{NOTEBOOK_MODEL}/resolve/" in path for _, path in hub.requests)
     assert text.count("p(positive)=") == 4
 
     (workdir,) = glob.glob(str(tmp_path / "bert_jax_notebook_*"))

@@ -77,6 +77,7 @@ def run_tests(env: str, stack: str, root: str) -> int:
                     "{tf.__version__}')", stack], check=True)
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
     pytest = [python, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadfile",
+              "--durations=10",
               *sys.argv[2:]]
     # The fast tests, then the SavedModel exports (marked slow), which lag jax the most.
     fast = subprocess.run(pytest + ["-m", "not slow", *TESTS], cwd=root, env=environ)

@@ -179,6 +179,11 @@ def execute(notebook: str, content: str, install_only: bool) -> int:
     with open(os.path.join(startup, "00-colab.py"), "w") as f:
         f.write("import numpy\nimport PIL.Image\n")
     os.environ.update(JUPYTER_PATH=jupyter, IPYTHONDIR=os.path.join(jupyter, "ipython"))
+    if not install_only:  # the notebook's model by name, from a local Hub (as in
+        sys.path.insert(0, os.path.join(ROOT, "tests"))  # tests/test_notebook.py)
+        from hub_server import notebook_hub
+        hub = notebook_hub()
+        os.environ.update(HF_ENDPOINT=hub.url, HF_HUB_CACHE=os.path.join(content, "hf_cache"))
     km = jupyter_client.KernelManager(kernel_name="colab")
     client = nbclient.NotebookClient(nb, km=km, timeout=900,
                                      resources={"metadata": {"path": content}})
