@@ -1,7 +1,7 @@
 """The notebook's install cell resolved against a runtime's freeze, installing nothing: for
 Colab's GPU runtime, whose CUDA wheels are too heavy to install in CI.
 
-    python tools/colab/dry_run.py [--runtime gpu|cpu|tpu]
+    python tools/colab/dry_run.py [--runtime gpu|cpu|tpu] [--repo DIR]
 
 Runs the notebook's real install cell (up to its `import bert_jax`) in Colab's CPU venv
 (rehearse.py's: Python 3.13, Colab's pip 24.1.2), in a folder holding the repository as
@@ -112,6 +112,7 @@ def check(runtime: str, content: str) -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runtime", choices=("gpu", "cpu", "tpu"), default="gpu")
+    parser.add_argument("--repo", default=rehearse.ROOT, help="the checkout (default: this)")
     parser.add_argument("--cache", default=os.path.expanduser("~/.cache/bert_jax/colab"))
     parser.add_argument("--inside", help=argparse.SUPPRESS)  # the content folder, in the venv
     args = parser.parse_args()
@@ -123,7 +124,7 @@ def main() -> int:
     env = rehearse.build_env("cpu", args.cache)
     content = tempfile.mkdtemp(prefix=f"colab_dry_run_{args.runtime}_")
     try:
-        rehearse.copy_repo(rehearse.ROOT, os.path.join(content, "bert_jax"))
+        rehearse.copy_repo(os.path.abspath(args.repo), os.path.join(content, "bert_jax"))
         environ = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
         return subprocess.run([os.path.join(env, "bin", "python"), os.path.abspath(__file__),
                                "--runtime", args.runtime, "--inside", content],

@@ -18,6 +18,7 @@
 The venvs are built with uv (`uv pip install`, installed once into the cache folder from
 PyPI with pip): the same packages at the same versions as pip would install, in a fraction
 of the time. What the notebook installs is installed by its own cell, with Colab's pip.
+uv reads its own settings (UV_DEFAULT_INDEX, UV_CACHE_DIR, ...), not pip's.
 """
 
 from __future__ import annotations
