@@ -70,11 +70,11 @@ def test_pretraining_writes_metrics_checkpoints_and_resumes_exactly(tmp_path, te
     assert glob.glob(os.path.join(straight, "tensorboard", "train", "events.out.tfevents.*"))
     assert sorted(os.listdir(os.path.join(straight, "checkpoints"))) == ["2", "4"]
 
-    # An interrupted run: its last checkpoint is gone, so it resumes at step 2: it runs
-    # steps 3 and 4 only (a rerun from scratch would log 1..4) and ends where the
-    # uninterrupted run ends.
+    # An interrupted run (a copy of that one: the same run, without training it twice):
+    # its last checkpoint is gone, so it resumes at step 2: it runs steps 3 and 4 only (a
+    # rerun from scratch would log 1..4) and ends where the uninterrupted run ends.
     resumed = str(tmp_path / "resumed")
-    train_and_evaluate(small_config(text_corpus, log_every_steps=1), resumed)
+    shutil.copytree(straight, resumed)
     shutil.rmtree(os.path.join(resumed, "checkpoints", "4"))
     capsys.readouterr()
     started = time.time()
