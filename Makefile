@@ -37,10 +37,13 @@ test: $(VENV)/.test
 # notebook's install cell and every cell in smoke mode in a venv of Colab's CPU runtime
 # (cached in ~/.cache/bert_jax/colab), the TPU runtime's install cell and imports from an
 # uploaded wheel, and the install cell resolved against the GPU runtime (dry_run.py).
+# The GPU dry run mostly waits on the package index: it runs beside the rehearsals.
 colab:
-	$(PYTHON) tools/colab/rehearse.py
-	$(PYTHON) tools/colab/rehearse.py --runtime tpu --install-only --wheel
-	$(PYTHON) tools/colab/dry_run.py --runtime gpu
+	$(PYTHON) tools/colab/rehearse.py --build-only
+	$(PYTHON) tools/colab/dry_run.py --runtime gpu & gpu=$$!; \
+	  $(PYTHON) tools/colab/rehearse.py \
+	  && $(PYTHON) tools/colab/rehearse.py --runtime tpu --install-only --wheel; status=$$?; \
+	  wait $$gpu && exit $$status
 
 # The core tests on Colab's stack (jax 0.7.2, Python 3.13) and on the newest releases.
 matrix:

@@ -277,11 +277,16 @@ def main() -> int:
     parser.add_argument("--wheel", action="store_true",
                         help="upload a wheel of the repository instead of its folder")
     parser.add_argument("--keep", action="store_true", help="keep the work folder")
+    parser.add_argument("--build-only", action="store_true",
+                        help="build (or find) the runtime's cached venv, and stop")
     parser.add_argument("--execute", help=argparse.SUPPRESS)  # inside the Colab venv
     parser.add_argument("--content", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.execute:
         return execute(args.execute, args.content, args.install_only)
+    if args.build_only:
+        print(build_env(args.runtime, args.cache))
+        return 0
     workdir = tempfile.mkdtemp(prefix=f"colab_{args.runtime}_")
     try:
         problems = rehearse(args.runtime, os.path.abspath(args.repo), args.cache, workdir,
