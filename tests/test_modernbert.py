@@ -1,0 +1,148 @@
+"""The modern encoder options against transformers' ModernBertModel / ModernBertForMaskedLM
+on the same random weights (float32), and its HF conversion both ways."""
+
+import jax
+import numpy as np
+import pytest
+
+from bert_jax import layer_layout
+from bert_jax.config import BertConfig, preset
+from bert_jax.convert import hf
+from bert_jax.heads import BertForPreTraining
+from bert_jax.model import BertModel
+
+torch = pytest.importorskip("torch", reason="the PyTorch reference needs the test extras")
+transformers = pytest.importorskip("transformers")
+
+TOL = 1e-4
+
+SIZES = [
+    # 4 layers, a global one every 2nd, a 16-token window: rows of 40 tokens reach past it.
+    preset("modernbert-tiny").replace(vocab_size=101, hidden_size=32, num_hidden_layers=4,
+                                      num_attention_heads=4, intermediate_size=48,
+                                      max_position_embeddings=64, local_attention=16,
+                                      global_attn_every_n_layers=2),
+    # ModernBERT-base's pattern (global every 3rd) over 5 layers, biases on.
+    preset("modernbert-tiny").replace(vocab_size=300, hidden_size=96, num_hidden_layers=5,
+                                      num_attention_heads=6, intermediate_size=80,
+                                      max_position_embeddings=128, local_attention=10,
+                                      use_bias=True, norm_bias=True, rope_theta=1000.0,
+                                      local_rope_theta=500.0),
+]
+
+
+def reference(config: BertConfig, seed: int):
+    """A transformers ModernBertForMaskedLM with every weight random, of a size that keeps
+    activations of order one (the LayerNorms included)."""
+    torch.manual_seed(seed)
+    hf_config = transformers.ModernBertConfig(**config.to_hf_dict())
+    hf_config._attn_implementation = "eager"
+    model = transformers.ModernBertForMaskedLM(hf_config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.add_(0.2 * torch.randn_like(p))
+            elif p.ndim == 2 and "embeddings" not in name:
+                p.copy_(torch.randn_like(p) / p.shape[1] ** 0.5)
+            else:
+                p.copy_(0.5 * torch.randn_like(p))
+    return model
+
+
+def batch(vocab_size, lengths, max_len, seed=0):
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(1, vocab_size, (len(lengths), max_len)).astype(np.int32)
+    mask = (np.arange(max_len)[None] < np.array(lengths)[:, None]).astype(np.int32)
+    return ids * mask, mask
+
+
+def state_dict(model):
+    return {k: v.detach().numpy() for k, v in model.state_dict().items()}
+
+
+UNPADDED, PADDED = [40, 40], [40, 23, 5]
+CASES = [pytest.param(0, False, PADDED, id="small-unrolled-padded"),
+         pytest.param(0, True, UNPADDED, id="small-scanned-unpadded"),
+         pytest.param(1, False, UNPADDED, id="medium-unrolled-unpadded"),
+         pytest.param(1, True, PADDED, id="medium-scanned-padded"),
+         pytest.param(0, False, UNPADDED, id="small-unrolled-unpadded", marks=pytest.mark.slow),
+         pytest.param(1, True, UNPADDED, id="medium-scanned-unpadded", marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("size, scan, lengths", CASES)
+def test_outputs_match_transformers(size, scan, lengths):
+    """Hidden states (every layer's, the last after the final norm) and MLM logits, at
+    the real tokens; rows of 40 tokens reach past the local layers' windows."""
+    config = SIZES[size].replace(scan_layers=scan)
+    ref = reference(config, seed=1)
+    ids, mask = batch(config.vocab_size, lengths, 40)
+    with torch.no_grad():
+        expected = ref(torch.tensor(ids, dtype=torch.long),
+                       attention_mask=torch.tensor(mask, dtype=torch.long),
+                       output_hidden_states=True)
+        hidden = ref.model(torch.tensor(ids, dtype=torch.long),
+                           attention_mask=torch.tensor(mask, dtype=torch.long)).last_hidden_state
+    params = hf.params_from_hf(state_dict(ref), config)
+    model = BertForPreTraining(config, next_sentence_prediction=False)
+    shapes = model.init(jax.random.PRNGKey(0), ids[:, :8])["params"]
+    params["bert"]["pooler"] = shapes["bert"]["pooler"]  # ModernBERT has none; unused here
+    out = model.apply({"params": params}, ids, mask)
+    real = mask.astype(bool)
+    np.testing.assert_allclose(out.encoder.sequence_output[real], hidden.numpy()[real],
+                               atol=TOL, rtol=TOL)
+    np.testing.assert_allclose(out.mlm_logits[real], expected.logits.numpy()[real],
+                               atol=TOL, rtol=TOL)
+    encoder = {k: v for k, v in params["bert"].items() if k != "pooler"}
+    states = BertModel(config, add_pooling_layer=False, output_hidden_states=True).apply(
+        {"params": encoder}, ids, mask).hidden_states
+    assert len(states) == len(expected.hidden_states)
+    for ours, theirs in zip(states, expected.hidden_states):
+        np.testing.assert_allclose(ours[real], theirs.numpy()[real], atol=TOL, rtol=TOL)
+
+
+def test_export_loads_in_transformers_to_the_same_outputs(tmp_path):
+    """save_hf_dir writes config.json + model.safetensors that ModernBertForMaskedLM loads
+    to the logits of the model it came from; reading them back gives the same tensors."""
+    config = SIZES[1]
+    ref = reference(config, seed=2)
+    params = hf.params_from_hf(state_dict(ref), config)
+    hf.save_hf_dir(tmp_path, config, params)
+    loaded = transformers.AutoModelForMaskedLM.from_pretrained(
+        tmp_path, attn_implementation="eager").eval()
+    ids, mask = batch(config.vocab_size, [30, 12], 30)
+    args = dict(input_ids=torch.tensor(ids, dtype=torch.long),
+                attention_mask=torch.tensor(mask, dtype=torch.long))
+    with torch.no_grad():
+        np.testing.assert_allclose(loaded(**args).logits.numpy(), ref(**args).logits.numpy(),
+                                   atol=1e-5)
+    config_back, params_back = hf.load_hf_dir(tmp_path)
+    assert config_back == config
+    for a, b in zip(jax.tree.leaves(params_back), jax.tree.leaves(params)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_tokenizer_json_gives_transformers_ids(tmp_path):
+    """A byte-level BPE tokenizer.json (ModernBERT's kind, trained here: no network) read
+    with JsonTokenizer gives the ids of transformers' fast tokenizer on the same file."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    from bert_jax.tokenization import load_tokenizer
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    specials = ["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"]
+    corpus = ["The quick brown fox jumps over the lazy dog.", "Naïve café, 3.14 — ok?"] * 20
+    tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=300,
+                                                        special_tokens=specials))
+    tok.save(str(tmp_path / "tokenizer.json"))
+    ours = load_tokenizer(str(tmp_path / "tokenizer.json"))
+    theirs = transformers.PreTrainedTokenizerFast(tokenizer_file=str(tmp_path / "tokenizer.json"))
+    texts = ["The lazy fox.", "  Café naïve 3.14!", "unseen wörds ⚡ [MASK] here"]
+    for text in texts:
+        assert ours.encode(text).ids == theirs.encode(text, add_special_tokens=False)
+    assert ours.encode_ids(texts) == [theirs.encode(t, add_special_tokens=False) for t in texts]
+    assert (ours.cls_id, ours.sep_id, ours.mask_id, ours.pad_id) == tuple(
+        theirs.convert_tokens_to_ids(["[CLS]", "[SEP]", "[MASK]", "[PAD]"]))
+    ours.save(str(tmp_path / "saved"))
+    assert load_tokenizer(str(tmp_path / "saved")).encode_ids(texts) == ours.encode_ids(texts)
