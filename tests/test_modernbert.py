@@ -146,3 +146,48 @@ def test_tokenizer_json_gives_transformers_ids(tmp_path):
         theirs.convert_tokens_to_ids(["[CLS]", "[SEP]", "[MASK]", "[PAD]"]))
     ours.save(str(tmp_path / "saved"))
     assert load_tokenizer(str(tmp_path / "saved")).encode_ids(texts) == ours.encode_ids(texts)
+
+
+def bpe_tokenizer_json(path, vocab_size=120):
+    """A byte-level BPE tokenizer.json with BERT's special tokens (ModernBERT's kind)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.train_from_iterator(["the cat sat on the mat", "a dog ran far away"] * 10,
+                            trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[
+                                "[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"]))
+    tok.save(str(path))
+
+
+def test_a_modernbert_on_the_hub_converts_with_its_tokenizer_json(tmp_path, monkeypatch):
+    """hf:ORG/NAME of a ModernBERT fetches config.json, the weights and tokenizer.json
+    (it has no vocab.txt), and loads to transformers' weights and tokenizer ids."""
+    from hub_server import HubServer, Repo
+
+    from bert_jax import pretrained
+    from bert_jax.tokenization import load_tokenizer
+
+    config = SIZES[0].replace(vocab_size=128)  # a table padded past the 120 tokens
+    ref = reference(config, seed=3)
+    directory = tmp_path / "hf"
+    ref.save_pretrained(directory)
+    bpe_tokenizer_json(directory / "tokenizer.json")
+    files = {p.name: p.read_bytes() for p in directory.iterdir()}
+    server = HubServer({"org/modern": Repo({"c" * 40: files}, {"main": "c" * 40})})
+    monkeypatch.setenv("HF_ENDPOINT", server.url)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
+    try:
+        loaded = pretrained.load("hf:org/modern")
+    finally:
+        server.close()
+    fetched = sorted(p.rsplit("/", 1)[1] for m, p in server.requests
+                     if m == "GET" and "/resolve/" in p)
+    assert fetched == ["config.json", "model.safetensors", "tokenizer.json"]
+    assert loaded.config == config.replace(hidden_dropout_prob=0.0)
+    expected = hf.params_from_hf(state_dict(ref), config)
+    jax.tree.map(np.testing.assert_array_equal, dict(loaded.params), expected)
+    theirs = transformers.PreTrainedTokenizerFast(tokenizer_file=str(directory / "tokenizer.json"))
+    text = "the cat ran on a mat"
+    assert load_tokenizer(loaded.tokenizer_dir).encode(text).ids == theirs.encode(
+        text, add_special_tokens=False)
