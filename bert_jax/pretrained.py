@@ -204,9 +204,7 @@ def save_converted(tokenizer, source: str, config: BertConfig, params: dict[str,
                    out: str, task: dict[str, Any] | None, overwrite: bool) -> Pretrained:
     """Writes a converted checkpoint with its tokenizer (read from `source`), which must
     have the config's vocabulary size."""
-    # ModernBERT pads its embedding table past its tokenizer (50368 rows for 50283 tokens).
-    padded = config.model_type == "modernbert" and tokenizer.vocab_size < config.vocab_size
-    if tokenizer.vocab_size != config.vocab_size and not padded:
+    if tokenizer.vocab_size != config.vocab_size:
         raise ValueError(f"{source} has {tokenizer.vocab_size} tokens but the config says "
                          f"vocab_size={config.vocab_size}")
     save(out, config, params, tokenizer=tokenizer, task=task, overwrite=overwrite)

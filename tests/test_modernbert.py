@@ -148,15 +148,19 @@ def test_tokenizer_json_gives_transformers_ids(tmp_path):
     assert load_tokenizer(str(tmp_path / "saved")).encode_ids(texts) == ours.encode_ids(texts)
 
 
-def bpe_tokenizer_json(path, vocab_size=120):
-    """A byte-level BPE tokenizer.json with BERT's special tokens (ModernBERT's kind)."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+def bpe_tokenizer_json(path, vocab_size=128):
+    """A byte-level BPE tokenizer.json with BERT's special tokens, filled up to
+    `vocab_size` with unused tokens (ModernBERT's kind: 50368 ids, 83 of them unused)."""
+    from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.train_from_iterator(["the cat sat on the mat", "a dog ran far away"] * 10,
-                            trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[
+                            trainers.BpeTrainer(vocab_size=vocab_size - 10, special_tokens=[
                                 "[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"]))
+    unused = vocab_size - tok.get_vocab_size(with_added_tokens=True)
+    tok.add_special_tokens([AddedToken(f"[unused{i}]", special=True) for i in range(unused)])
+    assert tok.get_vocab_size(with_added_tokens=True) == vocab_size
     tok.save(str(path))
 
 
@@ -168,7 +172,7 @@ def test_a_modernbert_on_the_hub_converts_with_its_tokenizer_json(tmp_path, monk
     from bert_jax import pretrained
     from bert_jax.tokenization import load_tokenizer
 
-    config = SIZES[0].replace(vocab_size=128)  # a table padded past the 120 tokens
+    config = SIZES[0].replace(vocab_size=128)
     ref = reference(config, seed=3)
     directory = tmp_path / "hf"
     ref.save_pretrained(directory)
@@ -191,3 +195,35 @@ def test_a_modernbert_on_the_hub_converts_with_its_tokenizer_json(tmp_path, monk
     text = "the cat ran on a mat"
     assert load_tokenizer(loaded.tokenizer_dir).encode(text).ids == theirs.encode(
         text, add_special_tokens=False)
+
+
+@pytest.mark.slow  # about a minute: the fine-tuning job end to end
+def test_a_converted_modernbert_fine_tunes_and_embeds(tmp_path):
+    """convert --from_hf of a ModernBERT directory (tokenizer.json), then a classifier
+    fine-tuned from it and the encoder's embeddings: the parts a BERT has, for the modern
+    encoder (a pooler of its own, since ModernBERT has none)."""
+    from bert_jax import cli
+    from bert_jax.finetune import trainer
+    from test_finetune_util import micro_config, shared_compilation_cache
+
+    config = SIZES[0].replace(vocab_size=128)
+    directory = tmp_path / "hf"
+    reference(config, seed=4).save_pretrained(directory)
+    bpe_tokenizer_json(directory / "tokenizer.json")
+    out = tmp_path / "converted"
+    assert cli.main(["convert", "--from_hf", str(directory), "--out", str(out)]) == 0
+    train = tmp_path / "train.txt"  # headerless label<TAB>text
+    train.write_text("".join(f"{'pos' if i % 2 else 'neg'}\tthe cat sat {'far ' * i}\n"
+                             for i in range(8)), encoding="utf-8")
+    finetune = micro_config("csv", f"init_from={out}", "model=", f"train_file={train}",
+                            f"validation_file={train}", "columns=label,text",
+                            "max_train_examples=8", "num_train_epochs=1")
+    with shared_compilation_cache(str(tmp_path.parent / "finetune_jax_cache")):
+        results = trainer.finetune(finetune, str(tmp_path / "run"))
+    assert 0 <= results["validation"]["accuracy"] <= 1
+    texts = tmp_path / "texts.txt"
+    texts.write_text("the cat\na dog ran\n", encoding="utf-8")
+    vectors = tmp_path / "vectors.npy"
+    assert cli.main(["embed", "--checkpoint", str(out), "--input", str(texts), "--output",
+                     str(vectors), "--pooling", "mean"]) == 0
+    assert np.load(vectors).shape == (2, config.hidden_size)
