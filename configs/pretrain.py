@@ -189,6 +189,9 @@ def _modernbert(c: ml_collections.ConfigDict, variant: str) -> None:
         c.max_seq_length = 1024
         c.max_predictions_per_seq = 320   # 30% of 1024, rounded up
         c.global_batch_size = 4608        # ModernBERT's final batch (4.7M tokens / 1024)
+        # Micro-batches of 64 rows: a v5p-8 fits a step at seq 8192 (52 GiB per chip,
+        # `bert-jax compile`); lower it on larger slices.
+        c.grad_accum_steps = 72
         c.num_train_steps = 360_000
         c.warmup_steps = 640              # ~3B tokens at this batch
         c.learning_rate = 8e-4
