@@ -218,7 +218,7 @@ def fused_attention(q: Array, k: Array, v: Array, mask: AttentionMask,
     `window`: keys at most this far from the query (a sliding-window layer). Splash
     attention takes it as a local mask (its blocks outside the band are skipped); cuDNN
     in jax takes only causal windows, so a bidirectional one runs XLA's implementation."""
-    if mask.packed is not None and window is None:
+    if mask.packed is not None:  # never with a window (see BertModel._mask)
         return packed_cudnn_attention(q, k, v, mask.packed)
     if mask.example_ids is not None:
         return splash.splash_attention(q, k, v, mask.example_ids, window)
