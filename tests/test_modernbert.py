@@ -63,7 +63,7 @@ def state_dict(model):
 UNPADDED, PADDED = [40, 40], [40, 23, 5]
 CASES = [pytest.param(0, False, PADDED, id="small-unrolled-padded"),
          pytest.param(0, True, UNPADDED, id="small-scanned-unpadded"),
-         pytest.param(1, False, UNPADDED, id="medium-unrolled-unpadded"),
+         pytest.param(1, False, UNPADDED, id="medium-unrolled-unpadded", marks=pytest.mark.slow),
          pytest.param(1, True, PADDED, id="medium-scanned-padded"),
          pytest.param(0, False, UNPADDED, id="small-unrolled-unpadded", marks=pytest.mark.slow),
          pytest.param(1, True, UNPADDED, id="medium-scanned-unpadded", marks=pytest.mark.slow)]
