@@ -227,3 +227,21 @@ def test_a_converted_modernbert_fine_tunes_and_embeds(tmp_path):
     assert cli.main(["embed", "--checkpoint", str(out), "--input", str(texts), "--output",
                      str(vectors), "--pooling", "mean"]) == 0
     assert np.load(vectors).shape == (2, config.hidden_size)
+
+
+@pytest.mark.parametrize("scan", [False, True], ids=["unrolled", "scanned"])
+def test_fused_attention_applies_the_window_as_the_einsum_path(scan):
+    """attention_impl="fused" (jax.nn.dot_product_attention with local_window_size; under
+    scan a lax.cond between the window and none) gives the einsum path's states on
+    right-padded rows longer than the window, and on packed rows (the dense mask)."""
+    config = SIZES[0].replace(scan_layers=scan)
+    ids, mask = batch(config.vocab_size, [40, 23], 40)
+    example_ids = np.where(np.arange(40) < 18, 1, 2)[None].repeat(2, 0) * mask
+    model = BertModel(config, add_pooling_layer=False)
+    params = model.init(jax.random.PRNGKey(0), ids)["params"]
+    fused = BertModel(config.replace(attention_impl="fused"), add_pooling_layer=False)
+    real = mask.astype(bool)
+    for extra in ({}, {"example_ids": example_ids}):
+        want = model.apply({"params": params}, ids, mask, **extra).sequence_output
+        got = fused.apply({"params": params}, ids, mask, **extra).sequence_output
+        np.testing.assert_allclose(np.asarray(got)[real], np.asarray(want)[real], atol=1e-5)
