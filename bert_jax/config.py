@@ -41,7 +41,12 @@ COMPUTE_DTYPES = (*DTYPES, "fp8")
 # "fused": jax.nn.dot_product_attention (cuDNN flash attention on GPU in bf16/fp16),
 # which has no attention-probability dropout. See docs/performance.md.
 ATTENTION_IMPLS = ("einsum", "fused")
-MODEL_TYPES = ("bert", "albert")
+# "modernbert": a BERT encoder with the modern options, named as transformers' ModernBert*
+# (its config.json and tensor names); the model code reads only the options.
+MODEL_TYPES = ("bert", "albert", "modernbert")
+# How positions enter: BERT's learned table added to the embeddings, or rotary angles on
+# the queries and keys (RoFormer; ModernBERT), with no position table.
+POSITION_TYPES = ("absolute", "rotary")
 # ALBERT's fields of HF's config.json, with transformers' AlbertConfig defaults.
 _ALBERT_FIELDS = {"embedding_size": 128, "num_hidden_groups": 1, "inner_group_num": 1}
 
@@ -66,6 +71,16 @@ class BertConfig:
     `inner_group_num` layers, group g applied num_hidden_layers / num_hidden_groups
     times in a row, so one group's parameters serve many layers (all of them in the
     published models: one group of one layer). BERT leaves these fields at None/1.
+
+    The ModernBERT-class options (Warner et al., 2024; the `modernbert-*` presets), each
+    off by default: `position_embedding_type="rotary"` (no position table; bases
+    `rope_theta` on global layers and `local_rope_theta` on local ones); `type_vocab_size=0`
+    (no token types); `pre_norm` (LayerNorm before attention and before the MLP, none
+    before the first layer's attention, as ModernBERT) and `final_norm` (a LayerNorm on the
+    last layer's output); `gated_mlp` (GeGLU with `hidden_act="gelu"`: act(x W_in) * x W_gate);
+    `use_bias`/`norm_bias` (biases of the dense layers / of the LayerNorms);
+    `local_attention` > 0: a sliding window of that many tokens (half on each side) on
+    the layers whose index is not a multiple of `global_attn_every_n_layers`.
     """
 
     vocab_size: int = 30522
@@ -90,10 +105,21 @@ class BertConfig:
     embedding_size: int | None = None
     num_hidden_groups: int = 1
     inner_group_num: int = 1
+    position_embedding_type: str = "absolute"
+    rope_theta: float = 160000.0
+    local_rope_theta: float = 10000.0
+    pre_norm: bool = False
+    final_norm: bool = False
+    gated_mlp: bool = False
+    use_bias: bool = True
+    norm_bias: bool = True
+    local_attention: int = 0
+    global_attn_every_n_layers: int = 1
 
     def __post_init__(self):
         for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                     "intermediate_size", "max_position_embeddings", "type_vocab_size"):
+                     "intermediate_size", "max_position_embeddings",
+                     "global_attn_every_n_layers"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}")
@@ -110,15 +136,28 @@ class BertConfig:
         check_choice("param_dtype", self.param_dtype, DTYPES)
         check_choice("attention_impl", self.attention_impl, ATTENTION_IMPLS)
         check_choice("model_type", self.model_type, MODEL_TYPES)
+        check_choice("position_embedding_type", self.position_embedding_type, POSITION_TYPES)
+        for name in ("type_vocab_size", "local_attention"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ConfigError(f"{name} must be a non-negative integer, got {value!r}")
+        if self.local_attention % 2:
+            raise ConfigError(f"local_attention ({self.local_attention}) must be even: half "
+                              "of the window on each side of a token")
+        if self.rotary and self.head_dim % 2:
+            raise ConfigError(f"rotary positions need an even head size, got {self.head_dim}")
         self._check_albert_fields()
 
     def _check_albert_fields(self):
         names = ("embedding_size", "num_hidden_groups", "inner_group_num")
-        if self.model_type == "bert":
+        if self.model_type != "albert":
             if (self.embedding_size, self.num_hidden_groups, self.inner_group_num) != (None, 1, 1):
                 raise ConfigError(f"{', '.join(names)} are ALBERT's: set model_type='albert' "
                                   "to use them")
             return
+        if self.rotary or self.pre_norm or self.local_attention:
+            raise ConfigError("rotary positions, pre_norm and local_attention are not "
+                              "options of ALBERT's shared layers")
         for name in names:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
@@ -139,6 +178,15 @@ class BertConfig:
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
+
+    @property
+    def rotary(self) -> bool:
+        return self.position_embedding_type == "rotary"
+
+    def is_local_layer(self, index: int) -> bool:
+        """Whether layer `index` attends through the sliding window (ModernBERT's pattern:
+        global on multiples of global_attn_every_n_layers)."""
+        return self.local_attention > 0 and index % self.global_attn_every_n_layers != 0
 
     @property
     def embedding_width(self) -> int:
@@ -178,6 +226,8 @@ class BertConfig:
 
     # --- Hugging Face config.json ----------------------------------------------------
     def to_hf_dict(self) -> dict[str, Any]:
+        if self.model_type == "modernbert":
+            return _modernbert_to_hf(self)
         albert = self.model_type == "albert"
         return {
             "architectures": ["AlbertForPreTraining" if albert else "BertForPreTraining"],
@@ -194,6 +244,8 @@ class BertConfig:
     @classmethod
     def from_hf_dict(cls, values: dict[str, Any], source: str = "config.json"):
         model_type = values.get("model_type", "bert")
+        if model_type == "modernbert":
+            return cls(**_modernbert_from_hf(values, source))
         if model_type not in MODEL_TYPES:
             raise ConfigError(f"{source}: model_type is {model_type!r}, expected one of "
                               f"{', '.join(MODEL_TYPES)}")
@@ -277,6 +329,81 @@ def _read_fields(values, fields, source, optional):
     return out
 
 
+# ModernBertConfig's fields that are ours under other names, and its defaults.
+_MODERNBERT_FIELDS = {"vocab_size": ("vocab_size", int, 50368),
+                      "hidden_size": ("hidden_size", int, 768),
+                      "num_hidden_layers": ("num_hidden_layers", int, 22),
+                      "num_attention_heads": ("num_attention_heads", int, 12),
+                      "intermediate_size": ("intermediate_size", int, 1152),
+                      "hidden_activation": ("hidden_act", str, "gelu"),
+                      "max_position_embeddings": ("max_position_embeddings", int, 8192),
+                      "initializer_range": ("initializer_range", float, 0.02),
+                      "norm_eps": ("layer_norm_eps", float, 1e-5),
+                      "norm_bias": ("norm_bias", bool, False),
+                      "local_attention": ("local_attention", int, 128),
+                      "embedding_dropout": ("hidden_dropout_prob", float, 0.0),
+                      "attention_dropout": ("attention_probs_dropout_prob", float, 0.0)}
+
+
+def _modernbert_from_hf(values: dict[str, Any], source: str) -> dict[str, Any]:
+    """transformers' ModernBertConfig (config.json) as our fields. Refuses what the model
+    cannot express: biases on some dense layers only, an untied or bias-less decoder, a
+    layer pattern other than a global layer every n, rope scaling."""
+    out = {"model_type": "modernbert", "type_vocab_size": 0, "position_embedding_type": "rotary",
+           "pre_norm": True, "final_norm": True, "gated_mlp": True}
+    for hf_name, (name, kind, default) in _MODERNBERT_FIELDS.items():
+        value = values.get(hf_name, default)
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+            raise ConfigError(f"{source}: field {hf_name!r} should be {kind.__name__}, "
+                              f"got {value!r}")
+        out[name] = value
+    biases = {values.get(k, False) for k in ("attention_bias", "mlp_bias", "classifier_bias")}
+    if len(biases) > 1:
+        raise ConfigError(f"{source}: attention_bias, mlp_bias and classifier_bias differ; "
+                          "bert_jax has one use_bias for every dense layer")
+    out["use_bias"] = biases.pop()
+    if not values.get("decoder_bias", True) or not values.get("tie_word_embeddings", True):
+        raise ConfigError(f"{source}: the MLM decoder must be tied and have a bias")
+    rope = values.get("rope_parameters") or {}
+    out["rope_theta"] = float((rope.get("full_attention") or {}).get(
+        "rope_theta", values.get("global_rope_theta", 160000.0)))
+    out["local_rope_theta"] = float((rope.get("sliding_attention") or {}).get(
+        "rope_theta", values.get("local_rope_theta", 10000.0)))
+    if any((r or {}).get("rope_type", "default") != "default" for r in rope.values()):
+        raise ConfigError(f"{source}: rope scaling is not supported (default rotary only)")
+    every = values.get("global_attn_every_n_layers", 3)
+    out["global_attn_every_n_layers"] = every
+    kinds = values.get("layer_types")
+    expected = ["sliding_attention" if i % every else "full_attention"
+                for i in range(out["num_hidden_layers"])]
+    if kinds is not None and list(kinds) != expected:
+        raise ConfigError(f"{source}: layer_types is not a global layer every "
+                          f"{every} layers (the only pattern bert_jax has)")
+    return out
+
+
+def _modernbert_to_hf(c: BertConfig) -> dict[str, Any]:
+    """Our config as transformers' ModernBertConfig (ModernBertForMaskedLM)."""
+    out = {"architectures": ["ModernBertForMaskedLM"], "model_type": "modernbert"}
+    out.update({hf: getattr(c, name) for hf, (name, _, _) in _MODERNBERT_FIELDS.items()})
+    big = c.vocab_size >= 50368  # ModernBERT's special tokens, else our vocabularies' [PAD]
+    out.update(
+        mlp_dropout=c.hidden_dropout_prob, attention_bias=c.use_bias, mlp_bias=c.use_bias,
+        classifier_bias=c.use_bias, classifier_activation=c.hidden_act, decoder_bias=True,
+        tie_word_embeddings=True, global_attn_every_n_layers=c.global_attn_every_n_layers,
+        layer_types=["sliding_attention" if c.is_local_layer(i) else "full_attention"
+                     for i in range(c.num_hidden_layers)],
+        rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": c.rope_theta},
+                         "sliding_attention": {"rope_type": "default",
+                                               "rope_theta": c.local_rope_theta}},
+        pad_token_id=50283 if big else 0, bos_token_id=50281 if big else None,
+        eos_token_id=50282 if big else None, cls_token_id=50281 if big else None,
+        sep_token_id=50282 if big else None, torch_dtype="float32")
+    return out
+
+
 def _small_bert(layers: int, hidden: int) -> BertConfig:
     return BertConfig(num_hidden_layers=layers, hidden_size=hidden,
                       num_attention_heads=hidden // 64, intermediate_size=4 * hidden)
@@ -287,6 +414,22 @@ def _albert(layers: int, hidden: int, heads: int, vocab: int, **fields) -> BertC
                       hidden_size=hidden, num_attention_heads=heads,
                       intermediate_size=4 * hidden, vocab_size=vocab, hidden_dropout_prob=0.0,
                       attention_probs_dropout_prob=0.0, **fields)
+
+
+def _modernbert(layers: int, hidden: int, heads: int, intermediate: int,
+                **fields) -> BertConfig:
+    """ModernBERT (answerdotai/ModernBERT-base, -large): rotary positions, pre-norm with a
+    final norm, GeGLU, no biases but the decoder's, a 128-token window with a global layer
+    every third, 8192 positions, OLMo's 50368-token vocabulary, no dropout."""
+    values = dict(
+        model_type="modernbert", vocab_size=50368, hidden_size=hidden, num_hidden_layers=layers,
+        num_attention_heads=heads, intermediate_size=intermediate, hidden_act="gelu",
+        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+        max_position_embeddings=8192, type_vocab_size=0, layer_norm_eps=1e-5,
+        position_embedding_type="rotary", rope_theta=160000.0, local_rope_theta=10000.0,
+        pre_norm=True, final_norm=True, gated_mlp=True, use_bias=False, norm_bias=False,
+        local_attention=128, global_attn_every_n_layers=3)
+    return BertConfig(**{**values, **fields})
 
 
 PRESETS: dict[str, BertConfig] = {
@@ -312,6 +455,12 @@ PRESETS: dict[str, BertConfig] = {
     # albert_tiny_zh is 4 layers of width 312.
     "albert-tiny-zh": _albert(4, 312, 12, 21128),
     "albert-base-zh": _albert(12, 768, 12, 21128),
+    "modernbert-base": _modernbert(22, 768, 12, 1152),
+    "modernbert-large": _modernbert(28, 1024, 16, 2624),
+    # The modern options at the size of "tiny" (seconds per step on a CPU), with a 64-token
+    # window so that local layers matter at short lengths.
+    "modernbert-tiny": _modernbert(3, 128, 2, 256, vocab_size=8192, max_position_embeddings=1024,
+                                   local_attention=64),
 }
 
 
@@ -324,5 +473,5 @@ def preset(name: str, **overrides) -> BertConfig:
                           f"bert-base, bert-large, bert-base-chinese, "
                           f"bert-base-multilingual-{{cased,uncased}}, "
                           f"bert-L{{2,4,6,8,10,12}}-H{{128,256,512,768}}, albert-{{base,large}}-v2, "
-                          f"albert-{{tiny,base}}-zh, tiny.{hint}")
+                          f"albert-{{tiny,base}}-zh, modernbert-{{base,large,tiny}}, tiny.{hint}")
     return PRESETS[name].replace(**overrides)

@@ -22,19 +22,20 @@ Array = jax.Array
 
 
 def _dense(config: BertConfig, features: int, out_axis: str, name: str,
-           bias: tuple[float, ...] | None = None) -> nn.Dense:
+           bias: tuple[float, ...] | None = None, use_bias: bool = True) -> nn.Dense:
     bias_init = zeros_init((out_axis,)) if bias is None else nn.with_logical_partitioning(
         lambda key, shape, dtype=jnp.float32: jnp.asarray(bias, dtype).reshape(shape),
         (out_axis,))
     return nn.Dense(features, dtype=config.dtype, param_dtype=config.param_dtype,
                     kernel_init=dense_init(config, ("embed", out_axis)),
-                    bias_init=bias_init, name=name)
+                    bias_init=bias_init, use_bias=use_bias, name=name)
 
 
 class MaskedLMHead(nn.Module):
     """Dense + activation + LayerNorm, then the decoder tied to the word
     embeddings with its own output bias: [..., H] -> [..., V]. ALBERT's dense maps H to
-    the embedding width E, which its decoder reads."""
+    the embedding width E, which its decoder reads. ModernBERT's is the same head with
+    the dense's bias as the encoder's (`use_bias`) and the LayerNorm's (`norm_bias`)."""
 
     config: BertConfig
 
@@ -43,7 +44,7 @@ class MaskedLMHead(nn.Module):
         c = self.config
         width = embedding_axis(c)
         x = _dense(c, c.embedding_width, width if c.model_type == "albert" else "mlp",
-                   "transform")(x)
+                   "transform", use_bias=c.use_bias)(x)
         x = layer_norm(c, "transform_layer_norm", width)(activation(c.hidden_act)(x))
         bias = self.param("output_bias", zeros_init(("vocab",)), (c.vocab_size,),
                           c.param_dtype)

@@ -43,6 +43,7 @@ def layer_norm(config: BertConfig, name: str, axis: str = "embed") -> nn.LayerNo
     # Statistics are computed in float32 whatever the compute dtype.
     return nn.LayerNorm(
         epsilon=config.layer_norm_eps, dtype=config.dtype, param_dtype=config.param_dtype,
+        use_bias=config.norm_bias,
         scale_init=nn.with_logical_partitioning(nn.initializers.ones_init(), (axis,)),
         bias_init=zeros_init((axis,)), name=name)
 
@@ -92,7 +93,9 @@ def one_hot_lookup(table: Array, ids: Array, dtype) -> Array:
 
 class Embeddings(nn.Module):
     """Word + learned absolute position + token type embeddings, LayerNorm, dropout;
-    for ALBERT of width `embedding_size`, then projected to hidden_size.
+    for ALBERT of width `embedding_size`, then projected to hidden_size. Rotary models
+    have no position table (their positions act in attention), `type_vocab_size=0` no
+    token types.
 
     Only the word embeddings are a gather: with ~30k rows a one-hot matmul would
     cost more than a whole layer, and its gradient's scatter spreads over many rows
@@ -109,10 +112,12 @@ class Embeddings(nn.Module):
                                   param_dtype=c.param_dtype)
         self.word_embeddings = embed(
             c.vocab_size, embedding_init=dense_init(c, ("vocab", width)))
-        self.position_embeddings = embed(
-            c.max_position_embeddings, embedding_init=dense_init(c, ("position", width)))
-        self.token_type_embeddings = embed(
-            c.type_vocab_size, embedding_init=dense_init(c, ("token_type", width)))
+        if not c.rotary:
+            self.position_embeddings = embed(
+                c.max_position_embeddings, embedding_init=dense_init(c, ("position", width)))
+        if c.type_vocab_size:
+            self.token_type_embeddings = embed(
+                c.type_vocab_size, embedding_init=dense_init(c, ("token_type", width)))
         self.layer_norm = layer_norm(c, "layer_norm", width)
         self.dropout = Dropout(c.hidden_dropout_prob)
         if c.model_type == "albert":
@@ -124,20 +129,24 @@ class Embeddings(nn.Module):
         """position_ids None: 0..L-1 in every row, a slice of the table broadcast over the
         batch (its gradient is a sum over the batch)."""
         c = self.config
-        positions = self.position_embeddings.embedding
-        if position_ids is None:
-            # lax.slice_in_dim, not [:L]: L may be symbolic (bert-jax export).
-            length = input_ids.shape[-1]
-            positions = jax.lax.slice_in_dim(positions, 0, length).astype(c.dtype)[None]
-        else:
-            positions = one_hot_lookup(positions, position_ids, c.dtype)
-        token_types = one_hot_lookup(self.token_type_embeddings.embedding, segment_ids, c.dtype)
-        x = self.word_embeddings(input_ids) + positions + token_types
+        x = self.word_embeddings(input_ids)
+        if not c.rotary:
+            x = x + self._positions(input_ids, position_ids)
+        if c.type_vocab_size:
+            x = x + one_hot_lookup(self.token_type_embeddings.embedding, segment_ids, c.dtype)
         x = self.dropout(self.layer_norm(x), deterministic=deterministic)
         if c.model_type == "albert":
             x = self.projection(x)
         return nn.with_logical_constraint(
             x, ("activation_batch", "activation_length", "activation_embed"))
+
+    def _positions(self, input_ids, position_ids):
+        positions = self.position_embeddings.embedding
+        if position_ids is None:
+            # lax.slice_in_dim, not [:L]: L may be symbolic (bert-jax export).
+            length = input_ids.shape[-1]
+            return jax.lax.slice_in_dim(positions, 0, length).astype(self.config.dtype)[None]
+        return one_hot_lookup(positions, position_ids, self.config.dtype)
 
     def attend(self, x: Array) -> Array:
         """Logits against the word embedding table (the tied MLM decoder): [..., E] -> [..., V]
@@ -162,12 +171,14 @@ class AttentionMask:
     [B, 1, Lq or 1, Lk] (`attention_mask`); `lengths`, int32 [B] real tokens per
     right-padded row (the form cuDNN's fused attention takes; it rejects a dense
     [B, 1, 1, L] mask); `packed`, the examples of packed rows (`PackedSegments`, for
-    cuDNN); `example_ids` [B, L] of packed rows (for splash attention on TPU)."""
+    cuDNN); `example_ids` [B, L] of packed rows (for splash attention on TPU).
+    `positions` [B, L]: each token's position, for rotary models (None otherwise)."""
 
     dense: Array | None = None
     lengths: Array | None = None
     packed: PackedSegments | None = None
     example_ids: Array | None = None
+    positions: Array | None = None
 
 
 def packed_segments(example_ids: Array, max_examples: int) -> PackedSegments:
@@ -195,20 +206,26 @@ def cudnn_available(dtype) -> bool:
     return splash.platform() == "gpu" and jnp.dtype(dtype) in (jnp.bfloat16, jnp.float16)
 
 
-def fused_attention(q: Array, k: Array, v: Array, mask: AttentionMask) -> Array:
+def fused_attention(q: Array, k: Array, v: Array, mask: AttentionMask,
+                    window: int | None = None) -> Array:
     """softmax(q k^T / sqrt(D)) v with no dropout: [B, L, N, D] x3 -> [B, L, N, D].
     cuDNN flash attention on GPU in bf16/fp16 for right-padded rows (given as lengths,
     through `jax.nn.dot_product_attention`) and for packed rows (`mask.packed`); Pallas
     splash attention for packed rows on TPU (`mask.example_ids`); XLA's implementation
     elsewhere. Padded query rows attend to the real keys, as in the einsum path; in
-    packed rows through cuDNN they are zeros."""
-    if mask.packed is not None:
+    packed rows through cuDNN they are zeros.
+
+    `window`: keys at most this far from the query (a sliding-window layer). Splash
+    attention takes it as a local mask (its blocks outside the band are skipped); cuDNN
+    in jax takes only causal windows, so a bidirectional one runs XLA's implementation."""
+    if mask.packed is not None:  # never with a window (see BertModel._mask)
         return packed_cudnn_attention(q, k, v, mask.packed)
     if mask.example_ids is not None:
-        return splash.splash_attention(q, k, v, mask.example_ids)
-    cudnn = mask.lengths is not None and cudnn_available(q.dtype)
+        return splash.splash_attention(q, k, v, mask.example_ids, window)
+    cudnn = mask.lengths is not None and cudnn_available(q.dtype) and window is None
     return jax.nn.dot_product_attention(
         q, k, v, mask=mask.dense, key_value_seq_lengths=mask.lengths,
+        local_window_size=None if window is None else (window, window),
         implementation="cudnn" if cudnn else "xla")
 
 
@@ -248,22 +265,63 @@ class Projection(nn.Module):
         c = self.config
         kernel = self.param("kernel", dense_init(c, self.kernel_axes), self.shape,
                             c.param_dtype)
+        x, kernel = promote_dtype(x, kernel, dtype=c.dtype)
+        out = jnp.einsum(self.einsum_str, x, kernel, _dot_general=matmul(c))
+        if not c.use_bias:
+            return out
         bias_shape = self.shape[-len(self.bias_axes):]
         bias = self.param("bias", zeros_init(self.bias_axes), bias_shape, c.param_dtype)
-        x, kernel, bias = promote_dtype(x, kernel, bias, dtype=c.dtype)
-        return jnp.einsum(self.einsum_str, x, kernel, _dot_general=matmul(c)) + bias
+        return out + bias.astype(c.dtype)
+
+
+def layer_kind(config: BertConfig, layer_index) -> tuple[Any, Any]:
+    """(is_first, is_local) of layer `layer_index`: Python bools for an unrolled layer's
+    static index, traced booleans for the index a scan passes in."""
+    if isinstance(layer_index, int):
+        return layer_index == 0, config.is_local_layer(layer_index)
+    local = (layer_index % config.global_attn_every_n_layers != 0) & (config.local_attention > 0)
+    return layer_index == 0, local
+
+
+def pick(flag, when_true, when_false):
+    """`when_true if flag else when_false` for a static flag, jnp.where for a traced one."""
+    if isinstance(flag, bool):
+        return when_true if flag else when_false
+    return jnp.where(flag, when_true, when_false)
+
+
+def rotate(x: Array, positions: Array, theta) -> Array:
+    """Rotary position embedding of x [B, L, N, D] at positions [B, L] with base `theta`,
+    in float32, pairing dimension i with i + D/2 (transformers' `rotate_half`)."""
+    d = x.shape[-1]
+    inv_freq = 1.0 / (theta ** (jnp.arange(0, d, 2, dtype=jnp.float32) / d))
+    angles = positions.astype(jnp.float32)[..., None] * inv_freq  # [B, L, D/2]
+    angles = jnp.concatenate([angles, angles], -1)[:, :, None, :]
+    x32 = x.astype(jnp.float32)
+    halves = jnp.concatenate([-x32[..., d // 2:], x32[..., :d // 2]], -1)
+    return (x32 * jnp.cos(angles) + halves * jnp.sin(angles)).astype(x.dtype)
+
+
+def window_mask(queries: int, keys: int, window: int, is_local) -> Array:
+    """[Lq, Lk]: the keys within `window` positions of each query, every key where the
+    (traced) `is_local` is false."""
+    band = jnp.abs(jnp.arange(queries)[:, None] - jnp.arange(keys)[None, :]) <= window
+    return band if isinstance(is_local, bool) else band | ~is_local
 
 
 class SelfAttention(nn.Module):
     """Multi-head self-attention. "einsum" (`fused=False`): BERT's own, softmax in
     float32, large-negative masking, dropout on the probabilities, which it returns.
-    `fused=True`: `fused_attention`, no dropout, returns None for the probabilities."""
+    `fused=True`: `fused_attention`, no dropout, returns None for the probabilities.
+    Rotary models rotate the queries and keys by `mask.positions`; a local layer
+    (`layer_kind`) sees the keys within local_attention / 2 of each query."""
 
     config: BertConfig
     fused: bool = False
 
     @nn.compact
-    def __call__(self, x, mask: AttentionMask, deterministic: bool, queries=None):
+    def __call__(self, x, mask: AttentionMask, deterministic: bool, queries=None,
+                 layer_index=0):
         """queries: the states the queries come from (default x; [B, 1, H] for a last
         layer that only [CLS] is read from), keys and values always from x."""
         c = self.config
@@ -275,13 +333,22 @@ class SelfAttention(nn.Module):
         q = nn.with_logical_constraint(qkv(name="query")(queries), heads)
         k = nn.with_logical_constraint(qkv(name="key")(x), heads)
         v = nn.with_logical_constraint(qkv(name="value")(x), heads)
+        _, is_local = layer_kind(c, layer_index)
+        if c.rotary:
+            theta = pick(is_local, c.local_rope_theta, c.rope_theta)
+            q = rotate(q, mask.positions[:, :q.shape[1]], theta)
+            k = rotate(k, mask.positions, theta)
 
         if self.fused:
-            context, probs = fused_attention(q, k, v, mask), None
+            context, probs = self._fused(q, k, v, mask, is_local), None
         else:
             scores = jnp.einsum("bqnd,bknd->bnqk", q, k).astype(jnp.float32)
             scores = scores / jnp.sqrt(jnp.float32(c.head_dim))
-            scores = jnp.where(mask.dense, scores, jnp.finfo(jnp.float32).min)
+            allowed = mask.dense
+            if is_local is not False:
+                allowed = allowed & window_mask(q.shape[1], k.shape[1],
+                                                c.local_attention // 2, is_local)
+            scores = jnp.where(allowed, scores, jnp.finfo(jnp.float32).min)
             probs = jax.nn.softmax(scores, axis=-1)
             dropped = Dropout(c.attention_probs_dropout_prob)(
                 probs, deterministic=deterministic)
@@ -291,9 +358,20 @@ class SelfAttention(nn.Module):
                          ("heads", "kv", "embed"), ("embed",), name="output")(context)
         return out, probs
 
+    def _fused(self, q, k, v, mask, is_local):
+        window = self.config.local_attention // 2
+        if isinstance(is_local, bool):
+            return fused_attention(q, k, v, mask, window if is_local else None)
+        return jax.lax.cond(is_local, lambda: fused_attention(q, k, v, mask, window),
+                            lambda: fused_attention(q, k, v, mask))
+
 
 class Layer(nn.Module):
-    """One post-LayerNorm transformer layer, as in BERT.
+    """One transformer layer: post-LayerNorm as in BERT, or `pre_norm` as in ModernBERT
+    (whose first layer has no norm before attention: the parameter exists in every layer,
+    so that scanned layers share one structure, and layer 0 skips it). `layer_index`:
+    the layer's place in the stack (static unrolled, traced under `nn.scan`), which
+    decides the sliding window and the rotary base.
 
     Returns the new hidden states and, for `nn.scan`, the per-layer outputs
     (hidden states and attention probabilities) that the caller asked for.
@@ -307,38 +385,52 @@ class Layer(nn.Module):
     cls_only: bool = False
 
     @nn.compact
-    def __call__(self, x, mask, deterministic: bool):
+    def __call__(self, x, mask, deterministic: bool, layer_index=0):
         c = self.config
-        dropout = Dropout(c.hidden_dropout_prob)
-        dense = functools.partial(nn.Dense, dtype=c.dtype, param_dtype=c.param_dtype,
-                                  dot_general=matmul(c))
+        dropout = functools.partial(Dropout(c.hidden_dropout_prob), deterministic=deterministic)
         act_axes = ("activation_batch", "activation_length", "activation_embed")
 
         # Attention probabilities asked for: the einsum path, whatever attention_impl.
         fused = c.attention_impl == "fused" and not self.output_attentions
-        queries = x
-        if self.cls_only:
-            queries = x[:, :1]
-            if mask.dense is not None:  # per-query rows (packed): [CLS]'s row
-                mask = AttentionMask(dense=mask.dense[:, :, :1])
-        attn, probs = SelfAttention(c, fused, name="attention")(x, mask, deterministic, queries)
-        x = layer_norm(c, "attention_layer_norm")(
-            queries + dropout(attn, deterministic=deterministic))
-        x = nn.with_logical_constraint(x, act_axes)
-
-        h = dense(c.intermediate_size, kernel_init=dense_init(c, ("embed", "mlp")),
-                  bias_init=zeros_init(("mlp",)), name="intermediate")(x)
-        h = nn.with_logical_constraint(
-            activation(c.hidden_act)(h),
-            ("activation_batch", "activation_length", "activation_mlp"))
-        h = dense(c.hidden_size, kernel_init=dense_init(c, ("mlp", "embed")),
-                  bias_init=zeros_init(("embed",)), name="output")(h)
-        x = layer_norm(c, "output_layer_norm")(x + dropout(h, deterministic=deterministic))
+        if self.cls_only and mask.dense is not None:  # per-query rows (packed): [CLS]'s row
+            mask = mask.replace(dense=mask.dense[:, :, :1])
+        attention = SelfAttention(c, fused, name="attention")
+        attention_norm = layer_norm(c, "attention_layer_norm")
+        mlp_norm = layer_norm(c, "output_layer_norm")
+        if c.pre_norm:
+            normed = pick(layer_kind(c, layer_index)[0], x, attention_norm(x))
+            attn, probs = attention(normed, mask, deterministic,
+                                    normed[:, :1] if self.cls_only else normed, layer_index)
+            x = (x[:, :1] if self.cls_only else x) + dropout(attn)
+            x = nn.with_logical_constraint(x, act_axes)
+            x = x + dropout(self._mlp(mlp_norm(x)))
+        else:
+            queries = x[:, :1] if self.cls_only else x
+            attn, probs = attention(x, mask, deterministic, queries, layer_index)
+            x = nn.with_logical_constraint(attention_norm(queries + dropout(attn)), act_axes)
+            x = mlp_norm(x + dropout(self._mlp(x)))
         x = nn.with_logical_constraint(x, act_axes)
 
         extras = (x if self.output_hidden_states else None,
                   probs if self.output_attentions else None)
         return x, extras
+
+    def _mlp(self, x):
+        """BERT's feed-forward act(x W_in) W_out, or with `gated_mlp` GeGLU's
+        (act(x W_in) * x W_gate) W_out."""
+        c = self.config
+        dense = functools.partial(nn.Dense, dtype=c.dtype, param_dtype=c.param_dtype,
+                                  dot_general=matmul(c), use_bias=c.use_bias)
+        up = functools.partial(dense, c.intermediate_size,
+                               kernel_init=dense_init(c, ("embed", "mlp")),
+                               bias_init=zeros_init(("mlp",)))
+        mlp_axes = ("activation_batch", "activation_length", "activation_mlp")
+        h = nn.with_logical_constraint(activation(c.hidden_act)(up(name="intermediate")(x)),
+                                       mlp_axes)
+        if c.gated_mlp:
+            h = nn.with_logical_constraint(h * up(name="gate")(x), mlp_axes)
+        return dense(c.hidden_size, kernel_init=dense_init(c, ("mlp", "embed")),
+                     bias_init=zeros_init(("embed",)), name="output")(h)
 
 
 _REMAT_POLICIES = {
@@ -390,18 +482,21 @@ class Encoder(nn.Module):
             return self._shared_groups(x, mask, deterministic)
         layer_cls = Layer
         if c.remat_policy != "none":
+            # Static: `deterministic`, and an unrolled layer's index (see `layer_kind`).
             layer_cls = nn.remat(Layer, policy=_REMAT_POLICIES[c.remat_policy],
-                                 static_argnums=(3,), prevent_cse=not c.scan_layers)
+                                 static_argnums=(3,) if c.scan_layers else (3, 4),
+                                 prevent_cse=not c.scan_layers)
         make = functools.partial(layer_cls, c, self.output_hidden_states, self.output_attentions)
 
         if c.scan_layers:
             scanned = nn.scan(
                 layer_cls, variable_axes={"params": 0}, split_rngs={"params": True,
                                                                     "dropout": True},
-                in_axes=(nn.broadcast, nn.broadcast), length=c.num_hidden_layers,
+                in_axes=(nn.broadcast, nn.broadcast, 0), length=c.num_hidden_layers,
                 metadata_params={nn.PARTITION_NAME: "layers"})
             x, (hidden, probs) = scanned(c, self.output_hidden_states, self.output_attentions,
-                                         name="layers")(x, mask, deterministic)
+                                         name="layers")(x, mask, deterministic,
+                                                        jnp.arange(c.num_hidden_layers))
             hidden = None if hidden is None else tuple(hidden)
             probs = None if probs is None else tuple(probs)
         else:
@@ -410,7 +505,7 @@ class Encoder(nn.Module):
             for i in range(c.num_hidden_layers):
                 cls_only = self.pooled_only and i == last and not (
                     self.output_hidden_states or self.output_attentions)
-                x, extras = make(name=f"layer_{i}", cls_only=cls_only)(x, mask, deterministic)
+                x, extras = make(name=f"layer_{i}", cls_only=cls_only)(x, mask, deterministic, i)
                 per_layer.append(extras)
             hidden = tuple(h for h, _ in per_layer) if self.output_hidden_states else None
             probs = tuple(p for _, p in per_layer) if self.output_attentions else None
@@ -490,6 +585,8 @@ class BertModel(nn.Module):
         self.embeddings = Embeddings(c)
         self.encoder = Encoder(c, self.output_hidden_states, self.output_attentions,
                                self.pooled_only)
+        if c.final_norm:
+            self.final_norm = layer_norm(c, "final_norm")
         if self.add_pooling_layer:
             self.pooler = nn.Dense(c.hidden_size, dtype=c.dtype, param_dtype=c.param_dtype,
                                    kernel_init=dense_init(c, ("embed", "mlp")),
@@ -508,25 +605,39 @@ class BertModel(nn.Module):
         if not deterministic:
             c.check_trainable()
         x = self.embeddings(input_ids, segment_ids, position_ids, deterministic)
-        fused = c.attention_impl == "fused" and not self.output_attentions
-        if fused and example_ids is None:
-            # At least 1: an all-padding row (batch filler) stays finite in cuDNN.
-            lengths = jnp.maximum(jnp.sum(input_mask, axis=-1, dtype=jnp.int32), 1)
-            mask = AttentionMask(lengths=lengths)
-        elif fused and cudnn_available(c.dtype) and not self.pooled_only:
-            mask = AttentionMask(packed=packed_segments(
-                example_ids, max_examples or input_ids.shape[-1]))
-        elif fused and splash.available(input_ids.shape[-1]) and not self.pooled_only:
-            mask = AttentionMask(example_ids=example_ids)
-        else:
-            mask = AttentionMask(dense=attention_mask(input_mask, example_ids))
+        mask = self._mask(input_ids, input_mask, example_ids, max_examples)
+        if c.rotary:
+            positions = jnp.arange(input_ids.shape[-1])[None] if position_ids is None \
+                else position_ids
+            mask = mask.replace(positions=jnp.broadcast_to(positions, input_ids.shape))
         sequence, hidden, probs = self.encoder(x, mask, deterministic)
+        if c.final_norm:
+            sequence = self.final_norm(sequence)
         if hidden is not None:
-            hidden = (x, *hidden)
+            # The last after the final norm: the sequence output, as transformers gives it.
+            hidden = (x, *hidden[:-1], sequence)
         pooled = None
         if self.add_pooling_layer:
             pooled = jnp.tanh(self.pooler(sequence[:, 0]))
         return BertOutput(sequence, pooled, hidden, probs)
+
+    def _mask(self, input_ids, input_mask, example_ids, max_examples) -> AttentionMask:
+        """The mask in the form the attention path of this trace takes (`AttentionMask`)."""
+        c = self.config
+        fused = c.attention_impl == "fused" and not self.output_attentions
+        if fused and example_ids is None:
+            # At least 1: an all-padding row (batch filler) stays finite in cuDNN.
+            lengths = jnp.maximum(jnp.sum(input_mask, axis=-1, dtype=jnp.int32), 1)
+            return AttentionMask(lengths=lengths)
+        # cuDNN's packed attention has no bidirectional window: windowed models' packed
+        # rows take the dense mask on GPU.
+        if (fused and cudnn_available(c.dtype) and not self.pooled_only
+                and not c.local_attention):
+            return AttentionMask(packed=packed_segments(
+                example_ids, max_examples or input_ids.shape[-1]))
+        if fused and splash.available(input_ids.shape[-1]) and not self.pooled_only:
+            return AttentionMask(example_ids=example_ids)
+        return AttentionMask(dense=attention_mask(input_mask, example_ids))
 
     def attend(self, x: Array) -> Array:
         return self.embeddings.attend(x)

@@ -35,36 +35,54 @@ def bert_learning_rate(count, learning_rate, num_train_steps, warmup_steps):
     return learning_rate * jnp.clip(jnp.where(count < warmup_steps, warmup, decay), 0.0, 1.0)
 
 
+def wsd_learning_rate(count, learning_rate, num_train_steps, warmup_steps,
+                      decay_fraction=0.1):
+    """Warmup-stable-decay (the trapezoid ModernBERT trained with): linear warmup, the peak
+    until the last `decay_fraction` of the steps, then linear decay to 0."""
+    count = jnp.asarray(count, jnp.float32)
+    decay_steps = jnp.maximum(decay_fraction * num_train_steps, 1.0)
+    warmup = count / jnp.maximum(warmup_steps, 1)
+    decay = (num_train_steps - count) / decay_steps
+    return learning_rate * jnp.clip(jnp.minimum(warmup, decay), 0.0, 1.0)
+
+
+SCHEDULES = {"bert": bert_learning_rate, "wsd": wsd_learning_rate}
+
+
 def bert_schedule(learning_rate: float, num_train_steps: int,
-                  warmup_steps: int) -> optax.Schedule:
-    """`bert_learning_rate` with fixed hyperparameters (checked): update count -> rate."""
+                  warmup_steps: int, shape: str = "bert") -> optax.Schedule:
+    """`bert_learning_rate` (or another of SCHEDULES) with fixed hyperparameters
+    (checked): update count -> rate."""
+    if shape not in SCHEDULES:
+        raise ValueError(f"lr_schedule must be one of {', '.join(SCHEDULES)}, got {shape!r}")
     if num_train_steps <= 0:
         raise ValueError(f"num_train_steps must be positive, got {num_train_steps}")
     if not 0 <= warmup_steps <= num_train_steps:
         raise ValueError(f"warmup_steps ({warmup_steps}) must be in [0, num_train_steps]")
-    return functools.partial(bert_learning_rate, learning_rate=learning_rate,
+    return functools.partial(SCHEDULES[shape], learning_rate=learning_rate,
                              num_train_steps=num_train_steps, warmup_steps=warmup_steps)
 
 
 def decay_mask(params: Any) -> Any:
     """True where weight decay applies: not LayerNorm parameters (any path part
-    containing `layer_norm`) and not biases (a last key containing `bias`)."""
+    ending in `norm`: `layer_norm`, `final_norm`) and not biases (a last key containing `bias`)."""
     def decays(path, _):
         keys = [str(getattr(k, "key", k)) for k in path]
-        return not (any("layer_norm" in k for k in keys) or "bias" in keys[-1])
+        return not (any(k.endswith("norm") for k in keys) or "bias" in keys[-1])
     return jax.tree_util.tree_map_with_path(decays, params)
 
 
 def make_optimizer(*, learning_rate: float, num_train_steps: int, warmup_steps: int,
                    optimizer: str = "adamw", weight_decay: float = 0.01, b1: float = 0.9,
                    b2: float = 0.999, eps: float = 1e-6, max_grad_norm: float | None = 1.0,
-                   injected: bool = False
+                   injected: bool = False, lr_schedule: str = "bert"
                    ) -> tuple[optax.GradientTransformation, optax.Schedule]:
     """BERT's optimizer and its learning-rate schedule.
 
     optimizer: "adamw" (BERT's) or "lamb" (layer-wise adaptive; for batches of
         thousands, as in You et al. 2019).
     max_grad_norm: clip the global gradient norm to this (None or 0: no clipping).
+    lr_schedule: one of SCHEDULES ("bert": warmup then linear decay; "wsd").
     injected: keep learning_rate, num_train_steps and warmup_steps in the optimizer
         state (`optax.inject_hyperparams`) instead of the compiled program, so runs
         that differ only in them share one compiled train step (fine-tuning's grid).
@@ -72,10 +90,10 @@ def make_optimizer(*, learning_rate: float, num_train_steps: int, warmup_steps: 
     """
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
-    schedule = bert_schedule(learning_rate, num_train_steps, warmup_steps)
+    schedule = bert_schedule(learning_rate, num_train_steps, warmup_steps, lr_schedule)
 
     def build(learning_rate, num_train_steps, warmup_steps):
-        rate = functools.partial(bert_learning_rate, learning_rate=learning_rate,
+        rate = functools.partial(SCHEDULES[lr_schedule], learning_rate=learning_rate,
                                  num_train_steps=num_train_steps, warmup_steps=warmup_steps)
         make = optax.adamw if optimizer == "adamw" else optax.lamb
         parts = [make(rate, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay, mask=decay_mask)]

@@ -29,15 +29,21 @@ def forward_flops_per_example(config: BertConfig, seq_length: int,
 
     num_predictions: MLM outputs per row (None: every position). ALBERT: every applied
     layer counts (sharing saves parameters, not FLOPs), plus the E -> H projection, and
-    the MLM head decodes at width E.
+    the MLM head decodes at width E. Sliding-window layers count the keys in the window,
+    GeGLU its gate.
     """
     h, i, n, e = (config.hidden_size, config.intermediate_size, seq_length,
                   config.embedding_width)
-    per_layer = n * (2 * 4 * h * h + 2 * 2 * h * i) + 2 * 2 * n * n * h  # dense + attention
+    mlp = (3 if config.gated_mlp else 2) * 2 * h * i  # GeGLU: the gate's matmul too
+    dense = config.depth * n * (2 * 4 * h * h + mlp)
+    # Attention scores and values over the keys each query sees (a local layer's window).
+    keys = [min(n, config.local_attention + 1) if config.is_local_layer(k) else n
+            for k in range(config.depth)]
+    attention = sum(2 * 2 * n * k * h for k in keys)
     mlm = (num_predictions or n) * (2 * h * e + 2 * e * config.vocab_size)
     pooler_nsp = 2 * h * h + 2 * h * 2
     projection = n * 2 * e * h if config.model_type == "albert" else 0
-    return config.depth * per_layer + mlm + pooler_nsp + projection
+    return dense + attention + mlm + pooler_nsp + projection
 
 
 def train_flops_per_example(config: BertConfig, seq_length: int,

@@ -111,7 +111,8 @@ def setup(config: ml_collections.ConfigDict, vocab_size: int, *,
     tx, schedule = make_optimizer(
         learning_rate=config.learning_rate, num_train_steps=config.num_train_steps,
         warmup_steps=config.warmup_steps, optimizer=config.optimizer,
-        weight_decay=config.weight_decay, max_grad_norm=config.max_grad_norm)
+        weight_decay=config.weight_decay, max_grad_norm=config.max_grad_norm,
+        lr_schedule=config.get("lr_schedule", "bert"))
     init_fn = lambda key: model.init(
         key, *dummy_inputs(1, config.max_seq_length, config.max_predictions_per_seq))["params"]
     state = sharding.abstract_state(init_fn, tx, mesh, rules=rules, rng_impl=config.rng_impl)

@@ -36,9 +36,11 @@ def available(length: int) -> bool:
     return mesh_platform() == "tpu" and length % BLOCK == 0
 
 
-def splash_attention(q, k, v, example_ids):
+def splash_attention(q, k, v, example_ids, window: int | None = None):
     """softmax(q k^T / sqrt(D)) v within each example: q, k, v [B, L, N, D], example_ids
-    [B, L] (0 on padding, which attends to padding). Returns [B, L, N, D]."""
+    [B, L] (0 on padding, which attends to padding). Returns [B, L, N, D]. `window`: keys
+    at most this many positions from the query (a sliding-window layer): a LocalMask,
+    whose blocks outside the band the kernel skips."""
     from jax.experimental.pallas.ops.tpu.splash_attention import (
         splash_attention_kernel as kernels, splash_attention_mask as masks)
 
@@ -47,7 +49,10 @@ def splash_attention(q, k, v, example_ids):
     length, dim = q.shape[1], q.shape[3]
 
     def local(q, k, v, ids):
-        mask = masks.MultiHeadMask([masks.FullMask((length, length))] * q.shape[2])
+        shape = (length, length)
+        one = (masks.FullMask(shape) if window is None
+               else masks.LocalMask(shape, (window, window), offset=0))
+        mask = masks.MultiHeadMask([one] * q.shape[2])
         kernel = kernels.make_splash_mha(mask, head_shards=1, q_seq_shards=1)
         heads_first = lambda x: x.transpose(0, 2, 1, 3)  # [b, N, L, D], the kernel's layout
         attend = lambda q, k, v, ids: kernel(q, k, v, segment_ids=kernels.SegmentIds(ids, ids))

@@ -17,6 +17,11 @@ dropout, the unsafe_rbg dropout RNG; docs/performance.md has the figures):
   tpu_base       `base` with the fast numerics (data parallel; 7.0 GiB per v5e chip at
                  128 rows per chip)
   tpu_large      `large` with the fast numerics (FSDP; 4.4 GiB per chip on a v4-128)
+The ModernBERT recipe (Warner et al. 2024; docs/pretraining.md): MLM only with 30% masking on
+packed rows, the modern encoder (rotary, pre-norm, GeGLU, no biases, alternating 128-token
+windows and global layers), a warmup-stable-decay schedule:
+  modernbert_base  the `modernbert-base` preset at seq 1024, bf16, fused attention
+  modernbert_tiny  the `modernbert-tiny` preset at seq 256: a CPU in minutes
 The gpu_* global_batch_size is for one GPU: multiply it by the number of GPUs. The tpu_*
 ones are global; check a slice with `bert-jax compile --topology v4-128` (docs/tpu.md). Add `,faithful`
 (e.g. `gpu_large,faithful`) for BERT's exact numerics at the same shapes.
@@ -50,6 +55,7 @@ def get_config(variant: str | None = None) -> ml_collections.ConfigDict:
     c.tokenizer = ""                    # "" = the bundled 8k-WordPiece vocabulary
     c.max_seq_length = 128
     c.max_predictions_per_seq = 20
+    c.masked_lm_prob = 0.15             # share of tokens masked (ModernBERT: 0.3)
     c.dynamic_masking = True
     c.whole_word_masking = False
     c.packing = False
@@ -83,6 +89,7 @@ def get_config(variant: str | None = None) -> ml_collections.ConfigDict:
     c.learning_rate = 1e-4
     c.allow_zero_learning_rate = False  # learning_rate 0 trains nothing: only on purpose
     c.optimizer = "adamw"               # adamw | lamb
+    c.lr_schedule = "bert"              # bert (warmup, linear decay) | wsd (warmup-stable-decay)
     c.weight_decay = 0.01
     c.max_grad_norm = 1.0
     c.on_nonfinite = "skip"             # skip: drop the update and count it | stop
@@ -114,6 +121,8 @@ def get_config(variant: str | None = None) -> ml_collections.ConfigDict:
         _fast_numerics(c)
     if variant in ("base", "tpu_base"):
         pass
+    elif variant in ("modernbert_base", "modernbert_tiny"):
+        _modernbert(c, variant)
     elif variant == "tiny":
         c.model = "tiny"
         c.global_batch_size = 32
@@ -153,12 +162,61 @@ def get_config(variant: str | None = None) -> ml_collections.ConfigDict:
             c.global_batch_size = 32
     else:
         raise ValueError(f"unknown variant {variant!r}: tiny, small, base, large, gpu_base, "
-                         "gpu_large, gpu_large_512, tpu_base or tpu_large")
+                         "gpu_large, gpu_large_512, tpu_base, tpu_large, modernbert_base or "
+                         "modernbert_tiny")
     if modifier == "faithful":
         c.attention_impl = "einsum"
         c.attention_probs_dropout_prob = None
         c.rng_impl = "threefry"
     return c
+
+
+def _modernbert(c: ml_collections.ConfigDict, variant: str) -> None:
+    """ModernBERT's published pretraining, as far as bert_jax has it: 30% masking, no NSP,
+    packed rows, lr 8e-4 (base) with a warmup-stable-decay trapezoid, weight decay 1e-5,
+    no dropout. Approximated: StableAdamW is AdamW with global-norm clipping here (no
+    per-tensor update clipping); its batch-size warmup and sequence-length schedule (1024
+    then 8192 tokens) are one fixed length (raise --config.max_seq_length for the context
+    extension); its warmup of 3B tokens and 1.7T-token run are steps at this batch."""
+    c.next_sentence_prediction = False
+    c.masked_lm_prob = 0.3
+    c.packing = True
+    c.lr_schedule = "wsd"
+    c.weight_decay = 1e-5
+    c.optimizer = "adamw"
+    if variant == "modernbert_base":
+        c.model = "modernbert-base"
+        c.max_seq_length = 1024
+        c.max_predictions_per_seq = 320   # 30% of 1024, rounded up
+        c.global_batch_size = 4608        # ModernBERT's final batch (4.7M tokens / 1024)
+        # Micro-batches of 64 rows: a v5p-8 fits a step at seq 8192 (52 GiB per chip,
+        # `bert-jax compile`); lower it on larger slices.
+        c.grad_accum_steps = 72
+        c.num_train_steps = 360_000
+        c.warmup_steps = 640              # ~3B tokens at this batch
+        c.learning_rate = 8e-4
+        c.compute_dtype = "bfloat16"
+        c.attention_impl = "fused"
+        c.attention_probs_dropout_prob = 0.0
+        c.rng_impl = "unsafe_rbg"
+        c.scan_layers = True
+        c.remat_policy = "dots_with_no_batch_dims"
+        c.mesh_shape.data = 1
+        c.mesh_shape.fsdp = -1
+        c.eval_every_steps = 5_000
+        c.checkpoint_every_steps = 5_000
+    else:
+        c.model = "modernbert-tiny"
+        c.max_seq_length = 256
+        c.max_predictions_per_seq = 80
+        c.global_batch_size = 16
+        c.num_train_steps = 3000
+        c.warmup_steps = 300
+        c.learning_rate = 2e-3
+        c.log_every_steps = 50
+        c.eval_every_steps = 500
+        c.eval_steps = 20
+        c.checkpoint_every_steps = 500
 
 
 def _fast_numerics(c: ml_collections.ConfigDict) -> None:

@@ -284,3 +284,20 @@ def test_the_vocabulary_size_is_init_from_s(tmp_path):
     config = load_config("configs/pretrain.py:tiny", [f"init_from={tmp_path / 'model'}"])
     assert tpu_compile._vocab_size(config) == 45
     assert tpu_compile._vocab_size(load_config("configs/pretrain.py:tiny")) == 8192
+
+
+@needs_libtpu
+def test_the_modern_recipe_compiles_its_windows_to_splash_attention():
+    """modernbert_tiny (packed rows) with fused attention: a global and a sliding-window
+    layer, each through splash attention (the window as a local mask), scanned."""
+    modern = ["model={'preset': 'modernbert-tiny', 'num_hidden_layers': 2, "
+              "'global_attn_every_n_layers': 2, 'vocab_size': 512}", "max_seq_length=256",
+              "max_predictions_per_seq=8", "global_batch_size=16", "rng_impl=unsafe_rbg",
+              "compute_dtype=bfloat16", "attention_impl=fused", "scan_layers=true"]
+    result = run_cli("--config", "configs/pretrain.py:modernbert_tiny", "--topology", "v5e-4",
+                     *[f"--config.{o}" for o in modern])
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["fits"]
+    # Both branches of the scanned layer's window choice: forward and backward kernels.
+    assert report["splash_attention_calls"] >= 4

@@ -69,6 +69,16 @@ def hf_architecture(params: dict[str, Any], task: dict[str, Any] | None
     return "BertModel", True
 
 
+def _modernbert_architecture(params: dict[str, Any], checkpoint: str) -> tuple[str, bool]:
+    """transformers' ModernBert* class for the modern encoder: the encoder with or
+    without the MLM head (its task heads differ from ours: a head before the classifier)."""
+    if any(k in params for k in ("classifier", "qa_outputs", "nsp")):
+        raise ValueError(f"{checkpoint}: transformers' ModernBert task classes put another "
+                         "head before the classifier; export the encoder (or use "
+                         "`bert-jax export`)")
+    return ("ModernBertForMaskedLM" if "mlm" in params else "ModernBertModel"), False
+
+
 def _hf_task_config(task: dict[str, Any] | None, params: dict[str, Any]) -> dict[str, Any]:
     """HF config fields of a fine-tuned head: labels and problem type."""
     kind = pretrained.task_kind(task, params)
@@ -103,6 +113,8 @@ def to_hf(checkpoint: str, out: str, overwrite: bool = False) -> list[str]:
             raise ValueError(f"{checkpoint}: transformers has no ALBERT class for a "
                              "sentence-order head without the MLM head")
         architecture = architecture.replace("Bert", "Albert", 1)  # the same heads
+    if model.config.model_type == "modernbert":
+        architecture, keeps_pooler = _modernbert_architecture(params, checkpoint)
     notes = []
     if not keeps_pooler and "pooler" in params["bert"]:
         params["bert"] = {k: v for k, v in params["bert"].items() if k != "pooler"}
@@ -124,13 +136,19 @@ def to_hf(checkpoint: str, out: str, overwrite: bool = False) -> list[str]:
 def _write_hf_tokenizer(model: pretrained.Pretrained, directory: str) -> list[str]:
     """vocab.txt, or an ALBERT SentencePiece model as spiece.model, and an HF
     tokenizer_config.json; other SentencePiece models have no HF BERT tokenizer."""
-    from bert_jax.tokenization import SentencePieceTokenizer, has_tokenizer, load_tokenizer
+    from bert_jax.tokenization import (JsonTokenizer, SentencePieceTokenizer, has_tokenizer,
+                                       load_tokenizer)
 
     if not has_tokenizer(model.tokenizer_dir):
         return [f"no tokenizer in {model.tokenizer_dir}: wrote the weights only"]
     tokenizer = load_tokenizer(model.tokenizer_dir)
     settings = {"model_max_length": model.config.max_position_embeddings}
-    if isinstance(tokenizer, SentencePieceTokenizer):
+    if isinstance(tokenizer, JsonTokenizer):
+        tokenizer.save(directory)  # tokenizer.json, which transformers' fast tokenizer reads
+        names = {kind: tokenizer.id_to_token(i) for kind, i in tokenizer.special_ids().items()}
+        settings.update(tokenizer_class="PreTrainedTokenizerFast",
+                        **{f"{kind}_token": name for kind, name in names.items()})
+    elif isinstance(tokenizer, SentencePieceTokenizer):
         if tokenizer.albert is None:
             return ["transformers' BERT tokenizer reads WordPiece vocabularies only: the "
                     "SentencePiece model was not exported"]

@@ -34,6 +34,10 @@ _NAMES = {
                            "predictions.decoder.weight", "predictions.decoder.bias"),
                "pooler": "albert.pooler.weight", "mlm": "predictions.dense.weight",
                "nsp": "sop_classifier.classifier.weight", "decoder": "predictions.decoder"},
+    # ModernBertModel / ModernBertForMaskedLM (MLM only: no pooler, no NSP).
+    "modernbert": {"encoder": "model.", "heads": ("head.", "decoder."),
+                   "derived": ("decoder.weight", "decoder.bias"), "pooler": None,
+                   "mlm": "head.dense.weight", "nsp": None, "decoder": "decoder"},
 }
 
 
@@ -63,9 +67,9 @@ def _linear(hf, path, n_in, n_out, in_shape=None, out_shape=None):
     ]
 
 
-def _layer_norm(hf, path, size):
+def _layer_norm(hf, path, size, bias=True):
     return [_Entry(f"{hf}.weight", (*path, "scale"), (size,)),
-            _Entry(f"{hf}.bias", (*path, "bias"), (size,))]
+            *([_Entry(f"{hf}.bias", (*path, "bias"), (size,))] if bias else [])]
 
 
 def _entries(config: BertConfig, heads: Mapping[str, int]) -> list[_Entry]:
@@ -73,6 +77,8 @@ def _entries(config: BertConfig, heads: Mapping[str, int]) -> list[_Entry]:
     'qa_outputs': 2})."""
     if config.model_type == "albert":
         return _albert_entries(config, heads)
+    if config.model_type == "modernbert":
+        return _modernbert_entries(config, heads)
     h = config.hidden_size
     e = "bert.embeddings"
     out = [
@@ -165,6 +171,67 @@ def _albert_entries(config: BertConfig, heads: Mapping[str, int]) -> list[_Entry
     return out
 
 
+def _modernbert_entries(config: BertConfig, heads: Mapping[str, int]) -> list[_Entry]:
+    """`_entries` for transformers' ModernBert* models, after `_split_fused`: its fused
+    `Wqkv` and `Wi` appear as the `Wq`, `Wk`, `Wv` and `Wi_in`, `Wi_gate` they hold."""
+    h, n, d, i = (config.hidden_size, config.num_attention_heads, config.head_dim,
+                  config.intermediate_size)
+    bias, norm_bias = config.use_bias, config.norm_bias
+    linear = lambda *a, **k: [e for e in _linear(*a, **k) if bias or e.path[-1] != "bias"]
+    ours = ("bert", "embeddings")
+    out = [_Entry("model.embeddings.tok_embeddings.weight", (*ours, "word_embeddings",
+                                                            "embedding"), (config.vocab_size, h)),
+           *_layer_norm("model.embeddings.norm", (*ours, "layer_norm"), h, norm_bias)]
+    for k in range(config.num_hidden_layers):
+        hf, layer = f"model.layers.{k}", ("bert", "encoder", f"layer_{k}")
+        for proj, name in (("Wq", "query"), ("Wk", "key"), ("Wv", "value")):
+            out += linear(f"{hf}.attn.{proj}", (*layer, "attention", name), h, h,
+                          out_shape=(n, d))
+        out += linear(f"{hf}.attn.Wo", (*layer, "attention", "output"), h, h, in_shape=(n, d))
+        out += _layer_norm(f"{hf}.attn_norm", (*layer, "attention_layer_norm"), h, norm_bias)
+        out += linear(f"{hf}.mlp.Wi_in", (*layer, "intermediate"), h, i)
+        out += linear(f"{hf}.mlp.Wi_gate", (*layer, "gate"), h, i)
+        out += linear(f"{hf}.mlp.Wo", (*layer, "output"), i, h)
+        out += _layer_norm(f"{hf}.mlp_norm", (*layer, "output_layer_norm"), h, norm_bias)
+    out += _layer_norm("model.final_norm", ("bert", "final_norm"), h, norm_bias)
+    if "mlm" in heads:
+        out += linear("head.dense", ("mlm", "transform"), h, h)
+        out += _layer_norm("head.norm", ("mlm", "transform_layer_norm"), h, norm_bias)
+        out.append(_Entry("decoder.bias", ("mlm", "output_bias"), (config.vocab_size,)))
+    return out
+
+
+def _split_fused(state: Mapping[str, np.ndarray], config: BertConfig) -> dict[str, np.ndarray]:
+    """ModernBERT's fused tensors as separate ones (`_modernbert_entries`), and the first
+    layer's attention norm, which ModernBERT has not (an identity), as ones and zeros:
+    our layers all have one, layer 0 skips it (bert_jax.model.Layer)."""
+    state = dict(state)
+    for name in [k for k in state if ".attn.Wqkv." in k or ".mlp.Wi." in k]:
+        value = state.pop(name)
+        parts = (("Wq", "Wk", "Wv") if ".Wqkv." in name else ("Wi_in", "Wi_gate"))
+        fused = "Wqkv" if ".Wqkv." in name else "Wi"
+        if value.shape[0] % len(parts):
+            raise CheckpointMismatchError(f"tensor {name} of shape {value.shape} does not "
+                                          f"split into {len(parts)}")
+        for part, piece in zip(parts, np.split(value, len(parts))):
+            state[name.replace(f".{fused}.", f".{part}.")] = piece
+    h = config.hidden_size
+    state.setdefault("model.layers.0.attn_norm.weight", np.ones(h, np.float32))
+    if config.norm_bias:
+        state.setdefault("model.layers.0.attn_norm.bias", np.zeros(h, np.float32))
+    return state
+
+
+def _join_fused(state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """`_split_fused` undone: transformers' tensor names, layer 0 without attn_norm."""
+    state = {k: v for k, v in state.items() if not k.startswith("model.layers.0.attn_norm.")}
+    for parts, fused in ((("Wq", "Wk", "Wv"), "Wqkv"), (("Wi_in", "Wi_gate"), "Wi")):
+        for name in [k for k in state if f".{parts[0]}." in k]:
+            pieces = [state.pop(name.replace(f".{parts[0]}.", f".{p}.")) for p in parts]
+            state[name.replace(f".{parts[0]}.", f".{fused}.")] = np.concatenate(pieces)
+    return state
+
+
 def _normalise_names(state: Mapping[str, np.ndarray],
                      model_type: str = "bert") -> dict[str, np.ndarray]:
     """HF names as BertFor* (AlbertFor*) writes them: `bert.` (`albert.`) before encoder
@@ -185,7 +252,7 @@ def detect_heads(names, model_type: str = "bert") -> dict[str, Any]:
     names, known = set(names), _NAMES[model_type]
     heads: dict[str, Any] = {}
     for head in ("pooler", "mlm", "nsp"):
-        if known[head] in names:
+        if known[head] and known[head] in names:
             heads[head] = True
     if "qa_outputs.weight" in names:
         heads["qa_outputs"] = True
@@ -199,6 +266,8 @@ def params_from_hf(state: Mapping[str, np.ndarray], config: BertConfig) -> dict[
     """
     names = _NAMES[config.model_type]
     state = _normalise_names(state, config.model_type)
+    if config.model_type == "modernbert":
+        state = _split_fused(state, config)
     heads = detect_heads(state, config.model_type)
     if "classifier.weight" in state:
         heads["classifier"] = state["classifier.weight"].shape[0]
@@ -211,7 +280,8 @@ def params_from_hf(state: Mapping[str, np.ndarray], config: BertConfig) -> dict[
                  f"implies {e.hf_shape}" for e in entries
                  if e.hf_name in state and tuple(state[e.hf_name].shape) != e.hf_shape]
     decoder = state.get(f"{names['decoder']}.weight")
-    word_name = f"{names['encoder']}embeddings.word_embeddings.weight"
+    word_name = ("model.embeddings.tok_embeddings.weight" if config.model_type == "modernbert"
+                 else f"{names['encoder']}embeddings.word_embeddings.weight")
     word = state.get(word_name)
     if decoder is not None and word is not None and decoder.shape == word.shape \
             and not np.array_equal(decoder, word):
@@ -247,9 +317,12 @@ def params_to_hf(params: Mapping[str, Any], config: BertConfig) -> dict[str, np.
     if "mlm" in heads:
         names = _NAMES[config.model_type]
         decoder, encoder = names["decoder"], names["encoder"]
-        state[f"{decoder}.weight"] = state[f"{encoder}embeddings.word_embeddings.weight"]
-        state[f"{decoder}.bias"] = state[decoder.replace("decoder", "bias")]
-    return state
+        if config.model_type == "modernbert":
+            state["decoder.weight"] = state["model.embeddings.tok_embeddings.weight"]
+        else:
+            state[f"{decoder}.weight"] = state[f"{encoder}embeddings.word_embeddings.weight"]
+            state[f"{decoder}.bias"] = state[decoder.replace("decoder", "bias")]
+    return _join_fused(state) if config.model_type == "modernbert" else state
 
 
 def read_state_dict(directory: str | os.PathLike) -> dict[str, np.ndarray]:
@@ -326,7 +399,8 @@ def save_hf_dir(directory: str | os.PathLike, config: BertConfig, params: Mappin
     # safetensors refuses tensors that share memory: the tied decoder is re-derived on load.
     decoder = _NAMES[config.model_type]["decoder"]
     state.pop(f"{decoder}.weight", None)
-    state.pop(f"{decoder}.bias", None)
+    if config.model_type != "modernbert":  # whose decoder.bias is the only copy
+        state.pop(f"{decoder}.bias", None)
     hf_config = config.to_hf_dict()
     if architecture:
         hf_config["architectures"] = [architecture]
@@ -368,15 +442,21 @@ def hf_task(hf_dir: str) -> dict[str, Any] | None:
 def hf_tokenizer(hf_dir: str):
     """(tokenizer, its file) of an HF directory: BERT's vocab.txt (casing from
     tokenizer_config.json, uncased by default as BERT's published vocabularies), else
-    ALBERT's SentencePiece spiece.model with AlbertTokenizer's preprocessing."""
+    ALBERT's SentencePiece spiece.model with AlbertTokenizer's preprocessing, else a
+    tokenizer.json (ModernBERT's) read with the `tokenizers` library."""
     from bert_jax.tokenization import AlbertNormalization, SentencePieceTokenizer
+
+    from bert_jax.tokenization import JsonTokenizer
 
     settings = _hf_tokenizer_config(hf_dir)
     vocab, spiece = paths.join(hf_dir, "vocab.txt"), paths.join(hf_dir, "spiece.model")
+    json_file = paths.join(hf_dir, "tokenizer.json")
+    if not paths.exists(vocab) and not paths.exists(spiece) and paths.exists(json_file):
+        return JsonTokenizer(json_file), json_file  # ModernBERT's BPE, with `tokenizers`
     if paths.exists(vocab) or not paths.exists(spiece):
         if not paths.exists(vocab):
-            raise FileNotFoundError(f"{hf_dir} has neither vocab.txt nor spiece.model (a "
-                                    "tokenizer.json alone is not read)")
+            raise FileNotFoundError(f"{hf_dir} has neither vocab.txt, spiece.model nor "
+                                    "tokenizer.json")
         return wordpiece(vocab, bool(settings.get("do_lower_case", True))), vocab
     if not settings.get("remove_space", True):
         raise ValueError(f"{hf_dir}/tokenizer_config.json sets remove_space=false: bert_jax's "

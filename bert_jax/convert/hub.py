@@ -54,7 +54,10 @@ def _wanted(names: set[str], name: str) -> list[str]:
                         + ("sharded weights" if sharded else
                            "no config.json" if "config.json" not in names else
                            f"neither {' nor '.join(WEIGHT_FILES)}"))
-    return ["config.json", *(f for f in TOKENIZER_FILES if f in names), weights[0]]
+    tokenizer = [f for f in TOKENIZER_FILES if f in names]
+    if "tokenizer.json" in names and not {"vocab.txt", "spiece.model"} & names:
+        tokenizer.append("tokenizer.json")  # ModernBERT's (read with `tokenizers`)
+    return ["config.json", *tokenizer, weights[0]]
 
 
 def _download(repo: str, revision: str, name: str) -> str:

@@ -98,6 +98,8 @@ def data_options(config: ml_collections.ConfigDict, files: list[str], vocabulary
     return {"format": 1, "vocabulary": vocabulary, "max_seq_length": config.max_seq_length,
             "max_predictions_per_seq": config.max_predictions_per_seq,
             "whole_word_masking": config.whole_word_masking,
+            # Only when not BERT's 15%: data converted before the option existed stays valid.
+            **({"masked_lm_prob": _mask_rate(config)} if _mask_rate(config) != 0.15 else {}),
             "static_masking": not config.dynamic_masking, "seed": config.seed,
             "next_sentence_prediction": config.next_sentence_prediction,
             # Only when on: data converted before the option existed stays valid.
@@ -151,6 +153,7 @@ def prepare_input_files(config: ml_collections.ConfigDict, workdir: str, tokeniz
                             max_predictions_per_seq=config.max_predictions_per_seq,
                             random_seed=config.seed,
                             do_whole_word_mask=config.whole_word_masking,
+                            masked_lm_prob=_mask_rate(config),
                             static_masking=not config.dynamic_masking,
                             next_sentence_prediction=config.next_sentence_prediction,
                             sentence_order_prediction=config.sentence_order_prediction,
@@ -162,6 +165,11 @@ def prepare_input_files(config: ml_collections.ConfigDict, workdir: str, tokeniz
     return [paths.join(out_dir, n) for n in names]
 
 
+def _mask_rate(config) -> float:
+    """The share of tokens masked (configs written before the key existed: BERT's 15%)."""
+    return config.get("masked_lm_prob", 0.15)
+
+
 def make_iterator(config, files, tokenizer, *, split: str, process_index: int,
                   process_count: int, state: dict | None = None):
     """Process `process_index`'s batches of `process_count`: [global_batch_size /
@@ -170,7 +178,7 @@ def make_iterator(config, files, tokenizer, *, split: str, process_index: int,
         per_host_batch_size=config.global_batch_size // process_count,
         max_seq_length=config.max_seq_length,
         max_predictions_per_seq=config.max_predictions_per_seq,
-        dynamic_masking=config.dynamic_masking,
+        dynamic_masking=config.dynamic_masking, masked_lm_prob=_mask_rate(config),
         whole_word_masking=config.whole_word_masking or config.knowledge_masking != "none",
         knowledge_masking=config.knowledge_masking != "none",
         knowledge_masking_prob=config.knowledge_masking_prob, pack=config.packing,

@@ -10,32 +10,38 @@ from bert_jax import paths
 from bert_jax.tokenization.albert_text import AlbertNormalization
 from bert_jax.tokenization.base import (CONFIG_NAME, SPECIAL_TOKENS, SPM_FILE, VOCAB_FILE,
                                         Encoding, Tokenizer, TokenizerError)
+from bert_jax.tokenization.json_tokenizer import JSON_FILE, JsonTokenizer
 from bert_jax.tokenization.sentencepiece_tokenizer import SentencePieceTokenizer
 from bert_jax.tokenization.wordpiece import WordPieceTokenizer
 
 DEFAULT_VOCAB = paths.join(paths.dirname(paths.dirname(paths.abspath(__file__))), "resources",
                            "vocab")
 
-__all__ = ["AlbertNormalization", "DEFAULT_VOCAB", "Encoding", "SPECIAL_TOKENS",
+__all__ = ["AlbertNormalization", "DEFAULT_VOCAB", "Encoding", "JsonTokenizer", "SPECIAL_TOKENS",
            "SentencePieceTokenizer", "Tokenizer", "TokenizerError", "WordPieceTokenizer",
            "has_tokenizer", "load_tokenizer"]
 
 
 def has_tokenizer(directory: str) -> bool:
     """Whether `directory` holds a saved tokenizer (`load_tokenizer` can read it)."""
-    return any(paths.isfile(paths.join(directory, name)) for name in (VOCAB_FILE, SPM_FILE))
+    return any(paths.isfile(paths.join(directory, name)) for name in (VOCAB_FILE, SPM_FILE, JSON_FILE))
 
 
 def load_tokenizer(path: str, do_lower_case: Optional[bool] = None) -> Tokenizer:
     """Loads a tokenizer from a directory written by `Tokenizer.save`, a bare
-    BERT `vocab.txt` (uncased unless `do_lower_case=False`) or a SentencePiece
-    `.model` file. An explicit `do_lower_case` overrides a directory's config.
+    BERT `vocab.txt` (uncased unless `do_lower_case=False`), a SentencePiece
+    `.model` file or a Hugging Face `tokenizer.json`. An explicit `do_lower_case` overrides
+    a directory's config.
     """
+    if path.endswith(JSON_FILE) and paths.isfile(path):
+        return JsonTokenizer(path)
     if paths.isdir(path):
         config = {}
         config_path = paths.join(path, CONFIG_NAME)
         if paths.isfile(config_path):
             config = json.loads(paths.read_text(config_path))
+        if config.get("type") == "tokenizers":
+            return JsonTokenizer(paths.join(path, JSON_FILE))
         if config.get("type") == "sentencepiece" or paths.isfile(paths.join(path, SPM_FILE)):
             return SentencePieceTokenizer(paths.join(path, SPM_FILE),
                                           _albert_normalization(config, config_path))
