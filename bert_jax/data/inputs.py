@@ -67,9 +67,6 @@ def input_files(config: ml_collections.ConfigDict) -> list[str]:
             raise UserError(f"input_files: {pattern!r} matches no file")
         files += matches
     files = sorted(set(files))
-    if any(paths.getsize(f) == 0 for f in files):
-        raise UserError(f"input_files: {next(f for f in files if not paths.getsize(f))} "
-                        "is empty")
     skipped = [f for f in files if _is_json(f)]
     if skipped and len(skipped) < len(files):  # e.g. data/* catching summary.json
         log.warning("input_files: skipping %d file(s) that are not TFRecords or text: %s",
@@ -77,11 +74,14 @@ def input_files(config: ml_collections.ConfigDict) -> list[str]:
         files = [f for f in files if f not in skipped]
     records = [f for f in files if is_tfrecord(f)]
     texts = [f for f in files if not is_tfrecord(f)]
+    if texts and not records:
+        corpus.require_text(texts)
+    if any(paths.getsize(f) == 0 for f in files):
+        raise UserError(f"input_files: {next(f for f in files if not paths.getsize(f))} "
+                        "is empty")
     if records and texts:
         raise UserError(f"input_files mixes TFRecord files ({_shown(records)}) and other "
                         f"files, read as text ({_shown(texts)}): name one kind")
-    if texts:
-        corpus.require_text(texts)
     return files
 
 
