@@ -84,7 +84,7 @@ class DataOptions:
     def from_config(cls, config, **pipeline) -> "DataOptions":
         """The options of a pretraining run config (`pipeline`: the batching fields)."""
         names = [f.name for f in dataclasses.fields(cls)]
-        return cls(**{n: config[n] for n in names if n in config}, **pipeline)
+        return cls(**{**{n: config[n] for n in names if n in config}, **pipeline})
 
     def record_setup(self) -> dict:
         """What TFRecords made with these options bake in (see `setup_mismatch`)."""
