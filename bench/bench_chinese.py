@@ -124,11 +124,12 @@ def train_vocab(corpus: str, out: str, size: int) -> str:
 def create_data(corpus: str, vocab: str, out: str, dupe: int) -> list[str]:
     """Whole-word-masked MLM-only rows (no next-sentence task: the budget goes to MLM)."""
     from bert_jax.data import create_pretraining_data as cpd
+from bert_jax.data.options import DataOptions
     outputs = cpd.shard_paths(out, 8)
     if all(os.path.exists(p) for p in outputs):
         return outputs
-    options = cpd.Options(max_seq_length=SEQ_LENGTH, max_predictions_per_seq=PREDICTIONS,
-                          dupe_factor=dupe, static_masking=False, do_whole_word_mask=True,
+    options = DataOptions(max_seq_length=SEQ_LENGTH, max_predictions_per_seq=PREDICTIONS,
+                          dupe_factor=dupe, dynamic_masking=True, whole_word_masking=True,
                           next_sentence_prediction=False)
     stats = cpd.create_pretraining_data([corpus], outputs, vocab, options, num_workers=2,
                                         progress=False)

@@ -18,12 +18,13 @@ import tensorflow as tf  # noqa: F401  (imported up front so no timing includes 
 from bert_jax import flags, paths
 from bert_jax.data import corpus, tfrecord
 from bert_jax.data import create_pretraining_data as cpd
-from bert_jax.data.pipeline import PipelineOptions, make_pretrain_iterator
+from bert_jax.data.options import DataOptions
+from bert_jax.data.pipeline import make_pretrain_iterator
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
 
 
 def bench_create_data(out_dir: str, static: bool, args) -> float:
-    options = cpd.Options(dupe_factor=args.dupe_factor, static_masking=static,
+    options = DataOptions(dupe_factor=args.dupe_factor, dynamic_masking=not static,
                           max_seq_length=args.max_seq_length)
     start = time.perf_counter()
     stats = cpd.create_pretraining_data([corpus.DEFAULT_CORPUS], cpd.shard_paths(out_dir, 8),
@@ -39,8 +40,8 @@ def bench_create_data(out_dir: str, static: bool, args) -> float:
 
 
 def bench_pipeline(pattern: str, label: str, args, **kwargs) -> float:
-    options = PipelineOptions(per_host_batch_size=args.batch, max_seq_length=args.max_seq_length,
-                              max_predictions_per_seq=20, seed=0, **kwargs)
+    options = DataOptions(per_host_batch_size=args.batch, max_seq_length=args.max_seq_length,
+                          max_predictions_per_seq=20, seed=0, **kwargs)
     iterator = make_pretrain_iterator([pattern], options, process_index=0, process_count=1,
                                       tokenizer=load_tokenizer(DEFAULT_VOCAB))
     for _ in itertools.islice(iterator, 20):  # warm up: TF graph tracing, shuffle buffer fill
@@ -107,7 +108,7 @@ def main():
         bench_pipeline(os.path.join(plain_dir, "*.tfrecord"), "dynamic whole-word masks", args,
                        dynamic_masking=True, whole_word_masking=True)
         bench_pipeline(os.path.join(plain_dir, "*.tfrecord"), "dynamic masks + packing", args,
-                       dynamic_masking=True, pack=True)
+                       dynamic_masking=True, packing=True)
         bench_bucket(static_dir, args)
 
 

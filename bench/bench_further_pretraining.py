@@ -74,6 +74,7 @@ def create_data(out: str, sources: list[str], dupe_factor: int) -> dict:
     """TFRecords of MLM + NSP rows from text files (or spam TSVs, read without labels):
     {"records": their paths, "rows", "minutes"}."""
     from bert_jax.data import create_pretraining_data as cpd
+    from bert_jax.data.options import DataOptions
     from bert_jax.demo import unlabelled_emails
     from bert_jax.tokenization import DEFAULT_VOCAB
 
@@ -83,8 +84,8 @@ def create_data(out: str, sources: list[str], dupe_factor: int) -> dict:
         files = [s for s in sources if not s.endswith(".tsv")]
         if tsvs:
             files.append(unlabelled_emails(os.path.join(out, "emails.txt.gz"), tsvs))
-        options = cpd.Options(max_seq_length=SEQ_LENGTH, max_predictions_per_seq=PREDICTIONS,
-                              dupe_factor=dupe_factor, static_masking=False)
+        options = DataOptions(max_seq_length=SEQ_LENGTH, max_predictions_per_seq=PREDICTIONS,
+                              dupe_factor=dupe_factor, dynamic_masking=True)
         stats = cpd.create_pretraining_data(files, records, DEFAULT_VOCAB, options,
                                             num_workers=2, progress=False)
         return {"rows": stats.instances}

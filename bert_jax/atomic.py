@@ -19,7 +19,7 @@ def atomic_directory(path: str | os.PathLike, overwrite: bool = False, *,
     (for writers that only know local files, e.g. TensorFlow's SavedModel); its files
     are uploaded when the block succeeds."""
     path = paths.abspath(path)
-    if overwrite and not paths.is_remote(path):  # never replace a training run's workdir
+    if overwrite:  # never replace a training run's workdir (local or in a bucket)
         workdir_kind.check(path, workdir_kind.MODEL)
     if paths.exists(path) and not overwrite:
         raise FileExistsError(f"{path} exists; pass --overwrite (overwrite=True) to replace it")

@@ -47,6 +47,7 @@ def unlabelled_emails(path: str, sources: tuple[str, ...] = (SPAM_TRAIN,)) -> st
 
 def create_data(out_dir: str, smoke: bool) -> list[str]:
     from bert_jax.data import corpus, create_pretraining_data as cpd
+    from bert_jax.data.options import DataOptions
     from bert_jax.tokenization import DEFAULT_VOCAB
     outputs = cpd.shard_paths(out_dir, 8)
     if all(os.path.exists(p) for p in outputs):
@@ -54,8 +55,8 @@ def create_data(out_dir: str, smoke: bool) -> list[str]:
     files = sorted(glob.glob(corpus.DEFAULT_CORPUS))[:1 if smoke else None]
     os.makedirs(out_dir, exist_ok=True)
     files.append(unlabelled_emails(os.path.join(out_dir, "emails.txt.gz")))
-    options = cpd.Options(max_seq_length=SEQ_LENGTH, max_predictions_per_seq=PREDICTIONS,
-                          dupe_factor=1 if smoke else 2, static_masking=False)
+    options = DataOptions(max_seq_length=SEQ_LENGTH, max_predictions_per_seq=PREDICTIONS,
+                          dupe_factor=1 if smoke else 2, dynamic_masking=True)
     stats = cpd.create_pretraining_data(files, outputs, DEFAULT_VOCAB, options,
                                         num_workers=os.cpu_count() or 1)
     print(stats.summary())

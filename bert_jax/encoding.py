@@ -6,12 +6,43 @@ tokenize)."""
 from __future__ import annotations
 
 import codecs
+import io
+from typing import IO, Iterator
 
 # Longest first: the UTF-32 LE mark begins with the UTF-16 LE one.
 _BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"),
          (codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"),
          (codecs.BOM_UTF16_BE, "utf-16"))
 CONVERT = "convert it to UTF-8 first, e.g. `iconv -f latin1 -t utf-8` for Latin-1 text"
+DEFAULT = "utf-8"  # with UTF-16/32 read after a byte-order mark
+
+
+def check_name(name: str) -> str:
+    """The codec's canonical name; ValueError for a name Python does not know."""
+    try:
+        return codecs.lookup(name).name
+    except LookupError:
+        raise ValueError(f"unknown encoding {name!r}: use a Python codec name such as "
+                         "utf-8, latin-1, cp1252, utf-16") from None
+
+
+def is_default(name: str) -> bool:
+    """UTF-8, read as `decode_line`/`decode` do (a byte-order mark detected)."""
+    return check_name(name) == DEFAULT
+
+
+def named_lines(binary: IO[bytes], path: str, name: str) -> Iterator[str]:
+    """The lines (newlines kept) of a stream in the codec the user named."""
+    text = io.TextIOWrapper(binary, encoding=name, newline="")
+    number = 0
+    try:
+        for number, line in enumerate(text, 1):
+            yield line
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not valid {name} text after line {number} (byte "
+                         f"{e.object[e.start]:#04x}): {e.reason}") from None
+    finally:
+        text.detach()
 
 
 def codec_of(head: bytes) -> str:

@@ -20,10 +20,11 @@ def check_positive(name: str, value, *, allow_zero: bool = False) -> None:
         raise UserError(f"{name} must be an integer >= {low}, got {value!r}")
 
 
-def check_learning_rate(value, allow_zero: bool | None = None) -> None:
+def check_learning_rate(value, allow_zero: bool | None = None, zero_hint: str = "") -> None:
     """A learning rate must be a number > 0: a negative one climbs the loss, zero trains
     nothing: allowed only where the config has the explicit `allow_zero_learning_rate`
-    (`allow_zero`: its value; None where the config has no such key)."""
+    (`allow_zero`: its value; None where the config has no such key, and `zero_hint`
+    says what to do instead)."""
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
     if number and (value > 0 or allow_zero and value == 0):
         return
@@ -32,7 +33,7 @@ def check_learning_rate(value, allow_zero: bool | None = None) -> None:
         why = " (a negative rate raises the loss)"
     elif number:
         why = (" (nothing would train; --config.allow_zero_learning_rate=True if that is the "
-               "intent)" if allow_zero is not None else " (nothing would train)")
+               "intent)" if allow_zero is not None else f" (nothing would train{zero_hint})")
     raise UserError(f"learning_rate must be a number > 0, got {value!r}{why}")
 
 

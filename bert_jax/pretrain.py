@@ -24,9 +24,10 @@ import ml_collections
 import optax
 
 from bert_jax import (checkpoint, mlm_distill, multihost, paths, perf, preemption, pretrained,
-                      sharding, train_loop, training)
+                      sharding, train_loop, training, workdir_kind)
 from bert_jax.config import BertConfig, check_choice, check_inputs_fit, compute_fields
 from bert_jax.data import inputs
+from bert_jax.data.options import DataOptions
 from bert_jax.errors import (Interrupted, UserError, check_divisible, check_learning_rate,
                              check_positive)
 from bert_jax.heads import BertForPreTraining
@@ -84,11 +85,9 @@ class Setup:
     def abstract_batch(self) -> dict:
         """The global batch as sharded `jax.ShapeDtypeStruct`s, shaped as the pipeline
         emits it (`pipeline.batch_spec`)."""
-        from bert_jax.data.pipeline import PipelineOptions, batch_spec
-        options = PipelineOptions(
-            per_host_batch_size=self.config.global_batch_size,
-            max_seq_length=self.config.max_seq_length,
-            max_predictions_per_seq=self.config.max_predictions_per_seq, pack=self.config.packing)
+        from bert_jax.data.pipeline import batch_spec
+        options = DataOptions.from_config(self.config,
+                                          per_host_batch_size=self.config.global_batch_size)
         batch = sharding.batch_sharding(self.mesh, self.rules)
         return {k: jax.ShapeDtypeStruct(shape, dtype, sharding=batch) for k, (shape, dtype)
                 in batch_spec(options, self.config.next_sentence_prediction).items()}
@@ -169,9 +168,7 @@ def validate_config(config: ml_collections.ConfigDict, bert_config: BertConfig,
     if config.max_predictions_per_seq > config.max_seq_length:
         raise UserError(f"max_predictions_per_seq {config.max_predictions_per_seq} exceeds "
                         f"max_seq_length {config.max_seq_length}")
-    if config.sentence_order_prediction and not config.next_sentence_prediction:
-        raise UserError("sentence_order_prediction trains the sentence-pair head: it needs "
-                        "next_sentence_prediction=True")
+    DataOptions.from_config(config)  # the data options' own rules
     check_inputs_fit(bert_config, f"model {_describe(config.model)}",
                      max_seq_length=config.max_seq_length, vocab_size=vocab_size)
     check_divisible("global_batch_size", config.global_batch_size,
@@ -247,11 +244,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
     one that consults only multi-process preemption notices) says to stop."""
     watcher = watcher or preemption.Watcher(handle_sigterm=False)
     workdir = paths.abspath(workdir)
+    workdir_kind.check(workdir, workdir_kind.PRETRAINING, {"--config.init_from": config.init_from,
+                                                           "--config.teacher": config.teacher})
     tokenizer_path, tokenizer = run_tokenizer(config)
     run_setup = setup(config, tokenizer.vocab_size)
     bert_config, mesh, rules = run_setup.bert_config, run_setup.mesh, run_setup.rules
-    inputs.check_records_vocabulary(inputs.input_files(config), tokenizer_path,
-                                    tokenizer.fingerprint())
+    inputs.check_records_made_for(inputs.input_files(config), tokenizer_path,
+                                  tokenizer.fingerprint(), config)
     run = checkpoint.run_description(config.to_dict(), bert_config.to_dict(),
                                      tokenizer.fingerprint())
     teacher, teacher_params, teacher_shardings = _teacher(config, run_setup, run["vocabulary"])

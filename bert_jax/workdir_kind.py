@@ -4,8 +4,11 @@ The first run in a workdir writes JOB_FILE (`{"kind": ..., "command": ...}`); ev
 command that writes into a workdir (`workdir_lock.hold` for pretrain, finetune and
 distill; `atomic.atomic_directory` for export, convert and saved models) calls `check`
 first, which refuses in one line, before anything is written, a workdir of another
-kind or one that is also the run's input (`--init_from`, `--teacher`). Workdirs made
-before the marker existed get their kind from what they hold (`kind_of`).
+kind or one that is also the run's input (`--init_from`, `--teacher`); so do the
+Python entry points (`pretrain.train_and_evaluate`, `finetune.cli.run_finetune`,
+`finetune.distill.distill`) and create-data's --output_dir. Buckets (gs://) are read
+and marked through `bert_jax.paths`. Workdirs made before the marker existed get their
+kind from what they hold (`kind_of`).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import json
 import os
 import time
 
+from bert_jax import paths
 from bert_jax.errors import UserError
 
 JOB_FILE = "bert_jax_job.json"
@@ -26,15 +30,15 @@ COMMANDS = {PRETRAINING: "bert-jax pretrain", FINETUNING: "bert-jax finetune",
 
 def kind_of(path: str) -> str | None:
     """The kind of job whose results `path` holds, or None (absent, empty, or unknown)."""
-    if not os.path.isdir(path):
+    if not paths.isdir(path):
         return None
-    marker = os.path.join(path, JOB_FILE)
-    if os.path.isfile(marker):
+    marker = paths.join(path, JOB_FILE)
+    if paths.isfile(marker):
         try:
-            return json.loads(open(marker, encoding="utf-8").read())["kind"]
+            return json.loads(paths.read_text(marker))["kind"]
         except (ValueError, KeyError, TypeError):
             return None  # damaged: fall back to what the folder holds
-    names = set(os.listdir(path))
+    names = set(paths.listdir(path))
     if names & {"eval_results.json", "best", "predictions"} or \
             any(n.startswith("seed_") for n in names):
         return FINETUNING
@@ -43,18 +47,18 @@ def kind_of(path: str) -> str | None:
     if "bert_jax.json" in names:  # a model directory (convert, export, a saved model)
         return MODEL
     if "checkpoints" in names:  # an interrupted run: its checkpoints' config says which
-        return FINETUNING if _checkpoint_has_task(os.path.join(path, "checkpoints")) \
+        return FINETUNING if _checkpoint_has_task(paths.join(path, "checkpoints")) \
             else PRETRAINING
     return None
 
 
 def _checkpoint_has_task(directory: str) -> bool:
     """Whether a checkpoint's saved run config names a fine-tuning task."""
-    for step in sorted(os.listdir(directory), reverse=True):
-        meta = os.path.join(directory, step, "meta")
-        for name in os.listdir(meta) if os.path.isdir(meta) else ():
+    for step in sorted(paths.listdir(directory), reverse=True):
+        meta = paths.join(directory, step, "meta")
+        for name in paths.listdir(meta) if paths.isdir(meta) else ():
             try:
-                saved = json.loads(open(os.path.join(meta, name), encoding="utf-8").read())
+                saved = json.loads(paths.read_text(paths.join(meta, name)))
             except (OSError, ValueError):
                 continue
             if isinstance(saved, dict) and isinstance(saved.get("config"), dict):
@@ -63,23 +67,24 @@ def _checkpoint_has_task(directory: str) -> bool:
 
 
 def _same(a: str, b: str) -> bool:
+    if paths.is_remote(a) or paths.is_remote(b):
+        return paths.abspath(a) == paths.abspath(b)
     return os.path.realpath(a) == os.path.realpath(b)
 
 
 def check(workdir: str, kind: str, inputs: dict[str, str] | None = None) -> None:
     """Raises UserError when a job of `kind` may not write into `workdir`: it is one of
     the run's `inputs` ({flag: path}), or holds another kind of job's results."""
-    if "://" in workdir:
-        return  # buckets: not checked yet
     for flag, path in (inputs or {}).items():
-        if isinstance(path, str) and path and "://" not in path and _same(path, workdir):
+        if isinstance(path, str) and path and not path.startswith("hf:") and \
+                _same(path, workdir):
             raise UserError(f"the output folder {workdir} is also {flag}: writing there would "
                             "replace what this run reads; choose another folder")
     found = kind_of(workdir)
     if found is None or found == kind:
         return
     if {found, kind} == {FINETUNING, DISTILLATION} and \
-            not os.path.isfile(os.path.join(workdir, JOB_FILE)):
+            not paths.isfile(paths.join(workdir, JOB_FILE)):
         return  # a folder from before the marker: its results cannot tell them apart
     raise UserError(f"{workdir} holds a {found} run ({COMMANDS[found]}) whose results this "
                     "command would replace; choose another folder")
@@ -89,12 +94,11 @@ def mark(workdir: str, kind: str, command: str) -> frozenset | None:
     """Records `kind` in `workdir` unless it is recorded already (call after `check`);
     returns the names the workdir held before (for `unmark_if_idle`), or None when it
     wrote nothing."""
-    path = os.path.join(workdir, JOB_FILE)
-    if "://" in workdir or os.path.exists(path):
+    path = paths.join(workdir, JOB_FILE)
+    if paths.exists(path):
         return None
-    before = frozenset(os.listdir(workdir))
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump({"kind": kind, "command": command}, f)
+    before = frozenset(paths.listdir(workdir)) if paths.isdir(workdir) else frozenset()
+    paths.write_text(path, json.dumps({"kind": kind, "command": command}))
     return before
 
 

@@ -179,6 +179,37 @@ CASES = {
         PRETRAIN + ["--config.input_files={other_vocab_records}/*.tfrecord"],
         "the TFRecords in {other_vocab_records} were made with the vocabulary /elsewhere/vocab "
         "(its summary.json), not this run's "),
+    # issue 44: the masking setup create-data recorded in summary.json
+    "pretrain static records made without whole words": (
+        PRETRAIN + ["--config.input_files={records}/*.tfrecord", "--config.dynamic_masking=False",
+                    "--config.whole_word_masking=True"],
+        "the TFRecords in {records} were made with whole_word_masking False (its summary.json) "
+        "but this run has whole_word_masking True: their static masks are as made"),
+    "pretrain NSP records without NSP": (
+        PRETRAIN + ["--config.input_files={records}/*.tfrecord",
+                    "--config.next_sentence_prediction=False"],
+        "the TFRecords in {records} were made with next_sentence_prediction True (its "
+        "summary.json) but this run has next_sentence_prediction False: "),
+    "pretrain NSP records with SOP": (
+        PRETRAIN + ["--config.input_files={records}/*.tfrecord",
+                    "--config.sentence_order_prediction=True"],
+        "were made with sentence_order_prediction False (its summary.json) but this run has "
+        "sentence_order_prediction True"),
+    # issue 44: input files told apart by content, not by name
+    "pretrain TFRecords mixed with text": (
+        PRETRAIN + ["--config.input_files={records}/*.tfrecord,{texts}"],
+        "input_files mixes TFRecord files ({records}/pretrain-00000-of-00002.tfrecord, "
+        "{records}/pretrain-00001-of-00002.tfrecord) and other files, read as text ({texts}): "
+        "name one kind"),
+    "create-data into a pretraining workdir": (  # issue 44: shards never among a run's files
+        ["create-data", "--output_dir", "{pretrained}", "--no_progress", "--num_workers", "1"],
+        "--output_dir {pretrained} holds a pretraining run (bert-jax pretrain): write the "
+        "TFRecords into a folder of their own"),
+    "create-data on TFRecords": (
+        ["create-data", "--input", "{records}/pretrain-00000-of-00002.tfrecord", "--output_dir",
+         "{new}", "--no_progress"],
+        "{records}/pretrain-00000-of-00002.tfrecord is a TFRecord file (pretraining data "
+        "already), not text"),
     "pretrain records of another prediction count": (
         PRETRAIN + ["--config.input_files={records}/*.tfrecord",
                     "--config.max_predictions_per_seq=6"],
@@ -250,7 +281,9 @@ CASES = {
         "learning_rate must be a number > 0, got -0.001 (a negative rate raises the loss)"),
     "finetune zero learning rate": (
         FINETUNE + ["--config.learning_rate=0"],
-        "learning_rate must be a number > 0, got 0.0 (nothing would train"),
+        "learning_rate must be a number > 0, got 0.0 (nothing would train; a linear probe "
+        "trains the head alone: --config.freeze='bert/*' with a learning rate > 0; to score a "
+        "fine-tuned model without training: bert-jax evaluate --workdir DIR)"),
     "finetune test label unseen in training": (
         FINETUNE + ["--config.test_file={other_label}"],
         "the test split: label 'meh' is not among the training labels"),
@@ -493,8 +526,42 @@ def test_a_glob_catching_summary_json_reads_only_the_tfrecords(paths, caplog):
     files = inputs.input_files(config)
     assert [os.path.basename(f) for f in files] == ["pretrain-00000-of-00002.tfrecord",
                                                     "pretrain-00001-of-00002.tfrecord"]
-    assert "skipping 1 file(s) that are not TFRecords beside the TFRecords: summary.json" \
+    assert "skipping 1 file(s) that are not TFRecords or text: summary.json" \
         in caplog.text
+
+
+def test_tfrecords_are_known_by_their_content_not_their_name(paths, tmp_path):
+    from bert_jax.config_loader import load_config
+    from bert_jax.data import inputs
+    renamed = tmp_path / "shard.bin"  # e.g. Google's tool's --output_file=out.bin
+    shutil.copy(os.path.join(paths["records"], "pretrain-00000-of-00002.tfrecord"), renamed)
+    (tmp_path / "text.tfrecord").write_text("a sentence\n")
+    config = load_config(os.path.join(REPO, "configs", "pretrain.py") + ":tiny",
+                         [f"input_files={renamed}"])
+    assert inputs.input_files(config) == [str(renamed)] and inputs.is_tfrecord(str(renamed))
+    assert not inputs.is_tfrecord(str(tmp_path / "text.tfrecord"))
+    config.input_files = str(tmp_path / "*")
+    with pytest.raises(ValueError, match=r"mixes TFRecord files \(.*shard.bin\) and other "
+                       r"files, read as text \(.*text.tfrecord\)"):
+        inputs.input_files(config)
+
+
+def test_records_made_before_the_setup_was_recorded_train_with_one_warning(paths, tmp_path,
+                                                                         caplog):
+    from bert_jax.config_loader import load_config
+    from bert_jax.data import inputs
+    old = str(tmp_path / "old")
+    shutil.copytree(paths["records"], old)
+    with open(os.path.join(old, "summary.json")) as f:
+        summary = json.load(f)
+    with open(os.path.join(old, "summary.json"), "w") as f:
+        json.dump({k: v for k, v in summary.items() if k != "record_setup"}, f)
+    files = sorted(glob.glob(os.path.join(old, "*.tfrecord")))
+    config = load_config(os.path.join(REPO, "configs", "pretrain.py") + ":tiny",
+                         ["dynamic_masking=False", "whole_word_masking=True"])
+    inputs.check_records_made_for(files, DEFAULT_VOCAB, summary["vocab_fingerprint"], config)
+    warned = [r.getMessage() for r in caplog.records if "cannot be checked" in r.getMessage()]
+    assert len(warned) == 1 and old in warned[0], caplog.text
 
 
 def checkpoint_steps(workdir):

@@ -1,6 +1,7 @@
 """Chinese whole-word masking: create-data (static) and the pipeline (dynamic) mask
 all characters of a word of the reference segmentation together, under BERT's 15%
 and 80/10/10 rules; mixed text keeps English `##` whole words."""
+import dataclasses
 import gzip
 import os
 
@@ -9,7 +10,8 @@ import pytest
 
 from bert_jax.data import chinese_words, masking
 from bert_jax.data import create_pretraining_data as cpd
-from bert_jax.data.pipeline import PipelineOptions, _feature_spec, make_pretrain_iterator
+from bert_jax.data.options import DataOptions
+from bert_jax.data.pipeline import _feature_spec, make_pretrain_iterator
 from bert_jax.tokenization import WordPieceTokenizer, load_tokenizer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -105,8 +107,8 @@ def _create(tmp_path, segmented, tok, *, static=True, ref=True, segmenter="jieba
     source, reference = _write_corpus(tmp_path, segmented)
     tok.save(str(tmp_path / "vocab"))
     files = cpd.shard_paths(str(tmp_path / "out"), 1)
-    options = cpd.Options(max_seq_length=MAX_SEQ, max_predictions_per_seq=MAX_PRED,
-                          dupe_factor=dupe, do_whole_word_mask=True, static_masking=static,
+    options = DataOptions(max_seq_length=MAX_SEQ, max_predictions_per_seq=MAX_PRED,
+                          dupe_factor=dupe, whole_word_masking=True, dynamic_masking=not static,
                           chinese_segmenter=segmenter)
     cpd.create_pretraining_data([source], files, str(tmp_path / "vocab"), options,
                                 progress=False, chinese_ref_files=[reference] if ref else ())
@@ -141,7 +143,7 @@ def test_mismatched_reference_fails_with_file_and_line(tmp_path):
     lines[2] = "中共 中央"  # line 3: the second sentence (a blank line between documents)
     open(reference, "w", encoding="utf-8").write("\n".join(lines))
     tok.save(str(tmp_path / "vocab"))
-    options = cpd.Options(do_whole_word_mask=True, dupe_factor=1)
+    options = DataOptions(whole_word_masking=True, dupe_factor=1)
     with pytest.raises(ValueError, match=r"ref.txt:3"):
         cpd.create_pretraining_data([source], [str(tmp_path / "o.tfrecord")],
                                     str(tmp_path / "vocab"), options, progress=False,
@@ -149,7 +151,7 @@ def test_mismatched_reference_fails_with_file_and_line(tmp_path):
     with pytest.raises(ValueError, match="unknown chinese_segmenter"):
         cpd.create_pretraining_data([source], [str(tmp_path / "o.tfrecord")],
                                     str(tmp_path / "vocab"),
-                                    cpd.Options(do_whole_word_mask=True, chinese_segmenter="x"),
+                                    DataOptions(whole_word_masking=True, chinese_segmenter="x"),
                                     progress=False)
 
 
@@ -157,15 +159,15 @@ def test_jieba_segmentation_is_the_default():
     jieba = pytest.importorskip("jieba")
     tok = _vocab(SEGMENTED)
     texts = [[line.replace(" ", "")] for line in SEGMENTED]  # a sentence per document
-    options = cpd.Options(max_seq_length=MAX_SEQ, max_predictions_per_seq=MAX_PRED,
-                          dupe_factor=30, do_whole_word_mask=True)
+    options = DataOptions(max_seq_length=MAX_SEQ, max_predictions_per_seq=MAX_PRED,
+                          dupe_factor=30, whole_word_masking=True)
     rows = cpd.examples_from_texts(texts, tok, options)
     jieba_words = [" ".join(jieba.cut(t)) for (t,) in texts]
     found = _masked_words(rows, tok, jieba_words, _masked_positions(rows))
     assert max(length for length, _, _ in found) >= 2
     # With segmentation off, words are single characters (and ip ##hone).
-    options.chinese_segmenter = "none"
-    rows = cpd.examples_from_texts(texts, tok, options)
+    rows = cpd.examples_from_texts(texts, tok,
+                                   dataclasses.replace(options, chinese_segmenter="none"))
     assert (rows["word_start"][rows["input_mask"] > 0] == 1).mean() > 0.97
 
 
@@ -212,7 +214,7 @@ def test_people_daily_masking_statistics(people_daily, tmp_path, static):
     if static:
         rows = _read(files)
     else:
-        options = PipelineOptions(per_host_batch_size=256, max_seq_length=MAX_SEQ,
+        options = DataOptions(per_host_batch_size=256, max_seq_length=MAX_SEQ,
                                   max_predictions_per_seq=MAX_PRED, dynamic_masking=True,
                                   whole_word_masking=True, repeat=False)
         it = make_pretrain_iterator(files, options, process_index=0, process_count=1,

@@ -10,6 +10,7 @@ import pytest
 
 from bert_jax.data import corpus
 from bert_jax.data import create_pretraining_data as cpd
+from bert_jax.data.options import DataOptions
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -53,7 +54,7 @@ def mask_statistics(rows, tok):
 @pytest.fixture(scope="module")
 def made(tmp_path_factory):
     out = tmp_path_factory.mktemp("made")
-    options = cpd.Options(max_seq_length=MAX_SEQ, max_predictions_per_seq=MAX_PRED, dupe_factor=3)
+    options = DataOptions(max_seq_length=MAX_SEQ, max_predictions_per_seq=MAX_PRED, dupe_factor=3)
     files = cpd.shard_paths(str(out), 2)
     stats = cpd.create_pretraining_data([SHARDS[2], SHARDS[3]], files, DEFAULT_VOCAB, options,
                                         progress=False)
@@ -115,7 +116,7 @@ def _assert_whole_words(rows, tok):
 
 def test_whole_word_masking_never_masks_part_of_a_word(tmp_path):
     tok = load_tokenizer(DEFAULT_VOCAB)
-    options = cpd.Options(do_whole_word_mask=True, dupe_factor=1)
+    options = DataOptions(whole_word_masking=True, dupe_factor=1)
     files = cpd.shard_paths(str(tmp_path), 1)
     cpd.create_pretraining_data([SHARDS[3]], files, DEFAULT_VOCAB, options, progress=False)
     rows = read_records(files)
@@ -130,7 +131,8 @@ def test_same_output_whatever_the_number_of_workers(tmp_path):
     for workers in (1, 2):
         files = cpd.shard_paths(str(tmp_path / str(workers)), 3)
         cpd.create_pretraining_data([SHARDS[0], SHARDS[3]], files, DEFAULT_VOCAB,
-                                    cpd.Options(dupe_factor=1), num_workers=workers, progress=False)
+                                    DataOptions(dupe_factor=1), num_workers=workers,
+                                    progress=False)
         outputs.append([open(f, "rb").read() for f in files])
     assert outputs[0] == outputs[1]
     assert all(len(content) > 0 for content in outputs[0])
@@ -147,7 +149,7 @@ def test_bad_input_is_counted_not_fatal(tmp_path):
         f.write(body)
     files = cpd.shard_paths(str(tmp_path / "out"), 1)
     stats = cpd.create_pretraining_data([str(tmp_path / "*.txt*")], files, DEFAULT_VOCAB,
-                                        cpd.Options(dupe_factor=2), progress=False)
+                                        DataOptions(dupe_factor=2), progress=False)
     assert stats.files == 2 and stats.empty_files == 1
     assert stats.documents == 3 and stats.one_sentence_documents == 1
     assert stats.long_sentences == 1
@@ -198,7 +200,8 @@ def test_sentencepiece_whole_word_masking(tmp_path):
     tok = load_tokenizer(str(tmp_path / "spm"))
     files = cpd.shard_paths(str(tmp_path / "out"), 1)
     cpd.create_pretraining_data([SHARDS[3]], files, str(tmp_path / "spm"),
-                                cpd.Options(do_whole_word_mask=True, dupe_factor=1), progress=False)
+                                DataOptions(whole_word_masking=True, dupe_factor=1),
+                                progress=False)
     rows = read_records(files)
     _assert_whole_words(rows, tok)
     assert abs(mask_statistics(rows, tok)["masked_share"] - 0.15) < 0.01
@@ -209,7 +212,7 @@ def test_examples_from_texts():
     documents = [["In the beginning God created the heaven and the earth.",
                   "And the earth was without form, and void."],
                  ["We the people.", "Of the United States.", "In order to form a union."]]
-    rows = cpd.examples_from_texts(documents, tok, cpd.Options(max_seq_length=32,
+    rows = cpd.examples_from_texts(documents, tok, DataOptions(max_seq_length=32,
                                                                max_predictions_per_seq=5,
                                                                dupe_factor=20))
     assert rows["input_ids"].shape[1] == 32 and rows["masked_lm_ids"].shape[1] == 5

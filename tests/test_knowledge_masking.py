@@ -7,7 +7,8 @@ import pytest
 
 from bert_jax.data import chinese_words, masking
 from bert_jax.data import create_pretraining_data as cpd
-from bert_jax.data.pipeline import PipelineOptions, _feature_spec, make_pretrain_iterator
+from bert_jax.data.options import DataOptions
+from bert_jax.data.pipeline import _feature_spec, make_pretrain_iterator
 from bert_jax.tokenization import WordPieceTokenizer
 
 MAX_SEQ, MAX_PRED = 64, 20
@@ -35,8 +36,8 @@ def _create(tmp_path, tok, *, static=True, mode="entity", prob=1.0, dupe=60):
     (tmp_path / "ref.txt").write_text("".join(c + "\n\n" for c in chunks), encoding="utf-8")
     tok.save(str(tmp_path / "vocab"))
     files = cpd.shard_paths(str(tmp_path / "out"), 1)
-    options = cpd.Options(max_seq_length=MAX_SEQ, max_predictions_per_seq=MAX_PRED,
-                          dupe_factor=dupe, static_masking=static, knowledge_masking=mode,
+    options = DataOptions(max_seq_length=MAX_SEQ, max_predictions_per_seq=MAX_PRED,
+                          dupe_factor=dupe, dynamic_masking=not static, knowledge_masking=mode,
                           knowledge_masking_prob=prob, chinese_segmenter="none",
                           entity_file=str(tmp_path / "entities.txt") if mode == "entity"
                           else "")
@@ -116,9 +117,9 @@ def test_static_knowledge_masks_never_split_a_unit(tmp_path, mode):
 def test_dynamic_knowledge_masks_never_split_an_entity(tmp_path):
     tok = _tokenizer()
     files, _ = _create(tmp_path, tok, static=False, prob=0.5, dupe=30)
-    options = PipelineOptions(per_host_batch_size=64, max_seq_length=MAX_SEQ,
+    options = DataOptions(per_host_batch_size=64, max_seq_length=MAX_SEQ,
                               max_predictions_per_seq=MAX_PRED, dynamic_masking=True,
-                              whole_word_masking=True, knowledge_masking=True,
+                              whole_word_masking=True, knowledge_masking="entity",
                               knowledge_masking_prob=1.0, repeat=False)
     batches = list(make_pretrain_iterator(files, options, process_index=0, process_count=1,
                                           tokenizer=tok))
@@ -128,7 +129,7 @@ def test_dynamic_knowledge_masks_never_split_an_entity(tmp_path):
     assert share > 0.85 and len(found) > 20
     assert all(a or z for _, a, z in found)
     # Without knowledge masking the same records mask single characters: entities split.
-    plain = make_pretrain_iterator(files, PipelineOptions(
+    plain = make_pretrain_iterator(files, DataOptions(
         per_host_batch_size=64, max_seq_length=MAX_SEQ, max_predictions_per_seq=MAX_PRED,
         dynamic_masking=True, repeat=False), process_index=0, process_count=1, tokenizer=tok)
     plain = list(plain)
@@ -150,7 +151,7 @@ def test_jieba_entities_are_masked_whole():
     assert [text[s:e] for s, e in spans] == ["上海浦东", "江泽民", "中国人民银行"]
     tok = _tokenizer()
     texts = [[line.replace(" ", "")] for line in SENTENCES]
-    options = cpd.Options(max_seq_length=MAX_SEQ, max_predictions_per_seq=MAX_PRED,
+    options = DataOptions(max_seq_length=MAX_SEQ, max_predictions_per_seq=MAX_PRED,
                           dupe_factor=30, knowledge_masking="entity")
     rows = cpd.examples_from_texts(texts, tok, options)
     _, found = _check_units(rows, tok)
@@ -162,12 +163,13 @@ def test_bad_knowledge_options_fail_clearly(tmp_path):
     with pytest.raises(ValueError, match="reference chunking file"):
         cpd.create_pretraining_data(
             [str(_write(tmp_path))], [str(tmp_path / "o.tfrecord")], str(_save(tok, tmp_path)),
-            cpd.Options(knowledge_masking="phrase"), progress=False)
-    for options, message in [(cpd.Options(knowledge_masking="x"), "unknown knowledge_masking"),
-                             (cpd.Options(entity_file="e.txt"), "--entity_file lists"),
-                             (cpd.Options(knowledge_masking="entity",
+            DataOptions(knowledge_masking="phrase"), progress=False)
+    with pytest.raises(ValueError, match="unknown knowledge_masking"):
+        DataOptions(knowledge_masking="x")
+    for options, message in [(DataOptions(entity_file="e.txt"), "--entity_file lists"),
+                             (DataOptions(knowledge_masking="entity",
                                           entity_file=str(tmp_path / "missing.txt")), "missing"),
-                             (cpd.Options(knowledge_masking="entity",
+                             (DataOptions(knowledge_masking="entity",
                                           knowledge_masking_prob=2.0), r"not in \[0, 1\]")]:
         with pytest.raises((ValueError, FileNotFoundError), match=message):
             cpd.create_pretraining_data([str(_write(tmp_path))], [str(tmp_path / "o.tfrecord")],

@@ -13,7 +13,8 @@ import pytest
 from bert_jax import cli, heads, pretrained
 from bert_jax.data import create_pretraining_data as cpd
 from bert_jax.data import instances
-from bert_jax.data.pipeline import PipelineOptions, make_pretrain_iterator
+from bert_jax.data.options import DataOptions
+from bert_jax.data.pipeline import make_pretrain_iterator
 from bert_jax.finetune import trainer
 from bert_jax.data.inputs import DATA_OPTIONS_FILE
 from bert_jax.pretrain import model_config, train_and_evaluate
@@ -86,8 +87,8 @@ def record_sets(tmp_path_factory):
     out = {}
     for name, nsp in (("nsp", True), ("mlm", False)):
         directory = tmp_path_factory.mktemp(name)
-        options = cpd.Options(max_seq_length=64, max_predictions_per_seq=8, dupe_factor=1,
-                              static_masking=False, next_sentence_prediction=nsp)
+        options = DataOptions(max_seq_length=64, max_predictions_per_seq=8, dupe_factor=1,
+                              dynamic_masking=True, next_sentence_prediction=nsp)
         cpd.create_pretraining_data([shard], cpd.shard_paths(str(directory), 1),
                                     DEFAULT_VOCAB, options, progress=False)
         out[name] = str(directory / "*.tfrecord")
@@ -95,8 +96,8 @@ def record_sets(tmp_path_factory):
 
 
 def batches(pattern, nsp, pack=False):
-    options = PipelineOptions(per_host_batch_size=8, max_seq_length=64,
-                              max_predictions_per_seq=8, dynamic_masking=True, pack=pack,
+    options = DataOptions(per_host_batch_size=8, max_seq_length=64,
+                              max_predictions_per_seq=8, dynamic_masking=True, packing=pack,
                               shuffle_buffer=100, next_sentence_prediction=nsp)
     return make_pretrain_iterator([pattern], options, process_index=0, process_count=1,
                                   tokenizer=load_tokenizer(DEFAULT_VOCAB))

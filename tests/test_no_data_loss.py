@@ -12,6 +12,7 @@ import pytest
 from bert_jax import workdir_kind, workdir_lock
 from bert_jax.atomic import atomic_directory
 from bert_jax.errors import UserError
+from gcs_server import gcs  # noqa: F401 - a fixture
 from test_train import text_corpus  # noqa: F401 - a fixture
 
 
@@ -135,3 +136,42 @@ def test_write_text_replaces_a_file_whole_or_not_at_all(tmp_path):
         paths.write_text(path, object())
     assert path.read_text() == "old"
     assert os.listdir(tmp_path) == ["eval_results.json"]  # no temporary left either
+
+
+def test_the_python_entry_points_refuse_another_kind_of_workdir(tmp_path):
+    from bert_jax import pretrain
+    from bert_jax.config_loader import load_config
+    from bert_jax.finetune.cli import run_finetune
+    from test_train import REPO
+    finetuned = make(tmp_path / "ft", "best/bert_jax.json", "eval_results.json")
+    pretrained = make(tmp_path / "pre", "model/bert_jax.json", "metrics.jsonl")
+    before = {d: sorted(os.listdir(d)) for d in (finetuned, pretrained)}
+    config = load_config(os.path.join(REPO, "configs", "pretrain.py") + ":tiny", [])
+    with pytest.raises(UserError, match=f"{finetuned} holds a fine-tuning run"):
+        pretrain.train_and_evaluate(config, finetuned)
+    config = load_config(os.path.join(REPO, "configs", "finetune.py") + ":csv,tiny", [])
+    with pytest.raises(UserError, match=f"{pretrained} holds a pretraining run"):
+        run_finetune(config, pretrained)
+    config.init_from = finetuned
+    with pytest.raises(UserError, match=f"the output folder {finetuned} is also --init_from"):
+        run_finetune(config, finetuned)
+    assert {d: sorted(os.listdir(d)) for d in (finetuned, pretrained)} == before
+
+
+def test_a_bucket_workdir_of_another_kind_is_refused(gcs, tmp_path):
+    import subprocess
+    import sys
+    from test_train import REPO
+    gcs.upload("kinds/ft/best/bert_jax.json", b"{}")
+    gcs.upload("kinds/ft/eval_results.json", b"{}")
+    before = gcs.objects("kinds/")
+    run = subprocess.run(
+        [sys.executable, "-m", "bert_jax.cli", "pretrain", "--config",
+         os.path.join(REPO, "configs", "pretrain.py") + ":tiny", "--workdir",
+         gcs.uri("kinds", "ft")], env=gcs.environment({**os.environ, "PYTHONPATH": REPO}),
+        capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert run.returncode == 2, run.stderr[-2000:]
+    assert run.stderr == (f"bert-jax pretrain: error: {gcs.uri('kinds', 'ft')} holds a "
+                          "fine-tuning run (bert-jax finetune) whose results this command "
+                          "would replace; choose another folder\n")
+    assert gcs.objects("kinds/") == before

@@ -9,7 +9,8 @@ import pytest
 
 from bert_jax.data import corpus, masking
 from bert_jax.data import create_pretraining_data as cpd
-from bert_jax.data.pipeline import PipelineOptions, make_pretrain_iterator
+from bert_jax.data.options import DataOptions
+from bert_jax.data.pipeline import make_pretrain_iterator
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
 
 from test_create_data import (MAX_PRED, MAX_SEQ, _assert_whole_words, assert_bert_masking,
@@ -34,7 +35,7 @@ def data(tmp_path_factory):
     for name, static in (("static", True), ("plain", False)):
         directory = tmp_path_factory.mktemp(name)
         files = cpd.shard_paths(str(directory), 3)
-        options = cpd.Options(dupe_factor=1, static_masking=static)
+        options = DataOptions(dupe_factor=1, dynamic_masking=not static)
         cpd.create_pretraining_data([shard], files, DEFAULT_VOCAB, options, progress=False)
         out[name] = str(directory / "*.tfrecord")
     return out
@@ -45,8 +46,8 @@ def _iterator(pattern, tok, **kwargs):
                 max_predictions_per_seq=MAX_PRED, tokenizer=tok, seed=3, process_index=0,
                 process_count=1, shuffle_buffer=500)
     args.update(kwargs)
-    fields = {f.name for f in dataclasses.fields(PipelineOptions)}
-    options = PipelineOptions(**{k: v for k, v in args.items() if k in fields})
+    fields = {f.name for f in dataclasses.fields(DataOptions)}
+    options = DataOptions(**{k: v for k, v in args.items() if k in fields})
     return make_pretrain_iterator([pattern], options,
                                   **{k: v for k, v in args.items() if k not in fields})
 
@@ -116,7 +117,7 @@ def test_dynamic_whole_word_masking(data, tok):
 @pytest.mark.parametrize("pack", [False, True])
 def test_exact_resume(data, tok, pack):
     n = len(read_records(glob.glob(data["plain"]))["input_ids"])
-    make = lambda **kw: _iterator(data["plain"], tok, dynamic_masking=True, pack=pack, **kw)
+    make = lambda **kw: _iterator(data["plain"], tok, dynamic_masking=True, packing=pack, **kw)
     reference = make()
     steps_to_cross_epoch = n // BATCH + 3
     expected = list(itertools.islice(reference, steps_to_cross_epoch + 3))
@@ -165,9 +166,9 @@ def test_packing_layout(tmp_path, tok):
     shard = sorted(glob.glob(corpus.DEFAULT_CORPUS))[3]
     files = cpd.shard_paths(str(tmp_path), 1)
     cpd.create_pretraining_data([shard], files, DEFAULT_VOCAB,
-                                cpd.Options(dupe_factor=1, short_seq_prob=0.6), progress=False)
+                                DataOptions(dupe_factor=1, short_seq_prob=0.6), progress=False)
     unpacked = _concat(list(_iterator(files[0], tok, repeat=False)))
-    packed = _concat(list(_iterator(files[0], tok, repeat=False, pack=True)))
+    packed = _concat(list(_iterator(files[0], tok, repeat=False, packing=True)))
     assert packed["input_mask"].sum() == unpacked["input_mask"].sum()
     assert packed["next_sentence_weights"].sum() == (unpacked["input_mask"][:, 0] == 1).sum()
     assert len(packed["input_ids"]) < len(unpacked["input_ids"])

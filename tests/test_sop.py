@@ -11,7 +11,8 @@ import pytest
 
 from bert_jax.data import create_pretraining_data as cpd
 from bert_jax.data import corpus, instances
-from bert_jax.data.pipeline import PipelineOptions, make_pretrain_iterator
+from bert_jax.data.options import DataOptions
+from bert_jax.data.pipeline import make_pretrain_iterator
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
 from test_create_data import read_records
 from test_train import small_config, text_corpus  # noqa: F401 - a fixture
@@ -66,7 +67,7 @@ def record_sets(tmp_path_factory):
 
 
 def batches(directory, sop, nsp=True):
-    options = PipelineOptions(per_host_batch_size=8, max_seq_length=64,
+    options = DataOptions(per_host_batch_size=8, max_seq_length=64,
                               max_predictions_per_seq=8, shuffle_buffer=100,
                               next_sentence_prediction=nsp, sentence_order_prediction=sop)
     return make_pretrain_iterator([f"{directory}/*.tfrecord"], options, process_index=0,
@@ -97,7 +98,7 @@ def test_pipeline_reads_sop_records_and_refuses_a_mismatch(record_sets):
 def test_sop_without_pairs_is_refused(tmp_path, capsys):
     assert cpd.main(["--output_dir", str(tmp_path), "--sentence_order_prediction",
                      "--no_next_sentence_prediction", "--no_progress"]) == 2
-    assert "cannot go with --no_next_sentence_prediction" in capsys.readouterr().err
+    assert "it needs next_sentence_prediction=True" in capsys.readouterr().err
 
 
 @pytest.mark.slow

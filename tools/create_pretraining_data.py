@@ -13,6 +13,7 @@ import sys
 
 from bert_jax import flags
 from bert_jax.data import create_pretraining_data
+from bert_jax.data.options import DataOptions
 
 
 def _bool(value: str) -> bool:
@@ -42,7 +43,13 @@ def main(argv) -> int:
     args.input = [args.input_file]
     args.vocab = args.vocab_file
     outputs = [p for p in args.output_file.split(",") if p]
-    return create_pretraining_data.run(args, outputs, summary_dir=None)
+    # Google's flag names end here: bert_jax spells them as its config keys.
+    options = DataOptions(max_seq_length=args.max_seq_length,
+                          max_predictions_per_seq=args.max_predictions_per_seq,
+                          masked_lm_prob=args.masked_lm_prob, short_seq_prob=args.short_seq_prob,
+                          dupe_factor=args.dupe_factor, seed=args.random_seed,
+                          whole_word_masking=args.do_whole_word_mask)
+    return create_pretraining_data.run(args, options, outputs, summary_dir=None)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ Latin-1 file would otherwise lose its accented letters.
 import contextlib
 import dataclasses
 import gzip
+import re
 import zlib
 from typing import Callable, Iterable, Iterator, List, Sequence, TypeVar
 
@@ -52,12 +53,12 @@ def expand_inputs(patterns: Sequence[str]) -> List[str]:
     return files
 
 
-def require_text(files: Sequence[str]) -> None:
+def require_text(files: Sequence[str], codec: str = encoding.DEFAULT) -> None:
     """Raises UserError unless some file holds a non-blank line: an empty corpus makes
     empty shards or an empty vocabulary, never an error of its own. Reads up to the
     first line with text."""
     for path in files:
-        if any(iter_lines(path, ReadStats())):
+        if any(iter_lines(path, ReadStats(), codec)):
             return
     shown = ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
     raise UserError(f"no text in the input ({shown}): the files are empty or blank")
@@ -78,11 +79,20 @@ def _checked_gzip(lines: Iterator[bytes], path: str) -> Iterator[bytes]:
                          "compress it again") from None
 
 
-def iter_lines(path: str, stats: ReadStats) -> Iterator[str]:
+def iter_lines(path: str, stats: ReadStats, codec: str = encoding.DEFAULT) -> Iterator[str]:
     """Stripped lines of one file (`bert_jax.encoding`: UTF-8, or UTF-16/32 after a
-    byte-order mark, read whole; other bytes raise ValueError naming the line)."""
+    byte-order mark, read whole; other bytes raise ValueError naming the line), or in
+    the `codec` the user named."""
     stats.files += 1
     size = 0
+    if not encoding.is_default(codec):
+        with _open_binary(path) as f:
+            for line in _checked_gzip(encoding.named_lines(f, path, codec), path):
+                size += len(line)
+                stats.bytes += len(line.encode(codec, "replace"))
+                yield line.strip()
+        stats.empty_files += size == 0
+        return
     with _open_binary(path) as f:
         raws = _checked_gzip(f, path)
         for number, raw in enumerate(raws, 1):
@@ -100,9 +110,10 @@ def iter_lines(path: str, stats: ReadStats) -> Iterator[str]:
         stats.empty_files += 1
 
 
-def read_documents(path: str, stats: ReadStats) -> List[List[str]]:
+def read_documents(path: str, stats: ReadStats,
+                   codec: str = encoding.DEFAULT) -> List[List[str]]:
     """The documents of one file: lists of non-empty sentences."""
-    return split_documents(iter_lines(path, stats), stats)
+    return split_documents(iter_lines(path, stats, codec), stats)
 
 
 def split_documents(lines: Iterable[T], stats: ReadStats,
@@ -121,3 +132,23 @@ def split_documents(lines: Iterable[T], stats: ReadStats,
         documents.append(current)
     stats.documents += len(documents)
     return documents
+
+
+# After . ! ? and a space, or after a CJK full stop, exclamation or question mark.
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[\u3002\uff01\uff1f])")
+
+
+def split_long_line(line: str, piece: int) -> List[str]:
+    """The sentences of an over-long `line` (a paragraph or a whole file on one line),
+    each longer than `piece` characters cut after its last space before `piece` (or at
+    `piece`, for text without spaces). Linear in the line's length."""
+    out = []
+    for sentence in _SENTENCE_END.split(line):
+        start = 0
+        while len(sentence) - start > piece:
+            cut = sentence.rfind(" ", start + piece // 2, start + piece)
+            cut = cut if cut > start else start + piece
+            out.append(sentence[start:cut].strip())
+            start = cut
+        out.append(sentence[start:].strip())
+    return [text for text in out if text]

@@ -11,7 +11,7 @@ short_seq_prob applies to sentence pairs only; each of the dupe_factor copies of
 MLM-only file has the same rows, masked differently.
 
 Each input file is one unit of work, processed by one worker with random
-generators derived from (random_seed, file index, dupe index): the output is
+generators derived from (seed, file index, dupe index): the output is
 the same for a seed whatever the number of workers, and memory is bounded by
 one input file (random next sentences come from other documents of the same
 file, so shard big corpora into many files as for the original tool).
@@ -24,7 +24,7 @@ next_sentence_labels (int64 [1], 1 = random next; absent in MLM-only files) and,
 masked_lm_weights (float [P]). Files without masks are for dynamic masking;
 the pipeline also re-masks statically masked files by restoring their tokens.
 
-Whole-word masking (`--do_whole_word_mask`) groups `##` pieces into words and
+Whole-word masking (`--whole_word_masking`) groups `##` pieces into words and
 Chinese characters into the words of a segmentation: jieba's
 (`--chinese_segmenter`, the default) or a reference file per input file
 (`--chinese_ref_file`, BERT-wwm's format: a line of space-separated words per
@@ -54,33 +54,11 @@ from typing import List, Optional, Sequence
 
 import numpy as np
 
-from bert_jax import chars, flags, paths
+from bert_jax import chars, flags, paths, workdir_kind
 from bert_jax.data import chinese_words, corpus, instances, lengths, masking, tfrecord
+from bert_jax.data.options import DataOptions
 from bert_jax.tokenization import DEFAULT_VOCAB, TokenizerError, load_tokenizer
 from bert_jax.tokenization.base import uncovered_text_warning
-
-
-@dataclasses.dataclass
-class Options:
-    max_seq_length: int = 128
-    max_predictions_per_seq: int = 20
-    masked_lm_prob: float = 0.15
-    short_seq_prob: float = 0.1
-    dupe_factor: int = 5
-    random_seed: int = 12345
-    do_whole_word_mask: bool = False
-    static_masking: bool = True
-    chinese_segmenter: str = "jieba"  # or "none": CJK characters masked one by one
-    next_sentence_prediction: bool = True  # False: MLM-only full-sentence rows
-    sentence_order_prediction: bool = False  # True: ALBERT's SOP pairs instead of NSP
-    knowledge_masking: str = "none"  # "entity" / "phrase": ERNIE's units, masked whole
-    knowledge_masking_prob: float = 1.0  # share of rows masked by units, the rest by words
-    entity_file: str = ""  # knowledge_masking=entity: an entity list instead of jieba's tags
-
-    @property
-    def whole_units(self) -> bool:
-        """Whole words (or ERNIE's longer units) are masked together."""
-        return self.do_whole_word_mask or self.knowledge_masking != "none"
 
 
 @dataclasses.dataclass
@@ -94,6 +72,8 @@ class Stats:
     sentences: int = 0
     empty_sentences: int = 0
     long_sentences: int = 0
+    split_lines: int = 0  # lines over LONG_LINE x max_seq_length characters, split
+    split_line_pieces: int = 0  # the sentences (or chunks) they were split into
     bytes: int = 0
     instances: int = 0
     tokens: int = 0
@@ -139,7 +119,7 @@ log = logging.getLogger(__name__)
 _worker = {}
 
 
-def _init_worker(vocab: str, do_lower_case: Optional[bool], options: Options):
+def _init_worker(vocab: str, do_lower_case: Optional[bool], options: DataOptions):
     if os.environ.get("TF_CPP_MIN_LOG_LEVEL") == "3":  # a quiet parent (bert_jax.cli)
         from bert_jax.tf_host import import_quietly
         import_quietly()
@@ -151,7 +131,7 @@ def _init_worker(vocab: str, do_lower_case: Optional[bool], options: Options):
                    if whole_words else None, entities=_entity_finder(options))
 
 
-def _entity_finder(options: Options):
+def _entity_finder(options: DataOptions):
     if options.knowledge_masking != "entity":
         return None
     if options.entity_file:
@@ -159,13 +139,14 @@ def _entity_finder(options: Options):
     return chinese_words.jieba_entities()
 
 
-def _read_documents(path: str, ref_path: Optional[str], read: corpus.ReadStats) -> list:
+def _read_documents(path: str, ref_path: Optional[str], read: corpus.ReadStats,
+                    codec: str) -> list:
     """Documents as lists of (sentence, reference words or None, 'ref_file:line')."""
     if not ref_path:
         return [[(sentence, None, "") for sentence in document]
-                for document in corpus.read_documents(path, read)]
-    lines = list(corpus.iter_lines(path, read))
-    references = list(corpus.iter_lines(ref_path, corpus.ReadStats()))
+                for document in corpus.read_documents(path, read, codec)]
+    lines = list(corpus.iter_lines(path, read, codec))
+    references = list(corpus.iter_lines(ref_path, corpus.ReadStats(), codec))
     while lines and not lines[-1]:
         lines.pop()
     while references and not references[-1]:
@@ -235,7 +216,7 @@ def _split_word_flags(rows: dict, word_start_table: np.ndarray,
 
 
 def _knowledge_masking_units(rows: dict, word_start: np.ndarray, keys: np.ndarray,
-                             options: Options, stats: Optional[Stats] = None) -> np.ndarray:
+                             options: DataOptions, stats: Optional[Stats] = None) -> np.ndarray:
     """The units to mask whole per row: knowledge units in a share of the rows
     (`masking.knowledge_rows`), words elsewhere; counts them in `stats`."""
     if "unit_start" not in rows:
@@ -253,11 +234,34 @@ def _in_knowledge_units(tagged_ids: np.ndarray) -> np.ndarray:
     return continues | np.pad(continues[:, 1:], ((0, 0), (0, 1)))
 
 
+LONG_LINE = 8  # a line of more than 8 x max_seq_length characters is split into sentences
+
+
+def _split_long_lines(sentences: list, max_seq_length: int, stats: Stats) -> list:
+    """(sentence, words, where) items, a line over LONG_LINE x max_seq_length characters
+    (a paragraph, or a file without newlines) replaced by its sentences, or chunks of
+    max_seq_length - 3 characters (`corpus.split_long_line`): kept whole, in linear time,
+    rather than truncated to one row. Lines with reference words stay as they are."""
+    if all(len(text) <= LONG_LINE * max_seq_length for text, _, _ in sentences):
+        return sentences
+    out = []
+    for text, words, where in sentences:
+        if words is not None or len(text) <= LONG_LINE * max_seq_length:
+            out.append((text, words, where))
+            continue
+        pieces = corpus.split_long_line(text, max_seq_length - 3)
+        stats.split_lines += 1
+        stats.split_line_pieces += len(pieces)
+        out.extend((piece, None, where) for piece in pieces)
+    return out
+
+
 def _tokenize_documents(path: str, ref_path: Optional[str], stats: Stats):
     tokenizer, options = _worker["tokenizer"], _worker["options"]
     read = corpus.ReadStats()
     documents = []
-    for raw_document in _read_documents(path, ref_path, read):
+    for raw_document in _read_documents(path, ref_path, read, options.encoding):
+        raw_document = _split_long_lines(raw_document, options.max_seq_length, stats)
         document = []
         for ids in _encode_sentences(tokenizer, raw_document, _worker["segment"],
                                      _worker["entities"],
@@ -279,7 +283,7 @@ def _tokenize_documents(path: str, ref_path: Optional[str], stats: Stats):
     return documents
 
 
-def _make_rows(documents, options: Options, tokenizer, seed: str, rng: random.Random,
+def _make_rows(documents, options: DataOptions, tokenizer, seed: str, rng: random.Random,
                stats: Stats):
     """(instances, row dict) for the documents of one unit of work, dupe_factor times,
     shuffled with `rng`: NSP pairs (dupe d drawn with the generator `seed/d`), or
@@ -318,7 +322,7 @@ def process_file(task) -> tuple:
     tokenizer, options = _worker["tokenizer"], _worker["options"]
     stats = Stats()
     documents = _tokenize_documents(path, ref_path, stats)
-    seed = f"{options.random_seed}/{file_index}"
+    seed = f"{options.seed}/{file_index}"
     rng = random.Random(f"{seed}/shuffle")  # then draws the masks' keys
     made, rows = _make_rows(documents, options, tokenizer, seed, rng, stats)
     if not made:
@@ -333,7 +337,7 @@ def process_file(task) -> tuple:
                                 & (rows["input_mask"] > 0)).sum())
     specials = (rows["input_ids"] == tokenizer.cls_id) | (rows["input_ids"] == tokenizer.sep_id)
     stats.maskable_tokens = stats.tokens - int((specials & (rows["input_mask"] > 0)).sum())
-    if options.static_masking:
+    if not options.dynamic_masking:
         unmasked = rows["input_ids"]
         keys = np.array([rng.getrandbits(64) for _ in made], np.uint64)
         units = _knowledge_masking_units(rows, word_start, keys, options, stats) \
@@ -353,7 +357,7 @@ def process_file(task) -> tuple:
     return serialize_examples(rows), stats
 
 
-def examples_from_texts(documents: Sequence[Sequence[str]], tokenizer, options: Options,
+def examples_from_texts(documents: Sequence[Sequence[str]], tokenizer, options: DataOptions,
                         seed: int = 0) -> dict:
     """Masked MLM/NSP examples for in-memory documents (lists of sentences), no files.
 
@@ -423,10 +427,7 @@ def shard_paths(output_dir: str, num_shards: int) -> List[str]:
             for i in range(num_shards)]
 
 
-def _check_knowledge_masking(options: Options, references: bool) -> None:
-    if options.knowledge_masking not in chinese_words.KNOWLEDGE_MASKING:
-        raise ValueError(f"unknown knowledge_masking {options.knowledge_masking!r}: use one "
-                         f"of {list(chinese_words.KNOWLEDGE_MASKING)}")
+def _check_knowledge_masking(options: DataOptions, references: bool) -> None:
     if not 0 <= options.knowledge_masking_prob <= 1:
         raise ValueError(f"knowledge_masking_prob {options.knowledge_masking_prob} is not "
                          "in [0, 1]")
@@ -438,21 +439,44 @@ def _check_knowledge_masking(options: Options, references: bool) -> None:
     _entity_finder(options)  # a missing or empty entity list fails here, before any work
 
 
-def _cjk_share(path: str, lines: int = 1000) -> float:
+def _cjk_share(path: str, codec: str, lines: int = 1000) -> float:
     """The CJK share of the first `lines` lines of `path` (for the [UNK] warning)."""
-    return chars.cjk_share(itertools.islice(corpus.iter_lines(path, corpus.ReadStats()), lines))
+    return chars.cjk_share(itertools.islice(corpus.iter_lines(path, corpus.ReadStats(), codec),
+                                            lines))
 
 
-def _check_options(options: Options) -> None:
+def _check_options(options: DataOptions) -> None:
     if options.max_seq_length < 5:
         raise ValueError("max_seq_length must be at least 5")
-    if options.sentence_order_prediction and not options.next_sentence_prediction:
-        raise ValueError("--sentence_order_prediction makes sentence pairs: it cannot go "
-                         "with --no_next_sentence_prediction")
+
+
+def _text_files(inputs: Sequence[str], codec: str) -> List[str]:
+    """The input files, all text (a TFRecord among them is refused, named), some not blank."""
+    files = corpus.expand_inputs(inputs)
+    for path in files:
+        if tfrecord.is_tfrecord_file(path):
+            raise ValueError(f"{path} is a TFRecord file (pretraining data already), not "
+                             "text: give create-data text files, and pretrain on TFRecords")
+    corpus.require_text(files, codec)
+    return files
+
+
+def _warn_about(total: Stats, files: Sequence[str], options: DataOptions) -> None:
+    """The run's warnings, once each: text the vocabulary does not cover, long lines."""
+    warning = uncovered_text_warning(total.unknown_tokens, total.tokens,
+                                     f"{len(files)} input file(s)",
+                                     _cjk_share(files[0], options.encoding))
+    if warning:
+        log.warning(warning)
+    if total.split_lines:
+        log.warning(f"{total.split_lines} line(s) longer than "
+                    f"{LONG_LINE * options.max_seq_length} characters were split into "
+                    f"{total.split_line_pieces} sentences or chunks "
+                    "(BERT's format is a sentence per line, a blank line between documents)")
 
 
 def create_pretraining_data(inputs: Sequence[str], output_files: Sequence[str], vocab: str,
-                            options: Options, do_lower_case: Optional[bool] = None,
+                            options: DataOptions, do_lower_case: Optional[bool] = None,
                             num_workers: int = 1, progress: bool = True,
                             chinese_ref_files: Sequence[str] = ()) -> Stats:
     """Writes `output_files` (one per shard) and returns the summed Stats.
@@ -466,14 +490,13 @@ def create_pretraining_data(inputs: Sequence[str], output_files: Sequence[str], 
     """
     from tqdm import tqdm
     _check_options(options)
-    files = corpus.expand_inputs(inputs)
-    corpus.require_text(files)
+    files = _text_files(inputs, options.encoding)
     load_tokenizer(vocab, do_lower_case)  # fail before starting workers
     chinese_words.make_segmenter(options.chinese_segmenter)
     references = corpus.expand_inputs(chinese_ref_files) if chinese_ref_files else []
     if references and not options.whole_units:
         raise ValueError("a Chinese reference segmentation is for whole-word masking: "
-                         "add --do_whole_word_mask")
+                         "add --whole_word_masking")
     _check_knowledge_masking(options, bool(references))
     if references and len(references) != len(files):
         raise ValueError(f"{len(references)} reference files for {len(files)} input files: "
@@ -518,10 +541,7 @@ def create_pretraining_data(inputs: Sequence[str], output_files: Sequence[str], 
         bar.close()
         if failed or not written:  # partial shards would pass for complete ones
             _remove_outputs(temporary, made)
-    warning = uncovered_text_warning(total.unknown_tokens, total.tokens,
-                                     f"{len(files)} input file(s)", _cjk_share(files[0]))
-    if warning:
-        log.warning(warning)
+    _warn_about(total, files, options)
     if not written:  # empty shards would only fail later, in the pipeline
         raise ValueError(
             f"no pretraining examples from {len(files)} input file(s): {total.documents} "
@@ -566,15 +586,17 @@ def _parse_args(argv: List[str]) -> argparse.Namespace:
     case = parser.add_mutually_exclusive_group()
     case.add_argument("--do_lower_case", dest="do_lower_case", action="store_true", default=None)
     case.add_argument("--cased", dest="do_lower_case", action="store_false")
-    for field in dataclasses.fields(Options):
-        if isinstance(field.default, bool):
+    for name, default in DataOptions().create_data_fields().items():
+        if isinstance(default, bool):
             continue
-        parser.add_argument(f"--{field.name}", type=type(field.default), default=field.default,
+        parser.add_argument(f"--{name}", type=type(default), default=default,
                             **({"choices": chinese_words.SEGMENTERS}
-                               if field.name == "chinese_segmenter" else
+                               if name == "chinese_segmenter" else
                                {"choices": chinese_words.KNOWLEDGE_MASKING}
-                               if field.name == "knowledge_masking" else {}))
-    parser.add_argument("--do_whole_word_mask", action="store_true")
+                               if name == "knowledge_masking" else {}))
+    parser.add_argument("--whole_word_masking", action="store_true",
+                        help="mask whole words (Chinese words from --chinese_segmenter or "
+                        "--chinese_ref_file)")
     parser.add_argument("--chinese_ref_file", nargs="+", default=[],
                         help="whole-word masking: reference segmentations (a line of "
                         "space-separated words per input line), one per input file")
@@ -592,14 +614,16 @@ def _parse_args(argv: List[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def run(args, output_files: List[str], summary_dir: Optional[str]) -> int:
+def _options(args: argparse.Namespace) -> DataOptions:
+    fields = DataOptions().create_data_fields()
+    return DataOptions(**{name: getattr(args, name) for name in fields
+                          if name not in ("dynamic_masking", "next_sentence_prediction")},
+                       dynamic_masking=args.no_static_masking,
+                       next_sentence_prediction=not args.no_next_sentence_prediction)
+
+
+def run(args, options: DataOptions, output_files: List[str], summary_dir: Optional[str]) -> int:
     """Shared by `main` and tools/create_pretraining_data.py: runs, prints, saves the summary."""
-    options = Options(**{f.name: getattr(args, f.name, f.default)
-                         for f in dataclasses.fields(Options)
-                         if f.name not in ("static_masking", "next_sentence_prediction")},
-                      static_masking=not getattr(args, "no_static_masking", False),
-                      next_sentence_prediction=not getattr(args, "no_next_sentence_prediction",
-                                                           False))
     try:
         stats = create_pretraining_data(args.input, output_files, args.vocab, options,
                                         args.do_lower_case, args.num_workers,
@@ -608,7 +632,9 @@ def run(args, output_files: List[str], summary_dir: Optional[str]) -> int:
     except (FileNotFoundError, TokenizerError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    summary = dict(stats.summary(), options=dataclasses.asdict(options),
+    summary = dict(stats.summary(), options=options.create_data_fields(),
+                   # pretraining refuses records made with another setup
+                   record_setup=options.record_setup(),
                    vocab=paths.abspath(args.vocab), output_files=list(output_files),
                    # pretraining refuses records made with another vocabulary
                    vocab_fingerprint=load_tokenizer(args.vocab, args.do_lower_case).fingerprint())
@@ -621,10 +647,25 @@ def run(args, output_files: List[str], summary_dir: Optional[str]) -> int:
     return 0
 
 
+def _check_output_dir(output_dir: str) -> None:
+    """The shards go into a data folder, never among a training run's or a model's files."""
+    kind = workdir_kind.kind_of(output_dir)
+    if kind is not None:
+        raise ValueError(f"--output_dir {output_dir} holds a {kind} run "
+                         f"({workdir_kind.COMMANDS[kind]}): write the TFRecords into a folder "
+                         "of their own")
+
+
 def main(argv: List[str]) -> int:
     args = _parse_args(argv)
     output_files = shard_paths(args.output_dir, args.num_shards)
-    code = run(args, output_files, args.output_dir)
+    try:
+        options = _options(args)
+        _check_output_dir(args.output_dir)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    code = run(args, options, output_files, args.output_dir)
     if code == 0:
         stale = remove_stale_shards(args.output_dir, output_files)
         if stale:

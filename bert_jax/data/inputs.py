@@ -5,6 +5,7 @@ process's batches. No jax here: the run passes in its process index and count.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -14,8 +15,9 @@ import ml_collections
 
 from bert_jax import compile_cache, paths
 from bert_jax.atomic import atomic_directory
-from bert_jax.data import corpus
-from bert_jax.data.pipeline import PipelineOptions, make_pretrain_iterator
+from bert_jax.data import corpus, tfrecord
+from bert_jax.data.options import DataOptions
+from bert_jax.data.pipeline import make_pretrain_iterator
 from bert_jax.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -24,12 +26,39 @@ DATA_OPTIONS_FILE = "options.json"  # the data_options a converted directory was
 
 
 def is_tfrecord(path: str) -> bool:
-    return ".tfrecord" in paths.basename(path)
+    """Whether `path` is a TFRecord file, by its content (`tfrecord.is_tfrecord_file`),
+    whatever its name; read once per version of the file."""
+    return _is_tfrecord(path, paths.getsize(path), paths.mtime_ns(path))
+
+
+@functools.lru_cache(maxsize=65536)
+def _is_tfrecord(path: str, size: int, mtime_ns: int) -> bool:
+    return size > 0 and tfrecord.is_tfrecord_file(path)
+
+
+def _is_json(path: str) -> bool:
+    """A JSON file such as create-data's summary.json (small, and parses as JSON)."""
+    if is_tfrecord(path) or not 0 < paths.getsize(path) < (1 << 24):
+        return False
+    with paths.open(path, "rb") as f:
+        if f.read(1) not in (b"{", b"["):
+            return False
+    try:
+        json.loads(paths.read_text(path))
+    except (ValueError, UnicodeDecodeError):
+        return False
+    return True
+
+
+def _shown(names: list[str]) -> str:
+    return ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
 
 
 def input_files(config: ml_collections.ConfigDict) -> list[str]:
-    """The files config.input_files names (default: the embedded corpus); raises
-    UserError when a pattern matches nothing or a file is empty."""
+    """The files config.input_files names (default: the embedded corpus), all TFRecords
+    or all text, told apart by content; JSON files among them (create-data's summary.json)
+    are skipped with a warning. Raises UserError when a pattern matches nothing, a file
+    is empty, or TFRecords and text are mixed."""
     patterns = [p for p in config.input_files.split(",") if p] or [corpus.DEFAULT_CORPUS]
     files = []
     for pattern in patterns:
@@ -38,19 +67,21 @@ def input_files(config: ml_collections.ConfigDict) -> list[str]:
             raise UserError(f"input_files: {pattern!r} matches no file")
         files += matches
     files = sorted(set(files))
+    skipped = [f for f in files if _is_json(f)]
+    if skipped and len(skipped) < len(files):  # e.g. data/* catching summary.json
+        log.warning("input_files: skipping %d file(s) that are not TFRecords or text: %s",
+                    len(skipped), _shown([paths.basename(f) for f in skipped]))
+        files = [f for f in files if f not in skipped]
     records = [f for f in files if is_tfrecord(f)]
-    if records and len(records) < len(files):  # e.g. data/* catching summary.json
-        skipped = [paths.basename(f) for f in files if not is_tfrecord(f)]
-        log.warning("input_files: skipping %d file(s) that are not TFRecords beside the "
-                    "TFRecords: %s", len(skipped), ", ".join(skipped[:5])
-                    + (", ..." if len(skipped) > 5 else ""))
-        files = records
     texts = [f for f in files if not is_tfrecord(f)]
-    if texts:
+    if texts and not records:
         corpus.require_text(texts)
     if any(paths.getsize(f) == 0 for f in files):
         raise UserError(f"input_files: {next(f for f in files if not paths.getsize(f))} "
                         "is empty")
+    if records and texts:
+        raise UserError(f"input_files mixes TFRecord files ({_shown(records)}) and other "
+                        f"files, read as text ({_shown(texts)}): name one kind")
     return files
 
 
@@ -65,22 +96,60 @@ def check_eval_fraction(config: ml_collections.ConfigDict) -> None:
                         "(e.g. 0.01), or --config.eval_every_steps=0 to train without evaluation")
 
 
-def check_records_vocabulary(files: list[str], tokenizer_path: str, vocabulary: str) -> None:
+def check_records_made_for(files: list[str], tokenizer_path: str, vocabulary: str,
+                           config: ml_collections.ConfigDict) -> None:
     """Refuses TFRecords whose create-data summary.json records another vocabulary
-    (fingerprint) than the run's `vocabulary`: their token ids would mean other words."""
+    (fingerprint) than the run's `vocabulary` (their token ids would mean other words),
+    or a setup the run would train on wrongly (`DataOptions.setup_mismatch`). Records
+    without that record (made elsewhere, or before it existed) get one warning line."""
     from bert_jax.data.create_pretraining_data import SUMMARY_FILE
+    options, unchecked = DataOptions.from_config(config), []
     for directory in sorted({paths.dirname(f) for f in files if is_tfrecord(f)}):
         try:
             summary = json.loads(paths.read_text(paths.join(directory, SUMMARY_FILE)))
         except (OSError, ValueError):
-            continue  # records made elsewhere: nothing to compare
-        made_with = summary.get("vocab_fingerprint") if isinstance(summary, dict) else None
+            summary = None
+        summary = summary if isinstance(summary, dict) else {}
+        made_with = summary.get("vocab_fingerprint")
         if made_with and made_with != vocabulary:
             raise UserError(
                 f"the TFRecords in {directory} were made with the vocabulary "
                 f"{summary.get('vocab', '?')} (its {SUMMARY_FILE}), not this run's "
                 f"{tokenizer_path}: make them again with create-data --vocab "
                 f"{tokenizer_path}, or pretrain with --config.tokenizer={summary.get('vocab')}")
+        if not isinstance(summary.get("record_setup"), dict):
+            unchecked.append(directory)
+            continue
+        mismatch = options.setup_mismatch(summary["record_setup"])
+        if mismatch:
+            key, made, want = mismatch
+            raise UserError(
+                f"the TFRecords in {directory} were made with {key} {made} (its "
+                f"{SUMMARY_FILE}) but this run has {key} {want}: {_SETUP_ADVICE[key]}")
+    if unchecked:
+        log.warning("input_files: the TFRecords in %s have no record of the settings that "
+                    "made them (a %s from bert-jax create-data): their vocabulary and "
+                    "masking setup cannot be checked", ", ".join(unchecked), SUMMARY_FILE)
+
+
+_SETUP_ADVICE = {
+    "max_seq_length": "set --config.max_seq_length to theirs, or make them again",
+    "next_sentence_prediction": "set --config.next_sentence_prediction to theirs, or make "
+                                "them again (create-data --no_next_sentence_prediction)",
+    "sentence_order_prediction": "set --config.sentence_order_prediction to theirs, or make "
+                                 "them again (create-data --sentence_order_prediction)",
+    "static_masks": "they have no masks (create-data --no_static_masking): set "
+                    "--config.dynamic_masking=True",
+    "max_predictions_per_seq": "set --config.max_predictions_per_seq to theirs, or "
+                               "--config.dynamic_masking=True to mask them anew",
+    "whole_word_masking": "their static masks are as made: set --config.whole_word_masking "
+                          "to theirs, or --config.dynamic_masking=True to mask them anew",
+    "knowledge_masking": "set --config.knowledge_masking to theirs, or make them again "
+                         "(create-data --knowledge_masking)",
+    "knowledge_masking_prob": "their static masks are as made: set "
+                              "--config.knowledge_masking_prob to theirs, or "
+                              "--config.dynamic_masking=True to mask them anew",
+}
 
 
 def data_cache_dir() -> str:
@@ -149,16 +218,7 @@ def prepare_input_files(config: ml_collections.ConfigDict, workdir: str, tokeniz
         with atomic_directory(out_dir, overwrite=True) as tmp:
             cpd.create_pretraining_data(
                 files, [paths.join(tmp, n) for n in names], tokenizer_path,
-                cpd.Options(max_seq_length=config.max_seq_length,
-                            max_predictions_per_seq=config.max_predictions_per_seq,
-                            random_seed=config.seed,
-                            do_whole_word_mask=config.whole_word_masking,
-                            masked_lm_prob=_mask_rate(config),
-                            static_masking=not config.dynamic_masking,
-                            next_sentence_prediction=config.next_sentence_prediction,
-                            sentence_order_prediction=config.sentence_order_prediction,
-                            knowledge_masking=config.knowledge_masking,
-                            knowledge_masking_prob=config.knowledge_masking_prob),
+                DataOptions.from_config(config),
                 # Workers would re-import an unguarded __main__ script.
                 num_workers=1, progress=False)
             paths.write_text(paths.join(tmp, DATA_OPTIONS_FILE), json.dumps(options, indent=1))
@@ -174,17 +234,8 @@ def make_iterator(config, files, tokenizer, *, split: str, process_index: int,
                   process_count: int, state: dict | None = None):
     """Process `process_index`'s batches of `process_count`: [global_batch_size /
     process_count, ...] numpy dicts, from the position `state` (a `get_state()`)."""
-    options = PipelineOptions(
-        per_host_batch_size=config.global_batch_size // process_count,
-        max_seq_length=config.max_seq_length,
-        max_predictions_per_seq=config.max_predictions_per_seq,
-        dynamic_masking=config.dynamic_masking, masked_lm_prob=_mask_rate(config),
-        whole_word_masking=config.whole_word_masking or config.knowledge_masking != "none",
-        knowledge_masking=config.knowledge_masking != "none",
-        knowledge_masking_prob=config.knowledge_masking_prob, pack=config.packing,
-        seed=config.seed, split=split, repeat=split == "train",
-        eval_fraction=config.eval_fraction,
-        next_sentence_prediction=config.next_sentence_prediction,
-        sentence_order_prediction=config.sentence_order_prediction)
+    options = DataOptions.from_config(
+        config, per_host_batch_size=config.global_batch_size // process_count, split=split,
+        repeat=split == "train")
     return make_pretrain_iterator(files, options, process_index=process_index,
                                   process_count=process_count, tokenizer=tokenizer, state=state)

@@ -52,15 +52,15 @@ class InstanceStats:
 def _truncate_pair(tokens_a: list, tokens_b: list, max_tokens: int,
                    rng: random.Random) -> bool:
     """Drops tokens from the longer side, at its front or back (p=0.5), in place; returns
-    whether it dropped any."""
-    truncated = len(tokens_a) + len(tokens_b) > max_tokens
-    while len(tokens_a) + len(tokens_b) > max_tokens:
-        longer = tokens_a if len(tokens_a) > len(tokens_b) else tokens_b
-        if rng.random() < 0.5:
-            del longer[0]
-        else:
-            longer.pop()
-    return truncated
+    whether it dropped any. Counts the drops first: linear in the pair's length."""
+    lengths, drops = [len(tokens_a), len(tokens_b)], [[0, 0], [0, 0]]  # [front, back]
+    while sum(lengths) > max_tokens:
+        longer = 0 if lengths[0] > lengths[1] else 1
+        drops[longer][0 if rng.random() < 0.5 else 1] += 1
+        lengths[longer] -= 1
+    for tokens, (front, back) in ((tokens_a, drops[0]), (tokens_b, drops[1])):
+        tokens[:] = tokens[front:len(tokens) - back]
+    return drops != [[0, 0], [0, 0]]
 
 
 def instances_from_document(documents: Sequence[Sequence[np.ndarray]], index: int,

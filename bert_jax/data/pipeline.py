@@ -19,13 +19,13 @@ global seed (do not call `tf.random.set_seed` to something else in between).
 The caller passes this host's place (`process_index`, `process_count`): the pipeline
 imports no jax.
 """
-import dataclasses
 from typing import Dict, Iterator, List, Optional, Sequence
 
 import numpy as np
 
 from bert_jax import paths
 from bert_jax.data import masking, packing, tfrecord
+from bert_jax.data.options import DataOptions
 
 _CHUNK = 256  # records parsed per tf.io.parse_example call
 
@@ -51,74 +51,25 @@ def _feature_spec(max_seq_length: int, max_predictions: int):
             "masked_lm_weights": zeros(tf.float32)}
 
 
-@dataclasses.dataclass(frozen=True)
-class PipelineOptions:
-    """What the pipeline makes of the records; the same on every host.
-
-    per_host_batch_size B, max_seq_length L and max_predictions_per_seq P shape the
-    batches; dynamic_masking re-masks every epoch (whole_word_masking: whole words,
-    masked_lm_prob of the tokens); pack puts up to max_examples_per_row examples in a row;
-    seed keys the shuffle and the masks; split 'eval' reads the eval_fraction held out
-    (once, unshuffled), 'train' the rest, forever when repeat. next_sentence_prediction:
-    whether the records must be NSP pairs (with labels) or MLM-only rows (without); a
-    mismatch is an error, not silently ignored labels. sentence_order_prediction: the pairs
-    must be ALBERT's sentence-order pairs, whose labels (1 = swapped) the batches carry as
-    next_sentence_labels (the same 2-way head learns them). knowledge_masking: ERNIE's
-    entity/phrase units (the records' unit_start, from create-data --knowledge_masking) are
-    masked whole in a share knowledge_masking_prob of the rows, words in the others."""
-
-    per_host_batch_size: int
-    max_seq_length: int
-    max_predictions_per_seq: int
-    dynamic_masking: bool = False
-    whole_word_masking: bool = False
-    masked_lm_prob: float = 0.15
-    pack: bool = False
-    max_examples_per_row: int = 4
-    seed: int = 0
-    shuffle_buffer: int = 10_000
-    repeat: bool = True
-    split: str = "train"
-    eval_fraction: float = 0.0
-    next_sentence_prediction: bool = True
-    sentence_order_prediction: bool = False
-    knowledge_masking: bool = False
-    knowledge_masking_prob: float = 1.0
-
-    def __post_init__(self):
-        if self.sentence_order_prediction and not self.next_sentence_prediction:
-            raise ValueError("sentence_order_prediction needs next_sentence_prediction=True "
-                             "(its labels train the sentence-pair head)")
-
-
 class PretrainIterator:
     """Iterator of batches (numpy dicts, see `make_pretrain_iterator`)."""
 
-    def __init__(self, files: Sequence[str], options: PipelineOptions, *, process_index: int,
+    def __init__(self, files: Sequence[str], options: DataOptions, *, process_index: int,
                  process_count: int, vocab_size: Optional[int],
                  special_ids: Optional[Dict[str, int]], word_start_table: Optional[np.ndarray]):
         self.files = list(files)
+        self.options = options
         self.batch_size = options.per_host_batch_size
         self.max_seq_length = options.max_seq_length
         self.max_predictions = options.max_predictions_per_seq
         self.vocab_size = vocab_size
         self.special_ids = special_ids
-        self.dynamic_masking = options.dynamic_masking
         self.word_start_table = word_start_table
-        self.masked_lm_prob = options.masked_lm_prob
-        self.pack = options.pack
-        self.max_examples = options.max_examples_per_row
-        self.seed = options.seed
         self.process_index, self.process_count = process_index, process_count
         self.shuffle = options.split == "train"
-        self.shuffle_buffer = options.shuffle_buffer
         self.repeat = options.repeat and options.split == "train"
-        self.split = options.split
-        self.eval_fraction = options.eval_fraction
-        self.next_sentence_prediction = options.next_sentence_prediction
-        self.sentence_order_prediction = options.sentence_order_prediction
         self.knowledge_masking_prob = (options.knowledge_masking_prob
-                                       if options.knowledge_masking else None)
+                                       if options.knowledge_masking != "none" else None)
         self.set_state({"epoch": 0, "position": 0})
 
     # -- state ------------------------------------------------------------------
@@ -146,7 +97,7 @@ class PretrainIterator:
         split_by_record = len(self.files) < self.process_count
         if self.shuffle:  # hosts that split records must agree on the file order
             host = 0 if split_by_record else self.process_index
-            rng = np.random.default_rng([self.seed, epoch, host])
+            rng = np.random.default_rng([self.options.seed, epoch, host])
             host_files = list(rng.permutation(host_files))
         names = tf.constant(self.files)
         local = not any(paths.is_remote(f) for f in self.files)
@@ -170,9 +121,10 @@ class PretrainIterator:
         if split_by_record:
             ds = ds.shard(self.process_count, self.process_index)
         if self.shuffle:
-            key = masking.example_keys(self.seed, epoch, self.process_index)[0]
+            key = masking.example_keys(self.options.seed, epoch, self.process_index)[0]
             shuffle_seed = int(key % (1 << 31))
-            ds = ds.shuffle(self.shuffle_buffer, seed=shuffle_seed, reshuffle_each_iteration=False)
+            ds = ds.shuffle(self.options.shuffle_buffer, seed=shuffle_seed,
+                            reshuffle_each_iteration=False)
         ds = ds.enumerate().skip(skip).batch(_CHUNK)
         spec = _feature_spec(self.max_seq_length, self.max_predictions)
 
@@ -198,7 +150,8 @@ class PretrainIterator:
             if not self.repeat:
                 return
             if not delivered and position == 0:
-                raise ValueError(f"no {self.split} records for host {self.process_index} in "
+                raise ValueError(f"no {self.options.split} records for host "
+                                 f"{self.process_index} in "
                                  f"{len(self.files)} files (empty files, or all held out?)")
             epoch, position = epoch + 1, 0
 
@@ -206,22 +159,23 @@ class PretrainIterator:
         """Held-out split, label squeeze and dynamic masking on one parsed chunk."""
         labels = _pair_labels(chunk.pop("next_sentence_labels")[:, 0],
                               chunk.pop("sentence_order_labels")[:, 0],
-                              self.next_sentence_prediction, self.sentence_order_prediction)
-        if self.next_sentence_prediction:
+                              self.options.next_sentence_prediction,
+                              self.options.sentence_order_prediction)
+        if self.options.next_sentence_prediction:
             chunk["next_sentence_labels"] = labels
-        if self.eval_fraction > 0:
+        if self.options.eval_fraction > 0:
             draw = masking.example_keys(0x5E1D, chunk["file_index"], chunk["record_index"])
-            held_out = (draw >> np.uint64(11)) * (1.0 / (1 << 53)) < self.eval_fraction
-            keep = held_out if self.split == "eval" else ~held_out
+            held_out = (draw >> np.uint64(11)) * (1.0 / (1 << 53)) < self.options.eval_fraction
+            keep = held_out if self.options.split == "eval" else ~held_out
             chunk = {k: v[keep] for k, v in chunk.items()}
-        if not self.dynamic_masking:
+        if not self.options.dynamic_masking:
             if len(chunk["input_ids"]) and not chunk["masked_lm_weights"].any():
                 raise ValueError("these TFRecords have no static masks (created with "
                                  "--no_static_masking): use dynamic_masking=True")
             return chunk
         original = masking.unmask(chunk["input_ids"], chunk["masked_lm_positions"],
                                   chunk["masked_lm_ids"], chunk["masked_lm_weights"])
-        keys = masking.example_keys(self.seed, chunk["epoch"], chunk["file_index"],
+        keys = masking.example_keys(self.options.seed, chunk["epoch"], chunk["file_index"],
                                     chunk["record_index"])
         word_start = None
         if self.word_start_table is not None:
@@ -237,7 +191,7 @@ class PretrainIterator:
             original, chunk["input_mask"], keys, vocab_size=self.vocab_size,
             mask_id=self.special_ids["mask"], cls_id=self.special_ids["cls"],
             sep_id=self.special_ids["sep"], max_predictions=self.max_predictions,
-            masked_lm_prob=self.masked_lm_prob, word_start=word_start))
+            masked_lm_prob=self.options.masked_lm_prob, word_start=word_start))
         return chunk
 
     def _next_example_chunk(self) -> bool:
@@ -258,7 +212,7 @@ class PretrainIterator:
         self._chunks.close()
 
     def __next__(self) -> Dict[str, np.ndarray]:
-        batch = self._next_packed() if self.pack else self._next_plain()
+        batch = self._next_packed() if self.options.packing else self._next_plain()
         if batch is None:
             raise StopIteration
         return batch
@@ -300,7 +254,7 @@ class PretrainIterator:
 
     def _next_packed(self) -> Optional[dict]:
         # B rows hold at most B * K examples, so this many decide the whole batch.
-        pending = self._gather(self.batch_size * self.max_examples)
+        pending = self._gather(self.batch_size * self.options.max_examples_per_row)
         if pending is None:
             return None
         lengths = pending["input_mask"].sum(1).tolist()
@@ -308,7 +262,7 @@ class PretrainIterator:
         rows, current, tokens, slots = [], [], 0, 0
         for index, (length, count) in enumerate(zip(lengths, predictions)):
             if not packing.row_fits(tokens, slots, len(current), length, count, self.max_seq_length,
-                                    self.max_predictions, self.max_examples):
+                                    self.max_predictions, self.options.max_examples_per_row):
                 rows.append(current)
                 current, tokens, slots = [], 0, 0
                 if len(rows) == self.batch_size:
@@ -320,7 +274,7 @@ class PretrainIterator:
         examples = self._consume(sum(len(r) for r in rows))
         rows += [[] for _ in range(self.batch_size - len(rows))]
         return packing.pack_rows(examples, rows, self.max_seq_length, self.max_predictions,
-                                 self.max_examples)
+                                 self.options.max_examples_per_row)
 
 
 def _pair_labels(nsp: np.ndarray, sop: np.ndarray, next_sentence_prediction: bool,
@@ -407,7 +361,7 @@ def _check_nsp_records(labels: np.ndarray, next_sentence_prediction: bool) -> No
                          "create-data --no_next_sentence_prediction)")
 
 
-def make_pretrain_iterator(file_patterns: Sequence[str], options: PipelineOptions, *,
+def make_pretrain_iterator(file_patterns: Sequence[str], options: DataOptions, *,
                            process_index: int, process_count: int, tokenizer=None,
                            vocab_size: Optional[int] = None,
                            special_ids: Optional[Dict[str, int]] = None,
@@ -417,11 +371,11 @@ def make_pretrain_iterator(file_patterns: Sequence[str], options: PipelineOption
     from the position `state` (a `get_state()`) or the start.
 
     Each batch (B = per_host_batch_size, L = max_seq_length,
-    P = max_predictions_per_seq, see `PipelineOptions`) has input_ids, input_mask, segment_ids int32
+    P = max_predictions_per_seq, see `DataOptions`) has input_ids, input_mask, segment_ids int32
     [B, L]; masked_lm_positions, masked_lm_ids int32 [B, P]; masked_lm_weights
     float32 [B, P]; next_sentence_labels int32 [B] (0 = IsNext, 1 = random;
     with sentence_order_prediction 0 = in order, 1 = swapped).
-    With `pack=True` rows hold up to K = max_examples_per_row examples and also
+    With `packing=True` rows hold up to K = max_examples_per_row examples and also
     carry position_ids, example_ids int32 [B, L]; next_sentence_labels and
     next_sentence_positions become int32 [B, K], plus next_sentence_weights
     float32 [B, K]. With `next_sentence_prediction=False` (MLM-only records) batches
@@ -449,24 +403,22 @@ def make_pretrain_iterator(file_patterns: Sequence[str], options: PipelineOption
         raise FileNotFoundError(f"no TFRecord files match {list(file_patterns)}")
     if tokenizer is not None:
         vocab_size, special_ids = tokenizer.vocab_size, tokenizer.special_ids()
-        if options.whole_word_masking and word_start_table is None:
+        if options.whole_units and word_start_table is None:
             word_start_table = tokenizer.word_start_table()
     if options.dynamic_masking and (vocab_size is None or special_ids is None):
         raise ValueError("dynamic masking needs `tokenizer` or `vocab_size` and `special_ids`")
-    if options.knowledge_masking and not options.whole_word_masking:
-        raise ValueError("knowledge_masking masks whole units: it needs whole_word_masking")
-    if options.dynamic_masking and options.whole_word_masking and word_start_table is None:
+    if options.dynamic_masking and options.whole_units and word_start_table is None:
         raise ValueError("whole-word masking needs `tokenizer` or `word_start_table`")
     iterator = PretrainIterator(
         files, options, process_index=process_index, process_count=process_count,
         vocab_size=vocab_size, special_ids=special_ids,
-        word_start_table=word_start_table if options.whole_word_masking else None)
+        word_start_table=word_start_table if options.whole_units else None)
     if state is not None:
         iterator.set_state(state)
     return iterator
 
 
-def batch_spec(options: PipelineOptions, next_sentence_prediction: bool = True,
+def batch_spec(options: DataOptions, next_sentence_prediction: bool = True,
                batch_size: Optional[int] = None) -> Dict[str, tuple]:
     """{key: (shape, numpy dtype)} of the batches `make_pretrain_iterator` yields, without
     reading any data (and without TensorFlow): what a train step is compiled for.
@@ -476,9 +428,9 @@ def batch_spec(options: PipelineOptions, next_sentence_prediction: bool = True,
     spec = {"input_ids": (seq, np.int32), "input_mask": (seq, np.int32),
             "segment_ids": (seq, np.int32), "masked_lm_positions": (preds, np.int32),
             "masked_lm_ids": (preds, np.int32), "masked_lm_weights": (preds, np.float32)}
-    if options.pack:
+    if options.packing:
         spec.update(position_ids=(seq, np.int32), example_ids=(seq, np.int32))
-    if next_sentence_prediction and options.pack:
+    if next_sentence_prediction and options.packing:
         rows = (b, options.max_examples_per_row)
         spec.update(next_sentence_labels=(rows, np.int32),
                     next_sentence_positions=(rows, np.int32),

@@ -38,8 +38,11 @@ DEFAULT_CONFIG = "finetune.py"  # the packaged config (see config_loader)
 
 def run_finetune(config, workdir: str) -> dict:
     """One run, or with `seeds` or a `sweep.*` list BERT's selection over them
-    (`selection.run_grid`)."""
+    (`selection.run_grid`). Refuses a workdir of another kind, or its own --init_from."""
+    from bert_jax import workdir_kind
     from bert_jax.finetune import selection, trainer
+    workdir_kind.check(workdir, workdir_kind.FINETUNING, {"--init_from": config.get("init_from"),
+                                                          "--config.model": config.get("model")})
     if selection.is_sweep(config):
         return selection.run_grid(config, workdir)
     return trainer.finetune(config, workdir)

@@ -40,7 +40,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from bert_jax import layer_layout, losses, paths, pretrained, sharding
+from bert_jax import layer_layout, losses, paths, pretrained, sharding, workdir_kind
 from bert_jax.config_loader import apply_overrides
 from bert_jax.errors import UserError
 from bert_jax.finetune import inference, selection, tasks, trainer
@@ -336,6 +336,8 @@ def check_matching(config, student_config, teacher_config) -> None:
 def distill(config, teacher: pretrained.Pretrained, workdir: str) -> dict:
     """Distils `teacher` into the student `config` names; writes and returns what a
     fine-tuning run does (WORKDIR/best, eval_results.json)."""
+    workdir_kind.check(workdir, workdir_kind.DISTILLATION,
+                       {"--teacher": teacher.tokenizer_dir, "--student": config.init_from})
     check_settings(config)
     teacher_config = inference.saved_config(teacher.task)
     if config.task != teacher.task["name"]:

@@ -203,12 +203,17 @@ DIVERGENCE_LEVERS = ("a lower --config.learning_rate, a larger --config.warmup_p
 MIN_SEQ_LENGTH = 8
 
 
+ZERO_LEARNING_RATE = ("; a linear probe trains the head alone: --config.freeze='bert/*' "
+                      "with a learning rate > 0; to score a fine-tuned model without "
+                      "training: bert-jax evaluate --workdir DIR")
+
+
 def validate_config(config) -> None:
     """The checks of a fine-tuning config that need no data: raises UserError naming
     the key. Batch sizes are rounded up to a multiple of the mesh's batch shards."""
     for key in ("global_batch_size", "eval_batch_size", "log_every_steps"):
         check_positive(key, config[key])
-    check_learning_rate(config.learning_rate)
+    check_learning_rate(config.learning_rate, zero_hint=ZERO_LEARNING_RATE)
     epochs = config.num_train_epochs
     if isinstance(epochs, bool) or not isinstance(epochs, (int, float)) or not epochs > 0:
         raise UserError(f"num_train_epochs must be a number > 0, got {epochs!r}")

@@ -3,7 +3,7 @@ import sys
 from typing import List
 
 from bert_jax import flags
-from bert_jax.encoding import decode_line
+from bert_jax import encoding as codecs
 from bert_jax.tokenization import DEFAULT_VOCAB, TokenizerError, load_tokenizer
 
 
@@ -14,18 +14,31 @@ def main(argv: List[str]) -> int:
     parser.add_argument("--cased", action="store_true",
                         help="a cased vocab.txt: keep case and accents")
     parser.add_argument("--ids", action="store_true", help="print ids instead of tokens")
+    parser.add_argument("--encoding", default=codecs.DEFAULT,
+                        help="of stdin, e.g. latin-1 (default: UTF-8; bytes that are not "
+                        "UTF-8 are refused naming the line)")
     args = parser.parse_args(argv)
     try:
         tokenizer = load_tokenizer(args.vocab, do_lower_case=False if args.cased else None)
-    except TokenizerError as e:
+        codecs.check_name(args.encoding)
+    except (TokenizerError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    stdin = open(sys.stdin.fileno(), "rb", closefd=False)
-    offset = 0
-    for number, raw in enumerate(stdin, 1):  # bytes that are not UTF-8: one line naming it
-        encoding = tokenizer.encode(decode_line(raw, "stdin", number, offset).rstrip("\r\n"))
-        offset += len(raw)
+    for line in _stdin_lines(args.encoding):
+        encoding = tokenizer.encode(line.rstrip("\r\n"))
         items = encoding.ids if args.ids else encoding.tokens
         sys.stdout.write(" ".join(map(str, items)) + "\n")
     sys.stdout.flush()
     return 0
+
+
+def _stdin_lines(codec: str):
+    """stdin's lines: UTF-8 (bytes that are not: one line naming them), or `codec`."""
+    stdin = open(sys.stdin.fileno(), "rb", closefd=False)
+    if not codecs.is_default(codec):
+        yield from codecs.named_lines(stdin, "stdin", codec)
+        return
+    offset = 0
+    for number, raw in enumerate(stdin, 1):
+        yield codecs.decode_line(raw, "stdin", number, offset)
+        offset += len(raw)

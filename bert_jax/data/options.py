@@ -1,0 +1,117 @@
+"""The pretraining data's options, one type for create-data and the pipeline.
+
+Fields carry the run config's key names (`whole_word_masking`, `seed`, `packing`, ...);
+Google's flag spellings (`do_whole_word_mask`, `random_seed`) live only at the command
+line of tools/create_pretraining_data.py. create-data reads the example and masking
+fields, the pipeline those and its batching fields; `record_setup` is what a set of
+TFRecords bakes in, recorded beside them and compared by pretraining.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from bert_jax import encoding
+from bert_jax.data.chinese_words import KNOWLEDGE_MASKING
+from bert_jax.errors import UserError
+
+PIPELINE_FIELDS = ("per_host_batch_size", "packing", "max_examples_per_row", "shuffle_buffer",
+                   "repeat", "split", "eval_fraction")
+
+
+@dataclasses.dataclass(frozen=True)
+class DataOptions:
+    """Examples: rows of max_seq_length L tokens with up to max_predictions_per_seq P
+    masked positions (masked_lm_prob of the tokens; whole words with whole_word_masking);
+    sentence pairs with next-sentence labels, ALBERT's sentence-order labels
+    (sentence_order_prediction) or MLM-only rows of contiguous sentences
+    (next_sentence_prediction=False). knowledge_masking 'entity'/'phrase': ERNIE's units
+    masked whole in a share knowledge_masking_prob of the rows (whole words implied).
+    dynamic_masking: create-data writes no masks and the pipeline masks every epoch
+    (keyed by seed); otherwise the records' static masks are used.
+
+    create-data only: short_seq_prob, dupe_factor, chinese_segmenter, entity_file and
+    the text's encoding.
+    Pipeline only: per_host_batch_size B; packing up to max_examples_per_row examples in
+    a row; split 'eval' reads the eval_fraction held out (once, unshuffled), 'train' the
+    rest, forever when repeat; shuffle_buffer."""
+
+    max_seq_length: int = 128
+    max_predictions_per_seq: int = 20
+    masked_lm_prob: float = 0.15
+    whole_word_masking: bool = False
+    dynamic_masking: bool = False
+    next_sentence_prediction: bool = True
+    sentence_order_prediction: bool = False
+    knowledge_masking: str = "none"
+    knowledge_masking_prob: float = 1.0
+    seed: int = 12345
+    # create-data
+    short_seq_prob: float = 0.1
+    dupe_factor: int = 5
+    chinese_segmenter: str = "jieba"  # or "none": CJK characters masked one by one
+    entity_file: str = ""  # knowledge_masking=entity: an entity list instead of jieba's tags
+    encoding: str = encoding.DEFAULT  # of the text files (UTF-16/32 known by a byte-order mark)
+    # pipeline
+    per_host_batch_size: int = 32
+    packing: bool = False
+    max_examples_per_row: int = 4
+    shuffle_buffer: int = 10_000
+    repeat: bool = True
+    split: str = "train"
+    eval_fraction: float = 0.0
+
+    def __post_init__(self):
+        if self.sentence_order_prediction and not self.next_sentence_prediction:
+            raise UserError("sentence_order_prediction makes sentence pairs (its labels "
+                            "train the sentence-pair head): it needs "
+                            "next_sentence_prediction=True")
+        encoding.check_name(self.encoding)
+        if self.knowledge_masking not in KNOWLEDGE_MASKING:
+            raise UserError(f"unknown knowledge_masking {self.knowledge_masking!r}: use one "
+                            f"of {list(KNOWLEDGE_MASKING)}")
+
+    def create_data_fields(self) -> dict:
+        """The fields create-data reads (the rest are the pipeline's)."""
+        return {name: value for name, value in dataclasses.asdict(self).items()
+                if name not in PIPELINE_FIELDS}
+
+    @property
+    def whole_units(self) -> bool:
+        """Whole words (or ERNIE's longer units) are masked together."""
+        return self.whole_word_masking or self.knowledge_masking != "none"
+
+    @classmethod
+    def from_config(cls, config, **pipeline) -> "DataOptions":
+        """The options of a pretraining run config (`pipeline`: the batching fields)."""
+        names = [f.name for f in dataclasses.fields(cls)]
+        return cls(**{**{n: config[n] for n in names if n in config}, **pipeline})
+
+    def record_setup(self) -> dict:
+        """What TFRecords made with these options bake in (see `setup_mismatch`)."""
+        return {"max_seq_length": self.max_seq_length,
+                "next_sentence_prediction": self.next_sentence_prediction,
+                "sentence_order_prediction": self.sentence_order_prediction,
+                "static_masks": not self.dynamic_masking,
+                "max_predictions_per_seq": self.max_predictions_per_seq,
+                "masked_lm_prob": self.masked_lm_prob,
+                "whole_word_masking": self.whole_units,
+                "knowledge_masking": self.knowledge_masking,
+                "knowledge_masking_prob": self.knowledge_masking_prob}
+
+    def setup_mismatch(self, made: dict) -> tuple | None:
+        """(key, the records' value, this run's) for the first setting of the records'
+        `made` (a `record_setup`) this run would train on wrongly; None when they fit.
+        With dynamic masking the records' masks are not used, only their rows and units;
+        masked_lm_prob is not compared (a run takes the records' static masks as made)."""
+        want = self.record_setup()
+        keys = ["max_seq_length", "next_sentence_prediction", "sentence_order_prediction"]
+        if not self.dynamic_masking:
+            keys += ["static_masks", "max_predictions_per_seq", "whole_word_masking",
+                     "knowledge_masking"]
+            keys += ["knowledge_masking_prob"] if self.knowledge_masking != "none" else []
+        elif self.knowledge_masking != "none":  # the records must carry the units
+            keys.append("knowledge_masking")
+        for key in keys:
+            if key in made and made[key] != want[key]:
+                return key, made[key], want[key]
+        return None
