@@ -140,7 +140,7 @@ def test_same_output_whatever_the_number_of_workers(tmp_path):
 
 def test_bad_input_is_counted_not_fatal(tmp_path):
     (tmp_path / "empty.txt").write_bytes(b"")
-    long_line = " ".join(["word"] * 400)
+    long_line = " ".join(["word"] * 200)  # over max_seq_length tokens, not split: < 1,024 chars
     body = (b"Only one sentence here.\n\n"
             b"First sentence of a real document.\nA second one with a long line next.\n" +
             long_line.encode() + b"\nAnd a last sentence.\n\n"
