@@ -71,7 +71,8 @@ CHANGEABLE_KEYS = frozenset({
     "model.fp8",
     # How attention is computed and how much dropout is applied: same parameters and
     # state, so a run may switch (rng_impl may not: it changes the key and its stream).
-    "attention_impl", "attention_probs_dropout_prob", "model.attention_impl",
+    "attention_impl", "attention_probs_dropout_prob", "hidden_dropout_prob",
+    "model.attention_impl",
     "model.attention_probs_dropout_prob", "model.hidden_dropout_prob",
     # The distillation loss's weighting (the teacher itself may not change).
     "temperature", "alpha"})

@@ -417,6 +417,9 @@ class Finetuning:
         writer = MetricsWriter(workdir, total_steps=plan.num_steps, append=restored is not None)
         if restored is not None:
             state, meta, step = restored
+            # The saved rate and schedule give way to this run's (a resume may change them).
+            state = state.replace(opt_state=optim.set_hyperparams(state.opt_state,
+                                                                  **plan.hyperparams))
             writer.drop_after(step)
             writer.message(f"resumed from step {step} of {ckpt.directory}")
             return state, shardings, _Kept(**meta["kept"]), writer, ckpt
@@ -509,6 +512,7 @@ class _Plan:
     tx: Any  # full_tx, or its frozen form while `freeze` holds
     schedule: Any
     init_fn: Any
+    hyperparams: dict  # what the optimizer state holds (`optim.set_hyperparams`)
 
     @classmethod
     def of(cls, config, data, multiple: int) -> "_Plan":
@@ -522,10 +526,11 @@ class _Plan:
             steps_per_epoch = math.ceil(len(data.train_features)
                                         / round_up(config.global_batch_size, multiple))
         num_steps = max(1, int(config.num_train_epochs * steps_per_epoch))
+        hyperparams = dict(learning_rate=config.learning_rate, num_train_steps=num_steps,
+                           warmup_steps=int(config.warmup_proportion * num_steps))
         full_tx, schedule = optim.make_optimizer(
-            learning_rate=config.learning_rate, num_train_steps=num_steps,
-            warmup_steps=int(config.warmup_proportion * num_steps), optimizer=config.optimizer,
-            weight_decay=config.weight_decay, max_grad_norm=config.max_grad_norm, injected=True)
+            **hyperparams, optimizer=config.optimizer, weight_decay=config.weight_decay,
+            max_grad_norm=config.max_grad_norm, injected=True)
         dummy = jnp.ones((1, 8), jnp.int32)
         init_fn = lambda key: data.model.init({"params": key, "dropout": key}, dummy, dummy,
                                               dummy)["params"]
@@ -535,7 +540,7 @@ class _Plan:
             shapes = nn.unbox(jax.eval_shape(init_fn, jax.random.key(0)))
             tx = optim.freeze(full_tx, optim.frozen_mask(shapes, config.freeze))
         return cls(steps_per_epoch, num_steps, math.ceil(config.num_train_epochs),
-                   rows_per_batch, frozen_steps, full_tx, tx, schedule, init_fn)
+                   rows_per_batch, frozen_steps, full_tx, tx, schedule, init_fn, hyperparams)
 
     def frozen_at(self, step: int) -> bool:
         """Whether the state after `step` steps has the frozen optimizer state (the
