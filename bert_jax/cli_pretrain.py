@@ -34,8 +34,8 @@ def main(argv: list[str]) -> int:
         config = load_config(args.config, overrides, command="pretrain")
         with workdir_lock.hold(args.workdir, "bert-jax pretrain", multihost.is_primary(),
                                kind=workdir_kind.PRETRAINING,
-                               inputs={"--config.init_from": config.get("init_from"),
-                                       "--config.teacher": config.get("teacher")}):
+                               inputs={"--config.init_from": config.init_from,
+                                       "--config.teacher": config.teacher}):
             try:
                 pretrain.train_and_evaluate(config, args.workdir, watcher)
             except preemption.Preempted as e:

@@ -150,6 +150,16 @@ def get_config(variant: str | None = None) -> ml_collections.ConfigDict:
     # from the last one, exactly. Removed when the run completes.
     c.checkpoint_every_steps = 500
 
+    # Distillation (`bert-jax distill`, docs/distillation.md; unused by a plain fine-tune):
+    # loss = alpha * task loss + (1 - alpha) * T^2 * KL(teacher/T || student/T)
+    #        + hidden_weight * hidden-state MSE + attention_weight * attention MSE.
+    c.teacher = ""                    # set by `bert-jax distill --teacher`
+    c.temperature = 2.0
+    c.alpha = 0.5
+    c.student_layers = 0              # keep N evenly spaced student layers (0: all)
+    c.hidden_weight = 0.0             # TinyBERT-style hidden-state matching
+    c.attention_weight = 0.0          # attention-probability matching
+
     if task == "multiple_choice":
         c.global_batch_size = 16      # BERT's SWAG recipe; each example is C rows
         c.learning_rate = 2e-5

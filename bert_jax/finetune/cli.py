@@ -85,8 +85,8 @@ def _finetune_main(argv: list[str]) -> int:
         with preemption.Watcher(), \
                 workdir_lock.hold(args.workdir, "bert-jax finetune", multihost.is_primary(),
                                   kind=workdir_kind.FINETUNING,
-                                  inputs={"--init_from": config.get("init_from"),
-                                          "--config.model": config.get("model")}), \
+                                  inputs={"--init_from": config.init_from,
+                                          "--config.model": config.model}), \
                 _out_of_memory_said(config):
             results = run_finetune(config, args.workdir)
     except preemption.Preempted as e:

@@ -82,9 +82,8 @@ def resolve_model(config) -> ModelSource:
     or a randomly initialised `config.model` with `config.tokenizer`."""
     dropout = dict(hidden_dropout_prob=config.hidden_dropout_prob,
                    attention_probs_dropout_prob=config.attention_probs_dropout_prob)
-    numerics = {field: config.get(key) for key, field in (
-        ("remat_policy",) * 2, ("attention_impl",) * 2) if config.get(key)}
-    if config.get("compute_dtype"):
+    numerics = {key: config[key] for key in ("remat_policy", "attention_impl") if config[key]}
+    if config.compute_dtype:
         numerics.update(compute_fields(config.compute_dtype))
     if config.init_from:
         pre = pretrained.load(config.init_from)
@@ -217,18 +216,17 @@ def validate_config(config) -> None:
         if config.max_seq_length < MIN_SEQ_LENGTH:
             raise UserError(f"max_seq_length must be at least {MIN_SEQ_LENGTH} ([CLS] A [SEP] "
                             f"B [SEP] with room for text), got {config.max_seq_length}")
-    check_positive("checkpoint_every_steps", config.get("checkpoint_every_steps", 0),
-                   allow_zero=True)
-    accum = config.get("grad_accum_steps", 1)
+    check_positive("checkpoint_every_steps", config.checkpoint_every_steps, allow_zero=True)
+    accum = config.grad_accum_steps
     check_positive("grad_accum_steps", accum)
     if isinstance(config.global_batch_size, int) and config.global_batch_size % accum:
         raise UserError(f"global_batch_size {config.global_batch_size} is not a multiple of "
                         f"grad_accum_steps {accum}")
     check_choice("keep_checkpoint", config.keep_checkpoint, KEEP_CHECKPOINT)
-    check_choice("on_nonfinite", config.get("on_nonfinite", "skip"), ("skip", "stop"))
-    check_positive("max_consecutive_nonfinite", config.get("max_consecutive_nonfinite", 5))
+    check_choice("on_nonfinite", config.on_nonfinite, ("skip", "stop"))
+    check_positive("max_consecutive_nonfinite", config.max_consecutive_nonfinite)
     for key in ("freeze_steps", "freeze_epochs"):
-        value = config.get(key, 0)
+        value = config[key]
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
             raise UserError(f"{key} must be a number >= 0, got {value!r}")
 
@@ -281,7 +279,7 @@ class Finetuning:
         task = tasks.get_task(config)
         if config.packing and not task.supports_packing:  # before any data is read
             raise ValueError(f"task {task.name!r} does not support packing"
-                             + (" with a CRF" if config.get("crf") else ""))
+                             + (" with a CRF" if config.crf else ""))
         self.length_coverage = train_length_coverage(config, self.source)
         check_inputs_fit(self.source.config, self.source.origin,
                          max_seq_length=config.max_seq_length)
@@ -329,7 +327,7 @@ class Finetuning:
             with config.ignore_type():
                 config.max_seq_length = self.config.max_seq_length
         data = self.prepared(int(config.seed))
-        accum = config.get("grad_accum_steps", 1)
+        accum = config.grad_accum_steps
         multiple = self.multiple * accum  # each micro-batch spans the batch shards
         if accum > 1 and config.global_batch_size % multiple:
             raise UserError(f"global_batch_size {config.global_batch_size} is not a multiple "
@@ -347,8 +345,8 @@ class Finetuning:
         loop = train_loop.Loop(
             state, step_fn, lambda batch: sharding.shard_full_batch(batch, self.mesh, self.rules),
             num_steps=plan.num_steps, writer=writer, learning_rate=plan.schedule,
-            guard=training.NonFiniteGuard(config.get("max_consecutive_nonfinite", 5),
-                                          stop_at_first=config.get("on_nonfinite") == "stop",
+            guard=training.NonFiniteGuard(config.max_consecutive_nonfinite,
+                                          stop_at_first=config.on_nonfinite == "stop",
                                           levers=DIVERGENCE_LEVERS, log=log),
             log_every=config.log_every_steps, step_args=(self.objective.extra,),
             counted=("examples",), on_step=ckpt.check)
@@ -357,7 +355,7 @@ class Finetuning:
                                     when=lambda loop: loop.step == plan.frozen_steps),
                    train_loop.Every(0, self._keeper(config, workdir, data, eval_fn, batches,
                                                     kept, plan), when=epoch_end)]
-        save = train_loop.Every(config.get("checkpoint_every_steps", 0), lambda loop: ckpt.save(
+        save = train_loop.Every(config.checkpoint_every_steps, lambda loop: ckpt.save(
             loop.step, loop.state, {**run, "kept": kept.summary()}), when=epoch_end)
         with jax.set_mesh(self.mesh), training.StopRequest(log) as stop, \
                 ckpt.saves_finished():
@@ -449,7 +447,7 @@ class Finetuning:
             loop.state, shardings = _unfreeze(loop.state, plan.full_tx, plan.init_fn,
                                               self.mesh, self.rules, config.rng_impl)
             loop.step_fn, _ = data.steps(plan.full_tx, shardings, self.mesh, self.rules, "",
-                                         config.get("grad_accum_steps", 1))
+                                         config.grad_accum_steps)
             loop.writer.message(f"step {loop.step}: unfreezing {config.freeze}")
         return unfreeze
 
@@ -672,7 +670,7 @@ def warn_if_degenerate(config, task) -> None:
     if names is not None and len(names) == 1:
         log.warning("task %r: every training example has the label %r: the model can only "
                     "learn to predict it, and its accuracy says nothing", task.name, names[0])
-    train, dev = config.get("train_file"), config.get("validation_file")
+    train, dev = config.train_file, config.validation_file
     try:
         same = bool(train and dev) and paths.getsize(train) == paths.getsize(dev) and \
             paths.read_bytes(train) == paths.read_bytes(dev)
