@@ -66,11 +66,15 @@ def is_out_of_memory(error: BaseException) -> bool:
         and "No space left" not in text
 
 
-def out_of_memory(*, batch_size: int, seq_length: int,
-                  levers: str) -> UserError:
+# What lowers a training step's device memory (pretraining and fine-tuning alike).
+MEMORY_LEVERS = ("raise --config.grad_accum_steps (the same batch in sequential "
+                 "micro-batches), --config.remat_policy=full, --config.compute_dtype=bfloat16, "
+                 "or shard with --config.mesh_shape.fsdp=-1 --config.mesh_shape.data=1")
+
+
+def out_of_memory(*, batch_size: int, seq_length: int) -> UserError:
     """One line for a step that did not fit in device memory: the batch and sequence
-    length it tried, `levers` (the config keys that lower memory) and the README's
-    section for more."""
+    length it tried, MEMORY_LEVERS and the README's section for more."""
     return UserError(f"out of device memory (RESOURCE_EXHAUSTED) at global_batch_size "
-                     f"{batch_size}, max_seq_length {seq_length}: {levers} (README.md, "
+                     f"{batch_size}, max_seq_length {seq_length}: {MEMORY_LEVERS} (README.md, "
                      "Troubleshooting: Out of memory)")

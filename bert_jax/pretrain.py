@@ -125,10 +125,6 @@ DIVERGENCE_LEVERS = ("a lower --config.learning_rate, a longer --config.warmup_s
                      "(--config.max_grad_norm=1.0).")
 
 # What lowers device memory (the README's "Out of memory").
-MEMORY_LEVERS = ("raise --config.grad_accum_steps (the same batch in sequential "
-                 "micro-batches), --config.remat_policy=full, --config.compute_dtype=bfloat16, "
-                 "or shard with --config.mesh_shape.fsdp=-1 --config.mesh_shape.data=1")
-
 # Shortest pretraining row: [CLS] A [SEP] B [SEP] with room for a few tokens of each.
 MIN_SEQ_LENGTH = 8
 _POSITIVE_KEYS = ("global_batch_size", "num_train_steps", "max_seq_length",
