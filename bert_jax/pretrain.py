@@ -290,7 +290,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
             f"{k} {v:.4f}" for k, v in eval_metrics.items()))
 
     save = lambda loop: ckpt.save(loop.step, loop.state, {**run, "pipeline": batches.get_state()})
-    with jax.set_mesh(mesh), training.StopRequest(log) as stop, ckpt.saves_finished():
+    with jax.set_mesh(mesh), preemption.interrupt_request(log) as stop, ckpt.saves_finished():
         reason = loop.run(batches, [train_loop.Every(config.eval_every_steps, evaluate_now,
                                                      at_end=bool(config.eval_every_steps))],
                           checkpoint=train_loop.Every(config.checkpoint_every_steps, save),

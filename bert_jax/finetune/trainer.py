@@ -357,7 +357,7 @@ class Finetuning:
                                                     kept, plan), when=epoch_end)]
         save = train_loop.Every(config.checkpoint_every_steps, lambda loop: ckpt.save(
             loop.step, loop.state, {**run, "kept": kept.summary()}), when=epoch_end)
-        with jax.set_mesh(self.mesh), training.StopRequest(log) as stop, \
+        with jax.set_mesh(self.mesh), preemption.interrupt_request(log) as stop, \
                 ckpt.saves_finished():
             reason = loop.run(batches, actions, checkpoint=save, watcher=preemption.active(),
                               stop=stop)
