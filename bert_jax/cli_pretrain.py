@@ -35,7 +35,7 @@ def main(argv: list[str]) -> int:
                         "--config.teacher": config.teacher}
     code, _ = job_cli.run_job(
         "pretrain", args.workdir, workdir_kind.PRETRAINING, load,
-        lambda config, watcher: pretrain.train_and_evaluate(config, args.workdir, watcher))
+        lambda config: pretrain.train_and_evaluate(config, args.workdir))
     return code
 
 

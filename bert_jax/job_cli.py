@@ -14,17 +14,18 @@ from bert_jax.errors import is_out_of_memory, out_of_memory
 
 
 def run_job(command: str, workdir: str, kind: str, load: Callable[[], tuple[Any, dict]],
-            job: Callable[[Any, preemption.Watcher], Any]) -> tuple[int, Any]:
+            job: Callable[[Any], Any]) -> tuple[int, Any]:
     """(exit code, result). `load()` -> (config, the inputs the lock records) runs under
     the watcher already (a SIGTERM while loading stops the run after its first step);
-    `job(config, watcher)` runs under the lock of `workdir` (a `workdir_kind` `kind`).
-    A preempted job gives (PREEMPTED_EXIT_CODE, None)."""
-    with preemption.Watcher() as watcher:
+    `job(config)` runs under the lock of `workdir` (a `workdir_kind` `kind`); its loop
+    finds the watcher with `preemption.active()`. A preempted job gives
+    (PREEMPTED_EXIT_CODE, None)."""
+    with preemption.Watcher():
         config, inputs = load()
         try:
             with workdir_lock.hold(workdir, f"bert-jax {command}", multihost.is_primary(),
                                    kind=kind, inputs=inputs):
-                return 0, job(config, watcher)
+                return 0, job(config)
         except preemption.Preempted as e:
             if multihost.is_primary():
                 print(e, file=sys.stderr)

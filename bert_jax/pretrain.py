@@ -235,12 +235,10 @@ def run_tokenizer(config: ml_collections.ConfigDict) -> tuple[str, Any]:
     return path, tokenizer
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
-                       watcher: preemption.Watcher | None = None) -> dict:
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     """Runs (or resumes) pretraining in `workdir`; returns the last train/eval metrics.
-    Raises preemption.Preempted after checkpointing the step where `watcher` (default:
-    one that consults only multi-process preemption notices) says to stop."""
-    watcher = watcher or preemption.Watcher(handle_sigterm=False)
+    Raises preemption.Preempted after checkpointing the step where the command's watcher
+    (`preemption.active`, as in fine-tuning) says to stop."""
     workdir = paths.abspath(workdir)
     tokenizer_path, tokenizer = run_tokenizer(config)
     run_setup = setup(config, tokenizer.vocab_size)
@@ -294,7 +292,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
         reason = loop.run(batches, [train_loop.Every(config.eval_every_steps, evaluate_now,
                                                      at_end=bool(config.eval_every_steps))],
                           checkpoint=train_loop.Every(config.checkpoint_every_steps, save),
-                          watcher=watcher, stop=stop)
+                          watcher=preemption.active(), stop=stop)
         if reason == train_loop.INTERRUPTED:
             ckpt.wait()
             raise Interrupted(f"interrupted at step {loop.step}: checkpoint {loop.step} saved "

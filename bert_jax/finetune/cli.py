@@ -67,7 +67,7 @@ def _finetune_main(argv: list[str]) -> int:
             config.init_from = args.init_from
         return config, {"--init_from": config.init_from, "--config.model": config.model}
     code, results = job_cli.run_job("finetune", args.workdir, workdir_kind.FINETUNING, load,
-                                    lambda config, _: run_finetune(config, args.workdir))
+                                    lambda config: run_finetune(config, args.workdir))
     if results is not None:
         print(json.dumps({k: v for k, v in results.items() if k != "runs"}, indent=2))
     return code
@@ -94,8 +94,7 @@ def _distill_main(argv: list[str]) -> int:
     load = lambda: (distill.distill_config(teacher, args.student, overrides),
                     {"--teacher": args.teacher, "--student": args.student})
     code, results = job_cli.run_job("distill", args.workdir, workdir_kind.DISTILLATION, load,
-                                    lambda config, _: distill.distill(config, teacher,
-                                                                      args.workdir))
+                                    lambda config: distill.distill(config, teacher, args.workdir))
     if results is not None:
         print(json.dumps(results, indent=2))
     return code
