@@ -28,7 +28,7 @@ from bert_jax import (checkpoint, mlm_distill, multihost, paths, perf, preemptio
 from bert_jax.config import BertConfig, check_choice, check_inputs_fit, compute_fields
 from bert_jax.data import inputs
 from bert_jax.errors import (Interrupted, UserError, check_divisible, check_learning_rate,
-                             check_positive)
+                             check_positive, check_seq_length)
 from bert_jax.heads import BertForPreTraining
 from bert_jax.metrics_writer import MetricsWriter
 from bert_jax.optim import OPTIMIZERS, make_optimizer
@@ -124,9 +124,6 @@ DIVERGENCE_LEVERS = ("a lower --config.learning_rate, a longer --config.warmup_s
                      "--config.compute_dtype=float32 instead of bfloat16, or gradient clipping "
                      "(--config.max_grad_norm=1.0).")
 
-# What lowers device memory (the README's "Out of memory").
-# Shortest pretraining row: [CLS] A [SEP] B [SEP] with room for a few tokens of each.
-MIN_SEQ_LENGTH = 8
 _POSITIVE_KEYS = ("global_batch_size", "num_train_steps", "max_seq_length",
                   "max_predictions_per_seq", "grad_accum_steps", "log_every_steps",
                   "checkpoint_every_steps", "keep_checkpoints", "eval_steps")
@@ -158,9 +155,7 @@ def validate_config(config: ml_collections.ConfigDict, bert_config: BertConfig,
     if config.warmup_steps > config.num_train_steps:
         raise UserError(f"warmup_steps {config.warmup_steps} exceeds num_train_steps "
                         f"{config.num_train_steps}")
-    if config.max_seq_length < MIN_SEQ_LENGTH:
-        raise UserError(f"max_seq_length must be at least {MIN_SEQ_LENGTH} ([CLS] A [SEP] B "
-                        f"[SEP] with room for text), got {config.max_seq_length}")
+    check_seq_length(config.max_seq_length)
     if config.max_predictions_per_seq > config.max_seq_length:
         raise UserError(f"max_predictions_per_seq {config.max_predictions_per_seq} exceeds "
                         f"max_seq_length {config.max_seq_length}")

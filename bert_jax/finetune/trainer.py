@@ -31,7 +31,8 @@ from bert_jax import (chars, checkpoint, multihost, optim, paths, preemption, pr
 from bert_jax.config import (BertConfig, ConfigError, check_choice, check_inputs_fit,
                              compute_fields)
 from bert_jax.data import lengths
-from bert_jax.errors import Interrupted, UserError, check_learning_rate, check_positive
+from bert_jax.errors import (Interrupted, UserError, check_learning_rate, check_positive,
+                             check_seq_length)
 from bert_jax.finetune import files, packing, tasks
 from bert_jax.finetune.inference import (EVALUATE_RESULTS_FILE, make_eval_fn, predict_features,
                                          round_up)
@@ -198,9 +199,6 @@ DIVERGENCE_LEVERS = ("a lower --config.learning_rate, a larger --config.warmup_p
                      "float32 instead of --config.compute_dtype=bfloat16, or gradient clipping "
                      "(--config.max_grad_norm=1.0).")
 
-# Shortest row: [CLS] A [SEP] B [SEP] with a few tokens of each text.
-MIN_SEQ_LENGTH = 8
-
 
 def validate_config(config) -> None:
     """The checks of a fine-tuning config that need no data: raises UserError naming
@@ -212,10 +210,7 @@ def validate_config(config) -> None:
     if isinstance(epochs, bool) or not isinstance(epochs, (int, float)) or not epochs > 0:
         raise UserError(f"num_train_epochs must be a number > 0, got {epochs!r}")
     if config.max_seq_length != "auto":  # else chosen from the data (train_length_coverage)
-        check_positive("max_seq_length", config.max_seq_length)
-        if config.max_seq_length < MIN_SEQ_LENGTH:
-            raise UserError(f"max_seq_length must be at least {MIN_SEQ_LENGTH} ([CLS] A [SEP] "
-                            f"B [SEP] with room for text), got {config.max_seq_length}")
+        check_seq_length(config.max_seq_length)
     check_positive("checkpoint_every_steps", config.checkpoint_every_steps, allow_zero=True)
     accum = config.grad_accum_steps
     check_positive("grad_accum_steps", accum)
