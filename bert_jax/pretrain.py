@@ -103,8 +103,7 @@ def setup(config: ml_collections.ConfigDict, vocab_size: int, *,
     one). Reads no files and writes none."""
     bert_config = model_config(config, vocab_size)
     rules = tuple(tuple(r) for r in config.logical_axis_rules)
-    mesh = sharding.make_mesh(dict(config.mesh_shape), devices=devices,
-                              dcn_mesh_shape=dict(config.get("dcn_mesh_shape") or {}))
+    mesh = sharding.config_mesh(config, devices)
     validate_config(config, bert_config, vocab_size, sharding.batch_size_multiple(mesh, rules),
                     jax.process_count() if process_count is None else process_count)
     model = BertForPreTraining(bert_config, config.next_sentence_prediction)

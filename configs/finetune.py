@@ -143,6 +143,9 @@ def get_config(variant: str | None = None) -> ml_collections.ConfigDict:
     c.sweep = ml_collections.ConfigDict(dict(learning_rate="", num_train_epochs="",
                                              global_batch_size=""))
     c.mesh_shape = ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1))
+    # Multi-slice TPU: mesh_shape is then per slice, and each axis is also split this many
+    # ways across slices (docs/tpu.md).
+    c.dcn_mesh_shape = ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1))
     c.logical_axis_rules = DEFAULT_LOGICAL_AXIS_RULES
     c.log_every_steps = 50
     # Training checkpoints (WORKDIR/checkpoints) at every epoch's end and every this many

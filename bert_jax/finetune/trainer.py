@@ -279,7 +279,7 @@ class Finetuning:
         check_inputs_fit(self.source.config, self.source.origin,
                          max_seq_length=config.max_seq_length)
         self.rules = config.logical_axis_rules
-        self.mesh = sharding.make_mesh(dict(config.mesh_shape))
+        self.mesh = sharding.config_mesh(config)
         self.multiple = sharding.batch_size_multiple(self.mesh, self.rules)
         self._prepared: dict[Any, _Prepared] = {}
 
