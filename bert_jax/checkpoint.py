@@ -63,6 +63,7 @@ CHANGEABLE_KEYS = frozenset({
     "num_train_steps", "warmup_steps", "learning_rate", "allow_zero_learning_rate",
     "weight_decay", "max_grad_norm",
     "global_batch_size", "grad_accum_steps", "compute_dtype", "remat_policy", "mesh_shape",
+    "dcn_mesh_shape",
     "logical_axis_rules", "log_every_steps", "eval_every_steps", "eval_steps",
     "checkpoint_every_steps", "keep_checkpoints", "on_nonfinite",
     "max_consecutive_nonfinite", "resume_from",
@@ -71,7 +72,8 @@ CHANGEABLE_KEYS = frozenset({
     "model.fp8",
     # How attention is computed and how much dropout is applied: same parameters and
     # state, so a run may switch (rng_impl may not: it changes the key and its stream).
-    "attention_impl", "attention_probs_dropout_prob", "model.attention_impl",
+    "attention_impl", "attention_probs_dropout_prob", "hidden_dropout_prob",
+    "model.attention_impl",
     "model.attention_probs_dropout_prob", "model.hidden_dropout_prob",
     # The distillation loss's weighting (the teacher itself may not change).
     "temperature", "alpha"})

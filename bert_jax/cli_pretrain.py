@@ -12,9 +12,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bert_jax import flags, multihost, preemption, pretrain, workdir_kind, workdir_lock
+from bert_jax import flags, job_cli, multihost, pretrain, workdir_kind
 from bert_jax.config_loader import load_config, split_config_args
-from bert_jax.errors import is_out_of_memory, out_of_memory
 
 
 def main(argv: list[str]) -> int:
@@ -29,26 +28,15 @@ def main(argv: list[str]) -> int:
     args, overrides = split_config_args(argv)
     args = parser.parse_args(args)
     multihost.initialize(args)
-    # From here on SIGTERM means: checkpoint at the next step, then stop.
-    with preemption.Watcher() as watcher:
+
+    def load():
         config = load_config(args.config, overrides, command="pretrain")
-        with workdir_lock.hold(args.workdir, "bert-jax pretrain", multihost.is_primary(),
-                               kind=workdir_kind.PRETRAINING,
-                               inputs={"--config.init_from": config.get("init_from"),
-                                       "--config.teacher": config.get("teacher")}):
-            try:
-                pretrain.train_and_evaluate(config, args.workdir, watcher)
-            except preemption.Preempted as e:
-                if multihost.is_primary():
-                    print(e, file=sys.stderr)
-                return preemption.PREEMPTED_EXIT_CODE
-            except Exception as e:  # noqa: BLE001 - only the out-of-memory error is reworded
-                if is_out_of_memory(e):
-                    raise out_of_memory(batch_size=config.global_batch_size,
-                                        seq_length=config.max_seq_length,
-                                        levers=pretrain.MEMORY_LEVERS) from e
-                raise
-    return 0
+        return config, {"--config.init_from": config.init_from,
+                        "--config.teacher": config.teacher}
+    code, _ = job_cli.run_job(
+        "pretrain", args.workdir, workdir_kind.PRETRAINING, load,
+        lambda config: pretrain.train_and_evaluate(config, args.workdir))
+    return code
 
 
 if __name__ == "__main__":

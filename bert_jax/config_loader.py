@@ -46,13 +46,17 @@ SWEEP_KEYS = ("learning_rate", "num_train_epochs", "global_batch_size")
 
 
 def packaged_config_dir() -> str:
-    """The directory of the configs that ship with bert_jax: the installed
-    `bert_jax.configs`, or in a source checkout the repository's `configs/`."""
+    """The directory of the configs that ship with bert_jax: in a source checkout the
+    repository's `configs/` beside this package (first: an editable install of another
+    checkout maps `bert_jax.configs` there), else the installed `bert_jax.configs`."""
+    package = os.path.dirname(os.path.abspath(__file__))
+    checkout = os.path.join(os.path.dirname(package), "configs")
+    if all(os.path.isfile(os.path.join(checkout, n)) for n in ("pretrain.py", "finetune.py")):
+        return checkout
     spec = importlib.util.find_spec("bert_jax.configs")
     if spec is not None and spec.submodule_search_locations:
         return list(spec.submodule_search_locations)[0]
-    package = os.path.dirname(os.path.abspath(__file__))
-    return os.path.join(os.path.dirname(package), "configs")
+    return checkout
 
 
 def resolve_config_path(path: str) -> str:

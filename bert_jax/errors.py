@@ -20,6 +20,18 @@ def check_positive(name: str, value, *, allow_zero: bool = False) -> None:
         raise UserError(f"{name} must be an integer >= {low}, got {value!r}")
 
 
+# Shortest training row of a sentence pair: [CLS] A [SEP] B [SEP] with a few tokens of each.
+MIN_SEQ_LENGTH = 8
+
+
+def check_seq_length(value) -> None:
+    """max_seq_length of a training run: an integer >= MIN_SEQ_LENGTH."""
+    check_positive("max_seq_length", value)
+    if value < MIN_SEQ_LENGTH:
+        raise UserError(f"max_seq_length must be at least {MIN_SEQ_LENGTH} ([CLS] A [SEP] B "
+                        f"[SEP] with room for text), got {value}")
+
+
 def check_learning_rate(value, allow_zero: bool | None = None, zero_hint: str = "") -> None:
     """A learning rate must be a number > 0: a negative one climbs the loss, zero trains
     nothing: allowed only where the config has the explicit `allow_zero_learning_rate`
@@ -67,11 +79,15 @@ def is_out_of_memory(error: BaseException) -> bool:
         and "No space left" not in text
 
 
-def out_of_memory(*, batch_size: int, seq_length: int,
-                  levers: str) -> UserError:
+# What lowers a training step's device memory (pretraining and fine-tuning alike).
+MEMORY_LEVERS = ("raise --config.grad_accum_steps (the same batch in sequential "
+                 "micro-batches), --config.remat_policy=full, --config.compute_dtype=bfloat16, "
+                 "or shard with --config.mesh_shape.fsdp=-1 --config.mesh_shape.data=1")
+
+
+def out_of_memory(*, batch_size: int, seq_length: int) -> UserError:
     """One line for a step that did not fit in device memory: the batch and sequence
-    length it tried, `levers` (the config keys that lower memory) and the README's
-    section for more."""
+    length it tried, MEMORY_LEVERS and the README's section for more."""
     return UserError(f"out of device memory (RESOURCE_EXHAUSTED) at global_batch_size "
-                     f"{batch_size}, max_seq_length {seq_length}: {levers} (README.md, "
+                     f"{batch_size}, max_seq_length {seq_length}: {MEMORY_LEVERS} (README.md, "
                      "Troubleshooting: Out of memory)")

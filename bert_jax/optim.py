@@ -109,6 +109,22 @@ def make_optimizer(*, learning_rate: float, num_train_steps: int, warmup_steps: 
     return build(**hyperparams), schedule
 
 
+def set_hyperparams(opt_state: Any, **values: float) -> Any:
+    """`opt_state` with the hyperparameters that `make_optimizer(injected=True)` keeps in
+    it set to `values`, each placed as the value it replaces: a run resumed with a new
+    learning rate or schedule applies the one it logs, not the one saved."""
+    is_injected = lambda x: isinstance(x, (optax.InjectHyperparamsState,
+                                           optax.InjectStatefulHyperparamsState))
+
+    def update(node):
+        if not is_injected(node):
+            return node
+        hyperparams = {k: jax.device_put(jnp.asarray(values[k], v.dtype), v.sharding)
+                       if k in values else v for k, v in node.hyperparams.items()}
+        return node._replace(hyperparams=hyperparams)
+    return jax.tree.map(update, opt_state, is_leaf=is_injected)
+
+
 # --- freezing ------------------------------------------------------------------------------
 # Staged fine-tuning: parameters whose path matches a pattern get no update (and hold no
 # optimizer state) for a while, then train with the rest.

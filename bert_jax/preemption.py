@@ -9,11 +9,13 @@ service catches SIGTERM on any process and the processes agree on the next commo
 (`multihost_utils.reached_preemption_sync_point`, called at every step).
 
 A command opens one `Watcher` around its work; library code deeper down (fine-tuning
-runs inside a grid) finds it with `active()`.
+runs inside a grid) finds it with `active()`. Ctrl-C is the same kind of request
+(`StopSignal`, `interrupt_request`), but stops the run with exit code 130.
 """
 
 from __future__ import annotations
 
+import logging
 import signal
 import threading
 
@@ -36,6 +38,55 @@ class Preempted(Exception):
         self.step = step
 
 
+class StopSignal:
+    """From `start()` to `close()`, signal `signum` sets `requested` instead of its
+    default action, so the loop stops at the next step boundary with a checkpoint;
+    `log` gets `message` then. Only in the main thread of a one-process run: signals
+    reach the main thread, and a multi-process run's stop must be agreed (`Watcher`).
+    A repeated signal raises KeyboardInterrupt (`repeat="raise"`: stop at once) or is
+    ignored (`repeat="ignore"`), also after `close()` once requested: the process is
+    exiting, and a repeated notice must not turn its exit 0 into a death by signal."""
+
+    def __init__(self, signum: int, *, repeat: str = "ignore",
+                 log: logging.Logger | None = None, message: str = ""):
+        self.signum, self.repeat, self.log, self.message = signum, repeat, log, message
+        self.requested = False
+        self._previous = None
+
+    def start(self) -> "StopSignal":
+        if threading.current_thread() is threading.main_thread() and jax.process_count() == 1:
+            self._previous = signal.signal(self.signum, self._handle)
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        if self.requested and self.repeat == "raise":
+            raise KeyboardInterrupt
+        if not self.requested and self.log is not None and self.message:
+            self.log.warning(self.message)
+        self.requested = True
+
+    def close(self) -> None:
+        """Restores the previous handler (ignores the signal after a request unless
+        repeat="raise")."""
+        if self._previous is not None:
+            ignore = self.requested and self.repeat == "ignore"
+            signal.signal(self.signum, signal.SIG_IGN if ignore else self._previous)
+            self._previous = None
+
+    __enter__ = start
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def interrupt_request(log: logging.Logger) -> StopSignal:
+    """Ctrl-C (SIGINT) as a request to stop after this step with a checkpoint; a second
+    Ctrl-C interrupts at once (in a multi-process run Ctrl-C always stops at once, the
+    last checkpoint kept: every process must join a save)."""
+    return StopSignal(signal.SIGINT, repeat="raise", log=log, message=(
+        "Ctrl-C: stopping after this step with a checkpoint (Ctrl-C again to stop at once)"))
+
+
 class Watcher:
     """Watches for a preemption notice; `reached(step)` at each step boundary (every
     process, every step) says whether to checkpoint and stop there. Created early (a
@@ -44,15 +95,14 @@ class Watcher:
     handle_sigterm=False: only multi-process notices count (for in-process callers)."""
 
     def __init__(self, handle_sigterm: bool = True):
-        self.requested = False
-        self._previous = None
         self._distributed = jax.process_count() > 1
-        if (handle_sigterm and not self._distributed
-                and threading.current_thread() is threading.main_thread()):
-            self._previous = signal.signal(signal.SIGTERM, self._notice)
+        self._sigterm = StopSignal(signal.SIGTERM)
+        if handle_sigterm:
+            self._sigterm.start()
 
-    def _notice(self, signum, frame) -> None:
-        self.requested = True
+    @property
+    def requested(self) -> bool:
+        return self._sigterm.requested
 
     def reached(self, step: int) -> bool:
         if self._distributed:
@@ -60,12 +110,7 @@ class Watcher:
         return self.requested
 
     def close(self) -> None:
-        """Restores the previous SIGTERM handler; after a notice, keeps ignoring SIGTERM
-        instead (the process is exiting: a repeated notice must not turn exit 0 into a
-        death by signal)."""
-        if self._previous is not None:
-            signal.signal(signal.SIGTERM, signal.SIG_IGN if self.requested else self._previous)
-            self._previous = None
+        self._sigterm.close()
 
     def __enter__(self) -> "Watcher":
         global _active

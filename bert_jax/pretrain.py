@@ -29,7 +29,7 @@ from bert_jax.config import BertConfig, check_choice, check_inputs_fit, compute_
 from bert_jax.data import inputs
 from bert_jax.data.options import DataOptions
 from bert_jax.errors import (Interrupted, UserError, check_divisible, check_learning_rate,
-                             check_positive)
+                             check_positive, check_seq_length)
 from bert_jax.heads import BertForPreTraining
 from bert_jax.metrics_writer import MetricsWriter
 from bert_jax.optim import OPTIMIZERS, make_optimizer
@@ -102,8 +102,7 @@ def setup(config: ml_collections.ConfigDict, vocab_size: int, *,
     one). Reads no files and writes none."""
     bert_config = model_config(config, vocab_size)
     rules = tuple(tuple(r) for r in config.logical_axis_rules)
-    mesh = sharding.make_mesh(dict(config.mesh_shape), devices=devices,
-                              dcn_mesh_shape=dict(config.get("dcn_mesh_shape") or {}))
+    mesh = sharding.config_mesh(config, devices)
     validate_config(config, bert_config, vocab_size, sharding.batch_size_multiple(mesh, rules),
                     jax.process_count() if process_count is None else process_count)
     model = BertForPreTraining(bert_config, config.next_sentence_prediction)
@@ -124,13 +123,6 @@ DIVERGENCE_LEVERS = ("a lower --config.learning_rate, a longer --config.warmup_s
                      "--config.compute_dtype=float32 instead of bfloat16, or gradient clipping "
                      "(--config.max_grad_norm=1.0).")
 
-# What lowers device memory (the README's "Out of memory").
-MEMORY_LEVERS = ("raise --config.grad_accum_steps (the same batch in sequential "
-                 "micro-batches), --config.remat_policy=full, --config.compute_dtype=bfloat16, "
-                 "or shard with --config.mesh_shape.fsdp=-1 --config.mesh_shape.data=1")
-
-# Shortest pretraining row: [CLS] A [SEP] B [SEP] with room for a few tokens of each.
-MIN_SEQ_LENGTH = 8
 _POSITIVE_KEYS = ("global_batch_size", "num_train_steps", "max_seq_length",
                   "max_predictions_per_seq", "grad_accum_steps", "log_every_steps",
                   "checkpoint_every_steps", "keep_checkpoints", "eval_steps")
@@ -162,9 +154,7 @@ def validate_config(config: ml_collections.ConfigDict, bert_config: BertConfig,
     if config.warmup_steps > config.num_train_steps:
         raise UserError(f"warmup_steps {config.warmup_steps} exceeds num_train_steps "
                         f"{config.num_train_steps}")
-    if config.max_seq_length < MIN_SEQ_LENGTH:
-        raise UserError(f"max_seq_length must be at least {MIN_SEQ_LENGTH} ([CLS] A [SEP] B "
-                        f"[SEP] with room for text), got {config.max_seq_length}")
+    check_seq_length(config.max_seq_length)
     if config.max_predictions_per_seq > config.max_seq_length:
         raise UserError(f"max_predictions_per_seq {config.max_predictions_per_seq} exceeds "
                         f"max_seq_length {config.max_seq_length}")
@@ -237,12 +227,10 @@ def run_tokenizer(config: ml_collections.ConfigDict) -> tuple[str, Any]:
     return path, tokenizer
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
-                       watcher: preemption.Watcher | None = None) -> dict:
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     """Runs (or resumes) pretraining in `workdir`; returns the last train/eval metrics.
-    Raises preemption.Preempted after checkpointing the step where `watcher` (default:
-    one that consults only multi-process preemption notices) says to stop."""
-    watcher = watcher or preemption.Watcher(handle_sigterm=False)
+    Raises preemption.Preempted after checkpointing the step where the command's watcher
+    (`preemption.active`, as in fine-tuning) says to stop."""
     workdir = paths.abspath(workdir)
     workdir_kind.check(workdir, workdir_kind.PRETRAINING, {"--config.init_from": config.init_from,
                                                            "--config.teacher": config.teacher})
@@ -294,11 +282,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
             f"{k} {v:.4f}" for k, v in eval_metrics.items()))
 
     save = lambda loop: ckpt.save(loop.step, loop.state, {**run, "pipeline": batches.get_state()})
-    with jax.set_mesh(mesh), training.StopRequest(log) as stop, ckpt.saves_finished():
+    with jax.set_mesh(mesh), preemption.interrupt_request(log) as stop, ckpt.saves_finished():
         reason = loop.run(batches, [train_loop.Every(config.eval_every_steps, evaluate_now,
                                                      at_end=bool(config.eval_every_steps))],
                           checkpoint=train_loop.Every(config.checkpoint_every_steps, save),
-                          watcher=watcher, stop=stop)
+                          watcher=preemption.active(), stop=stop)
         if reason == train_loop.INTERRUPTED:
             ckpt.wait()
             raise Interrupted(f"interrupted at step {loop.step}: checkpoint {loop.step} saved "

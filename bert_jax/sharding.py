@@ -98,6 +98,16 @@ def make_mesh(mesh_shape: Mapping[str, int] | Sequence[int] | None = None,
     return jax.sharding.Mesh(grid, tuple(axis_names), axis_types=axis_types)
 
 
+def config_mesh(config, devices: Sequence[jax.Device] | None = None) -> jax.sharding.Mesh:
+    """The mesh of a run config, the one place every job (pretraining, fine-tuning,
+    distillation, inference) builds it: `mesh_shape` within a slice, `dcn_mesh_shape`
+    across slices (`make_mesh`)."""
+    # .get: configs written before dcn_mesh_shape existed (saved with models, copied
+    # config files) mean the default, `data` across the slices.
+    return make_mesh(dict(config.mesh_shape), devices=devices,
+                     dcn_mesh_shape=dict(config.get("dcn_mesh_shape") or {}))
+
+
 def logical_to_sharding(logical_specs: Any, mesh: jax.sharding.Mesh,
                         rules: LogicalRules = DEFAULT_LOGICAL_AXIS_RULES) -> Any:
     """A tree of logical PartitionSpecs (e.g. `nn.get_partition_spec(abstract_params)`)

@@ -15,7 +15,7 @@ and then what is due at the new step, in the manner of clu's periodic actions:
 - the checkpoint (`Every`), also taken when the loop stops early, always after a flush,
   so no checkpoint follows an unchecked non-finite step;
 - stopping: the last step, a preemption notice (`preemption.Watcher`) or Ctrl-C
-  (`training.StopRequest`).
+  (`preemption.interrupt_request`).
 """
 
 from __future__ import annotations

@@ -7,7 +7,6 @@
 - `apply_gradients`: the one update rule, which skips any step whose loss or global
   gradient norm is not finite (params and optimizer state unchanged, the skip counted
   in `TrainState.nonfinite_steps`);
-- `StopRequest`: Ctrl-C stops the loop at a step boundary, where it can save;
 - `NonFiniteGuard`: a warning for each skipped step, and a stop (`NonFiniteError`) when
   they keep coming: the run diverged.
 
@@ -17,8 +16,6 @@ Starting from loaded weights is `bert_jax.pretrained.init_params`.
 from __future__ import annotations
 
 import logging
-import signal
-import threading
 from typing import Any, Callable
 
 import jax
@@ -166,30 +163,3 @@ class NonFiniteGuard:
         return f"{self.skipped} non-finite step(s) skipped" if self.skipped else ""
 
 
-class StopRequest:
-    """While active, Ctrl-C (SIGINT) sets `requested` instead of raising KeyboardInterrupt
-    in the middle of a step, so the loop can stop at the next step boundary with a
-    checkpoint; a second Ctrl-C interrupts at once. Outside the main thread it does
-    nothing (signals go to the main thread), nor in a multi-process run, whose save every
-    process must join (Ctrl-C there stops at once, the last checkpoint kept)."""
-
-    def __init__(self, log: logging.Logger):
-        self.requested = False
-        self.log = log
-        self._previous = None
-
-    def _handle(self, signum, frame) -> None:
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-        self.log.warning("Ctrl-C: stopping after this step with a checkpoint (Ctrl-C again "
-                         "to stop at once)")
-
-    def __enter__(self) -> "StopRequest":
-        if threading.current_thread() is threading.main_thread() and jax.process_count() == 1:
-            self._previous = signal.signal(signal.SIGINT, self._handle)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)

@@ -143,12 +143,25 @@ def get_config(variant: str | None = None) -> ml_collections.ConfigDict:
     c.sweep = ml_collections.ConfigDict(dict(learning_rate="", num_train_epochs="",
                                              global_batch_size=""))
     c.mesh_shape = ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1))
+    # Multi-slice TPU: mesh_shape is then per slice, and each axis is also split this many
+    # ways across slices (docs/tpu.md).
+    c.dcn_mesh_shape = ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1))
     c.logical_axis_rules = DEFAULT_LOGICAL_AXIS_RULES
     c.log_every_steps = 50
     # Training checkpoints (WORKDIR/checkpoints) at every epoch's end and every this many
     # steps (0: epoch ends only): an interrupted run rerun with the same command resumes
     # from the last one, exactly. Removed when the run completes.
     c.checkpoint_every_steps = 500
+
+    # Distillation (`bert-jax distill`, docs/distillation.md; unused by a plain fine-tune):
+    # loss = alpha * task loss + (1 - alpha) * T^2 * KL(teacher/T || student/T)
+    #        + hidden_weight * hidden-state MSE + attention_weight * attention MSE.
+    c.teacher = ""                    # set by `bert-jax distill --teacher`
+    c.temperature = 2.0
+    c.alpha = 0.5
+    c.student_layers = 0              # keep N evenly spaced student layers (0: all)
+    c.hidden_weight = 0.0             # TinyBERT-style hidden-state matching
+    c.attention_weight = 0.0          # attention-probability matching
 
     if task == "multiple_choice":
         c.global_batch_size = 16      # BERT's SWAG recipe; each example is C rows

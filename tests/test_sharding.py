@@ -124,3 +124,13 @@ def test_albert_shares_its_layer_and_trains_on_a_mixed_mesh_like_one_device():
     assert embeddings["projection"]["kernel"].sharding.spec == P(None, "fsdp")
     query = state.params["bert"]["encoder"]["group_0"]["layer_0"]["attention"]["query"]
     assert query["kernel"].shape == (32, 8, 4)  # one layer, no stacked `layers` axis
+
+
+def test_every_job_builds_its_mesh_from_mesh_shape_and_dcn_mesh_shape():
+    """Fine-tuning configs carry dcn_mesh_shape as pretraining ones do, and both reach
+    `make_mesh` through `config_mesh` (here: one slice, so 2 slices cannot be had)."""
+    from bert_jax.config_loader import load_config
+    for recipe in ("pretrain.py:tiny", "finetune.py:sst2,tiny"):
+        config = load_config(recipe, ["dcn_mesh_shape.data=2"])
+        with pytest.raises(ValueError, match="dcn_mesh_shape .* needs 2 devices"):
+            sharding.config_mesh(config, devices=jax.devices()[:1])

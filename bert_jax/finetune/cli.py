@@ -26,7 +26,6 @@ beside the ensemble's.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
 
@@ -48,24 +47,8 @@ def run_finetune(config, workdir: str) -> dict:
     return trainer.finetune(config, workdir)
 
 
-@contextlib.contextmanager
-def _out_of_memory_said(config):
-    """Rewords the device's out-of-memory error as one line with what to change."""
-    from bert_jax.errors import is_out_of_memory, out_of_memory
-    try:
-        yield
-    except Exception as e:  # noqa: BLE001 - only the out-of-memory error is reworded
-        if is_out_of_memory(e):
-            raise out_of_memory(
-                batch_size=config.global_batch_size, seq_length=config.max_seq_length,
-                levers="lower --config.global_batch_size or --config.max_seq_length, "
-                       "--config.remat_policy=full, --config.compute_dtype=bfloat16, or shard with "
-                       "--config.mesh_shape.fsdp=-1 --config.mesh_shape.data=1") from e
-        raise
-
-
 def _finetune_main(argv: list[str]) -> int:
-    from bert_jax import multihost, preemption, workdir_kind, workdir_lock
+    from bert_jax import job_cli, multihost, workdir_kind
     from bert_jax.config_loader import load_config, split_config_args
     rest, overrides = split_config_args(argv)
     parser = flags.ArgumentParser(prog="bert-jax finetune", description=__doc__,
@@ -80,28 +63,21 @@ def _finetune_main(argv: list[str]) -> int:
     multihost.add_arguments(parser)
     args = parser.parse_args(rest)
     multihost.initialize(args)
-    config = load_config(args.config, overrides, command="finetune")
-    if args.init_from:
-        config.init_from = args.init_from
-    # From here on SIGTERM means: checkpoint at the next step, then stop.
-    try:
-        with preemption.Watcher(), \
-                workdir_lock.hold(args.workdir, "bert-jax finetune", multihost.is_primary(),
-                                  kind=workdir_kind.FINETUNING,
-                                  inputs={"--init_from": config.get("init_from"),
-                                          "--config.model": config.get("model")}), \
-                _out_of_memory_said(config):
-            results = run_finetune(config, args.workdir)
-    except preemption.Preempted as e:
-        if multihost.is_primary():
-            print(e, file=sys.stderr)
-        return preemption.PREEMPTED_EXIT_CODE
-    print(json.dumps({k: v for k, v in results.items() if k != "runs"}, indent=2))
-    return 0
+
+    def load():
+        config = load_config(args.config, overrides, command="finetune")
+        if args.init_from:
+            config.init_from = args.init_from
+        return config, {"--init_from": config.init_from, "--config.model": config.model}
+    code, results = job_cli.run_job("finetune", args.workdir, workdir_kind.FINETUNING, load,
+                                    lambda config: run_finetune(config, args.workdir))
+    if results is not None:
+        print(json.dumps({k: v for k, v in results.items() if k != "runs"}, indent=2))
+    return code
 
 
 def _distill_main(argv: list[str]) -> int:
-    from bert_jax import multihost, preemption, workdir_kind, workdir_lock
+    from bert_jax import job_cli, multihost, workdir_kind
     from bert_jax.config_loader import split_config_args
     rest, overrides = split_config_args(argv)
     parser = flags.ArgumentParser(
@@ -118,20 +94,13 @@ def _distill_main(argv: list[str]) -> int:
     multihost.initialize(args)
     from bert_jax.finetune import distill
     teacher = distill.load_teacher(args.teacher)
-    config = distill.distill_config(teacher, args.student, overrides)
-    try:
-        with preemption.Watcher(), \
-                workdir_lock.hold(args.workdir, "bert-jax distill", multihost.is_primary(),
-                                  kind=workdir_kind.DISTILLATION,
-                                  inputs={"--teacher": args.teacher, "--student": args.student}), \
-                _out_of_memory_said(config):
-            results = distill.distill(config, teacher, args.workdir)
-    except preemption.Preempted as e:
-        if multihost.is_primary():
-            print(e, file=sys.stderr)
-        return preemption.PREEMPTED_EXIT_CODE
-    print(json.dumps(results, indent=2))
-    return 0
+    load = lambda: (distill.distill_config(teacher, args.student, overrides),
+                    {"--teacher": args.teacher, "--student": args.student})
+    code, results = job_cli.run_job("distill", args.workdir, workdir_kind.DISTILLATION, load,
+                                    lambda config: distill.distill(config, teacher, args.workdir))
+    if results is not None:
+        print(json.dumps(results, indent=2))
+    return code
 
 
 def _evaluate_main(argv: list[str]) -> int:

@@ -73,9 +73,10 @@ class StudentWithProjection(nn.Module):
         return self.student(*args, **kwargs)
 
 
-# Keys added to the teacher's fine-tuning config.
-DISTILL_DEFAULTS = dict(teacher="", temperature=2.0, alpha=0.5, student_layers=0,
-                        hidden_weight=0.0, attention_weight=0.0)
+# The distillation keys of configs/finetune.py: a teacher's saved config (itself perhaps
+# distilled) gives way to their recipe defaults.
+DISTILL_KEYS = ("teacher", "temperature", "alpha", "student_layers", "hidden_weight",
+                "attention_weight")
 
 
 def load_teacher(path: str) -> pretrained.Pretrained:
@@ -101,9 +102,10 @@ def distill_config(teacher: pretrained.Pretrained, student: str,
     """The teacher's fine-tuning config with the distillation keys, the student (a model
     directory or a preset name) and `KEY=VALUE` overrides applied."""
     config = inference.saved_config(teacher.task)
+    defaults = inference.recipe_defaults(config.task)
     with config.ignore_type():
-        for key, value in DISTILL_DEFAULTS.items():
-            config[key] = value
+        for key in DISTILL_KEYS:
+            config[key] = defaults[key]
         config.teacher = teacher.tokenizer_dir
         config.seeds, config.freeze = "", ""
         config.sweep = dict.fromkeys(selection.GRID, "")
@@ -349,7 +351,7 @@ def distill(config, teacher: pretrained.Pretrained, workdir: str) -> dict:
     source = student_source(config, teacher)
     teacher_model = teacher_task.model(teacher.config)
     check_matching(config, source.config, teacher.config)
-    mesh = sharding.make_mesh(dict(config.mesh_shape))
+    mesh = sharding.config_mesh(config)
     teacher_params, teacher_shardings = inference.place_model_params(
         teacher, teacher_model, mesh, config.logical_axis_rules)
     settings = {k: float(config[k]) for k in ("temperature", "alpha", "hidden_weight",

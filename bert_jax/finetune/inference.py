@@ -19,7 +19,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from bert_jax import pretrained, sharding
 from bert_jax.config import check_inputs_fit
-from bert_jax.config_loader import rename_keys
+from bert_jax.config_loader import load_config, rename_keys
 from bert_jax.finetune import packing, task_base, tasks
 from bert_jax.tokenization import load_tokenizer
 
@@ -97,9 +97,19 @@ def place_model_params(pre: pretrained.Pretrained, model: nn.Module, mesh, rules
     return params, shardings
 
 
+def recipe_defaults(task: str) -> ml_collections.ConfigDict:
+    """configs/finetune.py's config for `task`: every fine-tuning key at its default."""
+    return load_config(f"finetune.py:{task}")
+
+
 def saved_config(task_spec: dict) -> ml_collections.ConfigDict:
-    """The fine-tuning config saved with a model (`task_spec["config"]`)."""
+    """The fine-tuning config saved with a model (`task_spec["config"]`); keys added to
+    the recipe since it was saved take their defaults (`recipe_defaults`)."""
     config = rename_keys(ml_collections.ConfigDict(task_spec["config"]))  # older key names
+    defaults = recipe_defaults(config.task)
+    with config.ignore_type():
+        for key in set(defaults.keys()) - set(config.keys()):
+            config[key] = defaults[key]
     # JSON turned the rules' tuples into lists.
     rules = tuple((name, tuple(axes) if isinstance(axes, list) else axes)
                   for name, axes in config.logical_axis_rules)
@@ -119,7 +129,7 @@ def load_finetuned(workdir: str, overrides: dict | None = None) -> Finetuned:
         config[key] = value
     task = tasks.from_spec(pre.task, config)
     rules = config.logical_axis_rules
-    mesh = sharding.make_mesh(dict(config.mesh_shape))
+    mesh = sharding.config_mesh(config)
     model = task.model(pre.config)
     params, shardings = place_model_params(pre, model, mesh, rules)
     eval_fn = make_eval_fn(model, task, rules, shardings, mesh)

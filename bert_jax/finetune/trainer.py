@@ -31,7 +31,8 @@ from bert_jax import (chars, checkpoint, multihost, optim, paths, preemption, pr
 from bert_jax.config import (BertConfig, ConfigError, check_choice, check_inputs_fit,
                              compute_fields)
 from bert_jax.data import lengths
-from bert_jax.errors import Interrupted, UserError, check_learning_rate, check_positive
+from bert_jax.errors import (Interrupted, UserError, check_learning_rate, check_positive,
+                             check_seq_length)
 from bert_jax.finetune import files, packing, tasks
 from bert_jax.finetune.inference import (EVALUATE_RESULTS_FILE, make_eval_fn, predict_features,
                                          round_up)
@@ -82,9 +83,8 @@ def resolve_model(config) -> ModelSource:
     or a randomly initialised `config.model` with `config.tokenizer`."""
     dropout = dict(hidden_dropout_prob=config.hidden_dropout_prob,
                    attention_probs_dropout_prob=config.attention_probs_dropout_prob)
-    numerics = {field: config.get(key) for key, field in (
-        ("remat_policy",) * 2, ("attention_impl",) * 2) if config.get(key)}
-    if config.get("compute_dtype"):
+    numerics = {key: config[key] for key in ("remat_policy", "attention_impl") if config[key]}
+    if config.compute_dtype:
         numerics.update(compute_fields(config.compute_dtype))
     if config.init_from:
         pre = pretrained.load(config.init_from)
@@ -199,9 +199,6 @@ DIVERGENCE_LEVERS = ("a lower --config.learning_rate, a larger --config.warmup_p
                      "float32 instead of --config.compute_dtype=bfloat16, or gradient clipping "
                      "(--config.max_grad_norm=1.0).")
 
-# Shortest row: [CLS] A [SEP] B [SEP] with a few tokens of each text.
-MIN_SEQ_LENGTH = 8
-
 
 ZERO_LEARNING_RATE = ("; a linear probe trains the head alone: --config.freeze='bert/*' "
                       "with a learning rate > 0; to score a fine-tuned model without "
@@ -218,22 +215,18 @@ def validate_config(config) -> None:
     if isinstance(epochs, bool) or not isinstance(epochs, (int, float)) or not epochs > 0:
         raise UserError(f"num_train_epochs must be a number > 0, got {epochs!r}")
     if config.max_seq_length != "auto":  # else chosen from the data (train_length_coverage)
-        check_positive("max_seq_length", config.max_seq_length)
-        if config.max_seq_length < MIN_SEQ_LENGTH:
-            raise UserError(f"max_seq_length must be at least {MIN_SEQ_LENGTH} ([CLS] A [SEP] "
-                            f"B [SEP] with room for text), got {config.max_seq_length}")
-    check_positive("checkpoint_every_steps", config.get("checkpoint_every_steps", 0),
-                   allow_zero=True)
-    accum = config.get("grad_accum_steps", 1)
+        check_seq_length(config.max_seq_length)
+    check_positive("checkpoint_every_steps", config.checkpoint_every_steps, allow_zero=True)
+    accum = config.grad_accum_steps
     check_positive("grad_accum_steps", accum)
     if isinstance(config.global_batch_size, int) and config.global_batch_size % accum:
         raise UserError(f"global_batch_size {config.global_batch_size} is not a multiple of "
                         f"grad_accum_steps {accum}")
     check_choice("keep_checkpoint", config.keep_checkpoint, KEEP_CHECKPOINT)
-    check_choice("on_nonfinite", config.get("on_nonfinite", "skip"), ("skip", "stop"))
-    check_positive("max_consecutive_nonfinite", config.get("max_consecutive_nonfinite", 5))
+    check_choice("on_nonfinite", config.on_nonfinite, ("skip", "stop"))
+    check_positive("max_consecutive_nonfinite", config.max_consecutive_nonfinite)
     for key in ("freeze_steps", "freeze_epochs"):
-        value = config.get(key, 0)
+        value = config[key]
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
             raise UserError(f"{key} must be a number >= 0, got {value!r}")
 
@@ -286,12 +279,12 @@ class Finetuning:
         task = tasks.get_task(config)
         if config.packing and not task.supports_packing:  # before any data is read
             raise ValueError(f"task {task.name!r} does not support packing"
-                             + (" with a CRF" if config.get("crf") else ""))
+                             + (" with a CRF" if config.crf else ""))
         self.length_coverage = train_length_coverage(config, self.source)
         check_inputs_fit(self.source.config, self.source.origin,
                          max_seq_length=config.max_seq_length)
         self.rules = config.logical_axis_rules
-        self.mesh = sharding.make_mesh(dict(config.mesh_shape))
+        self.mesh = sharding.config_mesh(config)
         self.multiple = sharding.batch_size_multiple(self.mesh, self.rules)
         self._prepared: dict[Any, _Prepared] = {}
 
@@ -334,7 +327,7 @@ class Finetuning:
             with config.ignore_type():
                 config.max_seq_length = self.config.max_seq_length
         data = self.prepared(int(config.seed))
-        accum = config.get("grad_accum_steps", 1)
+        accum = config.grad_accum_steps
         multiple = self.multiple * accum  # each micro-batch spans the batch shards
         if accum > 1 and config.global_batch_size % multiple:
             raise UserError(f"global_batch_size {config.global_batch_size} is not a multiple "
@@ -352,8 +345,8 @@ class Finetuning:
         loop = train_loop.Loop(
             state, step_fn, lambda batch: sharding.shard_full_batch(batch, self.mesh, self.rules),
             num_steps=plan.num_steps, writer=writer, learning_rate=plan.schedule,
-            guard=training.NonFiniteGuard(config.get("max_consecutive_nonfinite", 5),
-                                          stop_at_first=config.get("on_nonfinite") == "stop",
+            guard=training.NonFiniteGuard(config.max_consecutive_nonfinite,
+                                          stop_at_first=config.on_nonfinite == "stop",
                                           levers=DIVERGENCE_LEVERS, log=log),
             log_every=config.log_every_steps, step_args=(self.objective.extra,),
             counted=("examples",), on_step=ckpt.check)
@@ -362,9 +355,9 @@ class Finetuning:
                                     when=lambda loop: loop.step == plan.frozen_steps),
                    train_loop.Every(0, self._keeper(config, workdir, data, eval_fn, batches,
                                                     kept, plan), when=epoch_end)]
-        save = train_loop.Every(config.get("checkpoint_every_steps", 0), lambda loop: ckpt.save(
+        save = train_loop.Every(config.checkpoint_every_steps, lambda loop: ckpt.save(
             loop.step, loop.state, {**run, "kept": kept.summary()}), when=epoch_end)
-        with jax.set_mesh(self.mesh), training.StopRequest(log) as stop, \
+        with jax.set_mesh(self.mesh), preemption.interrupt_request(log) as stop, \
                 ckpt.saves_finished():
             reason = loop.run(batches, actions, checkpoint=save, watcher=preemption.active(),
                               stop=stop)
@@ -422,6 +415,9 @@ class Finetuning:
         writer = MetricsWriter(workdir, total_steps=plan.num_steps, append=restored is not None)
         if restored is not None:
             state, meta, step = restored
+            # The saved rate and schedule give way to this run's (a resume may change them).
+            state = state.replace(opt_state=optim.set_hyperparams(state.opt_state,
+                                                                  **plan.hyperparams))
             writer.drop_after(step)
             writer.message(f"resumed from step {step} of {ckpt.directory}")
             return state, shardings, _Kept(**meta["kept"]), writer, ckpt
@@ -451,7 +447,7 @@ class Finetuning:
             loop.state, shardings = _unfreeze(loop.state, plan.full_tx, plan.init_fn,
                                               self.mesh, self.rules, config.rng_impl)
             loop.step_fn, _ = data.steps(plan.full_tx, shardings, self.mesh, self.rules, "",
-                                         config.get("grad_accum_steps", 1))
+                                         config.grad_accum_steps)
             loop.writer.message(f"step {loop.step}: unfreezing {config.freeze}")
         return unfreeze
 
@@ -514,6 +510,7 @@ class _Plan:
     tx: Any  # full_tx, or its frozen form while `freeze` holds
     schedule: Any
     init_fn: Any
+    hyperparams: dict  # what the optimizer state holds (`optim.set_hyperparams`)
 
     @classmethod
     def of(cls, config, data, multiple: int) -> "_Plan":
@@ -527,10 +524,11 @@ class _Plan:
             steps_per_epoch = math.ceil(len(data.train_features)
                                         / round_up(config.global_batch_size, multiple))
         num_steps = max(1, int(config.num_train_epochs * steps_per_epoch))
+        hyperparams = dict(learning_rate=config.learning_rate, num_train_steps=num_steps,
+                           warmup_steps=int(config.warmup_proportion * num_steps))
         full_tx, schedule = optim.make_optimizer(
-            learning_rate=config.learning_rate, num_train_steps=num_steps,
-            warmup_steps=int(config.warmup_proportion * num_steps), optimizer=config.optimizer,
-            weight_decay=config.weight_decay, max_grad_norm=config.max_grad_norm, injected=True)
+            **hyperparams, optimizer=config.optimizer, weight_decay=config.weight_decay,
+            max_grad_norm=config.max_grad_norm, injected=True)
         dummy = jnp.ones((1, 8), jnp.int32)
         init_fn = lambda key: data.model.init({"params": key, "dropout": key}, dummy, dummy,
                                               dummy)["params"]
@@ -540,7 +538,7 @@ class _Plan:
             shapes = nn.unbox(jax.eval_shape(init_fn, jax.random.key(0)))
             tx = optim.freeze(full_tx, optim.frozen_mask(shapes, config.freeze))
         return cls(steps_per_epoch, num_steps, math.ceil(config.num_train_epochs),
-                   rows_per_batch, frozen_steps, full_tx, tx, schedule, init_fn)
+                   rows_per_batch, frozen_steps, full_tx, tx, schedule, init_fn, hyperparams)
 
     def frozen_at(self, step: int) -> bool:
         """Whether the state after `step` steps has the frozen optimizer state (the
@@ -672,7 +670,7 @@ def warn_if_degenerate(config, task) -> None:
     if names is not None and len(names) == 1:
         log.warning("task %r: every training example has the label %r: the model can only "
                     "learn to predict it, and its accuracy says nothing", task.name, names[0])
-    train, dev = config.get("train_file"), config.get("validation_file")
+    train, dev = config.train_file, config.validation_file
     try:
         same = bool(train and dev) and paths.getsize(train) == paths.getsize(dev) and \
             paths.read_bytes(train) == paths.read_bytes(dev)
