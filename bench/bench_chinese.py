@@ -139,7 +139,7 @@ from bert_jax.data.options import DataOptions
 
 def pretrain(workdir: str, data: list[str], vocab: str, args) -> dict:
     from bert_jax.config_loader import load_config
-    from bert_jax.pretrain import train_and_evaluate
+    from bert_jax.pretrain.job import train_and_evaluate
     steps = args.pretrain_steps
     config = load_config(f"{CONFIGS}/pretrain.py:tiny", [
         # No dropout by default: 1.3 passes over the rows do not overfit, and the model

@@ -60,7 +60,7 @@ def worker(args) -> list[float]:
     from bert_jax import sharding
     from bert_jax.heads import BertForPreTraining
     from bert_jax.optim import make_optimizer
-    from bert_jax.pretrain_steps import dummy_inputs, jit_steps
+    from bert_jax.pretrain.steps import dummy_inputs, jit_steps
     data = np.load(args.data)
     # bf16 on every backend: FP8 is compared with bf16 (XLA's CPU compiler may skip a
     # float32 -> float8 -> float32 round trip as excess precision).

@@ -121,7 +121,7 @@ def pretrain(workdir: str, records: list[str], steps: int, learning_rate: float,
              init_from: str, settings: dict, args) -> dict:
     """A pretraining run (from `init_from`'s weights when set): its own held-out MLM
     accuracy. `settings` names what the run depends on (upstream stages included)."""
-    from bert_jax.pretrain import train_and_evaluate
+    from bert_jax.pretrain.job import train_and_evaluate
 
     def run():
         config = pretrain_config(records, args, steps=steps, learning_rate=learning_rate,
@@ -137,9 +137,9 @@ def mlm_accuracy(model_dir: str, records: list[str], eval_fraction: float, args)
     every model)."""
     import jax
     from bert_jax import pretrained
-    from bert_jax.data import inputs
-    from bert_jax.pretrain import setup
-    from bert_jax.pretrain_steps import evaluate
+    from bert_jax.pretrain import inputs
+    from bert_jax.pretrain.job import setup
+    from bert_jax.pretrain.steps import evaluate
     from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
     tokenizer = load_tokenizer(DEFAULT_VOCAB)
     config = pretrain_config(records, args, eval_fraction=eval_fraction)

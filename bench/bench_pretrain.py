@@ -165,7 +165,7 @@ def jax_step(args):
     from bert_jax import sharding
     from bert_jax.heads import BertForPreTraining
     from bert_jax.optim import make_optimizer
-    from bert_jax.pretrain_steps import dummy_inputs, jit_steps
+    from bert_jax.pretrain.steps import dummy_inputs, jit_steps
     accelerator = jax.default_backend() != "cpu"
     config = jax_model_config(args, accelerator)
     rng_impl = "threefry" if args.numerics == "faithful" else "unsafe_rbg"

@@ -46,7 +46,7 @@ def pretrain_config(recipe: str, args, steps: int, **extra):
 def seconds_per_step(recipe: str, args) -> float:
     """The pace after compilation: the time between the probe run's first and last
     logged training steps (metrics.jsonl), per step."""
-    from bert_jax.pretrain import train_and_evaluate
+    from bert_jax.pretrain.job import train_and_evaluate
 
     workdir = os.path.join(args.workdir, f"{recipe}_probe")
     steps = args.probe_steps
@@ -61,7 +61,7 @@ def seconds_per_step(recipe: str, args) -> float:
 def pretrain(recipe: str, args) -> dict:
     from bert_jax import pretrained
     from bert_jax.model import count_params
-    from bert_jax.pretrain import train_and_evaluate
+    from bert_jax.pretrain.job import train_and_evaluate
 
     pace = seconds_per_step(recipe, args)
     steps = max(2, int(args.minutes * 60 / pace))

@@ -8,7 +8,7 @@ with the slice size).
 Each case is the `tpu_base` or `tpu_large` recipe (data parallel and FSDP
 respectively, as shipped) with global_batch_size = per-chip batch x chips; each
 compiles in its own process, two at a time by default, and is cached under
-CACHE_ROOT/tpu_compile (`bert_jax.tpu_search.run_case`), so an interrupted run
+CACHE_ROOT/tpu_compile (`bert_jax.tpu.search.run_case`), so an interrupted run
 continues where it stopped. Needs the `tpu` extra; each case takes 1.5 to 10 minutes of
 a 2-core CPU and 2 to 8 GB of RAM. Prints one JSON line per case and a Markdown table.
 """
@@ -23,7 +23,8 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from bert_jax import topologies, tpu_search  # noqa: E402
+from bert_jax.tpu import topologies
+from bert_jax.tpu import search as tpu_search
 
 TOPOLOGIES = ("v4-8", "v4-128", "v5e-16", "v5e-256", "v5p-8", "v5p-128", "v6e-8", "v6e-256")
 # Rows per chip by (model, sequence length): base 16k tokens per chip, large 8k (tpu_large's

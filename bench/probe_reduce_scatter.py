@@ -13,7 +13,7 @@ bfloat16) differentiated two ways,
   the program handed to libtpu holds `reduce-scatter` ops,
 
 and prints, per topology and way, the collectives in the program before and after
-libtpu's compilation with their bytes per chip per step (`bert_jax.hlo_collectives`).
+libtpu's compilation with their bytes per chip per step (`bert_jax.tpu.collectives`).
 Rerun it with a new libtpu to see whether the multi-host lowering changed.
 
   python bench/probe_reduce_scatter.py [--topologies v4-8,v4-16,v5e-8,v5e-16]
@@ -43,7 +43,9 @@ def probe(topology_name: str, way: str) -> dict:
     import numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-    from bert_jax import hlo_collectives, topologies, tpu_compile
+    from bert_jax.tpu import collectives as hlo_collectives
+    from bert_jax.tpu import topologies
+    from bert_jax.tpu import compile as tpu_compile
     devices = tpu_compile.topology_devices(topologies.resolve(topology_name))
     mesh = Mesh(np.array(devices), ("fsdp",))
 

@@ -20,7 +20,7 @@ COMMANDS = {
     "train-tokenizer": ("bert_jax.data.build_vocab", "train a WordPiece or SentencePiece vocabulary"),
     "tokenize": ("bert_jax.tokenization.cli", "tokenize stdin, one line per input line"),
     "create-data": ("bert_jax.data.create_pretraining_data", "text files -> MLM/NSP TFRecords"),
-    "pretrain": ("bert_jax.cli_pretrain", "pretrain BERT (MLM + NSP) over a device mesh"),
+    "pretrain": ("bert_jax.pretrain.cli", "pretrain BERT (MLM + NSP) over a device mesh"),
     "finetune": ("bert_jax.finetune.cli", "fine-tune on GLUE, CSV/TSV/JSONL, CoNLL or SQuAD"),
     "distill": ("bert_jax.finetune.cli", "distil a fine-tuned model into a smaller student"),
     "evaluate": ("bert_jax.finetune.cli", "evaluate a fine-tuned workdir"),
@@ -29,7 +29,7 @@ COMMANDS = {
     "convert": ("bert_jax.convert.cli", "HF / Google TF checkpoints to and from bert_jax"),
     "extend-vocab": ("bert_jax.convert.extend_vocab", "add tokens to a model's vocabulary"),
     "export": ("bert_jax.export", "serving export of a fine-tuned model"),
-    "compile": ("bert_jax.tpu_compile", "compile a pretraining step for a TPU slice: fit, comms"),
+    "compile": ("bert_jax.tpu.compile", "compile a pretraining step for a TPU slice: fit, comms"),
 }
 
 

@@ -65,7 +65,7 @@ def create_data(out_dir: str, smoke: bool) -> list[str]:
 
 def pretrain(workdir: str, data: list[str], steps: int, smoke: bool) -> dict:
     from bert_jax.config_loader import load_config
-    from bert_jax.pretrain import train_and_evaluate
+    from bert_jax.pretrain.job import train_and_evaluate
     config = load_config("pretrain.py:tiny", [
         f"--config.input_files={','.join(data)}",
         f"--config.num_train_steps={steps}",

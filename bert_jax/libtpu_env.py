@@ -42,7 +42,7 @@ def configure(environ: MutableMapping[str, str] = os.environ) -> None:
         environ["LIBTPU_INIT_ARGS"] = f"{args} {RNG_FLAG}".strip()
     if not tpu_attached():
         # Any valid type silences libtpu; it does not change compiling for a topology,
-        # whose chips and hosts are given explicitly (`bert_jax.topologies`).
+        # whose chips and hosts are given explicitly (`bert_jax.tpu.topologies`).
         environ.setdefault("TPU_ACCELERATOR_TYPE", "v5litepod-1")
         environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
         environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")

@@ -1,4 +1,4 @@
-"""The training core that pretraining (`bert_jax.pretrain`) and fine-tuning
+"""The training core that pretraining (`bert_jax.pretrain.job`) and fine-tuning
 (`bert_jax.finetune.trainer`) share, so both follow the same rules:
 
 - `model_config`: the BertConfig from a preset name or a dict of fields;

@@ -467,7 +467,7 @@ def test_evaluate_prints_its_metrics_before_a_write_that_fails(paths, tmp_path, 
 
 
 def test_a_completed_pretraining_run_rerun_says_so_and_returns_its_metrics(paths, capsys):
-    from bert_jax import pretrain
+    from bert_jax.pretrain import job as pretrain
     from bert_jax.config_loader import load_config, split_config_args
     workdir = paths["pretrained"]
     steps = checkpoint_steps(workdir)
@@ -507,7 +507,9 @@ def test_tokenize_refuses_latin1_input_instead_of_printing_garbage():
 
 def test_compile_without_libtpu_says_what_to_install(monkeypatch):
     from jax.experimental import topologies as jax_topologies
-    from bert_jax import errors, topologies, tpu_compile
+    from bert_jax import errors
+    from bert_jax.tpu import topologies
+    from bert_jax.tpu import compile as tpu_compile
 
     def missing(**kwargs):
         raise RuntimeError("JAX TPU support not installed; cannot generate TPU topology")
@@ -519,7 +521,7 @@ def test_compile_without_libtpu_says_what_to_install(monkeypatch):
 
 
 def test_a_glob_catching_summary_json_reads_only_the_tfrecords(paths, caplog):
-    from bert_jax.data import inputs
+    from bert_jax.pretrain import inputs
     from bert_jax.config_loader import load_config
     config = load_config(os.path.join(REPO, "configs", "pretrain.py") + ":tiny",
                          [f"input_files={paths['records']}/*"])
@@ -532,7 +534,7 @@ def test_a_glob_catching_summary_json_reads_only_the_tfrecords(paths, caplog):
 
 def test_tfrecords_are_known_by_their_content_not_their_name(paths, tmp_path):
     from bert_jax.config_loader import load_config
-    from bert_jax.data import inputs
+    from bert_jax.pretrain import inputs
     renamed = tmp_path / "shard.bin"  # e.g. Google's tool's --output_file=out.bin
     shutil.copy(os.path.join(paths["records"], "pretrain-00000-of-00002.tfrecord"), renamed)
     (tmp_path / "text.tfrecord").write_text("a sentence\n")
@@ -549,7 +551,7 @@ def test_tfrecords_are_known_by_their_content_not_their_name(paths, tmp_path):
 def test_records_made_before_the_setup_was_recorded_train_with_one_warning(paths, tmp_path,
                                                                          caplog):
     from bert_jax.config_loader import load_config
-    from bert_jax.data import inputs
+    from bert_jax.pretrain import inputs
     old = str(tmp_path / "old")
     shutil.copytree(paths["records"], old)
     with open(os.path.join(old, "summary.json")) as f:
@@ -731,7 +733,7 @@ def test_silent_surprises_get_a_warning(paths, tmp_path, caplog):
 
 def test_out_of_device_memory_names_the_batch_and_the_levers(paths, tmp_path, capsys,
                                                              monkeypatch):
-    from bert_jax import pretrain
+    from bert_jax.pretrain import job as pretrain
 
     def out_of_memory(config, workdir, *args):
         raise RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate "

@@ -13,7 +13,7 @@ from bert_jax.errors import CheckpointError
 from bert_jax.heads import BertForPreTraining
 from bert_jax.optim import make_optimizer
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
-from bert_jax.pretrain_steps import dummy_inputs
+from bert_jax.pretrain.steps import dummy_inputs
 from test_sharding import CONFIG, LENGTH, PREDICTIONS
 
 MODEL = BertForPreTraining(CONFIG)

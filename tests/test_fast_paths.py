@@ -13,7 +13,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bert_jax import compile_cache, pretrain, pretrain_steps, pretrained, sharding
+from bert_jax import compile_cache, pretrained, sharding
+from bert_jax.pretrain import job as pretrain
+from bert_jax.pretrain import steps as pretrain_steps
 from bert_jax.config import BertConfig, ConfigError
 from bert_jax.config_loader import load_config
 from bert_jax.heads import BertForPreTraining
@@ -308,9 +310,9 @@ def test_compilation_cache_directory_defaults_and_overrides(tmp_path):
 def test_train_step_and_bench_imports_need_no_tensorflow():
     # GPU machines often have no tensorflow: the step, model and bench must not import it.
     code = ("import sys; sys.path.insert(0, 'bench'); import bench_pretrain; "
-            "import bert_jax.pretrain, bert_jax.heads, bert_jax.sharding, bert_jax.optim, "
+            "import bert_jax.pretrain.job, bert_jax.heads, bert_jax.sharding, bert_jax.optim, "
             "bert_jax.perf, bert_jax.cli; "
-            "bench_pretrain.jax_model_config; from bert_jax.pretrain_steps import jit_steps; "
+            "bench_pretrain.jax_model_config; from bert_jax.pretrain.steps import jit_steps; "
             "bad = [m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'tensorboard')]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True,

@@ -92,7 +92,7 @@ HOST_FORBIDDEN = ("jax", "flax", "optax", "orbax", "bert_jax.model", "bert_jax.h
 # Training checkpoints are the one layer every job saves and loads through: it knows the
 # checkpoint layout and nothing of the jobs, models, model directories or data above it.
 CHECKPOINT_FORBIDDEN = ("bert_jax.pretrain", "bert_jax.pretrained", "bert_jax.finetune",
-                        "bert_jax.training", "bert_jax.mlm_distill", "bert_jax.model",
+                        "bert_jax.training", "bert_jax.tpu", "bert_jax.model",
                         "bert_jax.heads", "bert_jax.data", "bert_jax.tokenization",
                         "bert_jax.metrics_writer", "bert_jax.embed", "bert_jax.export",
                         "bert_jax.convert", "bert_jax.cli")
@@ -159,7 +159,7 @@ def test_model_directories_conversion_and_export_import_no_training_loop(module)
                                     "bert_jax.losses", "bert_jax.train_state"])
 def test_the_training_core_imports_no_job_task_or_data(module):
     """The one loop serves pretraining, fine-tuning and distillation: it knows none."""
-    assert _reaches(module, ("bert_jax.pretrain", "bert_jax.finetune", "bert_jax.mlm_distill",
+    assert _reaches(module, ("bert_jax.pretrain", "bert_jax.finetune", "bert_jax.tpu",
                              "bert_jax.data", "bert_jax.checkpoint", "tensorflow")) == []
 
 
@@ -169,17 +169,17 @@ def test_loading_a_config_imports_no_jax(module):
     assert _reaches(module, ("jax", "flax", "optax", "orbax", "tensorflow")) == []
 
 
-@pytest.mark.parametrize("module", ["bert_jax.libtpu_env", "bert_jax.topologies",
-                                    "bert_jax.hlo_collectives"])
+@pytest.mark.parametrize("module", ["bert_jax.libtpu_env", "bert_jax.tpu.topologies",
+                                    "bert_jax.tpu.collectives"])
 def test_libtpu_set_up_and_topology_tables_import_no_jax(module):
     """The CLI and conftest.py set libtpu's environment before JAX may start."""
     assert _reaches(module, ("jax", "flax", "optax", "orbax", "tensorflow")) == []
 
 
 def test_the_pretraining_job_parses_no_command_line():
-    """`bert-jax pretrain`'s flags and exit codes live in bert_jax.cli_pretrain; pretrain.py
+    """`bert-jax pretrain`'s flags and exit codes live in bert_jax.pretrain.cli; pretrain.py
     is the job, callable from Python with a config."""
-    assert IMPORTS["bert_jax.pretrain"] & {"argparse", "bert_jax.flags",
+    assert IMPORTS["bert_jax.pretrain.job"] & {"argparse", "bert_jax.flags",
                                            "bert_jax.config_loader"} == set()
 
 
@@ -240,10 +240,10 @@ def test_the_cli_table_reaches_every_part():
 RUN_PATH_MODULES = sorted(
     m for m in SOURCES if m.startswith(("bert_jax.finetune.", "bert_jax.tokenization"))
     and m != "bert_jax.tokenization.cli"  # reads stdin, writes stdout
-    or m in ("bert_jax.pretrain", "bert_jax.checkpoint", "bert_jax.pretrained",
+    or m in ("bert_jax.pretrain.job", "bert_jax.checkpoint", "bert_jax.pretrained",
              "bert_jax.metrics_writer", "bert_jax.atomic", "bert_jax.embed", "bert_jax.export",
              "bert_jax.convert.cli", "bert_jax.data.pipeline", "bert_jax.data.corpus",
-             "bert_jax.data.inputs", "bert_jax.data.build_vocab",
+             "bert_jax.pretrain.inputs", "bert_jax.data.build_vocab",
              "bert_jax.data.create_pretraining_data", "bert_jax.data.tfrecord"))
 OS_FILE_FUNCTIONS = {"makedirs", "mkdir", "remove", "unlink", "rename", "replace", "listdir",
                      "scandir", "stat", "rmdir", "walk"}

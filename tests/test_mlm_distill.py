@@ -1,4 +1,4 @@
-"""Pretraining distillation on MLM logits (`--config.teacher`, bert_jax/mlm_distill.py):
+"""Pretraining distillation on MLM logits (`--config.teacher`, bert_jax/pretrain/distill.py):
 the loss against BERT's definition, exact resume, and the errors."""
 
 import os
@@ -12,7 +12,7 @@ import pytest
 from bert_jax import (cli, heads, losses, mlm_distill, pretrain, pretrain_steps, pretrained,
                       training)
 from bert_jax.config import BertConfig
-from bert_jax.pretrain import train_and_evaluate
+from bert_jax.pretrain.job import train_and_evaluate
 from bert_jax.tokenization import DEFAULT_VOCAB, WordPieceTokenizer, load_tokenizer
 from test_train import (REPO, final_params, small_config, text_corpus,  # noqa: F401 - a fixture
                         train_records)

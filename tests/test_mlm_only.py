@@ -16,8 +16,8 @@ from bert_jax.data import instances
 from bert_jax.data.options import DataOptions
 from bert_jax.data.pipeline import make_pretrain_iterator
 from bert_jax.finetune import trainer
-from bert_jax.data.inputs import DATA_OPTIONS_FILE
-from bert_jax.pretrain import model_config, train_and_evaluate
+from bert_jax.pretrain.inputs import DATA_OPTIONS_FILE
+from bert_jax.pretrain.job import model_config, train_and_evaluate
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
 from test_create_data import read_records
 from test_finetune_util import micro_config

@@ -9,7 +9,7 @@ import pytest
 
 from bert_jax import optim, pretrained
 from bert_jax.config_loader import load_config
-from bert_jax.pretrain import train_and_evaluate
+from bert_jax.pretrain.job import train_and_evaluate
 from test_train import REPO, text_corpus  # noqa: F401 - a fixture
 
 

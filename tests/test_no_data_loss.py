@@ -139,7 +139,7 @@ def test_write_text_replaces_a_file_whole_or_not_at_all(tmp_path):
 
 
 def test_the_python_entry_points_refuse_another_kind_of_workdir(tmp_path):
-    from bert_jax import pretrain
+    from bert_jax.pretrain import job as pretrain
     from bert_jax.config_loader import load_config
     from bert_jax.finetune.cli import run_finetune
     from test_train import REPO

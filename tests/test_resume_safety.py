@@ -16,7 +16,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from bert_jax import checkpoint, cli, sharding
-from bert_jax.pretrain import train_and_evaluate
+from bert_jax.pretrain.job import train_and_evaluate
 from test_checkpoint import TX, assert_trees_equal, init_fn, restore, state_on
 from test_train import REPO, SMALL_MODEL, small_config, text_corpus  # noqa: F401 - a fixture
 
@@ -159,7 +159,7 @@ def test_pretrain_resume_checks_the_config_and_logs_each_step_once(tmp_path, tex
 KILL_DURING_SAVE = """
 import os, signal, sys
 import orbax.checkpoint as ocp
-from bert_jax.pretrain import train_and_evaluate
+from bert_jax.pretrain.job import train_and_evaluate
 from test_train import small_config
 
 write_meta = ocp.JsonCheckpointHandler._save_fn
@@ -214,7 +214,7 @@ def test_enospc_during_a_save_leaves_the_previous_one_and_resumes(tmp_path, text
 def test_converted_text_records_its_options_and_is_rebuilt_when_they_change(
         tmp_path, text_corpus):
     from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
-    from bert_jax.data.inputs import DATA_OPTIONS_FILE, prepare_input_files
+    from bert_jax.pretrain.inputs import DATA_OPTIONS_FILE, prepare_input_files
     vocabulary = load_tokenizer(DEFAULT_VOCAB).fingerprint()
 
     def convert(**overrides):

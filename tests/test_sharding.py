@@ -9,7 +9,7 @@ from bert_jax import sharding
 from bert_jax.config import preset
 from bert_jax.heads import BertForPreTraining
 from bert_jax.optim import make_optimizer
-from bert_jax.pretrain_steps import dummy_inputs, jit_steps
+from bert_jax.pretrain.steps import dummy_inputs, jit_steps
 
 # Every sharded dimension divides 8, so any 8-device mesh is valid.
 CONFIG = preset("tiny", vocab_size=128, hidden_size=32, num_attention_heads=8,

@@ -104,8 +104,8 @@ def test_sop_without_pairs_is_refused(tmp_path, capsys):
 @pytest.mark.slow
 def test_albert_pretrains_with_sentence_order_prediction(tmp_path, text_corpus):  # noqa: F811
     from bert_jax import pretrained
-    from bert_jax.data.inputs import DATA_OPTIONS_FILE
-    from bert_jax.pretrain import train_and_evaluate
+    from bert_jax.pretrain.inputs import DATA_OPTIONS_FILE
+    from bert_jax.pretrain.job import train_and_evaluate
     model = ("{'preset': 'albert-base-v2', 'num_hidden_layers': 2, 'hidden_size': 32, "
              "'num_attention_heads': 2, 'intermediate_size': 64, 'embedding_size': 16, "
              "'max_position_embeddings': 64}")

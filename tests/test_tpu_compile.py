@@ -10,7 +10,10 @@ import sys
 import jax
 import pytest
 
-from bert_jax import hlo_collectives, pretrain, topologies, tpu_compile
+from bert_jax.tpu import collectives as hlo_collectives
+from bert_jax.pretrain import job as pretrain
+from bert_jax.tpu import topologies
+from bert_jax.tpu import compile as tpu_compile
 from bert_jax.config_loader import load_config
 from bert_jax.errors import UserError
 
@@ -221,7 +224,7 @@ def test_a_config_that_cannot_fit_is_refused_in_one_line():
 
 
 def test_search_recommends_headroom_then_least_traffic_and_caches(monkeypatch, tmp_path):
-    from bert_jax import tpu_search
+    from bert_jax.tpu import search as tpu_search
     monkeypatch.setenv("BERT_JAX_CACHE_DIR", str(tmp_path))
     calls = []
 

@@ -6,8 +6,8 @@ import sys
 
 import numpy as np
 
-from bert_jax import cli_pretrain
-from bert_jax.data import inputs
+from bert_jax.pretrain import cli as cli_pretrain
+from bert_jax.pretrain import inputs
 
 
 class TwoHosts:

@@ -26,17 +26,17 @@ import optax
 from bert_jax import (checkpoint, mlm_distill, multihost, paths, perf, preemption, pretrained,
                       sharding, train_loop, training, workdir_kind)
 from bert_jax.config import BertConfig, check_choice, check_inputs_fit, compute_fields
-from bert_jax.data import inputs
+from bert_jax.pretrain import inputs
 from bert_jax.data.options import DataOptions
 from bert_jax.errors import (Interrupted, UserError, check_divisible, check_learning_rate,
                              check_positive, check_seq_length)
 from bert_jax.heads import BertForPreTraining
 from bert_jax.metrics_writer import MetricsWriter
 from bert_jax.optim import OPTIMIZERS, make_optimizer
-from bert_jax.pretrain_steps import dummy_inputs, evaluate, jit_steps
+from bert_jax.pretrain.steps import dummy_inputs, evaluate, jit_steps
 from bert_jax.train_state import TrainState
 
-log = logging.getLogger("bert_jax.pretrain")
+log = logging.getLogger("bert_jax.pretrain.job")
 
 
 def model_config(config: ml_collections.ConfigDict, vocab_size: int | None = None) -> BertConfig:
@@ -60,7 +60,7 @@ class Setup:
     """What a pretraining config builds before it touches data, a workdir or a device:
     the model, optimizer and schedule, the mesh, the TrainState's sharded shapes and
     the jitted steps. `bert-jax pretrain` runs it; `bert-jax compile` compiles it for a
-    TPU topology (`bert_jax.tpu_compile`)."""
+    TPU topology (`bert_jax.tpu.compile`)."""
 
     config: ml_collections.ConfigDict
     bert_config: BertConfig

@@ -10,7 +10,7 @@ accumulation, remat, scan and donation as `bert-jax pretrain`), lowered on
 ShapeDtypeStructs over the devices of `jax.experimental.topologies.get_topology_desc`.
 It prints the slice, the mesh, per-chip HBM (parameters + optimizer state, temporaries,
 total against the chip's), XLA's FLOPs next to the model's, the bytes a chip moves per
-step by collective kind (`bert_jax.hlo_collectives`) and the compile time, then one
+step by collective kind (`bert_jax.tpu.collectives`) and the compile time, then one
 line of JSON. A config that does not fit exits 2 with one line naming the shortfall.
 XLA's `optimal_seconds` is not reported: it is no step time for this program (negative,
 loop bodies counted once).
@@ -27,7 +27,10 @@ import time
 import jax
 import numpy as np
 
-from bert_jax import flags, hlo_collectives, perf, pretrain, topologies
+from bert_jax import flags, perf
+from bert_jax.tpu import collectives as hlo_collectives
+from bert_jax.pretrain import job as pretrain
+from bert_jax.tpu import topologies
 from bert_jax.config_loader import load_config, split_config_args
 from bert_jax.errors import UserError
 
@@ -227,7 +230,7 @@ def main(argv: list[str]) -> int:
 
 
 def _search(args, overrides: list[str], topology: topologies.Topology) -> int:
-    from bert_jax import tpu_search
+    from bert_jax.tpu import search as tpu_search
     print(f"searching {topology.name} x{args.num_slices} ({args.workers} compiles at once; "
           f"results cached in {tpu_search.cache_dir()})", flush=True)
     rows = tpu_search.search(args.config, overrides, topology.name, args.num_slices,

@@ -1,4 +1,4 @@
-"""`bert-jax pretrain`: the command line of pretraining (bert_jax.pretrain is the job).
+"""`bert-jax pretrain`: the command line of pretraining (bert_jax.pretrain.job is the job).
 
     bert-jax pretrain --config configs/pretrain.py:tiny --workdir runs/tiny \
         [--config.KEY=VALUE ...]
@@ -12,7 +12,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bert_jax import flags, job_cli, multihost, pretrain, workdir_kind
+from bert_jax import flags, job_cli, multihost, workdir_kind
+from bert_jax.pretrain import job as pretrain
 from bert_jax.config_loader import load_config, split_config_args
 
 

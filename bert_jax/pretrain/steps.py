@@ -13,7 +13,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from bert_jax import losses, mlm_distill, sharding, training
+from bert_jax import losses, sharding, training
+from bert_jax.pretrain import distill as mlm_distill
 from bert_jax.heads import BertForPreTraining
 from bert_jax.train_state import TrainState
 

@@ -21,7 +21,8 @@ import subprocess
 import sys
 import threading
 
-from bert_jax import compile_cache, hlo_collectives
+from bert_jax import compile_cache
+from bert_jax.tpu import collectives as hlo_collectives
 from bert_jax.config_loader import load_config
 
 MESHES = {"data": {"data": -1, "fsdp": 1, "tensor": 1},
