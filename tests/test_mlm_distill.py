@@ -9,8 +9,8 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax import (cli, heads, losses, mlm_distill, pretrain, pretrain_steps, pretrained,
-                      training)
+from bert_jax import cli, heads, losses, pretrained, training
+from bert_jax.pretrain import distill as mlm_distill, job as pretrain, steps as pretrain_steps
 from bert_jax.config import BertConfig
 from bert_jax.pretrain.job import train_and_evaluate
 from bert_jax.tokenization import DEFAULT_VOCAB, WordPieceTokenizer, load_tokenizer

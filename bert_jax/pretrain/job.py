@@ -23,10 +23,10 @@ import jax
 import ml_collections
 import optax
 
-from bert_jax import (checkpoint, mlm_distill, multihost, paths, perf, preemption, pretrained,
-                      sharding, train_loop, training, workdir_kind)
+from bert_jax import (checkpoint, multihost, paths, perf, preemption, pretrained, sharding,
+                      train_loop, training, workdir_kind)
 from bert_jax.config import BertConfig, check_choice, check_inputs_fit, compute_fields
-from bert_jax.pretrain import inputs
+from bert_jax.pretrain import distill as mlm_distill, inputs
 from bert_jax.data.options import DataOptions
 from bert_jax.errors import (Interrupted, UserError, check_divisible, check_learning_rate,
                              check_positive, check_seq_length)
