@@ -34,6 +34,7 @@ from typing import Any, Sequence
 
 import ml_collections
 
+from bert_jax import config_schema
 from bert_jax.errors import UserError
 
 # Keys renamed so that every config names a setting alike (old -> new). A config file, an
@@ -156,7 +157,7 @@ def check_family(config: ml_collections.ConfigDict, path: str, command: str) -> 
     file, key = FAMILIES[command]
     if key in config:
         return
-    other = next((c for c, (_, k) in FAMILIES.items() if k in config), None)
+    other = family_of(config)
     raise UserError(f"{path} is not a {command} config (it has no '{key}' key"
                     + (f"; it is a config for `bert-jax {other}`" if other else "")
                     + f"): `bert-jax {command}` takes configs/{file}[:VARIANT] or a copy of it")
@@ -179,8 +180,18 @@ def load_config(spec: str, overrides: Sequence[str] = (),
         check_family(config, path, command)
     warn = _warn_once()
     rename_keys(config, lambda message: warn(f"{path}: {message}"))
+    schema = config_schema.SCHEMAS.get(command or family_of(config))
+    if schema:  # a copy made before a key existed runs with its default
+        config_schema.fill_defaults(config, schema)
     apply_overrides(config, overrides, warn)
+    if schema:
+        config_schema.check(config, schema)
     return config
+
+
+def family_of(config: ml_collections.ConfigDict) -> str | None:
+    """The command a config is for ("pretrain", "finetune"), by the key only it has."""
+    return next((c for c, (_, k) in FAMILIES.items() if k in config), None)
 
 
 def apply_overrides(config: ml_collections.ConfigDict, overrides: Sequence[str],

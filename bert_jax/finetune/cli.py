@@ -40,8 +40,8 @@ def run_finetune(config, workdir: str) -> dict:
     (`selection.run_grid`). Refuses a workdir of another kind, or its own --init_from."""
     from bert_jax import workdir_kind
     from bert_jax.finetune import selection, trainer
-    workdir_kind.check(workdir, workdir_kind.FINETUNING, {"--init_from": config.get("init_from"),
-                                                          "--config.model": config.get("model")})
+    workdir_kind.check(workdir, workdir_kind.FINETUNING, {"--init_from": config.init_from,
+                                                          "--config.model": config.model})
     if selection.is_sweep(config):
         return selection.run_grid(config, workdir)
     return trainer.finetune(config, workdir)
