@@ -86,13 +86,17 @@ def _import_file(path: str):
         raise UserError(f"{e.filename or path}:{e.lineno}: {e.msg} (config file syntax)") \
             from None
     except Exception as e:  # noqa: BLE001 - the file's own code failed: name its line
-        line = next((f.lineno for f in reversed(traceback.extract_tb(e.__traceback__))
-                     if os.path.abspath(f.filename) == os.path.abspath(path)), "?")
-        raise UserError(f"{path}:{line}: {type(e).__name__}: {e} (running the config "
-                        "file)") from None
+        raise _file_error(path, e, "running the config file") from None
     if not hasattr(module, "get_config"):
         raise UserError(f"{path} has no get_config() function")
     return module
+
+
+def _file_error(path: str, e: Exception, doing: str) -> UserError:
+    """`e`, raised by a config file's code, as one line naming the file's line."""
+    line = next((f.lineno for f in reversed(traceback.extract_tb(e.__traceback__))
+                 if os.path.abspath(f.filename) == os.path.abspath(path)), "?")
+    return UserError(f"{path}:{line}: {type(e).__name__}: {e} ({doing})")
 
 
 def parse_value(text: str) -> Any:
@@ -175,7 +179,10 @@ def load_config(spec: str, overrides: Sequence[str] = (),
     takes_arg = bool(inspect.signature(module.get_config).parameters)
     if variant and not takes_arg:
         raise UserError(f"{path}: get_config() takes no variant, got {variant!r}")
-    config = module.get_config(variant or None) if takes_arg else module.get_config()
+    try:
+        config = module.get_config(variant or None) if takes_arg else module.get_config()
+    except Exception as e:  # noqa: BLE001 - e.g. a value of the wrong type for its key
+        raise _file_error(module.__file__, e, "in get_config") from None
     if command:
         check_family(config, path, command)
     warn = _warn_once()

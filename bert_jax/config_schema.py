@@ -11,6 +11,7 @@ Imports no jax: loading a config stays cheap.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import difflib
 from typing import Any
@@ -378,3 +379,15 @@ def _range_text(key: Key) -> str:
     if key.low is not None:
         return f" >= {key.low}"
     return ""
+
+
+def add_help_argument(parser: argparse.ArgumentParser, command: str) -> None:
+    """`--help_config`: print `command`'s schema and exit 0 (as --help does)."""
+    class _Help(argparse.Action):
+        def __call__(self, parser, namespace, values, option_string=None):
+            print(f"The keys of a `bert-jax {command}` config (--config.KEY=VALUE); "
+                  "'resume may change': a resumed run may take a new value.\n")
+            print(describe(SCHEMAS[command]))
+            parser.exit(0)
+    parser.add_argument("--help_config", nargs=0, action=_Help,
+                        help="list every config key: type, default, range, description")

@@ -39,3 +39,54 @@ def test_every_recipe_sets_exactly_the_schemas_keys(spec):
     config = load_config(spec)
     family = config_schema.SCHEMAS[spec.split(".")[0]]
     assert sorted(config.keys()) == sorted(k.name for k in family)
+
+
+def _copied_recipe(tmp_path, body: str) -> str:
+    """A user's config file: the tiny recipe plus `body`, as get_config's last lines."""
+    path = tmp_path / "my_pretrain.py"
+    path.write_text("from bert_jax.config_schema import PRETRAIN, base_config\n\n"
+                    "def get_config():\n    c = base_config(PRETRAIN)\n    c.model = 'tiny'\n"
+                    + "".join(f"    {line}\n" for line in body.splitlines())
+                    + "    return c\n")
+    return str(path)
+
+
+@pytest.mark.parametrize("body, message", [
+    ("c.num_train_step = 5", "unknown config key 'num_train_step'; did you mean num_train_steps?"),
+    ("c.masked_lm_prob = 1.5", "masked_lm_prob must be in [0.0, 1.0], got 1.5"),
+    ("c.warmup_steps = -1", "warmup_steps must be an integer >= 0, got -1"),
+    ("c.optimizer = 'sgd'", "optimizer must be one of adamw, lamb; got 'sgd'"),
+    ("c.packing = None", "config key 'packing' expects bool, got NoneType None"),
+    ("c.packing = 'yes'", "my_pretrain.py:6: TypeError: Could not override field 'packing'"),
+    ("c.mesh_shape.pipeline = 2", "unknown config key 'mesh_shape.pipeline'"),
+    ("c.mesh_shape.fsdp = None", "config key 'mesh_shape.fsdp' expects int, got NoneType None"),
+])
+def test_a_config_file_is_checked_at_load_in_one_line_naming_the_key(tmp_path, body, message):
+    with pytest.raises(UserError) as e:
+        load_config(_copied_recipe(tmp_path, body), command="pretrain")
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_an_override_out_of_range_is_refused_at_load():
+    with pytest.raises(UserError, match="eval_steps must be an integer >= 1, got 0"):
+        load_config("pretrain.py:tiny", ["eval_steps=0"])
+    with pytest.raises(UserError, match="temperature must be >= 0.0, got -1.0"):
+        load_config("finetune.py:spam,tiny", ["temperature=-1"])
+
+
+def test_a_config_copied_before_a_key_existed_gets_its_default(tmp_path):
+    path = _copied_recipe(tmp_path, "del c['max_consecutive_nonfinite']\ndel c['lr_schedule']")
+    config = load_config(path, ["lr_schedule=wsd"], command="pretrain")
+    assert config.max_consecutive_nonfinite == 5 and config.lr_schedule == "wsd"
+
+
+@pytest.mark.parametrize("command", ["pretrain", "finetune"])
+def test_help_config_prints_every_key_and_exits_0(command, capsys):
+    from bert_jax import cli
+    with pytest.raises(SystemExit) as e:
+        cli.main([command, "--help_config"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    for key in config_schema.SCHEMAS[command]:
+        assert f"\n  {key.name} (" in out
+    assert "learning_rate (float) = " in out and "; resume may change" in out
