@@ -127,7 +127,7 @@ PRETRAIN: list[Key] = [
         "distillation (DistilBERT, docs/distillation.md)",
         Key("teacher", "", "a pretrained model dir or workdir with an MLM head; '' = no "
             "distillation"),
-        Key("temperature", 2.0, "softmax temperature T of the KL term", low=0.0, resume=True),
+        Key("temperature", 2.0, "softmax temperature T of the KL term (> 0)", resume=True),
         Key("alpha", 0.5, "loss = alpha * MLM + (1 - alpha) * T^2 * KL", low=0.0, high=1.0,
             resume=True)),
     *_group(
@@ -267,7 +267,7 @@ FINETUNE: list[Key] = [
     *_group(
         "distillation (bert-jax distill, docs/distillation.md)",
         Key("teacher", "", "set by `bert-jax distill --teacher`"),
-        Key("temperature", 2.0, "softmax temperature T", low=0.0, resume=True),
+        Key("temperature", 2.0, "softmax temperature T (> 0)", resume=True),
         Key("alpha", 0.5, "loss = alpha * task + (1 - alpha) * T^2 * KL + ...", low=0.0,
             high=1.0, resume=True),
         Key("student_layers", 0, "keep N evenly spaced student layers (0: all)", low=0),
@@ -346,8 +346,8 @@ def _check_range(key: Key, name: str, value: float) -> None:
         if high is None and isinstance(value, int) and int in key.types:
             least = f"an integer >= {low}" if low <= 1 else f"at least {low}"
             raise UserError(f"{name} must be {least}, got {value!r}")
-        bounds = f"in [{low}, {high}]" if high is not None else f">= {low}" \
-            if low is not None else f"<= {high}"
+        bounds = f"between {low:g} and {high:g}" if None not in (low, high) else \
+            f">= {low}" if low is not None else f"<= {high}"
         raise UserError(f"{name} must be {bounds}, got {value!r}")
 
 
