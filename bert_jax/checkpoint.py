@@ -43,7 +43,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
-from bert_jax import paths
+from bert_jax import config_schema, paths
 from bert_jax.config_loader import RENAMED_KEYS
 from bert_jax.errors import CheckpointError
 
@@ -59,24 +59,12 @@ STATE_ITEM, META_ITEM = "state", "meta"
 # examples (restores re-shard onto any mesh; the pipeline position counts examples,
 # not batches). The schedule keys change the rest of the run's learning rate, which
 # is why a changed key is named in a warning. Every other key must match.
-CHANGEABLE_KEYS = frozenset({
-    "num_train_steps", "warmup_steps", "learning_rate", "allow_zero_learning_rate",
-    "weight_decay", "max_grad_norm",
-    "global_batch_size", "grad_accum_steps", "compute_dtype", "remat_policy", "mesh_shape",
-    "dcn_mesh_shape",
-    "logical_axis_rules", "log_every_steps", "eval_every_steps", "eval_steps",
-    "checkpoint_every_steps", "keep_checkpoints", "on_nonfinite",
-    "max_consecutive_nonfinite", "resume_from",
-    "init_from", "partial_restore", "start_fresh", "model.dtype", "model.remat_policy",
-    # FP8 matmuls: the same parameters and optimizer state as bf16 (bert_jax/fp8.py).
-    "model.fp8",
-    # How attention is computed and how much dropout is applied: same parameters and
-    # state, so a run may switch (rng_impl may not: it changes the key and its stream).
-    "attention_impl", "attention_probs_dropout_prob", "hidden_dropout_prob",
-    "model.attention_impl",
-    "model.attention_probs_dropout_prob", "model.hidden_dropout_prob",
-    # The distillation loss's weighting (the teacher itself may not change).
-    "temperature", "alpha"})
+# The run-config keys whose schema allows a resume to change them, and the resolved
+# model's fields of the same kind: FP8 matmuls (the same parameters and optimizer state as
+# bf16, bert_jax/fp8.py), how attention is computed and how much dropout is applied.
+CHANGEABLE_KEYS = config_schema.resume_keys(config_schema.PRETRAIN, config_schema.FINETUNE) | {
+    "model.dtype", "model.remat_policy", "model.fp8", "model.attention_impl",
+    "model.attention_probs_dropout_prob", "model.hidden_dropout_prob"}
 # Described by the resolved model and the vocabulary fingerprint instead.
 _INDIRECT_KEYS = ("model", "tokenizer")
 # Keys added after checkpoints were first written, with the value those runs had: a

@@ -34,6 +34,7 @@ from typing import Any, Sequence
 
 import ml_collections
 
+from bert_jax import config_schema
 from bert_jax.errors import UserError
 
 # Keys renamed so that every config names a setting alike (old -> new). A config file, an
@@ -85,13 +86,17 @@ def _import_file(path: str):
         raise UserError(f"{e.filename or path}:{e.lineno}: {e.msg} (config file syntax)") \
             from None
     except Exception as e:  # noqa: BLE001 - the file's own code failed: name its line
-        line = next((f.lineno for f in reversed(traceback.extract_tb(e.__traceback__))
-                     if os.path.abspath(f.filename) == os.path.abspath(path)), "?")
-        raise UserError(f"{path}:{line}: {type(e).__name__}: {e} (running the config "
-                        "file)") from None
+        raise _file_error(path, e, "running the config file") from None
     if not hasattr(module, "get_config"):
         raise UserError(f"{path} has no get_config() function")
     return module
+
+
+def _file_error(path: str, e: Exception, doing: str) -> UserError:
+    """`e`, raised by a config file's code, as one line naming the file's line."""
+    line = next((f.lineno for f in reversed(traceback.extract_tb(e.__traceback__))
+                 if os.path.abspath(f.filename) == os.path.abspath(path)), "?")
+    return UserError(f"{path}:{line}: {type(e).__name__}: {e} ({doing})")
 
 
 def parse_value(text: str) -> Any:
@@ -156,7 +161,7 @@ def check_family(config: ml_collections.ConfigDict, path: str, command: str) -> 
     file, key = FAMILIES[command]
     if key in config:
         return
-    other = next((c for c, (_, k) in FAMILIES.items() if k in config), None)
+    other = family_of(config)
     raise UserError(f"{path} is not a {command} config (it has no '{key}' key"
                     + (f"; it is a config for `bert-jax {other}`" if other else "")
                     + f"): `bert-jax {command}` takes configs/{file}[:VARIANT] or a copy of it")
@@ -174,13 +179,26 @@ def load_config(spec: str, overrides: Sequence[str] = (),
     takes_arg = bool(inspect.signature(module.get_config).parameters)
     if variant and not takes_arg:
         raise UserError(f"{path}: get_config() takes no variant, got {variant!r}")
-    config = module.get_config(variant or None) if takes_arg else module.get_config()
+    try:
+        config = module.get_config(variant or None) if takes_arg else module.get_config()
+    except Exception as e:  # noqa: BLE001 - e.g. a value of the wrong type for its key
+        raise _file_error(module.__file__, e, "in get_config") from None
     if command:
         check_family(config, path, command)
     warn = _warn_once()
     rename_keys(config, lambda message: warn(f"{path}: {message}"))
+    schema = config_schema.SCHEMAS.get(command or family_of(config))
+    if schema:  # a copy made before a key existed runs with its default
+        config_schema.fill_defaults(config, schema)
     apply_overrides(config, overrides, warn)
+    if schema:
+        config_schema.check(config, schema)
     return config
+
+
+def family_of(config: ml_collections.ConfigDict) -> str | None:
+    """The command a config is for ("pretrain", "finetune"), by the key only it has."""
+    return next((c for c, (_, k) in FAMILIES.items() if k in config), None)
 
 
 def apply_overrides(config: ml_collections.ConfigDict, overrides: Sequence[str],

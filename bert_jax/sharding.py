@@ -105,7 +105,7 @@ def config_mesh(config, devices: Sequence[jax.Device] | None = None) -> jax.shar
     # .get: configs written before dcn_mesh_shape existed (saved with models, copied
     # config files) mean the default, `data` across the slices.
     return make_mesh(dict(config.mesh_shape), devices=devices,
-                     dcn_mesh_shape=dict(config.get("dcn_mesh_shape") or {}))
+                     dcn_mesh_shape=dict(config.dcn_mesh_shape))
 
 
 def logical_to_sharding(logical_specs: Any, mesh: jax.sharding.Mesh,

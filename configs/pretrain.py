@@ -27,93 +27,17 @@ ones are global; check a slice with `bert-jax compile --topology v4-128` (docs/t
 (e.g. `gpu_large,faithful`) for BERT's exact numerics at the same shapes.
 
 Any key can be overridden: `--config.num_train_steps=100 --config.mesh_shape.fsdp=8`.
+Every key, its default, range and description (bert_jax/config_schema.py):
+`bert-jax pretrain --help_config`.
 """
 
 import ml_collections
 
-from bert_jax.axis_rules import DEFAULT_LOGICAL_AXIS_RULES
+from bert_jax.config_schema import PRETRAIN, base_config
 
 
 def get_config(variant: str | None = None) -> ml_collections.ConfigDict:
-    c = ml_collections.ConfigDict()
-    # Model: a preset name (bert_jax.config.PRESETS) or a dict of BertConfig fields,
-    # optionally with 'preset' naming the base. vocab_size defaults to the tokenizer's.
-    c.model = "bert-base"
-    c.compute_dtype = "float32"         # "bfloat16": bf16 compute, fp32 params and optimizer;
-    #                                     "fp8": bf16 with FP8 encoder matmuls (Hopper)
-    c.remat_policy = "none"             # none | full | dots | dots_with_no_batch_dims
-    c.scan_layers = False
-    c.attention_impl = "einsum"         # einsum (BERT's exact) | fused (no attention dropout)
-    c.attention_probs_dropout_prob = None  # None = the model's (0.1); fused needs 0.0
-    c.rng_impl = "threefry"             # dropout RNG: threefry | rbg | unsafe_rbg (faster)
-
-    # Data. input_files: comma-separated globs of TFRecords from `bert-jax create-data`
-    # or raw text (one sentence per line, blank line between documents);
-    # "" = the embedded public-domain corpus.
-    c.input_files = ""
-    c.eval_fraction = 0.01              # share of examples held out for evaluation
-    c.tokenizer = ""                    # "" = the bundled 8k-WordPiece vocabulary
-    c.max_seq_length = 128
-    c.max_predictions_per_seq = 20
-    c.masked_lm_prob = 0.15             # share of tokens masked (ModernBERT: 0.3)
-    c.dynamic_masking = True
-    c.whole_word_masking = False
-    c.packing = False
-    # False: MLM only, no NSP head or loss; rows are contiguous sentences filled up to
-    # max_seq_length, crossing documents with a [SEP] between them (RoBERTa's
-    # FULL-SENTENCES). TFRecords must be made to match (create-data
-    # --no_next_sentence_prediction); raw text is converted to match.
-    c.next_sentence_prediction = True
-    # True: ALBERT's sentence-order prediction (SOP) instead of NSP: the pairs are two
-    # consecutive spans, swapped half the time, and the pair head learns which (TFRecords
-    # from create-data --sentence_order_prediction; raw text is converted to match).
-    c.sentence_order_prediction = False
-    # ERNIE's knowledge masking of Chinese text: "entity" (jieba's named entities) or
-    # "phrase" (needs TFRecords from create-data --knowledge_masking phrase) masks those
-    # units whole, in a share knowledge_masking_prob of the rows (words in the rest).
-    c.knowledge_masking = "none"
-    c.knowledge_masking_prob = 1.0
-    # Distillation on MLM logits (DistilBERT): a pretrained model dir or pretraining
-    # workdir with an MLM head, reading this run's vocabulary. The loss becomes
-    # alpha * MLM + (1 - alpha) * T^2 * KL(teacher/T || student/T) (+ NSP).
-    c.teacher = ""
-    c.temperature = 2.0
-    c.alpha = 0.5
-
-    # Optimisation. Steps are optimizer updates of global_batch_size examples each;
-    # grad_accum_steps splits each into that many sequential micro-batches.
-    c.global_batch_size = 256
-    c.grad_accum_steps = 1
-    c.num_train_steps = 1_000_000
-    c.warmup_steps = 10_000
-    c.learning_rate = 1e-4
-    c.allow_zero_learning_rate = False  # learning_rate 0 trains nothing: only on purpose
-    c.optimizer = "adamw"               # adamw | lamb
-    c.lr_schedule = "bert"              # bert (warmup, linear decay) | wsd (warmup-stable-decay)
-    c.weight_decay = 0.01
-    c.max_grad_norm = 1.0
-    c.on_nonfinite = "skip"             # skip: drop the update and count it | stop
-    c.max_consecutive_nonfinite = 5     # skipped updates in a row that stop the run (diverged)
-
-    # Devices: sizes of the data, fsdp and tensor axes (-1 = the rest).
-    c.mesh_shape = ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1))
-    # Multi-slice TPU (several slices over the data-center network): mesh_shape is then
-    # per slice, and each axis is also split this many ways across slices (docs/tpu.md).
-    c.dcn_mesh_shape = ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1))
-    c.logical_axis_rules = DEFAULT_LOGICAL_AXIS_RULES
-
-    # Bookkeeping.
-    c.seed = 0
-    c.log_every_steps = 100
-    c.eval_every_steps = 10_000
-    c.eval_steps = 50                   # batches per evaluation
-    c.checkpoint_every_steps = 10_000
-    c.keep_checkpoints = 3
-    c.resume_from = ""                  # a checkpoint dir to start from if the workdir has none
-    c.init_from = ""                    # a model dir (bert-jax convert / pretrain) or hf:ORG/NAME
-    c.partial_restore = False           # allow missing/extra params when restoring init_from
-    c.start_fresh = False               # start over when no checkpoint in the workdir is readable
-
+    c = base_config(PRETRAIN)  # every key at its default: `bert-jax pretrain --help_config`
     variant, _, modifier = (variant or "base").partition(",")
     if modifier not in ("", "faithful"):
         raise ValueError(f"unknown variant modifier {modifier!r}: only 'faithful'")

@@ -4,10 +4,10 @@ a multi-seed workdir) average the members' outputs and report each member's metr
 import json
 import shutil
 
-import ml_collections
 import numpy as np
 import pytest
 
+from bert_jax.config_loader import load_config
 from bert_jax.errors import UserError
 from bert_jax.finetune import cli, ensemble, trainer
 from bert_jax.finetune.tagging import TaggingTask
@@ -79,11 +79,11 @@ def test_members_that_featurize_differently_are_refused(two_seeds, tmp_path):
 
 
 def test_taggers_average_token_probabilities_and_crfs_are_refused():
-    task = TaggingTask(ml_collections.ConfigDict({"crf": False}), "conll")
+    task = TaggingTask(load_config("finetune.py:conll", ["crf=False"]), "conll")
     outputs = [{"tags": np.array([0, 1]), "probabilities": np.array([[0.6, 0.4], [0.1, 0.9]])},
                {"tags": np.array([1, 1]), "probabilities": np.array([[0.3, 0.7], [0.4, 0.6]])}]
     combined = task.combine_outputs(outputs)
     np.testing.assert_array_equal(combined["tags"], [1, 1])  # 0.45 vs 0.55, then 0.25 vs 0.75
-    task = TaggingTask(ml_collections.ConfigDict({"crf": True}), "conll")
+    task = TaggingTask(load_config("finetune.py:conll", ["crf=True"]), "conll")
     with pytest.raises(UserError, match="CRF"):
         task.combine_outputs(outputs)

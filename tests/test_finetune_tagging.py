@@ -278,6 +278,6 @@ def test_short_sentences_featurize_as_one_window(tokenizer):
 @pytest.mark.parametrize("stride", [-1, 14, 100, 2.5])
 def test_bad_tagging_stride_is_rejected(tokenizer, stride):
     example = {"words": LONG_WORDS, "tags": LONG_TAGS}
-    task = _task([example], f"tagging_stride={stride}")
-    with pytest.raises(ValueError, match="tagging_stride"):
-        task.featurize([example], tokenizer, 16, training=True)
+    with pytest.raises(ValueError, match="tagging_stride"):  # at load (-1, 2.5) or later
+        _task([example], f"tagging_stride={stride}").featurize([example], tokenizer, 16,
+                                                               training=True)

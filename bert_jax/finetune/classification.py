@@ -32,8 +32,8 @@ class ClassificationTask(Task):
         self.name = name
         self.label_names = label_names
         self.metric = metric
-        head_fraction(config.get("truncation", "head"))  # an unknown one fails now
-        self.pooling = config.get("pooling", "pooler")  # older model directories lack it
+        head_fraction(config.truncation)  # an unknown one fails now
+        self.pooling = config.pooling
         check_choice("pooling", self.pooling, heads.CLASSIFIER_POOLINGS)
         self.selection_metric = {"matthews": "matthews_corrcoef", "f1_accuracy": "f1",
                                  "pearson_spearman": "pearson", "regression": "pearson"
@@ -68,7 +68,7 @@ class ClassificationTask(Task):
         features = []
         for i, ex in enumerate(examples):
             ids, segments = encode_pair(tokenizer, ex["text_a"], ex.get("text_b"),
-                                        max_seq_length, self.config.get("truncation", "head"))
+                                        max_seq_length, self.config.truncation)
             label = ex.get("label")
             if label is None or (not self.is_regression and label < 0):
                 label = 0  # unlabeled (test) examples

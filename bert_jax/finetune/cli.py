@@ -40,15 +40,15 @@ def run_finetune(config, workdir: str) -> dict:
     (`selection.run_grid`). Refuses a workdir of another kind, or its own --init_from."""
     from bert_jax import workdir_kind
     from bert_jax.finetune import selection, trainer
-    workdir_kind.check(workdir, workdir_kind.FINETUNING, {"--init_from": config.get("init_from"),
-                                                          "--config.model": config.get("model")})
+    workdir_kind.check(workdir, workdir_kind.FINETUNING, {"--init_from": config.init_from,
+                                                          "--config.model": config.model})
     if selection.is_sweep(config):
         return selection.run_grid(config, workdir)
     return trainer.finetune(config, workdir)
 
 
 def _finetune_main(argv: list[str]) -> int:
-    from bert_jax import job_cli, multihost, workdir_kind
+    from bert_jax import config_schema, job_cli, multihost, workdir_kind
     from bert_jax.config_loader import load_config, split_config_args
     rest, overrides = split_config_args(argv)
     parser = flags.ArgumentParser(prog="bert-jax finetune", description=__doc__,
@@ -60,6 +60,7 @@ def _finetune_main(argv: list[str]) -> int:
                         help="model directory, pretraining workdir or Hub model "
                              "(hf:ORG/NAME[@REVISION]) to start from")
     parser.add_argument("--workdir", required=True)
+    config_schema.add_help_argument(parser, "finetune")
     multihost.add_arguments(parser)
     args = parser.parse_args(rest)
     multihost.initialize(args)
@@ -77,7 +78,7 @@ def _finetune_main(argv: list[str]) -> int:
 
 
 def _distill_main(argv: list[str]) -> int:
-    from bert_jax import job_cli, multihost, workdir_kind
+    from bert_jax import config_schema, job_cli, multihost, workdir_kind
     from bert_jax.config_loader import split_config_args
     rest, overrides = split_config_args(argv)
     parser = flags.ArgumentParser(

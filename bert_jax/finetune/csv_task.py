@@ -93,12 +93,12 @@ def _label_name(value) -> str:
 
 class CsvTask(ClassificationTask):
     def __init__(self, config, name: str = "csv"):
-        super().__init__(config, name=name, label_names=[], metric=config.get("metric") or "")
-        pair = config.get("text_pair_column") or None
-        self.text_columns = (config.get("text_column", "text"), pair)
+        super().__init__(config, name=name, label_names=[], metric=config.metric or "")
+        pair = config.text_pair_column or None
+        self.text_columns = (config.text_column, pair)
 
     def path(self, split: str) -> str:
-        path = self.config.get(_SPLIT_KEYS[split]) or ""
+        path = self.config[_SPLIT_KEYS[split]]
         if not path and self.name == "spam":
             path = paths.join(SPAM_DIR, f"{'dev' if split == 'validation' else split}.tsv")
         return path
@@ -112,9 +112,9 @@ class CsvTask(ClassificationTask):
         if not path:
             raise ValueError(f"task {self.name!r} needs --config.{_SPLIT_KEYS[split]}")
         a_name, b_name = self.text_columns
-        label_name = self.config.get("label_column", "label")
-        if self.config.get("columns"):
-            columns = _column_names(self.config.get("columns"))
+        label_name = self.config.label_column
+        if self.config.columns:
+            columns = _column_names(self.config.columns)
             rows = files.read_headerless(path, columns)
         else:
             rows, columns = files.read_table(path)
@@ -142,7 +142,7 @@ class CsvTask(ClassificationTask):
 
     def prepare(self, train_examples):
         self.label_names = infer_labels([ex["label"] for ex in train_examples],
-                                        self.config.get("label_type", "auto"))
+                                        self.config.label_type)
         if not self.metric:
             self.metric = "regression" if self.is_regression else "accuracy"
         self.selection_metric = "pearson" if self.is_regression else "accuracy"

@@ -40,7 +40,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from bert_jax import layer_layout, losses, paths, pretrained, sharding, workdir_kind
+from bert_jax import config_schema, layer_layout, losses, paths, pretrained, sharding, workdir_kind
 from bert_jax.config_loader import apply_overrides
 from bert_jax.errors import UserError
 from bert_jax.finetune import inference, selection, tasks, trainer
@@ -73,10 +73,9 @@ class StudentWithProjection(nn.Module):
         return self.student(*args, **kwargs)
 
 
-# The distillation keys of configs/finetune.py: a teacher's saved config (itself perhaps
+# The distillation keys of the fine-tuning schema: a teacher's saved config (itself perhaps
 # distilled) gives way to their recipe defaults.
-DISTILL_KEYS = ("teacher", "temperature", "alpha", "student_layers", "hidden_weight",
-                "attention_weight")
+DISTILL_KEYS = tuple(k.name for k in config_schema.FINETUNE if k.group.startswith("distill"))
 
 
 def load_teacher(path: str) -> pretrained.Pretrained:

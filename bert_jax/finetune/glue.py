@@ -70,7 +70,7 @@ class GlueTask(ClassificationTask):
     @functools.cached_property
     def test_splits(self):
         splits = tuple(self.glue.submissions)
-        glue_dir = self.config.get("glue_dir")
+        glue_dir = self.config.glue_dir
         if glue_dir:  # a glue_data folder may lack a test file: no submission (one warning)
             return tuple(s for s in splits if glue_files.split_path(glue_dir, self.name, s))
         return splits
@@ -81,11 +81,11 @@ class GlueTask(ClassificationTask):
         return self.glue.dataset or f"glue/{self.name}"
 
     def load(self, split):
-        if self.config.get("glue_dir"):
+        if self.config.glue_dir:
             return glue_files.load(self.config.glue_dir, self.name, split, self.label_names)
         rows = files.tfds_examples(self._dataset(split), split,
-                                   data_dir=self.config.get("tfds_data_dir"),
-                                   download=self.config.get("tfds_download", False))
+                                   data_dir=self.config.tfds_data_dir,
+                                   download=self.config.tfds_download)
         key_a, key_b = self.glue.text_keys
         return [{"text_a": files.text(r[key_a]),
                  "text_b": None if key_b is None else files.text(r[key_b]),

@@ -74,23 +74,23 @@ class MultipleChoiceTask(Task):
 
     def __init__(self, config):
         super().__init__(config)
-        head_fraction(config.get("truncation", "head"))  # an unknown one fails now
-        self.context_column = config.get("context_column", "sent1")
-        self.question_column = config.get("question_column", "sent2") or None
-        self.ending_columns = column_names(config.get("ending_columns", "ending0,ending1"))
-        self.label_column = config.get("label_column", "label")
+        head_fraction(config.truncation)  # an unknown one fails now
+        self.context_column = config.context_column
+        self.question_column = config.question_column or None
+        self.ending_columns = column_names(config.ending_columns)
+        self.label_column = config.label_column
 
     def spec(self):
         return {"name": self.name, "family": "multiple_choice", "kind": "multiple_choice"}
 
     @property
     def test_split(self):
-        return "test" if self.config.get("test_file") else None
+        return "test" if self.config.test_file else None
 
     # --- data ---
     def load(self, split):
         key = _SPLIT_KEYS[split]
-        path = self.config.get(key)
+        path = self.config[key]
         if not path:
             raise UserError(f"task {self.name!r} needs --config.{key}")
         # Train and validation need every label; a test file may have none or blanks.
@@ -185,7 +185,7 @@ class MultipleChoiceTask(Task):
         if len(counts) > 1:
             raise UserError(f"examples with {' and '.join(map(str, counts))} endings: every "
                             "example of one set needs the same number")
-        truncation = self.config.get("truncation", "head")
+        truncation = self.config.truncation
         features = []
         for i, ex in enumerate(examples):
             rows = [encode_pair(tokenizer, ex["context"],

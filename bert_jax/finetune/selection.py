@@ -58,8 +58,8 @@ def parse_list(key: str, value: Any, kind: type) -> list:
 
 
 def swept(config, key: str):
-    """`sweep.KEY` of `config`, "" when not set (or a config from before `sweep`)."""
-    return config.get("sweep", {}).get(key, "")
+    """`sweep.KEY` of `config`, "" when not set."""
+    return config.sweep[key]
 
 
 def is_sweep(config) -> bool:

@@ -89,12 +89,12 @@ class SquadTask(Task):
         self._encodings: dict[str, object] = {}
 
     def load(self, split):
-        path = self.config.get({"train": "train_file", "validation": "validation_file"}[split])
+        path = self.config[{"train": "train_file", "validation": "validation_file"}[split]]
         if path:
             return read_squad_json(path)
         rows = files.tfds_examples("squad/v2.0" if self.version_2 else "squad/v1.1", split,
-                                   data_dir=self.config.get("tfds_data_dir"),
-                                   download=self.config.get("tfds_download", False))
+                                   data_dir=self.config.tfds_data_dir,
+                                   download=self.config.tfds_download)
         return [{"id": files.text(r["id"]), "question": files.text(r["question"]),
                  "context": files.text(r["context"]),
                  "answers": [{"text": files.text(t), "answer_start": int(s)} for t, s in
@@ -219,7 +219,7 @@ class SquadTask(Task):
         by_example = collections.defaultdict(list)
         for feature, out in zip(features, outputs):
             by_example[feature["_example_index"]].append((feature, out))
-        threshold = self.config.get("null_score_diff_threshold", 0.0)
+        threshold = self.config.null_score_diff_threshold
         records = []
         for index, ex in enumerate(examples):
             pairs = by_example.get(index, [])
@@ -244,7 +244,7 @@ class SquadTask(Task):
         predictions = {r["id"]: r["answer"] for r in records}
         gold = {ex["id"]: [] if ex.get("is_impossible") else [a["text"] for a in ex["answers"]]
                 for ex in examples}
-        chinese = metrics.chinese_answers(gold, self.config.get("answer_metric", "auto"))
+        chinese = metrics.chinese_answers(gold, self.config.answer_metric)
         return metrics.squad_scores(predictions, gold, chinese=chinese)
 
     def predict(self, examples, features, outputs):

@@ -90,7 +90,7 @@ def max_context_windows(windows, token_ranges, starts, ends) -> list[int]:
 
 def resolve_stride(config, max_seq_length: int) -> int:
     """`tagging_stride` (default max_seq_length // 4), checked against the window."""
-    stride = config.get("tagging_stride", None)
+    stride = config.tagging_stride
     if stride is None:
         stride = max_seq_length // 4
     window = max_seq_length - 2
@@ -112,25 +112,25 @@ class TaggingTask(Task):
         self.label_names: list[str] = []
         self.scheme: str | None = None  # a tag_schemes.SCHEMES name; None: not NER
         self.label_bias: tuple[float, ...] | None = None  # log label frequencies (training)
-        self.use_crf = bool(config.get("crf", False))
+        self.use_crf = bool(config.crf)
         self.supports_packing = not self.use_crf  # the CRF would chain across examples
         if name == "conll":
-            self.test_split = "test" if config.get("test_file") else None
+            self.test_split = "test" if config.test_file else None
 
     # --- data ---
     def load(self, split):
         if self.name == "conll2003":
             rows = files.tfds_examples("conll2003", {"validation": "dev"}.get(split, split),
-                                       data_dir=self.config.get("tfds_data_dir"),
-                                       download=self.config.get("tfds_download", False))
+                                       data_dir=self.config.tfds_data_dir,
+                                       download=self.config.tfds_download)
             names = self._tfds_names()
             return [{"words": [files.text(w) for w in r["tokens"]],
                      "tags": [names[int(t)] for t in r["ner"]][:len(r["tokens"])]}
                     for r in rows]
         key = {"train": "train_file", "validation": "validation_file", "test": "test_file"}[split]
-        if not self.config.get(key):
+        if not self.config[key]:
             raise ValueError(f"task 'conll' needs --config.{key}")
-        return files.read_conll(self.config.get(key), self.config.get("tag_column", -1))
+        return files.read_conll(self.config[key], self.config.tag_column)
 
     @staticmethod
     def _tfds_names():
@@ -143,7 +143,7 @@ class TaggingTask(Task):
     def prepare(self, train_examples):
         counts = collections.Counter(t for ex in train_examples for t in ex["tags"] or ())
         if not counts:
-            raise UserError(f"{self.config.get('train_file') or 'the training data'} has no "
+            raise UserError(f"{self.config.train_file or 'the training data'} has no "
                             "tag column: training needs a token and its tag on each line "
                             "(e.g. 'Paris B-LOC'), blank lines between sentences")
         if self.name == "conll2003":
@@ -156,7 +156,7 @@ class TaggingTask(Task):
         total = sum(counts.values()) + len(self.label_names)
         self.label_bias = tuple(float(np.log(max(counts[t], 1) / total))
                                 for t in self.label_names)
-        self.scheme = tag_schemes.resolve(self.config.get("tag_scheme", "auto"),
+        self.scheme = tag_schemes.resolve(self.config.tag_scheme,
                                           (ex["tags"] for ex in train_examples if ex["tags"]))
         self._set_metric()
 
@@ -243,7 +243,7 @@ class TaggingTask(Task):
 
     # --- model ---
     def model(self, config):
-        bias = self.label_bias if self.config.get("label_prior_bias", True) else None
+        bias = self.label_bias if self.config.label_prior_bias else None
         if self.use_crf:
             return crf.BertForTokenClassificationCRF(config, len(self.label_names), bias)
         return heads.BertForTokenClassification(config, len(self.label_names), bias)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bert_jax import flags, job_cli, multihost, workdir_kind
+from bert_jax import config_schema, flags, job_cli, multihost, workdir_kind
 from bert_jax.pretrain import job as pretrain
 from bert_jax.config_loader import load_config, split_config_args
 
@@ -25,6 +25,7 @@ def main(argv: list[str]) -> int:
         epilog="Override any config key with --config.KEY=VALUE.")
     parser.add_argument("--config", required=True, help="configs/pretrain.py[:VARIANT]")
     parser.add_argument("--workdir", required=True)
+    config_schema.add_help_argument(parser, "pretrain")
     multihost.add_arguments(parser)
     args, overrides = split_config_args(argv)
     args = parser.parse_args(args)

@@ -226,8 +226,8 @@ def prepare_input_files(config: ml_collections.ConfigDict, workdir: str, tokeniz
 
 
 def _mask_rate(config) -> float:
-    """The share of tokens masked (configs written before the key existed: BERT's 15%)."""
-    return config.get("masked_lm_prob", 0.15)
+    """The share of tokens masked."""
+    return config.masked_lm_prob
 
 
 def make_iterator(config, files, tokenizer, *, split: str, process_index: int,

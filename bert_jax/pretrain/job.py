@@ -110,7 +110,7 @@ def setup(config: ml_collections.ConfigDict, vocab_size: int, *,
         learning_rate=config.learning_rate, num_train_steps=config.num_train_steps,
         warmup_steps=config.warmup_steps, optimizer=config.optimizer,
         weight_decay=config.weight_decay, max_grad_norm=config.max_grad_norm,
-        lr_schedule=config.get("lr_schedule", "bert"))
+        lr_schedule=config.lr_schedule)
     init_fn = lambda key: model.init(
         key, *dummy_inputs(1, config.max_seq_length, config.max_predictions_per_seq))["params"]
     state = sharding.abstract_state(init_fn, tx, mesh, rules=rules, rng_impl=config.rng_impl)
@@ -144,10 +144,9 @@ def validate_config(config: ml_collections.ConfigDict, bert_config: BertConfig,
     for key in ("warmup_steps", "eval_every_steps"):
         check_positive(key, config[key], allow_zero=True)
     check_choice("on_nonfinite", config.on_nonfinite, ("skip", "stop"))
-    check_learning_rate(config.learning_rate, config.get("allow_zero_learning_rate", False))
+    check_learning_rate(config.learning_rate, config.allow_zero_learning_rate)
     inputs.check_eval_fraction(config)
-    # .get: config files copied before the key existed still load
-    check_positive("max_consecutive_nonfinite", config.get("max_consecutive_nonfinite", 5))
+    check_positive("max_consecutive_nonfinite", config.max_consecutive_nonfinite)
     check_choice("optimizer", config.optimizer, OPTIMIZERS)
     if config.teacher:
         mlm_distill.check_settings(config.temperature, config.alpha)
@@ -180,7 +179,7 @@ def restore_or_init(config, ckpt: checkpoint.Checkpointer, setup: Setup, writer,
     checkpoint only needs the same state shapes (it may continue on other data)."""
     init_fn, tx, mesh, rules = setup.init_fn, setup.tx, setup.mesh, setup.rules
     target, shardings = setup.state, setup.shardings
-    restored = ckpt.restore(target, run=run, start_fresh=config.get("start_fresh", False))
+    restored = ckpt.restore(target, run=run, start_fresh=config.start_fresh)
     source = ckpt.directory
     if restored is None and config.resume_from:
         restored, source = checkpoint.restore_from_path(config.resume_from, target), \
@@ -320,7 +319,7 @@ def _loop(config, run_setup: Setup, state, train_fn, writer, ckpt,
     return train_loop.Loop(
         state, train_fn, lambda batch: sharding.global_batch(batch, mesh, rules),
         num_steps=config.num_train_steps, writer=writer, learning_rate=run_setup.schedule,
-        guard=training.NonFiniteGuard(config.get("max_consecutive_nonfinite", 5),
+        guard=training.NonFiniteGuard(config.max_consecutive_nonfinite,
                                       stop_at_first=config.on_nonfinite == "stop",
                                       levers=DIVERGENCE_LEVERS, log=log),
         log_every=config.log_every_steps, step_args=step_args,
