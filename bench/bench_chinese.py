@@ -124,7 +124,7 @@ def train_vocab(corpus: str, out: str, size: int) -> str:
 def create_data(corpus: str, vocab: str, out: str, dupe: int) -> list[str]:
     """Whole-word-masked MLM-only rows (no next-sentence task: the budget goes to MLM)."""
     from bert_jax.data import create_pretraining_data as cpd
-from bert_jax.data.options import DataOptions
+    from bert_jax.data.options import DataOptions
     outputs = cpd.shard_paths(out, 8)
     if all(os.path.exists(p) for p in outputs):
         return outputs
