@@ -109,7 +109,7 @@ def test_frozen_encoder_then_unfrozen(tmp_path, files):
 
 @pytest.mark.parametrize("overrides,message", [
     (("freeze=bert/*", "freeze_steps=2", "freeze_epochs=1"), "freeze_steps or freeze_epochs"),
-    (("freeze=bert/*", "freeze_steps=-1"), "freeze_steps must be a number >= 0"),
+    (("freeze=bert/*", "freeze_steps=-1"), "freeze_steps must be an integer >= 0"),
     (("freeze=encoder/*",), "'encoder/\\*' matches no parameter"),
 ])
 def test_bad_freeze_settings(tmp_path, files, overrides, message):
