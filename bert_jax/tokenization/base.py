@@ -99,25 +99,31 @@ class Tokenizer(abc.ABC):
     def word_start_table(self) -> np.ndarray:
         """bool [vocab_size]: True where a token can start a word (whole-word masking)."""
 
+    def special_id(self, kind: str) -> int:
+        """The id of special token `kind` ('pad', 'unk', 'cls', 'sep' or 'mask'): BERT's
+        [PAD]-style name here; tokenizers whose special tokens are named otherwise
+        override this."""
+        return self.token_to_id(f"[{kind.upper()}]")
+
     @property
     def pad_id(self) -> int:
-        return self.token_to_id("[PAD]")
+        return self.special_id("pad")
 
     @property
     def unk_id(self) -> int:
-        return self.token_to_id("[UNK]")
+        return self.special_id("unk")
 
     @property
     def cls_id(self) -> int:
-        return self.token_to_id("[CLS]")
+        return self.special_id("cls")
 
     @property
     def sep_id(self) -> int:
-        return self.token_to_id("[SEP]")
+        return self.special_id("sep")
 
     @property
     def mask_id(self) -> int:
-        return self.token_to_id("[MASK]")
+        return self.special_id("mask")
 
     def special_ids(self) -> dict:
         """{'pad': id, 'unk': id, 'cls': id, 'sep': id, 'mask': id}."""

@@ -47,25 +47,8 @@ class JsonTokenizer(base.Tokenizer):
         self._special_ids = set(self._special.values())
         self._tf_tokenizer = None
 
-    @property
-    def pad_id(self) -> int:
-        return self._special["pad"]
-
-    @property
-    def unk_id(self) -> int:
-        return self._special["unk"]
-
-    @property
-    def cls_id(self) -> int:
-        return self._special["cls"]
-
-    @property
-    def sep_id(self) -> int:
-        return self._special["sep"]
-
-    @property
-    def mask_id(self) -> int:
-        return self._special["mask"]
+    def special_id(self, kind: str) -> int:
+        return self._special[kind]
 
     @property
     def vocab_size(self) -> int:

@@ -60,13 +60,8 @@ class SentencePieceTokenizer(base.Tokenizer):
                 "pad_id=0 unk_id=1 and [CLS],[SEP],[MASK] as control or user-defined symbols)")
         return special
 
-    @property
-    def pad_id(self) -> int:
-        return self._special["pad"]
-
-    @property
-    def unk_id(self) -> int:
-        return self._special["unk"]
+    def special_id(self, kind: str) -> int:
+        return self._special[kind]
 
     @property
     def vocab_size(self) -> int:
