@@ -31,7 +31,7 @@ def scale_weights(model):
     of order one (see `random_reference`); in place, returns the model."""
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if "LayerNorm" in name:
+            if "norm" in name.lower():  # BERT's LayerNorm, ModernBERT's *_norm
                 p.add_(0.2 * torch.randn_like(p))
             elif p.ndim == 2 and "embeddings" not in name:
                 p.copy_(torch.randn_like(p) / p.shape[1] ** 0.5)

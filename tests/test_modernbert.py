@@ -14,7 +14,7 @@ from bert_jax.model import BertModel
 torch = pytest.importorskip("torch", reason="the PyTorch reference needs the test extras")
 transformers = pytest.importorskip("transformers")
 
-TOL = 1e-4
+from test_model_parity import TOL, scale_weights, state_dict_numpy as state_dict  # noqa: E402
 
 SIZES = [
     # 4 layers, a global one every 2nd, a 16-token window: rows of 40 tokens reach past it.
@@ -38,15 +38,7 @@ def reference(config: BertConfig, seed: int):
     hf_config = transformers.ModernBertConfig(**config.to_hf_dict())
     hf_config._attn_implementation = "eager"
     model = transformers.ModernBertForMaskedLM(hf_config).eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "norm" in name:
-                p.add_(0.2 * torch.randn_like(p))
-            elif p.ndim == 2 and "embeddings" not in name:
-                p.copy_(torch.randn_like(p) / p.shape[1] ** 0.5)
-            else:
-                p.copy_(0.5 * torch.randn_like(p))
-    return model
+    return scale_weights(model)
 
 
 def batch(vocab_size, lengths, max_len, seed=0):
@@ -54,10 +46,6 @@ def batch(vocab_size, lengths, max_len, seed=0):
     ids = rng.integers(1, vocab_size, (len(lengths), max_len)).astype(np.int32)
     mask = (np.arange(max_len)[None] < np.array(lengths)[:, None]).astype(np.int32)
     return ids * mask, mask
-
-
-def state_dict(model):
-    return {k: v.detach().numpy() for k, v in model.state_dict().items()}
 
 
 UNPADDED, PADDED = [40, 40], [40, 23, 5]
