@@ -168,7 +168,7 @@ def data_options(config: ml_collections.ConfigDict, files: list[str], vocabulary
             "max_predictions_per_seq": config.max_predictions_per_seq,
             "whole_word_masking": config.whole_word_masking,
             # Only when not BERT's 15%: data converted before the option existed stays valid.
-            **({"masked_lm_prob": _mask_rate(config)} if _mask_rate(config) != 0.15 else {}),
+            **({"masked_lm_prob": config.masked_lm_prob} if config.masked_lm_prob != 0.15 else {}),
             "static_masking": not config.dynamic_masking, "seed": config.seed,
             "next_sentence_prediction": config.next_sentence_prediction,
             # Only when on: data converted before the option existed stays valid.
@@ -223,11 +223,6 @@ def prepare_input_files(config: ml_collections.ConfigDict, workdir: str, tokeniz
                 num_workers=1, progress=False)
             paths.write_text(paths.join(tmp, DATA_OPTIONS_FILE), json.dumps(options, indent=1))
     return [paths.join(out_dir, n) for n in names]
-
-
-def _mask_rate(config) -> float:
-    """The share of tokens masked."""
-    return config.masked_lm_prob
 
 
 def make_iterator(config, files, tokenizer, *, split: str, process_index: int,
