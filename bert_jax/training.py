@@ -15,6 +15,7 @@ Starting from loaded weights is `bert_jax.pretrained.init_params`.
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any, Callable
 
@@ -122,6 +123,44 @@ def apply_gradients(state: TrainState, grads: Any, loss: jax.Array,
         opt_state=keep_if_bad(opt_state, state.opt_state),
         nonfinite_steps=state.nonfinite_steps + (~finite).astype(jnp.int32))
     return new_state, grad_norm, finite
+
+
+def train_step(state: TrainState, batch: dict, extra: Any = None, *, loss_fn: Callable,
+               coefficients: dict[str, float], tx: optax.GradientTransformation,
+               grad_accum_steps: int = 1,
+               counts: Callable[[dict], dict] | None = None) -> tuple[TrainState, dict]:
+    """The one optimizer update of every job: (TrainState, global batch {key: [B, ...]},
+    extra) -> (next TrainState, metrics of scalars).
+
+    loss_fn(params, batch, extra, dropout_key) -> {name: (weighted sum, weight)}, of
+    whose means `coefficients` weigh the trained loss; `extra` is a step input that is
+    not trained (a distillation teacher's parameters). With grad_accum_steps = k the
+    batch runs as k sequential micro-batches and gives the whole batch's update
+    (`objective_and_grads`); a non-finite loss or gradient norm skips it
+    (`apply_gradients`). Dropout keys come from `state.step_rng()`. `counts(batch)`:
+    further metrics of the batch itself (examples in it)."""
+    terms_fn = lambda params, micro_batch, key: loss_fn(params, micro_batch, extra, key)
+    loss, grads, metrics = objective_and_grads(terms_fn, coefficients, state.params, batch,
+                                               state.step_rng(), grad_accum_steps)
+    state, grad_norm, finite = apply_gradients(state, grads, loss, tx)
+    metrics.update(loss=loss, grad_norm=grad_norm, nonfinite=~finite,
+                   **(counts(batch) if counts is not None else {}))
+    return state, metrics
+
+
+def jit_train_step(loss_fn: Callable, coefficients: dict[str, float],
+                   tx: optax.GradientTransformation, shardings: TrainState,
+                   batch_sharding: Any, *, grad_accum_steps: int = 1,
+                   extra_shardings: Any = None, counts: Callable[[dict], dict] | None = None):
+    """`train_step` jitted with the state's `shardings` (donated), the batch's and, when
+    given, the extra input's (the step then takes it as a third argument); metrics come
+    back replicated."""
+    step = functools.partial(train_step, loss_fn=loss_fn, coefficients=coefficients, tx=tx,
+                             grad_accum_steps=grad_accum_steps, counts=counts)
+    extra = () if extra_shardings is None else (extra_shardings,)
+    replicated = jax.sharding.NamedSharding(batch_sharding.mesh, jax.sharding.PartitionSpec())
+    return jax.jit(step, in_shardings=(shardings, batch_sharding, *extra),
+                   out_shardings=(shardings, replicated), donate_argnums=0)
 
 
 class NonFiniteGuard:

@@ -26,17 +26,16 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import multihost_utils
 
-from bert_jax import (chars, checkpoint, multihost, optim, paths, preemption, pretrained,
-                      sharding, train_loop, training, workdir_kind)
+from bert_jax import (chars, checkpoint, lifecycle, multihost, optim, paths, pretrained,
+                      sharding, train_loop, training)
 from bert_jax.config import (BertConfig, ConfigError, check_choice, check_inputs_fit,
                              compute_fields)
 from bert_jax.data import lengths
-from bert_jax.errors import (Interrupted, UserError, check_learning_rate, check_positive,
+from bert_jax.errors import (UserError, check_learning_rate, check_positive,
                              check_seq_length)
 from bert_jax.finetune import files, packing, tasks
 from bert_jax.finetune.inference import (EVALUATE_RESULTS_FILE, make_eval_fn, predict_features,
                                          round_up)
-from bert_jax.metrics_writer import MetricsWriter
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
 from bert_jax.tokenization.base import uncovered_text_warning
 
@@ -146,23 +145,6 @@ class Objective:
     unsaved: tuple = ()
 
 
-def train_step(state, batch, extra=None, *, loss_fn, coefficients, tx, grad_accum_steps=1):
-    """One update: (TrainState, batch of [B, ...] arrays, extra) -> (TrainState, metrics);
-    `loss_fn` is an `Objective.loss` with model, task and rules bound. With
-    grad_accum_steps = k the batch runs as k sequential micro-batches and gives the
-    whole batch's update (`training.objective_and_grads`).
-    A non-finite loss or gradient norm skips it (`training.apply_gradients`)."""
-    terms_fn = lambda params, micro_batch, key: loss_fn(params, micro_batch, extra, key)
-    loss, grads, metrics = training.objective_and_grads(
-        terms_fn, coefficients, state.params, batch, state.step_rng(), grad_accum_steps)
-    state, grad_norm, finite = training.apply_gradients(state, grads, loss, tx)
-    metrics["loss"] = loss
-    metrics["examples"] = jnp.sum(batch["example_weights"])
-    metrics["grad_norm"] = grad_norm
-    metrics["nonfinite"] = ~finite
-    return state, metrics
-
-
 # --- host side -------------------------------------------------------------------------
 
 def subsample(items: list, limit: int, seed: int) -> list:
@@ -192,12 +174,6 @@ def load_eval_sets(task, tokenizer, config, seed: int) -> dict[str, tuple[list, 
         sets[split] = (examples, task.featurize(examples, tokenizer, config.max_seq_length,
                                                 training=False))
     return sets
-
-
-# What to change when a run diverges (training.NonFiniteGuard's message).
-DIVERGENCE_LEVERS = ("a lower --config.learning_rate, a larger --config.warmup_proportion, "
-                     "float32 instead of --config.compute_dtype=bfloat16, or gradient clipping "
-                     "(--config.max_grad_norm=1.0).")
 
 
 ZERO_LEARNING_RATE = ("; a linear probe trains the head alone: --config.freeze='bert/*' "
@@ -335,98 +311,71 @@ class Finetuning:
         plan = _Plan.of(config, data, multiple)
         run = checkpoint.run_description(config.to_dict(), self.source.config.to_dict(),
                                          self.source.tokenizer.fingerprint())
-        state, shardings, kept, writer, ckpt = self._start(config, workdir, data, plan, run)
+        job = lifecycle.Job(workdir, self.mesh, keep=KEEP_CHECKPOINTS)
+        state, shardings, kept = self._start(job, config, data, plan, run)
         frozen = plan.frozen_at(int(state.step))
         step_fn, eval_fn = data.steps(plan.tx if frozen else plan.full_tx, shardings, self.mesh,
                                       self.rules, config.freeze if frozen else "", accum)
         batches = _EpochBatches(lambda epoch: _train_batches(
             data.task, data.train_features, config, epoch, int(config.seed), multiple,
             plan.rows_per_batch), plan.num_epochs, skip=int(state.step))
-        loop = train_loop.Loop(
-            state, step_fn, lambda batch: sharding.shard_full_batch(batch, self.mesh, self.rules),
-            num_steps=plan.num_steps, writer=writer, learning_rate=plan.schedule,
-            guard=training.NonFiniteGuard(config.max_consecutive_nonfinite,
-                                          stop_at_first=config.on_nonfinite == "stop",
-                                          levers=DIVERGENCE_LEVERS, log=log),
-            log_every=config.log_every_steps, step_args=(self.objective.extra,),
-            counted=("examples",), on_step=ckpt.check)
+        loop = job.loop(
+            config, state, step_fn,
+            lambda batch: sharding.shard_full_batch(batch, self.mesh, self.rules),
+            num_steps=plan.num_steps, schedule=plan.schedule, warmup_key="warmup_proportion",
+            step_args=() if self.objective.extra is None else (self.objective.extra,),
+            counted=("examples",))
         epoch_end = lambda loop: batches.epoch_ended or loop.is_last
         actions = [train_loop.Every(0, self._unfreezer(config, data, plan), at_end=False,
                                     when=lambda loop: loop.step == plan.frozen_steps),
                    train_loop.Every(0, self._keeper(config, workdir, data, eval_fn, batches,
                                                     kept, plan), when=epoch_end)]
-        save = train_loop.Every(config.checkpoint_every_steps, lambda loop: ckpt.save(
-            loop.step, loop.state, {**run, "kept": kept.summary()}), when=epoch_end)
-        with jax.set_mesh(self.mesh), preemption.interrupt_request(log) as stop, \
-                ckpt.saves_finished():
-            reason = loop.run(batches, actions, checkpoint=save, watcher=preemption.active(),
-                              stop=stop)
-            ckpt.wait()
-            ckpt.close()
-            if reason == train_loop.DONE and loop.guard.summary():
-                writer.message(f"done: {loop.guard.summary()}")
-            writer.close()
-            if reason == train_loop.INTERRUPTED:
-                raise Interrupted(f"interrupted at step {loop.step}: checkpoint saved in "
-                                  f"{ckpt.directory}; the same command resumes from it")
-            if reason == train_loop.PREEMPTED:
-                raise preemption.Preempted(loop.step)
+        job.train(loop, batches, actions, checkpoint_every=config.checkpoint_every_steps,
+                  checkpoint_meta=lambda loop: {**run, "kept": kept.summary()},
+                  checkpoint_when=epoch_end)
+        with jax.set_mesh(self.mesh):
             results = self._results(config, data, plan, loop, kept)
-            kept_params = kept.params_or_saved(workdir, loop.state,
-                                               self.objective.unsaved)
+            kept_params = kept.params_or_saved(workdir, loop.state, self.objective.unsaved)
             results.update(predict_test(data.task, self.source.tokenizer, kept_params,
                                         eval_fn, config, self.mesh, workdir))
         if multihost.is_primary():
             paths.write_text(paths.join(workdir, pretrained.RESULTS_FILE),
                              json.dumps(results, indent=2))
-            paths.rmtree(ckpt.directory, missing_ok=True)  # the run is complete
+            paths.rmtree(job.ckpt.directory, missing_ok=True)  # the run is complete
         multihost.sync("finetune_results_written")
         return results
 
-    def _start(self, config, workdir, data, plan, run):
-        """(state, shardings, _Kept, writer, Checkpointer): WORKDIR's checkpoint of this
-        run, or a fresh state with the encoder's weights (an earlier run's outputs and
-        checkpoints are replaced)."""
-        ckpt = checkpoint.Checkpointer(workdir, keep=KEEP_CHECKPOINTS)
-        latest = ckpt.latest_step()
-        tx = plan.tx if plan.frozen_at(latest or 0) else plan.full_tx
+    def _start(self, job: lifecycle.Job, config, data, plan, run):
+        """(state, shardings, _Kept): WORKDIR's checkpoint of this run, or a fresh state
+        with the encoder's weights (an earlier run's outputs and checkpoints are moved
+        aside). Opens the run's metrics."""
+        tx = plan.tx if plan.frozen_at(job.ckpt.latest_step() or 0) else plan.full_tx
         target = sharding.abstract_state(plan.init_fn, tx, self.mesh, rules=self.rules,
                                          rng_impl=config.rng_impl)
         shardings = jax.tree.map(lambda s: s.sharding, target)
         try:
-            restored = ckpt.restore(target, run=run, start_fresh=True)
+            restored = job.restore(target, run, start_fresh=True)
         except checkpoint.IncompatibleCheckpointError as e:
             log.warning("%s: starting over", e)
             restored = None
-        aside = None
-        if restored is None:  # a fresh run: an earlier one's results are moved aside
-            ckpt.close()
-            if multihost.is_primary():
-                aside = workdir_kind.set_aside(workdir, EARLIER_RUN)
-                paths.rmtree(ckpt.directory, missing_ok=True)  # left only in a bucket
-            multihost.sync("finetune_checkpoints_removed")
-            ckpt = checkpoint.Checkpointer(workdir, keep=KEEP_CHECKPOINTS)
-        paths.makedirs(workdir)
+        aside = job.start_over(EARLIER_RUN) if restored is None else None
         # An earlier run's outputs would pass for this run's.
-        paths.rmtree(paths.join(workdir, PREDICTIONS_DIR), missing_ok=True)
+        paths.rmtree(paths.join(job.workdir, PREDICTIONS_DIR), missing_ok=True)
         for stale in (pretrained.RESULTS_FILE, EVALUATE_RESULTS_FILE):
-            if paths.exists(paths.join(workdir, stale)):
-                paths.remove(paths.join(workdir, stale))
-        writer = MetricsWriter(workdir, total_steps=plan.num_steps, append=restored is not None)
+            if paths.exists(paths.join(job.workdir, stale)):
+                paths.remove(paths.join(job.workdir, stale))
+        writer = job.open_metrics(plan.num_steps, restored, append=restored is not None)
         if restored is not None:
-            state, meta, step = restored
             # The saved rate and schedule give way to this run's (a resume may change them).
-            state = state.replace(opt_state=optim.set_hyperparams(state.opt_state,
-                                                                  **plan.hyperparams))
-            writer.drop_after(step)
-            writer.message(f"resumed from step {step} of {ckpt.directory}")
-            return state, shardings, _Kept(**meta["kept"]), writer, ckpt
+            state = restored.state.replace(opt_state=optim.set_hyperparams(
+                restored.state.opt_state, **plan.hyperparams))
+            return state, shardings, _Kept(**restored.meta["kept"])
         if aside:
-            writer.message(f"{workdir} held an earlier fine-tuning run: its results are moved "
-                           f"to {aside}")
+            writer.message(f"{job.workdir} held an earlier fine-tuning run: its results are "
+                           f"moved to {aside}")
         elif writer.replaced_earlier_run:
-            writer.message(f"{workdir} held an earlier fine-tuning run: its metrics, best model "
-                           "and results are replaced")
+            writer.message(f"{job.workdir} held an earlier fine-tuning run: its metrics, best "
+                           "model and results are replaced")
         state, shardings = sharding.create_sharded_state(
             plan.init_fn, plan.tx if plan.frozen_steps else plan.full_tx, self.mesh,
             rules=self.rules, seed=int(config.seed), rng_impl=config.rng_impl)
@@ -437,7 +386,7 @@ class Finetuning:
                        + (f", packed {plan.rows_per_batch} rows/batch" if config.packing else ""))
         writer.message(lengths.describe(self.length_coverage, "train examples")
                        + (" (max_seq_length=auto)" if self.length_coverage["auto"] else ""))
-        return state, shardings, _Kept(), writer, ckpt
+        return state, shardings, _Kept()
 
     def _unfreezer(self, config, data, plan):
         """The action that ends `config.freeze`'s hold: every parameter trains on."""
@@ -626,15 +575,18 @@ class _Prepared:
         if key not in self._steps:
             loss_fn = functools.partial(self.objective.loss, model=self.model, task=self.task,
                                         rules=rules)
-            step_fn = jax.jit(functools.partial(train_step, loss_fn=loss_fn, tx=tx,
-                                                coefficients=self.objective.coefficients,
-                                                grad_accum_steps=grad_accum_steps),
-                              in_shardings=(shardings, sharding.batch_sharding(mesh, rules),
-                                            self.objective.extra_shardings),
-                              out_shardings=(shardings, None), donate_argnums=0)
+            step_fn = training.jit_train_step(
+                loss_fn, self.objective.coefficients, tx, shardings,
+                sharding.batch_sharding(mesh, rules), grad_accum_steps=grad_accum_steps,
+                extra_shardings=self.objective.extra_shardings, counts=_count_examples)
             self._steps[key] = (step_fn, make_eval_fn(self.model, self.task, rules,
                                                       shardings.params, mesh))
         return self._steps[key]
+
+
+def _count_examples(batch: dict) -> dict:
+    """The examples a training batch holds (padding rows and slots weigh 0)."""
+    return {"examples": jnp.sum(batch["example_weights"])}
 
 
 def _strings(value):

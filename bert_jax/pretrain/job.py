@@ -23,15 +23,14 @@ import jax
 import ml_collections
 import optax
 
-from bert_jax import (checkpoint, multihost, paths, perf, preemption, pretrained, sharding,
+from bert_jax import (checkpoint, lifecycle, multihost, paths, perf, pretrained, sharding,
                       train_loop, training, workdir_kind)
 from bert_jax.config import BertConfig, check_choice, check_inputs_fit, compute_fields
 from bert_jax.pretrain import distill as mlm_distill, inputs
 from bert_jax.data.options import DataOptions
-from bert_jax.errors import (Interrupted, UserError, check_divisible, check_learning_rate,
+from bert_jax.errors import (UserError, check_divisible, check_learning_rate,
                              check_positive, check_seq_length)
 from bert_jax.heads import BertForPreTraining
-from bert_jax.metrics_writer import MetricsWriter
 from bert_jax.optim import OPTIMIZERS, make_optimizer
 from bert_jax.pretrain.steps import dummy_inputs, evaluate, jit_steps
 from bert_jax.train_state import TrainState
@@ -118,11 +117,6 @@ def setup(config: ml_collections.ConfigDict, vocab_size: int, *,
 
 
 
-# What to change when a run diverges (NonFiniteGuard's message).
-DIVERGENCE_LEVERS = ("a lower --config.learning_rate, a longer --config.warmup_steps, "
-                     "--config.compute_dtype=float32 instead of bfloat16, or gradient clipping "
-                     "(--config.max_grad_norm=1.0).")
-
 _POSITIVE_KEYS = ("global_batch_size", "num_train_steps", "max_seq_length",
                   "max_predictions_per_seq", "grad_accum_steps", "log_every_steps",
                   "checkpoint_every_steps", "keep_checkpoints", "eval_steps")
@@ -171,39 +165,24 @@ def validate_config(config: ml_collections.ConfigDict, bert_config: BertConfig,
         check_record_shapes(records, config.max_seq_length, config.max_predictions_per_seq)
 
 
-def restore_or_init(config, ckpt: checkpoint.Checkpointer, setup: Setup, writer,
-                    run: dict | None = None):
-    """(state, shardings, pipeline state or None). Order: WORKDIR's latest checkpoint ->
-    config.resume_from -> config.init_from (weights only) -> scratch. `run` (a
-    checkpoint.run_description) must match the workdir checkpoint's; a resume_from
-    checkpoint only needs the same state shapes (it may continue on other data)."""
-    init_fn, tx, mesh, rules = setup.init_fn, setup.tx, setup.mesh, setup.rules
-    target, shardings = setup.state, setup.shardings
-    restored = ckpt.restore(target, run=run, start_fresh=config.start_fresh)
-    source = ckpt.directory
-    if restored is None and config.resume_from:
-        restored, source = checkpoint.restore_from_path(config.resume_from, target), \
-            config.resume_from
-    if restored is not None:
-        state, meta, step = restored
-        writer.drop_after(step)
-        writer.message(f"resumed from step {step} of {source}")
-        return state, shardings, meta.get("pipeline")
-    writer.drop_after(0)
-    state, _ = sharding.create_sharded_state(init_fn, tx, mesh, rules=rules, seed=config.seed,
+def init_state(config, setup: Setup, writer) -> TrainState:
+    """A fresh state: random weights drawn from config.seed, with config.init_from's
+    weights in place of them when set (weights only: a new optimizer and schedule)."""
+    state, _ = sharding.create_sharded_state(setup.init_fn, setup.tx, setup.mesh,
+                                             rules=setup.rules, seed=config.seed,
                                              rng_impl=config.rng_impl)
-    if config.init_from:
-        loaded = pretrained.load(config.init_from)
-        if not config.next_sentence_prediction and "nsp" in loaded.params:
-            writer.message(f"MLM-only run: the NSP head of {config.init_from} is not used")
-        params = pretrained.init_params(
-            jax.device_get(state.params) if config.partial_restore else target.params,
-            loaded.params, shardings.params, drop=("nsp",), partial=config.partial_restore,
-            source=config.init_from,
-            missing_hint=" (set partial_restore to keep fresh values for missing ones)")
-        state = state.replace(params=params)
-        writer.message(f"initialised weights from {config.init_from}")
-    return state, shardings, None
+    if not config.init_from:
+        return state
+    loaded = pretrained.load(config.init_from)
+    if not config.next_sentence_prediction and "nsp" in loaded.params:
+        writer.message(f"MLM-only run: the NSP head of {config.init_from} is not used")
+    params = pretrained.init_params(
+        jax.device_get(state.params) if config.partial_restore else setup.state.params,
+        loaded.params, setup.shardings.params, drop=("nsp",), partial=config.partial_restore,
+        source=config.init_from,
+        missing_hint=" (set partial_restore to keep fresh values for missing ones)")
+    writer.message(f"initialised weights from {config.init_from}")
+    return state.replace(params=params)
 
 
 def run_tokenizer(config: ml_collections.ConfigDict) -> tuple[str, Any]:
@@ -228,8 +207,10 @@ def run_tokenizer(config: ml_collections.ConfigDict) -> tuple[str, Any]:
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     """Runs (or resumes) pretraining in `workdir`; returns the last train/eval metrics.
-    Raises preemption.Preempted after checkpointing the step where the command's watcher
-    (`preemption.active`, as in fine-tuning) says to stop."""
+    Resume order: WORKDIR's latest checkpoint -> config.resume_from (any run's checkpoint
+    of the same state shapes) -> config.init_from (weights only) -> scratch. Raises
+    preemption.Preempted after checkpointing the step where the command's watcher
+    (`preemption.active`) says to stop (`lifecycle.Job.train`)."""
     workdir = paths.abspath(workdir)
     workdir_kind.check(workdir, workdir_kind.PRETRAINING, {"--config.init_from": config.init_from,
                                                            "--config.teacher": config.teacher})
@@ -242,15 +223,16 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                                      tokenizer.fingerprint())
     teacher, teacher_params, teacher_shardings = _teacher(config, run_setup, run["vocabulary"])
     # Nothing is written before this point: a config error leaves the workdir as it was.
-    writer = MetricsWriter(workdir, total_steps=config.num_train_steps)
-    ckpt = checkpoint.Checkpointer(workdir, keep=config.keep_checkpoints)
-    state, _, pipeline_state = restore_or_init(config, ckpt, run_setup, writer, run)
+    job = lifecycle.Job(workdir, mesh, keep=config.keep_checkpoints)
+    restored = job.restore(run_setup.state, run, start_fresh=config.start_fresh,
+                           resume_from=config.resume_from)
+    writer = job.open_metrics(config.num_train_steps, restored)
+    state = restored.state if restored else init_state(config, run_setup, writer)
     if int(state.step) >= config.num_train_steps:  # a completed run, run again
-        ckpt.close()
+        job.close()
         writer.message(f"{workdir} holds a complete run ({int(state.step)} of "
                        f"{config.num_train_steps} steps): nothing to train (raise "
                        "--config.num_train_steps to continue); its last metrics follow")
-        writer.close()
         return {"train": writer.last("train"), "eval": writer.last("eval")}
     if multihost.is_primary():  # the workdir is then loadable as a model directory
         pretrained.write_model_files(paths.join(workdir, pretrained.WORKDIR_MODEL_DIR),
@@ -261,14 +243,20 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                                        **process, message=writer.message)
     multihost.sync("input_files_ready")
     batches = inputs.make_iterator(config, files, tokenizer, split="train", **process,
-                                   state=pipeline_state)
+                                   state=restored.meta.get("pipeline") if restored else None)
     if int(state.step) == 0:
         writer.message(f"{bert_config.num_hidden_layers} layers, H={bert_config.hidden_size}, "
                        f"mesh {dict(mesh.shape)}, {jax.process_count()} process(es)"
                        + (f", distilling {config.teacher} (T={config.temperature:g}, "
                           f"alpha={config.alpha:g})" if teacher else ""))
-    loop = _loop(config, run_setup, state, train_fn, writer, ckpt,
-                 () if teacher is None else (teacher_params,))
+    loop = job.loop(
+        config, state, train_fn, lambda batch: sharding.global_batch(batch, mesh, rules),
+        num_steps=config.num_train_steps, schedule=run_setup.schedule, warmup_key="warmup_steps",
+        step_args=() if teacher is None else (teacher_params,),
+        per_step={"tokens": config.global_batch_size * config.max_seq_length},
+        flops_per_step=config.global_batch_size * perf.train_flops_per_example(
+            bert_config, config.max_seq_length, config.max_predictions_per_seq),
+        peak_flops=perf.peak_flops_per_device() * jax.device_count(), progress=_PROGRESS)
     eval_metrics = {}
 
     def evaluate_now(loop):
@@ -280,24 +268,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
         writer.message(f"step {loop.step} eval: " + ", ".join(
             f"{k} {v:.4f}" for k, v in eval_metrics.items()))
 
-    save = lambda loop: ckpt.save(loop.step, loop.state, {**run, "pipeline": batches.get_state()})
-    with jax.set_mesh(mesh), preemption.interrupt_request(log) as stop, ckpt.saves_finished():
-        reason = loop.run(batches, [train_loop.Every(config.eval_every_steps, evaluate_now,
-                                                     at_end=bool(config.eval_every_steps))],
-                          checkpoint=train_loop.Every(config.checkpoint_every_steps, save),
-                          watcher=preemption.active(), stop=stop)
-        if reason == train_loop.INTERRUPTED:
-            ckpt.wait()
-            raise Interrupted(f"interrupted at step {loop.step}: checkpoint {loop.step} saved "
-                              f"in {ckpt.directory}; the same command resumes from it")
-    batches.close()
-    ckpt.wait()
-    ckpt.close()
-    if loop.guard.summary():
-        writer.message(f"done: {loop.guard.summary()}")
-    writer.close()
-    if reason == train_loop.PREEMPTED:
-        raise preemption.Preempted(loop.step)
+    with contextlib.closing(batches):
+        job.train(loop, batches, [train_loop.Every(config.eval_every_steps, evaluate_now,
+                                                   at_end=bool(config.eval_every_steps))],
+                  checkpoint_every=config.checkpoint_every_steps,
+                  checkpoint_meta=lambda loop: {**run, "pipeline": batches.get_state()})
     return {"train": loop.last, "eval": eval_metrics}
 
 
@@ -310,24 +285,6 @@ def _teacher(config, run_setup: Setup, vocabulary: str) -> tuple:
         alpha=config.alpha, max_seq_length=config.max_seq_length,
         max_predictions=config.max_predictions_per_seq, mesh=run_setup.mesh,
         rules=run_setup.rules)
-
-
-def _loop(config, run_setup: Setup, state, train_fn, writer, ckpt,
-          step_args: tuple) -> train_loop.Loop:
-    """The training loop of a pretraining run from `state`."""
-    mesh, rules = run_setup.mesh, run_setup.rules
-    return train_loop.Loop(
-        state, train_fn, lambda batch: sharding.global_batch(batch, mesh, rules),
-        num_steps=config.num_train_steps, writer=writer, learning_rate=run_setup.schedule,
-        guard=training.NonFiniteGuard(config.max_consecutive_nonfinite,
-                                      stop_at_first=config.on_nonfinite == "stop",
-                                      levers=DIVERGENCE_LEVERS, log=log),
-        log_every=config.log_every_steps, step_args=step_args,
-        per_step={"tokens": config.global_batch_size * config.max_seq_length},
-        flops_per_step=config.global_batch_size * perf.train_flops_per_example(
-            run_setup.bert_config, config.max_seq_length, config.max_predictions_per_seq),
-        peak_flops=perf.peak_flops_per_device() * jax.device_count(),
-        progress=_PROGRESS, on_step=ckpt.check)
 
 
 # What the progress line shows (metrics.jsonl has every metric).

@@ -11,7 +11,6 @@ from typing import Any, Iterator
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import optax
 
 from bert_jax import losses, sharding, training
 from bert_jax.pretrain import distill as mlm_distill
@@ -51,29 +50,15 @@ def loss_coefficients(model: BertForPreTraining,
     return {**mlm, **({"nsp_loss": 1.0} if model.next_sentence_prediction else {})}
 
 
-def train_step(state: TrainState, batch: dict, teacher_params: Any = None, *,
-               model: nn.Module, tx: optax.GradientTransformation, rules: tuple,
-               grad_accum_steps: int = 1,
-               teacher: mlm_distill.MlmTeacher | None = None) -> tuple[TrainState, dict]:
-    """One optimizer update on a global batch {key: [B, ...]} (distilling `teacher`,
-    whose parameters are `teacher_params`, when given).
-
-    Dropout keys come from `state.step_rng()`. With grad_accum_steps = k the batch is
-    processed as k sequential micro-batches whose loss sums are divided once by the
-    whole batch's weights (`training.objective_and_grads`): the whole batch's update.
-    A non-finite loss or gradient norm skips the update (`training.apply_gradients`).
-    Returns (next state, metrics of scalars).
-    """
-    terms_fn = lambda params, micro_batch, key: forward(
-        model, params, micro_batch, rng=key, teacher=teacher, teacher_params=teacher_params)
+def pretraining_loss(params: Any, batch: dict, teacher_params: Any, dropout_key: jax.Array, *,
+                     model: nn.Module, rules: tuple,
+                     teacher: mlm_distill.MlmTeacher | None = None) -> dict:
+    """`forward`'s terms with dropout under the run's axis rules: the loss that
+    `training.train_step` minimises (distilling `teacher`, whose parameters are
+    `teacher_params`, when given)."""
     with nn.logical_axis_rules(rules):
-        loss, grads, metrics = training.objective_and_grads(
-            terms_fn, loss_coefficients(model, teacher), state.params, batch,
-            state.step_rng(), grad_accum_steps)
-    new_state, grad_norm, finite = training.apply_gradients(state, grads, loss, tx)
-    metrics = dict(metrics, loss=loss, grad_norm=grad_norm,
-                   nonfinite=(~finite).astype(jnp.float32))
-    return new_state, metrics
+        return forward(model, params, batch, rng=dropout_key, teacher=teacher,
+                       teacher_params=teacher_params)
 
 
 def eval_step(params: Any, batch: dict, *, model: nn.Module, rules: tuple) -> dict:
@@ -102,15 +87,15 @@ def jit_steps(model: nn.Module, tx, mesh, shardings: TrainState, rules,
               grad_accum_steps: int = 1, teacher: mlm_distill.MlmTeacher | None = None,
               teacher_shardings: Any = None):
     """(train_step, eval_step) jitted once with explicit shardings; the state is donated.
-    With a teacher, train_step takes its parameters as a third argument."""
+    train_step is `training.train_step` of `pretraining_loss`; with a teacher it takes
+    the teacher's parameters as a third argument."""
     rules = tuple(tuple(r) for r in rules)
     batch = sharding.batch_sharding(mesh, rules)
+    loss_fn = functools.partial(pretraining_loss, model=model, rules=rules, teacher=teacher)
+    train = training.jit_train_step(loss_fn, loss_coefficients(model, teacher), tx, shardings,
+                                    batch, grad_accum_steps=grad_accum_steps,
+                                    extra_shardings=teacher_shardings if teacher else None)
     replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-    train = jax.jit(
-        functools.partial(train_step, model=model, tx=tx, rules=rules,
-                          grad_accum_steps=grad_accum_steps, teacher=teacher),
-        in_shardings=(shardings, batch) + ((teacher_shardings,) if teacher else ()),
-        out_shardings=(shardings, replicated), donate_argnums=0)
     evaluate = jax.jit(functools.partial(eval_step, model=model, rules=rules),
                        in_shardings=(shardings.params, batch), out_shardings=replicated)
     return train, evaluate
