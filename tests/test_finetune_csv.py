@@ -13,7 +13,7 @@ import pytest
 
 from bert_jax import heads, pretrained
 from bert_jax.config import ConfigError, preset
-from bert_jax.finetune import cli, csv_task, inference, packing, tasks, trainer
+from bert_jax.finetune import cli, csv_task, inference, keeping, packing, tasks, trainer
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
 from test_finetune_util import micro_config, shared_compilation_cache
 
@@ -111,11 +111,11 @@ def test_jsonl_pair_regression_with_packing(tmp_path, compile_cache):
 
 
 def test_keep_checkpoint_rules():
-    kept = trainer._Kept(score=0.9, epoch=1)
-    assert not trainer._keep("best", kept, 0.9, last=True)  # a tie keeps the earlier epoch
-    assert trainer._keep("best", kept, 0.91, last=False)
-    assert trainer._keep("last", kept, 0.5, last=True)  # whatever the validation score
-    assert not trainer._keep("last", kept, 0.99, last=False)
+    kept = keeping.Kept(score=0.9, epoch=1)
+    assert not keeping.should_keep("best", kept, 0.9, last=True)  # a tie keeps the earlier epoch
+    assert keeping.should_keep("best", kept, 0.91, last=False)
+    assert keeping.should_keep("last", kept, 0.5, last=True)  # whatever the validation score
+    assert not keeping.should_keep("last", kept, 0.99, last=False)
 
 
 def test_label_inference():

@@ -17,13 +17,14 @@ import ml_collections
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from bert_jax import pretrained, sharding
+from bert_jax import multihost, paths, pretrained, sharding
 from bert_jax.config import check_inputs_fit
 from bert_jax.config_loader import load_config, rename_keys
-from bert_jax.finetune import packing, task_base, tasks
+from bert_jax.finetune import files, packing, task_base, tasks
 from bert_jax.tokenization import load_tokenizer
 
 EVALUATE_RESULTS_FILE = "evaluate_results.json"  # written by `bert-jax evaluate`
+PREDICTIONS_DIR = "predictions"  # the test splits' predictions, in a fine-tuning workdir
 
 
 def eval_step(params, batch, *, model, task, rules):
@@ -51,6 +52,29 @@ def predict_features(task, params, features, eval_fn, config, mesh) -> list[dict
         for row in np.flatnonzero(batch["example_weights"]):
             outputs[int(batch["feature_index"][row])] = {k: v[row] for k, v in result.items()}
     return outputs
+
+
+def evaluate_sets(task, params, eval_sets, eval_fn, config, mesh) -> dict[str, dict]:
+    return {split: task.evaluate(examples, features,
+                                 predict_features(task, params, features, eval_fn, config, mesh))
+            for split, (examples, features) in eval_sets.items()}
+
+
+def predict_test(task, tokenizer, params, eval_fn, config, mesh, workdir) -> dict[str, Any]:
+    """Predictions (and metrics, if labeled) for the test split(s): WORKDIR/predictions/
+    SPLIT.jsonl and the task's submission files."""
+    out = {}
+    for split in task.test_splits:
+        examples = task.load(split)
+        features = task.featurize(examples, tokenizer, config.max_seq_length, training=False)
+        outputs = predict_features(task, params, features, eval_fn, config, mesh)
+        records = task.predict(examples, features, outputs)
+        if multihost.is_primary():
+            files.write_jsonl(paths.join(workdir, PREDICTIONS_DIR, f"{split}.jsonl"), records)
+            task.write_test_predictions(records, split, workdir)
+        if examples and all(task.is_labeled(ex) for ex in examples):
+            out[split] = task.evaluate(examples, features, outputs)
+    return out
 
 
 def round_up(n: int, multiple: int) -> int:

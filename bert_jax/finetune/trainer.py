@@ -17,14 +17,12 @@ import dataclasses
 import functools
 import json
 import logging
-import math
 from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.experimental import multihost_utils
 
 from bert_jax import (chars, checkpoint, lifecycle, multihost, optim, paths, pretrained,
                       sharding, train_loop, training)
@@ -33,9 +31,8 @@ from bert_jax.config import (BertConfig, ConfigError, check_choice, check_inputs
 from bert_jax.data import lengths
 from bert_jax.errors import (UserError, check_learning_rate, check_positive,
                              check_seq_length)
-from bert_jax.finetune import files, packing, tasks
-from bert_jax.finetune.inference import (EVALUATE_RESULTS_FILE, make_eval_fn, predict_features,
-                                         round_up)
+from bert_jax.finetune import inference, keeping, schedule, tasks
+from bert_jax.finetune.inference import EVALUATE_RESULTS_FILE, PREDICTIONS_DIR, make_eval_fn
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
 from bert_jax.tokenization.base import uncovered_text_warning
 
@@ -43,7 +40,6 @@ log = logging.getLogger("bert_jax.finetune")
 
 KEEP_CHECKPOINT = ("best", "last")  # the best validation score, or the end of training
 KEEP_CHECKPOINTS = 2  # training checkpoints kept for resuming (removed when the run ends)
-PREDICTIONS_DIR = "predictions"
 # What a fresh run would replace: moved to WORKDIR/previous/ (`workdir_kind.set_aside`).
 EARLIER_RUN = [checkpoint.CHECKPOINTS_DIR, PREDICTIONS_DIR, pretrained.RESULTS_FILE,
                EVALUATE_RESULTS_FILE, pretrained.BEST_DIR, "metrics.jsonl", "tensorboard"]
@@ -152,18 +148,6 @@ def subsample(items: list, limit: int, seed: int) -> list:
         return items
     keep = np.sort(np.random.default_rng(seed).permutation(len(items))[:limit])
     return [items[i] for i in keep]
-
-
-def _train_batches(task, features, config, epoch: int, seed: int, multiple: int,
-                   rows_per_batch: int):
-    batch_seed = seed * 1000 + epoch
-    if config.packing:
-        return packing.packed_batches(features, rows_per_batch, config.max_seq_length,
-                                      config.max_examples_per_row, task.sequence_keys,
-                                      shuffle_seed=batch_seed)
-    return packing.padded_batches(features, round_up(config.global_batch_size, multiple),
-                                  config.max_seq_length, task.sequence_keys,
-                                  bucketing=config.length_bucketing, shuffle_seed=batch_seed)
 
 
 def load_eval_sets(task, tokenizer, config, seed: int) -> dict[str, tuple[list, list]]:
@@ -308,7 +292,7 @@ class Finetuning:
         if accum > 1 and config.global_batch_size % multiple:
             raise UserError(f"global_batch_size {config.global_batch_size} is not a multiple "
                             f"of grad_accum_steps {accum} x {self.multiple} batch shards")
-        plan = _Plan.of(config, data, multiple)
+        plan = schedule.Plan.of(config, data, multiple)
         run = checkpoint.run_description(config.to_dict(), self.source.config.to_dict(),
                                          self.source.tokenizer.fingerprint())
         job = lifecycle.Job(workdir, self.mesh, keep=KEEP_CHECKPOINTS)
@@ -316,7 +300,7 @@ class Finetuning:
         frozen = plan.frozen_at(int(state.step))
         step_fn, eval_fn = data.steps(plan.tx if frozen else plan.full_tx, shardings, self.mesh,
                                       self.rules, config.freeze if frozen else "", accum)
-        batches = _EpochBatches(lambda epoch: _train_batches(
+        batches = schedule.EpochBatches(lambda epoch: schedule.train_batches(
             data.task, data.train_features, config, epoch, int(config.seed), multiple,
             plan.rows_per_batch), plan.num_epochs, skip=int(state.step))
         loop = job.loop(
@@ -328,15 +312,16 @@ class Finetuning:
         epoch_end = lambda loop: batches.epoch_ended or loop.is_last
         actions = [train_loop.Every(0, self._unfreezer(config, data, plan), at_end=False,
                                     when=lambda loop: loop.step == plan.frozen_steps),
-                   train_loop.Every(0, self._keeper(config, workdir, data, eval_fn, batches,
-                                                    kept, plan), when=epoch_end)]
+                   train_loop.Every(0, keeping.keeper(config, workdir, data, eval_fn, batches,
+                                                    kept, plan, self.source, self.mesh,
+                                                    self.objective.unsaved), when=epoch_end)]
         job.train(loop, batches, actions, checkpoint_every=config.checkpoint_every_steps,
                   checkpoint_meta=lambda loop: {**run, "kept": kept.summary()},
                   checkpoint_when=epoch_end)
         with jax.set_mesh(self.mesh):
             results = self._results(config, data, plan, loop, kept)
             kept_params = kept.params_or_saved(workdir, loop.state, self.objective.unsaved)
-            results.update(predict_test(data.task, self.source.tokenizer, kept_params,
+            results.update(inference.predict_test(data.task, self.source.tokenizer, kept_params,
                                         eval_fn, config, self.mesh, workdir))
         if multihost.is_primary():
             paths.write_text(paths.join(workdir, pretrained.RESULTS_FILE),
@@ -346,7 +331,7 @@ class Finetuning:
         return results
 
     def _start(self, job: lifecycle.Job, config, data, plan, run):
-        """(state, shardings, _Kept): WORKDIR's checkpoint of this run, or a fresh state
+        """(state, shardings, Kept): WORKDIR's checkpoint of this run, or a fresh state
         with the encoder's weights (an earlier run's outputs and checkpoints are moved
         aside). Opens the run's metrics."""
         tx = plan.tx if plan.frozen_at(job.ckpt.latest_step() or 0) else plan.full_tx
@@ -369,7 +354,7 @@ class Finetuning:
             # The saved rate and schedule give way to this run's (a resume may change them).
             state = restored.state.replace(opt_state=optim.set_hyperparams(
                 restored.state.opt_state, **plan.hyperparams))
-            return state, shardings, _Kept(**restored.meta["kept"])
+            return state, shardings, keeping.Kept(**restored.meta["kept"])
         if aside:
             writer.message(f"{job.workdir} held an earlier fine-tuning run: its results are "
                            f"moved to {aside}")
@@ -386,46 +371,19 @@ class Finetuning:
                        + (f", packed {plan.rows_per_batch} rows/batch" if config.packing else ""))
         writer.message(lengths.describe(self.length_coverage, "train examples")
                        + (" (max_seq_length=auto)" if self.length_coverage["auto"] else ""))
-        return state, shardings, _Kept()
+        return state, shardings, keeping.Kept()
 
     def _unfreezer(self, config, data, plan):
         """The action that ends `config.freeze`'s hold: every parameter trains on."""
         def unfreeze(loop):
             if loop.step >= loop.num_steps:
                 return
-            loop.state, shardings = _unfreeze(loop.state, plan.full_tx, plan.init_fn,
+            loop.state, shardings = schedule.unfreeze_state(loop.state, plan.full_tx, plan.init_fn,
                                               self.mesh, self.rules, config.rng_impl)
             loop.step_fn, _ = data.steps(plan.full_tx, shardings, self.mesh, self.rules, "",
                                          config.grad_accum_steps)
             loop.writer.message(f"step {loop.step}: unfreezing {config.freeze}")
         return unfreeze
-
-    def _keeper(self, config, workdir, data, eval_fn, batches, kept, plan):
-        """The epoch-end action: evaluate, log, and keep the model in WORKDIR/best when
-        `config.keep_checkpoint` says so."""
-        task, bert_config = data.task, self.source.config
-        spec = {**task.spec(), "config": _absolute_paths(config.to_dict()),
-                "max_seq_length": config.max_seq_length}
-
-        def keep(loop):
-            scores = evaluate_sets(task, loop.state.params, data.eval_sets, eval_fn, config,
-                                   self.mesh)
-            for split, values in scores.items():
-                loop.writer.write(loop.step, values, prefix=split)
-            main = scores[task.eval_splits[0]][task.selection_metric]
-            loop.writer.message(f"epoch {batches.epoch + 1}: " + json.dumps(scores))
-            last = loop.is_last or batches.epoch + 1 == plan.num_epochs
-            if not _keep(config.keep_checkpoint, kept, main, last=last):
-                return
-            # Host copies on every process (the parameters may span processes).
-            params = multihost_utils.process_allgather(loop.state.params, tiled=True)
-            loop.guard.check_params(params, f"{workdir}/{pretrained.BEST_DIR}")
-            kept.update(main, batches.epoch + 1, scores, params)
-            if multihost.is_primary():
-                saved = {k: v for k, v in params.items() if k not in self.objective.unsaved}
-                pretrained.save(paths.join(workdir, pretrained.BEST_DIR), bert_config, saved,
-                                tokenizer=self.source.tokenizer, task=spec, overwrite=True)
-        return keep
 
     def _results(self, config, data, plan, loop, kept) -> dict[str, Any]:
         task = data.task
@@ -443,117 +401,6 @@ class Finetuning:
                 "train_examples_per_second": round(examples_per_second, 2),
                 "max_seq_length": config.max_seq_length,
                 "length_coverage": self.length_coverage}
-
-
-@dataclasses.dataclass
-class _Plan:
-    """A run's schedule: steps, epochs, the optimizer (and its frozen form) and the
-    learning rate at each update count."""
-
-    steps_per_epoch: int
-    num_steps: int
-    num_epochs: int
-    rows_per_batch: int
-    frozen_steps: int
-    full_tx: Any
-    tx: Any  # full_tx, or its frozen form while `freeze` holds
-    schedule: Any
-    init_fn: Any
-    hyperparams: dict  # what the optimizer state holds (`optim.set_hyperparams`)
-
-    @classmethod
-    def of(cls, config, data, multiple: int) -> "_Plan":
-        rows_per_batch = 0
-        if config.packing:
-            per_row, rows_per_batch = packing.packed_plan(
-                data.train_features, config.max_seq_length, config.max_examples_per_row,
-                config.global_batch_size, multiple)
-            steps_per_epoch = math.ceil(len(data.train_features) / per_row / rows_per_batch)
-        else:
-            steps_per_epoch = math.ceil(len(data.train_features)
-                                        / round_up(config.global_batch_size, multiple))
-        num_steps = max(1, int(config.num_train_epochs * steps_per_epoch))
-        hyperparams = dict(learning_rate=config.learning_rate, num_train_steps=num_steps,
-                           warmup_steps=int(config.warmup_proportion * num_steps))
-        full_tx, schedule = optim.make_optimizer(
-            **hyperparams, optimizer=config.optimizer, weight_decay=config.weight_decay,
-            max_grad_norm=config.max_grad_norm, injected=True)
-        dummy = jnp.ones((1, 8), jnp.int32)
-        init_fn = lambda key: data.model.init({"params": key, "dropout": key}, dummy, dummy,
-                                              dummy)["params"]
-        frozen_steps = _frozen_steps(config, steps_per_epoch, num_steps)
-        tx = full_tx
-        if frozen_steps:
-            shapes = nn.unbox(jax.eval_shape(init_fn, jax.random.key(0)))
-            tx = optim.freeze(full_tx, optim.frozen_mask(shapes, config.freeze))
-        return cls(steps_per_epoch, num_steps, math.ceil(config.num_train_epochs),
-                   rows_per_batch, frozen_steps, full_tx, tx, schedule, init_fn, hyperparams)
-
-    def frozen_at(self, step: int) -> bool:
-        """Whether the state after `step` steps has the frozen optimizer state (the
-        unfreezing follows step `frozen_steps`, unless that is the last)."""
-        return bool(self.frozen_steps) and (step < self.frozen_steps
-                                            or self.frozen_steps >= self.num_steps)
-
-
-class _EpochBatches:
-    """The run's training batches, epoch after epoch (`make_epoch(epoch)`), from step
-    `skip` on: a resumed run gets the batches an uninterrupted one would. `epoch` and
-    `epoch_ended` describe the batch taken last."""
-
-    def __init__(self, make_epoch, num_epochs: int, skip: int = 0):
-        self._items = self._all(make_epoch, num_epochs)
-        self.epoch, self.epoch_ended = 0, False
-        for _ in range(skip):
-            next(self)
-
-    @staticmethod
-    def _all(make_epoch, num_epochs):
-        for epoch in range(num_epochs):
-            batches = iter(make_epoch(epoch))
-            batch = next(batches, None)
-            while batch is not None:
-                following = next(batches, None)
-                yield epoch, batch, following is None
-                batch = following
-
-    def __iter__(self):
-        return self
-
-    def __next__(self) -> dict:
-        self.epoch, batch, self.epoch_ended = next(self._items)
-        return batch
-
-
-@dataclasses.dataclass
-class _Kept:
-    """The model kept in WORKDIR/best: its validation score, epoch (1-based; None before
-    the first evaluation) and metrics; its parameters while this process has them."""
-
-    score: float | None = None
-    epoch: int | None = None
-    metrics: dict | None = None
-    params: Any = dataclasses.field(default=None, repr=False)
-
-    def update(self, score, epoch, metrics, params) -> None:
-        self.score, self.epoch, self.metrics, self.params = float(score), epoch, metrics, params
-
-    def summary(self) -> dict:
-        """What a checkpoint records (JSON)."""
-        return json.loads(json.dumps({"score": self.score, "epoch": self.epoch,
-                                      "metrics": self.metrics}, default=float))
-
-    def params_or_saved(self, workdir, state, unsaved: tuple):
-        """The kept parameters placed like `state.params`: this process's copy, or (a run
-        resumed after keeping them) WORKDIR/best's, with the `unsaved` ones of `state`."""
-        shardings = jax.tree.map(lambda x: x.sharding, state.params)
-        if self.params is not None:
-            return jax.device_put(self.params, shardings)
-        saved = pretrained.load(paths.join(workdir, pretrained.BEST_DIR)).params
-        target = {k: v for k, v in state.params.items() if k not in unsaved}
-        params = pretrained.init_params(target, saved, {k: shardings[k] for k in target},
-                                        source=f"{workdir}/{pretrained.BEST_DIR}")
-        return {**params, **{k: state.params[k] for k in unsaved if k in state.params}}
 
 
 @dataclasses.dataclass
@@ -633,61 +480,3 @@ def warn_if_degenerate(config, task) -> None:
                     "measure memorisation, not generalisation", dev, train)
 
 
-def _frozen_steps(config, steps_per_epoch: int, num_steps: int) -> int:
-    """For how many steps `config.freeze` holds: `freeze_steps`, `freeze_epochs` epochs,
-    or the whole run when neither is set; 0 without patterns."""
-    if not config.freeze:
-        return 0
-    if config.freeze_steps and config.freeze_epochs:
-        raise UserError("set freeze_steps or freeze_epochs, not both")
-    if config.freeze_epochs:
-        return min(num_steps, math.ceil(config.freeze_epochs * steps_per_epoch))
-    return min(num_steps, config.freeze_steps) if config.freeze_steps else num_steps
-
-
-def _unfreeze(state, full_tx, init_fn, mesh, rules, rng_impl):
-    """The state and its shardings for training every parameter: the frozen ones get
-    fresh optimizer state, the others keep theirs."""
-    abstract = sharding.abstract_state(init_fn, full_tx, mesh, rules=rules, rng_impl=rng_impl)
-    shardings = jax.tree.map(lambda s: s.sharding, abstract)
-    opt_state = jax.jit(lambda params, frozen: optim.unfreeze_state(frozen, full_tx.init(params)),
-                        out_shardings=shardings.opt_state)(state.params, state.opt_state)
-    return state.replace(opt_state=opt_state), shardings
-
-
-def _absolute_paths(values: dict) -> dict:
-    """The config with its data paths absolute, so a saved model finds its files from
-    any working directory."""
-    return {k: paths.abspath(v) if (k.endswith("_file") or k in ("tfds_data_dir", "glue_dir"))
-            and isinstance(v, str) and v else v for k, v in values.items()}
-
-
-def _keep(mode: str, kept: _Kept, score: float, last: bool) -> bool:
-    """Whether this epoch's model replaces the kept one. "best": a strictly higher
-    validation score (ties keep the earlier epoch); "last": the end of the schedule."""
-    if mode == "last":
-        return last
-    return kept.epoch is None or score > kept.score
-
-
-def evaluate_sets(task, params, eval_sets, eval_fn, config, mesh) -> dict[str, dict]:
-    return {split: task.evaluate(examples, features,
-                                 predict_features(task, params, features, eval_fn, config, mesh))
-            for split, (examples, features) in eval_sets.items()}
-
-
-def predict_test(task, tokenizer, params, eval_fn, config, mesh, workdir) -> dict[str, Any]:
-    """Predictions (and metrics, if labeled) for the test split(s): WORKDIR/predictions/
-    SPLIT.jsonl and the task's submission files."""
-    out = {}
-    for split in task.test_splits:
-        examples = task.load(split)
-        features = task.featurize(examples, tokenizer, config.max_seq_length, training=False)
-        outputs = predict_features(task, params, features, eval_fn, config, mesh)
-        records = task.predict(examples, features, outputs)
-        if multihost.is_primary():
-            files.write_jsonl(paths.join(workdir, PREDICTIONS_DIR, f"{split}.jsonl"), records)
-            task.write_test_predictions(records, split, workdir)
-        if examples and all(task.is_labeled(ex) for ex in examples):
-            out[split] = task.evaluate(examples, features, outputs)
-    return out

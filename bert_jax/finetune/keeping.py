@@ -1,0 +1,92 @@
+"""The model a fine-tuning run keeps in WORKDIR/best: the best validation score's or the
+last epoch's (`keep_checkpoint`), chosen by the epoch-end action (`keeper`) that evaluates
+the model on the validation splits."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import jax
+from jax.experimental import multihost_utils
+
+from bert_jax import multihost, paths, pretrained
+from bert_jax.finetune.inference import evaluate_sets
+
+
+@dataclasses.dataclass
+class Kept:
+    """The model kept in WORKDIR/best: its validation score, epoch (1-based; None before
+    the first evaluation) and metrics; its parameters while this process has them."""
+
+    score: float | None = None
+    epoch: int | None = None
+    metrics: dict | None = None
+    params: Any = dataclasses.field(default=None, repr=False)
+
+    def update(self, score, epoch, metrics, params) -> None:
+        self.score, self.epoch, self.metrics, self.params = float(score), epoch, metrics, params
+
+    def summary(self) -> dict:
+        """What a checkpoint records (JSON)."""
+        return json.loads(json.dumps({"score": self.score, "epoch": self.epoch,
+                                      "metrics": self.metrics}, default=float))
+
+    def params_or_saved(self, workdir, state, unsaved: tuple):
+        """The kept parameters placed like `state.params`: this process's copy, or (a run
+        resumed after keeping them) WORKDIR/best's, with the `unsaved` ones of `state`."""
+        shardings = jax.tree.map(lambda x: x.sharding, state.params)
+        if self.params is not None:
+            return jax.device_put(self.params, shardings)
+        saved = pretrained.load(paths.join(workdir, pretrained.BEST_DIR)).params
+        target = {k: v for k, v in state.params.items() if k not in unsaved}
+        params = pretrained.init_params(target, saved, {k: shardings[k] for k in target},
+                                        source=f"{workdir}/{pretrained.BEST_DIR}")
+        return {**params, **{k: state.params[k] for k in unsaved if k in state.params}}
+
+
+def should_keep(mode: str, kept: Kept, score: float, last: bool) -> bool:
+    """Whether this epoch's model replaces the kept one. "best": a strictly higher
+    validation score (ties keep the earlier epoch); "last": the end of the schedule."""
+    if mode == "last":
+        return last
+    return kept.epoch is None or score > kept.score
+
+
+def keeper(config, workdir: str, data, eval_fn, batches, kept: Kept, plan, source, mesh,
+           unsaved: tuple):
+    """The epoch-end action of a run on `data` (its task and eval sets) from `source`
+    (the encoder's config and tokenizer): evaluate, log, and keep the model in
+    WORKDIR/best (without the `unsaved` parameters) when `config.keep_checkpoint` says
+    so, recording it in `kept`."""
+    task, bert_config = data.task, source.config
+    spec = {**task.spec(), "config": absolute_paths(config.to_dict()),
+            "max_seq_length": config.max_seq_length}
+
+    def keep(loop):
+        scores = evaluate_sets(task, loop.state.params, data.eval_sets, eval_fn, config,
+                               mesh)
+        for split, values in scores.items():
+            loop.writer.write(loop.step, values, prefix=split)
+        main = scores[task.eval_splits[0]][task.selection_metric]
+        loop.writer.message(f"epoch {batches.epoch + 1}: " + json.dumps(scores))
+        last = loop.is_last or batches.epoch + 1 == plan.num_epochs
+        if not should_keep(config.keep_checkpoint, kept, main, last=last):
+            return
+        # Host copies on every process (the parameters may span processes).
+        params = multihost_utils.process_allgather(loop.state.params, tiled=True)
+        loop.guard.check_params(params, f"{workdir}/{pretrained.BEST_DIR}")
+        kept.update(main, batches.epoch + 1, scores, params)
+        if multihost.is_primary():
+            saved = {k: v for k, v in params.items() if k not in unsaved}
+            pretrained.save(paths.join(workdir, pretrained.BEST_DIR), bert_config, saved,
+                            tokenizer=source.tokenizer, task=spec, overwrite=True)
+    return keep
+
+
+def absolute_paths(values: dict) -> dict:
+    """The config with its data paths absolute, so a saved model finds its files from
+    any working directory."""
+    return {k: paths.abspath(v) if (k.endswith("_file") or k in ("tfds_data_dir", "glue_dir"))
+            and isinstance(v, str) and v else v for k, v in values.items()}

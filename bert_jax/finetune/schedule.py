@@ -1,0 +1,132 @@
+"""A fine-tuning run's schedule: its steps and epochs, the optimizer with its learning-rate
+schedule (and its frozen form while `freeze` holds), and the training batches epoch after
+epoch, from any step on (a resumed run gets the batches an uninterrupted one would)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from bert_jax import optim, sharding
+from bert_jax.errors import UserError
+from bert_jax.finetune import packing
+from bert_jax.finetune.inference import round_up
+
+
+def train_batches(task, features, config, epoch: int, seed: int, multiple: int,
+                   rows_per_batch: int):
+    batch_seed = seed * 1000 + epoch
+    if config.packing:
+        return packing.packed_batches(features, rows_per_batch, config.max_seq_length,
+                                      config.max_examples_per_row, task.sequence_keys,
+                                      shuffle_seed=batch_seed)
+    return packing.padded_batches(features, round_up(config.global_batch_size, multiple),
+                                  config.max_seq_length, task.sequence_keys,
+                                  bucketing=config.length_bucketing, shuffle_seed=batch_seed)
+
+
+@dataclasses.dataclass
+class Plan:
+    """A run's schedule: steps, epochs, the optimizer (and its frozen form) and the
+    learning rate at each update count."""
+
+    steps_per_epoch: int
+    num_steps: int
+    num_epochs: int
+    rows_per_batch: int
+    frozen_steps: int
+    full_tx: Any
+    tx: Any  # full_tx, or its frozen form while `freeze` holds
+    schedule: Any
+    init_fn: Any
+    hyperparams: dict  # what the optimizer state holds (`optim.set_hyperparams`)
+
+    @classmethod
+    def of(cls, config, data, multiple: int) -> "Plan":
+        rows_per_batch = 0
+        if config.packing:
+            per_row, rows_per_batch = packing.packed_plan(
+                data.train_features, config.max_seq_length, config.max_examples_per_row,
+                config.global_batch_size, multiple)
+            steps_per_epoch = math.ceil(len(data.train_features) / per_row / rows_per_batch)
+        else:
+            steps_per_epoch = math.ceil(len(data.train_features)
+                                        / round_up(config.global_batch_size, multiple))
+        num_steps = max(1, int(config.num_train_epochs * steps_per_epoch))
+        hyperparams = dict(learning_rate=config.learning_rate, num_train_steps=num_steps,
+                           warmup_steps=int(config.warmup_proportion * num_steps))
+        full_tx, schedule = optim.make_optimizer(
+            **hyperparams, optimizer=config.optimizer, weight_decay=config.weight_decay,
+            max_grad_norm=config.max_grad_norm, injected=True)
+        dummy = jnp.ones((1, 8), jnp.int32)
+        init_fn = lambda key: data.model.init({"params": key, "dropout": key}, dummy, dummy,
+                                              dummy)["params"]
+        frozen_steps = count_frozen_steps(config, steps_per_epoch, num_steps)
+        tx = full_tx
+        if frozen_steps:
+            shapes = nn.unbox(jax.eval_shape(init_fn, jax.random.key(0)))
+            tx = optim.freeze(full_tx, optim.frozen_mask(shapes, config.freeze))
+        return cls(steps_per_epoch, num_steps, math.ceil(config.num_train_epochs),
+                   rows_per_batch, frozen_steps, full_tx, tx, schedule, init_fn, hyperparams)
+
+    def frozen_at(self, step: int) -> bool:
+        """Whether the state after `step` steps has the frozen optimizer state (the
+        unfreezing follows step `frozen_steps`, unless that is the last)."""
+        return bool(self.frozen_steps) and (step < self.frozen_steps
+                                            or self.frozen_steps >= self.num_steps)
+
+
+class EpochBatches:
+    """The run's training batches, epoch after epoch (`make_epoch(epoch)`), from step
+    `skip` on: a resumed run gets the batches an uninterrupted one would. `epoch` and
+    `epoch_ended` describe the batch taken last."""
+
+    def __init__(self, make_epoch, num_epochs: int, skip: int = 0):
+        self._items = self._all(make_epoch, num_epochs)
+        self.epoch, self.epoch_ended = 0, False
+        for _ in range(skip):
+            next(self)
+
+    @staticmethod
+    def _all(make_epoch, num_epochs):
+        for epoch in range(num_epochs):
+            batches = iter(make_epoch(epoch))
+            batch = next(batches, None)
+            while batch is not None:
+                following = next(batches, None)
+                yield epoch, batch, following is None
+                batch = following
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> dict:
+        self.epoch, batch, self.epoch_ended = next(self._items)
+        return batch
+
+
+def count_frozen_steps(config, steps_per_epoch: int, num_steps: int) -> int:
+    """For how many steps `config.freeze` holds: `freeze_steps`, `freeze_epochs` epochs,
+    or the whole run when neither is set; 0 without patterns."""
+    if not config.freeze:
+        return 0
+    if config.freeze_steps and config.freeze_epochs:
+        raise UserError("set freeze_steps or freeze_epochs, not both")
+    if config.freeze_epochs:
+        return min(num_steps, math.ceil(config.freeze_epochs * steps_per_epoch))
+    return min(num_steps, config.freeze_steps) if config.freeze_steps else num_steps
+
+
+def unfreeze_state(state, full_tx, init_fn, mesh, rules, rng_impl):
+    """The state and its shardings for training every parameter: the frozen ones get
+    fresh optimizer state, the others keep theirs."""
+    abstract = sharding.abstract_state(init_fn, full_tx, mesh, rules=rules, rng_impl=rng_impl)
+    shardings = jax.tree.map(lambda s: s.sharding, abstract)
+    opt_state = jax.jit(lambda params, frozen: optim.unfreeze_state(frozen, full_tx.init(params)),
+                        out_shardings=shardings.opt_state)(state.params, state.opt_state)
+    return state.replace(opt_state=opt_state), shardings
