@@ -702,7 +702,7 @@ def test_silent_surprises_get_a_warning(paths, tmp_path, caplog):
                                          'not closed until line 4'):
         files.read_table(str(tmp_path / "open.csv"))
     # One class, and a validation file that is the training file (issue 44).
-    from bert_jax.finetune import tasks, trainer
+    from bert_jax.finetune import task_data, tasks
     from bert_jax.config_loader import load_config
     (tmp_path / "one.tsv").write_text("text\tlabel\na good film\tpos\nanother\tpos\n")
     config = load_config(os.path.join(REPO, "configs", "finetune.py") + ":csv",
@@ -710,7 +710,7 @@ def test_silent_surprises_get_a_warning(paths, tmp_path, caplog):
                           f"validation_file={tmp_path / 'one.tsv'}"])
     task = tasks.get_task(config)
     task.prepare(task.load("train"))
-    trainer.warn_if_degenerate(config, task)
+    task_data.warn_if_degenerate(config, task)
     assert "every training example has the label 'pos': the model can only learn" in caplog.text
     assert "one.tsv holds the training file's text" in caplog.text
     # Duplicate vocabulary entries.

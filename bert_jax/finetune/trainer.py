@@ -24,17 +24,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax import (chars, checkpoint, lifecycle, multihost, optim, paths, pretrained,
+from bert_jax import (checkpoint, lifecycle, multihost, optim, paths, pretrained,
                       sharding, train_loop, training)
 from bert_jax.config import (BertConfig, ConfigError, check_choice, check_inputs_fit,
                              compute_fields)
 from bert_jax.data import lengths
 from bert_jax.errors import (UserError, check_learning_rate, check_positive,
                              check_seq_length)
-from bert_jax.finetune import inference, keeping, schedule, tasks
+from bert_jax.finetune import inference, keeping, schedule, task_data, tasks
 from bert_jax.finetune.inference import EVALUATE_RESULTS_FILE, PREDICTIONS_DIR, make_eval_fn
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
-from bert_jax.tokenization.base import uncovered_text_warning
 
 log = logging.getLogger("bert_jax.finetune")
 
@@ -141,25 +140,6 @@ class Objective:
     unsaved: tuple = ()
 
 
-# --- host side -------------------------------------------------------------------------
-
-def subsample(items: list, limit: int, seed: int) -> list:
-    if not limit or len(items) <= limit:
-        return items
-    keep = np.sort(np.random.default_rng(seed).permutation(len(items))[:limit])
-    return [items[i] for i in keep]
-
-
-def load_eval_sets(task, tokenizer, config, seed: int) -> dict[str, tuple[list, list]]:
-    """{split: (examples, features)} for the eval splits and a labeled test split."""
-    sets = {}
-    for split in task.eval_splits:
-        examples = subsample(task.load(split), config.max_eval_examples, seed)
-        sets[split] = (examples, task.featurize(examples, tokenizer, config.max_seq_length,
-                                                training=False))
-    return sets
-
-
 ZERO_LEARNING_RATE = ("; a linear probe trains the head alone: --config.freeze='bert/*' "
                       "with a learning rate > 0; to score a fine-tuned model without "
                       "training: bert-jax evaluate --workdir DIR")
@@ -246,35 +226,16 @@ class Finetuning:
         self.rules = config.logical_axis_rules
         self.mesh = sharding.config_mesh(config)
         self.multiple = sharding.batch_size_multiple(self.mesh, self.rules)
-        self._prepared: dict[Any, _Prepared] = {}
+        self._prepared: dict[Any, task_data.TaskData] = {}
 
-    def prepared(self, seed: int) -> "_Prepared":
+    def prepared(self, seed: int) -> task_data.TaskData:
+        """The task's data for `seed`: read once, or once per seed when
+        `max_train_examples`/`max_eval_examples` draw a seed-dependent subset."""
         config = self.config
         key = seed if config.max_train_examples or config.max_eval_examples else None
         if key not in self._prepared:
-            # A fresh task per data set: `prepare` reads labels from the training subset.
-            task = tasks.get_task(config)
-            tokenizer = self.source.tokenizer
-            train_examples = subsample(task.load("train"), config.max_train_examples, seed)
-            task.prepare(train_examples)
-            train_features = task.featurize(train_examples, tokenizer, config.max_seq_length,
-                                            training=True)
-            if not train_features:
-                raise ValueError(f"task {task.name!r}: no training features")
-            _warn_if_uncovered(tokenizer, train_features, f"task {task.name!r}'s training data",
-                               train_examples)
-            warn_if_degenerate(config, task)
-            for split in task.test_splits:  # read again after training; a bad file fails now
-                try:
-                    task.check_labels(task.load(split))
-                except ValueError as e:
-                    raise UserError(f"the {split} split: {e}") from e
-            model = task.model(self.source.config)
-            if self.objective.wrap_model is not None:
-                model = self.objective.wrap_model(model)
-            self._prepared[key] = _Prepared(task, train_features,
-                                            load_eval_sets(task, tokenizer, config, seed),
-                                            model, self.objective)
+            self._prepared[key] = task_data.prepare(config, self.source, seed,
+                                                    self.objective.wrap_model)
         return self._prepared[key]
 
     def run(self, config, workdir: str) -> dict[str, Any]:
@@ -298,8 +259,10 @@ class Finetuning:
         job = lifecycle.Job(workdir, self.mesh, keep=KEEP_CHECKPOINTS)
         state, shardings, kept = self._start(job, config, data, plan, run)
         frozen = plan.frozen_at(int(state.step))
-        step_fn, eval_fn = data.steps(plan.tx if frozen else plan.full_tx, shardings, self.mesh,
-                                      self.rules, config.freeze if frozen else "", accum)
+        step_fn, eval_fn = compiled_steps(data, self.objective,
+                                          plan.tx if frozen else plan.full_tx, shardings,
+                                          self.mesh, self.rules,
+                                          config.freeze if frozen else "", accum)
         batches = schedule.EpochBatches(lambda epoch: schedule.train_batches(
             data.task, data.train_features, config, epoch, int(config.seed), multiple,
             plan.rows_per_batch), plan.num_epochs, skip=int(state.step))
@@ -378,10 +341,10 @@ class Finetuning:
         def unfreeze(loop):
             if loop.step >= loop.num_steps:
                 return
-            loop.state, shardings = schedule.unfreeze_state(loop.state, plan.full_tx, plan.init_fn,
-                                              self.mesh, self.rules, config.rng_impl)
-            loop.step_fn, _ = data.steps(plan.full_tx, shardings, self.mesh, self.rules, "",
-                                         config.grad_accum_steps)
+            loop.state, shardings = schedule.unfreeze_state(
+                loop.state, plan.full_tx, plan.init_fn, self.mesh, self.rules, config.rng_impl)
+            loop.step_fn, _ = compiled_steps(data, self.objective, plan.full_tx, shardings,
+                                             self.mesh, self.rules, "", config.grad_accum_steps)
             loop.writer.message(f"step {loop.step}: unfreezing {config.freeze}")
         return unfreeze
 
@@ -403,80 +366,24 @@ class Finetuning:
                 "length_coverage": self.length_coverage}
 
 
-@dataclasses.dataclass
-class _Prepared:
-    """One data set's task, features and model, and the steps compiled for them."""
-
-    task: Any
-    train_features: list
-    eval_sets: dict
-    model: nn.Module
-    objective: Objective
-    _steps: dict = dataclasses.field(default_factory=dict)
-
-    def steps(self, tx, shardings, mesh, rules, frozen: str = "", grad_accum_steps: int = 1):
-        """(train step, eval step), jitted once per set of `frozen` patterns and
-        accumulation count: later runs pass states whose optimizer hyperparameters differ
-        but whose structure and shardings are the same."""
-        key = (frozen, grad_accum_steps)
-        if key not in self._steps:
-            loss_fn = functools.partial(self.objective.loss, model=self.model, task=self.task,
-                                        rules=rules)
-            step_fn = training.jit_train_step(
-                loss_fn, self.objective.coefficients, tx, shardings,
-                sharding.batch_sharding(mesh, rules), grad_accum_steps=grad_accum_steps,
-                extra_shardings=self.objective.extra_shardings, counts=_count_examples)
-            self._steps[key] = (step_fn, make_eval_fn(self.model, self.task, rules,
-                                                      shardings.params, mesh))
-        return self._steps[key]
+def compiled_steps(data: task_data.TaskData, objective: Objective, tx, shardings, mesh, rules,
+                   frozen: str = "", grad_accum_steps: int = 1):
+    """(train step, eval step) of `data`'s model and `objective`, jitted once per set of
+    `frozen` patterns and accumulation count: later runs pass states whose optimizer
+    hyperparameters differ but whose structure and shardings are the same."""
+    key = (frozen, grad_accum_steps)
+    if key not in data.compiled:
+        loss_fn = functools.partial(objective.loss, model=data.model, task=data.task,
+                                    rules=rules)
+        step_fn = training.jit_train_step(
+            loss_fn, objective.coefficients, tx, shardings, sharding.batch_sharding(mesh, rules),
+            grad_accum_steps=grad_accum_steps, extra_shardings=objective.extra_shardings,
+            counts=_count_examples)
+        data.compiled[key] = (step_fn, make_eval_fn(data.model, data.task, rules,
+                                                    shardings.params, mesh))
+    return data.compiled[key]
 
 
 def _count_examples(batch: dict) -> dict:
     """The examples a training batch holds (padding rows and slots weigh 0)."""
     return {"examples": jnp.sum(batch["example_weights"])}
-
-
-def _strings(value):
-    """The strings in an example's value (a text, a word list, a dict of texts)."""
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, (list, tuple, dict)):
-        for item in value.values() if isinstance(value, dict) else value:
-            yield from _strings(item)
-
-
-def _warn_if_uncovered(tokenizer, features: list, what: str, examples: list) -> None:
-    """Warns when the vocabulary turns much of the text into [UNK] (up to 1000 features;
-    about Chinese only when the examples' text is mostly CJK)."""
-    rows = []
-    for feature in features[:1000]:
-        ids = feature["input_ids"]  # a row, or one row per choice (multiple choice)
-        rows += [np.asarray(r).reshape(-1) for r in
-                 (ids if len(ids) and not np.isscalar(ids[0]) else [ids])]
-    ids = np.concatenate(rows)
-    special = np.isin(ids, [tokenizer.pad_id, tokenizer.cls_id, tokenizer.sep_id])
-    warning = uncovered_text_warning(int((ids == tokenizer.unk_id).sum()),
-                                     int((~special).sum()), what,
-                                     chars.cjk_share(_strings(examples[:1000])))
-    if warning:
-        log.warning(warning)
-
-
-def warn_if_degenerate(config, task) -> None:
-    """Warns about training data that runs but teaches nothing measurable: a single
-    class, or a validation file with the training file's text."""
-    names = getattr(task, "label_names", None)
-    if names is not None and len(names) == 1:
-        log.warning("task %r: every training example has the label %r: the model can only "
-                    "learn to predict it, and its accuracy says nothing", task.name, names[0])
-    train, dev = config.train_file, config.validation_file
-    try:
-        same = bool(train and dev) and paths.getsize(train) == paths.getsize(dev) and \
-            paths.read_bytes(train) == paths.read_bytes(dev)
-    except OSError:  # not plain files (a glob, a list): not compared
-        same = False
-    if same:
-        log.warning("validation_file %s holds the training file's text (%s): its scores "
-                    "measure memorisation, not generalisation", dev, train)
-
-

@@ -1,0 +1,120 @@
+"""A fine-tuning task's data as a run uses it: examples read and subsampled, featurized
+with the model's tokenizer, checked and warned about (a vocabulary that misses the text,
+a single class, validation data equal to the training data), and the task's model."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+import flax.linen as nn
+import numpy as np
+
+from bert_jax import chars, paths
+from bert_jax.errors import UserError
+from bert_jax.finetune import tasks
+from bert_jax.tokenization.base import uncovered_text_warning
+
+log = logging.getLogger("bert_jax.finetune")
+
+
+@dataclasses.dataclass
+class TaskData:
+    """One data set of a task: the task (its labels read from the training subset), the
+    training features, the eval sets, the task model, and the steps a job compiled for
+    them (`compiled`, kept with the data they were compiled for)."""
+
+    task: Any
+    train_features: list
+    eval_sets: dict
+    model: nn.Module
+    compiled: dict = dataclasses.field(default_factory=dict)
+
+
+def prepare(config, source, seed: int, wrap_model=None) -> TaskData:
+    """The task's data read and featurized with `source.tokenizer` (the training and eval
+    examples subsampled with `seed` when `max_train_examples`/`max_eval_examples` say so),
+    with its model on `source.config` (wrapped by `wrap_model` if given). Checks the test
+    splits' labels now, and warns about data that would teach nothing measurable."""
+    task = tasks.get_task(config)  # a fresh task: `prepare` reads labels from the subset
+    tokenizer = source.tokenizer
+    train_examples = subsample(task.load("train"), config.max_train_examples, seed)
+    task.prepare(train_examples)
+    train_features = task.featurize(train_examples, tokenizer, config.max_seq_length,
+                                    training=True)
+    if not train_features:
+        raise ValueError(f"task {task.name!r}: no training features")
+    _warn_if_uncovered(tokenizer, train_features, f"task {task.name!r}'s training data",
+                       train_examples)
+    warn_if_degenerate(config, task)
+    for split in task.test_splits:  # read again after training; a bad file fails now
+        try:
+            task.check_labels(task.load(split))
+        except ValueError as e:
+            raise UserError(f"the {split} split: {e}") from e
+    model = task.model(source.config)
+    if wrap_model is not None:
+        model = wrap_model(model)
+    return TaskData(task, train_features, load_eval_sets(task, tokenizer, config, seed), model)
+
+
+def subsample(items: list, limit: int, seed: int) -> list:
+    if not limit or len(items) <= limit:
+        return items
+    keep = np.sort(np.random.default_rng(seed).permutation(len(items))[:limit])
+    return [items[i] for i in keep]
+
+
+def load_eval_sets(task, tokenizer, config, seed: int) -> dict[str, tuple[list, list]]:
+    """{split: (examples, features)} for the eval splits and a labeled test split."""
+    sets = {}
+    for split in task.eval_splits:
+        examples = subsample(task.load(split), config.max_eval_examples, seed)
+        sets[split] = (examples, task.featurize(examples, tokenizer, config.max_seq_length,
+                                                training=False))
+    return sets
+
+
+def _strings(value):
+    """The strings in an example's value (a text, a word list, a dict of texts)."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, (list, tuple, dict)):
+        for item in value.values() if isinstance(value, dict) else value:
+            yield from _strings(item)
+
+
+def _warn_if_uncovered(tokenizer, features: list, what: str, examples: list) -> None:
+    """Warns when the vocabulary turns much of the text into [UNK] (up to 1000 features;
+    about Chinese only when the examples' text is mostly CJK)."""
+    rows = []
+    for feature in features[:1000]:
+        ids = feature["input_ids"]  # a row, or one row per choice (multiple choice)
+        rows += [np.asarray(r).reshape(-1) for r in
+                 (ids if len(ids) and not np.isscalar(ids[0]) else [ids])]
+    ids = np.concatenate(rows)
+    special = np.isin(ids, [tokenizer.pad_id, tokenizer.cls_id, tokenizer.sep_id])
+    warning = uncovered_text_warning(int((ids == tokenizer.unk_id).sum()),
+                                     int((~special).sum()), what,
+                                     chars.cjk_share(_strings(examples[:1000])))
+    if warning:
+        log.warning(warning)
+
+
+def warn_if_degenerate(config, task) -> None:
+    """Warns about training data that runs but teaches nothing measurable: a single
+    class, or a validation file with the training file's text."""
+    names = getattr(task, "label_names", None)
+    if names is not None and len(names) == 1:
+        log.warning("task %r: every training example has the label %r: the model can only "
+                    "learn to predict it, and its accuracy says nothing", task.name, names[0])
+    train, dev = config.train_file, config.validation_file
+    try:
+        same = bool(train and dev) and paths.getsize(train) == paths.getsize(dev) and \
+            paths.read_bytes(train) == paths.read_bytes(dev)
+    except OSError:  # not plain files (a glob, a list): not compared
+        same = False
+    if same:
+        log.warning("validation_file %s holds the training file's text (%s): its scores "
+                    "measure memorisation, not generalisation", dev, train)
