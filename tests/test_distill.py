@@ -18,7 +18,7 @@ import pytest
 from bert_jax import cli as bert_jax_cli
 from bert_jax import heads, losses, pretrained, training
 from bert_jax.config import preset
-from bert_jax.finetune import distill, inference, trainer
+from bert_jax.finetune import distill, inference, objective, trainer
 from bert_jax.tokenization import WordPieceTokenizer
 from test_finetune_csv import NEGATIVE, POSITIVE, write_tsv
 from test_finetune_util import MICRO_MODEL, micro_config, shared_compilation_cache
@@ -74,7 +74,7 @@ def test_loss_mixes_hard_and_soft_and_alpha_one_is_fine_tuning():
             distill.distill_loss(student, batch, teacher, key, model=model, task=task,
                                  rules=(), teacher_model=model, settings=settings),
             distill.coefficients(settings))
-        plain, _ = training.combine(trainer.task_loss(student, batch, None, key, model=model,
+        plain, _ = training.combine(objective.task_loss(student, batch, None, key, model=model,
                                                       task=task, rules=()), {"loss": 1.0})
         logits = [model.apply({"params": p}, ids, batch["input_mask"])
                   for p in (student, teacher)]

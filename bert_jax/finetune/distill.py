@@ -46,6 +46,7 @@ from bert_jax.errors import UserError
 from bert_jax.finetune import inference, selection, tasks, trainer
 from bert_jax.finetune.classification import ClassificationTask
 from bert_jax.finetune.multiple_choice import MultipleChoiceTask
+from bert_jax.finetune.objective import Objective
 from bert_jax.finetune.squad import SquadTask
 from bert_jax.finetune.tagging import TaggingTask
 from bert_jax.tokenization import load_tokenizer
@@ -357,7 +358,7 @@ def distill(config, teacher: pretrained.Pretrained, workdir: str) -> dict:
                                               "attention_weight")}
     width = teacher.config.hidden_size
     projected = config.hidden_weight > 0 and source.config.hidden_size != width
-    objective = trainer.Objective(
+    objective = Objective(
         loss=functools.partial(distill_loss, teacher_model=teacher_model, settings=settings),
         coefficients=coefficients(settings),
         extra=teacher_params, extra_shardings=teacher_shardings,

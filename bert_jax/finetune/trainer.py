@@ -14,14 +14,11 @@ afterwards (`load_finetuned`) is `bert_jax.finetune.inference`.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import logging
 from typing import Any
 
-import flax.linen as nn
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from bert_jax import (checkpoint, lifecycle, multihost, optim, paths, pretrained,
@@ -32,7 +29,8 @@ from bert_jax.data import lengths
 from bert_jax.errors import (UserError, check_learning_rate, check_positive,
                              check_seq_length)
 from bert_jax.finetune import inference, keeping, schedule, task_data, tasks
-from bert_jax.finetune.inference import EVALUATE_RESULTS_FILE, PREDICTIONS_DIR, make_eval_fn
+from bert_jax.finetune.objective import Objective, compiled_steps
+from bert_jax.finetune.inference import EVALUATE_RESULTS_FILE, PREDICTIONS_DIR
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
 
 log = logging.getLogger("bert_jax.finetune")
@@ -108,36 +106,6 @@ def resolve_model(config) -> ModelSource:
     spec = config.model if isinstance(config.model, str) else dict(config.model)
     return ModelSource(model_config.replace(**dropout, **numerics), tokenizer, None,
                        f"random {spec}")
-
-
-# --- steps -----------------------------------------------------------------------------
-
-def task_loss(params, batch, extra, dropout_key, *, model, task, rules):
-    """Fine-tuning's loss terms: the task's on the model's training outputs (`extra`
-    unused). {name: (weighted sum, weight)}, the loss as "loss"."""
-    with nn.logical_axis_rules(rules):
-        outputs = model.apply({"params": params}, **task.model_inputs(batch),
-                              deterministic=False, rngs={"dropout": dropout_key})
-    return task.loss(outputs, batch)
-
-
-@dataclasses.dataclass
-class Objective:
-    """What the train step minimises: `loss(params, batch, extra, dropout_key, *, model,
-    task, rules)` -> {name: (weighted sum, weight)}, of whose means `coefficients`
-    weigh the ones trained on, and `extra`, an input of every step that is not
-    trained (a distillation teacher's parameters), placed with `extra_shardings`.
-    `describe` names it in the run's log. `wrap_model` (task model -> model) adds
-    parameters that the objective trains with the model, at the top level of its tree
-    (a TinyBERT projection), and `unsaved` names those left out of the saved model."""
-
-    loss: Any = task_loss
-    coefficients: dict = dataclasses.field(default_factory=lambda: {"loss": 1.0})
-    extra: Any = None
-    extra_shardings: Any = None
-    describe: str = "fine-tuning"
-    wrap_model: Any = None
-    unsaved: tuple = ()
 
 
 ZERO_LEARNING_RATE = ("; a linear probe trains the head alone: --config.freeze='bert/*' "
@@ -366,24 +334,3 @@ class Finetuning:
                 "length_coverage": self.length_coverage}
 
 
-def compiled_steps(data: task_data.TaskData, objective: Objective, tx, shardings, mesh, rules,
-                   frozen: str = "", grad_accum_steps: int = 1):
-    """(train step, eval step) of `data`'s model and `objective`, jitted once per set of
-    `frozen` patterns and accumulation count: later runs pass states whose optimizer
-    hyperparameters differ but whose structure and shardings are the same."""
-    key = (frozen, grad_accum_steps)
-    if key not in data.compiled:
-        loss_fn = functools.partial(objective.loss, model=data.model, task=data.task,
-                                    rules=rules)
-        step_fn = training.jit_train_step(
-            loss_fn, objective.coefficients, tx, shardings, sharding.batch_sharding(mesh, rules),
-            grad_accum_steps=grad_accum_steps, extra_shardings=objective.extra_shardings,
-            counts=_count_examples)
-        data.compiled[key] = (step_fn, make_eval_fn(data.model, data.task, rules,
-                                                    shardings.params, mesh))
-    return data.compiled[key]
-
-
-def _count_examples(batch: dict) -> dict:
-    """The examples a training batch holds (padding rows and slots weigh 0)."""
-    return {"examples": jnp.sum(batch["example_weights"])}
