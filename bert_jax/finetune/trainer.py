@@ -39,6 +39,7 @@ from bert_jax.finetune.inference import (EVALUATE_RESULTS_FILE, make_eval_fn, pr
 from bert_jax.metrics_writer import MetricsWriter
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
 from bert_jax.tokenization.base import uncovered_text_warning
+from bert_jax.train_state import StatePlan
 
 log = logging.getLogger("bert_jax.finetune")
 
@@ -283,9 +284,8 @@ class Finetuning:
         self.length_coverage = train_length_coverage(config, self.source)
         check_inputs_fit(self.source.config, self.source.origin,
                          max_seq_length=config.max_seq_length)
-        self.rules = config.logical_axis_rules
-        self.mesh = sharding.config_mesh(config)
-        self.multiple = sharding.batch_size_multiple(self.mesh, self.rules)
+        self.partitioner = sharding.Partitioner.from_config(config)
+        self.multiple = self.partitioner.batch_shards
         self._prepared: dict[Any, _Prepared] = {}
 
     def prepared(self, seed: int) -> "_Prepared":
@@ -337,13 +337,13 @@ class Finetuning:
                                          self.source.tokenizer.fingerprint())
         state, shardings, kept, writer, ckpt = self._start(config, workdir, data, plan, run)
         frozen = plan.frozen_at(int(state.step))
-        step_fn, eval_fn = data.steps(plan.tx if frozen else plan.full_tx, shardings, self.mesh,
-                                      self.rules, config.freeze if frozen else "", accum)
+        step_fn, eval_fn = data.steps(plan.tx if frozen else plan.full_tx, shardings,
+                                      self.partitioner, config.freeze if frozen else "", accum)
         batches = _EpochBatches(lambda epoch: _train_batches(
             data.task, data.train_features, config, epoch, int(config.seed), multiple,
             plan.rows_per_batch), plan.num_epochs, skip=int(state.step))
         loop = train_loop.Loop(
-            state, step_fn, lambda batch: sharding.shard_full_batch(batch, self.mesh, self.rules),
+            state, step_fn, self.partitioner.shard_full_batch,
             num_steps=plan.num_steps, writer=writer, learning_rate=plan.schedule,
             guard=training.NonFiniteGuard(config.max_consecutive_nonfinite,
                                           stop_at_first=config.on_nonfinite == "stop",
@@ -357,7 +357,7 @@ class Finetuning:
                                                     kept, plan), when=epoch_end)]
         save = train_loop.Every(config.checkpoint_every_steps, lambda loop: ckpt.save(
             loop.step, loop.state, {**run, "kept": kept.summary()}), when=epoch_end)
-        with jax.set_mesh(self.mesh), preemption.interrupt_request(log) as stop, \
+        with jax.set_mesh(self.partitioner.mesh), preemption.interrupt_request(log) as stop, \
                 ckpt.saves_finished():
             reason = loop.run(batches, actions, checkpoint=save, watcher=preemption.active(),
                               stop=stop)
@@ -375,7 +375,7 @@ class Finetuning:
             kept_params = kept.params_or_saved(workdir, loop.state,
                                                self.objective.unsaved)
             results.update(predict_test(data.task, self.source.tokenizer, kept_params,
-                                        eval_fn, config, self.mesh, workdir))
+                                        eval_fn, config, self.partitioner, workdir))
         if multihost.is_primary():
             paths.write_text(paths.join(workdir, pretrained.RESULTS_FILE),
                              json.dumps(results, indent=2))
@@ -390,9 +390,8 @@ class Finetuning:
         ckpt = checkpoint.Checkpointer(workdir, keep=KEEP_CHECKPOINTS)
         latest = ckpt.latest_step()
         tx = plan.tx if plan.frozen_at(latest or 0) else plan.full_tx
-        target = sharding.abstract_state(plan.init_fn, tx, self.mesh, rules=self.rules,
-                                         rng_impl=config.rng_impl)
-        shardings = jax.tree.map(lambda s: s.sharding, target)
+        state_plan = StatePlan.build(plan.init_fn, tx, self.partitioner, config.rng_impl)
+        target, shardings = state_plan.abstract, state_plan.shardings
         try:
             restored = ckpt.restore(target, run=run, start_fresh=True)
         except checkpoint.IncompatibleCheckpointError as e:
@@ -427,9 +426,11 @@ class Finetuning:
         elif writer.replaced_earlier_run:
             writer.message(f"{workdir} held an earlier fine-tuning run: its metrics, best model "
                            "and results are replaced")
-        state, shardings = sharding.create_sharded_state(
-            plan.init_fn, plan.tx if plan.frozen_steps else plan.full_tx, self.mesh,
-            rules=self.rules, seed=int(config.seed), rng_impl=config.rng_impl)
+        fresh_tx = plan.tx if plan.frozen_steps else plan.full_tx
+        if fresh_tx is not tx:  # WORKDIR's checkpoint was another run's, past its unfreezing
+            state_plan = StatePlan.build(plan.init_fn, fresh_tx, self.partitioner,
+                                         config.rng_impl)
+        state, shardings = state_plan.create(int(config.seed)), state_plan.shardings
         state = state.replace(params=self.source.init_params(state.params, shardings.params))
         writer.message(f"{self.objective.describe} {data.task.name} from {self.source.origin}: "
                        f"{len(data.train_features)} train features, {plan.steps_per_epoch} "
@@ -445,8 +446,8 @@ class Finetuning:
             if loop.step >= loop.num_steps:
                 return
             loop.state, shardings = _unfreeze(loop.state, plan.full_tx, plan.init_fn,
-                                              self.mesh, self.rules, config.rng_impl)
-            loop.step_fn, _ = data.steps(plan.full_tx, shardings, self.mesh, self.rules, "",
+                                              self.partitioner, config.rng_impl)
+            loop.step_fn, _ = data.steps(plan.full_tx, shardings, self.partitioner, "",
                                          config.grad_accum_steps)
             loop.writer.message(f"step {loop.step}: unfreezing {config.freeze}")
         return unfreeze
@@ -460,7 +461,7 @@ class Finetuning:
 
         def keep(loop):
             scores = evaluate_sets(task, loop.state.params, data.eval_sets, eval_fn, config,
-                                   self.mesh)
+                                   self.partitioner)
             for split, values in scores.items():
                 loop.writer.write(loop.step, values, prefix=split)
             main = scores[task.eval_splits[0]][task.selection_metric]
@@ -618,22 +619,22 @@ class _Prepared:
     objective: Objective
     _steps: dict = dataclasses.field(default_factory=dict)
 
-    def steps(self, tx, shardings, mesh, rules, frozen: str = "", grad_accum_steps: int = 1):
+    def steps(self, tx, shardings, partitioner, frozen: str = "", grad_accum_steps: int = 1):
         """(train step, eval step), jitted once per set of `frozen` patterns and
         accumulation count: later runs pass states whose optimizer hyperparameters differ
         but whose structure and shardings are the same."""
         key = (frozen, grad_accum_steps)
         if key not in self._steps:
             loss_fn = functools.partial(self.objective.loss, model=self.model, task=self.task,
-                                        rules=rules)
+                                        rules=partitioner.rules)
             step_fn = jax.jit(functools.partial(train_step, loss_fn=loss_fn, tx=tx,
                                                 coefficients=self.objective.coefficients,
                                                 grad_accum_steps=grad_accum_steps),
-                              in_shardings=(shardings, sharding.batch_sharding(mesh, rules),
+                              in_shardings=(shardings, partitioner.batch_sharding,
                                             self.objective.extra_shardings),
                               out_shardings=(shardings, None), donate_argnums=0)
-            self._steps[key] = (step_fn, make_eval_fn(self.model, self.task, rules,
-                                                      shardings.params, mesh))
+            self._steps[key] = (step_fn, make_eval_fn(self.model, self.task, partitioner,
+                                                      shardings.params))
         return self._steps[key]
 
 
@@ -693,11 +694,10 @@ def _frozen_steps(config, steps_per_epoch: int, num_steps: int) -> int:
     return min(num_steps, config.freeze_steps) if config.freeze_steps else num_steps
 
 
-def _unfreeze(state, full_tx, init_fn, mesh, rules, rng_impl):
+def _unfreeze(state, full_tx, init_fn, partitioner, rng_impl):
     """The state and its shardings for training every parameter: the frozen ones get
     fresh optimizer state, the others keep theirs."""
-    abstract = sharding.abstract_state(init_fn, full_tx, mesh, rules=rules, rng_impl=rng_impl)
-    shardings = jax.tree.map(lambda s: s.sharding, abstract)
+    shardings = StatePlan.build(init_fn, full_tx, partitioner, rng_impl).shardings
     opt_state = jax.jit(lambda params, frozen: optim.unfreeze_state(frozen, full_tx.init(params)),
                         out_shardings=shardings.opt_state)(state.params, state.opt_state)
     return state.replace(opt_state=opt_state), shardings
@@ -718,20 +718,21 @@ def _keep(mode: str, kept: _Kept, score: float, last: bool) -> bool:
     return kept.epoch is None or score > kept.score
 
 
-def evaluate_sets(task, params, eval_sets, eval_fn, config, mesh) -> dict[str, dict]:
-    return {split: task.evaluate(examples, features,
-                                 predict_features(task, params, features, eval_fn, config, mesh))
+def evaluate_sets(task, params, eval_sets, eval_fn, config, partitioner) -> dict[str, dict]:
+    return {split: task.evaluate(examples, features, predict_features(
+                task, params, features, eval_fn, config, partitioner))
             for split, (examples, features) in eval_sets.items()}
 
 
-def predict_test(task, tokenizer, params, eval_fn, config, mesh, workdir) -> dict[str, Any]:
+def predict_test(task, tokenizer, params, eval_fn, config, partitioner,
+                 workdir) -> dict[str, Any]:
     """Predictions (and metrics, if labeled) for the test split(s): WORKDIR/predictions/
     SPLIT.jsonl and the task's submission files."""
     out = {}
     for split in task.test_splits:
         examples = task.load(split)
         features = task.featurize(examples, tokenizer, config.max_seq_length, training=False)
-        outputs = predict_features(task, params, features, eval_fn, config, mesh)
+        outputs = predict_features(task, params, features, eval_fn, config, partitioner)
         records = task.predict(examples, features, outputs)
         if multihost.is_primary():
             files.write_jsonl(paths.join(workdir, PREDICTIONS_DIR, f"{split}.jsonl"), records)

@@ -16,7 +16,7 @@ import contextlib
 import dataclasses
 import logging
 import math
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import flax.linen as nn
 import jax
@@ -34,7 +34,7 @@ from bert_jax.heads import BertForPreTraining
 from bert_jax.metrics_writer import MetricsWriter
 from bert_jax.optim import OPTIMIZERS, make_optimizer
 from bert_jax.pretrain.steps import dummy_inputs, evaluate, jit_steps
-from bert_jax.train_state import TrainState
+from bert_jax.train_state import StatePlan
 
 log = logging.getLogger("bert_jax.pretrain.job")
 
@@ -58,8 +58,8 @@ def model_config(config: ml_collections.ConfigDict, vocab_size: int | None = Non
 @dataclasses.dataclass(frozen=True)
 class Setup:
     """What a pretraining config builds before it touches data, a workdir or a device:
-    the model, optimizer and schedule, the mesh, the TrainState's sharded shapes and
-    the jitted steps. `bert-jax pretrain` runs it; `bert-jax compile` compiles it for a
+    the model, optimizer and schedule, the partitioner, the TrainState's sharded layout
+    and the jitted steps. `bert-jax pretrain` runs it; `bert-jax compile` compiles it for a
     TPU topology (`bert_jax.tpu.compile`)."""
 
     config: ml_collections.ConfigDict
@@ -67,20 +67,14 @@ class Setup:
     model: nn.Module
     tx: optax.GradientTransformation
     schedule: optax.Schedule
-    init_fn: Callable[[jax.Array], Any]
-    mesh: jax.sharding.Mesh
-    rules: tuple
-    state: TrainState  # jax.ShapeDtypeStructs carrying their shardings
-
-    @property
-    def shardings(self) -> TrainState:
-        return jax.tree.map(lambda s: s.sharding, self.state)
+    partitioner: sharding.Partitioner
+    state_plan: StatePlan
 
     def jit_steps(self, teacher: mlm_distill.MlmTeacher | None = None,
                   teacher_shardings: Any = None):
         """(train_step, eval_step) of this run (`jit_steps`)."""
-        return jit_steps(self.model, self.tx, self.mesh, self.shardings,
-                         self.rules, self.config.grad_accum_steps, teacher, teacher_shardings)
+        return jit_steps(self.model, self.tx, self.partitioner, self.state_plan.shardings,
+                         self.config.grad_accum_steps, teacher, teacher_shardings)
 
     def abstract_batch(self) -> dict:
         """The global batch as sharded `jax.ShapeDtypeStruct`s, shaped as the pipeline
@@ -88,7 +82,7 @@ class Setup:
         from bert_jax.data.pipeline import batch_spec
         options = DataOptions.from_config(self.config,
                                           per_host_batch_size=self.config.global_batch_size)
-        batch = sharding.batch_sharding(self.mesh, self.rules)
+        batch = self.partitioner.batch_sharding
         return {k: jax.ShapeDtypeStruct(shape, dtype, sharding=batch) for k, (shape, dtype)
                 in batch_spec(options, self.config.next_sentence_prediction).items()}
 
@@ -101,9 +95,8 @@ def setup(config: ml_collections.ConfigDict, vocab_size: int, *,
     hosts (default: this job's). vocab_size: the tokenizer's (used unless the model sets
     one). Reads no files and writes none."""
     bert_config = model_config(config, vocab_size)
-    rules = tuple(tuple(r) for r in config.logical_axis_rules)
-    mesh = sharding.config_mesh(config, devices)
-    validate_config(config, bert_config, vocab_size, sharding.batch_size_multiple(mesh, rules),
+    partitioner = sharding.Partitioner.from_config(config, devices)
+    validate_config(config, bert_config, vocab_size, partitioner.batch_shards,
                     jax.process_count() if process_count is None else process_count)
     model = BertForPreTraining(bert_config, config.next_sentence_prediction)
     tx, schedule = make_optimizer(
@@ -113,8 +106,8 @@ def setup(config: ml_collections.ConfigDict, vocab_size: int, *,
         lr_schedule=config.lr_schedule)
     init_fn = lambda key: model.init(
         key, *dummy_inputs(1, config.max_seq_length, config.max_predictions_per_seq))["params"]
-    state = sharding.abstract_state(init_fn, tx, mesh, rules=rules, rng_impl=config.rng_impl)
-    return Setup(config, bert_config, model, tx, schedule, init_fn, mesh, rules, state)
+    state_plan = StatePlan.build(init_fn, tx, partitioner, config.rng_impl)
+    return Setup(config, bert_config, model, tx, schedule, partitioner, state_plan)
 
 
 
@@ -177,8 +170,7 @@ def restore_or_init(config, ckpt: checkpoint.Checkpointer, setup: Setup, writer,
     config.resume_from -> config.init_from (weights only) -> scratch. `run` (a
     checkpoint.run_description) must match the workdir checkpoint's; a resume_from
     checkpoint only needs the same state shapes (it may continue on other data)."""
-    init_fn, tx, mesh, rules = setup.init_fn, setup.tx, setup.mesh, setup.rules
-    target, shardings = setup.state, setup.shardings
+    target, shardings = setup.state_plan.abstract, setup.state_plan.shardings
     restored = ckpt.restore(target, run=run, start_fresh=config.start_fresh)
     source = ckpt.directory
     if restored is None and config.resume_from:
@@ -190,8 +182,7 @@ def restore_or_init(config, ckpt: checkpoint.Checkpointer, setup: Setup, writer,
         writer.message(f"resumed from step {step} of {source}")
         return state, shardings, meta.get("pipeline")
     writer.drop_after(0)
-    state, _ = sharding.create_sharded_state(init_fn, tx, mesh, rules=rules, seed=config.seed,
-                                             rng_impl=config.rng_impl)
+    state = setup.state_plan.create(config.seed)
     if config.init_from:
         loaded = pretrained.load(config.init_from)
         if not config.next_sentence_prediction and "nsp" in loaded.params:
@@ -235,7 +226,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                                                            "--config.teacher": config.teacher})
     tokenizer_path, tokenizer = run_tokenizer(config)
     run_setup = setup(config, tokenizer.vocab_size)
-    bert_config, mesh, rules = run_setup.bert_config, run_setup.mesh, run_setup.rules
+    bert_config, partitioner = run_setup.bert_config, run_setup.partitioner
     inputs.check_records_made_for(inputs.input_files(config), tokenizer_path,
                                   tokenizer.fingerprint(), config)
     run = checkpoint.run_description(config.to_dict(), bert_config.to_dict(),
@@ -264,7 +255,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                                    state=pipeline_state)
     if int(state.step) == 0:
         writer.message(f"{bert_config.num_hidden_layers} layers, H={bert_config.hidden_size}, "
-                       f"mesh {dict(mesh.shape)}, {jax.process_count()} process(es)"
+                       f"mesh {dict(partitioner.mesh.shape)}, {jax.process_count()} process(es)"
                        + (f", distilling {config.teacher} (T={config.temperature:g}, "
                           f"alpha={config.alpha:g})" if teacher else ""))
     loop = _loop(config, run_setup, state, train_fn, writer, ckpt,
@@ -274,14 +265,15 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     def evaluate_now(loop):
         with contextlib.closing(inputs.make_iterator(config, files, tokenizer, split="eval",
                                                      **process)) as eval_batches:
-            eval_metrics.update(evaluate(eval_fn, loop.state.params, eval_batches, mesh,
-                                         rules, config.eval_steps))
+            eval_metrics.update(evaluate(eval_fn, loop.state.params, eval_batches,
+                                         partitioner, config.eval_steps))
         writer.write(loop.step, eval_metrics, prefix="eval")
         writer.message(f"step {loop.step} eval: " + ", ".join(
             f"{k} {v:.4f}" for k, v in eval_metrics.items()))
 
     save = lambda loop: ckpt.save(loop.step, loop.state, {**run, "pipeline": batches.get_state()})
-    with jax.set_mesh(mesh), preemption.interrupt_request(log) as stop, ckpt.saves_finished():
+    with jax.set_mesh(partitioner.mesh), preemption.interrupt_request(log) as stop, \
+            ckpt.saves_finished():
         reason = loop.run(batches, [train_loop.Every(config.eval_every_steps, evaluate_now,
                                                      at_end=bool(config.eval_every_steps))],
                           checkpoint=train_loop.Every(config.checkpoint_every_steps, save),
@@ -308,16 +300,14 @@ def _teacher(config, run_setup: Setup, vocabulary: str) -> tuple:
     return mlm_distill.load_teacher(
         config.teacher, run_setup.bert_config, vocabulary, temperature=config.temperature,
         alpha=config.alpha, max_seq_length=config.max_seq_length,
-        max_predictions=config.max_predictions_per_seq, mesh=run_setup.mesh,
-        rules=run_setup.rules)
+        max_predictions=config.max_predictions_per_seq, partitioner=run_setup.partitioner)
 
 
 def _loop(config, run_setup: Setup, state, train_fn, writer, ckpt,
           step_args: tuple) -> train_loop.Loop:
     """The training loop of a pretraining run from `state`."""
-    mesh, rules = run_setup.mesh, run_setup.rules
     return train_loop.Loop(
-        state, train_fn, lambda batch: sharding.global_batch(batch, mesh, rules),
+        state, train_fn, run_setup.partitioner.global_batch,
         num_steps=config.num_train_steps, writer=writer, learning_rate=run_setup.schedule,
         guard=training.NonFiniteGuard(config.max_consecutive_nonfinite,
                                       stop_at_first=config.on_nonfinite == "stop",
