@@ -119,7 +119,7 @@ class Partitioner:
                          dcn_mesh_shape=dict(config.dcn_mesh_shape))
         return cls(mesh, config.logical_axis_rules)
 
-    def shardings(self, logical_specs: Any) -> Any:
+    def shardings_of(self, logical_specs: Any) -> Any:
         """A tree of logical PartitionSpecs (e.g. `nn.get_partition_spec(abstract_params)`)
         -> the same tree of NamedShardings."""
         return nn.logical_to_mesh_sharding(logical_specs, self.mesh, self.rules)

@@ -148,7 +148,7 @@ class StatePlan:
         parameter. rng_impl: the state's key implementation (`RNG_IMPLS`)."""
         init_state = _state_init_fn(init_fn, tx, rng_impl)
         boxed = jax.eval_shape(init_fn, make_key(0))
-        param_shardings = partitioner.shardings(nn.get_partition_spec(boxed))
+        param_shardings = partitioner.shardings_of(nn.get_partition_spec(boxed))
         shapes = jax.eval_shape(init_state, 0)
         check_params_split_evenly(shapes.params, param_shardings)
         shardings = state_shardings(shapes, param_shardings, partitioner)

@@ -93,7 +93,7 @@ def place_model_params(pre: pretrained.Pretrained, model: nn.Module,
     (params, their shardings)."""
     dummy = jnp.ones((1, 8), jnp.int32)
     boxed = jax.eval_shape(lambda: model.init(jax.random.key(0), dummy, dummy, dummy)["params"])
-    shardings = partitioner.shardings(nn.get_partition_spec(boxed))
+    shardings = partitioner.shardings_of(nn.get_partition_spec(boxed))
     params = pretrained.init_params(nn.unbox(boxed), pre.params, shardings,
                                     source=pre.tokenizer_dir)
     return params, shardings

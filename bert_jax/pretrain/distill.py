@@ -87,7 +87,7 @@ def load_teacher(path: str, student: BertConfig, fingerprint: str, *, temperatur
     positions = jnp.zeros((1, max_predictions), jnp.int32)
     boxed = jax.eval_shape(lambda: model.init(jax.random.key(0), ids, ids, ids,
                                               positions)["params"])
-    shardings = partitioner.shardings(nn.get_partition_spec(boxed))
+    shardings = partitioner.shardings_of(nn.get_partition_spec(boxed))
     params = pretrained.init_params(nn.unbox(boxed), loaded.params, shardings, drop=("nsp",),
                                     source=f"teacher {path}")
     return MlmTeacher(model, float(temperature), float(alpha)), params, shardings
