@@ -61,24 +61,26 @@ def worker(args) -> list[float]:
     from bert_jax.heads import BertForPreTraining
     from bert_jax.optim import make_optimizer
     from bert_jax.pretrain.steps import dummy_inputs, jit_steps
+    from bert_jax.train_state import StatePlan
     data = np.load(args.data)
     # bf16 on every backend: FP8 is compared with bf16 (XLA's CPU compiler may skip a
     # float32 -> float8 -> float32 round trip as excess precision).
     config = bench_pretrain.jax_model_config(args, True).replace(
         vocab_size=8192)  # the bundled vocabulary create-data used
-    mesh = sharding.make_mesh({"data": 1}, devices=jax.devices()[:1])
+    partitioner = sharding.Partitioner(sharding.make_mesh({"data": 1}, devices=jax.devices()[:1]))
     model = BertForPreTraining(config)
     tx, _ = make_optimizer(learning_rate=args.learning_rate, num_train_steps=args.steps,
                            warmup_steps=args.steps // 10)
     init_fn = lambda key: model.init(key, *dummy_inputs(1, 128, 20))["params"]
-    state, shardings = sharding.create_sharded_state(init_fn, tx, mesh, rng_impl="unsafe_rbg")
-    train, _ = jit_steps(model, tx, mesh, shardings, sharding.DEFAULT_LOGICAL_AXIS_RULES)
+    plan = StatePlan.build(init_fn, tx, partitioner, rng_impl="unsafe_rbg")
+    state = plan.create(0)
+    train, _ = jit_steps(model, tx, partitioner, plan.shardings)
     order = np.random.default_rng(0).permutation(len(data["input_ids"]))
     losses = []
     for step in range(args.steps):
         rows = order[(np.arange(args.batch) + step * args.batch) % len(order)]
-        batch = sharding.global_batch({k: data[k][rows] for k in FEATURES}, mesh)
-        with jax.set_mesh(mesh):
+        batch = partitioner.global_batch({k: data[k][rows] for k in FEATURES})
+        with jax.set_mesh(partitioner.mesh):
             state, metrics = train(state, batch)
         losses.append(metrics["loss"])
     return [float(x) for x in jax.device_get(losses)]

@@ -144,15 +144,15 @@ def mlm_accuracy(model_dir: str, records: list[str], eval_fraction: float, args)
     tokenizer = load_tokenizer(DEFAULT_VOCAB)
     config = pretrain_config(records, args, eval_fraction=eval_fraction)
     run_setup = setup(config, tokenizer.vocab_size)
-    params = pretrained.init_params(run_setup.state.params, pretrained.load(model_dir).params,
-                                    run_setup.shardings.params, source=model_dir)
+    state_plan = run_setup.state_plan
+    params = pretrained.init_params(state_plan.abstract.params, pretrained.load(model_dir).params,
+                                    state_plan.shardings.params, source=model_dir)
     _, eval_fn = run_setup.jit_steps()
     batches = inputs.make_iterator(config, records, tokenizer, split="eval", process_index=0,
                                    process_count=1)
     try:
-        with jax.set_mesh(run_setup.mesh):
-            metrics = evaluate(eval_fn, params, batches, run_setup.mesh, run_setup.rules,
-                               args.eval_steps)
+        with jax.set_mesh(run_setup.partitioner.mesh):
+            metrics = evaluate(eval_fn, params, batches, run_setup.partitioner, args.eval_steps)
     finally:
         batches.close()
     if not metrics:

@@ -166,28 +166,29 @@ def jax_step(args):
     from bert_jax.heads import BertForPreTraining
     from bert_jax.optim import make_optimizer
     from bert_jax.pretrain.steps import dummy_inputs, jit_steps
+    from bert_jax.train_state import StatePlan
     accelerator = jax.default_backend() != "cpu"
     config = jax_model_config(args, accelerator)
     rng_impl = "threefry" if args.numerics == "faithful" else "unsafe_rbg"
-    mesh = sharding.make_mesh({"data": 1}, devices=jax.devices()[:1])
+    partitioner = sharding.Partitioner(sharding.make_mesh({"data": 1}, devices=jax.devices()[:1]))
     model = BertForPreTraining(config)
     tx, _ = make_optimizer(learning_rate=1e-4, num_train_steps=1000, warmup_steps=10)
     init_fn = lambda key: model.init(
         key, *dummy_inputs(1, args.seq_len, args.predictions))["params"]
-    state, shardings = sharding.create_sharded_state(init_fn, tx, mesh, rng_impl=rng_impl)
-    train, _ = jit_steps(model, tx, mesh, shardings,
-                         sharding.DEFAULT_LOGICAL_AXIS_RULES)
+    plan = StatePlan.build(init_fn, tx, partitioner, rng_impl)
+    state = plan.create(0)
+    train, _ = jit_steps(model, tx, partitioner, plan.shardings)
     if args.packed:
         batch, examples = packed_batch(config.vocab_size, args.batch, args.seq_len,
                                        args.predictions)
     else:
         batch, examples = random_batch(config.vocab_size, args.batch, args.seq_len,
                                        args.predictions), args.batch
-    batch = sharding.global_batch(batch, mesh)
+    batch = partitioner.global_batch(batch)
     holder = {"state": state, "loss": None, "examples": examples}
 
     def step():
-        with jax.set_mesh(mesh):
+        with jax.set_mesh(partitioner.mesh):
             holder["state"], metrics = train(holder["state"], batch)
         holder["loss"] = metrics["loss"]
 

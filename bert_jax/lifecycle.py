@@ -2,7 +2,7 @@
 and distillation (`bert_jax.finetune.trainer`). A job is a recipe (its objective, data and
 actions) over this one skeleton:
 
-    job = Job(workdir, mesh, keep=...)
+    job = Job(workdir, partitioner, keep=...)
     restored = job.restore(target, run)          # WORKDIR's checkpoint, or None
     job.open_metrics(total_steps, restored)      # metrics.jsonl from the restored step on
     state = restored.state if restored else ...  # the job's own fresh state
@@ -27,6 +27,7 @@ from bert_jax import (checkpoint, multihost, paths, preemption, train_loop, trai
                       workdir_kind)
 from bert_jax.errors import Interrupted
 from bert_jax.metrics_writer import MetricsWriter
+from bert_jax.sharding import Partitioner
 
 log = logging.getLogger("bert_jax.lifecycle")
 
@@ -51,10 +52,10 @@ class Restored:
 
 class Job:
     """One training run in `workdir`: its checkpoints (the last `keep`) and, from
-    `open_metrics` on, its metrics; `mesh` is the run's device mesh."""
+    `open_metrics` on, its metrics; `partitioner` holds the run's device mesh."""
 
-    def __init__(self, workdir: str, mesh: jax.sharding.Mesh, *, keep: int):
-        self.workdir, self.mesh, self.keep = paths.abspath(workdir), mesh, keep
+    def __init__(self, workdir: str, partitioner: Partitioner, *, keep: int):
+        self.workdir, self.partitioner, self.keep = paths.abspath(workdir), partitioner, keep
         self.ckpt = checkpoint.Checkpointer(self.workdir, keep=keep)
         self.writer: MetricsWriter | None = None
 
@@ -118,7 +119,7 @@ class Job:
         preemption.Preempted (SIGTERM) once the stop's checkpoint is written."""
         save = train_loop.Every(checkpoint_every, lambda loop: self.ckpt.save(
             loop.step, loop.state, checkpoint_meta(loop)), when=checkpoint_when)
-        with jax.set_mesh(self.mesh), preemption.interrupt_request(log) as stop, \
+        with jax.set_mesh(self.partitioner.mesh), preemption.interrupt_request(log) as stop, \
                 self.ckpt.saves_finished():
             reason = loop.run(batches, actions, checkpoint=save, watcher=preemption.active(),
                               stop=stop)

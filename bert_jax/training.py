@@ -27,6 +27,7 @@ import optax
 from bert_jax import losses
 from bert_jax.config import BertConfig, preset
 from bert_jax.errors import NonFiniteError
+from bert_jax.sharding import Partitioner
 from bert_jax.train_state import TrainState
 
 
@@ -150,17 +151,16 @@ def train_step(state: TrainState, batch: dict, extra: Any = None, *, loss_fn: Ca
 
 def jit_train_step(loss_fn: Callable, coefficients: dict[str, float],
                    tx: optax.GradientTransformation, shardings: TrainState,
-                   batch_sharding: Any, *, grad_accum_steps: int = 1,
+                   partitioner: Partitioner, *, grad_accum_steps: int = 1,
                    extra_shardings: Any = None, counts: Callable[[dict], dict] | None = None):
-    """`train_step` jitted with the state's `shardings` (donated), the batch's and, when
-    given, the extra input's (the step then takes it as a third argument); metrics come
-    back replicated."""
+    """`train_step` jitted with the state's `shardings` (donated), the batch's sharding on
+    `partitioner`'s mesh and, when given, the extra input's (the step then takes it as a
+    third argument); metrics come back replicated."""
     step = functools.partial(train_step, loss_fn=loss_fn, coefficients=coefficients, tx=tx,
                              grad_accum_steps=grad_accum_steps, counts=counts)
     extra = () if extra_shardings is None else (extra_shardings,)
-    replicated = jax.sharding.NamedSharding(batch_sharding.mesh, jax.sharding.PartitionSpec())
-    return jax.jit(step, in_shardings=(shardings, batch_sharding, *extra),
-                   out_shardings=(shardings, replicated), donate_argnums=0)
+    return jax.jit(step, in_shardings=(shardings, partitioner.batch_sharding, *extra),
+                   out_shardings=(shardings, partitioner.replicated), donate_argnums=0)
 
 
 class NonFiniteGuard:

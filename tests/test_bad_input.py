@@ -619,7 +619,7 @@ def test_ctrl_c_saves_a_checkpoint_and_exits_with_one_line(paths, tmp_path, caps
     import signal
     from bert_jax import sharding
     workdir = str(tmp_path / "interrupted")
-    place, calls = sharding.global_batch, []
+    place, calls = sharding.Partitioner.global_batch, []
 
     def ctrl_c_at_step_3(*args, **kwargs):
         calls.append(1)
@@ -627,7 +627,7 @@ def test_ctrl_c_saves_a_checkpoint_and_exits_with_one_line(paths, tmp_path, caps
             os.kill(os.getpid(), signal.SIGINT)
         return place(*args, **kwargs)
 
-    monkeypatch.setattr(sharding, "global_batch", ctrl_c_at_step_3)
+    monkeypatch.setattr(sharding.Partitioner, "global_batch", ctrl_c_at_step_3)
     args = [fill(a, {**paths, "new": workdir}) for a in PRETRAIN] + [
         f"--config.model={SMALL}", "--config.num_train_steps=10", "--config.warmup_steps=1",
         "--config.checkpoint_every_steps=5", "--config.eval_every_steps=0"]

@@ -14,6 +14,7 @@ from bert_jax.heads import BertForPreTraining
 from bert_jax.optim import make_optimizer
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
 from bert_jax.pretrain.steps import dummy_inputs
+from bert_jax.train_state import StatePlan
 from test_sharding import CONFIG, LENGTH, PREDICTIONS
 
 MODEL = BertForPreTraining(CONFIG)
@@ -24,10 +25,14 @@ def init_fn(key):
     return MODEL.init(key, *dummy_inputs(1, LENGTH, PREDICTIONS))["params"]
 
 
-def state_on(devices, mesh_shape=None, seed=0):
+def plan_on(devices, mesh_shape=None):
     mesh = sharding.make_mesh(mesh_shape or {"fsdp": -1}, devices=devices)
-    state, _ = sharding.create_sharded_state(init_fn, TX, mesh, seed=seed)
-    return state, mesh
+    return StatePlan.build(init_fn, TX, sharding.Partitioner(mesh))
+
+
+def state_on(devices, mesh_shape=None, seed=0):
+    plan = plan_on(devices, mesh_shape)
+    return plan.create(seed), plan
 
 
 def assert_trees_equal(a, b):
@@ -46,8 +51,7 @@ def test_saved_on_8_devices_restores_onto_1_and_4(tmp_path):
         ckpt.save(7, state, {"pipeline": {"epoch": 0, "position": 56}})
         ckpt.wait()
     for count in (1, 4):
-        mesh = sharding.make_mesh({"fsdp": -1}, devices=jax.devices()[:count])
-        target = sharding.abstract_state(init_fn, TX, mesh)
+        target = plan_on(jax.devices()[:count]).abstract
         restored, meta, step = restore(tmp_path, target)
         assert step == 7 and meta["pipeline"] == {"epoch": 0, "position": 56}
         assert len(restored.params["mlm"]["output_bias"].sharding.device_set) == count
@@ -55,7 +59,7 @@ def test_saved_on_8_devices_restores_onto_1_and_4(tmp_path):
 
 
 def test_corrupt_latest_falls_back_to_the_previous_with_a_warning(tmp_path, caplog):
-    state, mesh = state_on(jax.devices()[:2])
+    state, plan = state_on(jax.devices()[:2])
     with checkpoint.Checkpointer(str(tmp_path), keep=3) as ckpt:
         for step in (1, 2):
             ckpt.save(step, state.replace(step=state.step + step), {"pipeline": None})
@@ -65,7 +69,7 @@ def test_corrupt_latest_falls_back_to_the_previous_with_a_warning(tmp_path, capl
         for name in files:
             if "manifest" in name or root.endswith(os.sep + "d"):
                 open(os.path.join(root, name), "wb").close()
-    target = sharding.abstract_state(init_fn, TX, mesh)
+    target = plan.abstract
     with caplog.at_level(logging.WARNING):
         restored, _, step = restore(tmp_path, target)
     assert step == 1 and int(restored.step) == 1

@@ -22,7 +22,7 @@ from bert_jax.heads import BertForPreTraining
 from bert_jax.losses import pretraining_loss
 from bert_jax.model import BertModel
 from bert_jax.optim import make_optimizer
-from bert_jax.train_state import TrainState, make_key
+from bert_jax.train_state import StatePlan, TrainState, make_key
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = BertConfig(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
@@ -176,8 +176,8 @@ def test_rng_impl_sets_the_dropout_key_but_not_the_initial_weights():
     model = BertModel(CONFIG)
     init_fn = lambda key: model.init(key, jnp.zeros((1, 8), jnp.int32))["params"]
     tx, _ = make_optimizer(learning_rate=1e-3, num_train_steps=10, warmup_steps=1)
-    mesh = sharding.make_mesh({"data": -1})
-    states = {impl: sharding.create_sharded_state(init_fn, tx, mesh, seed=3, rng_impl=impl)[0]
+    partitioner = sharding.Partitioner(sharding.make_mesh({"data": -1}))
+    states = {impl: StatePlan.build(init_fn, tx, partitioner, impl).create(3)
               for impl in ("threefry", "rbg", "unsafe_rbg")}
     assert states["threefry"].rng.shape == (2,) and states["rbg"].rng.shape == (4,)
     for impl, state in states.items():
@@ -252,16 +252,15 @@ def test_fast_variants_load_and_run_a_step_when_shrunk(variant):
     bert_config = pretrain.model_config(config, vocab_size=100)
     assert bert_config.attention_probs_dropout_prob == (0.1 if faithful else 0.0)
     length, predictions = min(config.max_seq_length, 64), min(config.max_predictions_per_seq, 20)
-    rules = config.logical_axis_rules
-    mesh = sharding.make_mesh(dict(config.mesh_shape))
+    partitioner = sharding.Partitioner.from_config(config)
     model = BertForPreTraining(bert_config)
     tx, _ = make_optimizer(learning_rate=1e-3, num_train_steps=10, warmup_steps=1,
                            optimizer=config.optimizer)
     init_fn = lambda key: model.init(
         key, *pretrain_steps.dummy_inputs(1, length, predictions))["params"]
-    state, shardings = sharding.create_sharded_state(init_fn, tx, mesh, rules=rules,
-                                                     rng_impl=config.rng_impl)
-    step, _ = pretrain_steps.jit_steps(model, tx, mesh, shardings, rules)
+    plan = StatePlan.build(init_fn, tx, partitioner, config.rng_impl)
+    state = plan.create(0)
+    step, _ = pretrain_steps.jit_steps(model, tx, partitioner, plan.shardings)
     rng = np.random.default_rng(0)
     batch = {"input_ids": rng.integers(1, 100, (8, length)).astype(np.int32),
              "input_mask": np.ones((8, length), np.int32),
@@ -270,8 +269,8 @@ def test_fast_variants_load_and_run_a_step_when_shrunk(variant):
              "masked_lm_ids": rng.integers(1, 100, (8, predictions)).astype(np.int32),
              "masked_lm_weights": np.ones((8, predictions), np.float32),
              "next_sentence_labels": np.zeros(8, np.int32)}
-    with jax.set_mesh(mesh):
-        state, metrics = step(state, sharding.global_batch(batch, mesh, rules))
+    with jax.set_mesh(partitioner.mesh):
+        state, metrics = step(state, partitioner.global_batch(batch))
     assert np.isfinite(float(metrics["loss"])) and int(state.step) == 1
 
 

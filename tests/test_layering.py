@@ -163,6 +163,12 @@ def test_the_training_core_imports_no_job_task_or_data(module):
                              "bert_jax.data", "bert_jax.checkpoint", "tensorflow")) == []
 
 
+def test_the_partitioner_imports_no_optimizer_or_train_state():
+    """Inference and export place arrays through `bert_jax.sharding`; creating a
+    TrainState (and optax with it) is `bert_jax.train_state`'s."""
+    assert _reaches("bert_jax.sharding", ("optax", "orbax", "bert_jax.train_state")) == []
+
+
 @pytest.mark.parametrize("module", ["bert_jax.config_loader", "bert_jax.axis_rules"])
 def test_loading_a_config_imports_no_jax(module):
     """The config files import `bert_jax.axis_rules`; `bert_jax.config_loader` loads them."""

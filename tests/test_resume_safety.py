@@ -15,9 +15,9 @@ import jax
 import orbax.checkpoint as ocp
 import pytest
 
-from bert_jax import checkpoint, cli, sharding
+from bert_jax import checkpoint, cli
 from bert_jax.pretrain.job import train_and_evaluate
-from test_checkpoint import TX, assert_trees_equal, init_fn, restore, state_on
+from test_checkpoint import assert_trees_equal, plan_on, restore, state_on
 from test_train import REPO, SMALL_MODEL, small_config, text_corpus  # noqa: F401 - a fixture
 
 RUN = checkpoint.run_description({"optimizer": "adamw", "max_seq_length": 32,
@@ -56,12 +56,12 @@ def test_compare_runs_splits_fixed_from_changeable_keys():
 
 
 def saved_checkpoints(tmp_path, steps=(1, 2)):
-    state, mesh = state_on(jax.devices()[:2])
+    state, plan = state_on(jax.devices()[:2])
     with checkpoint.Checkpointer(str(tmp_path), keep=5) as ckpt:
         for step in steps:
             ckpt.save(step, state.replace(step=state.step + step), {**RUN, "pipeline": None})
         ckpt.wait()
-    return sharding.abstract_state(init_fn, TX, mesh), state
+    return plan.abstract, state
 
 
 def latest_step(workdir):
@@ -89,8 +89,7 @@ def test_incompatible_checkpoint_stops_and_is_left_where_it_is(tmp_path):
 
 def test_checkpoint_of_another_shape_without_a_config_is_incompatible_not_corrupt(tmp_path):
     saved_checkpoints(tmp_path)
-    mesh = sharding.make_mesh({"fsdp": -1}, devices=jax.devices()[:1])
-    target = sharding.abstract_state(init_fn, TX, mesh)
+    target = plan_on(jax.devices()[:1]).abstract
     target = target.replace(params={**target.params, "extra": jax.ShapeDtypeStruct(
         (3,), "float32", sharding=target.step.sharding)})
     with pytest.raises(checkpoint.IncompatibleCheckpointError, match="do not fit"):

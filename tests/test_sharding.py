@@ -10,6 +10,7 @@ from bert_jax.config import preset
 from bert_jax.heads import BertForPreTraining
 from bert_jax.optim import make_optimizer
 from bert_jax.pretrain.steps import dummy_inputs, jit_steps
+from bert_jax.train_state import StatePlan
 
 # Every sharded dimension divides 8, so any 8-device mesh is valid.
 CONFIG = preset("tiny", vocab_size=128, hidden_size=32, num_attention_heads=8,
@@ -34,17 +35,17 @@ def synthetic_batches(count, seed=0, batch=BATCH):
 
 
 def run(mesh_shape, steps=3, devices=None, config=CONFIG, grad_accum_steps=1):
-    mesh = sharding.make_mesh(mesh_shape, devices=devices)
+    partitioner = sharding.Partitioner(sharding.make_mesh(mesh_shape, devices=devices))
     model = BertForPreTraining(config)
     tx, _ = make_optimizer(learning_rate=1e-3, num_train_steps=10, warmup_steps=1)
     init_fn = lambda key: model.init(key, *dummy_inputs(2, LENGTH, PREDICTIONS))["params"]
-    state, shardings = sharding.create_sharded_state(init_fn, tx, mesh, seed=0)
-    train, _ = jit_steps(model, tx, mesh, shardings,
-                         sharding.DEFAULT_LOGICAL_AXIS_RULES, grad_accum_steps)
+    plan = StatePlan.build(init_fn, tx, partitioner)
+    state = plan.create(0)
+    train, _ = jit_steps(model, tx, partitioner, plan.shardings, grad_accum_steps)
     losses = []
-    with jax.set_mesh(mesh):
+    with jax.set_mesh(partitioner.mesh):
         for batch in synthetic_batches(steps):
-            state, metrics = train(state, sharding.global_batch(batch, mesh))
+            state, metrics = train(state, partitioner.global_batch(batch))
             losses.append(float(metrics["loss"]))
     return losses, jax.device_get(state.params), state
 
@@ -94,15 +95,16 @@ def test_indivisible_sharding_names_the_parameter():
     tx, _ = make_optimizer(learning_rate=1e-3, num_train_steps=10, warmup_steps=1)
     init_fn = lambda key: model.init(key, *dummy_inputs(2, LENGTH, PREDICTIONS))["params"]
     with pytest.raises(ValueError, match="word_embeddings.*250"):
-        sharding.create_sharded_state(init_fn, tx, sharding.make_mesh({"tensor": 4, "data": 2}))
+        StatePlan.build(init_fn, tx,
+                        sharding.Partitioner(sharding.make_mesh({"tensor": 4, "data": 2})))
 
 
 def test_global_batch_is_split_over_data_and_fsdp():
-    mesh = sharding.make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
-    batch = sharding.global_batch({"x": np.arange(16).reshape(8, 2)}, mesh)
+    partitioner = sharding.Partitioner(sharding.make_mesh({"data": 2, "fsdp": 2, "tensor": 2}))
+    batch = partitioner.global_batch({"x": np.arange(16).reshape(8, 2)})
     assert batch["x"].shape == (8, 2)
     assert batch["x"].addressable_shards[0].data.shape == (2, 2)
-    assert sharding.batch_size_multiple(mesh) == 4
+    assert partitioner.batch_shards == 4
 
 
 ALBERT = CONFIG.replace(model_type="albert", embedding_size=16, num_hidden_layers=2,
@@ -128,9 +130,9 @@ def test_albert_shares_its_layer_and_trains_on_a_mixed_mesh_like_one_device():
 
 def test_every_job_builds_its_mesh_from_mesh_shape_and_dcn_mesh_shape():
     """Fine-tuning configs carry dcn_mesh_shape as pretraining ones do, and both reach
-    `make_mesh` through `config_mesh` (here: one slice, so 2 slices cannot be had)."""
+    `make_mesh` through `Partitioner.from_config` (here: one slice, so 2 slices cannot be had)."""
     from bert_jax.config_loader import load_config
     for recipe in ("pretrain.py:tiny", "finetune.py:sst2,tiny"):
         config = load_config(recipe, ["dcn_mesh_shape.data=2"])
         with pytest.raises(ValueError, match="dcn_mesh_shape .* needs 2 devices"):
-            sharding.config_mesh(config, devices=jax.devices()[:1])
+            sharding.Partitioner.from_config(config, devices=jax.devices()[:1])

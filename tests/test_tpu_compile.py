@@ -181,14 +181,15 @@ def test_compiled_step_has_the_runs_shardings():
     devices = tpu_compile.topology_devices(topologies.resolve("v5e-4"))
     setup = pretrain.setup(config, 512, devices=devices, process_count=1)
     train_fn, _ = setup.jit_steps()
-    with jax.set_mesh(setup.mesh):
-        compiled = train_fn.lower(setup.state, setup.abstract_batch()).compile()
+    abstract, shardings = setup.state_plan.abstract, setup.state_plan.shardings
+    with jax.set_mesh(setup.partitioner.mesh):
+        compiled = train_fn.lower(abstract, setup.abstract_batch()).compile()
     state_in = compiled.input_shardings[0][0]
-    assert jax.tree.structure(state_in) == jax.tree.structure(setup.shardings)
-    for got, want, leaf in zip(jax.tree.leaves(state_in), jax.tree.leaves(setup.shardings),
-                               jax.tree.leaves(setup.state)):
+    assert jax.tree.structure(state_in) == jax.tree.structure(shardings)
+    for got, want, leaf in zip(jax.tree.leaves(state_in), jax.tree.leaves(shardings),
+                               jax.tree.leaves(abstract)):
         assert got.is_equivalent_to(want, leaf.ndim)
-    kernel = setup.state.params["bert"]["encoder"]["layer_0"]["intermediate"]["kernel"]
+    kernel = abstract.params["bert"]["encoder"]["layer_0"]["intermediate"]["kernel"]
     assert kernel.sharding.spec[0] == "fsdp"  # FSDP: parameters are split
     assert compiled.memory_analysis().alias_size_in_bytes > 0  # the state is donated
 

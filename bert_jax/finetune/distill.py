@@ -351,9 +351,8 @@ def distill(config, teacher: pretrained.Pretrained, workdir: str) -> dict:
     source = student_source(config, teacher)
     teacher_model = teacher_task.model(teacher.config)
     check_matching(config, source.config, teacher.config)
-    mesh = sharding.config_mesh(config)
     teacher_params, teacher_shardings = inference.place_model_params(
-        teacher, teacher_model, mesh, config.logical_axis_rules)
+        teacher, teacher_model, sharding.Partitioner.from_config(config))
     settings = {k: float(config[k]) for k in ("temperature", "alpha", "hidden_weight",
                                               "attention_weight")}
     width = teacher.config.hidden_size

@@ -15,12 +15,12 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-from jax.sharding import NamedSharding, PartitionSpec as P
 
-from bert_jax import multihost, paths, pretrained, sharding
+from bert_jax import multihost, paths, pretrained
 from bert_jax.config import check_inputs_fit
 from bert_jax.config_loader import load_config, rename_keys
 from bert_jax.finetune import files, packing, task_base, tasks
+from bert_jax.sharding import Partitioner
 from bert_jax.tokenization import load_tokenizer
 
 EVALUATE_RESULTS_FILE = "evaluate_results.json"  # written by `bert-jax evaluate`
@@ -33,41 +33,45 @@ def eval_step(params, batch, *, model, task, rules):
     return task.eval_outputs(outputs, batch)
 
 
-def make_eval_fn(model, task, rules, param_shardings, mesh):
+def make_eval_fn(model, task, partitioner: Partitioner, param_shardings):
     """The jitted eval step; its outputs are replicated so that every process can read
     all of them."""
-    return jax.jit(functools.partial(eval_step, model=model, task=task, rules=rules),
-                   in_shardings=(param_shardings, sharding.batch_sharding(mesh, rules)),
-                   out_shardings=NamedSharding(mesh, P()))
+    return jax.jit(functools.partial(eval_step, model=model, task=task,
+                                     rules=partitioner.rules),
+                   in_shardings=(param_shardings, partitioner.batch_sharding),
+                   out_shardings=partitioner.replicated)
 
 
-def predict_features(task, params, features, eval_fn, config, mesh) -> list[dict]:
+def predict_features(task, params, features, eval_fn, config,
+                     partitioner: Partitioner) -> list[dict]:
     """Runs the eval step over `features`: one dict of numpy outputs per feature."""
-    rules = config.logical_axis_rules
-    batch_size = round_up(config.eval_batch_size, sharding.batch_size_multiple(mesh, rules))
+    batch_size = round_up(config.eval_batch_size, partitioner.batch_shards)
     outputs: list[dict | None] = [None] * len(features)
     for batch in packing.padded_batches(features, batch_size, config.max_seq_length,
                                         task.sequence_keys, bucketing=config.length_bucketing):
-        result = jax.device_get(eval_fn(params, sharding.shard_full_batch(batch, mesh, rules)))
+        result = jax.device_get(eval_fn(params, partitioner.shard_full_batch(batch)))
         for row in np.flatnonzero(batch["example_weights"]):
             outputs[int(batch["feature_index"][row])] = {k: v[row] for k, v in result.items()}
     return outputs
 
 
-def evaluate_sets(task, params, eval_sets, eval_fn, config, mesh) -> dict[str, dict]:
+def evaluate_sets(task, params, eval_sets, eval_fn, config,
+                  partitioner: Partitioner) -> dict[str, dict]:
     return {split: task.evaluate(examples, features,
-                                 predict_features(task, params, features, eval_fn, config, mesh))
+                                 predict_features(task, params, features, eval_fn, config,
+                                                  partitioner))
             for split, (examples, features) in eval_sets.items()}
 
 
-def predict_test(task, tokenizer, params, eval_fn, config, mesh, workdir) -> dict[str, Any]:
+def predict_test(task, tokenizer, params, eval_fn, config, partitioner: Partitioner,
+                 workdir: str) -> dict[str, Any]:
     """Predictions (and metrics, if labeled) for the test split(s): WORKDIR/predictions/
     SPLIT.jsonl and the task's submission files."""
     out = {}
     for split in task.test_splits:
         examples = task.load(split)
         features = task.featurize(examples, tokenizer, config.max_seq_length, training=False)
-        outputs = predict_features(task, params, features, eval_fn, config, mesh)
+        outputs = predict_features(task, params, features, eval_fn, config, partitioner)
         records = task.predict(examples, features, outputs)
         if multihost.is_primary():
             files.write_jsonl(paths.join(workdir, PREDICTIONS_DIR, f"{split}.jsonl"), records)
@@ -90,12 +94,12 @@ class Finetuned:
     config: ml_collections.ConfigDict
     params: Any
     eval_fn: Any
-    mesh: jax.sharding.Mesh
+    partitioner: Partitioner
 
     def outputs(self, features: list[dict]) -> list[dict]:
-        with jax.set_mesh(self.mesh):
+        with jax.set_mesh(self.partitioner.mesh):
             return predict_features(self.task, self.params, features, self.eval_fn,
-                                    self.config, self.mesh)
+                                    self.config, self.partitioner)
 
     def predict_examples(self, examples: list[dict]) -> list[dict]:
         features = self.task.featurize(examples, self.tokenizer, self.config.max_seq_length,
@@ -110,12 +114,13 @@ class Finetuned:
         return self.predict_examples(self.task.examples_from_inputs(list(inputs)))
 
 
-def place_model_params(pre: pretrained.Pretrained, model: nn.Module, mesh, rules):
-    """A loaded model's parameters placed on `mesh` as `model` partitions them:
+def place_model_params(pre: pretrained.Pretrained, model: nn.Module,
+                       partitioner: Partitioner):
+    """A loaded model's parameters placed by `partitioner` as `model` partitions them:
     (params, their shardings)."""
     dummy = jnp.ones((1, 8), jnp.int32)
     boxed = jax.eval_shape(lambda: model.init(jax.random.key(0), dummy, dummy, dummy)["params"])
-    shardings = sharding.logical_to_sharding(nn.get_partition_spec(boxed), mesh, rules)
+    shardings = partitioner.shardings_of(nn.get_partition_spec(boxed))
     params = pretrained.init_params(nn.unbox(boxed), pre.params, shardings,
                                     source=pre.tokenizer_dir)
     return params, shardings
@@ -152,11 +157,10 @@ def load_finetuned(workdir: str, overrides: dict | None = None) -> Finetuned:
     for key, value in (overrides or {}).items():
         config[key] = value
     task = tasks.from_spec(pre.task, config)
-    rules = config.logical_axis_rules
-    mesh = sharding.config_mesh(config)
+    partitioner = Partitioner.from_config(config)
     model = task.model(pre.config)
-    params, shardings = place_model_params(pre, model, mesh, rules)
-    eval_fn = make_eval_fn(model, task, rules, shardings, mesh)
+    params, shardings = place_model_params(pre, model, partitioner)
+    eval_fn = make_eval_fn(model, task, partitioner, shardings)
     tokenizer = load_tokenizer(pre.tokenizer_dir)
     check_inputs_fit(pre.config, pre.tokenizer_dir, vocab_size=tokenizer.vocab_size)
-    return Finetuned(task, tokenizer, config, params, eval_fn, mesh)
+    return Finetuned(task, tokenizer, config, params, eval_fn, partitioner)

@@ -54,7 +54,7 @@ def should_keep(mode: str, kept: Kept, score: float, last: bool) -> bool:
     return kept.epoch is None or score > kept.score
 
 
-def keeper(config, workdir: str, data, eval_fn, batches, kept: Kept, plan, source, mesh,
+def keeper(config, workdir: str, data, eval_fn, batches, kept: Kept, plan, source, partitioner,
            unsaved: tuple):
     """The epoch-end action of a run on `data` (its task and eval sets) from `source`
     (the encoder's config and tokenizer): evaluate, log, and keep the model in
@@ -66,7 +66,7 @@ def keeper(config, workdir: str, data, eval_fn, batches, kept: Kept, plan, sourc
 
     def keep(loop):
         scores = evaluate_sets(task, loop.state.params, data.eval_sets, eval_fn, config,
-                               mesh)
+                               partitioner)
         for split, values in scores.items():
             loop.writer.write(loop.step, values, prefix=split)
         main = scores[task.eval_splits[0]][task.selection_metric]

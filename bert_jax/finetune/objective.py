@@ -11,9 +11,10 @@ from typing import Any
 import flax.linen as nn
 import jax.numpy as jnp
 
-from bert_jax import sharding, training
+from bert_jax import training
 from bert_jax.finetune import task_data
 from bert_jax.finetune.inference import make_eval_fn
+from bert_jax.sharding import Partitioner
 
 
 def task_loss(params, batch, extra, dropout_key, *, model, task, rules):
@@ -44,21 +45,21 @@ class Objective:
     unsaved: tuple = ()
 
 
-def compiled_steps(data: task_data.TaskData, objective: Objective, tx, shardings, mesh, rules,
-                   frozen: str = "", grad_accum_steps: int = 1):
+def compiled_steps(data: task_data.TaskData, objective: Objective, tx, shardings,
+                   partitioner: Partitioner, frozen: str = "", grad_accum_steps: int = 1):
     """(train step, eval step) of `data`'s model and `objective`, jitted once per set of
     `frozen` patterns and accumulation count: later runs pass states whose optimizer
     hyperparameters differ but whose structure and shardings are the same."""
     key = (frozen, grad_accum_steps)
     if key not in data.compiled:
         loss_fn = functools.partial(objective.loss, model=data.model, task=data.task,
-                                    rules=rules)
+                                    rules=partitioner.rules)
         step_fn = training.jit_train_step(
-            loss_fn, objective.coefficients, tx, shardings, sharding.batch_sharding(mesh, rules),
+            loss_fn, objective.coefficients, tx, shardings, partitioner,
             grad_accum_steps=grad_accum_steps, extra_shardings=objective.extra_shardings,
             counts=count_examples)
-        data.compiled[key] = (step_fn, make_eval_fn(data.model, data.task, rules,
-                                                    shardings.params, mesh))
+        data.compiled[key] = (step_fn, make_eval_fn(data.model, data.task, partitioner,
+                                                    shardings.params))
     return data.compiled[key]
 
 

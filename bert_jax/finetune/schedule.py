@@ -12,10 +12,11 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bert_jax import optim, sharding
+from bert_jax import optim
 from bert_jax.errors import UserError
 from bert_jax.finetune import packing
 from bert_jax.finetune.inference import round_up
+from bert_jax.train_state import StatePlan
 
 
 def train_batches(task, features, config, epoch: int, seed: int, multiple: int,
@@ -122,11 +123,10 @@ def count_frozen_steps(config, steps_per_epoch: int, num_steps: int) -> int:
     return min(num_steps, config.freeze_steps) if config.freeze_steps else num_steps
 
 
-def unfreeze_state(state, full_tx, init_fn, mesh, rules, rng_impl):
+def unfreeze_state(state, full_tx, init_fn, partitioner, rng_impl):
     """The state and its shardings for training every parameter: the frozen ones get
     fresh optimizer state, the others keep theirs."""
-    abstract = sharding.abstract_state(init_fn, full_tx, mesh, rules=rules, rng_impl=rng_impl)
-    shardings = jax.tree.map(lambda s: s.sharding, abstract)
+    shardings = StatePlan.build(init_fn, full_tx, partitioner, rng_impl).shardings
     opt_state = jax.jit(lambda params, frozen: optim.unfreeze_state(frozen, full_tx.init(params)),
                         out_shardings=shardings.opt_state)(state.params, state.opt_state)
     return state.replace(opt_state=opt_state), shardings

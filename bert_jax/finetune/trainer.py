@@ -32,6 +32,7 @@ from bert_jax.finetune import inference, keeping, schedule, task_data, tasks
 from bert_jax.finetune.objective import Objective, compiled_steps
 from bert_jax.finetune.inference import EVALUATE_RESULTS_FILE, PREDICTIONS_DIR
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
+from bert_jax.train_state import StatePlan
 
 log = logging.getLogger("bert_jax.finetune")
 
@@ -191,9 +192,8 @@ class Finetuning:
         self.length_coverage = train_length_coverage(config, self.source)
         check_inputs_fit(self.source.config, self.source.origin,
                          max_seq_length=config.max_seq_length)
-        self.rules = config.logical_axis_rules
-        self.mesh = sharding.config_mesh(config)
-        self.multiple = sharding.batch_size_multiple(self.mesh, self.rules)
+        self.partitioner = sharding.Partitioner.from_config(config)
+        self.multiple = self.partitioner.batch_shards
         self._prepared: dict[Any, task_data.TaskData] = {}
 
     def prepared(self, seed: int) -> task_data.TaskData:
@@ -224,36 +224,34 @@ class Finetuning:
         plan = schedule.Plan.of(config, data, multiple)
         run = checkpoint.run_description(config.to_dict(), self.source.config.to_dict(),
                                          self.source.tokenizer.fingerprint())
-        job = lifecycle.Job(workdir, self.mesh, keep=KEEP_CHECKPOINTS)
+        job = lifecycle.Job(workdir, self.partitioner, keep=KEEP_CHECKPOINTS)
         state, shardings, kept = self._start(job, config, data, plan, run)
         frozen = plan.frozen_at(int(state.step))
         step_fn, eval_fn = compiled_steps(data, self.objective,
                                           plan.tx if frozen else plan.full_tx, shardings,
-                                          self.mesh, self.rules,
-                                          config.freeze if frozen else "", accum)
+                                          self.partitioner, config.freeze if frozen else "",
+                                          accum)
         batches = schedule.EpochBatches(lambda epoch: schedule.train_batches(
             data.task, data.train_features, config, epoch, int(config.seed), multiple,
             plan.rows_per_batch), plan.num_epochs, skip=int(state.step))
         loop = job.loop(
-            config, state, step_fn,
-            lambda batch: sharding.shard_full_batch(batch, self.mesh, self.rules),
-            num_steps=plan.num_steps, schedule=plan.schedule, warmup_key="warmup_proportion",
+            config, state, step_fn, self.partitioner.shard_full_batch, num_steps=plan.num_steps, schedule=plan.schedule, warmup_key="warmup_proportion",
             step_args=() if self.objective.extra is None else (self.objective.extra,),
             counted=("examples",))
         epoch_end = lambda loop: batches.epoch_ended or loop.is_last
         actions = [train_loop.Every(0, self._unfreezer(config, data, plan), at_end=False,
                                     when=lambda loop: loop.step == plan.frozen_steps),
                    train_loop.Every(0, keeping.keeper(config, workdir, data, eval_fn, batches,
-                                                    kept, plan, self.source, self.mesh,
+                                                    kept, plan, self.source, self.partitioner,
                                                     self.objective.unsaved), when=epoch_end)]
         job.train(loop, batches, actions, checkpoint_every=config.checkpoint_every_steps,
                   checkpoint_meta=lambda loop: {**run, "kept": kept.summary()},
                   checkpoint_when=epoch_end)
-        with jax.set_mesh(self.mesh):
+        with jax.set_mesh(self.partitioner.mesh):
             results = self._results(config, data, plan, loop, kept)
             kept_params = kept.params_or_saved(workdir, loop.state, self.objective.unsaved)
             results.update(inference.predict_test(data.task, self.source.tokenizer, kept_params,
-                                        eval_fn, config, self.mesh, workdir))
+                                                  eval_fn, config, self.partitioner, workdir))
         if multihost.is_primary():
             paths.write_text(paths.join(workdir, pretrained.RESULTS_FILE),
                              json.dumps(results, indent=2))
@@ -266,9 +264,8 @@ class Finetuning:
         with the encoder's weights (an earlier run's outputs and checkpoints are moved
         aside). Opens the run's metrics."""
         tx = plan.tx if plan.frozen_at(job.ckpt.latest_step() or 0) else plan.full_tx
-        target = sharding.abstract_state(plan.init_fn, tx, self.mesh, rules=self.rules,
-                                         rng_impl=config.rng_impl)
-        shardings = jax.tree.map(lambda s: s.sharding, target)
+        state_plan = StatePlan.build(plan.init_fn, tx, self.partitioner, config.rng_impl)
+        target, shardings = state_plan.abstract, state_plan.shardings
         try:
             restored = job.restore(target, run, start_fresh=True)
         except checkpoint.IncompatibleCheckpointError as e:
@@ -292,9 +289,11 @@ class Finetuning:
         elif writer.replaced_earlier_run:
             writer.message(f"{job.workdir} held an earlier fine-tuning run: its metrics, best "
                            "model and results are replaced")
-        state, shardings = sharding.create_sharded_state(
-            plan.init_fn, plan.tx if plan.frozen_steps else plan.full_tx, self.mesh,
-            rules=self.rules, seed=int(config.seed), rng_impl=config.rng_impl)
+        fresh_tx = plan.tx if plan.frozen_steps else plan.full_tx
+        if fresh_tx is not tx:  # WORKDIR's checkpoint was another run's, past its unfreezing
+            state_plan = StatePlan.build(plan.init_fn, fresh_tx, self.partitioner,
+                                         config.rng_impl)
+        state, shardings = state_plan.create(int(config.seed)), state_plan.shardings
         state = state.replace(params=self.source.init_params(state.params, shardings.params))
         writer.message(f"{self.objective.describe} {data.task.name} from {self.source.origin}: "
                        f"{len(data.train_features)} train features, {plan.steps_per_epoch} "
@@ -310,9 +309,9 @@ class Finetuning:
             if loop.step >= loop.num_steps:
                 return
             loop.state, shardings = schedule.unfreeze_state(
-                loop.state, plan.full_tx, plan.init_fn, self.mesh, self.rules, config.rng_impl)
+                loop.state, plan.full_tx, plan.init_fn, self.partitioner, config.rng_impl)
             loop.step_fn, _ = compiled_steps(data, self.objective, plan.full_tx, shardings,
-                                             self.mesh, self.rules, "", config.grad_accum_steps)
+                                             self.partitioner, "", config.grad_accum_steps)
             loop.writer.message(f"step {loop.step}: unfreezing {config.freeze}")
         return unfreeze
 

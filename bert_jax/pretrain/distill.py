@@ -60,8 +60,9 @@ def check_settings(temperature, alpha) -> None:
 
 
 def load_teacher(path: str, student: BertConfig, fingerprint: str, *, temperature: float,
-                 alpha: float, max_seq_length: int, max_predictions: int, mesh, rules):
-    """(MlmTeacher, its parameters placed on `mesh`, their shardings). The teacher
+                 alpha: float, max_seq_length: int, max_predictions: int,
+                 partitioner: sharding.Partitioner):
+    """(MlmTeacher, its parameters placed by `partitioner`, their shardings). The teacher
     computes in the student's dtype and layer layout; `fingerprint` is the run's
     tokenizer's, which the teacher's must equal."""
     from bert_jax.tokenization import load_tokenizer
@@ -86,7 +87,7 @@ def load_teacher(path: str, student: BertConfig, fingerprint: str, *, temperatur
     positions = jnp.zeros((1, max_predictions), jnp.int32)
     boxed = jax.eval_shape(lambda: model.init(jax.random.key(0), ids, ids, ids,
                                               positions)["params"])
-    shardings = sharding.logical_to_sharding(nn.get_partition_spec(boxed), mesh, rules)
+    shardings = partitioner.shardings_of(nn.get_partition_spec(boxed))
     params = pretrained.init_params(nn.unbox(boxed), loaded.params, shardings, drop=("nsp",),
                                     source=f"teacher {path}")
     return MlmTeacher(model, float(temperature), float(alpha)), params, shardings

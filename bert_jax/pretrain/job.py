@@ -16,7 +16,7 @@ import contextlib
 import dataclasses
 import logging
 import math
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import flax.linen as nn
 import jax
@@ -33,7 +33,7 @@ from bert_jax.errors import (UserError, check_divisible, check_learning_rate,
 from bert_jax.heads import BertForPreTraining
 from bert_jax.optim import OPTIMIZERS, make_optimizer
 from bert_jax.pretrain.steps import dummy_inputs, evaluate, jit_steps
-from bert_jax.train_state import TrainState
+from bert_jax.train_state import StatePlan, TrainState
 
 log = logging.getLogger("bert_jax.pretrain.job")
 
@@ -57,8 +57,8 @@ def model_config(config: ml_collections.ConfigDict, vocab_size: int | None = Non
 @dataclasses.dataclass(frozen=True)
 class Setup:
     """What a pretraining config builds before it touches data, a workdir or a device:
-    the model, optimizer and schedule, the mesh, the TrainState's sharded shapes and
-    the jitted steps. `bert-jax pretrain` runs it; `bert-jax compile` compiles it for a
+    the model, optimizer and schedule, the partitioner, the TrainState's sharded layout
+    and the jitted steps. `bert-jax pretrain` runs it; `bert-jax compile` compiles it for a
     TPU topology (`bert_jax.tpu.compile`)."""
 
     config: ml_collections.ConfigDict
@@ -66,20 +66,14 @@ class Setup:
     model: nn.Module
     tx: optax.GradientTransformation
     schedule: optax.Schedule
-    init_fn: Callable[[jax.Array], Any]
-    mesh: jax.sharding.Mesh
-    rules: tuple
-    state: TrainState  # jax.ShapeDtypeStructs carrying their shardings
-
-    @property
-    def shardings(self) -> TrainState:
-        return jax.tree.map(lambda s: s.sharding, self.state)
+    partitioner: sharding.Partitioner
+    state_plan: StatePlan
 
     def jit_steps(self, teacher: mlm_distill.MlmTeacher | None = None,
                   teacher_shardings: Any = None):
         """(train_step, eval_step) of this run (`jit_steps`)."""
-        return jit_steps(self.model, self.tx, self.mesh, self.shardings,
-                         self.rules, self.config.grad_accum_steps, teacher, teacher_shardings)
+        return jit_steps(self.model, self.tx, self.partitioner, self.state_plan.shardings,
+                         self.config.grad_accum_steps, teacher, teacher_shardings)
 
     def abstract_batch(self) -> dict:
         """The global batch as sharded `jax.ShapeDtypeStruct`s, shaped as the pipeline
@@ -87,7 +81,7 @@ class Setup:
         from bert_jax.data.pipeline import batch_spec
         options = DataOptions.from_config(self.config,
                                           per_host_batch_size=self.config.global_batch_size)
-        batch = sharding.batch_sharding(self.mesh, self.rules)
+        batch = self.partitioner.batch_sharding
         return {k: jax.ShapeDtypeStruct(shape, dtype, sharding=batch) for k, (shape, dtype)
                 in batch_spec(options, self.config.next_sentence_prediction).items()}
 
@@ -100,9 +94,8 @@ def setup(config: ml_collections.ConfigDict, vocab_size: int, *,
     hosts (default: this job's). vocab_size: the tokenizer's (used unless the model sets
     one). Reads no files and writes none."""
     bert_config = model_config(config, vocab_size)
-    rules = tuple(tuple(r) for r in config.logical_axis_rules)
-    mesh = sharding.config_mesh(config, devices)
-    validate_config(config, bert_config, vocab_size, sharding.batch_size_multiple(mesh, rules),
+    partitioner = sharding.Partitioner.from_config(config, devices)
+    validate_config(config, bert_config, vocab_size, partitioner.batch_shards,
                     jax.process_count() if process_count is None else process_count)
     model = BertForPreTraining(bert_config, config.next_sentence_prediction)
     tx, schedule = make_optimizer(
@@ -112,8 +105,8 @@ def setup(config: ml_collections.ConfigDict, vocab_size: int, *,
         lr_schedule=config.lr_schedule)
     init_fn = lambda key: model.init(
         key, *dummy_inputs(1, config.max_seq_length, config.max_predictions_per_seq))["params"]
-    state = sharding.abstract_state(init_fn, tx, mesh, rules=rules, rng_impl=config.rng_impl)
-    return Setup(config, bert_config, model, tx, schedule, init_fn, mesh, rules, state)
+    state_plan = StatePlan.build(init_fn, tx, partitioner, config.rng_impl)
+    return Setup(config, bert_config, model, tx, schedule, partitioner, state_plan)
 
 
 
@@ -168,17 +161,16 @@ def validate_config(config: ml_collections.ConfigDict, bert_config: BertConfig,
 def init_state(config, setup: Setup, writer) -> TrainState:
     """A fresh state: random weights drawn from config.seed, with config.init_from's
     weights in place of them when set (weights only: a new optimizer and schedule)."""
-    state, _ = sharding.create_sharded_state(setup.init_fn, setup.tx, setup.mesh,
-                                             rules=setup.rules, seed=config.seed,
-                                             rng_impl=config.rng_impl)
+    state = setup.state_plan.create(config.seed)
     if not config.init_from:
         return state
     loaded = pretrained.load(config.init_from)
     if not config.next_sentence_prediction and "nsp" in loaded.params:
         writer.message(f"MLM-only run: the NSP head of {config.init_from} is not used")
+    plan = setup.state_plan
     params = pretrained.init_params(
-        jax.device_get(state.params) if config.partial_restore else setup.state.params,
-        loaded.params, setup.shardings.params, drop=("nsp",), partial=config.partial_restore,
+        jax.device_get(state.params) if config.partial_restore else plan.abstract.params,
+        loaded.params, plan.shardings.params, drop=("nsp",), partial=config.partial_restore,
         source=config.init_from,
         missing_hint=" (set partial_restore to keep fresh values for missing ones)")
     writer.message(f"initialised weights from {config.init_from}")
@@ -216,15 +208,15 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                                                            "--config.teacher": config.teacher})
     tokenizer_path, tokenizer = run_tokenizer(config)
     run_setup = setup(config, tokenizer.vocab_size)
-    bert_config, mesh, rules = run_setup.bert_config, run_setup.mesh, run_setup.rules
+    bert_config, partitioner = run_setup.bert_config, run_setup.partitioner
     inputs.check_records_made_for(inputs.input_files(config), tokenizer_path,
                                   tokenizer.fingerprint(), config)
     run = checkpoint.run_description(config.to_dict(), bert_config.to_dict(),
                                      tokenizer.fingerprint())
     teacher, teacher_params, teacher_shardings = _teacher(config, run_setup, run["vocabulary"])
     # Nothing is written before this point: a config error leaves the workdir as it was.
-    job = lifecycle.Job(workdir, mesh, keep=config.keep_checkpoints)
-    restored = job.restore(run_setup.state, run, start_fresh=config.start_fresh,
+    job = lifecycle.Job(workdir, partitioner, keep=config.keep_checkpoints)
+    restored = job.restore(run_setup.state_plan.abstract, run, start_fresh=config.start_fresh,
                            resume_from=config.resume_from)
     writer = job.open_metrics(config.num_train_steps, restored)
     state = restored.state if restored else init_state(config, run_setup, writer)
@@ -246,11 +238,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                                    state=restored.meta.get("pipeline") if restored else None)
     if int(state.step) == 0:
         writer.message(f"{bert_config.num_hidden_layers} layers, H={bert_config.hidden_size}, "
-                       f"mesh {dict(mesh.shape)}, {jax.process_count()} process(es)"
+                       f"mesh {dict(partitioner.mesh.shape)}, {jax.process_count()} process(es)"
                        + (f", distilling {config.teacher} (T={config.temperature:g}, "
                           f"alpha={config.alpha:g})" if teacher else ""))
     loop = job.loop(
-        config, state, train_fn, lambda batch: sharding.global_batch(batch, mesh, rules),
+        config, state, train_fn, partitioner.global_batch,
         num_steps=config.num_train_steps, schedule=run_setup.schedule, warmup_key="warmup_steps",
         step_args=() if teacher is None else (teacher_params,),
         per_step={"tokens": config.global_batch_size * config.max_seq_length},
@@ -262,8 +254,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     def evaluate_now(loop):
         with contextlib.closing(inputs.make_iterator(config, files, tokenizer, split="eval",
                                                      **process)) as eval_batches:
-            eval_metrics.update(evaluate(eval_fn, loop.state.params, eval_batches, mesh,
-                                         rules, config.eval_steps))
+            eval_metrics.update(evaluate(eval_fn, loop.state.params, eval_batches,
+                                         partitioner, config.eval_steps))
         writer.write(loop.step, eval_metrics, prefix="eval")
         writer.message(f"step {loop.step} eval: " + ", ".join(
             f"{k} {v:.4f}" for k, v in eval_metrics.items()))
@@ -283,8 +275,7 @@ def _teacher(config, run_setup: Setup, vocabulary: str) -> tuple:
     return mlm_distill.load_teacher(
         config.teacher, run_setup.bert_config, vocabulary, temperature=config.temperature,
         alpha=config.alpha, max_seq_length=config.max_seq_length,
-        max_predictions=config.max_predictions_per_seq, mesh=run_setup.mesh,
-        rules=run_setup.rules)
+        max_predictions=config.max_predictions_per_seq, partitioner=run_setup.partitioner)
 
 
 # What the progress line shows (metrics.jsonl has every metric).

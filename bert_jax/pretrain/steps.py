@@ -12,9 +12,10 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bert_jax import losses, sharding, training
+from bert_jax import losses, training
 from bert_jax.pretrain import distill as mlm_distill
 from bert_jax.heads import BertForPreTraining
+from bert_jax.sharding import Partitioner
 from bert_jax.train_state import TrainState
 
 # The model's optional inputs, passed through when the batch has them (packed rows).
@@ -83,31 +84,31 @@ def eval_step(params: Any, batch: dict, *, model: nn.Module, rules: tuple) -> di
     return sums
 
 
-def jit_steps(model: nn.Module, tx, mesh, shardings: TrainState, rules,
+def jit_steps(model: nn.Module, tx, partitioner: Partitioner, shardings: TrainState,
               grad_accum_steps: int = 1, teacher: mlm_distill.MlmTeacher | None = None,
               teacher_shardings: Any = None):
     """(train_step, eval_step) jitted once with explicit shardings; the state is donated.
     train_step is `training.train_step` of `pretraining_loss`; with a teacher it takes
     the teacher's parameters as a third argument."""
-    rules = tuple(tuple(r) for r in rules)
-    batch = sharding.batch_sharding(mesh, rules)
+    rules = partitioner.rules
     loss_fn = functools.partial(pretraining_loss, model=model, rules=rules, teacher=teacher)
     train = training.jit_train_step(loss_fn, loss_coefficients(model, teacher), tx, shardings,
-                                    batch, grad_accum_steps=grad_accum_steps,
+                                    partitioner, grad_accum_steps=grad_accum_steps,
                                     extra_shardings=teacher_shardings if teacher else None)
-    replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    batch, replicated = partitioner.batch_sharding, partitioner.replicated
     evaluate = jax.jit(functools.partial(eval_step, model=model, rules=rules),
                        in_shardings=(shardings.params, batch), out_shardings=replicated)
     return train, evaluate
 
 
-def evaluate(eval_fn, params, batches: Iterator[dict], mesh, rules, max_steps: int) -> dict:
+def evaluate(eval_fn, params, batches: Iterator[dict], partitioner: Partitioner,
+             max_steps: int) -> dict:
     """Held-out MLM (and NSP) loss and accuracy over up to `max_steps` batches."""
     totals = None
     for i, batch in enumerate(batches):
         if i >= max_steps:
             break
-        sums = eval_fn(params, sharding.global_batch(batch, mesh, rules))
+        sums = eval_fn(params, partitioner.global_batch(batch))
         totals = sums if totals is None else jax.tree.map(jnp.add, totals, sums)
     if totals is None:
         return {}

@@ -92,7 +92,7 @@ def compile_step(config, topology: topologies.Topology, num_slices: int = 1,
     devices = topology_devices(topology, num_slices)
     hosts = len({d.process_index for d in devices})
     setup = pretrain.setup(config, _vocab_size(config), devices=devices, process_count=hosts)
-    state_bytes = _state_bytes_per_chip(setup.state)
+    state_bytes = _state_bytes_per_chip(setup.state_plan.abstract)
     if state_bytes > topology.hbm_bytes:  # no need to compile to know
         raise DoesNotFit(
             f"{config_name(config)} does not fit {topology.name}: its parameters and "
@@ -101,8 +101,8 @@ def compile_step(config, topology: topologies.Topology, num_slices: int = 1,
             f"{topology.hbm_bytes / GIB:.0f} GiB of HBM; {_levers(config)}")
     train_fn, _ = setup.jit_steps()
     start = time.perf_counter()
-    with jax.set_mesh(setup.mesh):
-        lowered = train_fn.lower(setup.state, setup.abstract_batch())
+    with jax.set_mesh(setup.partitioner.mesh):
+        lowered = train_fn.lower(setup.state_plan.abstract, setup.abstract_batch())
         try:
             compiled = lowered.compile()
         except Exception as e:  # noqa: BLE001 - XLA's error type differs across versions
@@ -137,7 +137,7 @@ def _state_bytes_per_chip(state) -> int:
 
 
 def _report(config, topology, setup, compiled, hosts, num_slices, compile_s) -> dict:
-    mesh, chips = setup.mesh, setup.mesh.devices.size
+    mesh, chips = setup.partitioner.mesh, setup.partitioner.mesh.devices.size
     memory = compiled.memory_analysis()
     total = (memory.argument_size_in_bytes + memory.output_size_in_bytes
              - memory.alias_size_in_bytes + memory.temp_size_in_bytes)
@@ -147,14 +147,14 @@ def _report(config, topology, setup, compiled, hosts, num_slices, compile_s) -> 
     collectives = hlo_collectives.collective_bytes(text, chips // num_slices, num_slices)
     model_flops = config.global_batch_size * perf.train_flops_per_example(
         setup.bert_config, config.max_seq_length, config.max_predictions_per_seq)
-    batch_ways = pretrain.sharding.batch_size_multiple(mesh, setup.rules)
+    batch_ways = setup.partitioner.batch_shards
     return {
         "topology": topology.name, "chips": chips, "hosts": hosts, "slices": num_slices,
         "mesh": {k: int(v) for k, v in mesh.shape.items()},
         "fits": total <= topology.hbm_bytes,
         "hbm_per_chip_gb": round(total / GIB, 3),
         "hbm_capacity_gb": round(topology.hbm_bytes / GIB, 3),
-        "params_and_opt_gb": round(_state_bytes_per_chip(setup.state) / GIB, 3),
+        "params_and_opt_gb": round(_state_bytes_per_chip(setup.state_plan.abstract) / GIB, 3),
         "temp_gb": round(memory.temp_size_in_bytes / GIB, 3),
         "flops_per_step": float(cost.get("flops", 0.0)) * chips,
         "model_flops_per_step": float(model_flops),
