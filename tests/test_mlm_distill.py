@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from bert_jax import cli, heads, losses, pretrained, training
-from bert_jax.pretrain import distill as mlm_distill, job as pretrain, steps as pretrain_steps
-from bert_jax.config import BertConfig
+from bert_jax.pretrain import distill as mlm_distill, steps as pretrain_steps
+from bert_jax.config import BertConfig, run_bert_config
 from bert_jax.pretrain.job import train_and_evaluate
 from bert_jax.tokenization import DEFAULT_VOCAB, WordPieceTokenizer, load_tokenizer
 from test_train import (REPO, final_params, small_config, text_corpus,  # noqa: F401 - a fixture
@@ -114,7 +114,8 @@ def teacher_workdir(tmp_path_factory, text_corpus):
     """The teacher: a model directory of the 32-wide test model with an NSP head (not
     used), reading the bundled vocabulary."""
     path = str(tmp_path_factory.mktemp("teacher") / "model")
-    config = pretrain.model_config(small_config(text_corpus), 8192)
+    run = small_config(text_corpus)
+    config = run_bert_config(run, run.model, 8192)
     pretrained.save(path, config, init(config, 3)[1], tokenizer=load_tokenizer(DEFAULT_VOCAB))
     return path
 

@@ -29,7 +29,7 @@ from jax.experimental import multihost_utils
 from bert_jax import (chars, checkpoint, multihost, optim, paths, preemption, pretrained,
                       sharding, train_loop, training, workdir_kind)
 from bert_jax.config import (BertConfig, ConfigError, check_choice, check_inputs_fit,
-                             compute_fields)
+                             from_spec, run_bert_config)
 from bert_jax.data import lengths
 from bert_jax.errors import (Interrupted, UserError, check_learning_rate, check_positive,
                              check_seq_length)
@@ -80,17 +80,13 @@ class ModelSource:
 
 def resolve_model(config) -> ModelSource:
     """The encoder of `config.init_from` (checked against `config.model` when both are set),
-    or a randomly initialised `config.model` with `config.tokenizer`."""
-    dropout = dict(hidden_dropout_prob=config.hidden_dropout_prob,
-                   attention_probs_dropout_prob=config.attention_probs_dropout_prob)
-    numerics = {key: config[key] for key in ("remat_policy", "attention_impl") if config[key]}
-    if config.compute_dtype:
-        numerics.update(compute_fields(config.compute_dtype))
+    or a randomly initialised `config.model` with `config.tokenizer`; with the run's
+    numerics and dropout (`run_bert_config`)."""
     if config.init_from:
         pre = pretrained.load(config.init_from)
         tokenizer = load_tokenizer(config.tokenizer or pre.tokenizer_dir)
         if config.model:
-            wanted = training.model_config(config.model, pre.config.vocab_size)
+            wanted = from_spec(config.model, pre.config.vocab_size)
             for field in ("vocab_size", "hidden_size", "num_hidden_layers",
                           "num_attention_heads", "intermediate_size", "model_type",
                           "embedding_size"):
@@ -104,16 +100,15 @@ def resolve_model(config) -> ModelSource:
             raise ConfigError(f"the tokenizer has {tokenizer.vocab_size} tokens but checkpoint "
                               f"{config.init_from} has vocab_size={pre.config.vocab_size}")
         bert_params = pre.params.get("bert", pre.params)
-        return ModelSource(pre.config.replace(**dropout, **numerics), tokenizer, bert_params,
+        return ModelSource(run_bert_config(config, pre.config), tokenizer, bert_params,
                            config.init_from)
     if not config.model:
         raise ConfigError("nothing to fine-tune: pass --init_from CHECKPOINT (a model directory or "
                           "a pretraining workdir) or --config.model=PRESET for a random encoder")
     tokenizer = load_tokenizer(config.tokenizer or DEFAULT_VOCAB)
-    model_config = training.model_config(config.model, tokenizer.vocab_size)
     spec = config.model if isinstance(config.model, str) else dict(config.model)
-    return ModelSource(model_config.replace(**dropout, **numerics), tokenizer, None,
-                       f"random {spec}")
+    return ModelSource(run_bert_config(config, config.model, tokenizer.vocab_size), tokenizer,
+                       None, f"random {spec}")
 
 
 # --- steps -----------------------------------------------------------------------------

@@ -25,7 +25,7 @@ import optax
 
 from bert_jax import (checkpoint, multihost, paths, perf, preemption, pretrained, sharding,
                       train_loop, training, workdir_kind)
-from bert_jax.config import BertConfig, check_choice, check_inputs_fit, compute_fields
+from bert_jax.config import BertConfig, check_choice, check_inputs_fit, run_bert_config
 from bert_jax.pretrain import distill as mlm_distill, inputs
 from bert_jax.data.options import DataOptions
 from bert_jax.errors import (Interrupted, UserError, check_divisible, check_learning_rate,
@@ -37,22 +37,6 @@ from bert_jax.pretrain.steps import dummy_inputs, evaluate, jit_steps
 from bert_jax.train_state import TrainState
 
 log = logging.getLogger("bert_jax.pretrain.job")
-
-
-def model_config(config: ml_collections.ConfigDict, vocab_size: int | None = None) -> BertConfig:
-    """The BertConfig of a run: `config.model` (preset name or dict of fields, with an
-    optional 'preset'), then the run-level compute_dtype/remat_policy/scan_layers/
-    attention_impl and attention_probs_dropout_prob (None: the model's).
-    vocab_size: the tokenizer's, used unless the model dict sets one."""
-    dropout = ({} if config.attention_probs_dropout_prob is None else
-               {"attention_probs_dropout_prob": float(config.attention_probs_dropout_prob)})
-    bert_config = training.model_config(
-        config.model, vocab_size, **dropout, **compute_fields(config.compute_dtype),
-        param_dtype="float32",
-        remat_policy=config.remat_policy, scan_layers=config.scan_layers,
-        attention_impl=config.attention_impl)
-    bert_config.check_trainable()
-    return bert_config
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,7 +84,7 @@ def setup(config: ml_collections.ConfigDict, vocab_size: int, *,
     against the target: `devices` (default: all of this job's) and its `process_count`
     hosts (default: this job's). vocab_size: the tokenizer's (used unless the model sets
     one). Reads no files and writes none."""
-    bert_config = model_config(config, vocab_size)
+    bert_config = run_bert_config(config, config.model, vocab_size)
     rules = tuple(tuple(r) for r in config.logical_axis_rules)
     mesh = sharding.config_mesh(config, devices)
     validate_config(config, bert_config, vocab_size, sharding.batch_size_multiple(mesh, rules),
@@ -305,11 +289,8 @@ def _teacher(config, run_setup: Setup, vocabulary: str) -> tuple:
     """(MlmTeacher, its parameters, their shardings) of `config.teacher`, or Nones."""
     if not config.teacher:
         return None, None, None
-    return mlm_distill.load_teacher(
-        config.teacher, run_setup.bert_config, vocabulary, temperature=config.temperature,
-        alpha=config.alpha, max_seq_length=config.max_seq_length,
-        max_predictions=config.max_predictions_per_seq, mesh=run_setup.mesh,
-        rules=run_setup.rules)
+    return mlm_distill.load_mlm_teacher(config, run_setup.bert_config, vocabulary,
+                                        mesh=run_setup.mesh, rules=run_setup.rules)
 
 
 def _loop(config, run_setup: Setup, state, train_fn, writer, ckpt,
