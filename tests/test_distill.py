@@ -299,7 +299,7 @@ def save_plain_model(path, vocab):
                               "config asks for 'conll'"),
     (["--config.seeds=1,2"], "distill runs one setting"),
     (["--config.sweep.learning_rate=1e-3,2e-3"], "distill runs one setting"),
-    (["--config.hidden_weight=-1"], "hidden_weight must be a number >= 0, got -1"),
+    (["--config.hidden_weight=-1"], "hidden_weight must be >= 0.0, got -1.0"),
     (["--config.student_layers=2"], "student_layers needs a student model directory"),
 ])
 def test_bad_settings_get_one_line(teacher, tmp_path, capsys, args, message):

@@ -26,13 +26,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import multihost_utils
 
-from bert_jax import (chars, checkpoint, multihost, optim, paths, preemption, pretrained,
-                      sharding, train_loop, training, workdir_kind)
-from bert_jax.config import (BertConfig, ConfigError, check_choice, check_inputs_fit,
-                             from_spec, run_bert_config)
+from bert_jax import (chars, checkpoint, config_schema, multihost, optim, paths, preemption,
+                      pretrained, sharding, train_loop, training, workdir_kind)
+from bert_jax.config import (BertConfig, ConfigError, check_inputs_fit, from_spec,
+                             run_bert_config)
 from bert_jax.data import lengths
-from bert_jax.errors import (Interrupted, UserError, check_learning_rate, check_positive,
-                             check_seq_length)
+from bert_jax.errors import Interrupted, UserError, check_learning_rate
 from bert_jax.finetune import files, packing, tasks
 from bert_jax.finetune.inference import (EVALUATE_RESULTS_FILE, make_eval_fn, predict_features,
                                          round_up)
@@ -42,7 +41,6 @@ from bert_jax.tokenization.base import uncovered_text_warning
 
 log = logging.getLogger("bert_jax.finetune")
 
-KEEP_CHECKPOINT = ("best", "last")  # the best validation score, or the end of training
 KEEP_CHECKPOINTS = 2  # training checkpoints kept for resuming (removed when the run ends)
 PREDICTIONS_DIR = "predictions"
 # What a fresh run would replace: moved to WORKDIR/previous/ (`workdir_kind.set_aside`).
@@ -200,30 +198,18 @@ ZERO_LEARNING_RATE = ("; a linear probe trains the head alone: --config.freeze='
                       "training: bert-jax evaluate --workdir DIR")
 
 
-def validate_config(config) -> None:
-    """The checks of a fine-tuning config that need no data: raises UserError naming
-    the key. Batch sizes are rounded up to a multiple of the mesh's batch shards."""
-    for key in ("global_batch_size", "eval_batch_size", "log_every_steps"):
-        check_positive(key, config[key])
+def check_finetuning_config(config) -> None:
+    """The checks of a fine-tuning config that need no data: its schema's
+    (`config_schema.check`, for configs made without `load_config`: a distillation's, a
+    grid's runs) and the rules beyond it. Raises UserError naming the key. Batch sizes
+    are rounded up to a multiple of the mesh's batch shards."""
+    config_schema.check(config, config_schema.FINETUNE)
     check_learning_rate(config.learning_rate, zero_hint=ZERO_LEARNING_RATE)
-    epochs = config.num_train_epochs
-    if isinstance(epochs, bool) or not isinstance(epochs, (int, float)) or not epochs > 0:
-        raise UserError(f"num_train_epochs must be a number > 0, got {epochs!r}")
-    if config.max_seq_length != "auto":  # else chosen from the data (train_length_coverage)
-        check_seq_length(config.max_seq_length)
-    check_positive("checkpoint_every_steps", config.checkpoint_every_steps, allow_zero=True)
-    accum = config.grad_accum_steps
-    check_positive("grad_accum_steps", accum)
-    if isinstance(config.global_batch_size, int) and config.global_batch_size % accum:
+    if not config.num_train_epochs > 0:
+        raise UserError(f"num_train_epochs must be a number > 0, got {config.num_train_epochs!r}")
+    if config.global_batch_size % config.grad_accum_steps:
         raise UserError(f"global_batch_size {config.global_batch_size} is not a multiple of "
-                        f"grad_accum_steps {accum}")
-    check_choice("keep_checkpoint", config.keep_checkpoint, KEEP_CHECKPOINT)
-    check_choice("on_nonfinite", config.on_nonfinite, ("skip", "stop"))
-    check_positive("max_consecutive_nonfinite", config.max_consecutive_nonfinite)
-    for key in ("freeze_steps", "freeze_epochs"):
-        value = config[key]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-            raise UserError(f"{key} must be a number >= 0, got {value!r}")
+                        f"grad_accum_steps {config.grad_accum_steps}")
 
 
 # A length no example reaches: featurized with it, nothing is truncated.
@@ -267,7 +253,7 @@ class Finetuning:
 
     def __init__(self, config, objective: Objective | None = None,
                  source: ModelSource | None = None):
-        validate_config(config)
+        check_finetuning_config(config)
         self.config = config
         self.objective = objective or Objective()
         self.source = source or resolve_model(config)
@@ -317,7 +303,7 @@ class Finetuning:
         numerics settings must be the session's). Resumes from WORKDIR's checkpoint of
         the same run when an earlier one was interrupted; raises preemption.Preempted
         after checkpointing when the command's watcher (`preemption.active`) says so."""
-        validate_config(config)
+        check_finetuning_config(config)
         if config.max_seq_length == "auto":  # a grid's copy of the session's config
             with config.ignore_type():
                 config.max_seq_length = self.config.max_seq_length

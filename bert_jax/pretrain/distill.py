@@ -51,22 +51,14 @@ class MlmTeacher:
         return {"mlm_loss": self.alpha, "soft_loss": 1 - self.alpha}
 
 
-def check_settings(temperature, alpha) -> None:
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) \
-            or not temperature > 0:
-        raise UserError(f"temperature must be a number > 0, got {temperature!r}")
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 <= alpha <= 1:
-        raise UserError(f"alpha must be between 0 and 1, got {alpha!r}")
-
-
 def load_mlm_teacher(config, student: BertConfig, fingerprint: str, *, mesh, rules):
     """(MlmTeacher, its parameters placed on `mesh`, their shardings) of a pretraining
-    run's `config.teacher`, with the run's `temperature` and `alpha`. The teacher computes with the run's numerics and layer layout, in eval mode
+    run's `config.teacher`, with the run's `temperature` and `alpha` (checked with the
+    config). The teacher computes with the run's numerics and layer layout, in eval mode
     (`run_bert_config`); `fingerprint` is the run's tokenizer's, which the teacher's must
     equal; `student`'s vocabulary must fit the teacher's."""
     from bert_jax.tokenization import load_tokenizer
     path = config.teacher
-    check_settings(config.temperature, config.alpha)
     try:
         loaded = pretrained.load(path)
     except FileNotFoundError as e:
