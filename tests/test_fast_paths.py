@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from bert_jax import compile_cache, pretrained, sharding
-from bert_jax.pretrain import job as pretrain
+from bert_jax.pretrain import job
 from bert_jax.pretrain import steps as pretrain_steps
 from bert_jax.config import BertConfig, ConfigError, run_bert_config
 from bert_jax.config_loader import load_config
@@ -224,15 +224,15 @@ def test_pretraining_with_rbg_dropout_resumes_exactly(tmp_path, text_corpus):
     from bert_jax import checkpoint
     config = lambda: small_pretrain_config("tiny", text_corpus, rng_impl="rbg")
     straight, resumed = str(tmp_path / "straight"), str(tmp_path / "resumed")
-    pretrain.train_and_evaluate(config(), straight)
-    pretrain.train_and_evaluate(config(), resumed)
+    job.train_and_evaluate(config(), straight)
+    job.train_and_evaluate(config(), resumed)
     shutil.rmtree(os.path.join(resumed, "checkpoints", "4"))
-    pretrain.train_and_evaluate(config(), resumed)  # resumes at step 2
+    job.train_and_evaluate(config(), resumed)  # resumes at step 2
     final = lambda w: pretrained.load_pretrained_from_workdir(w).params
     jax.tree.map(np.testing.assert_array_equal, final(resumed), final(straight))
     # and rbg did draw other dropout masks than threefry would have
     threefry = str(tmp_path / "threefry")
-    pretrain.train_and_evaluate(small_pretrain_config("tiny", text_corpus), threefry)
+    job.train_and_evaluate(small_pretrain_config("tiny", text_corpus), threefry)
     assert not all(np.array_equal(a, b) for a, b in zip(
         jax.tree.leaves(final(threefry)), jax.tree.leaves(final(straight))))
 

@@ -78,7 +78,7 @@ class StudentWithProjection(nn.Module):
 DISTILL_KEYS = tuple(k.name for k in config_schema.FINETUNE if k.group.startswith("distill"))
 
 
-def load_teacher(path: str) -> pretrained.Pretrained:
+def load_finetuned_teacher(path: str) -> pretrained.Pretrained:
     """A fine-tuned model: a fine-tuning workdir (its best model) or a model directory
     saved by fine-tuning."""
     local = pretrained.local_path(path)  # a Hub model by name: its converted directory

@@ -26,7 +26,9 @@ from bert_jax.tokenization import load_tokenizer
 EVALUATE_RESULTS_FILE = "evaluate_results.json"  # written by `bert-jax evaluate`
 
 
-def eval_step(params, batch, *, model, task, rules):
+def predict_step(params, batch, *, model, task, rules):
+    """The task's outputs of one batch in eval mode, which its predictions and metrics
+    read."""
     with nn.logical_axis_rules(rules):
         outputs = model.apply({"params": params}, **task.model_inputs(batch), deterministic=True)
     return task.eval_outputs(outputs, batch)
@@ -35,7 +37,7 @@ def eval_step(params, batch, *, model, task, rules):
 def make_eval_fn(model, task, rules, param_shardings, mesh):
     """The jitted eval step; its outputs are replicated so that every process can read
     all of them."""
-    return jax.jit(functools.partial(eval_step, model=model, task=task, rules=rules),
+    return jax.jit(functools.partial(predict_step, model=model, task=task, rules=rules),
                    in_shardings=(param_shardings, sharding.batch_sharding(mesh, rules)),
                    out_shardings=NamedSharding(mesh, P()))
 

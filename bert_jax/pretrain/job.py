@@ -26,7 +26,7 @@ import optax
 from bert_jax import (checkpoint, config_schema, multihost, paths, perf, preemption,
                       pretrained, sharding, train_loop, training, workdir_kind)
 from bert_jax.config import BertConfig, check_inputs_fit, run_bert_config
-from bert_jax.pretrain import distill as mlm_distill, inputs
+from bert_jax.pretrain import distill, inputs
 from bert_jax.data.options import DataOptions
 from bert_jax.errors import Interrupted, UserError, check_divisible, check_learning_rate
 from bert_jax.heads import BertForPreTraining
@@ -59,7 +59,7 @@ class Setup:
     def shardings(self) -> TrainState:
         return jax.tree.map(lambda s: s.sharding, self.state)
 
-    def jit_steps(self, teacher: mlm_distill.MlmTeacher | None = None,
+    def jit_steps(self, teacher: distill.MlmTeacher | None = None,
                   teacher_shardings: Any = None):
         """(train_step, eval_step) of this run (`jit_steps`)."""
         return jit_steps(self.model, self.tx, self.mesh, self.shardings,
@@ -272,8 +272,8 @@ def _teacher(config, run_setup: Setup, vocabulary: str) -> tuple:
     """(MlmTeacher, its parameters, their shardings) of `config.teacher`, or Nones."""
     if not config.teacher:
         return None, None, None
-    return mlm_distill.load_mlm_teacher(config, run_setup.bert_config, vocabulary,
-                                        mesh=run_setup.mesh, rules=run_setup.rules)
+    return distill.load_mlm_teacher(config, run_setup.bert_config, vocabulary,
+                                    mesh=run_setup.mesh, rules=run_setup.rules)
 
 
 def _loop(config, run_setup: Setup, state, train_fn, writer, ckpt,

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import optax
 
 from bert_jax import losses, sharding, training
-from bert_jax.pretrain import distill as mlm_distill
+from bert_jax.pretrain import distill
 from bert_jax.heads import BertForPreTraining
 from bert_jax.train_state import TrainState
 
@@ -28,11 +28,12 @@ def dummy_inputs(batch_size: int, seq_length: int, num_predictions: int) -> tupl
 
 
 def forward(model: nn.Module, params: Any, batch: dict, *, rng=None,
-            teacher: mlm_distill.MlmTeacher | None = None,
+            teacher: distill.MlmTeacher | None = None,
             teacher_params: Any = None) -> dict:
     """The loss terms of one batch, {name: (weighted sum, weight)}
     (`losses.pretraining_loss`); dropout on when `rng` is given.
-    teacher: distil its MLM logits (`mlm_distill`), `soft_loss` beside `mlm_loss`."""
+    teacher: distil its MLM logits (`bert_jax.pretrain.distill`), `soft_loss` beside
+    `mlm_loss`."""
     extra = {k: batch[k] for k in _OPTIONAL_INPUTS if k in batch}
     out = model.apply({"params": params}, batch["input_ids"], batch["input_mask"],
                       batch["segment_ids"], batch["masked_lm_positions"], **extra,
@@ -44,7 +45,7 @@ def forward(model: nn.Module, params: Any, batch: dict, *, rng=None,
 
 
 def loss_coefficients(model: BertForPreTraining,
-                      teacher: mlm_distill.MlmTeacher | None = None) -> dict[str, float]:
+                      teacher: distill.MlmTeacher | None = None) -> dict[str, float]:
     """The training loss as a sum of `forward`'s term means: MLM (mixed with the soft
     loss when distilling) plus NSP when the model has the head."""
     mlm = {"mlm_loss": 1.0} if teacher is None else teacher.coefficients()
@@ -54,7 +55,7 @@ def loss_coefficients(model: BertForPreTraining,
 def train_step(state: TrainState, batch: dict, teacher_params: Any = None, *,
                model: nn.Module, tx: optax.GradientTransformation, rules: tuple,
                grad_accum_steps: int = 1,
-               teacher: mlm_distill.MlmTeacher | None = None) -> tuple[TrainState, dict]:
+               teacher: distill.MlmTeacher | None = None) -> tuple[TrainState, dict]:
     """One optimizer update on a global batch {key: [B, ...]} (distilling `teacher`,
     whose parameters are `teacher_params`, when given).
 
@@ -99,7 +100,7 @@ def eval_step(params: Any, batch: dict, *, model: nn.Module, rules: tuple) -> di
 
 
 def jit_steps(model: nn.Module, tx, mesh, shardings: TrainState, rules,
-              grad_accum_steps: int = 1, teacher: mlm_distill.MlmTeacher | None = None,
+              grad_accum_steps: int = 1, teacher: distill.MlmTeacher | None = None,
               teacher_shardings: Any = None):
     """(train_step, eval_step) jitted once with explicit shardings; the state is donated.
     With a teacher, train_step takes its parameters as a third argument."""
