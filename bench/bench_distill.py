@@ -117,13 +117,13 @@ def main():
         load_config(f"{CONFIG}:csv", [f"init_from={student}", *recipe(args, data)]), w))
 
     def run_distill(w):
-        loaded = distill.load_teacher(teacher_dir)
+        loaded = distill.load_finetuned_teacher(teacher_dir)
         distill.distill(distill.distill_config(loaded, student, recipe(args, data)), loaded, w)
     distilled = once(os.path.join(work, "distilled"), run_distill)
     runs = {"distilled": distilled, "direct": direct}
     if args.tinybert:
         def run_tinybert(w):
-            loaded = distill.load_teacher(teacher_dir)
+            loaded = distill.load_finetuned_teacher(teacher_dir)
             config = distill.distill_config(loaded, "tiny", [
                 *recipe(args, data), f"model={TINYBERT}", "hidden_weight=1.0",
                 "attention_weight=1.0"])

@@ -43,7 +43,7 @@ def probe(topology_name: str, way: str) -> dict:
     import numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-    from bert_jax.tpu import collectives as hlo_collectives
+    from bert_jax.tpu import collectives
     from bert_jax.tpu import topologies
     from bert_jax.tpu import compile as tpu_compile
     devices = tpu_compile.topology_devices(topologies.resolve(topology_name))
@@ -74,7 +74,7 @@ def probe(topology_name: str, way: str) -> dict:
     lowered = jax.jit(jax.grad(loss), out_shardings=(stacked, stacked)).lower((weight, weight), x)
     before = sorted(set(re.findall(r"\b(reduce-scatter|all-reduce|all-gather)\(",
                                    lowered.as_text(dialect="hlo"))))
-    after = hlo_collectives.collective_bytes(lowered.compile().as_text(), None)
+    after = collectives.collective_bytes(lowered.compile().as_text(), None)
     return {"before": before, "after": {k: int(v) for k, v in sorted(after.items())}}
 
 

@@ -307,6 +307,34 @@ def compute_fields(compute_dtype: str) -> dict[str, Any]:
     return {"dtype": compute_dtype, "fp8": False}
 
 
+# The run-config keys that set BertConfig fields of the same name where a run sets them.
+_RUN_FIELDS = ("remat_policy", "attention_impl", "scan_layers")
+_RUN_DROPOUTS = ("hidden_dropout_prob", "attention_probs_dropout_prob")
+
+
+def run_bert_config(run: Any, base: BertConfig | str | Any, vocab_size: int | None = None,
+                    **fixed) -> BertConfig:
+    """The BertConfig a job runs, the one place where a run's numerics and dropout meet
+    the model: `base` (a checkpoint's BertConfig, or a spec for `from_spec` with the
+    tokenizer's `vocab_size`) with each of the run's compute_dtype (`compute_fields`),
+    remat_policy, attention_impl, scan_layers and dropout probabilities that `run` (a
+    job's config, read with `.get`) sets: absent, None or '' keep the base's. Parameters
+    are float32 (training updates them). `fixed`: fields that win over the run's (a
+    teacher's eval mode). Raises ConfigError when the result cannot train."""
+    changes = {"param_dtype": "float32"}
+    if run.get("compute_dtype"):
+        changes.update(compute_fields(run.get("compute_dtype")))
+    for key in _RUN_FIELDS + _RUN_DROPOUTS:
+        value = run.get(key)
+        if value is not None and value != "":
+            changes[key] = float(value) if key in _RUN_DROPOUTS else value
+    changes.update(fixed)
+    config = (base.replace(**changes) if isinstance(base, BertConfig)
+              else from_spec(base, vocab_size, **changes))
+    config.check_trainable()
+    return config
+
+
 def check_choice(name, value, choices):
     if value not in choices:
         raise ConfigError(f"{name} must be one of {', '.join(choices)}; got {value!r}")
@@ -475,3 +503,14 @@ def preset(name: str, **overrides) -> BertConfig:
                           f"bert-L{{2,4,6,8,10,12}}-H{{128,256,512,768}}, albert-{{base,large}}-v2, "
                           f"albert-{{tiny,base}}-zh, modernbert-{{base,large,tiny}}, tiny.{hint}")
     return PRESETS[name].replace(**overrides)
+
+
+def from_spec(spec: str | Any, vocab_size: int | None = None, **overrides) -> BertConfig:
+    """A preset name, or a dict of BertConfig fields with an optional 'preset' (default
+    bert-base). `vocab_size` (the tokenizer's) applies unless the dict sets one;
+    `overrides` win over both."""
+    fields = {"preset": spec} if isinstance(spec, str) else dict(spec)
+    name = fields.pop("preset", "bert-base")
+    if vocab_size is not None:
+        fields.setdefault("vocab_size", vocab_size)
+    return preset(name, **{**fields, **overrides})

@@ -95,7 +95,7 @@ def save(path: str | os.PathLike, config: BertConfig, params: dict[str, Any], *,
 
 # --- reading ----------------------------------------------------------------------------
 
-def read_params(directory: str | os.PathLike) -> dict[str, Any]:
+def read_model_params(directory: str | os.PathLike) -> dict[str, Any]:
     """A model directory's params/ as host numpy arrays."""
     checkpointer = ocp.PyTreeCheckpointer()
     tree = checkpointer.metadata(directory).item_metadata.tree
@@ -169,7 +169,7 @@ def load(path: str | os.PathLike) -> Pretrained:
         return load_pretrained_from_workdir(path)
     model_file = paths.join(path, MODEL_FILE)
     meta = _read_model_file(model_file)
-    params = read_params(paths.join(path, PARAMS_DIR))
+    params = read_model_params(paths.join(path, PARAMS_DIR))
     return Pretrained(meta["config"], params, meta["task"], path)
 
 

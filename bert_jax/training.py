@@ -1,7 +1,6 @@
 """The training core that pretraining (`bert_jax.pretrain.job`) and fine-tuning
 (`bert_jax.finetune.trainer`) share, so both follow the same rules:
 
-- `model_config`: the BertConfig from a preset name or a dict of fields;
 - `objective_and_grads`: the loss of (sum, weight) terms divided once for the whole batch,
   whether it runs as one pass or k sequential micro-batches (`accumulate_gradients`);
 - `apply_gradients`: the one update rule, which skips any step whose loss or global
@@ -25,21 +24,9 @@ import numpy as np
 import optax
 
 from bert_jax import losses
-from bert_jax.config import BertConfig, preset
 from bert_jax.errors import NonFiniteError
 from bert_jax.sharding import Partitioner
 from bert_jax.train_state import TrainState
-
-
-def model_config(spec: str | Any, vocab_size: int | None = None, **overrides) -> BertConfig:
-    """A preset name, or a dict of BertConfig fields with an optional 'preset' (default
-    bert-base). `vocab_size` (the tokenizer's) applies unless the dict sets one;
-    `overrides` win over both."""
-    fields = {"preset": spec} if isinstance(spec, str) else dict(spec)
-    name = fields.pop("preset", "bert-base")
-    if vocab_size is not None:
-        fields.setdefault("vocab_size", vocab_size)
-    return preset(name, **{**fields, **overrides})
 
 
 def split_microbatches(batch: dict, count: int) -> dict:

@@ -467,7 +467,7 @@ def test_evaluate_prints_its_metrics_before_a_write_that_fails(paths, tmp_path, 
 
 
 def test_a_completed_pretraining_run_rerun_says_so_and_returns_its_metrics(paths, capsys):
-    from bert_jax.pretrain import job as pretrain
+    from bert_jax.pretrain import job
     from bert_jax.config_loader import load_config, split_config_args
     workdir = paths["pretrained"]
     steps = checkpoint_steps(workdir)
@@ -476,7 +476,7 @@ def test_a_completed_pretraining_run_rerun_says_so_and_returns_its_metrics(paths
     assert f"{workdir} holds a complete run (2 of 2 steps): nothing to train" in \
         capsys.readouterr().err
     args, overrides = split_config_args(pretrained_args(paths)[1:])
-    results = pretrain.train_and_evaluate(load_config(args[1], overrides), workdir)
+    results = job.train_and_evaluate(load_config(args[1], overrides), workdir)
     assert "loss" in results["train"] and results["eval"] == {}  # the notebook's KeyError
     assert checkpoint_steps(workdir) == steps
 
@@ -733,13 +733,13 @@ def test_silent_surprises_get_a_warning(paths, tmp_path, caplog):
 
 def test_out_of_device_memory_names_the_batch_and_the_levers(paths, tmp_path, capsys,
                                                              monkeypatch):
-    from bert_jax.pretrain import job as pretrain
+    from bert_jax.pretrain import job
 
     def out_of_memory(config, workdir, *args):
         raise RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate "
                            "12.50GiB.")
 
-    monkeypatch.setattr(pretrain, "train_and_evaluate", out_of_memory)
+    monkeypatch.setattr(job, "train_and_evaluate", out_of_memory)
     workdir = str(tmp_path / "w")
     capsys.readouterr()
     assert cli.main([fill(a, {**paths, "new": workdir}) for a in PRETRAIN]) == 2

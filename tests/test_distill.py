@@ -166,10 +166,10 @@ def test_distill_preset_student_then_evaluate_and_predict(teacher, tmp_path, mon
 def test_distill_teacher_layers_with_hidden_and_attention_matching(teacher, tmp_path):
     teacher_dir, _ = teacher
     config = distill.distill_config(
-        distill.load_teacher(teacher_dir), os.path.join(teacher_dir, "best"),
+        distill.load_finetuned_teacher(teacher_dir), os.path.join(teacher_dir, "best"),
         ["student_layers=1", "hidden_weight=1.0", "attention_weight=1.0", "log_every_steps=1",
          "num_train_epochs=1"])
-    results = distill.distill(config, distill.load_teacher(teacher_dir),
+    results = distill.distill(config, distill.load_finetuned_teacher(teacher_dir),
                               str(tmp_path / "student"))
     saved = pretrained.load(str(tmp_path / "student" / "best"))
     assert saved.config.num_hidden_layers == 1
@@ -266,10 +266,10 @@ def test_attention_of_different_head_counts_is_compared_as_head_means():
 def test_distill_into_a_narrower_student_with_fewer_heads(teacher, tmp_path):
     teacher_dir, _ = teacher
     config = distill.distill_config(
-        distill.load_teacher(teacher_dir), "tiny",
+        distill.load_finetuned_teacher(teacher_dir), "tiny",
         [f"model={NARROW_MODEL}", "hidden_weight=1.0", "attention_weight=1.0",
          "log_every_steps=1", "num_train_epochs=3", "learning_rate=1e-2"])
-    results = distill.distill(config, distill.load_teacher(teacher_dir),
+    results = distill.distill(config, distill.load_finetuned_teacher(teacher_dir),
                               str(tmp_path / "student"))
     saved = pretrained.load(str(tmp_path / "student" / "best"))
     assert saved.config.hidden_size == 16 and saved.config.num_attention_heads == 1
@@ -299,7 +299,7 @@ def save_plain_model(path, vocab):
                               "config asks for 'conll'"),
     (["--config.seeds=1,2"], "distill runs one setting"),
     (["--config.sweep.learning_rate=1e-3,2e-3"], "distill runs one setting"),
-    (["--config.hidden_weight=-1"], "hidden_weight must be a number >= 0, got -1"),
+    (["--config.hidden_weight=-1"], "hidden_weight must be >= 0.0, got -1.0"),
     (["--config.student_layers=2"], "student_layers needs a student model directory"),
 ])
 def test_bad_settings_get_one_line(teacher, tmp_path, capsys, args, message):

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from bert_jax import compile_cache, pretrained, sharding
-from bert_jax.pretrain import job as pretrain
+from bert_jax.pretrain import job
 from bert_jax.pretrain import steps as pretrain_steps
-from bert_jax.config import BertConfig, ConfigError
+from bert_jax.config import BertConfig, ConfigError, run_bert_config
 from bert_jax.config_loader import load_config
 from bert_jax.heads import BertForPreTraining
 from bert_jax.losses import pretraining_loss
@@ -224,15 +224,15 @@ def test_pretraining_with_rbg_dropout_resumes_exactly(tmp_path, text_corpus):
     from bert_jax import checkpoint
     config = lambda: small_pretrain_config("tiny", text_corpus, rng_impl="rbg")
     straight, resumed = str(tmp_path / "straight"), str(tmp_path / "resumed")
-    pretrain.train_and_evaluate(config(), straight)
-    pretrain.train_and_evaluate(config(), resumed)
+    job.train_and_evaluate(config(), straight)
+    job.train_and_evaluate(config(), resumed)
     shutil.rmtree(os.path.join(resumed, "checkpoints", "4"))
-    pretrain.train_and_evaluate(config(), resumed)  # resumes at step 2
+    job.train_and_evaluate(config(), resumed)  # resumes at step 2
     final = lambda w: pretrained.load_pretrained_from_workdir(w).params
     jax.tree.map(np.testing.assert_array_equal, final(resumed), final(straight))
     # and rbg did draw other dropout masks than threefry would have
     threefry = str(tmp_path / "threefry")
-    pretrain.train_and_evaluate(small_pretrain_config("tiny", text_corpus), threefry)
+    job.train_and_evaluate(small_pretrain_config("tiny", text_corpus), threefry)
     assert not all(np.array_equal(a, b) for a, b in zip(
         jax.tree.leaves(final(threefry)), jax.tree.leaves(final(straight))))
 
@@ -249,7 +249,7 @@ def test_fast_variants_load_and_run_a_step_when_shrunk(variant):
     assert config.compute_dtype == "bfloat16"
     assert (config.attention_impl, config.rng_impl) == (
         ("einsum", "threefry") if faithful else ("fused", "unsafe_rbg"))
-    bert_config = pretrain.model_config(config, vocab_size=100)
+    bert_config = run_bert_config(config, config.model, 100)
     assert bert_config.attention_probs_dropout_prob == (0.1 if faithful else 0.0)
     length, predictions = min(config.max_seq_length, 64), min(config.max_predictions_per_seq, 20)
     partitioner = sharding.Partitioner.from_config(config)
@@ -278,7 +278,7 @@ def test_fused_attention_with_attention_dropout_is_refused_before_training():
     config = load_config(os.path.join(REPO, "configs", "pretrain.py") + ":gpu_base",
                          [f"model={SMALL_MODEL}", "attention_probs_dropout_prob=0.1"])
     with pytest.raises(ConfigError, match="attention_probs_dropout_prob=0.1"):
-        pretrain.model_config(config, vocab_size=100)
+        run_bert_config(config, config.model, 100)
 
 
 def test_finetune_passes_attention_impl_to_the_model():

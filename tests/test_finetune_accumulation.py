@@ -49,4 +49,4 @@ def test_grad_accumulation_equals_the_whole_batch_for_token_tagging(tmp_path):
 
 def test_grad_accum_steps_must_divide_the_batch():
     with pytest.raises(trainer.UserError, match="not a multiple of grad_accum_steps 3"):
-        trainer.validate_config(micro_config("conll", "grad_accum_steps=3"))
+        trainer.check_finetuning_config(micro_config("conll", "grad_accum_steps=3"))

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from bert_jax import cli, heads, losses, pretrained, training
-from bert_jax.pretrain import distill as mlm_distill, job as pretrain, steps as pretrain_steps
-from bert_jax.config import BertConfig
+from bert_jax.pretrain import distill, steps as pretrain_steps
+from bert_jax.config import BertConfig, run_bert_config
 from bert_jax.pretrain.job import train_and_evaluate
 from bert_jax.tokenization import DEFAULT_VOCAB, WordPieceTokenizer, load_tokenizer
 from test_train import (REPO, final_params, small_config, text_corpus,  # noqa: F401 - a fixture
@@ -55,7 +55,7 @@ def test_the_loss_is_alpha_mlm_plus_the_soft_kl_over_masked_positions():
     teacher_model, teacher_params = init(config.replace(num_hidden_layers=2), 1, nsp=False)
     # Sharper teacher distributions: a KL far from 0, where its direction shows.
     teacher_params = jax.tree.map(lambda x: 5 * x, teacher_params)
-    teacher = mlm_distill.MlmTeacher(teacher_model, temperature=2.0, alpha=0.3)
+    teacher = distill.MlmTeacher(teacher_model, temperature=2.0, alpha=0.3)
     loss, metrics = training.combine(
         pretrain_steps.forward(student, params, batch, teacher=teacher, teacher_params=teacher_params),
         pretrain_steps.loss_coefficients(student, teacher))
@@ -80,7 +80,7 @@ def test_the_loss_is_alpha_mlm_plus_the_soft_kl_over_masked_positions():
         float(hard), rel=1e-6)
 
     # A teacher with the student's own weights: the soft loss vanishes.
-    same = mlm_distill.MlmTeacher(heads.BertForPreTraining(config, False), 2.0, 0.3)
+    same = distill.MlmTeacher(heads.BertForPreTraining(config, False), 2.0, 0.3)
     _, metrics = training.combine(pretrain_steps.forward(student, params, batch, teacher=same,
                                                    teacher_params={k: v for k, v in
                                                                    params.items() if k != "nsp"}),
@@ -97,7 +97,7 @@ def test_micro_batch_sums_and_weights_add_up_to_the_whole_batch():
     batch = pretraining_batch(np.random.default_rng(1))
     student, params = init(config, 0)
     teacher_model, teacher_params = init(config, 2, nsp=False)
-    teacher = mlm_distill.MlmTeacher(teacher_model, 1.0, 0.5)
+    teacher = distill.MlmTeacher(teacher_model, 1.0, 0.5)
     terms = lambda b: pretrain_steps.forward(student, params, b, teacher=teacher,
                                        teacher_params=teacher_params)
     whole = terms(batch)
@@ -114,7 +114,8 @@ def teacher_workdir(tmp_path_factory, text_corpus):
     """The teacher: a model directory of the 32-wide test model with an NSP head (not
     used), reading the bundled vocabulary."""
     path = str(tmp_path_factory.mktemp("teacher") / "model")
-    config = pretrain.model_config(small_config(text_corpus), 8192)
+    run = small_config(text_corpus)
+    config = run_bert_config(run, run.model, 8192)
     pretrained.save(path, config, init(config, 3)[1], tokenizer=load_tokenizer(DEFAULT_VOCAB))
     return path
 

@@ -11,13 +11,14 @@ import numpy as np
 import pytest
 
 from bert_jax import cli, heads, pretrained
+from bert_jax.config import run_bert_config
 from bert_jax.data import create_pretraining_data as cpd
 from bert_jax.data import instances
 from bert_jax.data.options import DataOptions
 from bert_jax.data.pipeline import make_pretrain_iterator
 from bert_jax.finetune import trainer
 from bert_jax.pretrain.inputs import DATA_OPTIONS_FILE
-from bert_jax.pretrain.job import model_config, train_and_evaluate
+from bert_jax.pretrain.job import train_and_evaluate
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
 from test_create_data import read_records
 from test_finetune_util import micro_config
@@ -117,7 +118,8 @@ def test_pipeline_reads_mlm_only_records_and_refuses_a_mismatch(record_sets):
 
 def test_model_without_nsp_has_no_nsp_params():
     import jax
-    config = model_config(small_config("unused"), 100)
+    run = small_config("unused")
+    config = run_bert_config(run, run.model, 100)
     ids = np.zeros((1, 8), np.int32)
     params = heads.BertForPreTraining(config, next_sentence_prediction=False).init(
         jax.random.key(0), ids)["params"]
@@ -137,7 +139,8 @@ def mlm_run(tmp_path_factory, text_corpus):
     import flax.linen as nn
     import jax
     tmp = tmp_path_factory.mktemp("mlm_run")
-    bert_config = model_config(small_config(text_corpus), 8192)
+    run = small_config(text_corpus)
+    bert_config = run_bert_config(run, run.model, 8192)
     nsp_params = jax.device_get(nn.unbox(heads.BertForPreTraining(bert_config).init(
         jax.random.key(1), np.zeros((1, 8), np.int32))["params"]))
     pretrained.save(tmp / "nsp_model", bert_config, nsp_params,

@@ -232,7 +232,7 @@ def test_distills_into_a_student_over_the_choices(finetuned, tmp_path):
     attention matching over the [B * C, L] sequences."""
     from bert_jax.finetune import distill
     workdir, _, _ = finetuned
-    teacher = distill.load_teacher(workdir)
+    teacher = distill.load_finetuned_teacher(workdir)
     config = distill.distill_config(teacher, os.path.join(workdir, "best"), [
         "student_layers=1", "hidden_weight=1.0", "attention_weight=1.0", "alpha=0",
         "num_train_epochs=1", "log_every_steps=1", "hidden_dropout_prob=0.0",

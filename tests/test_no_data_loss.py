@@ -139,7 +139,7 @@ def test_write_text_replaces_a_file_whole_or_not_at_all(tmp_path):
 
 
 def test_the_python_entry_points_refuse_another_kind_of_workdir(tmp_path):
-    from bert_jax.pretrain import job as pretrain
+    from bert_jax.pretrain import job
     from bert_jax.config_loader import load_config
     from bert_jax.finetune.cli import run_finetune
     from test_train import REPO
@@ -148,7 +148,7 @@ def test_the_python_entry_points_refuse_another_kind_of_workdir(tmp_path):
     before = {d: sorted(os.listdir(d)) for d in (finetuned, pretrained)}
     config = load_config(os.path.join(REPO, "configs", "pretrain.py") + ":tiny", [])
     with pytest.raises(UserError, match=f"{finetuned} holds a fine-tuning run"):
-        pretrain.train_and_evaluate(config, finetuned)
+        job.train_and_evaluate(config, finetuned)
     config = load_config(os.path.join(REPO, "configs", "finetune.py") + ":csv,tiny", [])
     with pytest.raises(UserError, match=f"{pretrained} holds a pretraining run"):
         run_finetune(config, pretrained)

@@ -10,8 +10,8 @@ import sys
 import jax
 import pytest
 
-from bert_jax.tpu import collectives as hlo_collectives
-from bert_jax.pretrain import job as pretrain
+from bert_jax.tpu import collectives
+from bert_jax.pretrain import job
 from bert_jax.tpu import topologies
 from bert_jax.tpu import compile as tpu_compile
 from bert_jax.config_loader import load_config
@@ -89,10 +89,10 @@ def test_collective_bytes_count_loops_groups_and_slices():
     # A Megascale send (multi-slice programs) crosses slices: an all-reduce over 2.
     # libtpu's all-reduce-scatter fusion (all-reduce, then each chip's slice) is the
     # reduce-scatter it runs as, not an all-reduce.
-    got = hlo_collectives.collective_bytes(HLO, 8, 2, slice_of=lambda i: i // 4)
+    got = collectives.collective_bytes(HLO, 8, 2, slice_of=lambda i: i // 4)
     assert got == {"all-gather": 3 * 0.75 * 4096 * 2, "reduce-scatter": 3 * 0.75 * 1024 * 2,
-                   "reduce-scatter" + hlo_collectives.ACROSS: 3 * 0.75 * 1024 * 4,
-                   "all-reduce" + hlo_collectives.ACROSS: 2 * 0.5 * (1024 + 16 + 512) * 4,
+                   "reduce-scatter" + collectives.ACROSS: 3 * 0.75 * 1024 * 4,
+                   "all-reduce" + collectives.ACROSS: 2 * 0.5 * (1024 + 16 + 512) * 4,
                    "collective-permute": 8 * 4, "all-to-all": 5 * 0.75 * 64 * 4}
 
 
@@ -120,7 +120,7 @@ ENTRY %main (a: f32[8]) -> f32[8] {
 
 def test_a_loop_stepping_by_two_counts_its_trips():
     # libtpu's decomposed collectives: a u32 counter, 0, 2 < 4: two trips.
-    assert hlo_collectives.collective_bytes(LOOP_BY_TWO, 2) == {"collective-permute": 2 * 32}
+    assert collectives.collective_bytes(LOOP_BY_TWO, 2) == {"collective-permute": 2 * 32}
 
 
 @pytest.fixture(scope="module")
@@ -179,7 +179,7 @@ def test_compiled_step_has_the_runs_shardings():
     config = load_config("configs/pretrain.py:tiny", MICRO + ["mesh_shape.fsdp=2",
                                                               "mesh_shape.data=2"])
     devices = tpu_compile.topology_devices(topologies.resolve("v5e-4"))
-    setup = pretrain.setup(config, 512, devices=devices, process_count=1)
+    setup = job.setup(config, 512, devices=devices, process_count=1)
     train_fn, _ = setup.jit_steps()
     abstract, shardings = setup.state_plan.abstract, setup.state_plan.shardings
     with jax.set_mesh(setup.partitioner.mesh):
@@ -202,12 +202,12 @@ def test_two_slices_cross_only_with_the_gradient_reduction():
     assert (report["chips"], report["hosts"], report["slices"]) == (8, 2, 2)
     assert report["mesh"] == {"data": 2, "fsdp": 4, "tensor": 1}
     sent = report["collective_bytes"]
-    across = {k: v for k, v in sent.items() if k.endswith(hlo_collectives.ACROSS)}
+    across = {k: v for k, v in sent.items() if k.endswith(collectives.ACROSS)}
     # The gradient all-reduce is what crosses slices (besides a few batch-sized index
     # shuffles); FSDP's parameter gathers stay inside each slice.
-    assert max(across, key=across.get) == "all-reduce" + hlo_collectives.ACROSS, sent
-    assert across["all-reduce" + hlo_collectives.ACROSS] >= 0.75 * sum(across.values()), sent
-    assert across.get("all-gather" + hlo_collectives.ACROSS, 0) < 0.01 * sent["all-gather"]
+    assert max(across, key=across.get) == "all-reduce" + collectives.ACROSS, sent
+    assert across["all-reduce" + collectives.ACROSS] >= 0.75 * sum(across.values()), sent
+    assert across.get("all-gather" + collectives.ACROSS, 0) < 0.01 * sent["all-gather"]
 
 
 @needs_libtpu

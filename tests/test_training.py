@@ -7,7 +7,7 @@ import optax
 import pytest
 
 from bert_jax import training
-from bert_jax.config import ConfigError, preset
+from bert_jax.config import ConfigError, from_spec, preset, run_bert_config
 from bert_jax.optim import make_optimizer
 from bert_jax.train_state import TrainState, make_key
 
@@ -105,13 +105,31 @@ def test_an_update_with_a_non_finite_loss_or_gradient_norm_is_skipped(loss, bad_
     assert counts == {1 if ok else 0}
 
 
-def test_model_config_from_a_preset_or_a_dict():
-    assert training.model_config("tiny", 100) == preset("tiny", vocab_size=100)
+def test_a_model_spec_is_a_preset_or_a_dict():
+    assert from_spec("tiny", 100) == preset("tiny", vocab_size=100)
     fields = {"preset": "tiny", "vocab_size": 50, "num_hidden_layers": 1}
-    assert training.model_config(fields, 100) == preset("tiny", vocab_size=50,
-                                                        num_hidden_layers=1)
-    assert training.model_config({"num_hidden_layers": 2}) == preset("bert-base",
-                                                                     num_hidden_layers=2)
-    assert training.model_config(fields, 100, hidden_size=64).hidden_size == 64
+    assert from_spec(fields, 100) == preset("tiny", vocab_size=50, num_hidden_layers=1)
+    assert from_spec({"num_hidden_layers": 2}) == preset("bert-base", num_hidden_layers=2)
+    assert from_spec(fields, 100, hidden_size=64).hidden_size == 64
     with pytest.raises(ConfigError, match="unknown model preset"):
-        training.model_config("tinyy")
+        from_spec("tinyy")
+
+
+def test_a_runs_numerics_and_dropout_replace_the_models_where_it_sets_them():
+    saved = preset("tiny", dtype="bfloat16", remat_policy="full", scan_layers=True,
+                   hidden_dropout_prob=0.2)
+    pretraining = {"compute_dtype": "fp8", "remat_policy": "none", "scan_layers": False,
+                   "attention_impl": "einsum", "attention_probs_dropout_prob": None}
+    assert run_bert_config(pretraining, "tiny", 100) == preset(
+        "tiny", vocab_size=100, dtype="bfloat16", fp8=True)
+    finetuning = {"compute_dtype": "", "remat_policy": "", "attention_impl": "einsum",
+                  "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
+    assert run_bert_config(finetuning, saved) == saved.replace(
+        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    teacher = run_bert_config(pretraining, saved, remat_policy="none",
+                              attention_probs_dropout_prob=0.0)
+    assert (teacher.dtype, teacher.fp8, teacher.scan_layers, teacher.remat_policy,
+            teacher.hidden_dropout_prob) == ("bfloat16", True, False, "none", 0.2)
+    with pytest.raises(ConfigError, match="attention_impl='fused' has no attention-prob"):
+        run_bert_config({**finetuning, "attention_impl": "fused",
+                         "attention_probs_dropout_prob": 0.1}, saved)

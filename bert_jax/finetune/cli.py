@@ -94,7 +94,7 @@ def _distill_main(argv: list[str]) -> int:
     args = parser.parse_args(rest)
     multihost.initialize(args)
     from bert_jax.finetune import distill
-    teacher = distill.load_teacher(args.teacher)
+    teacher = distill.load_finetuned_teacher(args.teacher)
     load = lambda: (distill.distill_config(teacher, args.student, overrides),
                     {"--teacher": args.teacher, "--student": args.student})
     code, results = job_cli.run_job("distill", args.workdir, workdir_kind.DISTILLATION, load,

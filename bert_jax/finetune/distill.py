@@ -79,7 +79,7 @@ class StudentWithProjection(nn.Module):
 DISTILL_KEYS = tuple(k.name for k in config_schema.FINETUNE if k.group.startswith("distill"))
 
 
-def load_teacher(path: str) -> pretrained.Pretrained:
+def load_finetuned_teacher(path: str) -> pretrained.Pretrained:
     """A fine-tuned model: a fine-tuning workdir (its best model) or a model directory
     saved by fine-tuning."""
     local = pretrained.local_path(path)  # a Hub model by name: its converted directory
@@ -120,18 +120,13 @@ def distill_config(teacher: pretrained.Pretrained, student: str,
     return config
 
 
-def check_settings(config) -> None:
-    t = config.temperature
-    if isinstance(t, bool) or not isinstance(t, (int, float)) or not t > 0:
-        raise UserError(f"temperature must be a number > 0, got {t!r}")
-    if isinstance(config.alpha, bool) or not 0 <= config.alpha <= 1:
-        raise UserError(f"alpha must be between 0 and 1, got {config.alpha!r}")
-    for key in ("hidden_weight", "attention_weight"):
-        if isinstance(config[key], bool) or not config[key] >= 0:
-            raise UserError(f"{key} must be a number >= 0, got {config[key]!r}")
-    layers = config.student_layers
-    if isinstance(layers, bool) or not isinstance(layers, int) or layers < 0:
-        raise UserError(f"student_layers must be an integer >= 0, got {layers!r}")
+def check_distillation_config(config) -> None:
+    """The checks of a distillation config (`distill_config`'s, made without
+    `load_config`) that need no model: the fine-tuning ones, schema included
+    (`trainer.check_finetuning_config`), then the distillation's beyond the schema."""
+    trainer.check_finetuning_config(config)
+    if not config.temperature > 0:
+        raise UserError(f"temperature must be a number > 0, got {config.temperature!r}")
     if selection.is_sweep(config):
         raise UserError("distill runs one setting: seeds and sweep.* are not supported")
 
@@ -340,7 +335,7 @@ def distill(config, teacher: pretrained.Pretrained, workdir: str) -> dict:
     fine-tuning run does (WORKDIR/best, eval_results.json)."""
     workdir_kind.check(workdir, workdir_kind.DISTILLATION,
                        {"--teacher": teacher.tokenizer_dir, "--student": config.init_from})
-    check_settings(config)
+    check_distillation_config(config)
     teacher_config = inference.saved_config(teacher.task)
     if config.task != teacher.task["name"]:
         raise UserError(f"task mismatch: the teacher was fine-tuned on "

@@ -27,7 +27,9 @@ EVALUATE_RESULTS_FILE = "evaluate_results.json"  # written by `bert-jax evaluate
 PREDICTIONS_DIR = "predictions"  # the test splits' predictions, in a fine-tuning workdir
 
 
-def eval_step(params, batch, *, model, task, rules):
+def predict_step(params, batch, *, model, task, rules):
+    """The task's outputs of one batch in eval mode, which its predictions and metrics
+    read."""
     with nn.logical_axis_rules(rules):
         outputs = model.apply({"params": params}, **task.model_inputs(batch), deterministic=True)
     return task.eval_outputs(outputs, batch)
@@ -36,7 +38,7 @@ def eval_step(params, batch, *, model, task, rules):
 def make_eval_fn(model, task, partitioner: Partitioner, param_shardings):
     """The jitted eval step; its outputs are replicated so that every process can read
     all of them."""
-    return jax.jit(functools.partial(eval_step, model=model, task=task,
+    return jax.jit(functools.partial(predict_step, model=model, task=task,
                                      rules=partitioner.rules),
                    in_shardings=(param_shardings, partitioner.batch_sharding),
                    out_shardings=partitioner.replicated)

@@ -124,7 +124,7 @@ def padded_batches(features: list[Feature], batch_size: int, max_seq_length: int
         yield collate(chosen, length, sequence_keys, weights)
 
 
-def pack_rows(lengths: Sequence[int], max_seq_length: int, max_per_row: int) -> list[list[int]]:
+def first_fit_rows(lengths: Sequence[int], max_seq_length: int, max_per_row: int) -> list[list[int]]:
     """Greedy first-fit: indices of the features that share each row, in input order."""
     rows: list[list[int]] = []
     space: list[int] = []
@@ -181,7 +181,7 @@ def packed_plan(features: list[Feature], max_seq_length: int, max_per_row: int,
     """(mean features per packed row, rows per batch): enough rows that a batch holds
     about `examples_per_batch` features, so packed and padded runs take the same number
     of optimizer steps over the same examples; rounded up to `multiple` devices."""
-    rows = pack_rows([len(f["input_ids"]) for f in features], max_seq_length, max_per_row)
+    rows = first_fit_rows([len(f["input_ids"]) for f in features], max_seq_length, max_per_row)
     per_row = len(features) / max(1, len(rows))
     rows_per_batch = max(1, int(np.ceil(examples_per_batch / per_row)))
     return per_row, int(-(-rows_per_batch // multiple) * multiple)
@@ -192,7 +192,7 @@ def packed_batches(features: list[Feature], rows_per_batch: int, max_seq_length:
                    shuffle_seed: int = 0) -> Iterator[dict[str, np.ndarray]]:
     """Shuffles, packs greedily and yields batches of `rows_per_batch` packed rows."""
     order = np.random.default_rng(shuffle_seed).permutation(len(features))
-    rows = pack_rows([len(features[i]["input_ids"]) for i in order], max_seq_length,
+    rows = first_fit_rows([len(features[i]["input_ids"]) for i in order], max_seq_length,
                      max_per_row)
     rows = [[features[order[i]] for i in row] for row in rows]
     for start in range(0, len(rows), rows_per_batch):

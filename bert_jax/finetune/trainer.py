@@ -21,13 +21,11 @@ from typing import Any
 import jax
 import numpy as np
 
-from bert_jax import (checkpoint, lifecycle, multihost, optim, paths, pretrained,
-                      sharding, train_loop, training)
-from bert_jax.config import (BertConfig, ConfigError, check_choice, check_inputs_fit,
-                             compute_fields)
+from bert_jax import (checkpoint, config_schema, lifecycle, multihost, optim, paths,
+                      pretrained, sharding, train_loop)
+from bert_jax.config import BertConfig, ConfigError, check_inputs_fit, from_spec, run_bert_config
 from bert_jax.data import lengths
-from bert_jax.errors import (UserError, check_learning_rate, check_positive,
-                             check_seq_length)
+from bert_jax.errors import UserError, check_learning_rate
 from bert_jax.finetune import inference, keeping, schedule, task_data, tasks
 from bert_jax.finetune.objective import Objective, compiled_steps
 from bert_jax.finetune.inference import EVALUATE_RESULTS_FILE, PREDICTIONS_DIR
@@ -36,7 +34,6 @@ from bert_jax.train_state import StatePlan
 
 log = logging.getLogger("bert_jax.finetune")
 
-KEEP_CHECKPOINT = ("best", "last")  # the best validation score, or the end of training
 KEEP_CHECKPOINTS = 2  # training checkpoints kept for resuming (removed when the run ends)
 # What a fresh run would replace: moved to WORKDIR/previous/ (`workdir_kind.set_aside`).
 EARLIER_RUN = [checkpoint.CHECKPOINTS_DIR, PREDICTIONS_DIR, pretrained.RESULTS_FILE,
@@ -73,17 +70,13 @@ class ModelSource:
 
 def resolve_model(config) -> ModelSource:
     """The encoder of `config.init_from` (checked against `config.model` when both are set),
-    or a randomly initialised `config.model` with `config.tokenizer`."""
-    dropout = dict(hidden_dropout_prob=config.hidden_dropout_prob,
-                   attention_probs_dropout_prob=config.attention_probs_dropout_prob)
-    numerics = {key: config[key] for key in ("remat_policy", "attention_impl") if config[key]}
-    if config.compute_dtype:
-        numerics.update(compute_fields(config.compute_dtype))
+    or a randomly initialised `config.model` with `config.tokenizer`; with the run's
+    numerics and dropout (`run_bert_config`)."""
     if config.init_from:
         pre = pretrained.load(config.init_from)
         tokenizer = load_tokenizer(config.tokenizer or pre.tokenizer_dir)
         if config.model:
-            wanted = training.model_config(config.model, pre.config.vocab_size)
+            wanted = from_spec(config.model, pre.config.vocab_size)
             for field in ("vocab_size", "hidden_size", "num_hidden_layers",
                           "num_attention_heads", "intermediate_size", "model_type",
                           "embedding_size"):
@@ -97,16 +90,15 @@ def resolve_model(config) -> ModelSource:
             raise ConfigError(f"the tokenizer has {tokenizer.vocab_size} tokens but checkpoint "
                               f"{config.init_from} has vocab_size={pre.config.vocab_size}")
         bert_params = pre.params.get("bert", pre.params)
-        return ModelSource(pre.config.replace(**dropout, **numerics), tokenizer, bert_params,
+        return ModelSource(run_bert_config(config, pre.config), tokenizer, bert_params,
                            config.init_from)
     if not config.model:
         raise ConfigError("nothing to fine-tune: pass --init_from CHECKPOINT (a model directory or "
                           "a pretraining workdir) or --config.model=PRESET for a random encoder")
     tokenizer = load_tokenizer(config.tokenizer or DEFAULT_VOCAB)
-    model_config = training.model_config(config.model, tokenizer.vocab_size)
     spec = config.model if isinstance(config.model, str) else dict(config.model)
-    return ModelSource(model_config.replace(**dropout, **numerics), tokenizer, None,
-                       f"random {spec}")
+    return ModelSource(run_bert_config(config, config.model, tokenizer.vocab_size), tokenizer,
+                       None, f"random {spec}")
 
 
 ZERO_LEARNING_RATE = ("; a linear probe trains the head alone: --config.freeze='bert/*' "
@@ -114,30 +106,18 @@ ZERO_LEARNING_RATE = ("; a linear probe trains the head alone: --config.freeze='
                       "training: bert-jax evaluate --workdir DIR")
 
 
-def validate_config(config) -> None:
-    """The checks of a fine-tuning config that need no data: raises UserError naming
-    the key. Batch sizes are rounded up to a multiple of the mesh's batch shards."""
-    for key in ("global_batch_size", "eval_batch_size", "log_every_steps"):
-        check_positive(key, config[key])
+def check_finetuning_config(config) -> None:
+    """The checks of a fine-tuning config that need no data: its schema's
+    (`config_schema.check`, for configs made without `load_config`: a distillation's, a
+    grid's runs) and the rules beyond it. Raises UserError naming the key. Batch sizes
+    are rounded up to a multiple of the mesh's batch shards."""
+    config_schema.check(config, config_schema.FINETUNE)
     check_learning_rate(config.learning_rate, zero_hint=ZERO_LEARNING_RATE)
-    epochs = config.num_train_epochs
-    if isinstance(epochs, bool) or not isinstance(epochs, (int, float)) or not epochs > 0:
-        raise UserError(f"num_train_epochs must be a number > 0, got {epochs!r}")
-    if config.max_seq_length != "auto":  # else chosen from the data (train_length_coverage)
-        check_seq_length(config.max_seq_length)
-    check_positive("checkpoint_every_steps", config.checkpoint_every_steps, allow_zero=True)
-    accum = config.grad_accum_steps
-    check_positive("grad_accum_steps", accum)
-    if isinstance(config.global_batch_size, int) and config.global_batch_size % accum:
+    if not config.num_train_epochs > 0:
+        raise UserError(f"num_train_epochs must be a number > 0, got {config.num_train_epochs!r}")
+    if config.global_batch_size % config.grad_accum_steps:
         raise UserError(f"global_batch_size {config.global_batch_size} is not a multiple of "
-                        f"grad_accum_steps {accum}")
-    check_choice("keep_checkpoint", config.keep_checkpoint, KEEP_CHECKPOINT)
-    check_choice("on_nonfinite", config.on_nonfinite, ("skip", "stop"))
-    check_positive("max_consecutive_nonfinite", config.max_consecutive_nonfinite)
-    for key in ("freeze_steps", "freeze_epochs"):
-        value = config[key]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-            raise UserError(f"{key} must be a number >= 0, got {value!r}")
+                        f"grad_accum_steps {config.grad_accum_steps}")
 
 
 # A length no example reaches: featurized with it, nothing is truncated.
@@ -181,7 +161,7 @@ class Finetuning:
 
     def __init__(self, config, objective: Objective | None = None,
                  source: ModelSource | None = None):
-        validate_config(config)
+        check_finetuning_config(config)
         self.config = config
         self.objective = objective or Objective()
         self.source = source or resolve_model(config)
@@ -211,7 +191,7 @@ class Finetuning:
         numerics settings must be the session's). Resumes from WORKDIR's checkpoint of
         the same run when an earlier one was interrupted; raises preemption.Preempted
         after checkpointing when the command's watcher (`preemption.active`) says so."""
-        validate_config(config)
+        check_finetuning_config(config)
         if config.max_seq_length == "auto":  # a grid's copy of the session's config
             with config.ignore_type():
                 config.max_seq_length = self.config.max_seq_length

@@ -13,14 +13,14 @@ import argparse
 import sys
 
 from bert_jax import config_schema, flags, job_cli, multihost, workdir_kind
-from bert_jax.pretrain import job as pretrain
+from bert_jax.pretrain import job
 from bert_jax.config_loader import load_config, split_config_args
 
 
 def main(argv: list[str]) -> int:
     """Parses `argv`, then pretrains under the workdir lock and the preemption watcher."""
     parser = flags.ArgumentParser(
-        prog="bert-jax pretrain", description=pretrain.__doc__,
+        prog="bert-jax pretrain", description=job.__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Override any config key with --config.KEY=VALUE.")
     parser.add_argument("--config", required=True, help="configs/pretrain.py[:VARIANT]")
@@ -37,7 +37,7 @@ def main(argv: list[str]) -> int:
                         "--config.teacher": config.teacher}
     code, _ = job_cli.run_job(
         "pretrain", args.workdir, workdir_kind.PRETRAINING, load,
-        lambda config: pretrain.train_and_evaluate(config, args.workdir))
+        lambda config: job.train_and_evaluate(config, args.workdir))
     return code
 
 

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from bert_jax import losses, pretrained, sharding
-from bert_jax.config import BertConfig, check_inputs_fit
+from bert_jax.config import BertConfig, check_inputs_fit, run_bert_config
 from bert_jax.errors import UserError
 from bert_jax.heads import BertForPreTraining
 
@@ -51,22 +51,15 @@ class MlmTeacher:
         return {"mlm_loss": self.alpha, "soft_loss": 1 - self.alpha}
 
 
-def check_settings(temperature, alpha) -> None:
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) \
-            or not temperature > 0:
-        raise UserError(f"temperature must be a number > 0, got {temperature!r}")
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 <= alpha <= 1:
-        raise UserError(f"alpha must be between 0 and 1, got {alpha!r}")
-
-
-def load_teacher(path: str, student: BertConfig, fingerprint: str, *, temperature: float,
-                 alpha: float, max_seq_length: int, max_predictions: int,
-                 partitioner: sharding.Partitioner):
-    """(MlmTeacher, its parameters placed by `partitioner`, their shardings). The teacher
-    computes in the student's dtype and layer layout; `fingerprint` is the run's
-    tokenizer's, which the teacher's must equal."""
+def load_mlm_teacher(config, student: BertConfig, fingerprint: str, *,
+                     partitioner: sharding.Partitioner):
+    """(MlmTeacher, its parameters placed by `partitioner`, their shardings) of a pretraining
+    run's `config.teacher`, with the run's `temperature` and `alpha` (checked with the
+    config). The teacher computes with the run's numerics and layer layout, in eval mode
+    (`run_bert_config`); `fingerprint` is the run's tokenizer's, which the teacher's must
+    equal; `student`'s vocabulary must fit the teacher's."""
     from bert_jax.tokenization import load_tokenizer
-    check_settings(temperature, alpha)
+    path = config.teacher
     try:
         loaded = pretrained.load(path)
     except FileNotFoundError as e:
@@ -77,17 +70,16 @@ def load_teacher(path: str, student: BertConfig, fingerprint: str, *, temperatur
     if load_tokenizer(loaded.tokenizer_dir).fingerprint() != fingerprint:
         raise UserError(f"vocabulary mismatch: the teacher {path} reads a different vocabulary "
                         "from this run's tokenizer; set --config.tokenizer to the teacher's")
-    config = loaded.config.replace(dtype=student.dtype, scan_layers=student.scan_layers,
-                                   attention_impl=student.attention_impl, remat_policy="none",
-                                   attention_probs_dropout_prob=0.0)
-    check_inputs_fit(config, f"teacher {path}", max_seq_length=max_seq_length,
+    bert_config = run_bert_config(config, loaded.config, remat_policy="none",
+                                  attention_probs_dropout_prob=0.0)
+    check_inputs_fit(bert_config, f"teacher {path}", max_seq_length=config.max_seq_length,
                      vocab_size=student.vocab_size)
-    model = BertForPreTraining(config, next_sentence_prediction=False)
-    ids = jnp.zeros((1, max_seq_length), jnp.int32)
-    positions = jnp.zeros((1, max_predictions), jnp.int32)
+    model = BertForPreTraining(bert_config, next_sentence_prediction=False)
+    ids = jnp.zeros((1, config.max_seq_length), jnp.int32)
+    positions = jnp.zeros((1, config.max_predictions_per_seq), jnp.int32)
     boxed = jax.eval_shape(lambda: model.init(jax.random.key(0), ids, ids, ids,
                                               positions)["params"])
     shardings = partitioner.shardings_of(nn.get_partition_spec(boxed))
     params = pretrained.init_params(nn.unbox(boxed), loaded.params, shardings, drop=("nsp",),
                                     source=f"teacher {path}")
-    return MlmTeacher(model, float(temperature), float(alpha)), params, shardings
+    return MlmTeacher(model, float(config.temperature), float(config.alpha)), params, shardings

@@ -1,6 +1,7 @@
-"""A pretraining run's input: the files `config.input_files` names, raw text converted
-once into TFRecords (and reused while the options it was made with match), and each
-process's batches. No jax here: the run passes in its process index and count.
+"""A pretraining run's input: the files `config.input_files` names, globbed and checked
+once (`resolve`), raw text converted once into TFRecords (and reused while the options
+it was made with match), and each process's batches. No jax here: the run passes in its
+process index and count.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from bert_jax import compile_cache, paths
 from bert_jax.atomic import atomic_directory
 from bert_jax.data import corpus, tfrecord
 from bert_jax.data.options import DataOptions
-from bert_jax.data.pipeline import make_pretrain_iterator
+from bert_jax.data.pipeline import check_record_shapes, make_pretrain_iterator
 from bert_jax.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -85,10 +86,26 @@ def input_files(config: ml_collections.ConfigDict) -> list[str]:
     return files
 
 
+def resolve(config: ml_collections.ConfigDict, tokenizer_path: str,
+            vocabulary: str) -> list[str]:
+    """The run's input files (`input_files`), globbed and checked once, before anything
+    is written, for what reads them next (`prepare_input_files`): TFRecords must have
+    rows and masked positions of the run's lengths (`check_record_shapes`, which reads
+    their first records) and have been made for its vocabulary and setup
+    (`check_records_made_for`)."""
+    files = input_files(config)
+    records = [f for f in files if is_tfrecord(f)]
+    if records:
+        check_record_shapes(records, config.max_seq_length, config.max_predictions_per_seq)
+    check_records_made_for(files, tokenizer_path, vocabulary, config)
+    return files
+
+
 def check_eval_fraction(config: ml_collections.ConfigDict) -> None:
-    """The held-out share must be in [0, 1), and above 0 when the run evaluates (else
-    it would stop at the first evaluation, after training)."""
-    if not 0 <= config.eval_fraction < 1:
+    """The held-out share must leave examples to train on (the schema allows 0 to 1), and
+    be above 0 when the run evaluates (else it would stop at the first evaluation, after
+    training)."""
+    if config.eval_fraction >= 1:
         raise UserError(f"eval_fraction must be >= 0 and < 1, got {config.eval_fraction}")
     if config.eval_every_steps and not config.eval_fraction:
         raise UserError(f"eval_fraction 0 holds out nothing to evaluate on every "
@@ -190,10 +207,12 @@ def _read_options(directory: str) -> dict | None:
         return None
 
 
-def prepare_input_files(config: ml_collections.ConfigDict, workdir: str, tokenizer_path: str,
-                        vocabulary: str, *, process_index: int, process_count: int,
+def prepare_input_files(config: ml_collections.ConfigDict, files: list[str], workdir: str,
+                        tokenizer_path: str, vocabulary: str, *, process_index: int,
+                        process_count: int,
                         message: Callable[[str], None] = log.info) -> list[str]:
-    """TFRecord patterns for the pipeline. Raw text is converted by process 0 into a
+    """TFRecord patterns for the pipeline from the run's input `files` (`resolve`): they
+    themselves when they are TFRecords. Raw text is converted by process 0 into a
     directory that records the options it was made with (`data_options`) and is reused
     while they match, rebuilt (atomically) when they do not: WORKDIR/data, or for the
     embedded corpus on a single process a per-machine cache (`data_cache_dir`) shared by
@@ -202,7 +221,6 @@ def prepare_input_files(config: ml_collections.ConfigDict, workdir: str, tokeniz
     reports a conversion."""
     # Imported when text is converted: it loads the tokenizers.
     from bert_jax.data import create_pretraining_data as cpd
-    files = input_files(config)
     if all(is_tfrecord(f) for f in files):
         return files
     num_shards = max(8, process_count)

@@ -23,35 +23,18 @@ import jax
 import ml_collections
 import optax
 
-from bert_jax import (checkpoint, lifecycle, multihost, paths, perf, pretrained, sharding,
-                      train_loop, training, workdir_kind)
-from bert_jax.config import BertConfig, check_choice, check_inputs_fit, compute_fields
-from bert_jax.pretrain import distill as mlm_distill, inputs
+from bert_jax import (checkpoint, config_schema, lifecycle, multihost, paths, perf, pretrained,
+                      sharding, train_loop, workdir_kind)
+from bert_jax.config import BertConfig, check_inputs_fit, run_bert_config
+from bert_jax.pretrain import distill, inputs
 from bert_jax.data.options import DataOptions
-from bert_jax.errors import (UserError, check_divisible, check_learning_rate,
-                             check_positive, check_seq_length)
+from bert_jax.errors import UserError, check_divisible, check_learning_rate
 from bert_jax.heads import BertForPreTraining
-from bert_jax.optim import OPTIMIZERS, make_optimizer
+from bert_jax.optim import make_optimizer
 from bert_jax.pretrain.steps import dummy_inputs, evaluate, jit_steps
 from bert_jax.train_state import StatePlan, TrainState
 
 log = logging.getLogger("bert_jax.pretrain.job")
-
-
-def model_config(config: ml_collections.ConfigDict, vocab_size: int | None = None) -> BertConfig:
-    """The BertConfig of a run: `config.model` (preset name or dict of fields, with an
-    optional 'preset'), then the run-level compute_dtype/remat_policy/scan_layers/
-    attention_impl and attention_probs_dropout_prob (None: the model's).
-    vocab_size: the tokenizer's, used unless the model dict sets one."""
-    dropout = ({} if config.attention_probs_dropout_prob is None else
-               {"attention_probs_dropout_prob": float(config.attention_probs_dropout_prob)})
-    bert_config = training.model_config(
-        config.model, vocab_size, **dropout, **compute_fields(config.compute_dtype),
-        param_dtype="float32",
-        remat_policy=config.remat_policy, scan_layers=config.scan_layers,
-        attention_impl=config.attention_impl)
-    bert_config.check_trainable()
-    return bert_config
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,7 +52,7 @@ class Setup:
     partitioner: sharding.Partitioner
     state_plan: StatePlan
 
-    def jit_steps(self, teacher: mlm_distill.MlmTeacher | None = None,
+    def jit_steps(self, teacher: distill.MlmTeacher | None = None,
                   teacher_shardings: Any = None):
         """(train_step, eval_step) of this run (`jit_steps`)."""
         return jit_steps(self.model, self.tx, self.partitioner, self.state_plan.shardings,
@@ -89,14 +72,15 @@ class Setup:
 def setup(config: ml_collections.ConfigDict, vocab_size: int, *,
           devices: Sequence[jax.Device] | None = None,
           process_count: int | None = None) -> Setup:
-    """Builds a run's `Setup` from its config, checking the config (`validate_config`)
-    against the target: `devices` (default: all of this job's) and its `process_count`
-    hosts (default: this job's). vocab_size: the tokenizer's (used unless the model sets
-    one). Reads no files and writes none."""
-    bert_config = model_config(config, vocab_size)
+    """Builds a run's `Setup` from its config, checking the config
+    (`check_pretraining_config`) against the target: `devices` (default: all of this
+    job's) and its `process_count` hosts (default: this job's). vocab_size: the
+    tokenizer's (used unless the model sets one). Reads no files and writes none."""
+    config_schema.check(config, config_schema.PRETRAIN)  # a config made without load_config
+    bert_config = run_bert_config(config, config.model, vocab_size)
     partitioner = sharding.Partitioner.from_config(config, devices)
-    validate_config(config, bert_config, vocab_size, partitioner.batch_shards,
-                    jax.process_count() if process_count is None else process_count)
+    check_pretraining_config(config, bert_config, vocab_size, partitioner.batch_shards,
+                             jax.process_count() if process_count is None else process_count)
     model = BertForPreTraining(bert_config, config.next_sentence_prediction)
     tx, schedule = make_optimizer(
         learning_rate=config.learning_rate, num_train_steps=config.num_train_steps,
@@ -110,9 +94,6 @@ def setup(config: ml_collections.ConfigDict, vocab_size: int, *,
 
 
 
-_POSITIVE_KEYS = ("global_batch_size", "num_train_steps", "max_seq_length",
-                  "max_predictions_per_seq", "grad_accum_steps", "log_every_steps",
-                  "checkpoint_every_steps", "keep_checkpoints", "eval_steps")
 
 
 def _describe(spec) -> str:
@@ -120,27 +101,20 @@ def _describe(spec) -> str:
     return repr(spec if isinstance(spec, str) else spec.to_dict())
 
 
-def validate_config(config: ml_collections.ConfigDict, bert_config: BertConfig,
-                    vocab_size: int, batch_multiple: int, process_count: int) -> None:
-    """Every check of a pretraining config that needs no data and writes nothing;
-    raises UserError naming the key. batch_multiple: the mesh's batch shards;
+def check_pretraining_config(config: ml_collections.ConfigDict, bert_config: BertConfig,
+                             vocab_size: int, batch_multiple: int, process_count: int) -> None:
+    """The rules of a pretraining config beyond its schema's (one key's type and range,
+    `config_schema.check`): between keys, and against the model and the target. Touches
+    no file; raises UserError naming the key. batch_multiple: the mesh's batch shards;
     process_count: the hosts the run will have (each feeds an equal share of the batch).
-    The input files are checked apart (`input_files`): compiling needs none."""
-    for key in _POSITIVE_KEYS:
-        check_positive(key, config[key])
-    for key in ("warmup_steps", "eval_every_steps"):
-        check_positive(key, config[key], allow_zero=True)
-    check_choice("on_nonfinite", config.on_nonfinite, ("skip", "stop"))
+    The input files are checked apart (`inputs.resolve`): compiling needs none."""
     check_learning_rate(config.learning_rate, config.allow_zero_learning_rate)
     inputs.check_eval_fraction(config)
-    check_positive("max_consecutive_nonfinite", config.max_consecutive_nonfinite)
-    check_choice("optimizer", config.optimizer, OPTIMIZERS)
-    if config.teacher:
-        mlm_distill.check_settings(config.temperature, config.alpha)
+    if config.teacher and not config.temperature > 0:
+        raise UserError(f"temperature must be a number > 0, got {config.temperature!r}")
     if config.warmup_steps > config.num_train_steps:
         raise UserError(f"warmup_steps {config.warmup_steps} exceeds num_train_steps "
                         f"{config.num_train_steps}")
-    check_seq_length(config.max_seq_length)
     if config.max_predictions_per_seq > config.max_seq_length:
         raise UserError(f"max_predictions_per_seq {config.max_predictions_per_seq} exceeds "
                         f"max_seq_length {config.max_seq_length}")
@@ -150,12 +124,6 @@ def validate_config(config: ml_collections.ConfigDict, bert_config: BertConfig,
     check_divisible("global_batch_size", config.global_batch_size,
                     math.lcm(batch_multiple * config.grad_accum_steps, process_count),
                     "batch shards x grad_accum_steps, and the process count")
-    if config.init_from:
-        pretrained.check_model_path(config.init_from)
-    records = [f for f in inputs.input_files(config) if inputs.is_tfrecord(f)]
-    if records:
-        from bert_jax.data.pipeline import check_record_shapes
-        check_record_shapes(records, config.max_seq_length, config.max_predictions_per_seq)
 
 
 def init_state(config, setup: Setup, writer) -> TrainState:
@@ -209,8 +177,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     tokenizer_path, tokenizer = run_tokenizer(config)
     run_setup = setup(config, tokenizer.vocab_size)
     bert_config, partitioner = run_setup.bert_config, run_setup.partitioner
-    inputs.check_records_made_for(inputs.input_files(config), tokenizer_path,
-                                  tokenizer.fingerprint(), config)
+    sources = inputs.resolve(config, tokenizer_path, tokenizer.fingerprint())
     run = checkpoint.run_description(config.to_dict(), bert_config.to_dict(),
                                      tokenizer.fingerprint())
     teacher, teacher_params, teacher_shardings = _teacher(config, run_setup, run["vocabulary"])
@@ -231,8 +198,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                                      bert_config, tokenizer=tokenizer)
     train_fn, eval_fn = run_setup.jit_steps(teacher, teacher_shardings)
     process = dict(process_index=jax.process_index(), process_count=jax.process_count())
-    files = inputs.prepare_input_files(config, workdir, tokenizer_path, run["vocabulary"],
-                                       **process, message=writer.message)
+    files = inputs.prepare_input_files(config, sources, workdir, tokenizer_path,
+                                       run["vocabulary"], **process, message=writer.message)
     multihost.sync("input_files_ready")
     batches = inputs.make_iterator(config, files, tokenizer, split="train", **process,
                                    state=restored.meta.get("pipeline") if restored else None)
@@ -272,10 +239,8 @@ def _teacher(config, run_setup: Setup, vocabulary: str) -> tuple:
     """(MlmTeacher, its parameters, their shardings) of `config.teacher`, or Nones."""
     if not config.teacher:
         return None, None, None
-    return mlm_distill.load_teacher(
-        config.teacher, run_setup.bert_config, vocabulary, temperature=config.temperature,
-        alpha=config.alpha, max_seq_length=config.max_seq_length,
-        max_predictions=config.max_predictions_per_seq, partitioner=run_setup.partitioner)
+    return distill.load_mlm_teacher(config, run_setup.bert_config, vocabulary,
+                                    partitioner=run_setup.partitioner)
 
 
 # What the progress line shows (metrics.jsonl has every metric).

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from bert_jax import losses, training
-from bert_jax.pretrain import distill as mlm_distill
+from bert_jax.pretrain import distill
 from bert_jax.heads import BertForPreTraining
 from bert_jax.sharding import Partitioner
 from bert_jax.train_state import TrainState
@@ -28,11 +28,12 @@ def dummy_inputs(batch_size: int, seq_length: int, num_predictions: int) -> tupl
 
 
 def forward(model: nn.Module, params: Any, batch: dict, *, rng=None,
-            teacher: mlm_distill.MlmTeacher | None = None,
+            teacher: distill.MlmTeacher | None = None,
             teacher_params: Any = None) -> dict:
     """The loss terms of one batch, {name: (weighted sum, weight)}
     (`losses.pretraining_loss`); dropout on when `rng` is given.
-    teacher: distil its MLM logits (`mlm_distill`), `soft_loss` beside `mlm_loss`."""
+    teacher: distil its MLM logits (`bert_jax.pretrain.distill`), `soft_loss` beside
+    `mlm_loss`."""
     extra = {k: batch[k] for k in _OPTIONAL_INPUTS if k in batch}
     out = model.apply({"params": params}, batch["input_ids"], batch["input_mask"],
                       batch["segment_ids"], batch["masked_lm_positions"], **extra,
@@ -44,7 +45,7 @@ def forward(model: nn.Module, params: Any, batch: dict, *, rng=None,
 
 
 def loss_coefficients(model: BertForPreTraining,
-                      teacher: mlm_distill.MlmTeacher | None = None) -> dict[str, float]:
+                      teacher: distill.MlmTeacher | None = None) -> dict[str, float]:
     """The training loss as a sum of `forward`'s term means: MLM (mixed with the soft
     loss when distilling) plus NSP when the model has the head."""
     mlm = {"mlm_loss": 1.0} if teacher is None else teacher.coefficients()
@@ -53,7 +54,7 @@ def loss_coefficients(model: BertForPreTraining,
 
 def pretraining_loss(params: Any, batch: dict, teacher_params: Any, dropout_key: jax.Array, *,
                      model: nn.Module, rules: tuple,
-                     teacher: mlm_distill.MlmTeacher | None = None) -> dict:
+                     teacher: distill.MlmTeacher | None = None) -> dict:
     """`forward`'s terms with dropout under the run's axis rules: the loss that
     `training.train_step` minimises (distilling `teacher`, whose parameters are
     `teacher_params`, when given)."""
@@ -85,7 +86,7 @@ def eval_step(params: Any, batch: dict, *, model: nn.Module, rules: tuple) -> di
 
 
 def jit_steps(model: nn.Module, tx, partitioner: Partitioner, shardings: TrainState,
-              grad_accum_steps: int = 1, teacher: mlm_distill.MlmTeacher | None = None,
+              grad_accum_steps: int = 1, teacher: distill.MlmTeacher | None = None,
               teacher_shardings: Any = None):
     """(train_step, eval_step) jitted once with explicit shardings; the state is donated.
     train_step is `training.train_step` of `pretraining_loss`; with a teacher it takes

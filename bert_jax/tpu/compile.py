@@ -5,7 +5,7 @@ the slice that it fits, and what it computes and communicates.
     bert-jax compile --config configs/pretrain.py:tpu_large --topology v4-128 \
         [--num_slices 2] [--config.KEY=VALUE ...]
 
-The step is `pretrain.setup`'s (the same model, TrainState, optimizer, shardings,
+The step is `pretrain.job.setup`'s (the same model, TrainState, optimizer, shardings,
 accumulation, remat, scan and donation as `bert-jax pretrain`), lowered on
 ShapeDtypeStructs over the devices of `jax.experimental.topologies.get_topology_desc`.
 It prints the slice, the mesh, per-chip HBM (parameters + optimizer state, temporaries,
@@ -28,8 +28,8 @@ import jax
 import numpy as np
 
 from bert_jax import flags, perf
-from bert_jax.tpu import collectives as hlo_collectives
-from bert_jax.pretrain import job as pretrain
+from bert_jax.tpu import collectives
+from bert_jax.pretrain import job
 from bert_jax.tpu import topologies
 from bert_jax.config_loader import load_config, split_config_args
 from bert_jax.errors import UserError
@@ -48,7 +48,7 @@ def _vocab_size(config) -> int:
     model = config.model
     if not isinstance(model, str) and "vocab_size" in model:
         return int(model["vocab_size"])
-    return pretrain.run_tokenizer(config)[1].vocab_size
+    return job.run_tokenizer(config)[1].vocab_size
 
 
 def topology_devices(topology: topologies.Topology, num_slices: int = 1) -> list:
@@ -91,7 +91,7 @@ def compile_step(config, topology: topologies.Topology, num_slices: int = 1,
         raise UserError("compile does not build distillation runs (config.teacher) yet")
     devices = topology_devices(topology, num_slices)
     hosts = len({d.process_index for d in devices})
-    setup = pretrain.setup(config, _vocab_size(config), devices=devices, process_count=hosts)
+    setup = job.setup(config, _vocab_size(config), devices=devices, process_count=hosts)
     state_bytes = _state_bytes_per_chip(setup.state_plan.abstract)
     if state_bytes > topology.hbm_bytes:  # no need to compile to know
         raise DoesNotFit(
@@ -144,7 +144,7 @@ def _report(config, topology, setup, compiled, hosts, num_slices, compile_s) -> 
     cost = compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, (list, tuple)) else cost
     flat, text = list(mesh.devices.flat), compiled.as_text()
-    collectives = hlo_collectives.collective_bytes(text, chips // num_slices, num_slices)
+    bytes_by_kind = collectives.collective_bytes(text, chips // num_slices, num_slices)
     model_flops = config.global_batch_size * perf.train_flops_per_example(
         setup.bert_config, config.max_seq_length, config.max_predictions_per_seq)
     batch_ways = setup.partitioner.batch_shards
@@ -158,7 +158,7 @@ def _report(config, topology, setup, compiled, hosts, num_slices, compile_s) -> 
         "temp_gb": round(memory.temp_size_in_bytes / GIB, 3),
         "flops_per_step": float(cost.get("flops", 0.0)) * chips,
         "model_flops_per_step": float(model_flops),
-        "collective_bytes": {k: int(v) for k, v in sorted(collectives.items())},
+        "collective_bytes": {k: int(v) for k, v in sorted(bytes_by_kind.items())},
         "compile_s": round(compile_s, 1),
         # Pallas splash attention kernels (packed rows with fused attention), fwd and bwd.
         "splash_attention_calls": sum('custom_call_target="tpu_custom_call"' in line

@@ -22,7 +22,7 @@ import sys
 import threading
 
 from bert_jax import compile_cache
-from bert_jax.tpu import collectives as hlo_collectives
+from bert_jax.tpu import collectives
 from bert_jax.config_loader import load_config
 
 MESHES = {"data": {"data": -1, "fsdp": 1, "tensor": 1},
@@ -50,7 +50,7 @@ def _versions() -> str:
             found.append(f"{package}={importlib.metadata.version(package)}")
         except importlib.metadata.PackageNotFoundError:
             found.append(f"{package}=?")
-    found.append(f"hlo_collectives={hlo_collectives.COUNTING_VERSION}")
+    found.append(f"hlo_collectives={collectives.COUNTING_VERSION}")
     return ",".join(found)
 
 
