@@ -138,12 +138,12 @@ def mlm_accuracy(model_dir: str, records: list[str], eval_fraction: float, args)
     import jax
     from bert_jax import pretrained
     from bert_jax.pretrain import inputs
-    from bert_jax.pretrain.job import setup
+    from bert_jax.pretrain.setup import Setup
     from bert_jax.pretrain.steps import evaluate
     from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
     tokenizer = load_tokenizer(DEFAULT_VOCAB)
     config = pretrain_config(records, args, eval_fraction=eval_fraction)
-    run_setup = setup(config, tokenizer.vocab_size)
+    run_setup = Setup.build(config, tokenizer.vocab_size)
     state_plan = run_setup.state_plan
     params = pretrained.init_params(state_plan.abstract.params, pretrained.load(model_dir).params,
                                     state_plan.shardings.params, source=model_dir)

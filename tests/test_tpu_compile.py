@@ -11,7 +11,7 @@ import jax
 import pytest
 
 from bert_jax.tpu import collectives
-from bert_jax.pretrain import job
+from bert_jax.pretrain.setup import Setup
 from bert_jax.tpu import topologies
 from bert_jax.tpu import compile as tpu_compile
 from bert_jax.config_loader import load_config
@@ -179,7 +179,7 @@ def test_compiled_step_has_the_runs_shardings():
     config = load_config("configs/pretrain.py:tiny", MICRO + ["mesh_shape.fsdp=2",
                                                               "mesh_shape.data=2"])
     devices = tpu_compile.topology_devices(topologies.resolve("v5e-4"))
-    setup = job.setup(config, 512, devices=devices, process_count=1)
+    setup = Setup.build(config, 512, devices=devices, process_count=1)
     train_fn, _ = setup.jit_steps()
     abstract, shardings = setup.state_plan.abstract, setup.state_plan.shardings
     with jax.set_mesh(setup.partitioner.mesh):

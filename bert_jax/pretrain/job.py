@@ -13,129 +13,29 @@ order, masks and dropout as an uninterrupted run.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import logging
-import math
-from typing import Any, Sequence
+from typing import Any
 
-import flax.linen as nn
 import jax
 import ml_collections
-import optax
 
-from bert_jax import (checkpoint, config_schema, lifecycle, multihost, paths, perf, pretrained,
-                      sharding, train_loop, workdir_kind)
-from bert_jax.config import BertConfig, check_inputs_fit, run_bert_config
+from bert_jax import (checkpoint, lifecycle, multihost, paths, perf, pretrained, train_loop,
+                      workdir_kind)
+from bert_jax.errors import UserError
 from bert_jax.pretrain import distill, inputs
-from bert_jax.data.options import DataOptions
-from bert_jax.errors import UserError, check_divisible, check_learning_rate
-from bert_jax.heads import BertForPreTraining
-from bert_jax.optim import make_optimizer
-from bert_jax.pretrain.steps import dummy_inputs, evaluate, jit_steps
-from bert_jax.train_state import StatePlan, TrainState
+from bert_jax.pretrain.setup import Setup
+from bert_jax.pretrain.steps import evaluate
+from bert_jax.train_state import TrainState
 
-log = logging.getLogger("bert_jax.pretrain.job")
-
-
-@dataclasses.dataclass(frozen=True)
-class Setup:
-    """What a pretraining config builds before it touches data, a workdir or a device:
-    the model, optimizer and schedule, the partitioner, the TrainState's sharded layout
-    and the jitted steps. `bert-jax pretrain` runs it; `bert-jax compile` compiles it for a
-    TPU topology (`bert_jax.tpu.compile`)."""
-
-    config: ml_collections.ConfigDict
-    bert_config: BertConfig
-    model: nn.Module
-    tx: optax.GradientTransformation
-    schedule: optax.Schedule
-    partitioner: sharding.Partitioner
-    state_plan: StatePlan
-
-    def jit_steps(self, teacher: distill.MlmTeacher | None = None,
-                  teacher_shardings: Any = None):
-        """(train_step, eval_step) of this run (`jit_steps`)."""
-        return jit_steps(self.model, self.tx, self.partitioner, self.state_plan.shardings,
-                         self.config.grad_accum_steps, teacher, teacher_shardings)
-
-    def abstract_batch(self) -> dict:
-        """The global batch as sharded `jax.ShapeDtypeStruct`s, shaped as the pipeline
-        emits it (`pipeline.batch_spec`)."""
-        from bert_jax.data.pipeline import batch_spec
-        options = DataOptions.from_config(self.config,
-                                          per_host_batch_size=self.config.global_batch_size)
-        batch = self.partitioner.batch_sharding
-        return {k: jax.ShapeDtypeStruct(shape, dtype, sharding=batch) for k, (shape, dtype)
-                in batch_spec(options, self.config.next_sentence_prediction).items()}
-
-
-def setup(config: ml_collections.ConfigDict, vocab_size: int, *,
-          devices: Sequence[jax.Device] | None = None,
-          process_count: int | None = None) -> Setup:
-    """Builds a run's `Setup` from its config, checking the config
-    (`check_pretraining_config`) against the target: `devices` (default: all of this
-    job's) and its `process_count` hosts (default: this job's). vocab_size: the
-    tokenizer's (used unless the model sets one). Reads no files and writes none."""
-    config_schema.check(config, config_schema.PRETRAIN)  # a config made without load_config
-    bert_config = run_bert_config(config, config.model, vocab_size)
-    partitioner = sharding.Partitioner.from_config(config, devices)
-    check_pretraining_config(config, bert_config, vocab_size, partitioner.batch_shards,
-                             jax.process_count() if process_count is None else process_count)
-    model = BertForPreTraining(bert_config, config.next_sentence_prediction)
-    tx, schedule = make_optimizer(
-        learning_rate=config.learning_rate, num_train_steps=config.num_train_steps,
-        warmup_steps=config.warmup_steps, optimizer=config.optimizer,
-        weight_decay=config.weight_decay, max_grad_norm=config.max_grad_norm,
-        lr_schedule=config.lr_schedule)
-    init_fn = lambda key: model.init(
-        key, *dummy_inputs(1, config.max_seq_length, config.max_predictions_per_seq))["params"]
-    state_plan = StatePlan.build(init_fn, tx, partitioner, config.rng_impl)
-    return Setup(config, bert_config, model, tx, schedule, partitioner, state_plan)
-
-
-
-
-
-def _describe(spec) -> str:
-    """A model spec (preset name or ConfigDict of fields) on one line."""
-    return repr(spec if isinstance(spec, str) else spec.to_dict())
-
-
-def check_pretraining_config(config: ml_collections.ConfigDict, bert_config: BertConfig,
-                             vocab_size: int, batch_multiple: int, process_count: int) -> None:
-    """The rules of a pretraining config beyond its schema's (one key's type and range,
-    `config_schema.check`): between keys, and against the model and the target. Touches
-    no file; raises UserError naming the key. batch_multiple: the mesh's batch shards;
-    process_count: the hosts the run will have (each feeds an equal share of the batch).
-    The input files are checked apart (`inputs.resolve`): compiling needs none."""
-    check_learning_rate(config.learning_rate, config.allow_zero_learning_rate)
-    inputs.check_eval_fraction(config)
-    if config.teacher and not config.temperature > 0:
-        raise UserError(f"temperature must be a number > 0, got {config.temperature!r}")
-    if config.warmup_steps > config.num_train_steps:
-        raise UserError(f"warmup_steps {config.warmup_steps} exceeds num_train_steps "
-                        f"{config.num_train_steps}")
-    if config.max_predictions_per_seq > config.max_seq_length:
-        raise UserError(f"max_predictions_per_seq {config.max_predictions_per_seq} exceeds "
-                        f"max_seq_length {config.max_seq_length}")
-    DataOptions.from_config(config)  # the data options' own rules
-    check_inputs_fit(bert_config, f"model {_describe(config.model)}",
-                     max_seq_length=config.max_seq_length, vocab_size=vocab_size)
-    check_divisible("global_batch_size", config.global_batch_size,
-                    math.lcm(batch_multiple * config.grad_accum_steps, process_count),
-                    "batch shards x grad_accum_steps, and the process count")
-
-
-def init_state(config, setup: Setup, writer) -> TrainState:
+def init_state(config, run_setup: Setup, writer) -> TrainState:
     """A fresh state: random weights drawn from config.seed, with config.init_from's
     weights in place of them when set (weights only: a new optimizer and schedule)."""
-    state = setup.state_plan.create(config.seed)
+    state = run_setup.state_plan.create(config.seed)
     if not config.init_from:
         return state
     loaded = pretrained.load(config.init_from)
     if not config.next_sentence_prediction and "nsp" in loaded.params:
         writer.message(f"MLM-only run: the NSP head of {config.init_from} is not used")
-    plan = setup.state_plan
+    plan = run_setup.state_plan
     params = pretrained.init_params(
         jax.device_get(state.params) if config.partial_restore else plan.abstract.params,
         loaded.params, plan.shardings.params, drop=("nsp",), partial=config.partial_restore,
@@ -175,7 +75,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     workdir_kind.check(workdir, workdir_kind.PRETRAINING, {"--config.init_from": config.init_from,
                                                            "--config.teacher": config.teacher})
     tokenizer_path, tokenizer = run_tokenizer(config)
-    run_setup = setup(config, tokenizer.vocab_size)
+    run_setup = Setup.build(config, tokenizer.vocab_size)
     bert_config, partitioner = run_setup.bert_config, run_setup.partitioner
     sources = inputs.resolve(config, tokenizer_path, tokenizer.fingerprint())
     run = checkpoint.run_description(config.to_dict(), bert_config.to_dict(),

@@ -5,7 +5,7 @@ the slice that it fits, and what it computes and communicates.
     bert-jax compile --config configs/pretrain.py:tpu_large --topology v4-128 \
         [--num_slices 2] [--config.KEY=VALUE ...]
 
-The step is `pretrain.job.setup`'s (the same model, TrainState, optimizer, shardings,
+The step is `pretrain.setup.Setup`'s (the same model, TrainState, optimizer, shardings,
 accumulation, remat, scan and donation as `bert-jax pretrain`), lowered on
 ShapeDtypeStructs over the devices of `jax.experimental.topologies.get_topology_desc`.
 It prints the slice, the mesh, per-chip HBM (parameters + optimizer state, temporaries,
@@ -30,6 +30,7 @@ import numpy as np
 from bert_jax import flags, perf
 from bert_jax.tpu import collectives
 from bert_jax.pretrain import job
+from bert_jax.pretrain.setup import Setup
 from bert_jax.tpu import topologies
 from bert_jax.config_loader import load_config, split_config_args
 from bert_jax.errors import UserError
@@ -91,7 +92,7 @@ def compile_step(config, topology: topologies.Topology, num_slices: int = 1,
         raise UserError("compile does not build distillation runs (config.teacher) yet")
     devices = topology_devices(topology, num_slices)
     hosts = len({d.process_index for d in devices})
-    setup = job.setup(config, _vocab_size(config), devices=devices, process_count=hosts)
+    setup = Setup.build(config, _vocab_size(config), devices=devices, process_count=hosts)
     state_bytes = _state_bytes_per_chip(setup.state_plan.abstract)
     if state_bytes > topology.hbm_bytes:  # no need to compile to know
         raise DoesNotFit(
