@@ -106,14 +106,14 @@ def main():
     minilm = minilm_dir(work)
 
     from bert_jax.config_loader import load_config
-    from bert_jax.finetune import distill, trainer
+    from bert_jax.finetune import distill, job
     teacher_dir = args.teacher or os.path.join(work, "teacher")
     if not args.teacher:
-        once(teacher_dir, lambda w: trainer.finetune(
+        once(teacher_dir, lambda w: job.finetune(
             load_config(f"{CONFIG}:csv", [f"init_from={minilm}", *recipe(args, data)]), w))
     student = student_dir(minilm, args.student_layers,
                           os.path.join(work, f"minilm_L{args.student_layers}"))
-    direct = once(os.path.join(work, "direct"), lambda w: trainer.finetune(
+    direct = once(os.path.join(work, "direct"), lambda w: job.finetune(
         load_config(f"{CONFIG}:csv", [f"init_from={student}", *recipe(args, data)]), w))
 
     def run_distill(w):

@@ -53,9 +53,9 @@ def minilm_dir(cache: str) -> str:
 
 def run(spec: str, overrides: list[str], workdir: str) -> dict:
     from bert_jax.config_loader import load_config
-    from bert_jax.finetune import trainer
+    from bert_jax.finetune import job
     start = time.time()
-    results = trainer.finetune(load_config(f"{CONFIG}:{spec}", overrides), workdir)
+    results = job.finetune(load_config(f"{CONFIG}:{spec}", overrides), workdir)
     results["wall_seconds"] = round(time.time() - start, 1)
     return results
 
@@ -164,7 +164,7 @@ def bench_classify(args, cache):
         from transformers_reference import finetune_classifier
 
         from bert_jax.finetune import files
-        from bert_jax.finetune.trainer import subsample
+        from bert_jax.finetune.job import subsample
         pairs = lambda split: [(r["text"], r["label"]) for r in
                                files.read_table(os.path.join(data, f"{split}.tsv"))[0]]
         start = time.time()

@@ -33,12 +33,12 @@ RECIPE = {"learning_rate": 2e-5, "global_batch_size": 32, "num_train_epochs": 3.
 
 def bert_jax_run(task: str, args, workdir: str) -> dict:
     from bert_jax.config_loader import load_config
-    from bert_jax.finetune import trainer
+    from bert_jax.finetune import job
     overrides = [f"init_from={args.model}", f"glue_dir={args.glue_dir}",
                  "keep_checkpoint=last", f"max_train_examples={args.max_train_examples}",
                  f"seed={args.seed}", *(f"{k}={v}" for k, v in RECIPE.items())]
     start = time.time()
-    results = trainer.finetune(load_config(f"{CONFIG}:{task}", overrides), workdir)
+    results = job.finetune(load_config(f"{CONFIG}:{task}", overrides), workdir)
     dev = {split: results[split] for split in results if split.startswith("validation")}
     return {"dev": dev, "wall_seconds": round(time.time() - start, 1),
             "train_examples_per_second": results["train_examples_per_second"]}
@@ -124,7 +124,7 @@ def bench_task(name: str, args, directory: str) -> dict:
     out = {"task": name, "model": args.model, "recipe": RECIPE, "seed": args.seed,
            "bert_jax": bert_jax_run(name, args, os.path.join(directory, name))}
     if not args.no_transformers:
-        from bert_jax.finetune.trainer import subsample  # bert_jax's subset, the same rows
+        from bert_jax.finetune.job import subsample  # bert_jax's subset, the same rows
         train = subsample(task.load("train"), args.max_train_examples, args.seed)
         evals = {split: task.load(split) for split in task.eval_splits}
         out["transformers_run_glue"] = transformers_run(task, hf_weights(args.model, directory),

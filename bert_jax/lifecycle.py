@@ -1,5 +1,5 @@
 """The lifecycle every training job runs: pretraining (`bert_jax.pretrain.job`), fine-tuning
-and distillation (`bert_jax.finetune.trainer`). A job is a recipe (its objective, data and
+and distillation (`bert_jax.finetune.job`). A job is a recipe (its objective, data and
 actions) over this one skeleton:
 
     job = Job(workdir, partitioner, keep=...)

@@ -1,5 +1,5 @@
 """The training core that pretraining (`bert_jax.pretrain.job`) and fine-tuning
-(`bert_jax.finetune.trainer`) share, so both follow the same rules:
+(`bert_jax.finetune.job`) share, so both follow the same rules:
 
 - `objective_and_grads`: the loss of (sum, weight) terms divided once for the whole batch,
   whether it runs as one pass or k sequential micro-batches (`accumulate_gradients`);

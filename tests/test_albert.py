@@ -193,7 +193,7 @@ def test_an_empty_spiece_model_is_refused_in_one_line(tmp_path, capsys):
 def test_finetunes_and_predicts(tmp_path):
     """A random micro ALBERT fine-tuned on a CSV task: the shared layer trains, the best
     model is an ALBERT and predicts."""
-    from bert_jax.finetune import inference, trainer
+    from bert_jax.finetune import inference, job
     from test_finetune_util import micro_config
 
     positive = ["a wonderful film", "great acting", "i loved it", "the best film"]
@@ -206,7 +206,7 @@ def test_finetunes_and_predicts(tmp_path):
     config = micro_config("csv", f"model={model}", f"train_file={path}",
                           f"validation_file={path}", "text_column=sentence",
                           "label_column=sentiment", "num_train_epochs=2")
-    results = trainer.finetune(config, str(tmp_path / "run"))
+    results = job.finetune(config, str(tmp_path / "run"))
     assert np.isfinite(results["validation"]["accuracy"])
     best = pretrained.load(str(tmp_path / "run" / "best"))
     assert best.config.model_type == "albert" and best.config.embedding_size == 16

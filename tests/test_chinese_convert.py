@@ -14,7 +14,7 @@ pytest.importorskip("tensorflow")
 from bert_jax import embed, pretrained  # noqa: E402
 from bert_jax.config import PRESETS, BertConfig, preset  # noqa: E402
 from bert_jax.convert import cli  # noqa: E402
-from bert_jax.finetune import trainer  # noqa: E402
+from bert_jax.finetune import job  # noqa: E402
 from test_convert_tf1 import google_names, write_tf1_checkpoint  # noqa: E402
 from test_finetune_util import micro_config, shared_compilation_cache  # noqa: E402
 
@@ -88,6 +88,6 @@ def test_chinese_checkpoint_converts_embeds_and_finetunes(google_chinese, tmp_pa
                           f"validation_file={train}", "columns=label,text",
                           "max_train_examples=8", "num_train_epochs=1")
     with shared_compilation_cache(str(tmp_path.parent / "finetune_jax_cache")):
-        results = trainer.finetune(config, str(tmp_path / "run"))
+        results = job.finetune(config, str(tmp_path / "run"))
     assert 0 <= results["validation"]["accuracy"] <= 1
     assert os.path.isdir(tmp_path / "run" / "best")

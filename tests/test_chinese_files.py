@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bert_jax.finetune import trainer
+from bert_jax.finetune import job
 from bert_jax.finetune.tasks import get_task
 from test_finetune_util import micro_config, shared_compilation_cache
 
@@ -70,5 +70,5 @@ def test_finetunes_from_a_headerless_chinese_file(tmp_path):
     config = micro_config("csv", f"train_file={path}", f"validation_file={path}",
                           "columns=label,text")
     with shared_compilation_cache(str(tmp_path.parent / "finetune_jax_cache")):
-        results = trainer.finetune(config, str(tmp_path / "run"))
+        results = job.finetune(config, str(tmp_path / "run"))
     assert 0 <= results["validation"]["accuracy"] <= 1

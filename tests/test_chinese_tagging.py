@@ -11,7 +11,7 @@ import pytest
 
 from bert_jax import export, text_io
 from bert_jax.errors import UserError
-from bert_jax.finetune import cli, inference, trainer
+from bert_jax.finetune import cli, inference, job
 from bert_jax.finetune.tasks import get_task
 from bert_jax.tokenization import WordPieceTokenizer
 from test_finetune_util import micro_config, shared_compilation_cache
@@ -136,7 +136,7 @@ def workdir(tmp_path_factory):
                           # more than 24 steps; docs/chinese.md, "Small NER sets")
                           "label_prior_bias=false", "learning_rate=3e-3")
     with shared_compilation_cache(str(root.parent / "finetune_jax_cache")):
-        trainer.finetune(config, str(root / "run"))
+        job.finetune(config, str(root / "run"))
     return str(root / "run")
 
 
@@ -202,7 +202,7 @@ def test_bmes_file_fine_tunes_and_predicts_in_bmes(tmp_path):
                           "label_prior_bias=false")  # as in `workdir` above
     workdir = str(tmp_path / "run")
     with shared_compilation_cache(str(tmp_path.parent / "finetune_jax_cache")):
-        results = trainer.finetune(config, workdir)
+        results = job.finetune(config, workdir)
         records = inference.load_finetuned(workdir).predict(["江泽民在北京会见李鹏"])
     assert {"f1", "precision", "recall", "f1_PER"} <= set(results["test"])
     assert results["test"]["f1"] > 0  # learned some entities: F1, not token accuracy

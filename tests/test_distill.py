@@ -18,7 +18,7 @@ import pytest
 from bert_jax import cli as bert_jax_cli
 from bert_jax import heads, losses, pretrained, training
 from bert_jax.config import preset
-from bert_jax.finetune import distill, inference, objective, trainer
+from bert_jax.finetune import distill, inference, job, objective
 from bert_jax.tokenization import WordPieceTokenizer
 from test_finetune_csv import NEGATIVE, POSITIVE, write_tsv
 from test_finetune_util import MICRO_MODEL, micro_config, shared_compilation_cache
@@ -62,7 +62,7 @@ def test_loss_mixes_hard_and_soft_and_alpha_one_is_fine_tuning():
     student, teacher = init(jax.random.key(0)), init(jax.random.key(1))
     # Confident teacher logits, so that the soft loss is far from zero.
     teacher["classifier"]["kernel"] = teacher["classifier"]["kernel"] * 50.0
-    task = trainer.tasks.get_task(micro_config("csv"))
+    task = job.tasks.get_task(micro_config("csv"))
     task.label_names = ["a", "b", "c"]
     key = jax.random.key(3)
 
@@ -112,7 +112,7 @@ def teacher(tmp_path_factory):
                           "keep_checkpoint=last")
     workdir = str(tmp / "teacher")
     with shared_compilation_cache(str(tmp / "cache")):
-        trainer.finetune(config, workdir)
+        job.finetune(config, workdir)
     return workdir, str(tmp)
 
 
@@ -130,8 +130,8 @@ def test_distill_preset_student_then_evaluate_and_predict(teacher, tmp_path, mon
     teacher_dir, _ = teacher
     before = pretrained.load(os.path.join(teacher_dir, "best")).params
     extras = []
-    run = trainer.Finetuning.run
-    monkeypatch.setattr(trainer.Finetuning, "run", lambda self, c, w: extras.append(
+    run = job.Finetuning.run
+    monkeypatch.setattr(job.Finetuning, "run", lambda self, c, w: extras.append(
         self.objective) or run(self, c, w))
     workdir = str(tmp_path / "student")
     assert bert_jax_cli.main([
@@ -210,7 +210,7 @@ def test_projection_is_trained_across_widths(student, teacher, albert):
                            jax.random.key(0), ids)
     assert set(params) - {distill.PROJECTION} == set(alone["params"])
     teacher = nn.unbox(jax.jit(teacher_model.init)(jax.random.key(1), ids)["params"])
-    task = trainer.tasks.get_task(micro_config("csv"))
+    task = job.tasks.get_task(micro_config("csv"))
     task.label_names = ["a", "b"]
     batch = {"input_ids": ids, "segment_ids": jnp.zeros_like(ids), "input_mask": mask,
              "label": jnp.array([1]), "example_weights": jnp.ones(1)}

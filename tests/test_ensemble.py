@@ -9,7 +9,7 @@ import pytest
 
 from bert_jax.config_loader import load_config
 from bert_jax.errors import UserError
-from bert_jax.finetune import cli, ensemble, trainer
+from bert_jax.finetune import cli, ensemble, job
 from bert_jax.finetune.tagging import TaggingTask
 from test_finetune_util import micro_config
 

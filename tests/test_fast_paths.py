@@ -282,7 +282,7 @@ def test_fused_attention_with_attention_dropout_is_refused_before_training():
 
 
 def test_finetune_passes_attention_impl_to_the_model():
-    from bert_jax.finetune.trainer import resolve_model
+    from bert_jax.finetune.model_source import resolve_model
     config = load_config(os.path.join(REPO, "configs", "finetune.py"),
                          ["model=tiny", "attention_impl=fused",
                           "attention_probs_dropout_prob=0.0"])

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from bert_jax import pretrained
-from bert_jax.finetune import trainer
+from bert_jax.finetune import job
 from test_finetune_tagging import SENTENCES, write_conll
 from test_finetune_util import micro_config, shared_compilation_cache
 
@@ -36,8 +36,8 @@ def test_grad_accumulation_equals_the_whole_batch_for_token_tagging(tmp_path):
                 "keep_checkpoint=last", "log_every_steps=1"]
     whole, micro = str(tmp_path / "whole"), str(tmp_path / "micro")
     with shared_compilation_cache(str(tmp_path.parent / "finetune_jax_cache")):
-        trainer.finetune(micro_config("conll", *settings), whole)
-        trainer.finetune(micro_config("conll", *settings, "grad_accum_steps=2"), micro)
+        job.finetune(micro_config("conll", *settings), whole)
+        job.finetune(micro_config("conll", *settings, "grad_accum_steps=2"), micro)
     params = [pretrained.load(os.path.join(w, "best")).params for w in (micro, whole)]
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), *params)
     (micro_losses, whole_losses) = train_losses(micro), train_losses(whole)
@@ -48,5 +48,5 @@ def test_grad_accumulation_equals_the_whole_batch_for_token_tagging(tmp_path):
 
 
 def test_grad_accum_steps_must_divide_the_batch():
-    with pytest.raises(trainer.UserError, match="not a multiple of grad_accum_steps 3"):
-        trainer.check_finetuning_config(micro_config("conll", "grad_accum_steps=3"))
+    with pytest.raises(job.UserError, match="not a multiple of grad_accum_steps 3"):
+        job.check_finetuning_config(micro_config("conll", "grad_accum_steps=3"))

@@ -13,7 +13,7 @@ import pytest
 
 from bert_jax import heads, pretrained
 from bert_jax.config import ConfigError, preset
-from bert_jax.finetune import cli, csv_task, inference, keeping, packing, tasks, trainer
+from bert_jax.finetune import cli, csv_task, inference, job, keeping, packing, tasks
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
 from test_finetune_util import micro_config, shared_compilation_cache
 
@@ -94,7 +94,7 @@ def test_jsonl_pair_regression_with_packing(tmp_path, compile_cache):
                           "remat_policy=full", "num_train_epochs=2", "keep_checkpoint=last",
                           "pooling=mean")
     with shared_compilation_cache(compile_cache):
-        results = trainer.finetune(config, str(tmp_path / "run"))
+        results = job.finetune(config, str(tmp_path / "run"))
     assert results["kept_epoch"] == 2
     assert results["validation"]["pearson"] == validation_by_epoch(tmp_path / "run", "pearson")[1]
     assert {"pearson", "spearman", "mse"} <= set(results["validation"])
@@ -220,7 +220,7 @@ def test_checkpoint_with_other_hidden_size_fails_clearly(micro_checkpoint):
     config = micro_config("sst2", f"init_from={micro_checkpoint}", "model=tiny")
     with pytest.raises(ConfigError, match="has hidden_size=32 but the config asks for "
                                           "hidden_size=128"):
-        trainer.resolve_model(config)
+        model_source.resolve_model(config)
 
 
 def test_checkpoint_with_other_vocabulary_fails_clearly(micro_checkpoint, tmp_path):
@@ -228,9 +228,9 @@ def test_checkpoint_with_other_vocabulary_fails_clearly(micro_checkpoint, tmp_pa
     vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b"]) + "\n")
     config = micro_config("sst2", f"init_from={micro_checkpoint}", "model=", f"tokenizer={vocab}")
     with pytest.raises(ConfigError, match="tokenizer has 7 tokens but checkpoint"):
-        trainer.resolve_model(config)
+        model_source.resolve_model(config)
     wrong_vocab = micro_config("sst2", f"init_from={micro_checkpoint}",
                                "model={'preset': 'tiny', 'vocab_size': 100, 'hidden_size': 32}")
     with pytest.raises(ConfigError, match="vocab_size=8192 but the config asks for "
                                           "vocab_size=100"):
-        trainer.resolve_model(wrong_vocab)
+        model_source.resolve_model(wrong_vocab)

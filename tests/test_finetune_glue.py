@@ -9,7 +9,7 @@ import time
 import pytest
 import tensorflow_datasets as tfds
 
-from bert_jax.finetune import tasks, trainer
+from bert_jax.finetune import job, tasks
 from test_finetune_util import micro_config, shared_compilation_cache
 
 @pytest.fixture(scope="module", autouse=True)
@@ -37,7 +37,7 @@ def test_glue_task_end_to_end_on_mock_data(name, tmp_path):
     split, metric_names, submissions = EXPECTED[name]
     workdir = str(tmp_path / name)
     with tfds.testing.mock_data(num_examples=12):
-        results = trainer.finetune(micro_config(name), workdir)
+        results = job.finetune(micro_config(name), workdir)
     assert metric_names <= set(results[split])
     if name == "mnli":
         assert set(results["validation_mismatched"]) == {"accuracy"}

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from bert_jax.finetune import inference, squad, tasks, trainer
+from bert_jax.finetune import inference, job, squad, tasks
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
 from test_finetune_util import micro_config, shared_compilation_cache
 
@@ -130,7 +130,7 @@ def test_squad_v2_end_to_end_on_json_fixtures(tmp_path):
     config = micro_config("squad_v2", f"train_file={train}", f"validation_file={train}",
                           "max_seq_length=48", "doc_stride=16", "max_query_length=12")
     with shared_compilation_cache(str(tmp_path.parent / "finetune_jax_cache")):
-        results = trainer.finetune(config, str(tmp_path / "run"))
+        results = job.finetune(config, str(tmp_path / "run"))
     assert {"exact_match", "f1", "HasAns_f1", "NoAns_f1"} <= set(results["validation"])
     assert os.path.isdir(tmp_path / "run" / "best")
     model = inference.load_finetuned(str(tmp_path / "run"))

@@ -14,7 +14,7 @@ import tensorflow_datasets as tfds
 
 from bert_jax import text_io
 from bert_jax.config import preset
-from bert_jax.finetune import cli, crf, files, inference, tagging, tasks, trainer
+from bert_jax.finetune import cli, crf, files, inference, job, tagging, tasks
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
 from test_finetune_util import micro_config, shared_compilation_cache
 
@@ -127,7 +127,7 @@ def test_conll_end_to_end_and_predict(tmp_path, use_crf, capsys):
                           f"test_file={dev}", f"crf={use_crf}", "num_train_epochs=2")
     workdir = str(tmp_path / "run")
     with shared_compilation_cache(str(tmp_path.parent / "finetune_jax_cache")):
-        results = trainer.finetune(config, workdir)
+        results = job.finetune(config, workdir)
         assert {"f1", "precision", "recall", "token_accuracy"} <= set(results["validation"])
         assert "f1" in results["test"]
         inputs = tmp_path / "in.txt"

@@ -12,7 +12,7 @@ import pytest
 
 from bert_jax import optim, pretrained
 from bert_jax.errors import UserError
-from bert_jax.finetune import trainer
+from bert_jax.finetune import job
 from bert_jax.train_state import make_key
 from test_finetune_csv import NEGATIVE, POSITIVE, write_tsv
 from test_finetune_util import micro_config, shared_compilation_cache
@@ -83,7 +83,7 @@ def saved(workdir):
 
 def test_frozen_encoder_then_unfrozen(tmp_path, files):
     whole = micro_config("csv", *files, "freeze=bert/*")
-    session = trainer.Finetuning(whole)
+    session = job.Finetuning(whole)
     results = session.run(whole, str(tmp_path / "whole"))
     assert results["frozen_steps"] == results["train_steps"] == 8
     model = session.prepared(42).model
@@ -114,7 +114,7 @@ def test_frozen_encoder_then_unfrozen(tmp_path, files):
 ])
 def test_bad_freeze_settings(tmp_path, files, overrides, message):
     with pytest.raises(UserError, match=message):
-        trainer.finetune(micro_config("csv", *files, *overrides), str(tmp_path / "run"))
+        job.finetune(micro_config("csv", *files, *overrides), str(tmp_path / "run"))
 
 
 def test_a_source_without_a_pooler_leaves_the_classifier_s_pooler_fresh():
@@ -122,7 +122,7 @@ def test_a_source_without_a_pooler_leaves_the_classifier_s_pooler_fresh():
     # pooled classifier from it keeps the fresh pooler and loads everything else.
     import numpy as np
     from bert_jax.config import preset
-    from bert_jax.finetune.trainer import ModelSource
+    from bert_jax.finetune.model_source import ModelSource
     from bert_jax.heads import BertForSequenceClassification
     config = preset("tiny").replace(vocab_size=64)
     model = BertForSequenceClassification(config, num_labels=2)

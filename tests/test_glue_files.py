@@ -12,7 +12,7 @@ import tensorflow_datasets as tfds
 
 from bert_jax import cli
 from bert_jax.errors import UserError
-from bert_jax.finetune import glue_files, tasks, trainer
+from bert_jax.finetune import glue_files, job, tasks
 from test_finetune_glue import EXPECTED
 from test_finetune_util import CONFIG, MICRO_MODEL, SHARED_DATA, micro_config
 
@@ -188,7 +188,7 @@ def test_finetune_reads_a_glue_data_folder_end_to_end(name, glue_data, tmp_path)
     """The metrics and submission files of the tfds route (test_finetune_glue.EXPECTED)."""
     split, metric_names, submissions = EXPECTED[name]
     workdir = str(tmp_path / name)
-    results = trainer.finetune(micro_config(name, f"glue_dir={glue_data}"), workdir)
+    results = job.finetune(micro_config(name, f"glue_dir={glue_data}"), workdir)
     assert metric_names <= set(results[split])
     if name == "mnli":
         assert set(results["validation_mismatched"]) == {"accuracy"}

@@ -101,7 +101,7 @@ CHECKPOINT_FORBIDDEN = ("bert_jax.pretrain", "bert_jax.pretrained", "bert_jax.fi
 # front end, and only the CLI (through its command table) and the demo may be one.
 PARTS = {
     "pretraining": ("bert_jax.pretrain",),
-    "fine-tuning": ("bert_jax.finetune.trainer",),
+    "fine-tuning": ("bert_jax.finetune.job",),
     "conversion": ("bert_jax.convert.hf", "bert_jax.convert.tf1"),
     "data": ("bert_jax.data",),
     "tokenization": ("bert_jax.tokenization",),
@@ -115,7 +115,7 @@ def _parts_reached(modules: set[str]) -> set[str]:
 
 
 def test_the_reader_sees_function_level_imports():
-    assert "bert_jax.finetune.trainer" in IMPORTS["bert_jax.finetune.cli"]  # inside a function
+    assert "bert_jax.finetune.job" in IMPORTS["bert_jax.finetune.cli"]  # inside a function
     assert "tensorflow" in IMPORTS["bert_jax.tf_host"]
 
 
@@ -290,7 +290,7 @@ def _direct_file_access(module: str) -> list[str]:
 
 def test_the_run_path_check_sees_direct_file_access():
     assert _direct_file_access("bert_jax.paths")  # the layer itself uses them all
-    assert "bert_jax.finetune.trainer" in RUN_PATH_MODULES
+    assert "bert_jax.finetune.job" in RUN_PATH_MODULES
 
 
 @pytest.mark.parametrize("module", RUN_PATH_MODULES)

@@ -8,7 +8,7 @@ import pytest
 
 from bert_jax.data import create_pretraining_data as cpd
 from bert_jax.data import lengths
-from bert_jax.finetune import trainer
+from bert_jax.finetune import job
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
 from test_finetune_util import micro_config
 
@@ -54,7 +54,7 @@ def finetune_auto(tmp_path, *overrides):
     config = micro_config("csv", f"train_file={path}", f"validation_file={path}",
                           "text_column=text", "label_column=label", "num_train_epochs=1",
                           "max_seq_length=auto", *overrides)
-    return trainer.finetune(config, str(tmp_path / "run"))
+    return job.finetune(config, str(tmp_path / "run"))
 
 
 def test_auto_max_seq_length_covers_95_percent_and_is_recorded(tmp_path, capsys):

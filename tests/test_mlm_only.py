@@ -16,7 +16,7 @@ from bert_jax.data import create_pretraining_data as cpd
 from bert_jax.data import instances
 from bert_jax.data.options import DataOptions
 from bert_jax.data.pipeline import make_pretrain_iterator
-from bert_jax.finetune import trainer
+from bert_jax.finetune import job
 from bert_jax.pretrain.inputs import DATA_OPTIONS_FILE
 from bert_jax.pretrain.job import train_and_evaluate
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
@@ -169,7 +169,7 @@ def test_mlm_only_run_has_no_nsp_head_or_metrics(mlm_run):
     np.testing.assert_allclose(params["bert"]["pooler"]["kernel"],
                                nsp_params["bert"]["pooler"]["kernel"], rtol=1e-4)
     # What fine-tuning takes from it: the whole encoder.
-    source = trainer.resolve_model(micro_config("spam", f"init_from={workdir}", "model="))
+    source = model_source.resolve_model(micro_config("spam", f"init_from={workdir}", "model="))
     jax_tree_equal(source.encoder_params, params["bert"])
 
 
@@ -206,5 +206,5 @@ def test_convert_to_hf_gives_a_masked_lm(mlm_run, tmp_path):
 def test_finetuning_starts_from_an_mlm_only_checkpoint(mlm_run, tmp_path):
     config = micro_config("spam", f"init_from={mlm_run[0]}", "model=", "max_train_examples=16",
                           "max_eval_examples=16", "num_train_epochs=1")
-    results = trainer.finetune(config, str(tmp_path / "finetune"))
+    results = job.finetune(config, str(tmp_path / "finetune"))
     assert 0 <= results["validation"]["accuracy"] <= 1

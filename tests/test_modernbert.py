@@ -191,7 +191,7 @@ def test_a_converted_modernbert_fine_tunes_and_embeds(tmp_path):
     fine-tuned from it and the encoder's embeddings: the parts a BERT has, for the modern
     encoder (a pooler of its own, since ModernBERT has none)."""
     from bert_jax import cli
-    from bert_jax.finetune import trainer
+    from bert_jax.finetune import job
     from test_finetune_util import micro_config, shared_compilation_cache
 
     config = SIZES[0].replace(vocab_size=128)
@@ -207,7 +207,7 @@ def test_a_converted_modernbert_fine_tunes_and_embeds(tmp_path):
                             f"validation_file={train}", "columns=label,text",
                             "max_train_examples=8", "num_train_epochs=1")
     with shared_compilation_cache(str(tmp_path.parent / "finetune_jax_cache")):
-        results = trainer.finetune(finetune, str(tmp_path / "run"))
+        results = job.finetune(finetune, str(tmp_path / "run"))
     assert 0 <= results["validation"]["accuracy"] <= 1
     texts = tmp_path / "texts.txt"
     texts.write_text("the cat\na dog ran\n", encoding="utf-8")

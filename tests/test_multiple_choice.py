@@ -14,7 +14,7 @@ import pytest
 from bert_jax import cli as bert_jax_cli
 from bert_jax import pretrained
 from bert_jax.errors import UserError
-from bert_jax.finetune import cli, inference, packing, tasks, trainer
+from bert_jax.finetune import cli, inference, job, packing, tasks
 from bert_jax.text_io import encode_pair
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
 from test_finetune_util import CONFIG, micro_config, shared_compilation_cache
@@ -303,7 +303,7 @@ def test_bad_config_and_inputs_fail_clearly(tmp_path):
     with pytest.raises(UserError, match="examples with 2 and 3 endings"):
         task.featurize(examples, load_tokenizer(DEFAULT_VOCAB), 32, training=False)
     with pytest.raises(ValueError, match="does not support packing"):
-        trainer.finetune(micro_config("multiple_choice", "packing=true"), str(tmp_path / "w"))
+        job.finetune(micro_config("multiple_choice", "packing=true"), str(tmp_path / "w"))
 
 
 def test_finetune_command_exits_2_naming_the_missing_file(capsys, tmp_path):

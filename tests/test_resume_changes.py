@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from bert_jax import checkpoint, preemption, pretrained
-from bert_jax.finetune import trainer
+from bert_jax.finetune import job
 from test_finetune_csv import NEGATIVE, POSITIVE, write_tsv
 from test_finetune_util import micro_config, shared_compilation_cache
 
@@ -41,7 +41,7 @@ def stopped(tmp_path_factory):
     workdir = str(root / "stopped")
     with shared_compilation_cache(str(root / "cache")), StopAt(), \
             pytest.raises(preemption.Preempted):
-        trainer.finetune(micro_config("csv", *settings), workdir)
+        job.finetune(micro_config("csv", *settings), workdir)
     return settings, workdir, str(root / "cache")
 
 
@@ -52,7 +52,7 @@ def resume(stopped, name, *changes):
     copy = os.path.join(os.path.dirname(workdir), name)
     shutil.copytree(workdir, copy)
     with shared_compilation_cache(cache):
-        trainer.finetune(micro_config("csv", *settings, *changes), copy)
+        job.finetune(micro_config("csv", *settings, *changes), copy)
     assert not os.path.exists(os.path.join(copy, "previous")), "started over"
     with open(os.path.join(copy, "metrics.jsonl")) as f:
         rates = {r["step"]: r["train/learning_rate"] for r in map(json.loads, f)

@@ -10,7 +10,7 @@ import pytest
 
 from bert_jax.config_loader import load_config
 from bert_jax.errors import UserError
-from bert_jax.finetune import cli, inference, selection, trainer
+from bert_jax.finetune import cli, inference, job, selection
 from test_finetune_csv import NEGATIVE, POSITIVE, write_tsv
 from test_finetune_util import CONFIG, micro_config, shared_compilation_cache
 
@@ -71,13 +71,13 @@ def test_runs_share_data_and_compiled_step_and_match_fresh_runs(tmp_path, files)
     run's features and compiled step, and gives exactly what a fresh run gives."""
     first = micro_config("csv", *files, "learning_rate=1e-3", "num_train_epochs=1")
     second = micro_config("csv", *files, "learning_rate=3e-3", "num_train_epochs=2")
-    session = trainer.Finetuning(first)
+    session = job.Finetuning(first)
     session.run(first, str(tmp_path / "a"))
     shared = session.run(second, str(tmp_path / "b"))
     [data] = session._prepared.values()
     step_fn, _ = data.steps(None, None, None, None)
     assert step_fn._cache_size() == 1
-    fresh = trainer.finetune(second, str(tmp_path / "c"))
+    fresh = job.finetune(second, str(tmp_path / "c"))
     for key in ("validation", "test", "kept_epoch", "train_steps", "learning_rate"):
         assert shared[key] == fresh[key], key
     losses = [[json.loads(line).get("train/loss") for line in open(tmp_path / d / "metrics.jsonl")]
@@ -115,11 +115,11 @@ def test_bad_lists_are_named(key, value, message):
 
 
 def test_a_single_run_is_a_plain_run(monkeypatch, tmp_path):
-    """Without seeds or a sweep, fine-tuning is one trainer.finetune call on the config
+    """Without seeds or a sweep, fine-tuning is one job.finetune call on the config
     itself: no grid, no setting directories, no selection summary."""
     config = micro_config("csv")
     monkeypatch.setattr(selection, "run_grid", lambda *a: pytest.fail("went through the grid"))
-    monkeypatch.setattr(trainer, "finetune", lambda c, w: {"config": c, "workdir": w})
+    monkeypatch.setattr(job, "finetune", lambda c, w: {"config": c, "workdir": w})
     result = cli.run_finetune(config, str(tmp_path))
     assert result == {"config": config, "workdir": str(tmp_path)}
     assert not selection.is_sweep(config)

@@ -39,12 +39,12 @@ def run_finetune(config, workdir: str) -> dict:
     """One run, or with `seeds` or a `sweep.*` list BERT's selection over them
     (`selection.run_grid`). Refuses a workdir of another kind, or its own --init_from."""
     from bert_jax import workdir_kind
-    from bert_jax.finetune import selection, trainer
+    from bert_jax.finetune import job, selection
     workdir_kind.check(workdir, workdir_kind.FINETUNING, {"--init_from": config.init_from,
                                                           "--config.model": config.model})
     if selection.is_sweep(config):
         return selection.run_grid(config, workdir)
-    return trainer.finetune(config, workdir)
+    return job.finetune(config, workdir)
 
 
 def _finetune_main(argv: list[str]) -> int:

@@ -1,5 +1,5 @@
 """Task distillation (`bert-jax distill`): a student learns a fine-tuned teacher's
-outputs on the teacher's labeled data, through the fine-tuning loop (`trainer`).
+outputs on the teacher's labeled data, through the fine-tuning loop (`job`).
 
     loss = alpha * task loss + (1 - alpha) * soft loss
            + hidden_weight * hidden-state MSE + attention_weight * attention MSE
@@ -43,7 +43,7 @@ import ml_collections
 from bert_jax import config_schema, layer_layout, losses, paths, pretrained, sharding, workdir_kind
 from bert_jax.config_loader import apply_overrides
 from bert_jax.errors import UserError
-from bert_jax.finetune import inference, selection, tasks, trainer
+from bert_jax.finetune import inference, job, model_source, selection, tasks
 from bert_jax.finetune.classification import ClassificationTask
 from bert_jax.finetune.multiple_choice import MultipleChoiceTask
 from bert_jax.finetune.objective import Objective
@@ -123,8 +123,8 @@ def distill_config(teacher: pretrained.Pretrained, student: str,
 def check_distillation_config(config) -> None:
     """The checks of a distillation config (`distill_config`'s, made without
     `load_config`) that need no model: the fine-tuning ones, schema included
-    (`trainer.check_finetuning_config`), then the distillation's beyond the schema."""
-    trainer.check_finetuning_config(config)
+    (`job.check_finetuning_config`), then the distillation's beyond the schema."""
+    job.check_finetuning_config(config)
     if not config.temperature > 0:
         raise UserError(f"temperature must be a number > 0, got {config.temperature!r}")
     if selection.is_sweep(config):
@@ -145,10 +145,10 @@ def take_layers(encoder_params: dict, bert_config, keep: int):
     return params, bert_config.replace(num_hidden_layers=keep), chosen
 
 
-def student_source(config, teacher: pretrained.Pretrained) -> trainer.ModelSource:
+def student_source(config, teacher: pretrained.Pretrained) -> model_source.ModelSource:
     """The student's encoder (`resolve_model`), cut to `student_layers` layers, checked
     to read the teacher's vocabulary and, if fine-tuned, to be of the teacher's task."""
-    source = trainer.resolve_model(config)
+    source = model_source.resolve_model(config)
     if config.student_layers:
         total = source.config.num_hidden_layers
         if source.encoder_params is None:
@@ -159,7 +159,7 @@ def student_source(config, teacher: pretrained.Pretrained) -> trainer.ModelSourc
                             f"{source.origin} has {total} layers")
         params, bert_config, chosen = take_layers(source.encoder_params, source.config,
                                                   config.student_layers)
-        source = trainer.ModelSource(bert_config, source.tokenizer, params,
+        source = model_source.ModelSource(bert_config, source.tokenizer, params,
                                      f"{source.origin} (layers {', '.join(map(str, chosen))})")
     teacher_tokenizer = load_tokenizer(teacher.tokenizer_dir)
     mine, theirs = source.tokenizer, teacher_tokenizer
@@ -363,7 +363,7 @@ def distill(config, teacher: pretrained.Pretrained, workdir: str) -> dict:
         wrap_model=functools.partial(StudentWithProjection, teacher_width=width)
         if projected else None,
         unsaved=(PROJECTION,) if projected else ())
-    session = trainer.Finetuning(config, objective, source)
+    session = job.Finetuning(config, objective, source)
     student_task = session.prepared(int(config.seed)).task
     if student_task.spec() != {**student_task.spec(), **_label_spec(teacher.task)}:
         raise UserError(f"task mismatch: the student's training data gives labels "

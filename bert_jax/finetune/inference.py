@@ -1,7 +1,7 @@
 """Running a fine-tuned model: the jitted eval step over the device mesh, outputs per
 feature, and `load_finetuned`, which rebuilds task, model and parameters from a
 fine-tuning workdir's best model (what `bert-jax evaluate` and `predict` use).
-The training loop (`trainer`) evaluates with the same functions.
+The training loop (`job`) evaluates with the same functions.
 """
 
 from __future__ import annotations

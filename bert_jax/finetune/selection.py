@@ -14,7 +14,7 @@ selected setting, and the selected setting's metrics per split (mean and std ove
 seeds when there are seeds), test included; `best_run` names the run directory whose
 model `evaluate`/`predict` on DIR use (the selected setting's best seed).
 All runs share one tokenized data set and one compiled train step per batch shape
-(`trainer.Finetuning`).
+(`job.Finetuning`).
 """
 
 from __future__ import annotations
@@ -109,14 +109,14 @@ def summarize_seeds(runs: dict[int, dict]) -> dict:
 
 def run_grid(config, workdir: str) -> dict:
     """All runs of the grid and seeds; returns (and writes) the summary."""
-    from bert_jax.finetune import trainer
+    from bert_jax.finetune import job
     grid = grid_of(config)
     seeds = parse_list("seeds", config.seeds, int) if config.seeds else []
     settings = [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
     session, summaries = None, []
     for setting in settings:
         run_config = setting_config(config, setting)
-        session = session or trainer.Finetuning(run_config)
+        session = session or job.Finetuning(run_config)
         name = setting_name(setting, grid)
         setting_dir = paths.join(workdir, name) if name else workdir
         if not seeds:

@@ -4,7 +4,7 @@ import this module and nothing imports them back.
 
 A task owns everything that differs between fine-tuning problems: where its data
 comes from, how examples become features, the head, the loss, what the eval step
-returns, the metrics and the prediction format. `bert_jax.finetune.trainer` is the
+returns, the metrics and the prediction format. `bert_jax.finetune.job` is the
 one loop that runs them all.
 """
 

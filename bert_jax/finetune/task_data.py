@@ -12,6 +12,7 @@ import flax.linen as nn
 import numpy as np
 
 from bert_jax import chars, paths
+from bert_jax.data import lengths
 from bert_jax.errors import UserError
 from bert_jax.finetune import tasks
 from bert_jax.tokenization.base import uncovered_text_warning
@@ -118,3 +119,28 @@ def warn_if_degenerate(config, task) -> None:
     if same:
         log.warning("validation_file %s holds the training file's text (%s): its scores "
                     "measure memorisation, not generalisation", dev, train)
+
+
+# A length no example reaches: featurized with it, nothing is truncated.
+UNLIMITED_LENGTH = 1 << 30
+
+
+def train_length_coverage(config, source) -> dict[str, Any]:
+    """Token lengths ([CLS] and [SEP]s included; a multiple-choice example's longest choice)
+    of the task's training examples before truncation, as `lengths.coverage` reports them.
+    Resolves `max_seq_length="auto"` in `config` first: the smallest multiple of 8 that
+    covers 95% of them, at most the model's max_position_embeddings."""
+    task = tasks.get_task(config)
+    examples = task.load("train")
+    task.prepare(examples)
+    sizes = []
+    for feature in task.featurize(examples, source.tokenizer, UNLIMITED_LENGTH, training=False):
+        ids = feature["input_ids"]
+        nested = len(ids) and isinstance(ids[0], (list, tuple, np.ndarray))
+        sizes.append(max(map(len, ids)) if nested else len(ids))
+    auto = config.max_seq_length == "auto"
+    if auto:
+        with config.ignore_type():  # "auto" made the field a str
+            config.max_seq_length = lengths.covering_length(
+                sizes, source.config.max_position_embeddings)
+    return {**lengths.coverage(sizes, config.max_seq_length), "auto": auto}

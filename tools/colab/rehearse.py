@@ -48,7 +48,7 @@ print("LOADED=" + _j.dumps(sorted({d for n in list(_s.modules) for d in _d.get(n
 IMPORTS_CELL = """\
 import jax, tensorflow as tf, tensorflow_text, tensorflow_datasets as tfds
 import tensorflow_datasets.testing
-import bert_jax.pretrain.job, bert_jax.export, bert_jax.finetune.trainer
+import bert_jax.pretrain.job, bert_jax.export, bert_jax.finetune.job
 print(jax.__version__, tf.__version__, bert_jax.__file__)
 """
 

@@ -13,23 +13,20 @@ afterwards (`load_finetuned`) is `bert_jax.finetune.inference`.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 from typing import Any
 
 import jax
-import numpy as np
 
 from bert_jax import (checkpoint, config_schema, lifecycle, multihost, optim, paths,
                       pretrained, sharding, train_loop)
-from bert_jax.config import BertConfig, ConfigError, check_inputs_fit, from_spec, run_bert_config
+from bert_jax.config import check_inputs_fit
 from bert_jax.data import lengths
 from bert_jax.errors import UserError, check_learning_rate
-from bert_jax.finetune import inference, keeping, schedule, task_data, tasks
+from bert_jax.finetune import inference, keeping, model_source, schedule, task_data, tasks
 from bert_jax.finetune.objective import Objective, compiled_steps
 from bert_jax.finetune.inference import EVALUATE_RESULTS_FILE, PREDICTIONS_DIR
-from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
 from bert_jax.train_state import StatePlan
 
 log = logging.getLogger("bert_jax.finetune")
@@ -38,67 +35,6 @@ KEEP_CHECKPOINTS = 2  # training checkpoints kept for resuming (removed when the
 # What a fresh run would replace: moved to WORKDIR/previous/ (`workdir_kind.set_aside`).
 EARLIER_RUN = [checkpoint.CHECKPOINTS_DIR, PREDICTIONS_DIR, pretrained.RESULTS_FILE,
                EVALUATE_RESULTS_FILE, pretrained.BEST_DIR, "metrics.jsonl", "tensorboard"]
-
-
-@dataclasses.dataclass
-class ModelSource:
-    """The encoder to start from: its config, tokenizer and (numpy) parameters, read once
-    (`resolve_model`) and placed into each run's fresh model (`init_params`)."""
-
-    config: BertConfig
-    tokenizer: Any
-    encoder_params: dict | None
-    origin: str
-
-    def init_params(self, params: dict, shardings: dict) -> dict:
-        """A fresh task model's `params` (placed with `shardings`) with this encoder's
-        weights in place of the random encoder (`pretrained.init_params`; a tagger's or
-        span model has no pooler, so the source's is dropped, and a source without one,
-        such as a masked-LM checkpoint, leaves the pooler fresh, as transformers does);
-        as they are for a random encoder."""
-        if self.encoder_params is None:
-            return params
-        loaded = self.encoder_params
-        if "pooler" in params["bert"] and "pooler" not in loaded:
-            log.warning("%s has no pooler: the classifier's pooler starts from random "
-                            "weights (or set pooling=mean)", self.origin)
-            loaded = {**loaded, "pooler": jax.device_get(params["bert"]["pooler"])}
-        encoder = pretrained.init_params(params["bert"], loaded, shardings["bert"],
-                                         drop=("pooler",), source=self.origin)
-        return {**params, "bert": encoder}
-
-
-def resolve_model(config) -> ModelSource:
-    """The encoder of `config.init_from` (checked against `config.model` when both are set),
-    or a randomly initialised `config.model` with `config.tokenizer`; with the run's
-    numerics and dropout (`run_bert_config`)."""
-    if config.init_from:
-        pre = pretrained.load(config.init_from)
-        tokenizer = load_tokenizer(config.tokenizer or pre.tokenizer_dir)
-        if config.model:
-            wanted = from_spec(config.model, pre.config.vocab_size)
-            for field in ("vocab_size", "hidden_size", "num_hidden_layers",
-                          "num_attention_heads", "intermediate_size", "model_type",
-                          "embedding_size"):
-                have, want = getattr(pre.config, field), getattr(wanted, field)
-                if have != want:
-                    raise ConfigError(
-                        f"checkpoint {config.init_from} has {field}={have} but the config asks "
-                        f"for {field}={want} (model={config.model!r}); drop --config.model "
-                        "to use the checkpoint's architecture")
-        if tokenizer.vocab_size != pre.config.vocab_size:
-            raise ConfigError(f"the tokenizer has {tokenizer.vocab_size} tokens but checkpoint "
-                              f"{config.init_from} has vocab_size={pre.config.vocab_size}")
-        bert_params = pre.params.get("bert", pre.params)
-        return ModelSource(run_bert_config(config, pre.config), tokenizer, bert_params,
-                           config.init_from)
-    if not config.model:
-        raise ConfigError("nothing to fine-tune: pass --init_from CHECKPOINT (a model directory or "
-                          "a pretraining workdir) or --config.model=PRESET for a random encoder")
-    tokenizer = load_tokenizer(config.tokenizer or DEFAULT_VOCAB)
-    spec = config.model if isinstance(config.model, str) else dict(config.model)
-    return ModelSource(run_bert_config(config, config.model, tokenizer.vocab_size), tokenizer,
-                       None, f"random {spec}")
 
 
 ZERO_LEARNING_RATE = ("; a linear probe trains the head alone: --config.freeze='bert/*' "
@@ -120,31 +56,6 @@ def check_finetuning_config(config) -> None:
                         f"grad_accum_steps {config.grad_accum_steps}")
 
 
-# A length no example reaches: featurized with it, nothing is truncated.
-UNLIMITED_LENGTH = 1 << 30
-
-
-def train_length_coverage(config, source: ModelSource) -> dict[str, Any]:
-    """Token lengths ([CLS] and [SEP]s included; a multiple-choice example's longest choice)
-    of the task's training examples before truncation, as `lengths.coverage` reports them.
-    Resolves `max_seq_length="auto"` in `config` first: the smallest multiple of 8 that
-    covers 95% of them, at most the model's max_position_embeddings."""
-    task = tasks.get_task(config)
-    examples = task.load("train")
-    task.prepare(examples)
-    sizes = []
-    for feature in task.featurize(examples, source.tokenizer, UNLIMITED_LENGTH, training=False):
-        ids = feature["input_ids"]
-        nested = len(ids) and isinstance(ids[0], (list, tuple, np.ndarray))
-        sizes.append(max(map(len, ids)) if nested else len(ids))
-    auto = config.max_seq_length == "auto"
-    if auto:
-        with config.ignore_type():  # "auto" made the field a str
-            config.max_seq_length = lengths.covering_length(
-                sizes, source.config.max_position_embeddings)
-    return {**lengths.coverage(sizes, config.max_seq_length), "auto": auto}
-
-
 def finetune(config, workdir: str) -> dict[str, Any]:
     """Fine-tunes with one seed (`config.seed`); returns what eval_results.json holds."""
     return Finetuning(config).run(config, workdir)
@@ -160,16 +71,16 @@ class Finetuning:
     `max_train_examples`/`max_eval_examples` draw a seed-dependent subset."""
 
     def __init__(self, config, objective: Objective | None = None,
-                 source: ModelSource | None = None):
+                 source: model_source.ModelSource | None = None):
         check_finetuning_config(config)
         self.config = config
         self.objective = objective or Objective()
-        self.source = source or resolve_model(config)
+        self.source = source or model_source.resolve_model(config)
         task = tasks.get_task(config)
         if config.packing and not task.supports_packing:  # before any data is read
             raise ValueError(f"task {task.name!r} does not support packing"
                              + (" with a CRF" if config.crf else ""))
-        self.length_coverage = train_length_coverage(config, self.source)
+        self.length_coverage = task_data.train_length_coverage(config, self.source)
         check_inputs_fit(self.source.config, self.source.origin,
                          max_seq_length=config.max_seq_length)
         self.partitioner = sharding.Partitioner.from_config(config)
