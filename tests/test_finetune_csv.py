@@ -13,7 +13,7 @@ import pytest
 
 from bert_jax import heads, pretrained
 from bert_jax.config import ConfigError, preset
-from bert_jax.finetune import cli, csv_task, inference, job, keeping, packing, tasks
+from bert_jax.finetune import cli, csv_task, inference, job, keeping, model_source, packing, tasks
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
 from test_finetune_util import micro_config, shared_compilation_cache
 

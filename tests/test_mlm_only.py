@@ -16,7 +16,7 @@ from bert_jax.data import create_pretraining_data as cpd
 from bert_jax.data import instances
 from bert_jax.data.options import DataOptions
 from bert_jax.data.pipeline import make_pretrain_iterator
-from bert_jax.finetune import job
+from bert_jax.finetune import job, model_source
 from bert_jax.pretrain.inputs import DATA_OPTIONS_FILE
 from bert_jax.pretrain.job import train_and_evaluate
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer

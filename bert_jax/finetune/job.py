@@ -126,7 +126,8 @@ class Finetuning:
             data.task, data.train_features, config, epoch, int(config.seed), multiple,
             plan.rows_per_batch), plan.num_epochs, skip=int(state.step))
         loop = job.loop(
-            config, state, step_fn, self.partitioner.shard_full_batch, num_steps=plan.num_steps, schedule=plan.schedule, warmup_key="warmup_proportion",
+            config, state, step_fn, self.partitioner.shard_full_batch, num_steps=plan.num_steps,
+            schedule=plan.schedule, warmup_key="warmup_proportion",
             step_args=() if self.objective.extra is None else (self.objective.extra,),
             counted=("examples",))
         epoch_end = lambda loop: batches.epoch_ended or loop.is_last
