@@ -23,8 +23,7 @@ from typing import Any, Callable, Iterator
 
 import jax
 
-from bert_jax import (checkpoint, multihost, paths, preemption, train_loop, training,
-                      workdir_kind)
+from bert_jax import checkpoint, multihost, paths, preemption, train_loop, workdir_kind
 from bert_jax.errors import Interrupted
 from bert_jax.metrics_writer import MetricsWriter
 from bert_jax.sharding import Partitioner
@@ -33,7 +32,7 @@ log = logging.getLogger("bert_jax.lifecycle")
 
 
 def divergence_levers(warmup_key: str) -> str:
-    """What to change when a run diverges (`training.NonFiniteGuard`'s message)."""
+    """What to change when a run diverges (`train_loop.NonFiniteGuard`'s message)."""
     return (f"a lower --config.learning_rate, a longer warmup (--config.{warmup_key}), "
             "--config.compute_dtype=float32 instead of bfloat16, or gradient clipping "
             "(--config.max_grad_norm=1.0).")
@@ -102,7 +101,7 @@ class Job:
         """The training loop from `state`, with the run's non-finite policy
         (`on_nonfinite`, `max_consecutive_nonfinite`), log cadence and save-error check;
         `options` are the job's own (`train_loop.Loop`)."""
-        guard = training.NonFiniteGuard(config.max_consecutive_nonfinite,
+        guard = train_loop.NonFiniteGuard(config.max_consecutive_nonfinite,
                                         stop_at_first=config.on_nonfinite == "stop",
                                         levers=divergence_levers(warmup_key), log=log)
         return train_loop.Loop(state, step_fn, place, num_steps=num_steps, writer=self.writer,

@@ -1,7 +1,7 @@
 """Losses and accuracies for pretraining and the task heads (all in float32).
 
 Each returns a weighted sum and its weight, `(sum, weight)`, never their ratio: a step
-adds these up over its micro-batches and divides once (`training.objective_and_grads`),
+adds these up over its micro-batches and divides once (`train_step.objective_and_grads`),
 so a batch split into micro-batches gives the whole batch's means (as flax's
 `compute_weighted_cross_entropy` returns a sum and a normalizer).
 """

@@ -99,7 +99,7 @@ def make_optimizer(*, learning_rate: float, num_train_steps: int, warmup_steps: 
         parts = [make(rate, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay, mask=decay_mask)]
         if max_grad_norm:
             parts.insert(0, optax.clip_by_global_norm(max_grad_norm))
-        # Gradient accumulation happens inside the train step (`training.accumulate_gradients`).
+        # Gradient accumulation happens inside the train step (`train_step.accumulate_gradients`).
         return optax.chain(*parts)
 
     hyperparams = dict(learning_rate=learning_rate, num_train_steps=num_train_steps,

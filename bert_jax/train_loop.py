@@ -7,7 +7,7 @@ Each step calls the jitted `step_fn(state, global batch, *step_args) -> (state, 
 and then what is due at the new step, in the manner of clu's periodic actions:
 
 - logging, built in: the pending steps' metrics are fetched at once, checked by the
-  `training.NonFiniteGuard`, averaged, joined by throughput (steps timed apart from the
+  `train_loop.NonFiniteGuard`, averaged, joined by throughput (steps timed apart from the
   actions and from the first step, which compiles) and by the learning rate, which is
   derived here alone from the optimizer's schedule at its own update count (skipped
   non-finite steps do not advance it), then written and printed;
@@ -21,11 +21,14 @@ and then what is due at the new step, in the manner of clu's periodic actions:
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from typing import Any, Callable, Iterator
 
 import jax
 import numpy as np
+
+from bert_jax.errors import NonFiniteError
 
 DONE, PREEMPTED, INTERRUPTED = "done", "preempted", "interrupted"
 
@@ -173,3 +176,42 @@ class Loop:
                                          or k in self.progress_keys}, final=self.is_last)
         self.last = mean
         return mean
+
+
+class NonFiniteGuard:
+    """Watches the steps `apply_gradients` skipped. An isolated one (a bf16 overflow) is
+    a warning line; `max_consecutive` in a row (1 with `stop_at_first`) mean the run
+    diverged: `NonFiniteError` naming the step, its values and `levers` (what to change),
+    raised before the caller saves anything, so the last checkpoint stays the latest."""
+
+    def __init__(self, max_consecutive: int, *, stop_at_first: bool = False, levers: str,
+                 log: logging.Logger):
+        self.max_consecutive = 1 if stop_at_first else max_consecutive
+        self.levers, self.log = levers, log
+        self.skipped = 0  # this process's run so far (a resumed run counts from its start)
+        self.consecutive = 0
+
+    def check(self, step: int, loss: float, grad_norm: float, finite: bool) -> None:
+        """One step's host values; raises NonFiniteError when the run diverged."""
+        if finite:
+            self.consecutive = 0
+            return
+        self.skipped += 1
+        self.consecutive += 1
+        values = f"loss {loss:.4g}, gradient norm {grad_norm:.4g}"
+        if self.consecutive >= self.max_consecutive:
+            raise NonFiniteError(
+                f"step {step}: {values}: non-finite for {self.consecutive} step(s) in a row, "
+                f"the run diverged; stopping before it saves anything more (the last "
+                f"checkpoint is intact). Try {self.levers}")
+        self.log.warning("step %d: %s; update skipped (%d skipped so far; %d in a row stop "
+                         "the run)", step, values, self.skipped, self.max_consecutive)
+
+    def check_params(self, params: Any, what: str) -> None:
+        """Raises NonFiniteError when host `params` hold NaN/Inf (never saved as `what`)."""
+        if not all(np.isfinite(leaf).all() for leaf in jax.tree.leaves(params)):
+            raise NonFiniteError(f"the parameters hold NaN or Inf values; not writing them as "
+                                 f"{what}. Try {self.levers}")
+
+    def summary(self) -> str:
+        return f"{self.skipped} non-finite step(s) skipped" if self.skipped else ""

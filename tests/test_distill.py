@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from bert_jax import cli as bert_jax_cli
-from bert_jax import heads, losses, pretrained, training
+from bert_jax import heads, losses, pretrained, train_step
 from bert_jax.config import preset
 from bert_jax.finetune import distill, inference, job, objective
 from bert_jax.tokenization import WordPieceTokenizer
@@ -70,11 +70,11 @@ def test_loss_mixes_hard_and_soft_and_alpha_one_is_fine_tuning():
     def losses_for(alpha, temperature):
         settings = dict(alpha=alpha, temperature=temperature, hidden_weight=0.0,
                         attention_weight=0.0)
-        mixed = training.combine(
+        mixed = train_step.combine(
             distill.distill_loss(student, batch, teacher, key, model=model, task=task,
                                  rules=(), teacher_model=model, settings=settings),
             distill.coefficients(settings))
-        plain, _ = training.combine(objective.task_loss(student, batch, None, key, model=model,
+        plain, _ = train_step.combine(objective.task_loss(student, batch, None, key, model=model,
                                                       task=task, rules=()), {"loss": 1.0})
         logits = [model.apply({"params": p}, ids, batch["input_mask"])
                   for p in (student, teacher)]
@@ -215,7 +215,7 @@ def test_projection_is_trained_across_widths(student, teacher, albert):
     batch = {"input_ids": ids, "segment_ids": jnp.zeros_like(ids), "input_mask": mask,
              "label": jnp.array([1]), "example_weights": jnp.ones(1)}
     settings = dict(alpha=0.0, temperature=1.0, hidden_weight=1.0, attention_weight=1.0)
-    loss = lambda p: training.combine(
+    loss = lambda p: train_step.combine(
         distill.distill_loss(p, batch, teacher, jax.random.key(2), model=model, task=task,
                              rules=(), teacher_model=teacher_model, settings=settings),
         distill.coefficients(settings))

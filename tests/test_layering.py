@@ -92,7 +92,7 @@ HOST_FORBIDDEN = ("jax", "flax", "optax", "orbax", "bert_jax.model", "bert_jax.h
 # Training checkpoints are the one layer every job saves and loads through: it knows the
 # checkpoint layout and nothing of the jobs, models, model directories or data above it.
 CHECKPOINT_FORBIDDEN = ("bert_jax.pretrain", "bert_jax.pretrained", "bert_jax.finetune",
-                        "bert_jax.training", "bert_jax.tpu", "bert_jax.model",
+                        "bert_jax.train_step", "bert_jax.tpu", "bert_jax.model",
                         "bert_jax.heads", "bert_jax.data", "bert_jax.tokenization",
                         "bert_jax.metrics_writer", "bert_jax.embed", "bert_jax.export",
                         "bert_jax.convert", "bert_jax.cli")
@@ -155,12 +155,18 @@ def test_model_directories_conversion_and_export_import_no_training_loop(module)
     assert _reaches(module, ("bert_jax.finetune", "bert_jax.pretrain")) == []
 
 
-@pytest.mark.parametrize("module", ["bert_jax.train_loop", "bert_jax.training",
+@pytest.mark.parametrize("module", ["bert_jax.train_loop", "bert_jax.train_step",
                                     "bert_jax.losses", "bert_jax.train_state"])
 def test_the_training_core_imports_no_job_task_or_data(module):
     """The one loop serves pretraining, fine-tuning and distillation: it knows none."""
     assert _reaches(module, ("bert_jax.pretrain", "bert_jax.finetune", "bert_jax.tpu",
                              "bert_jax.data", "bert_jax.checkpoint", "tensorflow")) == []
+
+
+def test_the_job_skeleton_knows_no_job():
+    """`lifecycle` is what every job runs its recipe in: it names no job, task or data."""
+    assert _reaches("bert_jax.lifecycle", ("bert_jax.pretrain", "bert_jax.finetune",
+                                           "bert_jax.tpu", "bert_jax.data")) == []
 
 
 def test_the_partitioner_imports_no_optimizer_or_train_state():

@@ -9,14 +9,14 @@ import pytest
 from bert_jax.config import preset
 from bert_jax.data.packing import pack_rows
 from bert_jax.heads import BertForPreTraining
-from bert_jax import training
+from bert_jax import train_step
 from bert_jax.losses import pretraining_loss as pretraining_terms
 
 
 def pretraining_loss(mlm_logits, nsp_logits, batch):
     """(loss, means) of the pretraining terms: MLM plus NSP."""
     terms = pretraining_terms(mlm_logits, nsp_logits, batch)
-    return training.combine(terms, {"mlm_loss": 1.0, "nsp_loss": 1.0})
+    return train_step.combine(terms, {"mlm_loss": 1.0, "nsp_loss": 1.0})
 
 
 def log_softmax(x):

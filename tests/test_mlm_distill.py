@@ -9,7 +9,7 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax import cli, heads, losses, pretrained, training
+from bert_jax import cli, heads, losses, pretrained, train_step
 from bert_jax.pretrain import distill, steps as pretrain_steps
 from bert_jax.config import BertConfig, run_bert_config
 from bert_jax.pretrain.job import train_and_evaluate
@@ -56,7 +56,7 @@ def test_the_loss_is_alpha_mlm_plus_the_soft_kl_over_masked_positions():
     # Sharper teacher distributions: a KL far from 0, where its direction shows.
     teacher_params = jax.tree.map(lambda x: 5 * x, teacher_params)
     teacher = distill.MlmTeacher(teacher_model, temperature=2.0, alpha=0.3)
-    loss, metrics = training.combine(
+    loss, metrics = train_step.combine(
         pretrain_steps.forward(student, params, batch, teacher=teacher, teacher_params=teacher_params),
         pretrain_steps.loss_coefficients(student, teacher))
 
@@ -71,7 +71,7 @@ def test_the_loss_is_alpha_mlm_plus_the_soft_kl_over_masked_positions():
     kl = (np.exp(log_p) * (log_p - log_q)).sum(-1)
     w = batch["masked_lm_weights"]
     soft = float(4.0 * (kl * w).sum() / w.sum())
-    hard, _ = training.combine(losses.pretraining_loss(s.mlm_logits, s.nsp_logits, batch),
+    hard, _ = train_step.combine(losses.pretraining_loss(s.mlm_logits, s.nsp_logits, batch),
                                {"mlm_loss": 1.0, "nsp_loss": 1.0})
     assert float(metrics["soft_loss"]) == pytest.approx(soft, rel=1e-5)
     assert float(loss) == pytest.approx(
@@ -81,7 +81,7 @@ def test_the_loss_is_alpha_mlm_plus_the_soft_kl_over_masked_positions():
 
     # A teacher with the student's own weights: the soft loss vanishes.
     same = distill.MlmTeacher(heads.BertForPreTraining(config, False), 2.0, 0.3)
-    _, metrics = training.combine(pretrain_steps.forward(student, params, batch, teacher=same,
+    _, metrics = train_step.combine(pretrain_steps.forward(student, params, batch, teacher=same,
                                                    teacher_params={k: v for k, v in
                                                                    params.items() if k != "nsp"}),
                                   {})

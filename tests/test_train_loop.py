@@ -7,7 +7,7 @@ from typing import NamedTuple
 import jax.numpy as jnp
 import pytest
 
-from bert_jax import train_loop, training
+from bert_jax import train_loop, train_step
 from bert_jax.errors import NonFiniteError
 
 
@@ -35,7 +35,7 @@ def make_loop(bad_steps=(), stop_at_first=False, **options):
         metrics = {"loss": jnp.float32(step), "grad_norm": jnp.float32(1.0),
                    "nonfinite": jnp.bool_(bad)}
         return State(state.step + 1, state.nonfinite_steps + int(bad)), metrics
-    guard = training.NonFiniteGuard(5, stop_at_first=stop_at_first, levers="x",
+    guard = train_loop.NonFiniteGuard(5, stop_at_first=stop_at_first, levers="x",
                                     log=logging.getLogger("test"))
     return train_loop.Loop(State(jnp.int32(0), jnp.int32(0)), step_fn, lambda b: b,
                            num_steps=6, writer=Writer(), guard=guard,

@@ -1,5 +1,5 @@
 """What fine-tuning minimises (`Objective`: the task loss, or distillation's), and the
-train and eval steps compiled for a task's data: `training.train_step` of the objective's
+train and eval steps compiled for a task's data: `train_step.train_step` of the objective's
 loss, counting the examples each batch holds."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 import flax.linen as nn
 import jax.numpy as jnp
 
-from bert_jax import training
+from bert_jax import train_step
 from bert_jax.finetune import task_data
 from bert_jax.finetune.inference import make_eval_fn
 from bert_jax.sharding import Partitioner
@@ -54,7 +54,7 @@ def compiled_steps(data: task_data.TaskData, objective: Objective, tx, shardings
     if key not in data.compiled:
         loss_fn = functools.partial(objective.loss, model=data.model, task=data.task,
                                     rules=partitioner.rules)
-        step_fn = training.jit_train_step(
+        step_fn = train_step.jit_train_step(
             loss_fn, objective.coefficients, tx, shardings, partitioner,
             grad_accum_steps=grad_accum_steps, extra_shardings=objective.extra_shardings,
             counts=count_examples)

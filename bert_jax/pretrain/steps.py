@@ -12,7 +12,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bert_jax import losses, training
+from bert_jax import losses, train_step
 from bert_jax.pretrain import distill
 from bert_jax.heads import BertForPreTraining
 from bert_jax.sharding import Partitioner
@@ -56,7 +56,7 @@ def pretraining_loss(params: Any, batch: dict, teacher_params: Any, dropout_key:
                      model: nn.Module, rules: tuple,
                      teacher: distill.MlmTeacher | None = None) -> dict:
     """`forward`'s terms with dropout under the run's axis rules: the loss that
-    `training.train_step` minimises (distilling `teacher`, whose parameters are
+    `train_step.train_step` minimises (distilling `teacher`, whose parameters are
     `teacher_params`, when given)."""
     with nn.logical_axis_rules(rules):
         return forward(model, params, batch, rng=dropout_key, teacher=teacher,
@@ -89,11 +89,11 @@ def jit_steps(model: nn.Module, tx, partitioner: Partitioner, shardings: TrainSt
               grad_accum_steps: int = 1, teacher: distill.MlmTeacher | None = None,
               teacher_shardings: Any = None):
     """(train_step, eval_step) jitted once with explicit shardings; the state is donated.
-    train_step is `training.train_step` of `pretraining_loss`; with a teacher it takes
+    train_step is `train_step.train_step` of `pretraining_loss`; with a teacher it takes
     the teacher's parameters as a third argument."""
     rules = partitioner.rules
     loss_fn = functools.partial(pretraining_loss, model=model, rules=rules, teacher=teacher)
-    train = training.jit_train_step(loss_fn, loss_coefficients(model, teacher), tx, shardings,
+    train = train_step.jit_train_step(loss_fn, loss_coefficients(model, teacher), tx, shardings,
                                     partitioner, grad_accum_steps=grad_accum_steps,
                                     extra_shardings=teacher_shardings if teacher else None)
     batch, replicated = partitioner.batch_sharding, partitioner.replicated

@@ -1,13 +1,13 @@
-"""The training core that pretraining (`bert_jax.pretrain.job`) and fine-tuning
-(`bert_jax.finetune.job`) share, so both follow the same rules:
+"""The one train step of every job (pretraining, fine-tuning, distillation), built so all
+follow the same rules:
 
 - `objective_and_grads`: the loss of (sum, weight) terms divided once for the whole batch,
   whether it runs as one pass or k sequential micro-batches (`accumulate_gradients`);
 - `apply_gradients`: the one update rule, which skips any step whose loss or global
   gradient norm is not finite (params and optimizer state unchanged, the skip counted
-  in `TrainState.nonfinite_steps`);
-- `NonFiniteGuard`: a warning for each skipped step, and a stop (`NonFiniteError`) when
-  they keep coming: the run diverged.
+  in `TrainState.nonfinite_steps`; `train_loop.NonFiniteGuard` watches the skips);
+- `train_step` / `jit_train_step`: a job's loss function through both, jitted over the
+  run's shardings.
 
 Starting from loaded weights is `bert_jax.pretrained.init_params`.
 """
@@ -15,16 +15,13 @@ Starting from loaded weights is `bert_jax.pretrained.init_params`.
 from __future__ import annotations
 
 import functools
-import logging
 from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 
 from bert_jax import losses
-from bert_jax.errors import NonFiniteError
 from bert_jax.sharding import Partitioner
 from bert_jax.train_state import TrainState
 
@@ -148,44 +145,3 @@ def jit_train_step(loss_fn: Callable, coefficients: dict[str, float],
     extra = () if extra_shardings is None else (extra_shardings,)
     return jax.jit(step, in_shardings=(shardings, partitioner.batch_sharding, *extra),
                    out_shardings=(shardings, partitioner.replicated), donate_argnums=0)
-
-
-class NonFiniteGuard:
-    """Watches the steps `apply_gradients` skipped. An isolated one (a bf16 overflow) is
-    a warning line; `max_consecutive` in a row (1 with `stop_at_first`) mean the run
-    diverged: `NonFiniteError` naming the step, its values and `levers` (what to change),
-    raised before the caller saves anything, so the last checkpoint stays the latest."""
-
-    def __init__(self, max_consecutive: int, *, stop_at_first: bool = False, levers: str,
-                 log: logging.Logger):
-        self.max_consecutive = 1 if stop_at_first else max_consecutive
-        self.levers, self.log = levers, log
-        self.skipped = 0  # this process's run so far (a resumed run counts from its start)
-        self.consecutive = 0
-
-    def check(self, step: int, loss: float, grad_norm: float, finite: bool) -> None:
-        """One step's host values; raises NonFiniteError when the run diverged."""
-        if finite:
-            self.consecutive = 0
-            return
-        self.skipped += 1
-        self.consecutive += 1
-        values = f"loss {loss:.4g}, gradient norm {grad_norm:.4g}"
-        if self.consecutive >= self.max_consecutive:
-            raise NonFiniteError(
-                f"step {step}: {values}: non-finite for {self.consecutive} step(s) in a row, "
-                f"the run diverged; stopping before it saves anything more (the last "
-                f"checkpoint is intact). Try {self.levers}")
-        self.log.warning("step %d: %s; update skipped (%d skipped so far; %d in a row stop "
-                         "the run)", step, values, self.skipped, self.max_consecutive)
-
-    def check_params(self, params: Any, what: str) -> None:
-        """Raises NonFiniteError when host `params` hold NaN/Inf (never saved as `what`)."""
-        if not all(np.isfinite(leaf).all() for leaf in jax.tree.leaves(params)):
-            raise NonFiniteError(f"the parameters hold NaN or Inf values; not writing them as "
-                                 f"{what}. Try {self.levers}")
-
-    def summary(self) -> str:
-        return f"{self.skipped} non-finite step(s) skipped" if self.skipped else ""
-
-

@@ -6,7 +6,7 @@ import numpy as np
 import optax
 import pytest
 
-from bert_jax import training
+from bert_jax import train_step
 from bert_jax.config import ConfigError, from_spec, preset, run_bert_config
 from bert_jax.optim import make_optimizer
 from bert_jax.train_state import TrainState, make_key
@@ -36,12 +36,12 @@ def test_accumulated_micro_batches_give_the_whole_batchs_gradients():
         value, grads = jax.value_and_grad(loss)(PARAMS)
         return grads, {"loss": value}
 
-    grads, metrics = training.accumulate_gradients(share, batch, 3)
+    grads, metrics = train_step.accumulate_gradients(share, batch, 3)
     loss, want = jax.value_and_grad(weighted_loss)(PARAMS, batch)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5), grads, want)
     np.testing.assert_allclose(metrics["loss"], loss, rtol=1e-5)
 
-    micro = training.split_microbatches(batch, 3)
+    micro = train_step.split_microbatches(batch, 3)
     np.testing.assert_array_equal(micro["w"][0], batch["w"][0::3])  # rows i, i + 3
     mean_of_means = jax.tree.map(lambda *g: sum(g) / 3, *[
         jax.grad(weighted_loss)(PARAMS, jax.tree.map(lambda x: x[i], micro)) for i in range(3)])
@@ -65,20 +65,20 @@ def test_objective_of_micro_batches_divides_once_by_the_whole_batchs_weights():
 
     coefficients = {"a": 1.0, "b": 0.5}
     key = jax.random.key(0)
-    loss, grads, means = training.objective_and_grads(terms, coefficients, PARAMS, batch, key, 3)
-    whole = lambda p: training.combine(terms(p, batch, key), coefficients)
+    loss, grads, means = train_step.objective_and_grads(terms, coefficients, PARAMS, batch, key, 3)
+    whole = lambda p: train_step.combine(terms(p, batch, key), coefficients)
     (want_loss, want_means), want = jax.value_and_grad(whole, has_aux=True)(PARAMS)
     np.testing.assert_allclose(loss, want_loss, rtol=1e-5)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5), grads, want)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5), means, want_means)
-    micro = training.split_microbatches(batch, 3)
+    micro = train_step.split_microbatches(batch, 3)
     mean_of_means = np.mean([float(whole_of(terms, coefficients, jax.tree.map(
         lambda x: x[i], micro))) for i in range(3)])
     assert not np.isclose(mean_of_means, float(want_loss), rtol=1e-3)
 
 
 def whole_of(terms, coefficients, batch):
-    return training.combine(terms(PARAMS, batch, None), coefficients)[0]
+    return train_step.combine(terms(PARAMS, batch, None), coefficients)[0]
 
 
 def state_and_tx():
@@ -93,7 +93,7 @@ def test_an_update_with_a_non_finite_loss_or_gradient_norm_is_skipped(loss, bad_
     infinite gradient is the case the fine-tuning step used to apply)."""
     state, tx = state_and_tx()
     grads = {"w": jnp.array([0.1, bad_grad, 0.2]), "b": jnp.array(0.1)}
-    new, grad_norm, finite = training.apply_gradients(state, grads, jnp.asarray(loss), tx)
+    new, grad_norm, finite = train_step.apply_gradients(state, grads, jnp.asarray(loss), tx)
     ok = bool(np.isfinite(loss)) and bool(np.isfinite(bad_grad))
     assert bool(finite) == ok and int(new.step) == 1
     assert int(new.nonfinite_steps) == (0 if ok else 1)
