@@ -315,7 +315,7 @@ _RUN_DROPOUTS = ("hidden_dropout_prob", "attention_probs_dropout_prob")
 def run_bert_config(run: Any, base: BertConfig | str | Any, vocab_size: int | None = None,
                     **fixed) -> BertConfig:
     """The BertConfig a job runs, the one place where a run's numerics and dropout meet
-    the model: `base` (a checkpoint's BertConfig, or a spec for `from_spec` with the
+    the model: `base` (a checkpoint's BertConfig, or a spec for `from_model_spec` with the
     tokenizer's `vocab_size`) with each of the run's compute_dtype (`compute_fields`),
     remat_policy, attention_impl, scan_layers and dropout probabilities that `run` (a
     job's config, read with `.get`) sets: absent, None or '' keep the base's. Parameters
@@ -330,7 +330,7 @@ def run_bert_config(run: Any, base: BertConfig | str | Any, vocab_size: int | No
             changes[key] = float(value) if key in _RUN_DROPOUTS else value
     changes.update(fixed)
     config = (base.replace(**changes) if isinstance(base, BertConfig)
-              else from_spec(base, vocab_size, **changes))
+              else from_model_spec(base, vocab_size, **changes))
     config.check_trainable()
     return config
 
@@ -505,7 +505,8 @@ def preset(name: str, **overrides) -> BertConfig:
     return PRESETS[name].replace(**overrides)
 
 
-def from_spec(spec: str | Any, vocab_size: int | None = None, **overrides) -> BertConfig:
+def from_model_spec(spec: str | Any, vocab_size: int | None = None,
+                    **overrides) -> BertConfig:
     """A preset name, or a dict of BertConfig fields with an optional 'preset' (default
     bert-base). `vocab_size` (the tokenizer's) applies unless the dict sets one;
     `overrides` win over both."""

@@ -7,7 +7,7 @@ import optax
 import pytest
 
 from bert_jax import train_step
-from bert_jax.config import ConfigError, from_spec, preset, run_bert_config
+from bert_jax.config import ConfigError, from_model_spec, preset, run_bert_config
 from bert_jax.optim import make_optimizer
 from bert_jax.train_state import TrainState, make_key
 
@@ -106,13 +106,13 @@ def test_an_update_with_a_non_finite_loss_or_gradient_norm_is_skipped(loss, bad_
 
 
 def test_a_model_spec_is_a_preset_or_a_dict():
-    assert from_spec("tiny", 100) == preset("tiny", vocab_size=100)
+    assert from_model_spec("tiny", 100) == preset("tiny", vocab_size=100)
     fields = {"preset": "tiny", "vocab_size": 50, "num_hidden_layers": 1}
-    assert from_spec(fields, 100) == preset("tiny", vocab_size=50, num_hidden_layers=1)
-    assert from_spec({"num_hidden_layers": 2}) == preset("bert-base", num_hidden_layers=2)
-    assert from_spec(fields, 100, hidden_size=64).hidden_size == 64
+    assert from_model_spec(fields, 100) == preset("tiny", vocab_size=50, num_hidden_layers=1)
+    assert from_model_spec({"num_hidden_layers": 2}) == preset("bert-base", num_hidden_layers=2)
+    assert from_model_spec(fields, 100, hidden_size=64).hidden_size == 64
     with pytest.raises(ConfigError, match="unknown model preset"):
-        from_spec("tinyy")
+        from_model_spec("tinyy")
 
 
 def test_a_runs_numerics_and_dropout_replace_the_models_where_it_sets_them():

@@ -200,7 +200,7 @@ class Finetuning:
         def unfreeze(loop):
             if loop.step >= loop.num_steps:
                 return
-            loop.state, shardings = schedule.unfreeze_state(
+            loop.state, shardings = schedule.unfreeze(
                 loop.state, plan.full_tx, plan.init_fn, self.partitioner, config.rng_impl)
             loop.step_fn, _ = compiled_steps(data, self.objective, plan.full_tx, shardings,
                                              self.partitioner, "", config.grad_accum_steps)

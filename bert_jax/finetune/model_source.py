@@ -11,7 +11,7 @@ from typing import Any
 import jax
 
 from bert_jax import pretrained
-from bert_jax.config import BertConfig, ConfigError, from_spec, run_bert_config
+from bert_jax.config import BertConfig, ConfigError, from_model_spec, run_bert_config
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
 
 log = logging.getLogger("bert_jax.finetune")
@@ -53,7 +53,7 @@ def resolve_model(config) -> ModelSource:
         pre = pretrained.load(config.init_from)
         tokenizer = load_tokenizer(config.tokenizer or pre.tokenizer_dir)
         if config.model:
-            wanted = from_spec(config.model, pre.config.vocab_size)
+            wanted = from_model_spec(config.model, pre.config.vocab_size)
             for field in ("vocab_size", "hidden_size", "num_hidden_layers",
                           "num_attention_heads", "intermediate_size", "model_type",
                           "embedding_size"):

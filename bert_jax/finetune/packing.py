@@ -124,7 +124,8 @@ def padded_batches(features: list[Feature], batch_size: int, max_seq_length: int
         yield collate(chosen, length, sequence_keys, weights)
 
 
-def first_fit_rows(lengths: Sequence[int], max_seq_length: int, max_per_row: int) -> list[list[int]]:
+def first_fit_rows(lengths: Sequence[int], max_seq_length: int,
+                   max_per_row: int) -> list[list[int]]:
     """Greedy first-fit: indices of the features that share each row, in input order."""
     rows: list[list[int]] = []
     space: list[int] = []

@@ -123,7 +123,7 @@ def count_frozen_steps(config, steps_per_epoch: int, num_steps: int) -> int:
     return min(num_steps, config.freeze_steps) if config.freeze_steps else num_steps
 
 
-def unfreeze_state(state, full_tx, init_fn, partitioner, rng_impl):
+def unfreeze(state, full_tx, init_fn, partitioner, rng_impl):
     """The state and its shardings for training every parameter: the frozen ones get
     fresh optimizer state, the others keep theirs."""
     shardings = StatePlan.build(init_fn, full_tx, partitioner, rng_impl).shardings

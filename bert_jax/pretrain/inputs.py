@@ -86,8 +86,8 @@ def input_files(config: ml_collections.ConfigDict) -> list[str]:
     return files
 
 
-def resolve(config: ml_collections.ConfigDict, tokenizer_path: str,
-            vocabulary: str) -> list[str]:
+def resolve_files(config: ml_collections.ConfigDict, tokenizer_path: str,
+                  vocabulary: str) -> list[str]:
     """The run's input files (`input_files`), globbed and checked once, before anything
     is written, for what reads them next (`prepare_input_files`): TFRecords must have
     rows and masked positions of the run's lengths (`check_record_shapes`, which reads

@@ -77,7 +77,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     tokenizer_path, tokenizer = run_tokenizer(config)
     run_setup = Setup.build(config, tokenizer.vocab_size)
     bert_config, partitioner = run_setup.bert_config, run_setup.partitioner
-    sources = inputs.resolve(config, tokenizer_path, tokenizer.fingerprint())
+    sources = inputs.resolve_files(config, tokenizer_path, tokenizer.fingerprint())
     run = checkpoint.run_description(config.to_dict(), bert_config.to_dict(),
                                      tokenizer.fingerprint())
     teacher, teacher_params, teacher_shardings = _teacher(config, run_setup, run["vocabulary"])

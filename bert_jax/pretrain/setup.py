@@ -93,7 +93,7 @@ def check_pretraining_config(config: ml_collections.ConfigDict, bert_config: Ber
     `config_schema.check`): between keys, and against the model and the target. Touches
     no file; raises UserError naming the key. batch_multiple: the mesh's batch shards;
     process_count: the hosts the run will have (each feeds an equal share of the batch).
-    The input files are checked apart (`inputs.resolve`): compiling needs none."""
+    The input files are checked apart (`inputs.resolve_files`): compiling needs none."""
     check_learning_rate(config.learning_rate, config.allow_zero_learning_rate)
     inputs.check_eval_fraction(config)
     if config.teacher and not config.temperature > 0:

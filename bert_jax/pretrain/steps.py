@@ -52,9 +52,9 @@ def loss_coefficients(model: BertForPreTraining,
     return {**mlm, **({"nsp_loss": 1.0} if model.next_sentence_prediction else {})}
 
 
-def pretraining_loss(params: Any, batch: dict, teacher_params: Any, dropout_key: jax.Array, *,
-                     model: nn.Module, rules: tuple,
-                     teacher: distill.MlmTeacher | None = None) -> dict:
+def loss_terms(params: Any, batch: dict, teacher_params: Any, dropout_key: jax.Array, *,
+               model: nn.Module, rules: tuple,
+               teacher: distill.MlmTeacher | None = None) -> dict:
     """`forward`'s terms with dropout under the run's axis rules: the loss that
     `train_step.train_step` minimises (distilling `teacher`, whose parameters are
     `teacher_params`, when given)."""
@@ -89,10 +89,10 @@ def jit_steps(model: nn.Module, tx, partitioner: Partitioner, shardings: TrainSt
               grad_accum_steps: int = 1, teacher: distill.MlmTeacher | None = None,
               teacher_shardings: Any = None):
     """(train_step, eval_step) jitted once with explicit shardings; the state is donated.
-    train_step is `train_step.train_step` of `pretraining_loss`; with a teacher it takes
+    train_step is `train_step.train_step` of `loss_terms`; with a teacher it takes
     the teacher's parameters as a third argument."""
     rules = partitioner.rules
-    loss_fn = functools.partial(pretraining_loss, model=model, rules=rules, teacher=teacher)
+    loss_fn = functools.partial(loss_terms, model=model, rules=rules, teacher=teacher)
     train = train_step.jit_train_step(loss_fn, loss_coefficients(model, teacher), tx, shardings,
                                     partitioner, grad_accum_steps=grad_accum_steps,
                                     extra_shardings=teacher_shardings if teacher else None)
