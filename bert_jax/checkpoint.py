@@ -25,8 +25,8 @@ WORKDIR/checkpoints_corrupt/<step>-<time> (never deleting or overwriting anythin
 and the previous one is used; when none is left the run stops, unless it is asked
 to start fresh.
 
-Where a run starts (`restore_or_init` in the trainer): the workdir's latest
-checkpoint -> an explicit `resume_from` checkpoint -> `init_from` pretrained
+Where a run starts (`lifecycle.Job.restore`, then the job's fresh state): the workdir's
+latest checkpoint -> an explicit `resume_from` checkpoint -> `init_from` pretrained
 weights -> scratch.
 """
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from bert_jax import pretrained
-from bert_jax.finetune import job
+from bert_jax.finetune import job, schedule
 from test_finetune_tagging import SENTENCES, write_conll
 from test_finetune_util import micro_config, shared_compilation_cache
 
@@ -49,4 +49,4 @@ def test_grad_accumulation_equals_the_whole_batch_for_token_tagging(tmp_path):
 
 def test_grad_accum_steps_must_divide_the_batch():
     with pytest.raises(job.UserError, match="not a multiple of grad_accum_steps 3"):
-        job.check_finetuning_config(micro_config("conll", "grad_accum_steps=3"))
+        schedule.check_finetuning_config(micro_config("conll", "grad_accum_steps=3"))

@@ -85,7 +85,7 @@ def train_losses(fp8_matmuls, steps=200, seed=0):
     batches = [np.stack(x) for x in zip(*(structured_batch(rng, 16, 16, 3, 64)
                                           for _ in range(steps)))]
     params = nn.unbox(net.init(jax.random.key(0), batches[0][0])["params"])
-    tx = optax.adamw(3e-3)
+    tx = optax.adamw(1e-3)  # 3e-3 learned erratically on some CPUs (bf16 dots)
 
     def loss_fn(params, ids, positions, labels):
         logits = net.apply({"params": params}, ids, masked_lm_positions=positions).mlm_logits
@@ -107,12 +107,12 @@ def test_fp8_training_tracks_bf16():
     bf16, f8 = train_losses(False), train_losses(True)
     assert np.isfinite(f8).all()
     for losses in (bf16, f8):
-        assert losses[-20:].mean() < 0.8 * losses[:10].mean()  # both learn (4.07 at first)
-    # Stated tolerance: over the last 50 of 200 steps the FP8 loss is within 30% of bf16's.
-    # Measured: 3.07 against 2.54 (21% above), and 18% above after 300 steps: at this tiny
-    # width (H=128) FP8's rounding costs real progress; the GPU convergence check on
-    # bert-base is still to be run (docs/performance.md).
-    assert abs(f8[-50:].mean() - bf16[-50:].mean()) < 0.3 * bf16[-50:].mean()
+        assert losses[-20:].mean() < 0.6 * losses[:10].mean()  # both learn (4.07 at first)
+    # Stated tolerance: over the last 50 of 200 steps the FP8 loss is within 15% of bf16's.
+    # Measured on an AVX-512-BF16 CPU: 1.92 (FP8) against 1.97 (bf16); at lr 3e-3 the same
+    # machine learned erratically (FP8 3.27 against 3.34), another CPU gave 3.07 against
+    # 2.54. The GPU convergence check on bert-base is still to be run (docs/performance.md).
+    assert abs(f8[-50:].mean() - bf16[-50:].mean()) < 0.15 * bf16[-50:].mean()
 
 
 def test_packed_segments_list_each_example_then_the_padding():

@@ -164,9 +164,9 @@ def test_the_training_core_imports_no_job_task_or_data(module):
 
 
 def test_the_job_skeleton_knows_no_job():
-    """`lifecycle` is what every job runs its recipe in: it names no job, task or data."""
+    """`lifecycle` is what every job runs its recipe in: it names no job or task."""
     assert _reaches("bert_jax.lifecycle", ("bert_jax.pretrain", "bert_jax.finetune",
-                                           "bert_jax.tpu", "bert_jax.data")) == []
+                                           "bert_jax.tpu")) == []
 
 
 def test_the_partitioner_imports_no_optimizer_or_train_state():

@@ -43,7 +43,7 @@ import ml_collections
 from bert_jax import config_schema, layer_layout, losses, paths, pretrained, sharding, workdir_kind
 from bert_jax.config_loader import apply_overrides
 from bert_jax.errors import UserError
-from bert_jax.finetune import inference, job, model_source, selection, tasks
+from bert_jax.finetune import inference, job, model_source, schedule, selection, tasks
 from bert_jax.finetune.classification import ClassificationTask
 from bert_jax.finetune.multiple_choice import MultipleChoiceTask
 from bert_jax.finetune.objective import Objective
@@ -123,8 +123,8 @@ def distill_config(teacher: pretrained.Pretrained, student: str,
 def check_distillation_config(config) -> None:
     """The checks of a distillation config (`distill_config`'s, made without
     `load_config`) that need no model: the fine-tuning ones, schema included
-    (`job.check_finetuning_config`), then the distillation's beyond the schema."""
-    job.check_finetuning_config(config)
+    (`schedule.check_finetuning_config`), then the distillation's beyond the schema."""
+    schedule.check_finetuning_config(config)
     if not config.temperature > 0:
         raise UserError(f"temperature must be a number > 0, got {config.temperature!r}")
     if selection.is_sweep(config):

@@ -57,6 +57,15 @@ def predict_features(task, params, features, eval_fn, config,
     return outputs
 
 
+def remove_outputs(workdir: str) -> None:
+    """Deletes WORKDIR's test predictions and results files (a run about to train: an
+    earlier run's would pass for its own)."""
+    paths.rmtree(paths.join(workdir, PREDICTIONS_DIR), missing_ok=True)
+    for name in (pretrained.RESULTS_FILE, EVALUATE_RESULTS_FILE):
+        if paths.exists(paths.join(workdir, name)):
+            paths.remove(paths.join(workdir, name))
+
+
 def evaluate_sets(task, params, eval_sets, eval_fn, config,
                   partitioner: Partitioner) -> dict[str, dict]:
     return {split: task.evaluate(examples, features,

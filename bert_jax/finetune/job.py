@@ -1,14 +1,15 @@
-"""The fine-tuning loop shared by every task: restore the encoder, fresh head, BERT's
-optimizer, jitted train/eval steps over the device mesh, evaluation after every
-epoch, the best (or the last) model kept in `WORKDIR/best/`, final metrics in
-`WORKDIR/eval_results.json`.
+"""The fine-tuning job, a recipe over the shared skeleton (`bert_jax.lifecycle`): the
+encoder (`model_source`) with a fresh task head, the task's data (`task_data`), the
+objective and its compiled steps (`objective`), the schedule and freezing (`schedule`),
+evaluation after every epoch with the best (or the last) model kept in `WORKDIR/best/`
+(`keeping`), then the test splits' predictions and the final metrics in
+`WORKDIR/eval_results.json`. Distillation is the same job with another objective
+(`bert_jax.finetune.distill`).
 
-The step functions are module-level and pure; model, task and optimizer are bound
-in with `functools.partial`, and dropout keys derive from the step number.
-In a multi-process job every process reads and batches the (small) fine-tuning
-data alike and places its own devices' rows; eval outputs are replicated so every
-process sees them all, and process 0 writes the files. Running the kept model
-afterwards (`load_finetuned`) is `bert_jax.finetune.inference`.
+In a multi-process job every process reads and batches the (small) fine-tuning data
+alike and places its own devices' rows; eval outputs are replicated so every process
+sees them all, and process 0 writes the files. Running the kept model afterwards
+(`load_finetuned`) is `bert_jax.finetune.inference`.
 """
 
 from __future__ import annotations
@@ -19,11 +20,11 @@ from typing import Any
 
 import jax
 
-from bert_jax import (checkpoint, config_schema, lifecycle, multihost, optim, paths,
-                      pretrained, sharding, train_loop)
+from bert_jax import (checkpoint, lifecycle, multihost, optim, paths, pretrained, sharding,
+                      train_loop)
 from bert_jax.config import check_inputs_fit
 from bert_jax.data import lengths
-from bert_jax.errors import UserError, check_learning_rate
+from bert_jax.errors import UserError
 from bert_jax.finetune import inference, keeping, model_source, schedule, task_data, tasks
 from bert_jax.finetune.objective import Objective, compiled_steps
 from bert_jax.finetune.inference import EVALUATE_RESULTS_FILE, PREDICTIONS_DIR
@@ -35,25 +36,6 @@ KEEP_CHECKPOINTS = 2  # training checkpoints kept for resuming (removed when the
 # What a fresh run would replace: moved to WORKDIR/previous/ (`workdir_kind.set_aside`).
 EARLIER_RUN = [checkpoint.CHECKPOINTS_DIR, PREDICTIONS_DIR, pretrained.RESULTS_FILE,
                EVALUATE_RESULTS_FILE, pretrained.BEST_DIR, "metrics.jsonl", "tensorboard"]
-
-
-ZERO_LEARNING_RATE = ("; a linear probe trains the head alone: --config.freeze='bert/*' "
-                      "with a learning rate > 0; to score a fine-tuned model without "
-                      "training: bert-jax evaluate --workdir DIR")
-
-
-def check_finetuning_config(config) -> None:
-    """The checks of a fine-tuning config that need no data: its schema's
-    (`config_schema.check`, for configs made without `load_config`: a distillation's, a
-    grid's runs) and the rules beyond it. Raises UserError naming the key. Batch sizes
-    are rounded up to a multiple of the mesh's batch shards."""
-    config_schema.check(config, config_schema.FINETUNE)
-    check_learning_rate(config.learning_rate, zero_hint=ZERO_LEARNING_RATE)
-    if not config.num_train_epochs > 0:
-        raise UserError(f"num_train_epochs must be a number > 0, got {config.num_train_epochs!r}")
-    if config.global_batch_size % config.grad_accum_steps:
-        raise UserError(f"global_batch_size {config.global_batch_size} is not a multiple of "
-                        f"grad_accum_steps {config.grad_accum_steps}")
 
 
 def finetune(config, workdir: str) -> dict[str, Any]:
@@ -72,7 +54,7 @@ class Finetuning:
 
     def __init__(self, config, objective: Objective | None = None,
                  source: model_source.ModelSource | None = None):
-        check_finetuning_config(config)
+        schedule.check_finetuning_config(config)
         self.config = config
         self.objective = objective or Objective()
         self.source = source or model_source.resolve_model(config)
@@ -102,7 +84,7 @@ class Finetuning:
         numerics settings must be the session's). Resumes from WORKDIR's checkpoint of
         the same run when an earlier one was interrupted; raises preemption.Preempted
         after checkpointing when the command's watcher (`preemption.active`) says so."""
-        check_finetuning_config(config)
+        schedule.check_finetuning_config(config)
         if config.max_seq_length == "auto":  # a grid's copy of the session's config
             with config.ignore_type():
                 config.max_seq_length = self.config.max_seq_length
@@ -140,7 +122,8 @@ class Finetuning:
                   checkpoint_meta=lambda loop: {**run, "kept": kept.summary()},
                   checkpoint_when=epoch_end)
         with jax.set_mesh(self.partitioner.mesh):
-            results = self._results(config, data, plan, loop, kept)
+            results = keeping.run_results(config, data.task, plan, loop, kept,
+                                          self.length_coverage)
             kept_params = kept.params_or_saved(workdir, loop.state, self.objective.unsaved)
             results.update(inference.predict_test(data.task, self.source.tokenizer, kept_params,
                                                   eval_fn, config, self.partitioner, workdir))
@@ -164,11 +147,7 @@ class Finetuning:
             log.warning("%s: starting over", e)
             restored = None
         aside = job.start_over(EARLIER_RUN) if restored is None else None
-        # An earlier run's outputs would pass for this run's.
-        paths.rmtree(paths.join(job.workdir, PREDICTIONS_DIR), missing_ok=True)
-        for stale in (pretrained.RESULTS_FILE, EVALUATE_RESULTS_FILE):
-            if paths.exists(paths.join(job.workdir, stale)):
-                paths.remove(paths.join(job.workdir, stale))
+        inference.remove_outputs(job.workdir)  # an earlier run's would pass for this run's
         writer = job.open_metrics(plan.num_steps, restored, append=restored is not None)
         if restored is not None:
             # The saved rate and schedule give way to this run's (a resume may change them).
@@ -206,22 +185,3 @@ class Finetuning:
                                              self.partitioner, "", config.grad_accum_steps)
             loop.writer.message(f"step {loop.step}: unfreezing {config.freeze}")
         return unfreeze
-
-    def _results(self, config, data, plan, loop, kept) -> dict[str, Any]:
-        task = data.task
-        examples_per_second = loop.totals["examples"] / max(loop.train_seconds, 1e-9)
-        return {"task": task.name, "seed": int(config.seed),
-                "learning_rate": config.learning_rate,
-                "num_train_epochs": config.num_train_epochs,
-                "global_batch_size": config.global_batch_size,
-                "keep_checkpoint": config.keep_checkpoint, "kept_epoch": kept.epoch,
-                "selection_metric": task.selection_metric,
-                "selection_split": task.eval_splits[0], **kept.metrics,
-                "frozen_steps": min(plan.frozen_steps, loop.step), "train_steps": loop.step,
-                "train_seconds": round(loop.train_seconds, 2),
-                "first_step_seconds": round(loop.first_step_seconds, 2),
-                "train_examples_per_second": round(examples_per_second, 2),
-                "max_seq_length": config.max_seq_length,
-                "length_coverage": self.length_coverage}
-
-

@@ -1,6 +1,6 @@
 """The model a fine-tuning run keeps in WORKDIR/best: the best validation score's or the
 last epoch's (`keep_checkpoint`), chosen by the epoch-end action (`keeper`) that evaluates
-the model on the validation splits."""
+the model on the validation splits; and what the finished run reports (`run_results`)."""
 
 from __future__ import annotations
 
@@ -83,6 +83,25 @@ def keeper(config, workdir: str, data, eval_fn, batches, kept: Kept, plan, sourc
             pretrained.save(paths.join(workdir, pretrained.BEST_DIR), bert_config, saved,
                             tokenizer=source.tokenizer, task=spec, overwrite=True)
     return keep
+
+
+def run_results(config, task, plan, loop, kept: Kept, length_coverage: dict) -> dict[str, Any]:
+    """What a finished run reports (WORKDIR/eval_results.json, before the test splits'
+    metrics): its settings, the kept model's epoch and validation metrics, and its speed."""
+    examples_per_second = loop.totals["examples"] / max(loop.train_seconds, 1e-9)
+    return {"task": task.name, "seed": int(config.seed),
+            "learning_rate": config.learning_rate,
+            "num_train_epochs": config.num_train_epochs,
+            "global_batch_size": config.global_batch_size,
+            "keep_checkpoint": config.keep_checkpoint, "kept_epoch": kept.epoch,
+            "selection_metric": task.selection_metric,
+            "selection_split": task.eval_splits[0], **kept.metrics,
+            "frozen_steps": min(plan.frozen_steps, loop.step), "train_steps": loop.step,
+            "train_seconds": round(loop.train_seconds, 2),
+            "first_step_seconds": round(loop.first_step_seconds, 2),
+            "train_examples_per_second": round(examples_per_second, 2),
+            "max_seq_length": config.max_seq_length,
+            "length_coverage": length_coverage}
 
 
 def absolute_paths(values: dict) -> dict:

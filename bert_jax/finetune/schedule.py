@@ -1,6 +1,7 @@
-"""A fine-tuning run's schedule: its steps and epochs, the optimizer with its learning-rate
-schedule (and its frozen form while `freeze` holds), and the training batches epoch after
-epoch, from any step on (a resumed run gets the batches an uninterrupted one would)."""
+"""A fine-tuning run's schedule: its settings checked, its steps and epochs, the
+optimizer with its learning-rate schedule (and its frozen form while `freeze` holds),
+and the training batches epoch after epoch, from any step on (a resumed run gets the
+batches an uninterrupted one would)."""
 
 from __future__ import annotations
 
@@ -12,11 +13,30 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bert_jax import optim
-from bert_jax.errors import UserError
+from bert_jax import config_schema, optim
+from bert_jax.errors import UserError, check_learning_rate
 from bert_jax.finetune import packing
 from bert_jax.finetune.inference import round_up
 from bert_jax.train_state import StatePlan
+
+
+ZERO_LEARNING_RATE = ("; a linear probe trains the head alone: --config.freeze='bert/*' "
+                      "with a learning rate > 0; to score a fine-tuned model without "
+                      "training: bert-jax evaluate --workdir DIR")
+
+
+def check_finetuning_config(config) -> None:
+    """The checks of a fine-tuning config that need no data: its schema's
+    (`config_schema.check`, for configs made without `load_config`: a distillation's, a
+    grid's runs) and the rules beyond it. Raises UserError naming the key. Batch sizes
+    are rounded up to a multiple of the mesh's batch shards."""
+    config_schema.check(config, config_schema.FINETUNE)
+    check_learning_rate(config.learning_rate, zero_hint=ZERO_LEARNING_RATE)
+    if not config.num_train_epochs > 0:
+        raise UserError(f"num_train_epochs must be a number > 0, got {config.num_train_epochs!r}")
+    if config.global_batch_size % config.grad_accum_steps:
+        raise UserError(f"global_batch_size {config.global_batch_size} is not a multiple of "
+                        f"grad_accum_steps {config.grad_accum_steps}")
 
 
 def train_batches(task, features, config, epoch: int, seed: int, multiple: int,

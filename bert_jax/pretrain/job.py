@@ -4,10 +4,12 @@
     bert-jax pretrain --config configs/pretrain.py:tiny --workdir runs/tiny \
         [--config.KEY=VALUE ...]
 
-One jitted `train_step(state, batch)` (module-level, pure, donated state) maps
-a sharded TrainState and a global batch to the next state. Running the same
-command again resumes from WORKDIR's latest checkpoint with the same data
-order, masks and dropout as an uninterrupted run.
+The job is a recipe over the shared skeleton (`bert_jax.lifecycle`): what the config
+builds (`pretrain.setup.Setup`: model, optimizer, partitioner, state plan, the jitted
+`train_step.train_step` of the MLM/NSP loss), the input files checked once and read as
+each process's batches (`pretrain.inputs`), and held-out evaluation as its action.
+Running the same command again resumes from WORKDIR's latest checkpoint with the same
+data order, masks and dropout as an uninterrupted run.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from bert_jax.pretrain import distill, inputs
 from bert_jax.pretrain.setup import Setup
 from bert_jax.pretrain.steps import evaluate
 from bert_jax.train_state import TrainState
+
 
 def init_state(config, run_setup: Setup, writer) -> TrainState:
     """A fresh state: random weights drawn from config.seed, with config.init_from's
