@@ -113,7 +113,8 @@ class Finetuning:
             step_args=() if self.objective.extra is None else (self.objective.extra,),
             counted=("examples",))
         epoch_end = lambda loop: batches.epoch_ended or loop.is_last
-        actions = [train_loop.Every(0, self._unfreezer(config, data, plan), at_end=False,
+        actions = [train_loop.Every(0, schedule.unfreezer(config, data, plan, self.objective,
+                                                          self.partitioner), at_end=False,
                                     when=lambda loop: loop.step == plan.frozen_steps),
                    train_loop.Every(0, keeping.keeper(config, workdir, data, eval_fn, batches,
                                                     kept, plan, self.source, self.partitioner,
@@ -173,15 +174,3 @@ class Finetuning:
         writer.message(lengths.describe(self.length_coverage, "train examples")
                        + (" (max_seq_length=auto)" if self.length_coverage["auto"] else ""))
         return state, shardings, keeping.Kept()
-
-    def _unfreezer(self, config, data, plan):
-        """The action that ends `config.freeze`'s hold: every parameter trains on."""
-        def unfreeze(loop):
-            if loop.step >= loop.num_steps:
-                return
-            loop.state, shardings = schedule.unfreeze(
-                loop.state, plan.full_tx, plan.init_fn, self.partitioner, config.rng_impl)
-            loop.step_fn, _ = compiled_steps(data, self.objective, plan.full_tx, shardings,
-                                             self.partitioner, "", config.grad_accum_steps)
-            loop.writer.message(f"step {loop.step}: unfreezing {config.freeze}")
-        return unfreeze

@@ -17,6 +17,7 @@ from bert_jax import config_schema, optim
 from bert_jax.errors import UserError, check_learning_rate
 from bert_jax.finetune import packing
 from bert_jax.finetune.inference import round_up
+from bert_jax.finetune.objective import compiled_steps
 from bert_jax.train_state import StatePlan
 
 
@@ -150,3 +151,17 @@ def unfreeze(state, full_tx, init_fn, partitioner, rng_impl):
     opt_state = jax.jit(lambda params, frozen: optim.unfreeze_state(frozen, full_tx.init(params)),
                         out_shardings=shardings.opt_state)(state.params, state.opt_state)
     return state.replace(opt_state=opt_state), shardings
+
+
+def unfreezer(config, data, plan: Plan, objective, partitioner):
+    """The action that ends `config.freeze`'s hold: every parameter of `data`'s model
+    trains on, with the train step of `objective` compiled for the full optimizer."""
+    def end_freezing(loop):
+        if loop.step >= loop.num_steps:
+            return
+        loop.state, shardings = unfreeze(
+            loop.state, plan.full_tx, plan.init_fn, partitioner, config.rng_impl)
+        loop.step_fn, _ = compiled_steps(data, objective, plan.full_tx, shardings, partitioner,
+                                         "", config.grad_accum_steps)
+        loop.writer.message(f"step {loop.step}: unfreezing {config.freeze}")
+    return end_freezing
