@@ -144,12 +144,15 @@ def recipe_defaults(task: str) -> ml_collections.ConfigDict:
 
 def saved_config(task_spec: dict) -> ml_collections.ConfigDict:
     """The fine-tuning config saved with a model (`task_spec["config"]`); keys added to
-    the recipe since it was saved take their defaults (`recipe_defaults`)."""
+    the recipe since it was saved take their defaults (`recipe_defaults`), keys dropped
+    since are dropped (they mean nothing now, and the schema would refuse them)."""
     config = rename_keys(ml_collections.ConfigDict(task_spec["config"]))  # older key names
     defaults = recipe_defaults(config.task)
     with config.ignore_type():
         for key in set(defaults.keys()) - set(config.keys()):
             config[key] = defaults[key]
+    for key in set(config.keys()) - set(defaults.keys()):
+        del config[key]
     # JSON turned the rules' tuples into lists.
     rules = tuple((name, tuple(axes) if isinstance(axes, list) else axes)
                   for name, axes in config.logical_axis_rules)
