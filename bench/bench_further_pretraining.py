@@ -220,7 +220,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     from bert_jax import compile_cache, libtpu_env
     compile_cache.configure()  # before JAX is imported, as every bert-jax command does
-    libtpu_env.configure()
+    libtpu_env.configure_libtpu()
     from bert_jax.cli import quiet_libraries
     from bert_jax.data import corpus
     quiet_libraries()

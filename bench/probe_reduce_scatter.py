@@ -84,7 +84,7 @@ def main() -> None:
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--topologies", default="v4-8,v4-16,v5e-8,v5e-16")
     args = parser.parse_args()
-    libtpu_env.configure()
+    libtpu_env.configure_libtpu()
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     results = {}
     for topology in args.topologies.split(","):

@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bert-jax: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
         return 2
     compile_cache.configure()  # before JAX is imported; see bert_jax/compile_cache.py
-    libtpu_env.configure()  # likewise; see bert_jax/libtpu_env.py
+    libtpu_env.configure_libtpu()  # likewise; see bert_jax/libtpu_env.py
     _quiet_logging(verbose)
     stray = _LIBRARY_TRACEBACKS
     stray.start(name, divert=not (debug or verbose))

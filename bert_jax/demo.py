@@ -82,7 +82,7 @@ def pretrain(workdir: str, data: list[str], steps: int, smoke: bool) -> dict:
     return train_and_evaluate(config, workdir)
 
 
-def finetune(workdir: str, init: str, smoke: bool) -> dict:
+def finetune_demo(workdir: str, init: str, smoke: bool) -> dict:
     from bert_jax.config_loader import load_config
     from bert_jax.finetune.cli import run_finetune
     overrides = [f"--config.init_from={init}", "--config.model=tiny", "--config.num_train_epochs=3",
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from bert_jax import compile_cache, libtpu_env
     compile_cache.configure()  # before JAX is imported, as every bert-jax command does
-    libtpu_env.configure()
+    libtpu_env.configure_libtpu()
     from bert_jax.cli import quiet_libraries
     quiet_libraries()
     steps = 10 if args.smoke else args.pretrain_steps
@@ -155,9 +155,9 @@ def main(argv: list[str] | None = None) -> int:
             "random init": os.path.join(args.workdir, "finetune_random")}
     print(f"== 3/4 fine-tune on {LABELLED_EXAMPLES} spam/ham e-mails from the pretrained "
           "checkpoint")
-    from_pretrained = finetune(runs["pretrained"], pretrain_dir, args.smoke)
+    from_pretrained = finetune_demo(runs["pretrained"], pretrain_dir, args.smoke)
     print("== 4/4 fine-tune the same architecture from random initialisation")
-    from_scratch = finetune(runs["random init"], "", args.smoke)
+    from_scratch = finetune_demo(runs["random init"], "", args.smoke)
     png = plot(args.workdir, pretrain_dir, runs)
     eval_mlm = pretrained.get("eval", {}).get("mlm_accuracy")
     print(f"\npretraining: held-out MLM accuracy {eval_mlm:.3f} after {steps} steps")

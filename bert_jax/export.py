@@ -450,7 +450,7 @@ def main(argv: list[str]) -> int:
                         help="truncation of the raw-string signatures (default: the task's)")
     parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     args = parser.parse_args(argv)
-    workdir_kind.check(args.out, workdir_kind.MODEL, {"--workdir": args.workdir})
+    workdir_kind.check_kind(args.out, workdir_kind.MODEL, {"--workdir": args.workdir})
     formats = [f.strip() for f in args.format.split(",") if f.strip()]
     unknown = sorted(set(formats) - {"jax", "savedmodel"})
     if unknown or not formats:

@@ -1,5 +1,5 @@
 """libtpu's environment, set before JAX initialises its backends (the `bert-jax` CLI and
-the test suite call `configure` first). Imports no JAX.
+the test suite call `configure_libtpu` first). Imports no JAX.
 
 - `--xla_tpu_spmd_rng_bit_generator_unsafe=true` in LIBTPU_INIT_ARGS: without it XLA does
   not partition RngBitGenerator, so the dropout bits of `rbg`/`unsafe_rbg` keys are
@@ -35,7 +35,7 @@ def tpu_attached() -> bool:
     return bool(glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*"))
 
 
-def configure(environ: MutableMapping[str, str] = os.environ) -> None:
+def configure_libtpu(environ: MutableMapping[str, str] = os.environ) -> None:
     """Sets the variables above (keeping any the user set). Call before importing JAX."""
     args = environ.get("LIBTPU_INIT_ARGS", "")
     if "xla_tpu_spmd_rng_bit_generator_unsafe" not in args:

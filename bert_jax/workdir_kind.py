@@ -2,7 +2,7 @@
 
 The first run in a workdir writes JOB_FILE (`{"kind": ..., "command": ...}`); every
 command that writes into a workdir (`workdir_lock.hold` for pretrain, finetune and
-distill; `atomic.atomic_directory` for export, convert and saved models) calls `check`
+distill; `atomic.atomic_directory` for export, convert and saved models) calls `check_kind`
 first, which refuses in one line, before anything is written, a workdir of another
 kind or one that is also the run's input (`--init_from`, `--teacher`); so do the
 Python entry points (`pretrain.train_and_evaluate`, `finetune.cli.run_finetune`,
@@ -72,7 +72,7 @@ def _same(a: str, b: str) -> bool:
     return os.path.realpath(a) == os.path.realpath(b)
 
 
-def check(workdir: str, kind: str, inputs: dict[str, str] | None = None) -> None:
+def check_kind(workdir: str, kind: str, inputs: dict[str, str] | None = None) -> None:
     """Raises UserError when a job of `kind` may not write into `workdir`: it is one of
     the run's `inputs` ({flag: path}), or holds another kind of job's results."""
     for flag, path in (inputs or {}).items():
@@ -91,7 +91,7 @@ def check(workdir: str, kind: str, inputs: dict[str, str] | None = None) -> None
 
 
 def mark(workdir: str, kind: str, command: str) -> frozenset | None:
-    """Records `kind` in `workdir` unless it is recorded already (call after `check`);
+    """Records `kind` in `workdir` unless it is recorded already (call after `check_kind`);
     returns the names the workdir held before (for `unmark_if_idle`), or None when it
     wrote nothing."""
     path = paths.join(workdir, JOB_FILE)

@@ -191,7 +191,7 @@ def hold(workdir: str, command: str, primary: bool = True, *, kind: str | None =
     refuses a workdir of another kind or one of `inputs` ({flag: path}), and records
     `kind` once the lock is held. Paths with a scheme (gs://) are not locked yet."""
     if kind is not None:
-        workdir_kind.check(workdir, kind, inputs)
+        workdir_kind.check_kind(workdir, kind, inputs)
     if not primary or "://" in workdir:
         return contextlib.nullcontext()
     return WorkdirLock(workdir, command, kind=kind)

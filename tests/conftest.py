@@ -18,7 +18,7 @@ import tempfile  # noqa: E402
 # land on the stderr of every JAX process; the CLI sets the same before JAX starts.
 from bert_jax import compile_cache, libtpu_env  # noqa: E402  (import no JAX)
 
-libtpu_env.configure()
+libtpu_env.configure_libtpu()
 
 # bert_jax's cache (compiled programs, the converted built-in corpus) in a fresh
 # directory per session: tests neither read nor fill the user's ~/.cache/bert_jax.

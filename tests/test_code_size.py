@@ -30,3 +30,20 @@ def test_no_function_is_over_80_lines():
 def test_each_job_stays_under_200_lines(job):
     with open(os.path.join(ROOT, job, "job.py")) as f:
         assert len(f.read().splitlines()) < 200
+
+
+def test_no_two_modules_define_the_same_public_name():
+    """Names that say one thing each (issue 43): a public function or class name is
+    defined in one module only; `main`, each command's entry point, is the exception."""
+    where: dict[str, list[str]] = {}
+    for dirpath, _, filenames in os.walk(ROOT):
+        for name in filenames:
+            if name.endswith(".py"):
+                path = os.path.join(dirpath, name)
+                with open(path) as f:
+                    tree = ast.parse(f.read(), path)
+                for node in tree.body:
+                    if isinstance(node, (ast.FunctionDef, ast.ClassDef)) \
+                            and not node.name.startswith("_") and node.name != "main":
+                        where.setdefault(node.name, []).append(os.path.relpath(path, ROOT))
+    assert {k: v for k, v in where.items() if len(v) > 1} == {}

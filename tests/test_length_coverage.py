@@ -21,7 +21,7 @@ def test_percentiles_cover_their_share_and_auto_rounds_up_to_eight():
     assert lengths.covering_length(data, limit=512) == 96  # 95 -> the next multiple of 8
     assert lengths.covering_length(data, limit=80) == 80  # capped by the position table
     assert lengths.covering_length([3, 4], limit=512) == 8
-    assert "max_seq_length 64 truncates 36 (36.0%)" in lengths.describe(report, "rows")
+    assert "max_seq_length 64 truncates 36 (36.0%)" in lengths.describe_coverage(report, "rows")
 
 
 def test_create_data_reports_document_lengths_and_truncated_pairs(tmp_path, capsys):

@@ -125,14 +125,14 @@ def test_scheme_detected_from_training_tags():
 
 def test_scheme_named_in_the_config():
     tags = [["B-PER", "M-PER", "E-PER", "O"]]
-    assert tag_schemes.resolve("auto", tags) == "BMES"
-    assert tag_schemes.resolve("bmes", tags) == "BMES"
-    assert tag_schemes.resolve("BIO", [["B-X", "I-X"]]) == "IOB2"
-    assert tag_schemes.resolve("BIOES", [["S-X"]]) == "IOBES"
-    assert tag_schemes.resolve("IOB1", [["B-X", "I-X"]]) == "IOB1"
-    assert tag_schemes.resolve("none", tags) is None
+    assert tag_schemes.resolve_scheme("auto", tags) == "BMES"
+    assert tag_schemes.resolve_scheme("bmes", tags) == "BMES"
+    assert tag_schemes.resolve_scheme("BIO", [["B-X", "I-X"]]) == "IOB2"
+    assert tag_schemes.resolve_scheme("BIOES", [["S-X"]]) == "IOBES"
+    assert tag_schemes.resolve_scheme("IOB1", [["B-X", "I-X"]]) == "IOB1"
+    assert tag_schemes.resolve_scheme("none", tags) is None
     with pytest.raises(ValueError, match="tag_scheme=BIO: the training tag 'M-PER' is not "
                                          "in that scheme"):
-        tag_schemes.resolve("BIO", tags)
+        tag_schemes.resolve_scheme("BIO", tags)
     with pytest.raises(ValueError, match="tag_scheme must be one of auto, none, IOB2"):
-        tag_schemes.resolve("BIOLU", tags)
+        tag_schemes.resolve_scheme("BIOLU", tags)

@@ -43,7 +43,7 @@ def covering_length(lengths: Sequence[int], limit: int, share: float = AUTO_COVE
     return int(min(limit, max(multiple, -(-needed // multiple) * multiple)))
 
 
-def describe(report: dict[str, int], what: str) -> str:
+def describe_coverage(report: dict[str, int], what: str) -> str:
     """One line: 'token lengths of 120 train examples: p50 31, ..., max 230;
     max_seq_length 128 truncates 3 (2.5%)'."""
     share = report["truncated"] / max(report["examples"], 1)

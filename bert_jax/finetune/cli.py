@@ -40,8 +40,8 @@ def run_finetune(config, workdir: str) -> dict:
     (`selection.run_grid`). Refuses a workdir of another kind, or its own --init_from."""
     from bert_jax import workdir_kind
     from bert_jax.finetune import job, selection
-    workdir_kind.check(workdir, workdir_kind.FINETUNING, {"--init_from": config.init_from,
-                                                          "--config.model": config.model})
+    workdir_kind.check_kind(workdir, workdir_kind.FINETUNING,
+                            {"--init_from": config.init_from, "--config.model": config.model})
     if selection.is_sweep(config):
         return selection.run_grid(config, workdir)
     return job.finetune(config, workdir)

@@ -333,8 +333,8 @@ def check_matching(config, student_config, teacher_config) -> None:
 def distill(config, teacher: pretrained.Pretrained, workdir: str) -> dict:
     """Distils `teacher` into the student `config` names; writes and returns what a
     fine-tuning run does (WORKDIR/best, eval_results.json)."""
-    workdir_kind.check(workdir, workdir_kind.DISTILLATION,
-                       {"--teacher": teacher.tokenizer_dir, "--student": config.init_from})
+    workdir_kind.check_kind(workdir, workdir_kind.DISTILLATION,
+                            {"--teacher": teacher.tokenizer_dir, "--student": config.init_from})
     check_distillation_config(config)
     teacher_config = inference.saved_config(teacher.task)
     if config.task != teacher.task["name"]:

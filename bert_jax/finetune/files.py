@@ -27,7 +27,7 @@ def table_format(path: str) -> str:
     return "text"
 
 
-def read_text(path: str) -> str:
+def read_text_file(path: str) -> str:
     """The whole file as text. Bytes that are not UTF-8 fail with the file, the line and
     the byte; a UTF-8 byte-order mark (spreadsheet exports) is dropped."""
     if not paths.exists(path):
@@ -38,7 +38,7 @@ def read_text(path: str) -> str:
 def read_json(path: str) -> Any:
     """One JSON document; a syntax error names the file and the line."""
     try:
-        return json.loads(read_text(path))
+        return json.loads(read_text_file(path))
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
 
@@ -57,7 +57,7 @@ def read_table(path: str) -> tuple[list[dict[str, Any]], list[str]]:
     count differs from the header's, or a JSONL line that is not a JSON object, fails
     with its line number."""
     kind = table_format(path)
-    text = read_text(path)
+    text = read_text_file(path)
     if kind in ("csv", "tsv"):
         reader = csv.DictReader(io.StringIO(text, newline=""),
                                 delimiter="\t" if kind == "tsv" else ",",
@@ -117,7 +117,7 @@ def read_headerless(path: str, names: list[str]) -> list[dict[str, str]]:
     split on tabs (on commas, CSV-quoted, for `.csv`). Blank lines are skipped; a line
     with another number of fields, or a first line that is the header itself, fails
     with its line number."""
-    text = read_text(path)
+    text = read_text_file(path)
     comma = path.lower().endswith(".csv")
     lines = io.StringIO(text, newline="")
     reader = (csv.reader(lines) if comma else
@@ -164,7 +164,7 @@ def read_conll(path: str, tag_column: int = -1) -> list[dict[str, list[str]]]:
     blank lines between sentences, `-DOCSTART-` lines skipped.
     Returns [{'words': [...], 'tags': [...]}]; a one-column file has no tags."""
     sentences, words, tags = [], [], []
-    for number, line in enumerate(io.StringIO(read_text(path)), 1):
+    for number, line in enumerate(io.StringIO(read_text_file(path)), 1):
         parts = line.split()
         if parts and parts[0] == "-DOCSTART-":
             continue

@@ -82,7 +82,7 @@ class GlueTask(ClassificationTask):
 
     def load(self, split):
         if self.config.glue_dir:
-            return glue_files.load(self.config.glue_dir, self.name, split, self.label_names)
+            return glue_files.load_split(self.config.glue_dir, self.name, split, self.label_names)
         rows = files.tfds_examples(self._dataset(split), split,
                                    data_dir=self.config.tfds_data_dir,
                                    download=self.config.tfds_download)

@@ -136,7 +136,7 @@ def _label(row, path: str, name: str, label_names: list[str] | None):
     raise UserError(f"{path}:{getattr(row, 'line', '?')}: label {value!r:.40} is not {expected}")
 
 
-def load(glue_dir: str, name: str, split: str, label_names: list[str] | None) -> list[dict]:
+def load_split(glue_dir: str, name: str, split: str, label_names: list[str] | None) -> list[dict]:
     """The examples of a split ({'text_a', 'text_b', 'label', 'idx'}); [] for a missing test
     file. Test files have no labels (label None)."""
     path = split_path(glue_dir, name, split)

@@ -171,6 +171,6 @@ class Finetuning:
                        f"{len(data.train_features)} train features, {plan.steps_per_epoch} "
                        f"steps/epoch, {plan.num_steps} steps, lr {config.learning_rate:g}"
                        + (f", packed {plan.rows_per_batch} rows/batch" if config.packing else ""))
-        writer.message(lengths.describe(self.length_coverage, "train examples")
+        writer.message(lengths.describe_coverage(self.length_coverage, "train examples")
                        + (" (max_seq_length=auto)" if self.length_coverage["auto"] else ""))
         return state, shardings, keeping.Kept()

@@ -30,7 +30,7 @@ CHOICES = ("auto", "none", *SCHEMES, *ALIASES)
 _PREFIXED = re.compile(r"([BIMESLU])-.+")
 
 
-def resolve(name: str, train_tags: Iterable[Sequence[str]]) -> str | None:
+def resolve_scheme(name: str, train_tags: Iterable[Sequence[str]]) -> str | None:
     """The scheme for the config value `name` and the training tag sequences, or None
     when tags are not entity tags (token accuracy). A named scheme must cover every
     training tag."""

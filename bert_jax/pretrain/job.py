@@ -75,8 +75,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     preemption.Preempted after checkpointing the step where the command's watcher
     (`preemption.active`) says to stop (`lifecycle.Job.train`)."""
     workdir = paths.abspath(workdir)
-    workdir_kind.check(workdir, workdir_kind.PRETRAINING, {"--config.init_from": config.init_from,
-                                                           "--config.teacher": config.teacher})
+    workdir_kind.check_kind(workdir, workdir_kind.PRETRAINING,
+                            {"--config.init_from": config.init_from,
+                             "--config.teacher": config.teacher})
     tokenizer_path, tokenizer = run_tokenizer(config)
     run_setup = Setup.build(config, tokenizer.vocab_size)
     bert_config, partitioner = run_setup.bert_config, run_setup.partitioner
