@@ -108,6 +108,7 @@ def pretrain_config(records: list[str], args, *, steps: int = 1, learning_rate: 
         f"--config.max_predictions_per_seq={PREDICTIONS}",
         f"--config.global_batch_size={args.pretrain_batch}",
         f"--config.learning_rate={learning_rate}",
+        f"--config.allow_zero_learning_rate={learning_rate == 0}",  # evaluation only
         f"--config.warmup_steps={max(1, steps // 10)}",
         f"--config.log_every_steps={max(1, min(50, steps // 10))}",
         f"--config.eval_every_steps={steps}",
@@ -142,8 +143,10 @@ def mlm_accuracy(model_dir: str, records: list[str], eval_fraction: float, args)
     from bert_jax.pretrain.steps import evaluate
     from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
     tokenizer = load_tokenizer(DEFAULT_VOCAB)
+    # The model and steps of a training config; the rows of one that holds out
+    # `eval_fraction` (1.0, all of them, is no training run's).
+    run_setup = Setup.build(pretrain_config(records, args), tokenizer.vocab_size)
     config = pretrain_config(records, args, eval_fraction=eval_fraction)
-    run_setup = Setup.build(config, tokenizer.vocab_size)
     state_plan = run_setup.state_plan
     params = pretrained.init_params(state_plan.abstract.params, pretrained.load(model_dir).params,
                                     state_plan.shardings.params, source=model_dir)

@@ -75,7 +75,7 @@ def test_runs_share_data_and_compiled_step_and_match_fresh_runs(tmp_path, files)
     session.run(first, str(tmp_path / "a"))
     shared = session.run(second, str(tmp_path / "b"))
     [data] = session._prepared.values()
-    step_fn, _ = data.steps(None, None, None, None)
+    [(step_fn, _)] = data.compiled.values()
     assert step_fn._cache_size() == 1
     fresh = job.finetune(second, str(tmp_path / "c"))
     for key in ("validation", "test", "kept_epoch", "train_steps", "learning_rate"):
