@@ -26,6 +26,8 @@ OPTIMIZERS = ("adamw", "lamb")
 RNG_IMPLS = ("threefry", "rbg", "unsafe_rbg")
 ON_NONFINITE = ("skip", "stop")
 MESH_AXES = ("data", "fsdp", "tensor")
+# The shortest training row of a sentence pair: [CLS] A [SEP] B [SEP] with room for text.
+MIN_SEQ_LENGTH = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,7 +110,7 @@ PRETRAIN: list[Key] = [
             high=1.0),
         Key("tokenizer", "", "a tokenizer directory or vocab file; '' = the bundled 8k "
             "WordPiece vocabulary"),
-        Key("max_seq_length", 128, "tokens per row", low=8),
+        Key("max_seq_length", 128, "tokens per row", low=MIN_SEQ_LENGTH),
         Key("max_predictions_per_seq", 20, "masked positions per row at most", low=1),
         Key("masked_lm_prob", 0.15, "share of tokens masked (ModernBERT: 0.3)", low=0.0,
             high=1.0),
@@ -226,7 +228,7 @@ FINETUNE: list[Key] = [
     *_group(
         "batching",
         Key("max_seq_length", 128, "tokens per row (384 for SQuAD); 'auto': from the data",
-            low=8, also=("auto",)),
+            low=MIN_SEQ_LENGTH, also=("auto",)),
         Key("truncation", "head", "classification: keep the head, or head+tail (Sun et al.)",
             choices=("head", "head+tail")),
         Key("pooling", "pooler", "classification: the vector read, pooler ([CLS]) or mean",

@@ -20,18 +20,6 @@ def check_positive(name: str, value, *, allow_zero: bool = False) -> None:
         raise UserError(f"{name} must be an integer >= {low}, got {value!r}")
 
 
-# Shortest training row of a sentence pair: [CLS] A [SEP] B [SEP] with a few tokens of each.
-MIN_SEQ_LENGTH = 8
-
-
-def check_seq_length(value) -> None:
-    """max_seq_length of a training run: an integer >= MIN_SEQ_LENGTH."""
-    check_positive("max_seq_length", value)
-    if value < MIN_SEQ_LENGTH:
-        raise UserError(f"max_seq_length must be at least {MIN_SEQ_LENGTH} ([CLS] A [SEP] B "
-                        f"[SEP] with room for text), got {value}")
-
-
 def check_learning_rate(value, allow_zero: bool | None = None, zero_hint: str = "") -> None:
     """A learning rate must be a number > 0: a negative one climbs the loss, zero trains
     nothing: allowed only where the config has the explicit `allow_zero_learning_rate`

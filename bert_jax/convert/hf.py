@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -408,11 +408,6 @@ def save_hf_dir(directory: str | os.PathLike, config: BertConfig, params: Mappin
     with open(os.path.join(directory, "config.json"), "w", encoding="utf-8") as f:
         json.dump(hf_config, f, indent=2)
     save_file(state, os.path.join(directory, "model.safetensors"), metadata={"format": "pt"})
-
-
-def iter_hf_names(config: BertConfig, heads: Mapping[str, Any]) -> Iterator[str]:
-    """Every HF tensor name our layout maps, for the given heads."""
-    return (e.hf_name for e in _entries(config, heads))
 
 
 # --- the other files of an HF directory -----------------------------------------------
