@@ -34,8 +34,9 @@ MIN_SEQ_LENGTH = 8
 class Key:
     """One config key. `kind`: its type (float also takes an int; dict: a ConfigDict of
     `fields`); `also`: values allowed beyond the type and range (None, "auto");
-    `choices`: the allowed values; `low`/`high`: the inclusive range; `resume`: a resumed
-    run may change it (else the checkpoint refuses the change)."""
+    `choices`: the allowed values; `low`/`high`: the inclusive range; `above`: an
+    exclusive lower bound (a temperature, an epoch count > 0); `resume`: a resumed run may
+    change it (else the checkpoint refuses the change)."""
     name: str
     default: Any
     help: str
@@ -43,6 +44,7 @@ class Key:
     choices: tuple = ()
     low: float | None = None
     high: float | None = None
+    above: float | None = None
     also: tuple = ()
     resume: bool = False
     fields: tuple = ()
@@ -129,7 +131,8 @@ PRETRAIN: list[Key] = [
         "distillation (DistilBERT, docs/distillation.md)",
         Key("teacher", "", "a pretrained model dir or workdir with an MLM head; '' = no "
             "distillation"),
-        Key("temperature", 2.0, "softmax temperature T of the KL term (> 0)", resume=True),
+        Key("temperature", 2.0, "softmax temperature T of the KL term", above=0.0,
+            resume=True),
         Key("alpha", 0.5, "loss = alpha * MLM + (1 - alpha) * T^2 * KL", low=0.0, high=1.0,
             resume=True)),
     *_group(
@@ -243,7 +246,7 @@ FINETUNE: list[Key] = [
         Key("eval_batch_size", 64, "examples per evaluation batch", low=1),
         Key("learning_rate", 5e-5, "peak learning rate (task-specific in the recipes)",
             low=0.0, resume=True),
-        Key("num_train_epochs", 3.0, "epochs (2 for SQuAD)", low=0.0),
+        Key("num_train_epochs", 3.0, "epochs (2 for SQuAD)", above=0.0),
         Key("warmup_proportion", 0.1, "share of steps in linear warmup", low=0.0, high=1.0),
         Key("optimizer", "adamw", "adamw or lamb", choices=OPTIMIZERS),
         Key("freeze", "", "comma-separated globs of parameter paths that get no update"),
@@ -269,7 +272,7 @@ FINETUNE: list[Key] = [
     *_group(
         "distillation (bert-jax distill, docs/distillation.md)",
         Key("teacher", "", "set by `bert-jax distill --teacher`"),
-        Key("temperature", 2.0, "softmax temperature T (> 0)", resume=True),
+        Key("temperature", 2.0, "softmax temperature T", above=0.0, resume=True),
         Key("alpha", 0.5, "loss = alpha * task + (1 - alpha) * T^2 * KL + ...", low=0.0,
             high=1.0, resume=True),
         Key("student_layers", 0, "keep N evenly spaced student layers (0: all)", low=0),
@@ -343,6 +346,8 @@ def _check_key(key: Key, name: str, value: Any) -> None:
 
 
 def _check_range(key: Key, name: str, value: float) -> None:
+    if key.above is not None and not value > key.above:
+        raise UserError(f"{name} must be a number > {key.above:g}, got {value!r}")
     low, high = key.low, key.high
     if (low is not None and value < low) or (high is not None and value > high):
         if high is None and isinstance(value, int) and int in key.types:
@@ -380,7 +385,7 @@ def _range_text(key: Key) -> str:
         return f" in [{key.low}, {key.high}]"
     if key.low is not None:
         return f" >= {key.low}"
-    return ""
+    return f" > {key.above}" if key.above is not None else ""
 
 
 def add_help_argument(parser: argparse.ArgumentParser, command: str) -> None:

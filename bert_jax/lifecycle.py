@@ -102,8 +102,8 @@ class Job:
         (`on_nonfinite`, `max_consecutive_nonfinite`), log cadence and save-error check;
         `options` are the job's own (`train_loop.Loop`)."""
         guard = train_loop.NonFiniteGuard(config.max_consecutive_nonfinite,
-                                        stop_at_first=config.on_nonfinite == "stop",
-                                        levers=divergence_levers(warmup_key), log=log)
+                                          stop_at_first=config.on_nonfinite == "stop",
+                                          levers=divergence_levers(warmup_key), log=log)
         return train_loop.Loop(state, step_fn, place, num_steps=num_steps, writer=self.writer,
                                guard=guard, learning_rate=schedule,
                                log_every=config.log_every_steps, on_step=self.ckpt.check,

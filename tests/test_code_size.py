@@ -10,19 +10,21 @@ import pytest
 ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bert_jax")
 
 
-def test_no_function_is_over_80_lines():
-    long = []
+def _modules():
+    """(path relative to bert_jax, parsed tree) of every module."""
     for dirpath, _, filenames in os.walk(ROOT):
         for name in filenames:
             if name.endswith(".py"):
                 path = os.path.join(dirpath, name)
                 with open(path) as f:
-                    tree = ast.parse(f.read(), path)
-                long += [f"{os.path.relpath(path, ROOT)}:{node.name} "
-                         f"({node.end_lineno - node.lineno + 1} lines)"
-                         for node in ast.walk(tree)
-                         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-                         and node.end_lineno - node.lineno + 1 > 80]
+                    yield os.path.relpath(path, ROOT), ast.parse(f.read(), path)
+
+
+def test_no_function_is_over_80_lines():
+    long = [f"{path}:{node.name} ({node.end_lineno - node.lineno + 1} lines)"
+            for path, tree in _modules() for node in ast.walk(tree)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.end_lineno - node.lineno + 1 > 80]
     assert long == []
 
 
@@ -36,14 +38,9 @@ def test_no_two_modules_define_the_same_public_name():
     """Names that say one thing each (issue 43): a public function or class name is
     defined in one module only; `main`, each command's entry point, is the exception."""
     where: dict[str, list[str]] = {}
-    for dirpath, _, filenames in os.walk(ROOT):
-        for name in filenames:
-            if name.endswith(".py"):
-                path = os.path.join(dirpath, name)
-                with open(path) as f:
-                    tree = ast.parse(f.read(), path)
-                for node in tree.body:
-                    if isinstance(node, (ast.FunctionDef, ast.ClassDef)) \
-                            and not node.name.startswith("_") and node.name != "main":
-                        where.setdefault(node.name, []).append(os.path.relpath(path, ROOT))
+    for path, tree in _modules():
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)) \
+                    and not node.name.startswith("_") and node.name != "main":
+                where.setdefault(node.name, []).append(path)
     assert {k: v for k, v in where.items() if len(v) > 1} == {}

@@ -75,7 +75,7 @@ def test_loss_mixes_hard_and_soft_and_alpha_one_is_fine_tuning():
                                  rules=(), teacher_model=model, settings=settings),
             distill.coefficients(settings))
         plain, _ = train_step.combine(objective.task_loss(student, batch, None, key, model=model,
-                                                      task=task, rules=()), {"loss": 1.0})
+                                                          task=task, rules=()), {"loss": 1.0})
         logits = [model.apply({"params": p}, ids, batch["input_mask"])
                   for p in (student, teacher)]
         return mixed, plain, logits

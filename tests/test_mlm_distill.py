@@ -72,7 +72,7 @@ def test_the_loss_is_alpha_mlm_plus_the_soft_kl_over_masked_positions():
     w = batch["masked_lm_weights"]
     soft = float(4.0 * (kl * w).sum() / w.sum())
     hard, _ = train_step.combine(losses.pretraining_loss(s.mlm_logits, s.nsp_logits, batch),
-                               {"mlm_loss": 1.0, "nsp_loss": 1.0})
+                                 {"mlm_loss": 1.0, "nsp_loss": 1.0})
     assert float(metrics["soft_loss"]) == pytest.approx(soft, rel=1e-5)
     assert float(loss) == pytest.approx(
         0.3 * float(metrics["mlm_loss"]) + 0.7 * soft + float(metrics["nsp_loss"]), rel=1e-5)
@@ -81,10 +81,9 @@ def test_the_loss_is_alpha_mlm_plus_the_soft_kl_over_masked_positions():
 
     # A teacher with the student's own weights: the soft loss vanishes.
     same = distill.MlmTeacher(heads.BertForPreTraining(config, False), 2.0, 0.3)
+    teacher_params = {k: v for k, v in params.items() if k != "nsp"}
     _, metrics = train_step.combine(pretrain_steps.forward(student, params, batch, teacher=same,
-                                                   teacher_params={k: v for k, v in
-                                                                   params.items() if k != "nsp"}),
-                                  {})
+                                                           teacher_params=teacher_params), {})
     assert abs(float(metrics["soft_loss"])) < 1e-6
 
 

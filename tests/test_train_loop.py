@@ -36,7 +36,7 @@ def make_loop(bad_steps=(), stop_at_first=False, **options):
                    "nonfinite": jnp.bool_(bad)}
         return State(state.step + 1, state.nonfinite_steps + int(bad)), metrics
     guard = train_loop.NonFiniteGuard(5, stop_at_first=stop_at_first, levers="x",
-                                    log=logging.getLogger("test"))
+                                      log=logging.getLogger("test"))
     return train_loop.Loop(State(jnp.int32(0), jnp.int32(0)), step_fn, lambda b: b,
                            num_steps=6, writer=Writer(), guard=guard,
                            learning_rate=lambda count: 10.0 * count,

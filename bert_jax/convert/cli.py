@@ -190,7 +190,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     for out in filter(None, (args.out, args.to_hf)):  # never a training run's or the input
         workdir_kind.check_kind(out, workdir_kind.MODEL, {"the input": args.checkpoint or
-                                                     args.from_hf or args.from_tf1})
+                                                          args.from_hf or args.from_tf1})
     if args.checkpoint:
         if not args.to_hf or args.out:
             parser.error("--checkpoint takes --to_hf DIR (not --out)")

@@ -125,8 +125,6 @@ def check_distillation_config(config) -> None:
     `load_config`) that need no model: the fine-tuning ones, schema included
     (`schedule.check_finetuning_config`), then the distillation's beyond the schema."""
     schedule.check_finetuning_config(config)
-    if not config.temperature > 0:
-        raise UserError(f"temperature must be a number > 0, got {config.temperature!r}")
     if selection.is_sweep(config):
         raise UserError("distill runs one setting: seeds and sweep.* are not supported")
 
@@ -159,8 +157,9 @@ def student_source(config, teacher: pretrained.Pretrained) -> model_source.Model
                             f"{source.origin} has {total} layers")
         params, bert_config, chosen = take_layers(source.encoder_params, source.config,
                                                   config.student_layers)
-        source = model_source.ModelSource(bert_config, source.tokenizer, params,
-                                     f"{source.origin} (layers {', '.join(map(str, chosen))})")
+        source = model_source.ModelSource(
+            bert_config, source.tokenizer, params,
+            f"{source.origin} (layers {', '.join(map(str, chosen))})")
     teacher_tokenizer = load_tokenizer(teacher.tokenizer_dir)
     mine, theirs = source.tokenizer, teacher_tokenizer
     if mine.vocab_size != theirs.vocab_size or any(

@@ -84,7 +84,8 @@ class Finetuning:
         numerics settings must be the session's). Resumes from WORKDIR's checkpoint of
         the same run when an earlier one was interrupted; raises preemption.Preempted
         after checkpointing when the command's watcher (`preemption.active`) says so."""
-        schedule.check_finetuning_config(config)
+        if config is not self.config:  # a grid's run (the session's is checked already)
+            schedule.check_finetuning_config(config)
         if config.max_seq_length == "auto":  # a grid's copy of the session's config
             with config.ignore_type():
                 config.max_seq_length = self.config.max_seq_length
@@ -113,12 +114,12 @@ class Finetuning:
             step_args=() if self.objective.extra is None else (self.objective.extra,),
             counted=("examples",))
         epoch_end = lambda loop: batches.epoch_ended or loop.is_last
-        actions = [train_loop.Every(0, schedule.unfreezer(config, data, plan, self.objective,
-                                                          self.partitioner), at_end=False,
+        unfreeze = schedule.unfreezer(config, data, plan, self.objective, self.partitioner)
+        keep = keeping.keeper(config, workdir, data, eval_fn, batches, kept, plan, self.source,
+                              self.partitioner, self.objective.unsaved)
+        actions = [train_loop.Every(0, unfreeze, at_end=False,
                                     when=lambda loop: loop.step == plan.frozen_steps),
-                   train_loop.Every(0, keeping.keeper(config, workdir, data, eval_fn, batches,
-                                                    kept, plan, self.source, self.partitioner,
-                                                    self.objective.unsaved), when=epoch_end)]
+                   train_loop.Every(0, keep, when=epoch_end)]
         job.train(loop, batches, actions, checkpoint_every=config.checkpoint_every_steps,
                   checkpoint_meta=lambda loop: {**run, "kept": kept.summary()},
                   checkpoint_when=epoch_end)

@@ -38,7 +38,7 @@ class ModelSource:
         loaded = self.encoder_params
         if "pooler" in params["bert"] and "pooler" not in loaded:
             log.warning("%s has no pooler: the classifier's pooler starts from random "
-                            "weights (or set pooling=mean)", self.origin)
+                        "weights (or set pooling=mean)", self.origin)
             loaded = {**loaded, "pooler": jax.device_get(params["bert"]["pooler"])}
         encoder = pretrained.init_params(params["bert"], loaded, shardings["bert"],
                                          drop=("pooler",), source=self.origin)

@@ -194,7 +194,7 @@ def packed_batches(features: list[Feature], rows_per_batch: int, max_seq_length:
     """Shuffles, packs greedily and yields batches of `rows_per_batch` packed rows."""
     order = np.random.default_rng(shuffle_seed).permutation(len(features))
     rows = first_fit_rows([len(features[i]["input_ids"]) for i in order], max_seq_length,
-                     max_per_row)
+                          max_per_row)
     rows = [[features[order[i]] for i in row] for row in rows]
     for start in range(0, len(rows), rows_per_batch):
         chunk = rows[start:start + rows_per_batch]

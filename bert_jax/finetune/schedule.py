@@ -33,15 +33,13 @@ def check_finetuning_config(config) -> None:
     are rounded up to a multiple of the mesh's batch shards."""
     config_schema.check(config, config_schema.FINETUNE)
     check_learning_rate(config.learning_rate, zero_hint=ZERO_LEARNING_RATE)
-    if not config.num_train_epochs > 0:
-        raise UserError(f"num_train_epochs must be a number > 0, got {config.num_train_epochs!r}")
     if config.global_batch_size % config.grad_accum_steps:
         raise UserError(f"global_batch_size {config.global_batch_size} is not a multiple of "
                         f"grad_accum_steps {config.grad_accum_steps}")
 
 
 def train_batches(task, features, config, epoch: int, seed: int, multiple: int,
-                   rows_per_batch: int):
+                  rows_per_batch: int):
     batch_seed = seed * 1000 + epoch
     if config.packing:
         return packing.packed_batches(features, rows_per_batch, config.max_seq_length,

@@ -156,8 +156,8 @@ class TaggingTask(Task):
         total = sum(counts.values()) + len(self.label_names)
         self.label_bias = tuple(float(np.log(max(counts[t], 1) / total))
                                 for t in self.label_names)
-        self.scheme = tag_schemes.resolve_scheme(self.config.tag_scheme,
-                                          (ex["tags"] for ex in train_examples if ex["tags"]))
+        self.scheme = tag_schemes.resolve_scheme(
+            self.config.tag_scheme, (ex["tags"] for ex in train_examples if ex["tags"]))
         self._set_metric()
 
     def _set_metric(self):

@@ -1,5 +1,5 @@
 """A pretraining run's input: the files `config.input_files` names, globbed and checked
-once (`resolve`), raw text converted once into TFRecords (and reused while the options
+once (`resolve_files`), raw text converted once into TFRecords (and reused while the options
 it was made with match), and each process's batches. No jax here: the run passes in its
 process index and count.
 """
@@ -211,7 +211,7 @@ def prepare_input_files(config: ml_collections.ConfigDict, files: list[str], wor
                         tokenizer_path: str, vocabulary: str, *, process_index: int,
                         process_count: int,
                         message: Callable[[str], None] = log.info) -> list[str]:
-    """TFRecord patterns for the pipeline from the run's input `files` (`resolve`): they
+    """TFRecord patterns for the pipeline from the run's input `files` (`resolve_files`): they
     themselves when they are TFRecords. Raw text is converted by process 0 into a
     directory that records the options it was made with (`data_options`) and is reused
     while they match, rebuilt (atomically) when they do not: WORKDIR/data, or for the

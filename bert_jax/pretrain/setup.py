@@ -96,8 +96,6 @@ def check_pretraining_config(config: ml_collections.ConfigDict, bert_config: Ber
     The input files are checked apart (`inputs.resolve_files`): compiling needs none."""
     check_learning_rate(config.learning_rate, config.allow_zero_learning_rate)
     inputs.check_eval_fraction(config)
-    if config.teacher and not config.temperature > 0:
-        raise UserError(f"temperature must be a number > 0, got {config.temperature!r}")
     if config.warmup_steps > config.num_train_steps:
         raise UserError(f"warmup_steps {config.warmup_steps} exceeds num_train_steps "
                         f"{config.num_train_steps}")

@@ -94,8 +94,8 @@ def jit_steps(model: nn.Module, tx, partitioner: Partitioner, shardings: TrainSt
     rules = partitioner.rules
     loss_fn = functools.partial(loss_terms, model=model, rules=rules, teacher=teacher)
     train = train_step.jit_train_step(loss_fn, loss_coefficients(model, teacher), tx, shardings,
-                                    partitioner, grad_accum_steps=grad_accum_steps,
-                                    extra_shardings=teacher_shardings if teacher else None)
+                                      partitioner, grad_accum_steps=grad_accum_steps,
+                                      extra_shardings=teacher_shardings if teacher else None)
     batch, replicated = partitioner.batch_sharding, partitioner.replicated
     evaluate = jax.jit(functools.partial(eval_step, model=model, rules=rules),
                        in_shardings=(shardings.params, batch), out_shardings=replicated)
