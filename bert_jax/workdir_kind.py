@@ -21,11 +21,13 @@ from bert_jax import paths
 from bert_jax.errors import UserError
 
 JOB_FILE = "bert_jax_job.json"
-PRETRAINING, FINETUNING, DISTILLATION, MODEL = \
-    "pretraining", "fine-tuning", "distillation", "model"
+PRETRAINING, FINETUNING, DISTILLATION, MODEL, DATA = \
+    "pretraining", "fine-tuning", "distillation", "model", "create-data"
 # What each kind's own command is, for the error line.
 COMMANDS = {PRETRAINING: "bert-jax pretrain", FINETUNING: "bert-jax finetune",
-            DISTILLATION: "bert-jax distill", MODEL: "bert-jax convert/export"}
+            DISTILLATION: "bert-jax distill", MODEL: "bert-jax convert/export",
+            DATA: "bert-jax create-data"}
+DATA_SUMMARY = "summary.json"  # what create-data writes beside its TFRecords
 
 
 def kind_of(path: str) -> str | None:
@@ -49,6 +51,8 @@ def kind_of(path: str) -> str | None:
     if "checkpoints" in names:  # an interrupted run: its checkpoints' config says which
         return FINETUNING if _checkpoint_has_task(paths.join(path, "checkpoints")) \
             else PRETRAINING
+    if DATA_SUMMARY in names and any(n.endswith(".tfrecord") for n in names):
+        return DATA  # create-data's output: pretraining data, no run's workdir
     return None
 
 

@@ -40,6 +40,12 @@ def test_older_workdirs_get_their_kind_from_what_they_hold(tmp_path):
                         "metrics.jsonl")) == "fine-tuning"
     assert kind_of(make(tmp_path / "seeds", "seed_1/", "eval_results.json")) == "fine-tuning"
     assert kind_of(make(tmp_path / "m", "bert_jax.json", "params/")) == "model"
+    data = make(tmp_path / "data", "summary.json", "pretrain-00000-of-00001.tfrecord")
+    assert kind_of(data) == "create-data"
+    for kind in (workdir_kind.PRETRAINING, workdir_kind.FINETUNING):  # no run writes there
+        with pytest.raises(UserError, match="holds a create-data run"):
+            workdir_kind.check_kind(data, kind)
+    workdir_kind.check_kind(data, workdir_kind.DATA)  # create-data may write it again
     # Interrupted before the first result: the checkpoint's run config says which.
     ft = make(tmp_path / "ft_ckpt", "checkpoints/4/meta/metadata", "metrics.jsonl")
     with open(os.path.join(ft, "checkpoints/4/meta/metadata"), "w") as f:

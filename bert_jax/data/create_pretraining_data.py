@@ -159,7 +159,7 @@ def _read_documents(path: str, ref_path: Optional[str], read: corpus.ReadStats,
     return corpus.split_documents(numbered, read, text=lambda item: item[0])
 
 
-SUMMARY_FILE = "summary.json"  # beside the TFRecords; pretraining reads its vocabulary
+SUMMARY_FILE = workdir_kind.DATA_SUMMARY  # beside the TFRecords; pretraining reads its vocabulary
 _UNIT_TAG = 1 << 24  # ids are below it; see `_encode_sentences`
 
 
@@ -650,7 +650,7 @@ def run(args, options: DataOptions, output_files: List[str], summary_dir: Option
 def _check_output_dir(output_dir: str) -> None:
     """The shards go into a data folder, never among a training run's or a model's files."""
     kind = workdir_kind.kind_of(output_dir)
-    if kind is not None:
+    if kind not in (None, workdir_kind.DATA):
         raise ValueError(f"--output_dir {output_dir} holds a {kind} run "
                          f"({workdir_kind.COMMANDS[kind]}): write the TFRecords into a folder "
                          "of their own")
