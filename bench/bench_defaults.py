@@ -80,7 +80,7 @@ def transformers_recipe(hf_dir: str, data: str, seq: int, args) -> dict:
     from transformers_reference import finetune_classifier
 
     from bert_jax.finetune import files
-    from bert_jax.finetune.job import subsample
+    from bert_jax.finetune.task_data import subsample
     pairs = lambda split: [(r["text"], r["label"]) for r in
                            files.read_table(os.path.join(data, f"{split}.tsv"))[0]]
     result = finetune_classifier(hf_dir, subsample(pairs("train"), args.train_examples,

@@ -164,7 +164,7 @@ def bench_classify(args, cache):
         from transformers_reference import finetune_classifier
 
         from bert_jax.finetune import files
-        from bert_jax.finetune.job import subsample
+        from bert_jax.finetune.task_data import subsample
         pairs = lambda split: [(r["text"], r["label"]) for r in
                                files.read_table(os.path.join(data, f"{split}.tsv"))[0]]
         start = time.time()

@@ -2,7 +2,7 @@
 recipe from the same weights, on this machine.
 
   python bench/bench_glue.py --glue_dir ../shared/data/glue --model hf:ORG/NAME|PATH \
-      [--tasks mrpc,sst2] [--max_train_examples N] [--no_transformers]
+      [--tasks mrpc,sst2] [--max_train_examples N] [--group_by_length] [--no_transformers]
 
 The recipe on both sides is run_glue's: lr 2e-5, batch 32, 3 epochs, sequences padded to
 128, the model at the end of the schedule evaluated on dev. bert_jax keeps its own other
@@ -12,6 +12,12 @@ decay). `--model` is a Hub name or any model path bert_jax takes; transformers r
 same weights exported by `bert-jax convert --to_hf`. Both read the same examples
 (`bert_jax.finetune.glue_files`) and are scored by the same metric functions. One JSON
 line per task; a task whose folder is absent is skipped with its reason.
+
+`--group_by_length` is run_glue's `--group_by_length --pad_to_max_length False` on both
+sides: batches drawn from length-sorted chunks of 50 batches, each padded only as far
+as it needs (bert_jax: `length_bucketing`, to 32, 64 or 128 tokens; transformers: to
+the batch's longest). Masked padding changes no result, so this only saves the time
+short sentences (SST-2's) spend on padding; the batches differ from random ones.
 """
 
 from __future__ import annotations
@@ -36,7 +42,8 @@ def bert_jax_run(task: str, args, workdir: str) -> dict:
     from bert_jax.finetune import job
     overrides = [f"init_from={args.model}", f"glue_dir={args.glue_dir}",
                  "keep_checkpoint=last", f"max_train_examples={args.max_train_examples}",
-                 f"seed={args.seed}", *(f"{k}={v}" for k, v in RECIPE.items())]
+                 f"seed={args.seed}", f"length_bucketing={args.group_by_length}",
+                 *(f"{k}={v}" for k, v in RECIPE.items())]
     start = time.time()
     results = job.finetune(load_config(f"{CONFIG}:{task}", overrides), workdir)
     dev = {split: results[split] for split in results if split.startswith("validation")}
@@ -57,11 +64,14 @@ def _encode(tokenizer, examples):
     return batch
 
 
-def transformers_run(task, hf_dir: str, train, evals: dict, seed: int) -> dict:
+def transformers_run(task, hf_dir: str, train, evals: dict, seed: int,
+                     group_by_length: bool) -> dict:
     """run_glue's training loop in short: AdamW (no weight decay, no warmup), linear
-    decay, gradient norm 1.0, one pass over shuffled batches per epoch."""
+    decay, gradient norm 1.0, one pass over shuffled batches per epoch (grouped by
+    length as its Trainer's `group_by_length` does)."""
     import torch
     import transformers
+    from transformers.trainer_pt_utils import get_length_grouped_indices
     from bert_jax.finetune import metrics
 
     torch.manual_seed(seed)
@@ -70,6 +80,7 @@ def transformers_run(task, hf_dir: str, train, evals: dict, seed: int) -> dict:
     model = transformers.AutoModelForSequenceClassification.from_pretrained(
         hf_dir, num_labels=num_labels)
     encoded = _encode(tokenizer, train)
+    lengths = encoded["attention_mask"].sum(1)
     batch_size = RECIPE["global_batch_size"]
     steps = int(RECIPE["num_train_epochs"]) * math.ceil(len(train) / batch_size)
     optimizer = torch.optim.AdamW(model.parameters(), lr=RECIPE["learning_rate"], weight_decay=0)
@@ -78,10 +89,14 @@ def transformers_run(task, hf_dir: str, train, evals: dict, seed: int) -> dict:
     start = time.time()
     model.train()
     for _ in range(int(RECIPE["num_train_epochs"])):
-        order = torch.randperm(len(train), generator=generator)
+        order = (torch.tensor(get_length_grouped_indices(lengths.tolist(), batch_size,
+                                                         generator=generator))
+                 if group_by_length else torch.randperm(len(train), generator=generator))
         for begin in range(0, len(order), batch_size):
             rows = order[begin:begin + batch_size]
-            model(**{k: v[rows] for k, v in encoded.items()}).loss.backward()
+            width = int(lengths[rows].max()) if group_by_length else None
+            batch = {k: v[rows] if v.dim() == 1 else v[rows, :width] for k, v in encoded.items()}
+            model(**batch).loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
             schedule.step()
@@ -124,11 +139,12 @@ def bench_task(name: str, args, directory: str) -> dict:
     out = {"task": name, "model": args.model, "recipe": RECIPE, "seed": args.seed,
            "bert_jax": bert_jax_run(name, args, os.path.join(directory, name))}
     if not args.no_transformers:
-        from bert_jax.finetune.job import subsample  # bert_jax's subset, the same rows
+        from bert_jax.finetune.task_data import subsample  # bert_jax's subset, the same rows
         train = subsample(task.load("train"), args.max_train_examples, args.seed)
         evals = {split: task.load(split) for split in task.eval_splits}
         out["transformers_run_glue"] = transformers_run(task, hf_weights(args.model, directory),
-                                                        train, evals, args.seed)
+                                                        train, evals, args.seed,
+                                                        args.group_by_length)
     return out
 
 
@@ -142,6 +158,8 @@ def main():
     parser.add_argument("--max_train_examples", type=int, default=0,
                         help="a random subset of the training set (0 = all)")
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--group_by_length", action="store_true",
+                        help="length-grouped batches padded only as far as they need")
     parser.add_argument("--no_transformers", action="store_true",
                         help="bert_jax only (no PyTorch reference)")
     args = parser.parse_args()

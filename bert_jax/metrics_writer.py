@@ -114,7 +114,12 @@ class MetricsWriter:
                 # Imported now (seconds) rather than at the first write, inside the
                 # timed training loop.
                 from bert_jax.tf_host import tensorflow
-                tensorflow()
+                try:
+                    tensorflow()
+                except ImportError:  # an accelerator image without TensorFlow still trains
+                    print("metrics.jsonl only: TensorBoard events need TensorFlow, which is "
+                          "not installed", file=self.stream)
+                    self._tensorboard = False
 
     def drop_after(self, step: int) -> None:
         """Removes the records of steps after `step` from metrics.jsonl: a run resumed

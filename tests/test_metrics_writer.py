@@ -28,3 +28,19 @@ def test_resumed_run_appends_and_restarted_run_starts_over(tmp_path):
     assert not (tmp_path / "tensorboard").exists()
     fresh = tmp_path / "fresh"
     assert not run(fresh, [1], append=False).replaced_earlier_run
+
+
+def test_without_tensorflow_the_log_is_still_written(tmp_path, monkeypatch, capsys):
+    """An accelerator image without TensorFlow (the JAX containers) still trains and logs:
+    metrics.jsonl is written and the missing TensorBoard events are said once."""
+    from bert_jax import tf_host
+
+    def no_tensorflow():
+        raise ModuleNotFoundError("No module named 'tensorflow'")
+    monkeypatch.setattr(tf_host, "tensorflow", no_tensorflow)
+    writer = MetricsWriter(str(tmp_path), stream=None)
+    writer.write(1, {"loss": 2.0}, prefix="train")
+    writer.close()
+    assert logged_steps(tmp_path) == [1]
+    assert not (tmp_path / "tensorboard").exists()
+    assert "TensorBoard events need TensorFlow" in capsys.readouterr().err
