@@ -11,7 +11,8 @@ defaults (AdamW weight decay 0.01, 10% warmup); transformers' side is run_glue's
 decay). `--model` is a Hub name or any model path bert_jax takes; transformers reads the
 same weights exported by `bert-jax convert --to_hf`. Both read the same examples
 (`bert_jax.finetune.glue_files`) and are scored by the same metric functions. One JSON
-line per task; a task whose folder is absent is skipped with its reason.
+line per task on stdout, then all of them as a Markdown table on stderr; a task whose
+folder is absent is skipped with its reason.
 
 `--group_by_length` is run_glue's `--group_by_length --pad_to_max_length False` on both
 sides: batches drawn from length-sorted chunks of 50 batches, each padded only as far
@@ -148,6 +149,29 @@ def bench_task(name: str, args, directory: str) -> dict:
     return out
 
 
+def _scores(dev: dict) -> str:
+    """Each split's metrics in GLUE's percent form; the split named when there are several."""
+    return "; ".join((f"{split}: " if len(dev) > 1 else "")
+                     + ", ".join(f"{metric} {100 * value:.1f}" for metric, value in scores.items())
+                     for split, scores in dev.items())
+
+
+def table(rows: list[dict]) -> str:
+    """The JSON lines as one Markdown table, bert_jax beside run_glue's recipe."""
+    lines = ["| task | bert_jax dev | transformers run_glue dev | "
+             "training examples/s (bert_jax / transformers) |", "|---|---|---|---|"]
+    for row in rows:
+        if "skipped" in row:
+            lines.append(f"| {row['task']} | skipped: {row['skipped']} | | |")
+            continue
+        ours, theirs = row["bert_jax"], row.get("transformers_run_glue")
+        lines.append(f"| {row['task']} | {_scores(ours['dev'])} | "
+                     f"{_scores(theirs['dev']) if theirs else 'not run'} | "
+                     f"{ours['train_examples_per_second']} / "
+                     f"{theirs['train_examples_per_second'] if theirs else '-'} |")
+    return "\n".join(lines)
+
+
 def main():
     from bert_jax import flags
     parser = flags.ArgumentParser(description=__doc__,
@@ -163,9 +187,12 @@ def main():
     parser.add_argument("--no_transformers", action="store_true",
                         help="bert_jax only (no PyTorch reference)")
     args = parser.parse_args()
+    rows = []
     with tempfile.TemporaryDirectory(prefix="bench_glue_") as directory:
         for name in args.tasks.split(","):
-            print(json.dumps(bench_task(name.strip(), args, directory)), flush=True)
+            rows.append(bench_task(name.strip(), args, directory))
+            print(json.dumps(rows[-1]), flush=True)
+    print(table(rows), file=sys.stderr)
 
 
 if __name__ == "__main__":
