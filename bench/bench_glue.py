@@ -138,6 +138,7 @@ def bench_task(name: str, args, directory: str) -> dict:
     except ValueError as e:
         return {"task": name, "skipped": str(e)}
     out = {"task": name, "model": args.model, "recipe": RECIPE, "seed": args.seed,
+           "group_by_length": args.group_by_length,
            "bert_jax": bert_jax_run(name, args, os.path.join(directory, name))}
     if not args.no_transformers:
         from bert_jax.finetune.task_data import subsample  # bert_jax's subset, the same rows
