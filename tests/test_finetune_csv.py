@@ -234,3 +234,17 @@ def test_checkpoint_with_other_vocabulary_fails_clearly(micro_checkpoint, tmp_pa
     with pytest.raises(ConfigError, match="vocab_size=8192 but the config asks for "
                                           "vocab_size=100"):
         model_source.resolve_model(wrong_vocab)
+
+
+def test_bucketed_batches_pad_to_the_smallest_bucket_that_fits():
+    """Short batches pad to 16 tokens (SST-2's sentences: 10 at the median), longer ones to
+    the next power of two, the longest to max_seq_length; every feature comes once."""
+    lengths = [5, 9, 12, 14, 20, 30, 100, 128]
+    features = [{"input_ids": [1] * n, "segment_ids": [0] * n, "label": i}
+                for i, n in enumerate(lengths)]
+    batches = list(packing.padded_batches(features, 2, 128, bucketing=True, shuffle_seed=0))
+    widths = sorted(b["input_ids"].shape[1] for b in batches)
+    assert widths == [16, 16, 32, 128]
+    assert sorted(int(x) for b in batches for x in b["label"]) == list(range(len(lengths)))
+    assert all((b["input_mask"].sum(1) == [lengths[int(x)] for x in b["label"]]).all()
+               for b in batches)

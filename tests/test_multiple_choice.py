@@ -107,7 +107,7 @@ def test_choice_features_batch_to_batch_choices_length():
     features = [{"input_ids": [[2, 5, 3], [2, 6, 7, 3]], "segment_ids": [[0, 0, 0], [0, 0, 1, 1]],
                  "feature_index": i, "label": i % 2} for i in range(3)]
     [batch] = packing.padded_batches(features, 4, 64, bucketing=True)
-    assert batch["input_ids"].shape == batch["input_mask"].shape == (4, 2, 32)
+    assert batch["input_ids"].shape == batch["input_mask"].shape == (4, 2, 16)
     np.testing.assert_array_equal(batch["input_ids"][1, :, :5], [[2, 5, 3, 0, 0], [2, 6, 7, 3, 0]])
     np.testing.assert_array_equal(batch["input_mask"][1, :, :5], [[1, 1, 1, 0, 0],
                                                                  [1, 1, 1, 1, 0]])
