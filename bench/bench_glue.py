@@ -4,9 +4,10 @@ recipe from the same weights, on this machine.
   python bench/bench_glue.py --glue_dir ../shared/data/glue --model hf:ORG/NAME|PATH \
       [--tasks mrpc,sst2] [--max_train_examples N] [--group_by_length] [--no_transformers]
 
-The recipe on both sides is run_glue's: lr 2e-5, batch 32, 3 epochs, sequences padded to
-128, the model at the end of the schedule evaluated on dev. bert_jax keeps its own other
-defaults (AdamW weight decay 0.01, 10% warmup); transformers' side is run_glue's
+The recipe on both sides is run_glue's: lr 2e-5, batch 32, 3 epochs, sequences of at
+most 128 tokens (padded to 128 unless `--group_by_length`), the model at the end of the
+schedule evaluated on dev. bert_jax keeps its own other defaults (AdamW weight decay
+0.01, 10% warmup); transformers' side is run_glue's
 (`AutoModelForSequenceClassification`, AdamW without weight decay or warmup, linear
 decay). `--model` is a Hub name or any model path bert_jax takes; transformers reads the
 same weights exported by `bert-jax convert --to_hf`. Both read the same examples
@@ -16,7 +17,7 @@ folder is absent is skipped with its reason.
 
 `--group_by_length` is run_glue's `--group_by_length --pad_to_max_length False` on both
 sides: batches drawn from length-sorted chunks of 50 batches, each padded only as far
-as it needs (bert_jax: `length_bucketing`, to 32, 64 or 128 tokens; transformers: to
+as it needs (bert_jax: `length_bucketing`, to 16, 32, 64 or 128 tokens; transformers: to
 the batch's longest). Masked padding changes no result, so this only saves the time
 short sentences (SST-2's) spend on padding; the batches differ from random ones.
 """
