@@ -1,17 +1,22 @@
 """On a GPU: are the fast paths taken, and are they right? Prints one line per check.
 
-    python bench/check_gpu_paths.py
+    python bench/check_gpu_paths.py [--checks packed,fp8] [--small]
 
 1. Packed rows through cuDNN (`model.packed_cudnn_attention`) against XLA's attention
    with the dense [B, 1, L, L] mask: outputs and q/k/v gradients, relative error, and
    the time of each (and of cuDNN with M = L slots instead of the row's example bound).
-2. FP8 (`fp8.fp8_dot_general`) on a feed-forward-sized product: whether the compiled
-   program calls cuBLASLt's FP8 GEMM, its error against float32, and fwd+bwd time
-   against bf16.
+2. FP8 on bert-large's two feed-forward products (the second with its GELU in front):
+   whether the compiled programs call cuBLASLt's FP8 GEMM, the error against float32,
+   and the fwd+bwd time of bf16, current scaling (`fp8.fp8_dot_general`) and delayed
+   scaling's casts with the scales given (`delayed_fp8_dot`): what delayed scaling
+   could gain, before its state is built.
+
+`--small` runs small shapes, to try the code on a CPU (no cuDNN there: check 1 fails).
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import time
@@ -21,6 +26,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+
+from flax.linen import fp8_ops  # noqa: E402
 
 from bert_jax import fp8, model  # noqa: E402
 
@@ -77,43 +84,121 @@ def check_packed(b=32, length=512, heads=16, dim=64, examples=3):
     print("packed attention fwd+bwd ms: " + ", ".join(f"{n} {t:.2f}" for n, t in times.items()))
 
 
+DIMS = (((1,), (0,)), ((), ()))  # [rows, k] x [k, n]
+
+
+@jax.custom_vjp
+def delayed_fp8_dot(x, w, scales):
+    """x @ w in FP8 with given scales (x, w, output gradient), as delayed scaling takes
+    them from earlier steps' amax history, so no reduction has to finish before a cast;
+    this step's amaxes come back as the scales' cotangent, which is how a train step
+    would collect them for the history. What delayed scaling would save is measured
+    here before its state (an amax history per matmul in the TrainState) is built."""
+    return _delayed_fwd(x, w, scales)[0]
+
+
+def _delayed_fwd(x, w, scales):
+    q_x, q_w = fp8.cast(x, scales[0], fp8.E4M3), fp8.cast(w, scales[1], fp8.E4M3)
+    amaxes = jnp.stack([jnp.max(jnp.abs(x)), jnp.max(jnp.abs(w))]).astype(jnp.float32)
+    y = fp8.scaled_product(q_x, q_w, scales[0] * scales[1], DIMS, x.dtype)
+    return y, (q_x, q_w, scales, amaxes)
+
+
+def _delayed_bwd(residuals, g):
+    q_x, q_w, scales, amaxes = residuals
+    q_g = fp8.cast(g, scales[2], fp8.E5M2)
+    transpose = dict(dimension_numbers=DIMS, precision=None, preferred_element_type=g.dtype)
+    dx = fp8_ops.dot_general_transpose_lhs(q_g, q_x, q_w, **transpose)
+    dw = fp8_ops.dot_general_transpose_rhs(q_g, q_x, q_w, **transpose)
+    observed = jnp.append(amaxes, jnp.max(jnp.abs(g)).astype(jnp.float32))
+    return (dx * (scales[2] * scales[1]).astype(g.dtype),
+            dw * (scales[2] * scales[0]).astype(g.dtype), observed)
+
+
+delayed_fp8_dot.defvjp(_delayed_fwd, _delayed_bwd)
+
+
+# The largest finite value of each operand's format: x, w (e4m3), output gradient (e5m2).
+LARGEST = np.array([float(jnp.finfo(t).max) for t in (fp8.E4M3, fp8.E4M3, fp8.E5M2)],
+                   np.float32)
+
+
+def exact_scales(x, w, g):
+    """The scales current scaling would compute for these operands: a delayed-scaling
+    history that has seen exactly them."""
+    amaxes = jnp.stack([jnp.max(jnp.abs(a)).astype(jnp.float32) for a in (x, w, g)])
+    return amaxes / LARGEST
+
+
+def fp8_gemm_count(fn, *args):
+    text = fn.lower(*args).compile().as_text()
+    return sum('custom_call_target="__cublas$lt$matmul$f8"' in line
+               for line in text.splitlines())
+
+
 def check_fp8(rows=16384, width=1024, inner=4096):
-    keys = jax.random.split(jax.random.key(1), 3)
-    x = jax.random.normal(keys[0], (rows, width), jnp.bfloat16)
-    w = (jax.random.normal(keys[1], (width, inner), jnp.float32) * 0.02).astype(jnp.bfloat16)
-    g = jax.random.normal(keys[2], (rows, inner), jnp.bfloat16)
-    dims = (((1,), (0,)), ((), ()))
-
-    def step(dot):
-        def f(x, w):
-            y, pull = jax.vjp(lambda x, w: dot(x, w, dims), x, w)
-            return y, *pull(g.astype(y.dtype))
-        return jax.jit(f)
-
-    text = step(fp8.fp8_dot_general).lower(x, w).compile().as_text()
-    calls = sorted({line.split('custom_call_target="')[1].split('"')[0]
-                    for line in text.splitlines() if 'custom_call_target="' in line})
-    count = lambda target: sum(f'custom_call_target="{target}"' in line
-                               for line in text.splitlines())
-    print(f"fp8 fwd+bwd program: custom calls {calls}; FP8 GEMMs "
-          f"{count('__cublas$lt$matmul$f8')} of 3, bf16 GEMMs "
-          f"{count('__cublas$gemm') + count('__cublas$lt$matmul')}")
-    want = step(jax.lax.dot_general)(x.astype(jnp.float32), w.astype(jnp.float32))
-    got = step(fp8.fp8_dot_general)(x, w)
-    print("fp8 rel. error y/dx/dw vs float32: " +
-          ", ".join(f"{rel(a, b):.1e}" for a, b in zip(got, want)))
-    bf16 = timeit(step(jax.lax.dot_general), x, w)
-    f8 = timeit(step(fp8.fp8_dot_general), x, w)
+    """Two products of a bert-large layer at seq 512, batch 32, fwd+bwd: the FFN's first
+    ([rows, width] x [width, inner], its input a LayerNorm's output) and its second with
+    the GELU in front (gelu([rows, inner]) x [inner, width]), where a cast with a known
+    scale can fuse into the GELU's pass. bf16, current scaling (bert_jax/fp8.py) and
+    delayed scaling's cast with scales given (`delayed_fp8_dot`)."""
+    keys = jax.random.split(jax.random.key(1), 6)
+    normal = lambda key, shape, scale=1.0: (jax.random.normal(key, shape, jnp.float32)
+                                            * scale).astype(jnp.bfloat16)
+    cases = {
+        "FFN in": (lambda x: x, normal(keys[0], (rows, width)),
+                   normal(keys[1], (width, inner), 0.02), normal(keys[2], (rows, inner))),
+        "GELU + FFN out": (lambda h: jax.nn.gelu(h, approximate=False),
+                           normal(keys[3], (rows, inner)), normal(keys[4], (inner, width), 0.02),
+                           normal(keys[5], (rows, width))),
+    }
     flops = 6 * rows * width * inner
-    print(f"[{rows}, {width}] x [{width}, {inner}] fwd+bwd: bf16 {bf16:.3f} ms "
-          f"({flops / bf16 / 1e9:.0f} TFLOP/s), fp8 {f8:.3f} ms ({flops / f8 / 1e9:.0f} "
-          f"TFLOP/s), {bf16 / f8:.2f}x")
+    for name, (producer, h, w, g) in cases.items():
+        scales = exact_scales(producer(h), w, g)
+
+        def step(dot):
+            def f(h, w, scales):
+                y, pull = jax.vjp(lambda h, w, s: dot(producer(h), w, s), h, w, scales)
+                return y, *pull(g.astype(y.dtype))
+            return jax.jit(f)
+
+        sides = {"bf16": step(lambda x, w, s: jax.lax.dot_general(x, w, DIMS)),
+                 "current": step(lambda x, w, s: fp8.fp8_dot_general(x, w, DIMS)),
+                 "delayed": step(delayed_fp8_dot)}
+        counts = {side: fp8_gemm_count(fn, h, w, scales) for side, fn in sides.items()}
+        want = jax.jit(lambda h, w: jax.vjp(
+            lambda h, w: producer(h) @ w, h, w)[1](g.astype(jnp.float32)))(
+                h.astype(jnp.float32), w.astype(jnp.float32))
+        current = sides["current"](h, w, scales)
+        delayed = sides["delayed"](h, w, scales)
+        print(f"{name}: FP8 GEMMs current {counts['current']}, delayed {counts['delayed']} "
+              f"of 3; current rel. error dh/dw vs float32 "
+              f"{rel(current[1], want[0]):.1e}/{rel(current[2], want[1]):.1e}; delayed vs "
+              f"current y/dh/dw {', '.join(f'{rel(a, b):.1e}' for a, b in zip(delayed[:3], current[:3]))}; "
+              f"observed amaxes right: {np.allclose(delayed[3], scales * LARGEST, rtol=1e-2)}")
+        times = {side: timeit(fn, h, w, scales) for side, fn in sides.items()}
+        print(f"{name} [{rows}, {width if name == 'FFN in' else inner}] fwd+bwd ms: " +
+              ", ".join(f"{side} {t:.3f} ({flops / t / 1e9:.0f} TFLOP/s, "
+                        f"{times['bf16'] / t:.2f}x bf16)" for side, t in times.items()))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--checks", default="packed,fp8", help="comma-separated: packed, fp8")
+    parser.add_argument("--small", action="store_true",
+                        help="small shapes: a quick run of the code on a CPU")
+    args = parser.parse_args()
+    print(f"jax {jax.__version__}, {jax.devices()[0].device_kind}")
+    small = {"packed": dict(b=2, length=64, heads=2, dim=16),
+             "fp8": dict(rows=256, width=64, inner=128)}
+    for name in args.checks.split(","):
+        check = {"packed": check_packed, "fp8": check_fp8}[name]
+        try:
+            check(**(small[name] if args.small else {}))
+        except Exception as e:  # report and go on: each check is independent
+            print(f"{check.__name__} failed: {type(e).__name__}: {str(e)[:600]}")
 
 
 if __name__ == "__main__":
-    print(f"jax {jax.__version__}, {jax.devices()[0].device_kind}")
-    for check in (check_packed, check_fp8):
-        try:
-            check()
-        except Exception as e:  # report and go on: each check is independent
-            print(f"{check.__name__} failed: {type(e).__name__}: {str(e)[:600]}")
+    main()

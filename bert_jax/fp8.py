@@ -29,13 +29,22 @@ E5M2 = jnp.float8_e5m2    # gradients: more range
 def quantize(x: jax.Array, fp8_dtype) -> tuple[jax.Array, jax.Array]:
     """(q, scale) with x ~= q * scale: q in `fp8_dtype`, scale a float32 scalar that maps
     max|x| onto the format's largest finite value."""
-    largest = jnp.finfo(fp8_dtype).max.astype(jnp.float32)
     amax = jnp.max(jnp.abs(x)).astype(jnp.float32)
     # An all-zero (or non-finite) operand keeps scale 1: its product is what it is.
-    scale = jnp.where((amax > 0) & jnp.isfinite(amax), amax / largest, 1.0)
-    # Clipped: float8 e4m3fn has no infinity, an overflow would become NaN.
-    q = jnp.clip(x.astype(jnp.float32) / scale, -largest, largest).astype(fp8_dtype)
-    return q, scale
+    scale = jnp.where((amax > 0) & jnp.isfinite(amax), amax / _largest(fp8_dtype), 1.0)
+    return cast(x, scale, fp8_dtype), scale
+
+
+def cast(x: jax.Array, scale: jax.Array, fp8_dtype) -> jax.Array:
+    """x / scale in `fp8_dtype`, clipped: float8 e4m3fn has no infinity, an overflow
+    would become NaN. With a scale known before x (delayed scaling), XLA can do this in
+    the same pass that produces x."""
+    largest = _largest(fp8_dtype)
+    return jnp.clip(x.astype(jnp.float32) / scale, -largest, largest).astype(fp8_dtype)
+
+
+def _largest(fp8_dtype) -> jax.Array:
+    return jnp.finfo(fp8_dtype).max.astype(jnp.float32)
 
 
 def scaled_product(q_lhs, q_rhs, scale, dimension_numbers, out_dtype):

@@ -1,5 +1,6 @@
-"""The pretraining bench's packed rows and lever names (bench/bench_pretrain.py,
-bench/bench_levers.py): what the GPU figures in docs/performance.md are measured on."""
+"""The pretraining bench's packed rows, lever names and lease plan (bench/bench_pretrain.py,
+bench/bench_levers.py, bench/gpu_lease.py): what the GPU figures in docs/performance.md
+are measured on."""
 
 import os
 import sys
@@ -11,6 +12,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
                                 "bench"))
 import bench_levers  # noqa: E402
 import bench_pretrain  # noqa: E402
+import gpu_lease  # noqa: E402
 
 
 def test_packed_rows_follow_the_corpus_lengths_and_stay_valid():
@@ -39,3 +41,16 @@ def test_lever_names_are_checked():
         bench_levers.parse_variant("base128-fp16")
     with pytest.raises(SystemExit, match="unknown case"):
         bench_levers.parse_variant("huge-fast")
+
+
+def test_the_lease_plan_runs_known_scripts_and_variants_within_its_budget():
+    for smoke in (False, True):
+        for _, _, command in gpu_lease.plan(smoke):
+            assert os.path.exists(os.path.join(gpu_lease.REPO, command[0])), command
+            if "--variants" in command:
+                for name in command[command.index("--variants") + 1].split(","):
+                    bench_levers.parse_variant(name)
+    # A lease is 15 minutes of device time, the start included: the default budget
+    # (540 s) holds every step but the last (bert-large), which runs if time is left.
+    estimates = [estimate for _, estimate, _ in gpu_lease.plan(False)]
+    assert sum(estimates[:-1]) <= 540
