@@ -94,6 +94,8 @@ def main():
                 f.write(json.dumps(row) + "\n")
     print(json.dumps({"backend": probe["backend"], "device": probe["device"],
                       "results": results}))
+    if len(results) < len(names):
+        sys.exit(f"bench_levers: {len(names) - len(results)} of {len(names)} variants failed")
 
 
 if __name__ == "__main__":
