@@ -11,7 +11,11 @@
    scaling's casts with the scales given (`delayed_fp8_dot`): what delayed scaling
    could gain, before its state is built.
 
-`--small` runs small shapes, to try the code on a CPU (no cuDNN there: check 1 fails).
+3. Attention-probability dropout inside cuDNN's attention (`check_dropout`): whether its
+   masks change from one execution to the next, and its time.
+
+`--small` runs small shapes, to try the code on a CPU (no cuDNN there: checks 1 and 3
+fail).
 """
 
 from __future__ import annotations
@@ -82,6 +86,46 @@ def check_packed(b=32, length=512, heads=16, dim=64, examples=3):
         ("xla dense mask", reference), (f"cudnn M={examples}", cudnn(examples)),
         (f"cudnn M={length}", cudnn(length)))}
     print("packed attention fwd+bwd ms: " + ", ".join(f"{n} {t:.2f}" for n, t in times.items()))
+
+
+def check_dropout(b=32, length=512, heads=16, dim=64, rate=0.1):
+    """Attention-probability dropout inside cuDNN's flash attention (jax's cuDNN module,
+    `dropout_rate`, a static `seed`), which would give BERT's faithful attention dropout
+    at the fused path's speed: do two executions of one program (two train steps) draw
+    different masks, or does the static seed repeat them, which would rule it out for
+    training? And its fwd+bwd time against cuDNN without dropout and XLA's einsum
+    attention with bert_jax's threefry dropout."""
+    from jax._src.cudnn import fused_attention_stablehlo as cudnn
+    from bert_jax.dropout import keep_mask
+    keys = jax.random.split(jax.random.key(2), 4)
+    q, k, v, g = (jax.random.normal(kk, (b, length, heads, dim), jnp.bfloat16) for kk in keys)
+    scale = dim ** -0.5
+
+    def fused(dropout_rate):
+        return lambda q, k, v: cudnn.dot_product_attention(
+            q, k, v, scale=scale, seed=7, dropout_rate=dropout_rate, qkv_layout="BTNH")
+
+    def einsum(q, k, v):
+        scores = jnp.einsum("bqnd,bknd->bnqk", q, k).astype(jnp.float32) * scale
+        probs = jax.nn.softmax(scores, axis=-1)
+        keep, keep_prob = keep_mask(jax.random.key(3), probs.shape, rate)
+        dropped = jnp.where(keep, probs / keep_prob, 0).astype(q.dtype)
+        return jnp.einsum("bnqk,bknd->bqnd", dropped, v)
+
+    once = jax.jit(fused(rate))
+    first, second = once(q, k, v), once(q, k, v)
+    plain = jax.jit(fused(0.0))(q, k, v)
+    print(f"cuDNN attention dropout {rate}: rel. difference between two executions "
+          f"{rel(first, second):.1e} (0: the masks repeat), from no dropout "
+          f"{rel(first, plain):.1e}")
+    grad = lambda f: jax.jit(jax.value_and_grad(
+        lambda q, k, v: jnp.sum(f(q, k, v).astype(jnp.float32) * g.astype(jnp.float32)),
+        argnums=(0, 1, 2)))
+    times = {name: timeit(grad(f), q, k, v) for name, f in (
+        ("cudnn no dropout", fused(0.0)), (f"cudnn dropout {rate}", fused(rate)),
+        (f"xla einsum + threefry dropout {rate}", einsum))}
+    print(f"attention [{b}, {length}, {heads}, {dim}] fwd+bwd ms: " +
+          ", ".join(f"{n} {t:.2f}" for n, t in times.items()))
 
 
 DIMS = (((1,), (0,)), ((), ()))  # [rows, k] x [k, n]
@@ -187,15 +231,17 @@ def check_fp8(rows=16384, width=1024, inner=4096):
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--checks", default="packed,fp8", help="comma-separated: packed, fp8")
+    parser.add_argument("--checks", default="packed,fp8,dropout",
+                        help="comma-separated: packed, fp8, dropout")
     parser.add_argument("--small", action="store_true",
                         help="small shapes: a quick run of the code on a CPU")
     args = parser.parse_args()
     print(f"jax {jax.__version__}, {jax.devices()[0].device_kind}")
     small = {"packed": dict(b=2, length=64, heads=2, dim=16),
-             "fp8": dict(rows=256, width=64, inner=128)}
+             "fp8": dict(rows=256, width=64, inner=128),
+             "dropout": dict(b=2, length=64, heads=2, dim=16)}
     for name in args.checks.split(","):
-        check = {"packed": check_packed, "fp8": check_fp8}[name]
+        check = {"packed": check_packed, "fp8": check_fp8, "dropout": check_dropout}[name]
         try:
             check(**(small[name] if args.small else {}))
         except Exception as e:  # report and go on: each check is independent
