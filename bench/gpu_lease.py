@@ -20,12 +20,14 @@ and transformers but not ml_collections or google-crc32c, which bert_jax imports
 from __future__ import annotations
 
 import argparse
+import contextlib
 import glob
 import importlib.util
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -97,24 +99,30 @@ def environment() -> dict:
 
 
 def run_step(name: str, command: list[str], limit: float, out: str, env: dict) -> str:
-    """Runs one step, echoing its output into out/NAME.log as well; killed (its whole
-    process group) at `limit` seconds. Returns its status."""
+    """Runs one step, echoing its output into out/NAME.log as well; its whole process
+    group is killed at `limit` seconds, silent or not. Returns its status."""
     with open(os.path.join(out, f"{name}.log"), "w") as log:
         child = subprocess.Popen([sys.executable, *command], cwd=REPO, env=env,
                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                  start_new_session=True)
-        deadline = time.monotonic() + limit
+        cut = threading.Event()
+
+        def kill():
+            cut.set()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.pid, signal.SIGKILL)
+
+        timer = threading.Timer(limit, kill)
+        timer.start()
         try:
             for line in child.stdout:
                 sys.stdout.write(line)
                 log.write(line)
-                if time.monotonic() > deadline:
-                    raise subprocess.TimeoutExpired(command, limit)
-            child.wait(timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            os.killpg(child.pid, signal.SIGKILL)
             child.wait()
-            return "cut at the budget"
+        finally:
+            timer.cancel()
+    if cut.is_set():
+        return "cut at the budget"
     return "done" if child.returncode == 0 else f"failed (rc {child.returncode})"
 
 

@@ -4,6 +4,7 @@ are measured on."""
 
 import os
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -54,3 +55,13 @@ def test_the_lease_plan_runs_known_scripts_and_variants_within_its_budget():
     # (540 s) holds every step but the last (bert-large), which runs if time is left.
     estimates = [estimate for _, estimate, _ in gpu_lease.plan(False)]
     assert sum(estimates[:-1]) <= 540
+
+
+def test_a_lease_step_past_its_time_is_cut_even_when_silent(tmp_path):
+    start = time.monotonic()
+    status = gpu_lease.run_step("sleeper", ["-c", "import time; print('up', flush=True); "
+                                            "time.sleep(60)"], 2.0, str(tmp_path), dict(os.environ))
+    assert status == "cut at the budget" and time.monotonic() - start < 30
+    assert (tmp_path / "sleeper.log").read_text() == "up\n"
+    assert gpu_lease.run_step("fails", ["-c", "raise SystemExit(3)"], 30.0, str(tmp_path),
+                              dict(os.environ)) == "failed (rc 3)"
