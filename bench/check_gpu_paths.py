@@ -1,6 +1,6 @@
 """On a GPU: are the fast paths taken, and are they right? Prints one line per check.
 
-    python bench/check_gpu_paths.py [--checks packed,fp8] [--small]
+    python bench/check_gpu_paths.py [--checks packed,fp8,dropout] [--small]
 
 1. Packed rows through cuDNN (`model.packed_cudnn_attention`) against XLA's attention
    with the dense [B, 1, L, L] mask: outputs and q/k/v gradients, relative error, and
@@ -10,7 +10,6 @@
    and the fwd+bwd time of bf16, current scaling (`fp8.fp8_dot_general`) and delayed
    scaling's casts with the scales given (`delayed_fp8_dot`): what delayed scaling
    could gain, before its state is built.
-
 3. Attention-probability dropout inside cuDNN's attention (`check_dropout`): whether its
    masks change from one execution to the next, and its time.
 
