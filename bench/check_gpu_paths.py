@@ -1,6 +1,6 @@
 """On a GPU: are the fast paths taken, and are they right? Prints one line per check.
 
-    python bench/check_gpu_paths.py [--checks packed,fp8,dropout] [--small]
+    python bench/check_gpu_paths.py [--checks packed,fp8,dropout,gelu] [--small]
 
 1. Packed rows through cuDNN (`model.packed_cudnn_attention`) against XLA's attention
    with the dense [B, 1, L, L] mask: outputs and q/k/v gradients, relative error, and
@@ -12,6 +12,8 @@
    could gain, before its state is built.
 3. Attention-probability dropout inside cuDNN's attention (`check_dropout`): whether its
    masks change from one execution to the next, and its time.
+4. BERT's exact GELU as bert_jax computes it (`activations.exact_gelu`) against
+   `jax.nn.gelu` in bert-large's feed-forward block (`check_gelu`).
 
 `--small` runs small shapes, to try the code on a CPU (no cuDNN there: checks 1 and 3
 fail).
@@ -32,7 +34,7 @@ import numpy as np  # noqa: E402
 
 from flax.linen import fp8_ops  # noqa: E402
 
-from bert_jax import fp8, model  # noqa: E402
+from bert_jax import activations, fp8, model  # noqa: E402
 
 
 def timeit(fn, *args, repeats=20):
@@ -125,6 +127,33 @@ def check_dropout(b=32, length=512, heads=16, dim=64, rate=0.1):
         (f"xla einsum + threefry dropout {rate}", einsum))}
     print(f"attention [{b}, {length}, {heads}, {dim}] fwd+bwd ms: " +
           ", ".join(f"{n} {t:.2f}" for n, t in times.items()))
+
+
+def check_gelu(rows=16384, width=1024, inner=4096):
+    """bert-large's feed-forward block at seq 512, batch 32, bf16, fwd+bwd: BERT's exact
+    GELU as `activations.exact_gelu` (keeps only its input for the backward pass) against
+    `jax.nn.gelu(approximate=False)` (keeps three tensors of [rows, inner])."""
+    keys = jax.random.split(jax.random.key(4), 5)
+    normal = lambda key, shape, scale=1.0: (jax.random.normal(key, shape, jnp.float32)
+                                            * scale).astype(jnp.bfloat16)
+    x, g = normal(keys[0], (rows, width)), normal(keys[1], (rows, width))
+    w_in, w_out = normal(keys[2], (width, inner), 0.02), normal(keys[3], (inner, width), 0.02)
+    bias = normal(keys[4], (inner,), 0.02)
+
+    def block(act):
+        loss = lambda x, w_in, w_out: jnp.sum(
+            (act(x @ w_in + bias) @ w_out).astype(jnp.float32) * g.astype(jnp.float32))
+        return jax.jit(jax.grad(loss, argnums=(0, 1, 2)))
+
+    sides = {"jax.nn.gelu": block(lambda h: jax.nn.gelu(h, approximate=False)),
+             "exact_gelu": block(activations.exact_gelu)}
+    got = [side(x, w_in, w_out) for side in sides.values()]
+    print("FFN block exact_gelu vs jax.nn.gelu, rel. difference dx/dw_in/dw_out: " +
+          ", ".join(f"{rel(a, b):.1e}" for a, b in zip(*got)))
+    times = {name: timeit(side, x, w_in, w_out) for name, side in sides.items()}
+    print(f"FFN block [{rows}, {width}] -> {inner} fwd+bwd ms: " + ", ".join(
+        f"{name} {t:.3f}" for name, t in times.items()) +
+          f"; {times['jax.nn.gelu'] / times['exact_gelu']:.2f}x")
 
 
 DIMS = (((1,), (0,)), ((), ()))  # [rows, k] x [k, n]
@@ -230,17 +259,19 @@ def check_fp8(rows=16384, width=1024, inner=4096):
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--checks", default="packed,fp8,dropout",
-                        help="comma-separated: packed, fp8, dropout")
+    parser.add_argument("--checks", default="packed,fp8,dropout,gelu",
+                        help="comma-separated: packed, fp8, dropout, gelu")
     parser.add_argument("--small", action="store_true",
                         help="small shapes: a quick run of the code on a CPU")
     args = parser.parse_args()
     print(f"jax {jax.__version__}, {jax.devices()[0].device_kind}")
     small = {"packed": dict(b=2, length=64, heads=2, dim=16),
              "fp8": dict(rows=256, width=64, inner=128),
-             "dropout": dict(b=2, length=64, heads=2, dim=16)}
+             "dropout": dict(b=2, length=64, heads=2, dim=16),
+             "gelu": dict(rows=256, width=64, inner=128)}
     for name in args.checks.split(","):
-        check = {"packed": check_packed, "fp8": check_fp8, "dropout": check_dropout}[name]
+        check = {"packed": check_packed, "fp8": check_fp8, "dropout": check_dropout,
+                 "gelu": check_gelu}[name]
         try:
             check(**(small[name] if args.small else {}))
         except Exception as e:  # report and go on: each check is independent

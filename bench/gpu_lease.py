@@ -47,8 +47,8 @@ def plan(smoke: bool) -> list[tuple[str, int, list[str]]]:
     tiny = ["--model", "tiny", "--batch", "8", "--steps", "50"] if smoke else []
     return [
         # FP8 products, current against delayed scaling (item 1); attention dropout
-        # inside cuDNN. (The packed-rows check passed in the fifth lease.)
-        ("paths", 75, ["bench/check_gpu_paths.py", "--checks", "fp8,dropout", *small]),
+        # inside cuDNN; the GELU's saved tensors. (Packed rows passed in the fifth lease.)
+        ("paths", 80, ["bench/check_gpu_paths.py", "--checks", "fp8,dropout,gelu", *small]),
         # The tanh GELU and cuBLASLt epilogues, each alone and together (item 2).
         ("epilogues", 200, levers((base, "fast"), (base, "tanh"), (base, "cublaslt"),
                                   (base, "tanh+cublaslt"))),

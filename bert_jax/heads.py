@@ -13,9 +13,10 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
+from bert_jax.activations import activation
 from bert_jax.config import BertConfig, check_choice
 from bert_jax.dropout import Dropout
-from bert_jax.model import (BertModel, BertOutput, activation, dense_init, embedding_axis,
+from bert_jax.model import (BertModel, BertOutput, dense_init, embedding_axis,
                             gather_positions, layer_norm, mean_pool, zeros_init)
 
 Array = jax.Array

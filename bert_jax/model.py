@@ -20,6 +20,7 @@ import jax.numpy as jnp
 from flax.linen.dtypes import promote_dtype
 
 from bert_jax import splash
+from bert_jax.activations import activation
 from bert_jax.config import BertConfig
 from bert_jax.dropout import Dropout
 from bert_jax.fp8 import fp8_dot_general
@@ -52,15 +53,6 @@ def embedding_axis(config: BertConfig) -> str:
     """The logical name of the token embeddings' width: ALBERT's E is "factor_embed" (its
     [E, H] projection shards H as "embed"; a mesh axis can shard one dimension only)."""
     return "factor_embed" if config.model_type == "albert" else "embed"
-
-
-def activation(name: str):
-    return {
-        "gelu": functools.partial(nn.gelu, approximate=False),  # BERT's exact erf GELU
-        "gelu_new": functools.partial(nn.gelu, approximate=True),
-        "gelu_pytorch_tanh": functools.partial(nn.gelu, approximate=True),
-        "relu": nn.relu, "tanh": jnp.tanh, "silu": nn.silu, "swish": nn.silu,
-    }[name]
 
 
 def attention_mask(input_mask: Array, example_ids: Array | None = None) -> Array:

@@ -83,7 +83,8 @@ def _reaches(module: str, forbidden: tuple[str, ...]) -> list[str]:
     return hits
 
 
-MODEL_FILES = ("bert_jax.model", "bert_jax.heads", "bert_jax.config", "bert_jax.dropout")
+MODEL_FILES = ("bert_jax.model", "bert_jax.heads", "bert_jax.config", "bert_jax.dropout",
+               "bert_jax.activations")
 MODEL_FORBIDDEN = ("tensorflow", "tensorflow_text", "optax", "orbax", "bert_jax.data",
                    "bert_jax.checkpoint", "bert_jax.pretrained", "bert_jax.finetune",
                    "bert_jax.pretrain")
