@@ -1,11 +1,10 @@
 """The feed-forward activations by their configuration name (`BertConfig.hidden_act`).
 
 BERT's exact GELU is `exact_gelu`, not `jax.nn.gelu(approximate=False)`: differentiating
-jax's keeps 0.5x, erfc(-x/sqrt 2) and exp(-x^2/2) of the whole [tokens, intermediate]
-activation alive from the forward pass to the backward, each a tensor the size of the
-feed-forward layer's widest activation, written once and read once more; in bf16 it also
-evaluates erfc in bf16. `exact_gelu` keeps only its input and recomputes the rest in the
-backward pass, in float32.
+jax's keeps three tensors the size of the feed-forward activation ([tokens, intermediate])
+from the forward pass to the backward, 0.5x, erfc(-x/sqrt 2) and exp(-x^2/2), each written
+once and read again, and in bf16 it evaluates erfc in bf16. `exact_gelu` keeps only its
+input and recomputes the rest in the backward pass, in float32.
 """
 
 from __future__ import annotations
