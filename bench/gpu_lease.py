@@ -33,8 +33,8 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WHEELS = os.path.join(REPO, ".whl")
 FP8_DATA = "runs/fp8_data.npz"  # relative to the repository, where every step runs
-# The pure-Python and binary packages bert_jax imports that the device image lacks.
-CARRIED = ("ml_collections==1.1.0", "google-crc32c==1.9.0")
+# What bert_jax imports that the device image lacks: module -> the wheel carried for it.
+CARRIED = {"ml_collections": "ml_collections==1.1.0", "google_crc32c": "google-crc32c==1.9.0"}
 
 
 def plan(smoke: bool) -> list[tuple[str, int, list[str]]]:
@@ -68,7 +68,7 @@ def prepare() -> None:
         "manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")]
     subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
                     "--only-binary=:all:", "--python-version", "3.12", "--implementation",
-                    "cp", *platforms, "-d", WHEELS, *CARRIED], check=True)
+                    "cp", *platforms, "-d", WHEELS, *CARRIED.values()], check=True)
     if not os.path.exists(os.path.join(REPO, FP8_DATA)):
         os.makedirs(os.path.join(REPO, "runs"), exist_ok=True)
         subprocess.run([sys.executable, "bench/bench_fp8_convergence.py", "--prepare",
@@ -82,8 +82,7 @@ def environment() -> dict:
     path where this Python lacks those packages (the device image), the repository
     importable, output unbuffered."""
     paths = [REPO]
-    missing = [name for name in ("ml_collections", "google_crc32c")
-               if importlib.util.find_spec(name) is None]
+    missing = [name for name in CARRIED if importlib.util.find_spec(name) is None]
     wheels = glob.glob(os.path.join(WHEELS, "*.whl"))
     if missing and not wheels:
         sys.exit(f"gpu_lease: {', '.join(missing)} missing and no wheels in .whl: run "

@@ -74,14 +74,21 @@ def _fp8_dot_fwd(lhs, rhs, dimension_numbers, out_dtype):
 def _fp8_dot_bwd(dimension_numbers, out_dtype, residuals, g):
     q_lhs, s_lhs, q_rhs, s_rhs, operand_like = residuals
     q_g, s_g = quantize(g, E5M2)
-    # flax's transposes of a dot_general (the same ones jax's own rule uses), applied to
-    # the float8 operands, each one FP8 GEMM; shapes come from the quantized residuals.
+    return gradient_products(q_g, s_g, q_lhs, s_lhs, q_rhs, s_rhs, dimension_numbers,
+                             out_dtype, operand_like.dtype)
+
+
+def gradient_products(q_g, s_g, q_lhs, s_lhs, q_rhs, s_rhs, dimension_numbers, out_dtype,
+                      grad_dtype):
+    """(d_lhs, d_rhs) of a float8 product from its quantized output gradient and operands
+    (x ~= q * s), each one FP8 GEMM, in `grad_dtype`: flax's transposes of a dot_general
+    (the same ones jax's own rule uses); shapes come from the quantized operands."""
     transpose = dict(dimension_numbers=dimension_numbers, precision=None,
                      preferred_element_type=out_dtype)
     d_lhs = fp8_ops.dot_general_transpose_lhs(q_g, q_lhs, q_rhs, **transpose)
     d_rhs = fp8_ops.dot_general_transpose_rhs(q_g, q_lhs, q_rhs, **transpose)
-    return ((d_lhs * (s_g * s_rhs).astype(out_dtype)).astype(operand_like.dtype),
-            (d_rhs * (s_g * s_lhs).astype(out_dtype)).astype(operand_like.dtype))
+    return ((d_lhs * (s_g * s_rhs).astype(out_dtype)).astype(grad_dtype),
+            (d_rhs * (s_g * s_lhs).astype(out_dtype)).astype(grad_dtype))
 
 
 _fp8_dot.defvjp(_fp8_dot_fwd, _fp8_dot_bwd)
