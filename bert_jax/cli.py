@@ -13,7 +13,7 @@ import tempfile
 import threading
 import traceback
 
-from bert_jax import __version__, compile_cache, libtpu_env, tf_host
+from bert_jax import __version__, compile_cache, backend_env, tf_host
 from bert_jax.errors import Interrupted, NonFiniteError, UserError
 
 COMMANDS = {
@@ -29,7 +29,8 @@ COMMANDS = {
     "convert": ("bert_jax.convert.cli", "HF / Google TF checkpoints to and from bert_jax"),
     "extend-vocab": ("bert_jax.convert.extend_vocab", "add tokens to a model's vocabulary"),
     "export": ("bert_jax.export", "serving export of a fine-tuned model"),
-    "compile": ("bert_jax.tpu.compile", "compile a pretraining step for a TPU slice: fit, comms"),
+    "compile": ("bert_jax.aot.compile",
+                "compile a pretraining step for a TPU slice or GPU hosts: fit, comms"),
 }
 
 
@@ -152,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bert-jax: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
         return 2
     compile_cache.configure()  # before JAX is imported; see bert_jax/compile_cache.py
-    libtpu_env.configure_libtpu()  # likewise; see bert_jax/libtpu_env.py
+    backend_env.configure_backends()  # likewise; see bert_jax/backend_env.py
     _quiet_logging(verbose)
     stray = _LIBRARY_TRACEBACKS
     stray.start(name, divert=not (debug or verbose))

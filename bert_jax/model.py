@@ -198,6 +198,16 @@ def cudnn_available(dtype) -> bool:
     return splash.platform() == "gpu" and jnp.dtype(dtype) in (jnp.bfloat16, jnp.float16)
 
 
+def cudnn_packed_available(dtype) -> bool:
+    """Whether packed rows can take cuDNN's packed attention in this trace: jax's cuDNN
+    module has it for Hopper and later GPUs only (asked as jax asks it), so an A100
+    takes the dense mask."""
+    if not cudnn_available(dtype):
+        return False
+    from jax._src.cudnn import fused_attention_stablehlo as cudnn
+    return cudnn.check_compute_capability("9.0")
+
+
 def fused_attention(q: Array, k: Array, v: Array, mask: AttentionMask,
                     window: int | None = None) -> Array:
     """softmax(q k^T / sqrt(D)) v with no dropout: [B, L, N, D] x3 -> [B, L, N, D].
@@ -622,8 +632,8 @@ class BertModel(nn.Module):
             lengths = jnp.maximum(jnp.sum(input_mask, axis=-1, dtype=jnp.int32), 1)
             return AttentionMask(lengths=lengths)
         # cuDNN's packed attention has no bidirectional window: windowed models' packed
-        # rows take the dense mask on GPU.
-        if (fused and cudnn_available(c.dtype) and not self.pooled_only
+        # rows take the dense mask on GPU, as all packed rows do before Hopper.
+        if (fused and cudnn_packed_available(c.dtype) and not self.pooled_only
                 and not c.local_attention):
             return AttentionMask(packed=packed_segments(
                 example_ids, max_examples or input_ids.shape[-1]))

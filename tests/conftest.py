@@ -16,9 +16,9 @@ import tempfile  # noqa: E402
 
 # With libtpu installed (the `tpu` extra) and no TPU here, libtpu's start-up warnings would
 # land on the stderr of every JAX process; the CLI sets the same before JAX starts.
-from bert_jax import compile_cache, libtpu_env  # noqa: E402  (import no JAX)
+from bert_jax import compile_cache, backend_env  # noqa: E402  (import no JAX)
 
-libtpu_env.configure_libtpu()
+backend_env.configure_backends()
 
 # bert_jax's cache (compiled programs, the converted built-in corpus) in a fresh
 # directory per session: tests neither read nor fill the user's ~/.cache/bert_jax.

@@ -508,8 +508,8 @@ def test_tokenize_refuses_latin1_input_instead_of_printing_garbage():
 def test_compile_without_libtpu_says_what_to_install(monkeypatch):
     from jax.experimental import topologies as jax_topologies
     from bert_jax import errors
-    from bert_jax.tpu import topologies
-    from bert_jax.tpu import compile as tpu_compile
+    from bert_jax.aot import tpu_slices
+    from bert_jax.aot import compile as tpu_compile
 
     def missing(**kwargs):
         raise RuntimeError("JAX TPU support not installed; cannot generate TPU topology")
@@ -517,7 +517,7 @@ def test_compile_without_libtpu_says_what_to_install(monkeypatch):
     monkeypatch.setattr(jax_topologies, "get_topology_desc", missing)
     with pytest.raises(errors.UserError, match=r"needs libtpu, which is not installed: pip "
                        r"install -e \.\[tpu\]"):
-        tpu_compile.topology_devices(topologies.resolve(topologies.names()[0]))
+        tpu_compile.topology_devices(tpu_slices.resolve(tpu_slices.names()[0]))
 
 
 def test_a_glob_catching_summary_json_reads_only_the_tfrecords(paths, caplog):

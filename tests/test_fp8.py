@@ -160,7 +160,7 @@ def test_packed_rows_take_cudnns_form_on_gpu_and_mean_the_dense_mask(monkeypatch
         calls.append(segments)
         return ragged_attention(q, k, v, segments).astype(q.dtype)
 
-    monkeypatch.setattr(model, "cudnn_available", lambda dtype: True)
+    monkeypatch.setattr(model, "cudnn_packed_available", lambda dtype: True)
     monkeypatch.setattr(model, "packed_cudnn_attention", fake_cudnn)
     got = BertModel(config).apply({"params": params}, **inputs, max_examples=3).sequence_output
     assert len(calls) == config.num_hidden_layers

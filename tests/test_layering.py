@@ -93,7 +93,7 @@ HOST_FORBIDDEN = ("jax", "flax", "optax", "orbax", "bert_jax.model", "bert_jax.h
 # Training checkpoints are the one layer every job saves and loads through: it knows the
 # checkpoint layout and nothing of the jobs, models, model directories or data above it.
 CHECKPOINT_FORBIDDEN = ("bert_jax.pretrain", "bert_jax.pretrained", "bert_jax.finetune",
-                        "bert_jax.train_step", "bert_jax.tpu", "bert_jax.model",
+                        "bert_jax.train_step", "bert_jax.aot", "bert_jax.model",
                         "bert_jax.heads", "bert_jax.data", "bert_jax.tokenization",
                         "bert_jax.metrics_writer", "bert_jax.embed", "bert_jax.export",
                         "bert_jax.convert", "bert_jax.cli")
@@ -160,14 +160,14 @@ def test_model_directories_conversion_and_export_import_no_training_loop(module)
                                     "bert_jax.losses", "bert_jax.train_state"])
 def test_the_training_core_imports_no_job_task_or_data(module):
     """The one loop serves pretraining, fine-tuning and distillation: it knows none."""
-    assert _reaches(module, ("bert_jax.pretrain", "bert_jax.finetune", "bert_jax.tpu",
+    assert _reaches(module, ("bert_jax.pretrain", "bert_jax.finetune", "bert_jax.aot",
                              "bert_jax.data", "bert_jax.checkpoint", "tensorflow")) == []
 
 
 def test_the_job_skeleton_knows_no_job():
     """`lifecycle` is what every job runs its recipe in: it names no job or task."""
     assert _reaches("bert_jax.lifecycle", ("bert_jax.pretrain", "bert_jax.finetune",
-                                           "bert_jax.tpu")) == []
+                                           "bert_jax.aot")) == []
 
 
 def test_the_partitioner_imports_no_optimizer_or_train_state():
@@ -182,10 +182,10 @@ def test_loading_a_config_imports_no_jax(module):
     assert _reaches(module, ("jax", "flax", "optax", "orbax", "tensorflow")) == []
 
 
-@pytest.mark.parametrize("module", ["bert_jax.libtpu_env", "bert_jax.tpu.topologies",
-                                    "bert_jax.tpu.collectives"])
-def test_libtpu_set_up_and_topology_tables_import_no_jax(module):
-    """The CLI and conftest.py set libtpu's environment before JAX may start."""
+@pytest.mark.parametrize("module", ["bert_jax.backend_env", "bert_jax.aot.tpu_slices",
+                                    "bert_jax.aot.gpu_hosts", "bert_jax.aot.collectives"])
+def test_backend_set_up_and_topology_tables_import_no_jax(module):
+    """The CLI and conftest.py set the plugins' environment before JAX may start."""
     assert _reaches(module, ("jax", "flax", "optax", "orbax", "tensorflow")) == []
 
 

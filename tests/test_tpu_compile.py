@@ -10,10 +10,10 @@ import sys
 import jax
 import pytest
 
-from bert_jax.tpu import collectives
+from bert_jax.aot import collectives
 from bert_jax.pretrain.setup import Setup
-from bert_jax.tpu import topologies
-from bert_jax.tpu import compile as tpu_compile
+from bert_jax.aot import tpu_slices
+from bert_jax.aot import compile as tpu_compile
 from bert_jax.config_loader import load_config
 from bert_jax.errors import UserError
 
@@ -22,7 +22,7 @@ MICRO = ["model={'preset': 'tiny', 'num_hidden_layers': 1, 'vocab_size': 512}",
          "rng_impl=unsafe_rbg", "compute_dtype=bfloat16"]
 JSON_KEYS = {"topology", "chips", "hosts", "slices", "mesh", "fits", "hbm_per_chip_gb",
              "hbm_capacity_gb", "params_and_opt_gb", "temp_gb", "flops_per_step",
-             "model_flops_per_step", "collective_bytes", "compile_s", "splash_attention_calls"}
+             "model_flops_per_step", "collective_bytes", "compile_s", "fused_attention_calls"}
 
 needs_libtpu = pytest.mark.skipif(
     __import__("importlib").util.find_spec("libtpu") is None,
@@ -35,17 +35,17 @@ def run_cli(*args):
 
 
 def test_topology_names_map_to_libtpu_arguments():
-    v4 = topologies.resolve("v4-128")
+    v4 = tpu_slices.resolve("v4-128")
     assert (v4.chips, v4.describe_args()["topology_name"], v4.wrap) == (64, "v4:4x4x4",
                                                                         (True,) * 3)
-    assert topologies.resolve("v5litepod-16") == topologies.resolve("v5e-16")
-    assert topologies.resolve("v5e-16").describe_args()["topology_name"] == "v5e:4x4"
-    assert topologies.resolve("v5p-8").describe_args()["topology_name"] == "v5:2x2x1"
-    assert topologies.resolve("v6e-256").hbm_bytes == 32 * topologies.GIB
+    assert tpu_slices.resolve("v5litepod-16") == tpu_slices.resolve("v5e-16")
+    assert tpu_slices.resolve("v5e-16").describe_args()["topology_name"] == "v5e:4x4"
+    assert tpu_slices.resolve("v5p-8").describe_args()["topology_name"] == "v5:2x2x1"
+    assert tpu_slices.resolve("v6e-256").hbm_bytes == 32 * tpu_slices.GIB
     with pytest.raises(UserError, match="v4 sizes are 8, 16"):
-        topologies.resolve("v4-12")
+        tpu_slices.resolve("v4-12")
     with pytest.raises(UserError, match="unknown TPU topology"):
-        topologies.resolve("v9-8")
+        tpu_slices.resolve("v9-8")
 
 
 HLO = """HloModule m
@@ -159,7 +159,7 @@ def test_packed_rows_with_fused_attention_compile_to_splash_attention():
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout.strip().splitlines()[-1])
     # One layer: the forward kernel and the backward's dq and dkv kernels.
-    assert report["splash_attention_calls"] >= 2
+    assert report["fused_attention_calls"] >= 2
     assert "Pallas splash attention" in result.stdout
 
 
@@ -178,7 +178,7 @@ def test_dropout_bits_are_drawn_per_chip(v5e_4):
 def test_compiled_step_has_the_runs_shardings():
     config = load_config("configs/pretrain.py:tiny", MICRO + ["mesh_shape.fsdp=2",
                                                               "mesh_shape.data=2"])
-    devices = tpu_compile.topology_devices(topologies.resolve("v5e-4"))
+    devices = tpu_compile.topology_devices(tpu_slices.resolve("v5e-4"))
     setup = Setup.build(config, 512, devices=devices, process_count=1)
     train_fn, _ = setup.jit_steps()
     abstract, shardings = setup.state_plan.abstract, setup.state_plan.shardings
@@ -198,7 +198,7 @@ def test_compiled_step_has_the_runs_shardings():
 def test_two_slices_cross_only_with_the_gradient_reduction():
     config = load_config("configs/pretrain.py:tiny",
                          MICRO + ["mesh_shape.fsdp=-1", "mesh_shape.data=1"])
-    report = tpu_compile.compile_step(config, topologies.resolve("v5e-4"), num_slices=2)
+    report = tpu_compile.compile_step(config, tpu_slices.resolve("v5e-4"), num_slices=2)
     assert (report["chips"], report["hosts"], report["slices"]) == (8, 2, 2)
     assert report["mesh"] == {"data": 2, "fsdp": 4, "tensor": 1}
     sent = report["collective_bytes"]
@@ -225,7 +225,7 @@ def test_a_config_that_cannot_fit_is_refused_in_one_line():
 
 
 def test_search_recommends_headroom_then_least_traffic_and_caches(monkeypatch, tmp_path):
-    from bert_jax.tpu import search as tpu_search
+    from bert_jax.aot import search as tpu_search
     monkeypatch.setenv("BERT_JAX_CACHE_DIR", str(tmp_path))
     calls = []
 
@@ -260,7 +260,7 @@ def test_fsdp_gradients_of_scanned_layers_are_reduce_scattered():
         "model={'preset': 'tiny', 'num_hidden_layers': 2, 'hidden_size': 256, "
         "'num_attention_heads': 4, 'intermediate_size': 1024, 'vocab_size': 512}"])
     assert config.scan_layers and config.mesh_shape.fsdp == -1
-    report = tpu_compile.compile_step(config, topologies.resolve("v5e-8"))
+    report = tpu_compile.compile_step(config, tpu_slices.resolve("v5e-8"))
     sent = report["collective_bytes"]
     assert report["mesh"]["fsdp"] == 8
     # Counted as all-reduces, the fused reduce-scatters were 2x their traffic (before
@@ -304,4 +304,4 @@ def test_the_modern_recipe_compiles_its_windows_to_splash_attention():
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["fits"]
     # Both branches of the scanned layer's window choice: forward and backward kernels.
-    assert report["splash_attention_calls"] >= 4
+    assert report["fused_attention_calls"] >= 4

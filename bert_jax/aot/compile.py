@@ -1,24 +1,34 @@
-"""`bert-jax compile`: a pretraining run's exact train step compiled for a TPU slice on
-any machine (no TPU needed; the `tpu` extra brings libtpu), to check before paying for
-the slice that it fits, and what it computes and communicates.
+"""`bert-jax compile`: a pretraining run's exact train step compiled for a TPU slice or
+for GPU hosts on any machine (no accelerator needed; the `tpu` extra brings libtpu, the
+`gpu-compile` extra jax's CUDA plugin and cuDNN), to check before paying for the slice or
+the hosts that it fits, and what it computes and communicates.
 
     bert-jax compile --config configs/pretrain.py:tpu_large --topology v4-128 \
         [--num_slices 2] [--config.KEY=VALUE ...]
+    bert-jax compile --config configs/pretrain.py:gpu_large_512 --topology h100-16 \
+        --config.global_batch_size=512
 
 The step is `pretrain.setup.Setup`'s (the same model, TrainState, optimizer, shardings,
 accumulation, remat, scan and donation as `bert-jax pretrain`), lowered on
 ShapeDtypeStructs over the devices of `jax.experimental.topologies.get_topology_desc`.
 It prints the slice, the mesh, per-chip HBM (parameters + optimizer state, temporaries,
 total against the chip's), XLA's FLOPs next to the model's, the bytes a chip moves per
-step by collective kind (`bert_jax.tpu.collectives`) and the compile time, then one
-line of JSON. A config that does not fit exits 2 with one line naming the shortfall.
-XLA's `optimal_seconds` is not reported: it is no step time for this program (negative,
-loop bodies counted once).
+step by collective kind (`bert_jax.aot.collectives`), the fused attention kernels and
+the compile time, then one line of JSON. A config that does not fit exits 2 with one
+line naming the shortfall. XLA's `optimal_seconds` is not reported: it is no step time
+for this program (negative, loop bodies counted once).
+
+For GPUs (`bert_jax.aot.gpu_hosts`) a GPU's capacity is the share of its memory JAX
+takes (XLA_PYTHON_CLIENT_MEM_FRACTION, 0.75 by default), XLA's compile-only client
+reports no FLOPs, and with no GPU to time them it does not autotune: its kernel choices
+(Triton or cuBLAS for each matrix product) can differ from a run's, its memory plan and
+communication are the program's.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
 import sys
@@ -28,14 +38,14 @@ import jax
 import numpy as np
 
 from bert_jax import flags, perf
-from bert_jax.tpu import collectives
+from bert_jax.aot import collectives
 from bert_jax.pretrain import job
 from bert_jax.pretrain.setup import Setup
-from bert_jax.tpu import topologies
+from bert_jax.aot import gpu_hosts, tpu_slices
 from bert_jax.config_loader import load_config, split_config_args
 from bert_jax.errors import UserError
 
-GIB = topologies.GIB
+GIB = tpu_slices.GIB
 HEADROOM = 0.10  # a recommended configuration leaves this share of HBM free
 
 
@@ -52,8 +62,14 @@ def _vocab_size(config) -> int:
     return job.run_tokenizer(config)[1].vocab_size
 
 
-def topology_devices(topology: topologies.Topology, num_slices: int = 1) -> list:
-    """The devices of `num_slices` slices of `topology`, for compiling only."""
+def resolve_topology(name: str):
+    """A TPU slice (`v4-128`) or GPU hosts (`h100-16`) by name."""
+    return gpu_hosts.resolve_hosts(name) if gpu_hosts.matches(name) else tpu_slices.resolve(name)
+
+
+def topology_devices(topology, num_slices: int = 1) -> list:
+    """The devices of `num_slices` slices of `topology` (a TPU slice or GPU hosts), for
+    compiling only."""
     from jax.experimental import topologies as jax_topologies
     if num_slices < 1:
         raise UserError(f"--num_slices must be at least 1, got {num_slices}")
@@ -83,7 +99,7 @@ def _shortfall_from_error(error: Exception) -> float | None:
     return float(used[0]) - float(used[1]) if len(used) >= 2 else None
 
 
-def compile_step(config, topology: topologies.Topology, num_slices: int = 1,
+def compile_step(config, topology, num_slices: int = 1,
                  hlo_out: str = "") -> dict:
     """Compiles `config`'s train step for `num_slices` slices of `topology`; returns the
     report (the JSON's fields, plus 'details' for the printout). Raises DoesNotFit when
@@ -102,7 +118,7 @@ def compile_step(config, topology: topologies.Topology, num_slices: int = 1,
             f"{topology.hbm_bytes / GIB:.0f} GiB of HBM; {_levers(config)}")
     train_fn, _ = setup.jit_steps()
     start = time.perf_counter()
-    with jax.set_mesh(setup.partitioner.mesh):
+    with jax.set_mesh(setup.partitioner.mesh), cudnn_checks_for(topology):
         lowered = train_fn.lower(setup.state_plan.abstract, setup.abstract_batch())
         try:
             compiled = lowered.compile()
@@ -120,6 +136,30 @@ def compile_step(config, topology: topologies.Topology, num_slices: int = 1,
         with open(hlo_out, "w", encoding="utf-8") as f:
             f.write(compiled.as_text())
     return _report(config, topology, setup, compiled, hosts, num_slices, compile_s)
+
+
+@contextlib.contextmanager
+def cudnn_checks_for(topology):
+    """jax's cuDNN attention asks the local default backend for the GPU's compute
+    capability, which on a machine without a GPU answers "none": packed rows (Hopper and
+    later) would be refused when compiling for H100s here. While compiling for GPU hosts
+    the check answers for their GPU. (A private jax function: where it is gone, nothing
+    is changed.)"""
+    try:
+        from jax._src.cudnn import fused_attention_stablehlo as cudnn_attention
+    except ImportError:
+        cudnn_attention = None
+    kept = getattr(cudnn_attention, "check_compute_capability", None)
+    if not isinstance(topology, gpu_hosts.GpuHosts) or kept is None:
+        yield
+        return
+    target = topology.gpu.compute_capability
+    cudnn_attention.check_compute_capability = lambda capability: target >= tuple(
+        int(part) for part in capability.split("."))
+    try:
+        yield
+    finally:
+        cudnn_attention.check_compute_capability = kept
 
 
 def config_name(config) -> str:
@@ -143,7 +183,7 @@ def _report(config, topology, setup, compiled, hosts, num_slices, compile_s) -> 
     total = (memory.argument_size_in_bytes + memory.output_size_in_bytes
              - memory.alias_size_in_bytes + memory.temp_size_in_bytes)
     cost = compiled.cost_analysis()
-    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+    cost = (cost[0] if isinstance(cost, (list, tuple)) else cost) or {}  # GPU: None
     flat, text = list(mesh.devices.flat), compiled.as_text()
     bytes_by_kind = collectives.collective_bytes(text, chips // num_slices, num_slices)
     model_flops = config.global_batch_size * perf.train_flops_per_example(
@@ -157,18 +197,40 @@ def _report(config, topology, setup, compiled, hosts, num_slices, compile_s) -> 
         "hbm_capacity_gb": round(topology.hbm_bytes / GIB, 3),
         "params_and_opt_gb": round(_state_bytes_per_chip(setup.state_plan.abstract) / GIB, 3),
         "temp_gb": round(memory.temp_size_in_bytes / GIB, 3),
-        "flops_per_step": float(cost.get("flops", 0.0)) * chips,
+        "flops_per_step": float(cost["flops"]) * chips if "flops" in cost else None,
         "model_flops_per_step": float(model_flops),
         "collective_bytes": {k: int(v) for k, v in sorted(bytes_by_kind.items())},
         "compile_s": round(compile_s, 1),
-        # Pallas splash attention kernels (packed rows with fused attention), fwd and bwd.
-        "splash_attention_calls": sum('custom_call_target="tpu_custom_call"' in line
-                                      and "%splash" in line for line in text.splitlines()),
-        "details": {"device_kind": flat[0].device_kind,
+        "fused_attention_calls": _fused_attention_calls(text),
+        "details": {"device_kind": flat[0].device_kind, "platform": _platform(topology),
+                    "capacity": _capacity_note(topology),
                     "per_chip_batch": config.global_batch_size / batch_ways,
                     "grad_accum_steps": config.grad_accum_steps,
                     "remat_policy": config.remat_policy, "scan_layers": config.scan_layers},
     }
+
+
+_FUSED_ATTENTION = {"tpu": "Pallas splash attention", "gpu": "cuDNN flash attention"}
+
+
+def _platform(topology) -> str:
+    return "gpu" if isinstance(topology, gpu_hosts.GpuHosts) else "tpu"
+
+
+def _capacity_note(topology) -> str:
+    if _platform(topology) == "tpu":
+        return ""
+    total = topology.gpu.memory_mib * gpu_hosts.MIB / GIB
+    return (f"; JAX's {topology.hbm_bytes / GIB / total:.0%} of {total:.0f} GiB "
+            "(XLA_PYTHON_CLIENT_MEM_FRACTION)")
+
+
+def _fused_attention_calls(hlo_text: str) -> int:
+    """Fused attention kernels in the compiled step, forward and backward: Pallas splash
+    attention on TPU (packed rows), cuDNN's flash attention on GPU."""
+    return sum(('custom_call_target="tpu_custom_call"' in line and "%splash" in line)
+               or 'custom_call_target="__cudnn$fmha' in line
+               for line in hlo_text.splitlines())
 
 
 def _gb(x: float) -> str:
@@ -185,13 +247,15 @@ def format_report(report: dict) -> str:
         f"scan_layers {d['scan_layers']}",
         f"HBM/chip  {report['hbm_per_chip_gb']:.2f} GiB of {report['hbm_capacity_gb']:.0f} GiB"
         f" ({'fits' if report['fits'] else 'DOES NOT FIT'}): parameters + optimizer "
-        f"{report['params_and_opt_gb']:.2f} GiB, temporaries {report['temp_gb']:.2f} GiB",
-        f"FLOPs     XLA {report['flops_per_step']:.3e} per step (loop bodies counted once), "
-        f"model {report['model_flops_per_step']:.3e}",
+        f"{report['params_and_opt_gb']:.2f} GiB, temporaries {report['temp_gb']:.2f} GiB"
+        + d["capacity"],
+        "FLOPs     XLA " + (f"{report['flops_per_step']:.3e} per step (loop bodies counted "
+                             "once)" if report["flops_per_step"] is not None else "n/a")
+        + f", model {report['model_flops_per_step']:.3e}",
         "comms     per chip per step: " + (", ".join(
             f"{k} {_gb(v)}" for k, v in report["collective_bytes"].items()) or "none"),
-        "attention " + (f"Pallas splash attention ({report['splash_attention_calls']} "
-                        "kernel calls)" if report["splash_attention_calls"] else "XLA"),
+        "attention " + (f"{_FUSED_ATTENTION[d['platform']]} ({report['fused_attention_calls']}"
+                        " kernel calls)" if report["fused_attention_calls"] else "XLA"),
         f"compiled  in {report['compile_s']:.1f} s",
     ]
     return "\n".join(lines)
@@ -201,10 +265,12 @@ def main(argv: list[str]) -> int:
     parser = flags.ArgumentParser(
         prog="bert-jax compile", description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="Override any config key with --config.KEY=VALUE. Topologies: "
-               + ", ".join(topologies.names()))
+        epilog="Override any config key with --config.KEY=VALUE. TPU slices: "
+               + ", ".join(tpu_slices.names()) + ". GPU hosts (8 GPUs a host), e.g.: "
+               + ", ".join(gpu_hosts.example_names()))
     parser.add_argument("--config", required=True, help="configs/pretrain.py[:VARIANT]")
-    parser.add_argument("--topology", required=True, help="e.g. v4-128, v5e-16, v5p-8, v6e-256")
+    parser.add_argument("--topology", required=True, help="a TPU slice (v4-128, v5e-16, v5p-8, v6e-256) or GPU "
+                        "hosts (h100-8, h200-16, a100-1)")
     parser.add_argument("--num_slices", type=int, default=1,
                         help="slices joined over the data-center network (multi-slice)")
     parser.add_argument("--hlo_out", default="",
@@ -215,7 +281,7 @@ def main(argv: list[str]) -> int:
                         help="with --search: compiles at once (each takes 2-8 GB of RAM)")
     args, overrides = split_config_args(argv)
     args = parser.parse_args(args)
-    topology = topologies.resolve(args.topology)
+    topology = resolve_topology(args.topology)
     if args.search:
         return _search(args, overrides, topology)
     config = load_config(args.config, overrides)
@@ -230,8 +296,8 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def _search(args, overrides: list[str], topology: topologies.Topology) -> int:
-    from bert_jax.tpu import search as tpu_search
+def _search(args, overrides: list[str], topology) -> int:
+    from bert_jax.aot import search as tpu_search
     print(f"searching {topology.name} x{args.num_slices} ({args.workers} compiles at once; "
           f"results cached in {tpu_search.cache_dir()})", flush=True)
     rows = tpu_search.search(args.config, overrides, topology.name, args.num_slices,

@@ -1,4 +1,5 @@
-"""`bert-jax compile --search`: which mesh, remat policy and accumulation fit a slice.
+"""`bert-jax compile --search`: which mesh, remat policy and accumulation fit a TPU slice
+or GPU hosts.
 
 For the config's model, sequence length, global batch and topology, each mesh split
 (data parallel, FSDP, FSDP with 2-way tensor parallelism) climbs a ladder of cheaper
@@ -6,7 +7,8 @@ memory until it fits with `tpu_compile.HEADROOM` to spare: the config's remat po
 then full remat, then 2 and 4 micro-batches. Cases compile in parallel processes (each
 a `bert-jax compile`; libtpu allows it with ALLOW_MULTIPLE_LIBTPU_LOAD) and each result
 is cached as JSON under CACHE_ROOT/tpu_compile, keyed by the whole config, the slice
-and the jax/libtpu versions, so a repeated search only compiles what changed.
+and the jax/libtpu/CUDA plugin versions, so a repeated search only compiles what
+changed.
 The recommendation: fits with the headroom, least communication, fewest micro-batches.
 """
 
@@ -22,7 +24,7 @@ import sys
 import threading
 
 from bert_jax import compile_cache
-from bert_jax.tpu import collectives
+from bert_jax.aot import collectives
 from bert_jax.config_loader import load_config
 
 MESHES = {"data": {"data": -1, "fsdp": 1, "tensor": 1},
@@ -45,12 +47,15 @@ def ladder(config) -> list[dict]:
 
 def _versions() -> str:
     found = []
-    for package in ("jax", "jaxlib", "libtpu", "bert_jax"):
+    for package in ("jax", "jaxlib", "libtpu", "jax-cuda13-plugin", "nvidia-cudnn-cu13",
+                    "bert_jax"):
         try:
             found.append(f"{package}={importlib.metadata.version(package)}")
         except importlib.metadata.PackageNotFoundError:
             found.append(f"{package}=?")
     found.append(f"hlo_collectives={collectives.COUNTING_VERSION}")
+    # A GPU's capacity is JAX's share of its memory (bert_jax.aot.gpu_hosts).
+    found.append(f"mem_fraction={os.environ.get('XLA_PYTHON_CLIENT_MEM_FRACTION', '')}")
     return ",".join(found)
 
 
