@@ -6,7 +6,8 @@ in the order given, printing a row as each finishes and one JSON line at the end
 
 A variant is CASE-SETTING[+SETTING...]: CASE one of CASES (model, seq, batch,
 predictions), SETTING `fast`, `fp8`, `faithful`, `packed`, `tanh` (BERT's original tanh
-GELU, which cuBLASLt can fuse into its matmul epilogue), `cublaslt` (XLA_FLAGS
+GELU, which cuBLASLt can fuse into its matmul epilogue), `jaxgelu` (BERT's erf GELU as
+jax.nn.gelu, the form before `activations.exact_gelu`), `cublaslt` (XLA_FLAGS
 --xla_gpu_enable_cublaslt=true), or a torch side (`torch_eager`, `torch_compile`).
 `--out` appends each result as a JSON line as soon as it is measured, so a run cut
 short keeps what it finished.
@@ -26,7 +27,7 @@ import bench_pretrain  # noqa: E402
 CASES = {"tiny128": ("tiny", 128, 8, 20), "base128": ("bert-base", 128, 256, 20),
          "large128": ("bert-large", 128, 128, 20), "large512": ("bert-large", 512, 32, 80)}
 NUMERICS = ("fast", "fp8", "faithful")
-FLAGS = {"packed", "tanh", "cublaslt"}
+FLAGS = {"packed", "tanh", "jaxgelu", "cublaslt"}
 TORCH = ("torch_eager", "torch_compile")
 
 
@@ -41,8 +42,9 @@ def parse_variant(name: str) -> dict:
     side = next((p for p in parts if p in TORCH), "bert_jax")
     return {"case": case, "side": side,
             "numerics": next((p for p in parts if p in NUMERICS), "fast"),
-            "packed": "packed" in parts, "tanh": "tanh" in parts,
-            "cublaslt": "cublaslt" in parts}
+            "packed": "packed" in parts, "cublaslt": "cublaslt" in parts,
+            "hidden_act": ("gelu_new" if "tanh" in parts else
+                           bench_pretrain.JAX_GELU if "jaxgelu" in parts else None)}
 
 
 def run(name: str, steps: int, peak: float) -> dict | None:
@@ -54,7 +56,7 @@ def run(name: str, steps: int, peak: float) -> dict | None:
         v["side"], xla_flags="--xla_gpu_enable_cublaslt=true" if v["cublaslt"] else "",
         model=model, seq_len=seq_len, batch=batch, predictions=predictions, steps=steps,
         numerics=v["numerics"], packed=v["packed"],
-        hidden_act="gelu_new" if v["tanh"] else None)
+        hidden_act=v["hidden_act"])
     if out is None:
         return None
     flops = batch * perf.train_flops_per_example(preset(model), seq_len, predictions)

@@ -30,6 +30,7 @@ unpacked, one sample a row. Prints a table, the ratios, and last one JSON line (
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -153,30 +154,52 @@ def jax_model_config(args, accelerator):
                   fp8=args.numerics == "fp8")
     if args.numerics in ("fast", "fp8"):
         fields.update(attention_impl="fused", attention_probs_dropout_prob=0.0)
-    if args.hidden_act:
+    if args.hidden_act == JAX_GELU:
+        use_jax_gelu()
+    elif args.hidden_act:
         fields.update(hidden_act=args.hidden_act)
     return preset(args.model, **fields)
 
 
-def jax_step(args):
-    """bert_jax's train step for one case, ready to run: (step, sync), where step() runs
-    one step (compiling on the first call) and sync() waits for it."""
+JAX_GELU = "jax_gelu"  # --hidden_act: BERT's erf GELU as jax.nn.gelu, not exact_gelu
+
+
+def use_jax_gelu():
+    """BERT's "gelu" as `jax.nn.gelu(approximate=False)` in this process (until
+    `activation_kept` ends): the form before `activations.exact_gelu`, to measure that
+    lever on the whole step."""
     import jax
+    from bert_jax import activations
+    activations.exact_gelu = lambda x: jax.nn.gelu(x, approximate=False)
+
+
+@contextlib.contextmanager
+def activation_kept():
+    """Undoes `use_jax_gelu` on leaving, for several variants in one process."""
+    from bert_jax import activations
+    kept = activations.exact_gelu
+    try:
+        yield
+    finally:
+        activations.exact_gelu = kept
+
+
+def jax_step_parts(args, device, accelerator):
+    """bert_jax's train step for one case on `device`: (train, state plan, partitioner,
+    host batch, examples in it). `gpu_step_model.py` compiles the same for a GPU."""
     from bert_jax import sharding
     from bert_jax.heads import BertForPreTraining
     from bert_jax.optim import make_optimizer
     from bert_jax.pretrain.steps import dummy_inputs, jit_steps
     from bert_jax.train_state import StatePlan
-    accelerator = jax.default_backend() != "cpu"
     config = jax_model_config(args, accelerator)
     rng_impl = "threefry" if args.numerics == "faithful" else "unsafe_rbg"
-    partitioner = sharding.Partitioner(sharding.make_mesh({"data": 1}, devices=jax.devices()[:1]))
+    partitioner = sharding.Partitioner(sharding.make_mesh({"data": 1}, devices=[device]))
     model = BertForPreTraining(config)
     tx, _ = make_optimizer(learning_rate=1e-4, num_train_steps=1000, warmup_steps=10)
     init_fn = lambda key: model.init(
         key, *dummy_inputs(1, args.seq_len, args.predictions))["params"]
     plan = StatePlan.build(init_fn, tx, partitioner, rng_impl)
-    state = plan.create(0)
     train, _ = jit_steps(model, tx, partitioner, plan.shardings)
     if args.packed:
         batch, examples = packed_batch(config.vocab_size, args.batch, args.seq_len,
@@ -184,6 +207,16 @@ def jax_step(args):
     else:
         batch, examples = random_batch(config.vocab_size, args.batch, args.seq_len,
                                        args.predictions), args.batch
+    return train, plan, partitioner, batch, examples
+
+
+def jax_step(args):
+    """bert_jax's train step for one case, ready to run: (step, sync), where step() runs
+    one step (compiling on the first call) and sync() waits for it."""
+    import jax
+    train, plan, partitioner, batch, examples = jax_step_parts(
+        args, jax.devices()[0], jax.default_backend() != "cpu")
+    state = plan.create(0)
     batch = partitioner.global_batch(batch)
     holder = {"state": state, "loss": None, "examples": examples}
 
@@ -294,7 +327,8 @@ def main():
     parser.add_argument("--packed", action="store_true",
                         help="bert_jax: rows packed from the embedded corpus's lengths")
     parser.add_argument("--hidden_act", default=None,
-                        help="bert_jax: another activation (gelu_new: BERT's original tanh)")
+                        help="bert_jax: another activation (gelu_new: BERT's original tanh; "
+                        f"{JAX_GELU}: BERT's erf GELU as jax.nn.gelu)")
     parser.add_argument("--scan_layers", action="store_true", help="bert_jax: nn.scan layers")
     parser.add_argument("--batch", type=int, default=None, help="override every case's batch")
     parser.add_argument("--model", help="one preset (as --models)")

@@ -1,6 +1,6 @@
 """On a GPU: are the fast paths taken, and are they right? Prints one line per check.
 
-    python bench/check_gpu_paths.py [--checks packed,fp8,dropout,gelu] [--small]
+    python bench/check_gpu_paths.py [--checks target,packed,fp8,dropout,gelu] [--small]
 
 1. Packed rows through cuDNN (`model.packed_cudnn_attention`) against XLA's attention
    with the dense [B, 1, L, L] mask: outputs and q/k/v gradients, relative error, and
@@ -14,9 +14,13 @@
    masks change from one execution to the next, and its time.
 4. BERT's exact GELU as bert_jax computes it (`activations.exact_gelu`) against
    `jax.nn.gelu` in bert-large's feed-forward block (`check_gelu`).
+5. The GPU as XLA describes it (`check_target`: its GpuTargetConfig), beside the one
+   `bert_jax.aot.gpu_hosts` writes to compile for it without one.
 
 `--small` runs small shapes, to try the code on a CPU (no cuDNN there: checks 1 and 3
-fail).
+fail). `--aot h200-1` runs no GPU: checks 2 and 4 compile each side for that GPU on
+this machine and print what XLA made of it, kernel by kernel, with a roofline estimate
+(`bench/hlo_kernels.py`; the `gpu-compile` extra).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from bert_jax import activations, fp8, model  # noqa: E402
+import hlo_kernels  # noqa: E402  (bench/, beside this script)
 
 
 def timeit(fn, *args, repeats=20):
@@ -139,16 +144,19 @@ def check_gelu(rows=16384, width=1024, inner=4096):
     bias = normal(keys[4], (inner,), 0.02)
 
     def block(act):
-        loss = lambda x, w_in, w_out: jnp.sum(
+        loss = lambda x, w_in, w_out, bias, g: jnp.sum(
             (act(x @ w_in + bias) @ w_out).astype(jnp.float32) * g.astype(jnp.float32))
         return jax.jit(jax.grad(loss, argnums=(0, 1, 2)))
 
     sides = {"jax.nn.gelu": block(lambda h: jax.nn.gelu(h, approximate=False)),
              "exact_gelu": block(activations.exact_gelu)}
-    got = [side(x, w_in, w_out) for side in sides.values()]
+    args = (x, w_in, w_out, bias, g)
+    if AOT:
+        return print_aot("FFN block", sides, args)
+    got = [side(*args) for side in sides.values()]
     print("FFN block exact_gelu vs jax.nn.gelu, rel. difference dx/dw_in/dw_out: " +
           ", ".join(f"{rel(a, b):.1e}" for a, b in zip(*got)))
-    times = {name: timeit(side, x, w_in, w_out) for name, side in sides.items()}
+    times = {name: timeit(side, *args) for name, side in sides.items()}
     print(f"FFN block [{rows}, {width}] -> {inner} fwd+bwd ms: " + ", ".join(
         f"{name} {t:.3f}" for name, t in times.items()) +
           f"; {times['jax.nn.gelu'] / times['exact_gelu']:.2f}x")
@@ -224,7 +232,7 @@ def check_fp8(rows=16384, width=1024, inner=4096):
         scales = exact_scales(producer(h), w, g)
 
         def step(dot):
-            def f(h, w, scales):
+            def f(h, w, scales, g):
                 y, pull = jax.vjp(lambda h, w, s: dot(producer(h), w, s), h, w, scales)
                 return y, *pull(g.astype(y.dtype))
             return jax.jit(f)
@@ -232,43 +240,73 @@ def check_fp8(rows=16384, width=1024, inner=4096):
         dots = {"bf16": lambda x, w, s: jax.lax.dot_general(x, w, DIMS),
                 "current": lambda x, w, s: fp8.fp8_dot_general(x, w, DIMS),
                 "delayed": delayed_fp8_dot}
-        sides = {side: step(dot).lower(h, w, scales).compile() for side, dot in dots.items()}
+        if AOT:
+            print_aot(name, {side: step(dot) for side, dot in dots.items()}, (h, w, scales, g))
+            continue
+        sides = {side: step(dot).lower(h, w, scales, g).compile() for side, dot in dots.items()}
         counts = {side: fp8_gemm_count(sides[side]) for side in ("current", "delayed")}
         want = jax.jit(lambda h, w: jax.vjp(
             lambda h, w: producer(h) @ w, h, w)[1](g.astype(jnp.float32)))(
                 h.astype(jnp.float32), w.astype(jnp.float32))
-        current = sides["current"](h, w, scales)
-        delayed = sides["delayed"](h, w, scales)
+        current = sides["current"](h, w, scales, g)
+        delayed = sides["delayed"](h, w, scales, g)
         agree = ", ".join(f"{rel(a, b):.1e}" for a, b in zip(delayed[:3], current[:3]))
         amaxes_right = np.allclose(delayed[3], scales * LARGEST, rtol=1e-2)
         print(f"{name}: FP8 GEMMs current {counts['current']}, delayed {counts['delayed']} "
               f"of 3; current rel. error dh/dw vs float32 {rel(current[1], want[0]):.1e}/"
               f"{rel(current[2], want[1]):.1e}; delayed vs current y/dh/dw {agree}; "
               f"observed amaxes right: {amaxes_right}")
-        times = {side: timeit(fn, h, w, scales) for side, fn in sides.items()}
+        times = {side: timeit(fn, h, w, scales, g) for side, fn in sides.items()}
         print(f"{name} [{rows}, {width if name == 'FFN in' else inner}] fwd+bwd ms: " +
               ", ".join(f"{side} {t:.3f} ({flops / t / 1e9:.0f} TFLOP/s, "
                         f"{times['bf16'] / t:.2f}x bf16)" for side, t in times.items()))
 
 
+def check_target():
+    from jax._src.lib import xla_client
+    topology = xla_client.get_topology_for_devices(jax.devices())
+    print("target config as XLA reads this GPU:\n" + str(topology.target_config))
+    from bert_jax.aot import gpu_hosts
+    known = [g for g in gpu_hosts.GPUS.values() if g.device_kind == jax.devices()[0].device_kind]
+    print("bert_jax.aot.gpu_hosts writes:\n" + (gpu_hosts.target_config(known[0]) if known
+                                                else "(no entry for this GPU)"))
+
+
+AOT = None  # with --aot: the compile-only GPU device the checks compile for
+
+
+def print_aot(title, sides, args):
+    """Each side compiled for the --aot GPU: its kernels, bytes and estimated time."""
+    for side, fn in sides.items():
+        found = hlo_kernels.kernels(hlo_kernels.compile_for(fn, args, AOT).as_text())
+        print(f"{title}, {side} ({AOT.device_kind}, compiled here): "
+              f"{hlo_kernels.describe(found, top=6)}")
+
+
 def main():
+    global AOT
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--checks", default="packed,fp8,dropout,gelu",
-                        help="comma-separated: packed, fp8, dropout, gelu")
+    parser.add_argument("--checks", default="target,packed,fp8,dropout,gelu",
+                        help="comma-separated: target, packed, fp8, dropout, gelu")
     parser.add_argument("--small", action="store_true",
                         help="small shapes: a quick run of the code on a CPU")
+    parser.add_argument("--aot", default="",
+                        help="GPU hosts (h200-1) to compile checks fp8 and gelu for, here")
     args = parser.parse_args()
+    if args.aot:
+        hlo_kernels.configure()
+        AOT = hlo_kernels.gpu_devices(args.aot)[0]
     print(f"jax {jax.__version__}, {jax.devices()[0].device_kind}")
     small = {"packed": dict(b=2, length=64, heads=2, dim=16),
              "fp8": dict(rows=256, width=64, inner=128),
              "dropout": dict(b=2, length=64, heads=2, dim=16),
              "gelu": dict(rows=256, width=64, inner=128)}
     for name in args.checks.split(","):
-        check = {"packed": check_packed, "fp8": check_fp8, "dropout": check_dropout,
-                 "gelu": check_gelu}[name]
+        check = {"target": check_target, "packed": check_packed, "fp8": check_fp8,
+                 "dropout": check_dropout, "gelu": check_gelu}[name]
         try:
-            check(**(small[name] if args.small else {}))
+            check(**(small.get(name, {}) if args.small else {}))
         except Exception as e:  # report and go on: each check is independent
             print(f"{check.__name__} failed: {type(e).__name__}: {str(e)[:600]}")
 

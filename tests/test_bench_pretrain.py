@@ -36,7 +36,9 @@ def test_packed_rows_follow_the_corpus_lengths_and_stay_valid():
 def test_lever_names_are_checked():
     assert bench_levers.parse_variant("large512-fp8+packed") == {
         "case": "large512", "side": "bert_jax", "numerics": "fp8", "packed": True,
-        "tanh": False, "cublaslt": False}
+        "cublaslt": False, "hidden_act": None}
+    assert bench_levers.parse_variant("base128-tanh")["hidden_act"] == "gelu_new"
+    assert bench_levers.parse_variant("base128-jaxgelu")["hidden_act"] == "jax_gelu"
     assert bench_levers.parse_variant("base128-torch_compile")["side"] == "torch_compile"
     with pytest.raises(SystemExit, match="unknown setting"):
         bench_levers.parse_variant("base128-fp16")
@@ -65,3 +67,34 @@ def test_a_lease_step_past_its_time_is_cut_even_when_silent(tmp_path):
     assert (tmp_path / "sleeper.log").read_text() == "up\n"
     assert gpu_lease.run_step("fails", ["-c", "raise SystemExit(3)"], 30.0, str(tmp_path),
                               dict(os.environ)) == "failed (rc 3)"
+
+
+GPU_HLO = """HloModule m
+
+%fused_reduce (param_0: bf16[64,16]) -> f32[64] {
+  %param_0 = bf16[64,16]{1,0} parameter(0)
+}
+
+ENTRY %main (a: bf16[64,32], b: bf16[32,16]) -> bf16[64,16] {
+  %a = bf16[64,32]{1,0} parameter(0)
+  %b = bf16[32,16]{1,0} parameter(1)
+  %gemm = (bf16[64,16]{1,0}, s8[1024]{0}) custom-call(%a, %b), custom_call_target="__cublas$lt$matmul", backend_config={"gemm_backend_config":{"dot_dimension_numbers":{"lhs_contracting_dimensions":["1"],"rhs_contracting_dimensions":["0"],"lhs_batch_dimensions":[],"rhs_batch_dimensions":[]},"epilogue":"BIAS"}}
+  %gte = bf16[64,16]{1,0} get-tuple-element(%gemm), index=0
+  %red = f32[64]{0} fusion(%gte), kind=kInput, calls=%fused_reduce
+  ROOT %out = bf16[64,16]{1,0} fusion(%gte, %red), kind=kLoop, calls=%fused_x
+}
+"""
+
+
+def test_compiled_gpu_kernels_are_read_with_their_bytes_and_flops():
+    import hlo_kernels
+    gemm, reduce, loop = hlo_kernels.kernels(GPU_HLO)
+    assert (gemm.kind, gemm.flops, gemm.read, gemm.written) == (
+        "gemm", 2 * 64 * 16 * 32, (64 * 32 + 32 * 16) * 2, 64 * 16 * 2)  # no workspace
+    assert gemm.detail == "__cublas$lt$matmul +BIAS" and not gemm.fp8
+    assert (reduce.kind, reduce.read, reduce.written) == ("reduction", 2048, 256)
+    assert (loop.kind, loop.read, loop.written) == ("elementwise", 2048 + 256, 2048)
+    assert hlo_kernels.summary([gemm, reduce, loop])["gemms"] == 1
+    # The roofline: the GEMM's bytes at the bandwidth outlast its FLOPs; none under launch.
+    assert gemm.seconds == max(hlo_kernels.LAUNCH_S, (gemm.read + gemm.written)
+                               / hlo_kernels.BANDWIDTH)

@@ -127,6 +127,21 @@ def test_a_gpu_too_small_for_the_state_is_refused_before_compiling():
 
 
 @needs_plugin
+def test_fp8_products_compile_to_cublaslt_fp8_gemms_for_an_h200():
+    """bench/check_gpu_paths.py --aot: the FP8 path's products are cuBLASLt FP8 GEMMs in
+    the program XLA compiles for an H200 (what the fifth lease found on one), bf16's not."""
+    result = subprocess.run(
+        [sys.executable, "bench/check_gpu_paths.py", "--checks", "fp8", "--small",
+         "--aot", "h200-1"], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stdout.splitlines() if "compiled here" in line]
+    assert len(lines) == 6, result.stdout
+    for line in lines:
+        assert "NVIDIA H200" in line and "3 GEMMs" in line, line
+        assert ("0 FP8" if ", bf16 (" in line else "3 FP8") in line, line
+
+
+@needs_plugin
 @pytest.mark.parametrize("topology, cudnn", [("h100-8", True), ("a100-8", False)])
 def test_packed_rows_take_cudnn_packed_attention_from_hopper_on(topology, cudnn):
     """jax's cuDNN module has packed attention for Hopper and later only: packed rows
