@@ -3,7 +3,7 @@ or GPU hosts.
 
 For the config's model, sequence length, global batch and topology, each mesh split
 (data parallel, FSDP, FSDP with 2-way tensor parallelism) climbs a ladder of cheaper
-memory until it fits with `tpu_compile.HEADROOM` to spare: the config's remat policy,
+memory until it fits with `compile.HEADROOM` to spare: the config's remat policy,
 then full remat, then 2 and 4 micro-batches. Cases compile in parallel processes (each
 a `bert-jax compile`; libtpu allows it with ALLOW_MULTIPLE_LIBTPU_LOAD) and each result
 is cached as JSON under CACHE_ROOT/tpu_compile, keyed by the whole config, the slice
