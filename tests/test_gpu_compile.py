@@ -116,14 +116,18 @@ def test_compile_for_two_h100_hosts_reports_the_fields(h100_16):
 
 
 @needs_plugin
-def test_a_gpu_too_small_for_the_state_is_refused_before_compiling():
-    env = {**os.environ, "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.0000001"}
+@pytest.mark.parametrize("fraction, says", [
+    ("0.0000001", "does not fit a100-1: its parameters and optimizer state alone"),
+    # the state fits this share; the compiled step's plan does not
+    ("0.0001", "GiB per GPU, 0.01 GiB more than the 0 GiB of one a100 GPU")])
+def test_a_gpu_too_small_is_refused_in_one_line(fraction, says):
+    env = {**os.environ, "XLA_PYTHON_CLIENT_MEM_FRACTION": fraction}
     result = run_cli("--config", "configs/pretrain.py:tiny", "--topology", "a100-1",
                      *[f"--config.{o}" for o in MICRO], env=env)
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, lines
-    assert "does not fit a100-1: its parameters and optimizer state alone" in lines[0]
+    assert says in lines[0], lines[0]
 
 
 @needs_plugin

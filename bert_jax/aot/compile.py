@@ -295,9 +295,11 @@ def main(argv: list[str]) -> int:
     print(json.dumps({k: v for k, v in report.items() if k != "details"}), flush=True)
     if not report["fits"]:
         short = report["hbm_per_chip_gb"] - report["hbm_capacity_gb"]
+        unit = "GPU" if _platform(topology) == "gpu" else "chip"
         raise DoesNotFit(f"{config_name(config)} needs {report['hbm_per_chip_gb']:.2f} GiB per "
-                         f"chip, {short:.2f} GiB more than the {report['hbm_capacity_gb']:.0f} "
-                         f"GiB of a {topology.generation} chip; {_levers(config)}")
+                         f"{unit}, {short:.2f} GiB more than the "
+                         f"{report['hbm_capacity_gb']:.0f} GiB of one {topology.generation} "
+                         f"{unit}; {_levers(config)}")
     return 0
 
 
