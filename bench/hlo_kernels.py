@@ -24,7 +24,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-BANDWIDTH = 4.3e12      # bytes/s, device-to-device copy on an H200 (KINDS.md)
+BANDWIDTH = 4.3e12      # bytes/s, a device-to-device copy on this workplace's H200s
 BF16_FLOPS = 753e12     # the FFN-sized bf16 product, fifth lease (docs/performance.md)
 FP8_FLOPS = 2 * BF16_FLOPS
 LAUNCH_S = 2e-6
