@@ -9,8 +9,8 @@ fifth lease), FP8 products at twice the bf16 rate, and no kernel under LAUNCH_S.
 
 It is a model, not a measurement: it knows what is fused and what goes through memory,
 not how well each kernel runs. With no GPU XLA does not autotune, so matrix products are
-compiled as cuBLAS calls here (`--xla_gpu_enable_triton_gemm=false`), as the fifth
-lease's profile found them.
+compiled as cuBLAS calls here (`--xla_gpu_enable_triton_gemm=false`), as the leases
+found them (the fourth lease's profile, the fifth's FP8 GEMMs).
 """
 
 from __future__ import annotations
