@@ -81,6 +81,8 @@ def main():
     parser.add_argument("--topology", default="h200-1")
     parser.add_argument("--top", type=int, default=0,
                         help="list each variant's N longest kernels other than GEMMs")
+    parser.add_argument("--by_origin", action="store_true",
+                        help="each variant's calibrated time by the part of the step")
     args = parser.parse_args()
     variants = args.variants.split(",")
     if CALIBRATION_VARIANT not in variants:
@@ -92,11 +94,12 @@ def main():
     print(f"bench_pretrain's steps for {device.device_kind}, compiled here; model at "
           f"{hlo_kernels.BANDWIDTH / 1e12:.1f} TB/s, {hlo_kernels.BF16_FLOPS / 1e12:.0f} "
           "TFLOP/s bf16, FP8 twice that")
-    results = {}
+    results, kernels_of = {}, {}
     for variant in variants:
         found, peak_gib = step_kernels(variant, device, topology)
         results[variant] = (by_kind(found), peak_gib, len(found),
                             sum(k.read + k.written for k in found) / 1e9)
+        kernels_of[variant] = found
         if args.top:
             print(f"{variant}: " + hlo_kernels.describe(found, top=args.top, gemms=False))
     reference = results[CALIBRATION_VARIANT][0]
@@ -117,6 +120,14 @@ def main():
               f"{totals[variant]:>12.2f}"
               + (f"{before / totals[variant]:>11.3f}x" if before else f"{'':>12}")
               + f"{peak_gib:>7.1f}   " + ", ".join(f"{k} {calibrated[k]:.1f}" for k in KINDS))
+    if args.by_origin:
+        for variant, found in kernels_of.items():
+            parts: dict = {}
+            for k in found:  # each kernel at its kind's calibration
+                parts[k.origin] = parts.get(k.origin, 0.0) + k.seconds * 1e3 * scale.get(
+                    k.kind, 1.0)
+            print(f"{variant} by part, calibrated ms (other kernels: uncalibrated): " + ", ".join(
+                f"{p} {ms:.1f}" for p, ms in sorted(parts.items(), key=lambda x: -x[1])))
 
 
 if __name__ == "__main__":

@@ -73,6 +73,7 @@ class Kernel:
     fp8: bool
     detail: str
     kind: str   # gemm, attention, reduction (XLA's input fusions), elementwise, other
+    origin: str  # the part of the step it comes from (`origin`), from XLA's op_name
 
     @property
     def seconds(self) -> float:
@@ -127,8 +128,27 @@ def kernels(hlo_text: str) -> list[Kernel]:
         read = sum(_bytes(i) for i in ins)
         # A GEMM's workspace output (s8/u8) is scratch, not a result written back.
         written = _bytes([a for a in out if not (target and a[0] in ("s8", "u8"))])
-        found.append(Kernel(name, op, read, written, flops, fp8, detail, kind))
+        op_name = re.search(r'op_name="([^"]*)"', rest)
+        found.append(Kernel(name, op, read, written, flops, fp8, detail, kind,
+                            origin(op_name.group(1) if op_name else "")))
     return found
+
+
+# The step's parts, by what the op_name of a kernel's root names (first match wins).
+PARTS = (("dropout", ("dropout", "rng_bit_generator")), ("layer norm", ("norm/",)),
+         ("attention", ("attention",)), ("feed-forward", ("_mlp", "intermediate", "output")),
+         ("embeddings", ("embeddings",)), ("heads and loss", ("cls", "predictions", "pool")))
+
+
+def origin(op_name: str) -> str:
+    """`attention bwd`, `layer norm fwd`, ...: the model part a kernel computes and its
+    pass; `optimizer` for what runs outside the model (the update, gradient norms,
+    the non-finite guard)."""
+    lowered = op_name.lower()
+    if "bertfor" not in lowered and "/bert/" not in lowered:
+        return "optimizer"
+    part = next((name for name, keys in PARTS if any(k in lowered for k in keys)), "model")
+    return f"{part} {'bwd' if 'transpose(' in lowered else 'fwd'}"
 
 
 def _attention_flops(q_dims: list[int], backward: bool) -> float:
