@@ -152,7 +152,8 @@ def check_gelu(rows=16384, width=1024, inner=4096):
              "exact_gelu": block(activations.exact_gelu)}
     args = (x, w_in, w_out, bias, g)
     if AOT:
-        return print_aot("FFN block", sides, args)
+        print_aot("FFN block", sides, args)
+        return
     got = [side(*args) for side in sides.values()]
     print("FFN block exact_gelu vs jax.nn.gelu, rel. difference dx/dw_in/dw_out: " +
           ", ".join(f"{rel(a, b):.1e}" for a, b in zip(*got)))

@@ -59,14 +59,11 @@ def step_kernels(variant: str, device, topology) -> tuple[list, float]:
                           for k, a in host_batch.items()}
         with jax.set_mesh(partitioner.mesh):
             compiled = train.lower(plan.abstract, abstract_batch).compile()
-    memory = compiled.memory_analysis()
-    peak = (memory.argument_size_in_bytes + memory.output_size_in_bytes
-            - memory.alias_size_in_bytes + memory.temp_size_in_bytes)
     text = compiled.as_text()
     if "\n  %while" in text[text.index("\nENTRY "):]:
         sys.exit(f"gpu_step_model: {variant}'s step has a loop; its body's kernels would be "
                  "counted once")
-    return hlo_kernels.kernels(text), peak / 2 ** 30
+    return hlo_kernels.kernels(text), aot_compile.planned_bytes(compiled) / 2 ** 30
 
 
 def by_kind(found) -> dict:
@@ -90,19 +87,17 @@ def main():
     hlo_kernels.configure()
     from bert_jax.aot import compile as aot_compile
     topology = aot_compile.resolve_topology(args.topology)
-    device = hlo_kernels.gpu_devices(args.topology)[0]
+    device = aot_compile.topology_devices(topology)[0]
     print(f"bench_pretrain's steps for {device.device_kind}, compiled here; model at "
           f"{hlo_kernels.BANDWIDTH / 1e12:.1f} TB/s, {hlo_kernels.BF16_FLOPS / 1e12:.0f} "
           "TFLOP/s bf16, FP8 twice that")
-    results, kernels_of = {}, {}
+    compiled = {}  # variant -> (kernels, XLA's memory plan in GiB)
     for variant in variants:
-        found, peak_gib = step_kernels(variant, device, topology)
-        results[variant] = (by_kind(found), peak_gib, len(found),
-                            sum(k.read + k.written for k in found) / 1e9)
-        kernels_of[variant] = found
+        compiled[variant] = step_kernels(variant, device, topology)
         if args.top:
-            print(f"{variant}: " + hlo_kernels.describe(found, top=args.top, gemms=False))
-    reference = results[CALIBRATION_VARIANT][0]
+            print(f"{variant}: " + hlo_kernels.describe(compiled[variant][0], top=args.top,
+                                                        gemms=False))
+    reference = by_kind(compiled[CALIBRATION_VARIANT][0])
     # A kind the model puts (almost) no time in keeps the profile's time as a constant.
     scale = {k: PROFILE_MS[k] / reference[k] for k in KINDS if reference[k] > 0.1}
     calibrate = lambda ms: {k: ms[k] * scale[k] if k in scale else PROFILE_MS[k]
@@ -111,17 +106,19 @@ def main():
         f"{k} {scale[k]:.2f}x" if k in scale else f"{k} +{PROFILE_MS[k]} ms" for k in KINDS))
     print(f"{'variant':<22}{'kernels':>8}{'GB':>7}{'model ms':>10}{'calibr. ms':>12}"
           f"{'vs jaxgelu':>12}{'GiB':>7}   calibrated ms by kind")
-    totals = {v: sum(calibrate(r[0]).values()) for v, r in results.items()}
-    for variant, (ms, peak_gib, count, moved) in results.items():
+    totals = {v: sum(calibrate(by_kind(found)).values()) for v, (found, _) in compiled.items()}
+    for variant, (found, peak_gib) in compiled.items():
+        ms = by_kind(found)
         calibrated = calibrate(ms)
+        moved = sum(k.read + k.written for k in found) / 1e9
         # Against the same case with jax.nn.gelu (the form the leases measured), if run.
         before = totals.get(variant.split("-")[0] + "-jaxgelu")
-        print(f"{variant:<22}{count:>8}{moved:>7.1f}{sum(ms.values()):>10.2f}"
+        print(f"{variant:<22}{len(found):>8}{moved:>7.1f}{sum(ms.values()):>10.2f}"
               f"{totals[variant]:>12.2f}"
               + (f"{before / totals[variant]:>11.3f}x" if before else f"{'':>12}")
               + f"{peak_gib:>7.1f}   " + ", ".join(f"{k} {calibrated[k]:.1f}" for k in KINDS))
     if args.by_origin:
-        for variant, found in kernels_of.items():
+        for variant, (found, _) in compiled.items():
             parts: dict = {}
             for k in found:  # each kernel at its kind's calibration
                 parts[k.origin] = parts.get(k.origin, 0.0) + k.seconds * 1e3 * scale.get(

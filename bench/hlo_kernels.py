@@ -164,7 +164,6 @@ def summary(found: list[Kernel]) -> dict:
     return {"kernels": len(found), "gemms": len(gemms),
             "fp8_gemms": sum(k.fp8 for k in gemms),
             "gb_moved": sum(k.read + k.written for k in found) / 1e9,
-            "gemm_gflop": sum(k.flops for k in gemms) / 1e9,
             "estimate_ms": sum(k.seconds for k in found) * 1e3,
             "non_gemm_ms": sum(k.seconds for k in found if k.kind != "gemm") * 1e3}
 

@@ -152,7 +152,7 @@ def cudnn_checks_for(topology):
     except ImportError:
         cudnn_attention = None
     kept = getattr(cudnn_attention, "check_compute_capability", None)
-    if not isinstance(topology, gpu_hosts.GpuHosts) or kept is None:
+    if topology.platform != "gpu" or kept is None:
         yield
         return
     target = topology.gpu.compute_capability
@@ -182,8 +182,7 @@ def _state_bytes_per_chip(state) -> int:
 def _report(config, topology, setup, compiled, hosts, num_slices, compile_s) -> dict:
     mesh, chips = setup.partitioner.mesh, setup.partitioner.mesh.devices.size
     memory = compiled.memory_analysis()
-    total = (memory.argument_size_in_bytes + memory.output_size_in_bytes
-             - memory.alias_size_in_bytes + memory.temp_size_in_bytes)
+    total = planned_bytes(compiled)
     cost = compiled.cost_analysis()
     cost = (cost[0] if isinstance(cost, (list, tuple)) else cost) or {}  # GPU: None
     flat, text = list(mesh.devices.flat), compiled.as_text()
@@ -204,7 +203,7 @@ def _report(config, topology, setup, compiled, hosts, num_slices, compile_s) -> 
         "collective_bytes": {k: int(v) for k, v in sorted(bytes_by_kind.items())},
         "compile_s": round(compile_s, 1),
         "fused_attention_calls": _fused_attention_calls(text),
-        "details": {"device_kind": flat[0].device_kind, "platform": _platform(topology),
+        "details": {"device_kind": flat[0].device_kind, "platform": topology.platform,
                     "capacity": _capacity_note(topology),
                     "per_chip_batch": config.global_batch_size / batch_ways,
                     "grad_accum_steps": config.grad_accum_steps,
@@ -215,19 +214,23 @@ def _report(config, topology, setup, compiled, hosts, num_slices, compile_s) -> 
 _FUSED_ATTENTION = {"tpu": "Pallas splash attention", "gpu": "cuDNN flash attention"}
 
 
-def _platform(topology) -> str:
-    return "gpu" if isinstance(topology, gpu_hosts.GpuHosts) else "tpu"
-
-
 def _capacity_note(topology) -> str:
     """For GPUs: what the capacity is, and that a run needs more than XLA's plan (cuBLAS
     workspaces, autotuning): measured on H200s, bert-base and bert-large steps peaked
     13-14% above their plans (docs/performance.md)."""
-    if _platform(topology) == "tpu":
+    if topology.platform == "tpu":
         return ""
     total = topology.gpu.memory_mib * gpu_hosts.MIB / GIB
     return (f"; JAX's {topology.hbm_bytes / GIB / total:.0%} of {total:.0f} GiB "
             "(XLA_PYTHON_CLIENT_MEM_FRACTION); a run peaks ~15% above this plan")
+
+
+def planned_bytes(compiled) -> int:
+    """One device's memory in XLA's plan for `compiled`: arguments + outputs - donated
+    aliases + temporaries."""
+    memory = compiled.memory_analysis()
+    return (memory.argument_size_in_bytes + memory.output_size_in_bytes
+            - memory.alias_size_in_bytes + memory.temp_size_in_bytes)
 
 
 def _fused_attention_calls(hlo_text: str) -> int:
@@ -274,8 +277,9 @@ def main(argv: list[str]) -> int:
                + ", ".join(tpu_slices.names()) + ". GPU hosts (8 GPUs a host), e.g.: "
                + ", ".join(gpu_hosts.example_names()))
     parser.add_argument("--config", required=True, help="configs/pretrain.py[:VARIANT]")
-    parser.add_argument("--topology", required=True, help="a TPU slice (v4-128, v5e-16, v5p-8, v6e-256) or GPU "
-                        "hosts (h100-8, h200-16, a100-1)")
+    parser.add_argument("--topology", required=True,
+                        help="a TPU slice (v4-128, v5e-16, v5p-8, v6e-256) or GPU hosts "
+                        "(h100-8, h200-16, a100-1)")
     parser.add_argument("--num_slices", type=int, default=1,
                         help="slices joined over the data-center network (multi-slice)")
     parser.add_argument("--hlo_out", default="",
@@ -295,7 +299,7 @@ def main(argv: list[str]) -> int:
     print(json.dumps({k: v for k, v in report.items() if k != "details"}), flush=True)
     if not report["fits"]:
         short = report["hbm_per_chip_gb"] - report["hbm_capacity_gb"]
-        unit = "GPU" if _platform(topology) == "gpu" else "chip"
+        unit = "GPU" if topology.platform == "gpu" else "chip"
         raise DoesNotFit(f"{config_name(config)} needs {report['hbm_per_chip_gb']:.2f} GiB per "
                          f"{unit}, {short:.2f} GiB more than the "
                          f"{report['hbm_capacity_gb']:.0f} GiB of one {topology.generation} "
@@ -304,7 +308,7 @@ def main(argv: list[str]) -> int:
 
 
 def _search(args, overrides: list[str], topology) -> int:
-    headroom = HEADROOM[_platform(topology)]
+    headroom = HEADROOM[topology.platform]
     from bert_jax.aot import search as tpu_search
     print(f"searching {topology.name} x{args.num_slices} ({args.workers} compiles at once; "
           f"results cached in {tpu_search.cache_dir()})", flush=True)

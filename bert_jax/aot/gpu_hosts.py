@@ -25,6 +25,7 @@ GPUS_PER_HOST = 8
 # JAX's GPU client takes this share of memory at start (XLA_PYTHON_CLIENT_MEM_FRACTION).
 DEFAULT_MEM_FRACTION = 0.75
 INSTALL = "pip install -e .[gpu-compile] (no GPU needed)"
+_NAME = re.compile(r"([a-z]\d{3})-(\d+)")  # a GPU's name (a100, h200) and a GPU count
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +57,7 @@ class GpuHosts:
     """`chips` GPUs of one kind, GPUS_PER_HOST to a host; the same interface as a TPU
     slice (`bert_jax.aot.tpu_slices.Topology`)."""
 
+    platform = "gpu"
     name: str
     generation: str
     chips: int
@@ -77,7 +79,7 @@ class GpuHosts:
 
 def matches(name: str) -> bool:
     """Whether `name` is written as a GPU host name (a100-8, h100-16, ...)."""
-    return re.fullmatch(r"[a-z]\d{3}-\d+", name.strip().lower()) is not None
+    return _NAME.fullmatch(name.strip().lower()) is not None
 
 
 def example_names() -> list[str]:
@@ -86,7 +88,7 @@ def example_names() -> list[str]:
 
 def resolve_hosts(name: str, environ=os.environ) -> GpuHosts:
     """`h100-8` -> its GpuHosts; UserError naming the known GPUs and sizes otherwise."""
-    match = re.fullmatch(r"([a-z]\d{3})-(\d+)", name.strip().lower())
+    match = _NAME.fullmatch(name.strip().lower())
     if not match or match.group(1) not in GPUS:
         raise UserError(f"unknown GPU host {name!r}: one of {', '.join(GPUS)} and a GPU "
                         "count, e.g. h100-8 (one host of 8), h200-16 (two hosts), a100-1")

@@ -46,6 +46,7 @@ _ALIASES = {"v5litepod": "v5e", "v6litepod": "v6e"}
 class Topology:
     """One TPU slice type; `describe_args` are get_topology_desc's keyword arguments."""
 
+    platform = "tpu"  # a class attribute, as GpuHosts' "gpu"
     name: str
     generation: str
     shape: tuple

@@ -1,7 +1,7 @@
 """What a pretraining config builds before it touches data, a workdir or a device (its
 `Setup`), and the checks of that config against the model and the target. `bert-jax
 pretrain` (`pretrain.job`) runs the Setup; `bert-jax compile` (`bert_jax.aot.compile`)
-compiles it for a TPU topology."""
+compiles it for a TPU slice or GPU hosts."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ class Setup:
     """What a pretraining config builds before it touches data, a workdir or a device:
     the model, optimizer and schedule, the partitioner, the TrainState's sharded layout
     and the jitted steps. `bert-jax pretrain` runs it; `bert-jax compile` compiles it for a
-    TPU topology (`bert_jax.aot.compile`)."""
+    TPU slice or GPU hosts (`bert_jax.aot.compile`)."""
 
     config: ml_collections.ConfigDict
     bert_config: BertConfig
