@@ -116,6 +116,18 @@ def test_compile_for_two_h100_hosts_reports_the_fields(h100_16):
 
 
 @needs_plugin
+def test_compiling_the_same_step_again_stays_quiet(tmp_path):
+    """The persistent compilation cache is off for compile-only clients: a second run
+    found the first one's entry and jax warned that it could not load it."""
+    env = {**os.environ, "BERT_JAX_CACHE_DIR": str(tmp_path)}
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)
+    runs = [run_cli("--config", "configs/pretrain.py:tiny", "--topology", "h100-1",
+                    *[f"--config.{o}" for o in MICRO], env=env) for _ in range(2)]
+    assert [r.returncode for r in runs] == [0, 0]
+    assert [r.stderr for r in runs] == ["", ""]
+
+
+@needs_plugin
 @pytest.mark.parametrize("fraction, says", [
     ("0.0000001", "does not fit a100-1: its parameters and optimizer state alone"),
     # the state fits this share; the compiled step's plan does not

@@ -290,6 +290,9 @@ def main(argv: list[str]) -> int:
                         help="with --search: compiles at once (each takes 2-8 GB of RAM)")
     args, overrides = split_config_args(argv)
     args = parser.parse_args(args)
+    # A compile-only client can neither load a persistent-cache entry (jax warns on every
+    # repeat) nor run what it compiles: nothing to keep.
+    jax.config.update("jax_enable_compilation_cache", False)
     topology = resolve_topology(args.topology)
     if args.search:
         return _search(args, overrides, topology)
