@@ -138,8 +138,8 @@ def create_data(corpus: str, vocab: str, out: str, dupe: int) -> list[str]:
 
 
 def pretrain(workdir: str, data: list[str], vocab: str, args) -> dict:
-    from bert_jax.config_loader import load_config
     from bert_jax.pretrain.job import train_and_evaluate
+    from bert_jax.train.config_loader import load_config
     steps = args.pretrain_steps
     config = load_config(f"{CONFIGS}/pretrain.py:tiny", [
         # No dropout by default: 1.3 passes over the rows do not overfit, and the model
@@ -192,7 +192,7 @@ def pretrain(workdir: str, data: list[str], vocab: str, args) -> dict:
 
 def _with_dropout(model: str, rate: float) -> dict:
     """The model setting (a preset name or a dict literal) with its dropout set to `rate`."""
-    from bert_jax.config_loader import parse_value  # how --config.model reads it
+    from bert_jax.train.config_loader import parse_value  # how --config.model reads it
     spec = parse_value(model)
     spec = spec if isinstance(spec, dict) else {"preset": model}
     return {**spec, "hidden_dropout_prob": rate, "attention_probs_dropout_prob": rate}
@@ -206,8 +206,8 @@ def _metrics(workdir: str) -> list[dict]:
 def finetune_ner(workdir: str, init: str, vocab: str, seed: int, args) -> dict:
     """One NER run (configs/finetune.py:conll,tiny plus the bench's settings): test F1
     and the validation F1 after each epoch."""
-    from bert_jax.config_loader import load_config
     from bert_jax.finetune.cli import run_finetune
+    from bert_jax.train.config_loader import load_config
     results_file = os.path.join(workdir, "eval_results.json")
     if not os.path.exists(results_file):
         overrides = [f"--config.init_from={init}", f"--config.tokenizer={vocab}",

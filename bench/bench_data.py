@@ -15,11 +15,12 @@ import urllib.request
 
 import tensorflow as tf  # noqa: F401  (imported up front so no timing includes it)
 
-from bert_jax import flags, paths
+from bert_jax import flags
 from bert_jax.data import corpus, tfrecord
 from bert_jax.data import create_pretraining_data as cpd
 from bert_jax.data.options import DataOptions
 from bert_jax.data.pipeline import make_pretrain_iterator
+from bert_jax.host import paths
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
 
 

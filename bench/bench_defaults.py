@@ -37,8 +37,8 @@ SETS = {  # name: (config task, directory, file extension, max_seq_length, metri
 
 
 def run_set(model: str, init: str, name: str, args, workdir: str) -> dict:
-    from bert_jax.config_loader import load_config
     from bert_jax.finetune import selection
+    from bert_jax.train.config_loader import load_config
     task, folder, ext, seq, metric = SETS[name]
     seq = args.max_seq_length or seq
     data = os.path.join(DATA, folder)
@@ -71,7 +71,7 @@ def init_hf(model: str, args) -> str:
         return hf_model_dir()
     out = os.path.join(args.workdir, "tiny_hf")
     if not os.path.exists(out):
-        from bert_jax.convert.cli import to_hf
+        from bert_jax.weights.cli import to_hf
         to_hf(args.tiny_model, out)
     return out
 

@@ -32,7 +32,6 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_finetune import CONFIG, DATA, minilm_dir, skip  # noqa: E402
 
-
 # TinyBERT's general student shape (Jiao et al. 2020): 4 layers, 312 wide, 12 heads.
 TINYBERT = ("{'preset': 'tiny', 'num_hidden_layers': 4, 'hidden_size': 312, "
             "'num_attention_heads': 12, 'intermediate_size': 1200}")
@@ -59,9 +58,9 @@ def once(workdir: str, run) -> dict:
 
 def student_dir(minilm: str, layers: int, out: str) -> str:
     """The teacher encoder's evenly spaced layers as a model directory."""
-    from bert_jax import pretrained
     from bert_jax.finetune.distill import take_layers
     from bert_jax.tokenization import load_tokenizer
+    from bert_jax.weights import pretrained
     if not os.path.exists(out):
         pre = pretrained.load(minilm)
         params, config, _ = take_layers(pre.params.get("bert", pre.params), pre.config, layers)
@@ -105,8 +104,8 @@ def main():
     work = args.workdir or tempfile.mkdtemp(prefix="bench_distill_")
     minilm = minilm_dir(work)
 
-    from bert_jax.config_loader import load_config
     from bert_jax.finetune import distill, job
+    from bert_jax.train.config_loader import load_config
     teacher_dir = args.teacher or os.path.join(work, "teacher")
     if not args.teacher:
         once(teacher_dir, lambda w: job.finetune(

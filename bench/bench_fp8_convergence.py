@@ -55,13 +55,14 @@ def prepare(out: str) -> None:
 
 def worker(args) -> list[float]:
     """One side's loss at every step."""
-    import jax
     import bench_pretrain
-    from bert_jax import sharding
-    from bert_jax.heads import BertForPreTraining
-    from bert_jax.optim import make_optimizer
+    import jax
+
+    from bert_jax.models.heads import BertForPreTraining
     from bert_jax.pretrain.steps import dummy_inputs, jit_steps
-    from bert_jax.train_state import StatePlan
+    from bert_jax.train import sharding
+    from bert_jax.train.optim import make_optimizer
+    from bert_jax.train.train_state import StatePlan
     data = np.load(args.data)
     # bf16 on every backend: FP8 is compared with bf16 (XLA's CPU compiler may skip a
     # float32 -> float8 -> float32 round trip as excess precision).

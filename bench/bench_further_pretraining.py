@@ -98,7 +98,7 @@ def pretrain_config(records: list[str], args, *, steps: int = 1, learning_rate: 
                     init_from: str = "", eval_fraction: float | None = None):
     """configs/pretrain.py:tiny with the bench's rows, batch and schedule (warmup 10%,
     then linear decay; one evaluation and one checkpoint, at the end)."""
-    from bert_jax.config_loader import load_config
+    from bert_jax.train.config_loader import load_config
     return load_config(f"{CONFIGS}/pretrain.py:tiny", [
         f"--config.model={args.model}",
         f"--config.input_files={','.join(records)}",
@@ -137,11 +137,12 @@ def mlm_accuracy(model_dir: str, records: list[str], eval_fraction: float, args)
     them at eval_fraction 1), with the pipeline's evaluation masks (seed 0: the same for
     every model)."""
     import jax
-    from bert_jax import pretrained
+
     from bert_jax.pretrain import inputs
     from bert_jax.pretrain.setup import Setup
     from bert_jax.pretrain.steps import evaluate
     from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
+    from bert_jax.weights import pretrained
     tokenizer = load_tokenizer(DEFAULT_VOCAB)
     # The model and steps of a training config; the rows of one that holds out
     # `eval_fraction` (1.0, all of them, is no training run's).
@@ -166,8 +167,8 @@ def mlm_accuracy(model_dir: str, records: list[str], eval_fraction: float, args)
 
 def finetune(workdir: str, init_from: str, settings: dict, args) -> dict:
     """The demo's spam recipe from `init_from`, one run per seed (`--config.seeds`)."""
-    from bert_jax.config_loader import load_config
     from bert_jax.finetune.cli import run_finetune
+    from bert_jax.train.config_loader import load_config
 
     def run():
         overrides = [f"--config.init_from={init_from}", "--config.model=",
@@ -221,7 +222,7 @@ def main(argv=None) -> int:
                         "embedded public-domain corpus)")
     parser.add_argument("--fresh", action="store_true", help="delete WORKDIR first")
     args = parser.parse_args(argv)
-    from bert_jax import compile_cache, backend_env
+    from bert_jax.host import backend_env, compile_cache
     compile_cache.configure()  # before JAX is imported, as every bert-jax command does
     backend_env.configure_backends()
     from bert_jax.cli import quiet_libraries

@@ -11,7 +11,7 @@ schedule evaluated on dev. bert_jax keeps its own other defaults (AdamW weight d
 (`AutoModelForSequenceClassification`, AdamW without weight decay or warmup, linear
 decay). `--model` is a Hub name or any model path bert_jax takes; transformers reads the
 same weights exported by `bert-jax convert --to_hf`. Both read the same examples
-(`bert_jax.finetune.glue_files`) and are scored by the same metric functions. One JSON
+(`bert_jax.finetune.tasks.glue_files`) and are scored by the same metric functions. One JSON
 line per task on stdout, then all of them as a Markdown table on stderr; a task whose
 folder is absent is skipped with its reason.
 
@@ -40,8 +40,8 @@ RECIPE = {"learning_rate": 2e-5, "global_batch_size": 32, "num_train_epochs": 3.
 
 
 def bert_jax_run(task: str, args, workdir: str) -> dict:
-    from bert_jax.config_loader import load_config
     from bert_jax.finetune import job
+    from bert_jax.train.config_loader import load_config
     overrides = [f"init_from={args.model}", f"glue_dir={args.glue_dir}",
                  "keep_checkpoint=last", f"max_train_examples={args.max_train_examples}",
                  f"seed={args.seed}", f"length_bucketing={args.group_by_length}",
@@ -74,7 +74,8 @@ def transformers_run(task, hf_dir: str, train, evals: dict, seed: int,
     import torch
     import transformers
     from transformers.trainer_pt_utils import get_length_grouped_indices
-    from bert_jax.finetune import metrics
+
+    from bert_jax.finetune.tasks import metrics
 
     torch.manual_seed(seed)
     num_labels = task.num_labels
@@ -122,16 +123,17 @@ def transformers_run(task, hf_dir: str, train, evals: dict, seed: int,
 
 def hf_weights(model: str, directory: str) -> str:
     """The model's weights as an HF directory transformers reads (bit-exact export)."""
-    from bert_jax import pretrained
-    from bert_jax.convert.cli import to_hf
+    from bert_jax.weights import pretrained
+    from bert_jax.weights.cli import to_hf
     out = os.path.join(directory, "hf")
     to_hf(pretrained.local_path(model), out)
     return out
 
 
 def bench_task(name: str, args, directory: str) -> dict:
-    from bert_jax.finetune import glue_files, tasks
-    from bert_jax.config_loader import load_config
+    from bert_jax.finetune import tasks
+    from bert_jax.finetune.tasks import glue_files
+    from bert_jax.train.config_loader import load_config
 
     try:
         task = tasks.get_task(load_config(f"{CONFIG}:{name}", [f"glue_dir={args.glue_dir}"]))

@@ -48,8 +48,8 @@ def parse_variant(name: str) -> dict:
 
 
 def run(name: str, steps: int, peak: float) -> dict | None:
-    from bert_jax import perf
-    from bert_jax.config import preset
+    from bert_jax.models.config import preset
+    from bert_jax.train import perf
     v = parse_variant(name)
     model, seq_len, batch, predictions = CASES[v["case"]]
     out = bench_pretrain.run_worker(

@@ -18,7 +18,7 @@ Every side runs a full training step (forward, backward, AdamW with clipping) on
 random batches of the same shape. Ours computes the MLM head only at the masked
 positions; transformers computes it at every position, as it always does. MFU counts
 the same model FLOPs for all sides (masked positions only) against the device's dense
-bf16 peak (bert_jax/perf.py), or on a CPU against a measured fp32 matmul peak.
+bf16 peak (bert_jax/train/perf.py), or on a CPU against a measured fp32 matmul peak.
 `--numerics fp8` is the fast numerics with the encoder's matmuls in FP8. `--packed`
 feeds bert_jax rows packed from the embedded corpus's example lengths
 (bench/corpus_lengths_512.json), so samples/s (MLPerf's unit: sequences a second)
@@ -137,7 +137,8 @@ def host_peak_gb():
 
 def worker_probe(_args):
     import jax
-    from bert_jax import perf
+
+    from bert_jax.train import perf
     device = jax.devices()[0]
     dtype = "float32" if device.platform == "cpu" else "bfloat16"
     peak = (perf.measured_matmul_flops(size=2048, seconds=2.0) if device.platform == "cpu"
@@ -147,7 +148,7 @@ def worker_probe(_args):
 
 
 def jax_model_config(args, accelerator):
-    from bert_jax.config import preset
+    from bert_jax.models.config import preset
     fields = dict(scan_layers=args.scan_layers,
                   # FP8 is bf16 with FP8 matmuls on every backend (`compute_dtype=fp8`)
                   dtype="bfloat16" if accelerator or args.numerics == "fp8" else "float32",
@@ -169,14 +170,15 @@ def use_jax_gelu():
     `activation_kept` ends): the form before `activations.exact_gelu`, to measure that
     lever on the whole step."""
     import jax
-    from bert_jax import activations
+
+    from bert_jax.models import activations
     activations.exact_gelu = lambda x: jax.nn.gelu(x, approximate=False)
 
 
 @contextlib.contextmanager
 def activation_kept():
     """Undoes `use_jax_gelu` on leaving, for several variants in one process."""
-    from bert_jax import activations
+    from bert_jax.models import activations
     kept = activations.exact_gelu
     try:
         yield
@@ -187,11 +189,11 @@ def activation_kept():
 def jax_step_parts(args, device, accelerator):
     """bert_jax's train step for one case on `device`: (train, state plan, partitioner,
     host batch, examples in it). `gpu_step_model.py` compiles the same for a GPU."""
-    from bert_jax import sharding
-    from bert_jax.heads import BertForPreTraining
-    from bert_jax.optim import make_optimizer
+    from bert_jax.models.heads import BertForPreTraining
     from bert_jax.pretrain.steps import dummy_inputs, jit_steps
-    from bert_jax.train_state import StatePlan
+    from bert_jax.train import sharding
+    from bert_jax.train.optim import make_optimizer
+    from bert_jax.train.train_state import StatePlan
     config = jax_model_config(args, accelerator)
     rng_impl = "threefry" if args.numerics == "faithful" else "unsafe_rbg"
     partitioner = sharding.Partitioner(sharding.make_mesh({"data": 1}, devices=[device]))
@@ -243,7 +245,8 @@ def worker_bert_jax(args):
 def worker_torch(args):
     import torch
     import transformers
-    from bert_jax.config import preset
+
+    from bert_jax.models.config import preset
     cuda = torch.cuda.is_available()
     device = "cuda" if cuda else "cpu"
     config = preset(args.model)
@@ -365,8 +368,8 @@ def main():
         "fast" if accelerator else "faithful")
     steps = args.steps or (10 if accelerator else 3)
 
-    from bert_jax import perf
-    from bert_jax.config import preset
+    from bert_jax.models.config import preset
+    from bert_jax.train import perf
     print(f"backend {probe['backend']}, device {probe['device']}, peak "
           f"{probe['peak'] / 1e12:.3g} TFLOP/s {probe['peak_dtype']}"
           f"{' (measured)' if not accelerator else ''}; bert_jax numerics {numerics}"

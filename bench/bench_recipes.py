@@ -32,7 +32,7 @@ RECIPES = {"bert": "tiny", "modern": "modernbert_tiny"}
 
 
 def pretrain_config(recipe: str, args, steps: int, **extra):
-    from bert_jax.config_loader import load_config
+    from bert_jax.train.config_loader import load_config
 
     overrides = {"max_seq_length": args.seq_len, "global_batch_size": args.batch,
                  "max_predictions_per_seq": max(1, int(0.3 * args.seq_len) + 1),
@@ -59,9 +59,9 @@ def seconds_per_step(recipe: str, args) -> float:
 
 
 def pretrain(recipe: str, args) -> dict:
-    from bert_jax import pretrained
-    from bert_jax.model import count_params
+    from bert_jax.models.encoder import count_params
     from bert_jax.pretrain.job import train_and_evaluate
+    from bert_jax.weights import pretrained
 
     pace = seconds_per_step(recipe, args)
     steps = max(2, int(args.minutes * 60 / pace))
@@ -75,8 +75,8 @@ def pretrain(recipe: str, args) -> dict:
 
 
 def finetune(recipe: str, init_from: str, args) -> dict:
-    from bert_jax.config_loader import load_config
     from bert_jax.finetune.cli import run_finetune
+    from bert_jax.train.config_loader import load_config
 
     overrides = [f"--config.init_from={init_from}", "--config.model=",
                  f"--config.seeds={args.seeds}"]

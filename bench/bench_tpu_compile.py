@@ -23,8 +23,8 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from bert_jax.aot import tpu_slices
 from bert_jax.aot import search as tpu_search
+from bert_jax.aot import tpu_slices
 
 TOPOLOGIES = ("v4-8", "v4-128", "v5e-16", "v5e-256", "v5p-8", "v5p-128", "v6e-8", "v6e-256")
 # Rows per chip by (model, sequence length): base 16k tokens per chip, large 8k (tpu_large's

@@ -2,7 +2,7 @@
 
     python bench/check_gpu_paths.py [--checks target,packed,fp8,dropout,gelu] [--small]
 
-1. Packed rows through cuDNN (`model.packed_cudnn_attention`) against XLA's attention
+1. Packed rows through cuDNN (`encoder.packed_cudnn_attention`) against XLA's attention
    with the dense [B, 1, L, L] mask: outputs and q/k/v gradients, relative error, and
    the time of each (and of cuDNN with M = L slots instead of the row's example bound).
 2. FP8 on bert-large's two feed-forward products (the second with its GELU in front):
@@ -32,12 +32,12 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import hlo_kernels  # noqa: E402  (bench/, beside this script)
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from bert_jax import activations, fp8, model  # noqa: E402
-import hlo_kernels  # noqa: E402  (bench/, beside this script)
+from bert_jax.models import activations, encoder, fp8  # noqa: E402
 
 
 def timeit(fn, *args, repeats=20):
@@ -72,12 +72,12 @@ def check_packed(b=32, length=512, heads=16, dim=64, examples=3):
             jnp.float32) * g.astype(jnp.float32))
 
     def reference(q, k, v):
-        dense = model.attention_mask(ids > 0, ids)
+        dense = encoder.attention_mask(ids > 0, ids)
         return jax.nn.dot_product_attention(q, k, v, mask=dense, implementation="xla")
 
     def cudnn(slots):
-        segments = model.packed_segments(ids, slots)
-        return lambda q, k, v: model.packed_cudnn_attention(q, k, v, segments)
+        segments = encoder.packed_segments(ids, slots)
+        return lambda q, k, v: encoder.packed_cudnn_attention(q, k, v, segments)
 
     grad = lambda f: jax.jit(jax.value_and_grad(loss(f), argnums=(0, 1, 2)))
     want = grad(reference)(q, k, v)
@@ -100,7 +100,8 @@ def check_dropout(b=32, length=512, heads=16, dim=64, rate=0.1):
     training? And its fwd+bwd time against cuDNN without dropout and XLA's einsum
     attention with bert_jax's threefry dropout."""
     from jax._src.cudnn import fused_attention_stablehlo as cudnn
-    from bert_jax.dropout import keep_mask
+
+    from bert_jax.models.dropout import keep_mask
     keys = jax.random.split(jax.random.key(2), 4)
     q, k, v, g = (jax.random.normal(kk, (b, length, heads, dim), jnp.bfloat16) for kk in keys)
     scale = dim ** -0.5
@@ -216,7 +217,7 @@ def check_fp8(rows=16384, width=1024, inner=4096):
     """Two products of a bert-large layer at seq 512, batch 32, fwd+bwd: the FFN's first
     ([rows, width] x [width, inner], its input a LayerNorm's output) and its second with
     the GELU in front (gelu([rows, inner]) x [inner, width]), where a cast with a known
-    scale can fuse into the GELU's pass. bf16, current scaling (bert_jax/fp8.py) and
+    scale can fuse into the GELU's pass. bf16, current scaling (bert_jax/models/fp8.py) and
     delayed scaling's cast with scales given (`delayed_fp8_dot`)."""
     keys = jax.random.split(jax.random.key(1), 6)
     normal = lambda key, shape, scale=1.0: (jax.random.normal(key, shape, jnp.float32)

@@ -40,7 +40,7 @@ _LINE = re.compile(r"^\s*(?:ROOT )?%([\w.\-]+) = (\(.*?\)|[a-z0-9]+\[[\d,]*\](?:
 
 def configure() -> None:
     """Before JAX starts: the plugins quiet (as the CLI has them), GEMMs as cuBLAS calls."""
-    from bert_jax import backend_env
+    from bert_jax.host import backend_env
     backend_env.configure_backends()
     flags = os.environ.get("XLA_FLAGS", "")
     if "xla_gpu_enable_triton_gemm" not in flags:

@@ -32,7 +32,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from bert_jax import backend_env  # noqa: E402  (imports no JAX)
+from bert_jax.host import backend_env  # noqa: E402  (imports no JAX)
 
 LAYERS, WIDTH, INTERMEDIATE, ROWS_PER_CHIP = 4, 256, 1024, 8
 
@@ -41,10 +41,10 @@ def probe(topology_name: str, way: str) -> dict:
     import jax
     import jax.numpy as jnp
     import numpy as np
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
 
-    from bert_jax.aot import collectives
-    from bert_jax.aot import tpu_slices
+    from bert_jax.aot import collectives, tpu_slices
     from bert_jax.aot import compile as tpu_compile
     devices = tpu_compile.topology_devices(tpu_slices.resolve(topology_name))
     mesh = Mesh(np.array(devices), ("fsdp",))

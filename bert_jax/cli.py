@@ -13,11 +13,13 @@ import tempfile
 import threading
 import traceback
 
-from bert_jax import __version__, compile_cache, backend_env, tf_host
+from bert_jax import __version__
 from bert_jax.errors import Interrupted, NonFiniteError, UserError
+from bert_jax.host import backend_env, compile_cache, tf_host
 
 COMMANDS = {
-    "train-tokenizer": ("bert_jax.data.build_vocab", "train a WordPiece or SentencePiece vocabulary"),
+    "train-tokenizer": ("bert_jax.data.build_vocab",
+                        "train a WordPiece or SentencePiece vocabulary"),
     "tokenize": ("bert_jax.tokenization.cli", "tokenize stdin, one line per input line"),
     "create-data": ("bert_jax.data.create_pretraining_data", "text files -> MLM/NSP TFRecords"),
     "pretrain": ("bert_jax.pretrain.cli", "pretrain BERT (MLM + NSP) over a device mesh"),
@@ -25,10 +27,10 @@ COMMANDS = {
     "distill": ("bert_jax.finetune.cli", "distil a fine-tuned model into a smaller student"),
     "evaluate": ("bert_jax.finetune.cli", "evaluate a fine-tuned workdir"),
     "predict": ("bert_jax.finetune.cli", "predict with a fine-tuned workdir"),
-    "embed": ("bert_jax.embed", "one vector per input line"),
-    "convert": ("bert_jax.convert.cli", "HF / Google TF checkpoints to and from bert_jax"),
-    "extend-vocab": ("bert_jax.convert.extend_vocab", "add tokens to a model's vocabulary"),
-    "export": ("bert_jax.export", "serving export of a fine-tuned model"),
+    "embed": ("bert_jax.serve.embed", "one vector per input line"),
+    "convert": ("bert_jax.weights.cli", "HF / Google TF checkpoints to and from bert_jax"),
+    "extend-vocab": ("bert_jax.weights.extend_vocab", "add tokens to a model's vocabulary"),
+    "export": ("bert_jax.serve.export", "serving export of a fine-tuned model"),
     "compile": ("bert_jax.aot.compile",
                 "compile a pretraining step for a TPU slice or GPU hosts: fit, comms"),
 }
@@ -152,8 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"bert-jax: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
         return 2
-    compile_cache.configure()  # before JAX is imported; see bert_jax/compile_cache.py
-    backend_env.configure_backends()  # likewise; see bert_jax/backend_env.py
+    compile_cache.configure()  # before JAX is imported; see bert_jax/host/compile_cache.py
+    backend_env.configure_backends()  # likewise; see bert_jax/host/backend_env.py
     _quiet_logging(verbose)
     stray = _LIBRARY_TRACEBACKS
     stray.start(name, divert=not (debug or verbose))

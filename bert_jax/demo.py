@@ -46,7 +46,8 @@ def unlabelled_emails(path: str, sources: tuple[str, ...] = (SPAM_TRAIN,)) -> st
 
 
 def create_data(out_dir: str, smoke: bool) -> list[str]:
-    from bert_jax.data import corpus, create_pretraining_data as cpd
+    from bert_jax.data import corpus
+    from bert_jax.data import create_pretraining_data as cpd
     from bert_jax.data.options import DataOptions
     from bert_jax.tokenization import DEFAULT_VOCAB
     outputs = cpd.shard_paths(out_dir, 8)
@@ -64,8 +65,8 @@ def create_data(out_dir: str, smoke: bool) -> list[str]:
 
 
 def pretrain(workdir: str, data: list[str], steps: int, smoke: bool) -> dict:
-    from bert_jax.config_loader import load_config
     from bert_jax.pretrain.job import train_and_evaluate
+    from bert_jax.train.config_loader import load_config
     config = load_config("pretrain.py:tiny", [
         f"--config.input_files={','.join(data)}",
         f"--config.num_train_steps={steps}",
@@ -83,8 +84,8 @@ def pretrain(workdir: str, data: list[str], steps: int, smoke: bool) -> dict:
 
 
 def finetune_demo(workdir: str, init: str, smoke: bool) -> dict:
-    from bert_jax.config_loader import load_config
     from bert_jax.finetune.cli import run_finetune
+    from bert_jax.train.config_loader import load_config
     overrides = [f"--config.init_from={init}", "--config.model=tiny", "--config.num_train_epochs=3",
                  f"--config.max_train_examples={64 if smoke else LABELLED_EXAMPLES}"]
     if smoke:
@@ -137,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="a minute-long run of every stage (what CI executes)")
     parser.add_argument("--fresh", action="store_true", help="delete WORKDIR first")
     args = parser.parse_args(argv)
-    from bert_jax import compile_cache, backend_env
+    from bert_jax.host import backend_env, compile_cache
     compile_cache.configure()  # before JAX is imported, as every bert-jax command does
     backend_env.configure_backends()
     from bert_jax.cli import quiet_libraries

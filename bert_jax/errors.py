@@ -57,7 +57,7 @@ class Interrupted(Exception):
 
 
 class WorkdirBusyError(UserError):
-    """Another run holds the workdir's lock (`bert_jax.workdir_lock`)."""
+    """Another run holds the workdir's lock (`bert_jax.host.workdir_lock`)."""
 
 
 def is_out_of_memory(error: BaseException) -> bool:

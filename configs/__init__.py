@@ -1,2 +1,2 @@
 """The shipped config files, installed as `bert_jax.configs` (see setup.py). Load them by
-bare name (`--config pretrain.py:tiny`) or by path; `bert_jax.config_loader` reads them."""
+bare name (`--config pretrain.py:tiny`) or by path; `bert_jax.train.config_loader` reads them."""

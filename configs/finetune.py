@@ -13,7 +13,7 @@ and batch 16 for multiple choice, as BERT's SWAG run), 3 epochs (2 for SQuAD),
 dropout 0.1, evaluation after every epoch, best kept. The learning rates were chosen
 on measured evidence: docs/finetuning.md, "How the defaults were chosen".
 Any key can be overridden: `--config.learning_rate=3e-5 --config.seeds=1,2,3`.
-Every key, its default, range and description (bert_jax/config_schema.py):
+Every key, its default, range and description (bert_jax/train/run_config.py):
 `bert-jax finetune --help_config`.
 BERT's GLUE protocol (the paper's grid, selected on dev): `--config.sweep.learning_rate=
 2e-5,3e-5,4e-5,5e-5` with batch 32 and 3 epochs, optionally with `--config.seeds`.
@@ -21,7 +21,7 @@ BERT's GLUE protocol (the paper's grid, selected on dev): `--config.sweep.learni
 
 import ml_collections
 
-from bert_jax.config_schema import FINETUNE, base_config
+from bert_jax.train.run_config import FINETUNE, base_config
 
 GLUE = ("cola", "sst2", "mrpc", "qqp", "stsb", "mnli", "qnli", "rte", "wnli", "ax")
 SQUAD = ("squad", "squad_v2")

@@ -23,17 +23,17 @@ windows and global layers), a warmup-stable-decay schedule:
   modernbert_base  the `modernbert-base` preset at seq 1024, bf16, fused attention
   modernbert_tiny  the `modernbert-tiny` preset at seq 256: a CPU in minutes
 The gpu_* global_batch_size is for one GPU: multiply it by the number of GPUs. The tpu_*
-ones are global; check a slice with `bert-jax compile --topology v4-128` (docs/tpu.md). Add `,faithful`
-(e.g. `gpu_large,faithful`) for BERT's exact numerics at the same shapes.
+ones are global; check a slice with `bert-jax compile --topology v4-128` (docs/tpu.md).
+Add `,faithful` (e.g. `gpu_large,faithful`) for BERT's exact numerics at the same shapes.
 
 Any key can be overridden: `--config.num_train_steps=100 --config.mesh_shape.fsdp=8`.
-Every key, its default, range and description (bert_jax/config_schema.py):
+Every key, its default, range and description (bert_jax/train/run_config.py):
 `bert-jax pretrain --help_config`.
 """
 
 import ml_collections
 
-from bert_jax.config_schema import PRETRAIN, base_config
+from bert_jax.train.run_config import PRETRAIN, base_config
 
 
 def get_config(variant: str | None = None) -> ml_collections.ConfigDict:

@@ -16,7 +16,7 @@ import tempfile  # noqa: E402
 
 # With libtpu installed (the `tpu` extra) and no TPU here, libtpu's start-up warnings would
 # land on the stderr of every JAX process; the CLI sets the same before JAX starts.
-from bert_jax import compile_cache, backend_env  # noqa: E402  (import no JAX)
+from bert_jax.host import backend_env, compile_cache  # noqa: E402  (import no JAX)
 
 backend_env.configure_backends()
 

@@ -1,4 +1,4 @@
-"""BERT's exact GELU (bert_jax/activations.py) against the float64 formula, and what its
+"""BERT's exact GELU (bert_jax/models/activations.py) against the float64 formula, and what its
 gradient keeps from the forward pass."""
 
 import math
@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax.activations import activation, exact_gelu
+from bert_jax.models.activations import activation, exact_gelu
 
 ERF = np.vectorize(math.erf)
 

@@ -7,12 +7,16 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax import layer_layout, pretrained
-from bert_jax.config import BertConfig, ConfigError, preset
-from bert_jax.convert import hf
-from bert_jax.heads import (BertForPreTraining, BertForQuestionAnswering,
-                            BertForSequenceClassification, BertForTokenClassification)
-from bert_jax.model import BertModel, count_params
+from bert_jax.models import layer_layout
+from bert_jax.models.config import BertConfig, ConfigError, preset
+from bert_jax.models.encoder import BertModel, count_params
+from bert_jax.models.heads import (
+    BertForPreTraining,
+    BertForQuestionAnswering,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+)
+from bert_jax.weights import hf, pretrained
 
 torch = pytest.importorskip("torch", reason="the PyTorch reference needs the test extras")
 transformers = pytest.importorskip("transformers")
@@ -193,8 +197,9 @@ def test_an_empty_spiece_model_is_refused_in_one_line(tmp_path, capsys):
 def test_finetunes_and_predicts(tmp_path):
     """A random micro ALBERT fine-tuned on a CSV task: the shared layer trains, the best
     model is an ALBERT and predicts."""
-    from bert_jax.finetune import inference, job
     from test_finetune_util import micro_config
+
+    from bert_jax.finetune import inference, job
 
     positive = ["a wonderful film", "great acting", "i loved it", "the best film"]
     negative = ["a dull mess", "boring and long", "i hated it", "the worst film"]
@@ -218,7 +223,7 @@ def test_finetunes_and_predicts(tmp_path):
 def test_flops_count_every_applied_layer():
     """Sharing saves parameters, not FLOPs: 2 layers applied twice cost 4 layers, plus the
     E -> H projection."""
-    from bert_jax import perf
+    from bert_jax.train import perf
     bert = BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=4, num_attention_heads=4,
                       intermediate_size=64)
     albert = bert.replace(model_type="albert", embedding_size=32, num_hidden_layers=2,

@@ -12,11 +12,16 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 
-from bert_jax import cli, pretrained
+from bert_jax import cli
 from bert_jax.data import corpus
-from bert_jax.text_io import encode_pair
-from bert_jax.tokenization import (AlbertNormalization, SentencePieceTokenizer, TokenizerError,
-                                   load_tokenizer)
+from bert_jax.tokenization import (
+    AlbertNormalization,
+    SentencePieceTokenizer,
+    TokenizerError,
+    load_tokenizer,
+)
+from bert_jax.tokenization.text_io import encode_pair
+from bert_jax.weights import pretrained
 
 transformers = pytest.importorskip("transformers", reason="the reference needs the test extras")
 
@@ -192,7 +197,8 @@ def test_a_missing_special_piece_is_named(tmp_path, specials, missing):
 def _albert_hf_dir(directory, spiece, seed=3):
     """A random transformers AlbertForMaskedLM saved with `spiece` and no vocab.txt."""
     torch = pytest.importorskip("torch", reason="the PyTorch reference needs the test extras")
-    from test_albert import ALBERT, reference as albert_reference
+    from test_albert import ALBERT
+    from test_albert import reference as albert_reference
 
     config = ALBERT.replace(vocab_size=2000)
     model = albert_reference(config, transformers.AlbertForMaskedLM, seed=seed)
@@ -247,9 +253,11 @@ def test_convert_refuses_a_spiece_model_without_mask(tmp_path, capsys):
 def test_saved_model_tokenizes_as_albert(hf_tokenizer_dir, tmp_path):
     """An exported ALBERT-tokenized classifier: the SavedModel's serve_text, reloaded in a
     fresh process, gives the ids of the Python tokenizer (preprocessing and split in-graph)."""
-    from bert_jax import export, heads
     from test_albert import ALBERT
     from test_export import _reload_saved_model_texts, random_params
+
+    from bert_jax.models import heads
+    from bert_jax.serve import export
 
     tok = SentencePieceTokenizer(str(hf_tokenizer_dir / "spiece.model"), AlbertNormalization())
     config = ALBERT.replace(vocab_size=tok.vocab_size)

@@ -20,11 +20,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
-from bert_jax import cli, heads, pretrained, workdir_lock
-from bert_jax.config import preset
-from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
 from test_finetune_util import MICRO_MODEL
+
+from bert_jax import cli
+from bert_jax.host import workdir_lock
+from bert_jax.models import heads
+from bert_jax.models.config import preset
+from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
+from bert_jax.weights import pretrained
+
 from test_train import REPO, small_config, text_corpus  # noqa: F401 - a fixture
 
 PRETRAIN = ["pretrain", "--config", os.path.join(REPO, "configs", "pretrain.py") + ":tiny",
@@ -413,7 +417,7 @@ def test_a_subprocess_gets_exit_code_2_and_no_traceback(tmp_path):
 
 
 def test_a_bug_gets_one_line_naming_the_traceback_file(monkeypatch, capsys):
-    from bert_jax import embed
+    from bert_jax.serve import embed
 
     def broken(argv):
         return 1 // 0
@@ -468,7 +472,7 @@ def test_evaluate_prints_its_metrics_before_a_write_that_fails(paths, tmp_path, 
 
 def test_a_completed_pretraining_run_rerun_says_so_and_returns_its_metrics(paths, capsys):
     from bert_jax.pretrain import job
-    from bert_jax.config_loader import load_config, split_config_args
+    from bert_jax.train.config_loader import load_config, split_config_args
     workdir = paths["pretrained"]
     steps = checkpoint_steps(workdir)
     capsys.readouterr()
@@ -507,9 +511,10 @@ def test_tokenize_refuses_latin1_input_instead_of_printing_garbage():
 
 def test_compile_without_libtpu_says_what_to_install(monkeypatch):
     from jax.experimental import topologies as jax_topologies
+
     from bert_jax import errors
-    from bert_jax.aot import tpu_slices
     from bert_jax.aot import compile as tpu_compile
+    from bert_jax.aot import tpu_slices
 
     def missing(**kwargs):
         raise RuntimeError("JAX TPU support not installed; cannot generate TPU topology")
@@ -522,7 +527,7 @@ def test_compile_without_libtpu_says_what_to_install(monkeypatch):
 
 def test_a_glob_catching_summary_json_reads_only_the_tfrecords(paths, caplog):
     from bert_jax.pretrain import inputs
-    from bert_jax.config_loader import load_config
+    from bert_jax.train.config_loader import load_config
     config = load_config(os.path.join(REPO, "configs", "pretrain.py") + ":tiny",
                          [f"input_files={paths['records']}/*"])
     files = inputs.input_files(config)
@@ -533,8 +538,8 @@ def test_a_glob_catching_summary_json_reads_only_the_tfrecords(paths, caplog):
 
 
 def test_tfrecords_are_known_by_their_content_not_their_name(paths, tmp_path):
-    from bert_jax.config_loader import load_config
     from bert_jax.pretrain import inputs
+    from bert_jax.train.config_loader import load_config
     renamed = tmp_path / "shard.bin"  # e.g. Google's tool's --output_file=out.bin
     shutil.copy(os.path.join(paths["records"], "pretrain-00000-of-00002.tfrecord"), renamed)
     (tmp_path / "text.tfrecord").write_text("a sentence\n")
@@ -550,8 +555,8 @@ def test_tfrecords_are_known_by_their_content_not_their_name(paths, tmp_path):
 
 def test_records_made_before_the_setup_was_recorded_train_with_one_warning(paths, tmp_path,
                                                                          caplog):
-    from bert_jax.config_loader import load_config
     from bert_jax.pretrain import inputs
+    from bert_jax.train.config_loader import load_config
     old = str(tmp_path / "old")
     shutil.copytree(paths["records"], old)
     with open(os.path.join(old, "summary.json")) as f:
@@ -617,7 +622,8 @@ def test_a_diverging_finetuning_run_stops_and_writes_no_best_model(paths, tmp_pa
 
 def test_ctrl_c_saves_a_checkpoint_and_exits_with_one_line(paths, tmp_path, capsys, monkeypatch):
     import signal
-    from bert_jax import sharding
+
+    from bert_jax.train import sharding
     workdir = str(tmp_path / "interrupted")
     place, calls = sharding.Partitioner.global_batch, []
 
@@ -686,7 +692,8 @@ def test_embed_reads_a_fine_tuning_workdir_as_convert_does(paths, tmp_path, caps
 
 
 def test_silent_surprises_get_a_warning(paths, tmp_path, caplog):
-    from bert_jax.finetune import csv_task, files
+    from bert_jax.finetune import files
+    from bert_jax.finetune.tasks import csv_task
     from bert_jax.tokenization import wordpiece
     # Labels 1, 5 and five: three classes, and a line saying so.
     assert csv_task.infer_labels(["1", "5", "five", "1"]) == ["1", "5", "five"]
@@ -703,7 +710,7 @@ def test_silent_surprises_get_a_warning(paths, tmp_path, caplog):
         files.read_table(str(tmp_path / "open.csv"))
     # One class, and a validation file that is the training file (issue 44).
     from bert_jax.finetune import task_data, tasks
-    from bert_jax.config_loader import load_config
+    from bert_jax.train.config_loader import load_config
     (tmp_path / "one.tsv").write_text("text\tlabel\na good film\tpos\nanother\tpos\n")
     config = load_config(os.path.join(REPO, "configs", "finetune.py") + ":csv",
                          [f"train_file={tmp_path / 'one.tsv'}",

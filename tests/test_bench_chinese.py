@@ -8,10 +8,10 @@ import os
 import sys
 
 import pytest
-
-from bert_jax import text_io
-from bert_jax.finetune import files
 from test_finetune_util import MICRO_MODEL, ROOT
+
+from bert_jax.finetune import files
+from bert_jax.tokenization import text_io
 
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 import bench_chinese  # noqa: E402

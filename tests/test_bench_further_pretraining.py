@@ -10,9 +10,9 @@ import os
 import sys
 
 import pytest
+from test_finetune_util import MICRO_MODEL, ROOT
 
 from bert_jax.demo import unlabelled_emails
-from test_finetune_util import MICRO_MODEL, ROOT
 
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 import bench_further_pretraining as bench  # noqa: E402

@@ -7,15 +7,17 @@ import os
 import jax
 import numpy as np
 import pytest
-
-from bert_jax import checkpoint, layer_layout, pretrained, sharding
-from bert_jax.errors import CheckpointError
-from bert_jax.heads import BertForPreTraining
-from bert_jax.optim import make_optimizer
-from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
-from bert_jax.pretrain.steps import dummy_inputs
-from bert_jax.train_state import StatePlan
 from test_sharding import CONFIG, LENGTH, PREDICTIONS
+
+from bert_jax.errors import CheckpointError
+from bert_jax.models import layer_layout
+from bert_jax.models.heads import BertForPreTraining
+from bert_jax.pretrain.steps import dummy_inputs
+from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
+from bert_jax.train import checkpoint, sharding
+from bert_jax.train.optim import make_optimizer
+from bert_jax.train.train_state import StatePlan
+from bert_jax.weights import pretrained
 
 MODEL = BertForPreTraining(CONFIG)
 TX, _ = make_optimizer(learning_rate=1e-3, num_train_steps=10, warmup_steps=1)

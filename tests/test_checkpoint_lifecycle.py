@@ -9,7 +9,9 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax import checkpoint, cli
+from bert_jax import cli
+from bert_jax.train import checkpoint
+
 from test_train import REPO, SMALL_MODEL, text_corpus  # noqa: F401 (fixture)
 
 TWO_LAYERS = SMALL_MODEL.replace("'num_hidden_layers': 1", "'num_hidden_layers': 2")

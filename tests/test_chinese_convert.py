@@ -11,12 +11,16 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("tensorflow")
 
-from bert_jax import embed, pretrained  # noqa: E402
-from bert_jax.config import PRESETS, BertConfig, preset  # noqa: E402
-from bert_jax.convert import cli  # noqa: E402
-from bert_jax.finetune import job  # noqa: E402
 from test_convert_tf1 import google_names, write_tf1_checkpoint  # noqa: E402
 from test_finetune_util import micro_config, shared_compilation_cache  # noqa: E402
+
+from bert_jax.finetune import job  # noqa: E402
+from bert_jax.models.config import PRESETS, BertConfig, preset  # noqa: E402
+from bert_jax.serve import embed  # noqa: E402
+from bert_jax.weights import (
+    cli,  # noqa: E402
+    pretrained,
+)
 
 CHARS = "的一是在不了有和人这中大为上个国我以要他时来用们生到作地于出就分对成会可也你"
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "，", "。"] + list(CHARS)

@@ -4,10 +4,10 @@ ambiguous."""
 from __future__ import annotations
 
 import pytest
+from test_finetune_util import micro_config, shared_compilation_cache
 
 from bert_jax.finetune import job
 from bert_jax.finetune.tasks import get_task
-from test_finetune_util import micro_config, shared_compilation_cache
 
 REVIEWS = [("pos", "质量很好，物流也快，非常满意！"), ("neg", "太差了，用了两天就坏了。"),
            ("pos", "服务态度好，下次还来"), ("neg", "房间又小又脏，不推荐"),

@@ -1,10 +1,10 @@
 """Chinese span QA: CMRC 2018's character-level exact match and F1, hand-computed, and
 its choice by config or by Chinese gold answers."""
 import pytest
-
-from bert_jax.finetune import metrics
-from bert_jax.finetune.squad import SquadTask
 from test_finetune_util import micro_config
+
+from bert_jax.finetune.tasks import metrics
+from bert_jax.finetune.tasks.squad import SquadTask
 
 
 def test_tokens_are_characters_and_whole_other_runs():

@@ -8,13 +8,13 @@ import os
 
 import numpy as np
 import pytest
+from test_finetune_util import micro_config, shared_compilation_cache
 
-from bert_jax import export, text_io
 from bert_jax.errors import UserError
 from bert_jax.finetune import cli, inference, job
 from bert_jax.finetune.tasks import get_task
-from bert_jax.tokenization import WordPieceTokenizer
-from test_finetune_util import micro_config, shared_compilation_cache
+from bert_jax.serve import export
+from bert_jax.tokenization import WordPieceTokenizer, text_io
 
 SENTENCES = [  # (characters, tags): MSRA-style character-level NER
     ("江泽民在北京会见李鹏", "B-PER I-PER I-PER O B-LOC I-LOC O O B-PER I-PER"),
@@ -54,6 +54,7 @@ def test_split_words_like_character_conll():
 def test_split_words_in_graph_equals_python():
     """text_io.tf_split_words (SavedModel) splits as split_words, on every code point too."""
     import sys
+
     import tensorflow as tf
     every = "".join(f"a{chr(c)}" for c in range(1, sys.maxunicode + 1)
                     if not 0xD800 <= c <= 0xDFFF)  # each character next to a letter

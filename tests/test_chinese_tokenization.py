@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from bert_jax.tokenization import WordPieceTokenizer, load_tokenizer
 from bert_jax.data import build_vocab
+from bert_jax.tokenization import WordPieceTokenizer, load_tokenizer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PEOPLE_DAILY = os.path.join(REPO, "..", "shared", "data", "chinese",

@@ -12,9 +12,9 @@ import sys
 
 import numpy as np
 import pytest
+from test_multihost import command, environment
 
 from gcs_server import gcs  # noqa: F401 (fixture)
-from test_multihost import command, environment
 from test_train import REPO, text_corpus  # noqa: F401 (fixture)
 
 

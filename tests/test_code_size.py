@@ -1,6 +1,6 @@
 """Size limits that keep the code readable (issue 33): no function in bert_jax over 80
 lines, and each job (pretrain/job.py, finetune/job.py) a short recipe over the shared
-skeleton (`bert_jax.lifecycle`): under 200 lines."""
+skeleton (`bert_jax.train.lifecycle`): under 200 lines."""
 
 import ast
 import os

@@ -9,9 +9,9 @@ import os
 import ml_collections
 import pytest
 
-from bert_jax import config_schema
-from bert_jax.config_loader import RENAMED_KEYS, load_config
 from bert_jax.finetune import inference
+from bert_jax.train import run_config
+from bert_jax.train.config_loader import RENAMED_KEYS, load_config
 
 CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
 PRETRAIN, FINETUNE = (os.path.join(CONFIGS, name) for name in ("pretrain.py", "finetune.py"))
@@ -91,4 +91,4 @@ def test_a_saved_config_drops_keys_the_schema_no_longer_has():
              "logical_axis_rules": [["batch", ["data", "fsdp"]]]}
     config = inference.saved_config({"config": saved})
     assert "a_key_since_dropped" not in config
-    config_schema.check(config, config_schema.FINETUNE)
+    run_config.check(config, run_config.FINETUNE)

@@ -1,11 +1,11 @@
-"""The config schemas (bert_jax/config_schema.py): each key declared once, the recipes built
+"""The config schemas (bert_jax/run_config.py): each key declared once, the recipes built
 from it, the resume policy derived from it, and loaded configs checked against it."""
 
 import pytest
 
-from bert_jax import checkpoint, config_schema
-from bert_jax.config_loader import load_config
 from bert_jax.errors import UserError
+from bert_jax.train import checkpoint, run_config
+from bert_jax.train.config_loader import load_config
 
 # checkpoint.CHANGEABLE_KEYS as it was written by hand before the schema.
 _HAND_WRITTEN = frozenset({
@@ -24,11 +24,11 @@ def test_the_resume_policy_is_the_schemas():
     assert checkpoint.CHANGEABLE_KEYS == _HAND_WRITTEN
 
 
-@pytest.mark.parametrize("schema", [config_schema.PRETRAIN, config_schema.FINETUNE])
+@pytest.mark.parametrize("schema", [run_config.PRETRAIN, run_config.FINETUNE])
 def test_each_key_is_declared_once_with_a_default_that_passes_its_own_checks(schema):
     names = [k.name for k in schema]
     assert len(names) == len(set(names))
-    config_schema.check(config_schema.base_config(schema), schema)
+    run_config.check(run_config.base_config(schema), schema)
     assert all(k.help and k.group for k in schema)
 
 
@@ -37,14 +37,14 @@ def test_each_key_is_declared_once_with_a_default_that_passes_its_own_checks(sch
                                   "finetune.py:multiple_choice", "finetune.py:conll"])
 def test_every_recipe_sets_exactly_the_schemas_keys(spec):
     config = load_config(spec)
-    family = config_schema.SCHEMAS[spec.split(".")[0]]
+    family = run_config.SCHEMAS[spec.split(".")[0]]
     assert sorted(config.keys()) == sorted(k.name for k in family)
 
 
 def _copied_recipe(tmp_path, body: str) -> str:
     """A user's config file: the tiny recipe plus `body`, as get_config's last lines."""
     path = tmp_path / "my_pretrain.py"
-    path.write_text("from bert_jax.config_schema import PRETRAIN, base_config\n\n"
+    path.write_text("from bert_jax.train.run_config import PRETRAIN, base_config\n\n"
                     "def get_config():\n    c = base_config(PRETRAIN)\n    c.model = 'tiny'\n"
                     + "".join(f"    {line}\n" for line in body.splitlines())
                     + "    return c\n")
@@ -87,6 +87,6 @@ def test_help_config_prints_every_key_and_exits_0(command, capsys):
         cli.main([command, "--help_config"])
     assert e.value.code == 0
     out = capsys.readouterr().out
-    for key in config_schema.SCHEMAS[command]:
+    for key in run_config.SCHEMAS[command]:
         assert f"\n  {key.name} (" in out
     assert "learning_rate (float) = " in out and "; resume may change" in out

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from bert_jax import cli, pretrained
-from bert_jax.config import BertConfig
-from bert_jax.convert import hf
-from bert_jax.heads import BertForPreTraining
+from bert_jax import cli
+from bert_jax.models.config import BertConfig
+from bert_jax.models.heads import BertForPreTraining
+from bert_jax.weights import hf, pretrained
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 

@@ -12,12 +12,15 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 tf = pytest.importorskip("tensorflow")
 
-from bert_jax import pretrained  # noqa: E402
-from bert_jax.convert import cli  # noqa: E402
-from bert_jax.convert.hf import CheckpointMismatchError  # noqa: E402
-from bert_jax.heads import BertForPreTraining, BertForSequenceClassification  # noqa: E402
-from bert_jax.tokenization import load_tokenizer  # noqa: E402
 from test_model_parity import scale_weights  # noqa: E402
+
+from bert_jax.models.heads import BertForPreTraining, BertForSequenceClassification  # noqa: E402
+from bert_jax.tokenization import load_tokenizer  # noqa: E402
+from bert_jax.weights import (
+    cli,  # noqa: E402
+    pretrained,  # noqa: E402
+)
+from bert_jax.weights.hf import CheckpointMismatchError  # noqa: E402
 
 LAYERS = 2
 GOOGLE_CONFIG = dict(vocab_size=40, hidden_size=32, num_hidden_layers=LAYERS,

@@ -1,9 +1,9 @@
 """create-data: BERT's masking and NSP rules, measured on the written TFRecords."""
 import glob
 import gzip
+import importlib.util
 import json
 import os
-import importlib.util
 
 import numpy as np
 import pytest
@@ -21,6 +21,7 @@ SHARDS = sorted(glob.glob(corpus.DEFAULT_CORPUS))
 def read_records(paths, max_seq_length=MAX_SEQ, max_predictions=MAX_PRED):
     """All examples of TFRecord files as numpy arrays [N, ...] (masks default to zeros)."""
     import tensorflow as tf
+
     from bert_jax.data.pipeline import _feature_spec
     spec = _feature_spec(max_seq_length, max_predictions)
     ds = tf.data.TFRecordDataset(list(paths)).batch(4096)

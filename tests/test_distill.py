@@ -14,14 +14,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
-from bert_jax import cli as bert_jax_cli
-from bert_jax import heads, losses, pretrained, train_step
-from bert_jax.config import preset
-from bert_jax.finetune import distill, inference, job, objective
-from bert_jax.tokenization import WordPieceTokenizer
 from test_finetune_csv import NEGATIVE, POSITIVE, write_tsv
 from test_finetune_util import MICRO_MODEL, micro_config, shared_compilation_cache
+
+from bert_jax import cli as bert_jax_cli
+from bert_jax.finetune import distill, inference, job, objective
+from bert_jax.models import heads, losses
+from bert_jax.models.config import preset
+from bert_jax.tokenization import WordPieceTokenizer
+from bert_jax.train import train_step
+from bert_jax.weights import pretrained
 
 # The teacher: the micro model with two layers (the student keeps one).
 TEACHER_MODEL = MICRO_MODEL.replace("'num_hidden_layers': 1", "'num_hidden_layers': 2")
@@ -158,7 +160,7 @@ def test_distill_preset_student_then_evaluate_and_predict(teacher, tmp_path, mon
     assert bert_jax_cli.main(["predict", "--workdir", workdir, "--input", str(inputs),
                               "--output", str(out)]) == 0
     assert json.loads(out.read_text())["label"] in ("neg", "pos")
-    from bert_jax.convert.cli import to_hf  # HF export reads the workdir like a fine-tuned one
+    from bert_jax.weights.cli import to_hf  # HF export reads the workdir like a fine-tuned one
     to_hf(workdir, str(tmp_path / "hf"))
     assert json.loads((tmp_path / "hf" / "config.json").read_text())["num_hidden_layers"] == 1
 
@@ -235,7 +237,7 @@ def test_projection_is_trained_across_widths(student, teacher, albert):
          inner_group_num=2),  # 8 applied layers, each group's two layers twice
 ], ids=["bert", "albert"])
 def test_matched_states_are_the_model_s_hidden_states_and_attentions(shape):
-    from bert_jax.model import BertModel
+    from bert_jax.models.encoder import BertModel
     config = preset("tiny", hidden_size=16, num_attention_heads=2, intermediate_size=32,
                     vocab_size=20, **shape)
     ids = jnp.array([[2, 5, 6, 7, 3, 0]], jnp.int32)
@@ -285,7 +287,7 @@ def save_plain_model(path, vocab):
     tokenizer = WordPieceTokenizer(vocab)
     config = preset("tiny", num_hidden_layers=1, hidden_size=32, num_attention_heads=2,
                     intermediate_size=64, vocab_size=len(vocab))
-    from bert_jax.model import BertModel
+    from bert_jax.models.encoder import BertModel
     ids = jnp.ones((1, 4), jnp.int32)
     params = jax.device_get(BertModel(config).init(jax.random.key(0), ids)["params"])
     pretrained.save(path, config, {"bert": params}, tokenizer=tokenizer)

@@ -1,4 +1,4 @@
-"""bert_jax.dropout: the rate and the expectation are right, the four 16-bit draws of one
+"""bert_jax.models.dropout: the rate and the expectation are right, the four 16-bit draws of one
 hash are independent, and the masks do not depend on how the activations are sharded."""
 
 import jax
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
-from bert_jax import sharding
-from bert_jax.dropout import Dropout, keep_mask
+from bert_jax.models.dropout import Dropout, keep_mask
+from bert_jax.train import sharding
 
 SHAPE = (16, 128, 384)  # 786,432 draws: the kept fraction has a standard error of 3.4e-4
 

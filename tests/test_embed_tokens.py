@@ -4,11 +4,12 @@ transformers' BertModel(output_hidden_states=True) on the same weights."""
 import numpy as np
 import pytest
 
-from bert_jax import cli, layer_layout, pretrained
-from bert_jax.config import BertConfig
-from bert_jax.convert import hf
-from bert_jax.embed import token_features
+from bert_jax import cli
+from bert_jax.models import layer_layout
+from bert_jax.models.config import BertConfig
+from bert_jax.serve.embed import token_features
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
+from bert_jax.weights import hf, pretrained
 
 torch = pytest.importorskip("torch", reason="the PyTorch reference needs the test extras")
 transformers = pytest.importorskip("transformers")

@@ -6,12 +6,12 @@ import shutil
 
 import numpy as np
 import pytest
-
-from bert_jax.config_loader import load_config
-from bert_jax.errors import UserError
-from bert_jax.finetune import cli, ensemble, job
-from bert_jax.finetune.tagging import TaggingTask
 from test_finetune_util import micro_config
+
+from bert_jax.errors import UserError
+from bert_jax.finetune import cli, ensemble
+from bert_jax.finetune.tasks.tagging import TaggingTask
+from bert_jax.train.config_loader import load_config
 
 POSITIVE = ["a wonderful film", "great acting and a great story", "i loved it"]
 NEGATIVE = ["a dull mess", "boring and far too long", "i hated it"]

@@ -8,12 +8,12 @@ import json
 
 import numpy as np
 import pytest
-
-from bert_jax import cli, pretrained
-from bert_jax.convert import hf
-from bert_jax.heads import BertForPreTraining
-from bert_jax.tokenization import load_tokenizer
 from test_model_parity import padded_batch, scale_weights
+
+from bert_jax import cli
+from bert_jax.models.heads import BertForPreTraining
+from bert_jax.tokenization import load_tokenizer
+from bert_jax.weights import hf, pretrained
 
 torch = pytest.importorskip("torch", reason="the PyTorch reference needs the test extras")
 transformers = pytest.importorskip("transformers")

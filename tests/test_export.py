@@ -13,10 +13,13 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax import cli, export, heads, pretrained, text_io
-from bert_jax.config import BertConfig
-from bert_jax.model import BertModel
-from bert_jax.tokenization import WordPieceTokenizer
+from bert_jax import cli
+from bert_jax.models import heads
+from bert_jax.models.config import BertConfig
+from bert_jax.models.encoder import BertModel
+from bert_jax.serve import export
+from bert_jax.tokenization import WordPieceTokenizer, text_io
+from bert_jax.weights import pretrained
 
 CONFIG = BertConfig(vocab_size=32, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                     intermediate_size=64, max_position_embeddings=40)
@@ -239,7 +242,8 @@ def _reload_saved_model_texts(directory, texts, tmp_path):
 def test_head_tail_truncation_in_graph_equals_python():
     import tensorflow as tf
     import tensorflow_text as tf_text
-    from bert_jax.text_io import truncate_pair
+
+    from bert_jax.tokenization.text_io import truncate_pair
     rng = np.random.default_rng(0)
     lengths = rng.integers(0, 30, size=(64, 2))
     a = [list(range(n)) for n in lengths[:, 0]]
@@ -278,8 +282,8 @@ def test_saved_model_truncates_like_fine_tuning(tmp_path):
 
 @pytest.mark.slow
 def test_sentencepiece_tokenizer_in_saved_model(tmp_path):
-    from bert_jax.data.corpus import CORPUS_DIR
     from bert_jax.data.build_vocab import train_sentencepiece
+    from bert_jax.data.corpus import CORPUS_DIR
     tokenizer = train_sentencepiece([os.path.join(CORPUS_DIR, "kjv-00000-of-00003.txt.gz")],
                                     300, "unigram", str(tmp_path / "spm"))
     config = CONFIG.replace(vocab_size=tokenizer.vocab_size, num_hidden_layers=1)

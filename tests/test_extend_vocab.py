@@ -6,11 +6,10 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax import pretrained
-from bert_jax.config import BertConfig
-from bert_jax.convert import extend_vocab
-from bert_jax.heads import BertForPreTraining
+from bert_jax.models.config import BertConfig
+from bert_jax.models.heads import BertForPreTraining
 from bert_jax.tokenization import WordPieceTokenizer, load_tokenizer
+from bert_jax.weights import extend_vocab, pretrained
 
 CONFIG = BertConfig(vocab_size=30, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                     intermediate_size=64, max_position_embeddings=32)

@@ -13,16 +13,18 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bert_jax import compile_cache, pretrained, sharding
+from bert_jax.host import compile_cache
+from bert_jax.models.config import BertConfig, ConfigError, run_bert_config
+from bert_jax.models.encoder import BertModel
+from bert_jax.models.heads import BertForPreTraining
+from bert_jax.models.losses import pretraining_loss
 from bert_jax.pretrain import job
 from bert_jax.pretrain import steps as pretrain_steps
-from bert_jax.config import BertConfig, ConfigError, run_bert_config
-from bert_jax.config_loader import load_config
-from bert_jax.heads import BertForPreTraining
-from bert_jax.losses import pretraining_loss
-from bert_jax.model import BertModel
-from bert_jax.optim import make_optimizer
-from bert_jax.train_state import StatePlan, TrainState, make_key
+from bert_jax.train import sharding
+from bert_jax.train.config_loader import load_config
+from bert_jax.train.optim import make_optimizer
+from bert_jax.train.train_state import StatePlan, make_key
+from bert_jax.weights import pretrained
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = BertConfig(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
@@ -212,6 +214,7 @@ def small_pretrain_config(variant, input_files, **overrides):
 def text_corpus(tmp_path_factory):
     import glob
     import gzip
+
     from bert_jax.data import corpus
     directory = tmp_path_factory.mktemp("corpus")
     with gzip.open(sorted(glob.glob(corpus.DEFAULT_CORPUS))[0], "rt", encoding="utf-8") as f:
@@ -221,7 +224,6 @@ def text_corpus(tmp_path_factory):
 
 @pytest.mark.slow
 def test_pretraining_with_rbg_dropout_resumes_exactly(tmp_path, text_corpus):
-    from bert_jax import checkpoint
     config = lambda: small_pretrain_config("tiny", text_corpus, rng_impl="rbg")
     straight, resumed = str(tmp_path / "straight"), str(tmp_path / "resumed")
     job.train_and_evaluate(config(), straight)
@@ -309,8 +311,8 @@ def test_compilation_cache_directory_defaults_and_overrides(tmp_path):
 def test_train_step_and_bench_imports_need_no_tensorflow():
     # GPU machines often have no tensorflow: the step, model and bench must not import it.
     code = ("import sys; sys.path.insert(0, 'bench'); import bench_pretrain; "
-            "import bert_jax.pretrain.job, bert_jax.heads, bert_jax.sharding, bert_jax.optim, "
-            "bert_jax.perf, bert_jax.cli; "
+            "import bert_jax.pretrain.job, bert_jax.models.heads, bert_jax.train.sharding, bert_jax.train.optim, "
+            "bert_jax.train.perf, bert_jax.cli; "
             "bench_pretrain.jax_model_config; from bert_jax.pretrain.steps import jit_steps; "
             "bad = [m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'tensorboard')]; "
             "assert not bad, bad")
@@ -319,9 +321,9 @@ def test_train_step_and_bench_imports_need_no_tensorflow():
 
 
 def test_embed_with_fused_attention_gives_the_einsum_vectors(monkeypatch):
-    from bert_jax import pretrained
-    from bert_jax.embed import embed_texts
+    from bert_jax.serve.embed import embed_texts
     from bert_jax.tokenization import DEFAULT_VOCAB
+    from bert_jax.weights import pretrained
     config = CONFIG.replace(vocab_size=8192)
     params = BertModel(config).init(jax.random.key(0), jnp.zeros((1, 8), jnp.int32))["params"]
     model = pretrained.Pretrained(config, {"bert": jax.device_get(nn.unbox(params))}, None,

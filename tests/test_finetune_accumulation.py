@@ -9,11 +9,11 @@ import os
 import jax
 import numpy as np
 import pytest
-
-from bert_jax import pretrained
-from bert_jax.finetune import job, schedule
 from test_finetune_tagging import SENTENCES, write_conll
 from test_finetune_util import micro_config, shared_compilation_cache
+
+from bert_jax.finetune import job, schedule
+from bert_jax.weights import pretrained
 
 # Sentences of 2 to 11 labeled words, so micro-batches hold different word counts.
 UNEVEN = SENTENCES + [("Paris .", "B-LOC O"),

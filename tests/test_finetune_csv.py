@@ -10,12 +10,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
-from bert_jax import heads, pretrained
-from bert_jax.config import ConfigError, preset
-from bert_jax.finetune import cli, csv_task, inference, job, keeping, model_source, packing, tasks
-from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
 from test_finetune_util import micro_config, shared_compilation_cache
+
+from bert_jax.finetune import cli, inference, job, keeping, model_source, packing, tasks
+from bert_jax.finetune.tasks import csv_task
+from bert_jax.models import heads
+from bert_jax.models.config import ConfigError, preset
+from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
+from bert_jax.weights import pretrained
 
 POSITIVE = ["a wonderful film", "great acting and a great story", "i loved it",
             "superb , moving and funny", "the best film this year"]
@@ -158,7 +160,7 @@ def test_packing_plan_keeps_examples_per_batch():
 
 
 def test_truncation_keeps_the_head_or_head_and_tail():
-    from bert_jax.text_io import head_fraction, truncate_pair
+    from bert_jax.tokenization.text_io import head_fraction, truncate_pair
     ten, four = list(range(10)), list(range(100, 104))
     assert truncate_pair(ten, None, 8) == ([0, 1, 2, 3, 4, 5, 6, 7], None)
     # head+tail: int(8 / 4) = 2 tokens from the start, 6 from the end.

@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from bert_jax.finetune import files, squad
+from bert_jax.finetune import files
+from bert_jax.finetune.tasks import squad
 
 
 def write(path, data: bytes | str):

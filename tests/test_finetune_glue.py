@@ -8,9 +8,10 @@ import time
 
 import pytest
 import tensorflow_datasets as tfds
+from test_finetune_util import micro_config, shared_compilation_cache
 
 from bert_jax.finetune import job, tasks
-from test_finetune_util import micro_config, shared_compilation_cache
+
 
 @pytest.fixture(scope="module", autouse=True)
 def compile_once(tmp_path_factory):

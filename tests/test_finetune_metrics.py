@@ -7,8 +7,8 @@ import random
 import numpy as np
 import pytest
 
-from bert_jax import text_io
-from bert_jax.finetune import metrics
+from bert_jax.finetune.tasks import metrics
+from bert_jax.tokenization import text_io
 
 
 def test_entities_bio_and_iobes():

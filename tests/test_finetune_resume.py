@@ -11,9 +11,9 @@ import time
 
 import jax
 import numpy as np
-
-from bert_jax import pretrained
 from test_multihost import environment, finetune_command
+
+from bert_jax.weights import pretrained
 
 # 64 examples in batches of 8: 8 steps per epoch, 16 in all; a checkpoint every 3 steps
 # and at each epoch's end.

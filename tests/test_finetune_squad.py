@@ -9,10 +9,11 @@ import os
 import numpy as np
 import pytest
 import tensorflow_datasets as tfds
-
-from bert_jax.finetune import inference, job, squad, tasks
-from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
 from test_finetune_util import micro_config, shared_compilation_cache
+
+from bert_jax.finetune import inference, job, tasks
+from bert_jax.finetune.tasks import squad
+from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
 
 FILLER = " ".join(f"Sentence number {i} talks about nothing in particular." for i in range(12))
 LONG_CONTEXT = FILLER + " The treaty was signed in Zürich, Switzerland, on 3 May 1921."

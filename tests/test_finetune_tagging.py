@@ -11,12 +11,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import tensorflow_datasets as tfds
-
-from bert_jax import text_io
-from bert_jax.config import preset
-from bert_jax.finetune import cli, crf, files, inference, job, tagging, tasks
-from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
 from test_finetune_util import micro_config, shared_compilation_cache
+
+from bert_jax.finetune import cli, files, inference, job, tasks
+from bert_jax.finetune.tasks import crf, tagging
+from bert_jax.models.config import preset
+from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer, text_io
 
 SENTENCES = [
     ("John Smith lives in Paris .", "B-PER I-PER O O B-LOC O"),

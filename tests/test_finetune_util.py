@@ -7,7 +7,7 @@ import os
 
 import jax
 
-from bert_jax.config_loader import load_config
+from bert_jax.train.config_loader import load_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, "configs", "finetune.py")

@@ -9,13 +9,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
-from bert_jax import optim, pretrained
-from bert_jax.errors import UserError
-from bert_jax.finetune import job
-from bert_jax.train_state import make_key
 from test_finetune_csv import NEGATIVE, POSITIVE, write_tsv
 from test_finetune_util import micro_config, shared_compilation_cache
+
+from bert_jax.errors import UserError
+from bert_jax.finetune import job
+from bert_jax.train import optim
+from bert_jax.train.train_state import make_key
+from bert_jax.weights import pretrained
 
 PARAMS = {"bert": {"embeddings": {"word": jnp.ones((4, 3))},
                    "encoder": {"kernel": jnp.ones((3, 3)), "bias": jnp.zeros(3)}},
@@ -121,9 +122,10 @@ def test_a_source_without_a_pooler_leaves_the_classifier_s_pooler_fresh():
     # A masked-LM checkpoint (transformers' *ForMaskedLM) has no pooler: fine-tuning a
     # pooled classifier from it keeps the fresh pooler and loads everything else.
     import numpy as np
-    from bert_jax.config import preset
+
     from bert_jax.finetune.model_source import ModelSource
-    from bert_jax.heads import BertForSequenceClassification
+    from bert_jax.models.config import preset
+    from bert_jax.models.heads import BertForSequenceClassification
     config = preset("tiny").replace(vocab_size=64)
     model = BertForSequenceClassification(config, num_labels=2)
     ids = np.ones((1, 8), np.int32)

@@ -9,12 +9,13 @@ import os
 
 import pytest
 import tensorflow_datasets as tfds
+from test_finetune_glue import EXPECTED
+from test_finetune_util import CONFIG, MICRO_MODEL, SHARED_DATA, micro_config
 
 from bert_jax import cli
 from bert_jax.errors import UserError
-from bert_jax.finetune import glue_files, job, tasks
-from test_finetune_glue import EXPECTED
-from test_finetune_util import CONFIG, MICRO_MODEL, SHARED_DATA, micro_config
+from bert_jax.finetune import job, tasks
+from bert_jax.finetune.tasks import glue_files
 
 BOM = "\ufeff"
 _MNLI = ["index", "promptID", "pairID", "genre", "sentence1_binary_parse",

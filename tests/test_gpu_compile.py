@@ -10,10 +10,10 @@ import sys
 
 import pytest
 
-from bert_jax import backend_env
 from bert_jax.aot import compile as aot_compile
 from bert_jax.aot import gpu_hosts
 from bert_jax.errors import UserError
+from bert_jax.host import backend_env
 
 MICRO = ["model={'preset': 'tiny', 'num_hidden_layers': 1, 'vocab_size': 512}",
          "max_seq_length=128", "max_predictions_per_seq=4", "global_batch_size=16",

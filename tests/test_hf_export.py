@@ -12,11 +12,14 @@ transformers = pytest.importorskip("transformers")
 
 from safetensors.numpy import load_file  # noqa: E402
 
-from bert_jax import heads, pretrained  # noqa: E402
-from bert_jax.config import BertConfig  # noqa: E402
-from bert_jax.convert import cli  # noqa: E402
-from bert_jax.model import BertModel  # noqa: E402
+from bert_jax.models import heads  # noqa: E402
+from bert_jax.models.config import BertConfig  # noqa: E402
+from bert_jax.models.encoder import BertModel  # noqa: E402
 from bert_jax.tokenization import WordPieceTokenizer  # noqa: E402
+from bert_jax.weights import (
+    cli,  # noqa: E402
+    pretrained,
+)
 
 CONFIG = BertConfig(vocab_size=40, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                     intermediate_size=64, max_position_embeddings=64)
@@ -164,8 +167,9 @@ def test_multiple_choice_matches_transformers_and_exports_back(tmp_path):
     """BertForMultipleChoice on transformers' weights (scaled as in the parity tests)
     gives transformers' logits for [B, C, L] inputs with padding; exported with --to_hf,
     transformers loads it as BertForMultipleChoice with every weight bit-identical."""
-    from bert_jax.convert import hf
     from test_model_parity import scale_weights
+
+    from bert_jax.weights import hf
 
     torch.manual_seed(1)
     hf_config = transformers.BertConfig(**CONFIG.to_google_dict())

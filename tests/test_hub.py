@@ -11,14 +11,15 @@ import flax.linen as nn
 import jax
 import numpy as np
 import pytest
-
-from bert_jax import cli, pretrained
-from bert_jax.config import BertConfig
-from bert_jax.convert import hf, hub
-from bert_jax.errors import UserError
-from bert_jax.heads import BertForPreTraining
-from hub_server import HubServer, Repo
 from test_finetune_util import CONFIG
+
+from bert_jax import cli
+from bert_jax.errors import UserError
+from bert_jax.models.config import BertConfig
+from bert_jax.models.heads import BertForPreTraining
+from bert_jax.weights import hf, hub, pretrained
+
+from hub_server import HubServer, Repo
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 WORDS = "the a man is eating food cat sat on mat it rains he said yes . , two dogs run".split()

@@ -35,7 +35,7 @@ SOURCES = _sources()
 
 def _imports(module: str) -> set[str]:
     """Every module named by an import statement anywhere in `module` (bert_jax names resolved
-    to the module they import: `from bert_jax import checkpoint` -> `bert_jax.checkpoint`)."""
+    to the module they import: `from bert_jax.train import checkpoint` -> `bert_jax.train.checkpoint`)."""
     with open(SOURCES[module]) as f:
         tree = ast.parse(f.read(), SOURCES[module])
     package = module if SOURCES[module].endswith("__init__.py") else module.rpartition(".")[0]
@@ -83,31 +83,91 @@ def _reaches(module: str, forbidden: tuple[str, ...]) -> list[str]:
     return hits
 
 
-MODEL_FILES = ("bert_jax.model", "bert_jax.heads", "bert_jax.config", "bert_jax.dropout",
-               "bert_jax.activations")
-MODEL_FORBIDDEN = ("tensorflow", "tensorflow_text", "optax", "orbax", "bert_jax.data",
-                   "bert_jax.checkpoint", "bert_jax.pretrained", "bert_jax.finetune",
-                   "bert_jax.pretrain")
-HOST_PACKAGES = ("bert_jax.data", "bert_jax.tokenization")
-HOST_FORBIDDEN = ("jax", "flax", "optax", "orbax", "bert_jax.model", "bert_jax.heads")
-# Training checkpoints are the one layer every job saves and loads through: it knows the
-# checkpoint layout and nothing of the jobs, models, model directories or data above it.
-CHECKPOINT_FORBIDDEN = ("bert_jax.pretrain", "bert_jax.pretrained", "bert_jax.finetune",
-                        "bert_jax.train_step", "bert_jax.aot", "bert_jax.model",
-                        "bert_jax.heads", "bert_jax.data", "bert_jax.tokenization",
-                        "bert_jax.metrics_writer", "bert_jax.embed", "bert_jax.export",
-                        "bert_jax.convert", "bert_jax.cli")
+# The floors of the package, bottom up. A package may import the package-wide modules
+# (`errors`, `flags`), itself and the packages named for it here, nothing else of bert_jax:
+# an import from a lower floor to a higher one (or between the two jobs) fails
+# `test_each_package_imports_only_the_floors_below_it`.
+PACKAGE_WIDE = {"bert_jax", "bert_jax.errors", "bert_jax.flags"}
+BELOW = {
+    "host": set(),                                       # files, workdirs, process set-up
+    "tokenization": {"host"},
+    "data": {"host", "tokenization"},                    # text -> records -> batches
+    "models": set(),                                     # the network: pure Flax
+    "train": {"host", "tokenization", "data", "models"},  # the skeleton every job runs
+    "weights": {"host", "tokenization", "models", "train"},  # models on disk and by name
+    "serve": {"host", "tokenization", "data", "models", "train", "weights"},
+    "pretrain": {"host", "tokenization", "data", "models", "train", "weights"},
+    "finetune": {"host", "tokenization", "data", "models", "train", "weights", "serve"},
+    "aot": {"host", "tokenization", "data", "models", "train", "weights", "pretrain"},
+}
+# The package-wide modules import no package; the front ends (the CLI's command table, the
+# demo) may import anything.
+FRONT_ENDS = {"bert_jax.cli", "bert_jax.demo"}
+# Host-side packages: no JAX, no model.
+NO_JAX = ("jax", "flax", "optax", "orbax")
+
+
+def _package(module: str) -> str:
+    """'host' for bert_jax.host.paths; the module itself for a package-wide one."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 or parts[-1] in BELOW else module
+
+
+def _package_violations(imports: dict[str, set[str]]) -> list[str]:
+    """'importer -> imported' for each bert_jax import that the floors above forbid."""
+    found = []
+    for module, names in sorted(imports.items()):
+        if module in FRONT_ENDS:
+            continue
+        home = _package(module)
+        allowed = BELOW.get(home, set()) | {home}
+        for name in sorted(n for n in names if n.startswith("bert_jax.") and n != module):
+            if name in PACKAGE_WIDE and home not in PACKAGE_WIDE:
+                continue
+            if _package(name) not in allowed:
+                found.append(f"{module} -> {name}")
+    return found
+
+
+def test_the_floors_name_every_package():
+    packages = {_package(m) for m in SOURCES} - PACKAGE_WIDE - FRONT_ENDS
+    assert packages == set(BELOW), "a new package needs its floor in BELOW"
+
+
+def test_each_package_imports_only_the_floors_below_it():
+    assert _package_violations(IMPORTS) == []
+
+
+def test_an_upward_import_is_caught():
+    """The rule can fail: a model directory reading a command's module, the network
+    reaching for the partitioner, a package-wide module importing a package."""
+    fake = {"bert_jax.weights.pretrained": {"bert_jax.finetune.cli"},
+            "bert_jax.models.encoder": {"bert_jax.train.sharding"},
+            "bert_jax.errors": {"bert_jax.host.paths"},
+            "bert_jax.pretrain.job": {"bert_jax.finetune.job"}}
+    assert len(_package_violations(fake)) == 4
+
+
+@pytest.mark.parametrize("module", sorted(m for m in SOURCES if m.startswith("bert_jax.models")))
+def test_the_network_imports_no_host_library(module):
+    assert _reaches(module, ("tensorflow", "tensorflow_text", "optax", "orbax")) == []
+
+
+@pytest.mark.parametrize("module", sorted(m for m in SOURCES if _package(m) in (
+    "host", "data", "tokenization")))
+def test_host_side_packages_import_no_jax(module):
+    assert _reaches(module, NO_JAX) == []
+
 
 # "Every part": each of these is one part; a module whose imports reach all of them is a
 # front end, and only the CLI (through its command table) and the demo may be one.
 PARTS = {
     "pretraining": ("bert_jax.pretrain",),
     "fine-tuning": ("bert_jax.finetune.job",),
-    "conversion": ("bert_jax.convert.hf", "bert_jax.convert.tf1"),
+    "conversion": ("bert_jax.weights.hf", "bert_jax.weights.tf1"),
     "data": ("bert_jax.data",),
     "tokenization": ("bert_jax.tokenization",),
 }
-FRONT_ENDS = {"bert_jax.cli", "bert_jax.demo"}
 
 
 def _parts_reached(modules: set[str]) -> set[str]:
@@ -117,72 +177,47 @@ def _parts_reached(modules: set[str]) -> set[str]:
 
 def test_the_reader_sees_function_level_imports():
     assert "bert_jax.finetune.job" in IMPORTS["bert_jax.finetune.cli"]  # inside a function
-    assert "tensorflow" in IMPORTS["bert_jax.tf_host"]
+    assert "tensorflow" in IMPORTS["bert_jax.host.tf_host"]
 
 
-def test_the_workdir_lock_is_plain_file_operations():
-    """Its file operations are routed through a path layer (local, gs://) later: it must
-    stay importable without the training stack."""
-    assert _reaches("bert_jax.workdir_lock", ("jax", "tensorflow", "orbax", "flax")) == []
+def test_checkpoints_know_no_job_model_or_data():
+    """Training checkpoints are the one layer every job saves and loads through: they know
+    the checkpoint layout and nothing of the jobs, the network or the data."""
+    assert _reaches("bert_jax.train.checkpoint", (
+        "bert_jax.models.encoder", "bert_jax.models.heads", "bert_jax.data",
+        "bert_jax.tokenization", "bert_jax.weights",
+        "bert_jax.train.train_step", "bert_jax.train.metrics_writer")) == []
 
 
-@pytest.mark.parametrize("module", MODEL_FILES)
-def test_model_files_import_no_training_io_or_data(module):
-    assert _reaches(module, MODEL_FORBIDDEN) == []
-
-
-@pytest.mark.parametrize("module", sorted(m for m in SOURCES if any(
-    m == p or m.startswith(p + ".") for p in HOST_PACKAGES)))
-def test_data_and_tokenization_import_neither_jax_nor_the_model(module):
-    assert _reaches(module, HOST_FORBIDDEN) == []
-
-
-@pytest.mark.parametrize("module", sorted(m for m in SOURCES
-                                          if m.startswith("bert_jax.tokenization")))
-def test_tokenization_imports_no_data(module):
-    """Tokenizers are below the data they tokenize (training a vocabulary from a corpus
-    is `bert_jax.data.build_vocab`)."""
-    assert _reaches(module, ("bert_jax.data",)) == []
-
-
-def test_checkpoint_imports_nothing_above_it():
-    assert _reaches("bert_jax.checkpoint", CHECKPOINT_FORBIDDEN) == []
-
-
-@pytest.mark.parametrize("module", sorted(m for m in SOURCES if m.startswith("bert_jax.convert")
-                                          or m in ("bert_jax.export", "bert_jax.pretrained",
-                                                   "bert_jax.checkpoint")))
-def test_model_directories_conversion_and_export_import_no_training_loop(module):
-    assert _reaches(module, ("bert_jax.finetune", "bert_jax.pretrain")) == []
-
-
-@pytest.mark.parametrize("module", ["bert_jax.train_loop", "bert_jax.train_step",
-                                    "bert_jax.losses", "bert_jax.train_state"])
+@pytest.mark.parametrize("module", ["bert_jax.train.train_loop", "bert_jax.train.train_step",
+                                    "bert_jax.models.losses", "bert_jax.train.train_state"])
 def test_the_training_core_imports_no_job_task_or_data(module):
     """The one loop serves pretraining, fine-tuning and distillation: it knows none."""
     assert _reaches(module, ("bert_jax.pretrain", "bert_jax.finetune", "bert_jax.aot",
-                             "bert_jax.data", "bert_jax.checkpoint", "tensorflow")) == []
+                             "bert_jax.data", "bert_jax.train.checkpoint", "tensorflow")) == []
 
 
 def test_the_job_skeleton_knows_no_job():
     """`lifecycle` is what every job runs its recipe in: it names no job or task."""
-    assert _reaches("bert_jax.lifecycle", ("bert_jax.pretrain", "bert_jax.finetune",
-                                           "bert_jax.aot")) == []
+    assert _reaches("bert_jax.train.lifecycle", ("bert_jax.pretrain", "bert_jax.finetune",
+                                                 "bert_jax.aot")) == []
 
 
 def test_the_partitioner_imports_no_optimizer_or_train_state():
-    """Inference and export place arrays through `bert_jax.sharding`; creating a
-    TrainState (and optax with it) is `bert_jax.train_state`'s."""
-    assert _reaches("bert_jax.sharding", ("optax", "orbax", "bert_jax.train_state")) == []
+    """Inference and export place arrays through `bert_jax.train.sharding`; creating a
+    TrainState (and optax with it) is `bert_jax.train.train_state`'s."""
+    assert _reaches("bert_jax.train.sharding",
+                    ("optax", "orbax", "bert_jax.train.train_state")) == []
 
 
-@pytest.mark.parametrize("module", ["bert_jax.config_loader", "bert_jax.axis_rules"])
+@pytest.mark.parametrize("module", ["bert_jax.train.config_loader", "bert_jax.train.axis_rules"])
 def test_loading_a_config_imports_no_jax(module):
-    """The config files import `bert_jax.axis_rules`; `bert_jax.config_loader` loads them."""
+    """The config files import `bert_jax.train.axis_rules`; `bert_jax.train.config_loader`
+    loads them."""
     assert _reaches(module, ("jax", "flax", "optax", "orbax", "tensorflow")) == []
 
 
-@pytest.mark.parametrize("module", ["bert_jax.backend_env", "bert_jax.aot.tpu_slices",
+@pytest.mark.parametrize("module", ["bert_jax.host.backend_env", "bert_jax.aot.tpu_slices",
                                     "bert_jax.aot.gpu_hosts", "bert_jax.aot.collectives"])
 def test_backend_set_up_and_topology_tables_import_no_jax(module):
     """The CLI and conftest.py set the plugins' environment before JAX may start."""
@@ -193,7 +228,7 @@ def test_the_pretraining_job_parses_no_command_line():
     """`bert-jax pretrain`'s flags and exit codes live in bert_jax.pretrain.cli; pretrain.py
     is the job, callable from Python with a config."""
     assert IMPORTS["bert_jax.pretrain.job"] & {"argparse", "bert_jax.flags",
-                                           "bert_jax.config_loader"} == set()
+                                               "bert_jax.train.config_loader"} == set()
 
 
 def _cycles() -> list[list[str]]:
@@ -248,14 +283,14 @@ def test_the_cli_table_reaches_every_part():
 
 
 # Modules that read or write run paths (input files, workdirs, model directories, outputs):
-# their file access goes through bert_jax.paths, so a gs:// path works wherever a local one
+# their file access goes through bert_jax.host.paths, so a gs:// path works wherever a local one
 # does (docs/cloud.md).
 RUN_PATH_MODULES = sorted(
     m for m in SOURCES if m.startswith(("bert_jax.finetune.", "bert_jax.tokenization"))
     and m != "bert_jax.tokenization.cli"  # reads stdin, writes stdout
-    or m in ("bert_jax.pretrain.job", "bert_jax.checkpoint", "bert_jax.pretrained",
-             "bert_jax.metrics_writer", "bert_jax.atomic", "bert_jax.embed", "bert_jax.export",
-             "bert_jax.convert.cli", "bert_jax.data.pipeline", "bert_jax.data.corpus",
+    or m in ("bert_jax.pretrain.job", "bert_jax.train.checkpoint", "bert_jax.weights.pretrained",
+             "bert_jax.train.metrics_writer", "bert_jax.host.atomic", "bert_jax.serve.embed", "bert_jax.serve.export",
+             "bert_jax.weights.cli", "bert_jax.data.pipeline", "bert_jax.data.corpus",
              "bert_jax.pretrain.inputs", "bert_jax.data.build_vocab",
              "bert_jax.data.create_pretraining_data", "bert_jax.data.tfrecord"))
 OS_FILE_FUNCTIONS = {"makedirs", "mkdir", "remove", "unlink", "rename", "replace", "listdir",
@@ -296,12 +331,12 @@ def _direct_file_access(module: str) -> list[str]:
 
 
 def test_the_run_path_check_sees_direct_file_access():
-    assert _direct_file_access("bert_jax.paths")  # the layer itself uses them all
+    assert _direct_file_access("bert_jax.host.paths")  # the layer itself uses them all
     assert "bert_jax.finetune.job" in RUN_PATH_MODULES
 
 
 @pytest.mark.parametrize("module", RUN_PATH_MODULES)
 def test_run_paths_go_through_the_path_layer(module):
-    """No open(), os.path, glob, shutil or gfile outside bert_jax.paths: they would fail
+    """No open(), os.path, glob, shutil or gfile outside bert_jax.host.paths: they would fail
     (or silently write locally) for a gs:// workdir."""
     assert _direct_file_access(module) == []

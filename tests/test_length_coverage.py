@@ -5,12 +5,12 @@ import json
 
 import numpy as np
 import pytest
+from test_finetune_util import micro_config
 
 from bert_jax.data import create_pretraining_data as cpd
 from bert_jax.data import lengths
 from bert_jax.finetune import job
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
-from test_finetune_util import micro_config
 
 
 def test_percentiles_cover_their_share_and_auto_rounds_up_to_eight():
@@ -58,7 +58,7 @@ def finetune_auto(tmp_path, *overrides):
 
 
 def test_auto_max_seq_length_covers_95_percent_and_is_recorded(tmp_path, capsys):
-    from bert_jax import pretrained
+    from bert_jax.weights import pretrained
     results = finetune_auto(tmp_path)
     # 19 of the 20 examples (95%) have at most 21 tokens: the next multiple of 8 is 24.
     assert results["max_seq_length"] == 24

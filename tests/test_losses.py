@@ -6,11 +6,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bert_jax.config import preset
 from bert_jax.data.packing import pack_rows
-from bert_jax.heads import BertForPreTraining
-from bert_jax import train_step
-from bert_jax.losses import pretraining_loss as pretraining_terms
+from bert_jax.models.config import preset
+from bert_jax.models.heads import BertForPreTraining
+from bert_jax.models.losses import pretraining_loss as pretraining_terms
+from bert_jax.train import train_step
 
 
 def pretraining_loss(mlm_logits, nsp_logits, batch):
@@ -132,7 +132,8 @@ def test_packed_rows_give_the_unpacked_logits_and_loss():
 
 def test_the_one_hot_cross_entropy_is_optax_s_in_value_and_gradient():
     import optax
-    from bert_jax.losses import softmax_cross_entropy
+
+    from bert_jax.models.losses import softmax_cross_entropy
     logits = jax.random.normal(jax.random.key(0), (4, 5, 33)) * 5
     logits = logits.at[:, :, -3:].set(-jnp.inf)  # masked classes stay out of the pick
     labels = jax.random.randint(jax.random.key(1), (4, 5), 0, 30)
@@ -144,7 +145,7 @@ def test_the_one_hot_cross_entropy_is_optax_s_in_value_and_gradient():
 
 
 def test_gather_positions_picks_rows_exactly():
-    from bert_jax.model import gather_positions
+    from bert_jax.models.encoder import gather_positions
     x = jax.random.normal(jax.random.key(0), (3, 16, 8))
     positions = jax.random.randint(jax.random.key(1), (3, 4), 0, 16)
     for dtype in (jnp.float32, jnp.bfloat16):

@@ -3,7 +3,7 @@
 
 import json
 
-from bert_jax.metrics_writer import MetricsWriter
+from bert_jax.train.metrics_writer import MetricsWriter
 
 
 def logged_steps(workdir):
@@ -33,7 +33,7 @@ def test_resumed_run_appends_and_restarted_run_starts_over(tmp_path):
 def test_without_tensorflow_the_log_is_still_written(tmp_path, monkeypatch, capsys):
     """An accelerator image without TensorFlow (the JAX containers) still trains and logs:
     metrics.jsonl is written and the missing TensorBoard events are said once."""
-    from bert_jax import tf_host
+    from bert_jax.host import tf_host
 
     def no_tensorflow():
         raise ModuleNotFoundError("No module named 'tensorflow'")

@@ -9,19 +9,22 @@ import os
 
 import numpy as np
 import pytest
+from test_create_data import read_records
+from test_finetune_util import micro_config
 
-from bert_jax import cli, heads, pretrained
-from bert_jax.config import run_bert_config
+from bert_jax import cli
 from bert_jax.data import create_pretraining_data as cpd
 from bert_jax.data import instances
 from bert_jax.data.options import DataOptions
 from bert_jax.data.pipeline import make_pretrain_iterator
 from bert_jax.finetune import job, model_source
+from bert_jax.models import heads
+from bert_jax.models.config import run_bert_config
 from bert_jax.pretrain.inputs import DATA_OPTIONS_FILE
 from bert_jax.pretrain.job import train_and_evaluate
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
-from test_create_data import read_records
-from test_finetune_util import micro_config
+from bert_jax.weights import pretrained
+
 from test_train import REPO, small_config, text_corpus  # noqa: F401 - a fixture
 
 SEP = 3

@@ -9,11 +9,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bert_jax import layer_layout, pretrained
-from bert_jax.config import PRESETS, BertConfig, ConfigError, preset
-from bert_jax.heads import (BertForMultipleChoice, BertForPreTraining, BertForQuestionAnswering,
-                            BertForSequenceClassification, BertForTokenClassification)
-from bert_jax.model import BertModel
+from bert_jax.models import layer_layout
+from bert_jax.models.config import PRESETS, BertConfig, ConfigError, preset
+from bert_jax.models.encoder import BertModel
+from bert_jax.models.heads import (
+    BertForMultipleChoice,
+    BertForPreTraining,
+    BertForQuestionAnswering,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+)
 
 CONFIG = BertConfig(vocab_size=120, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
                     intermediate_size=64, max_position_embeddings=64,

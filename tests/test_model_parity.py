@@ -3,11 +3,11 @@
 import numpy as np
 import pytest
 
-from bert_jax import layer_layout, pretrained
-from bert_jax.config import BertConfig
-from bert_jax.convert import hf
-from bert_jax.heads import BertForPreTraining
-from bert_jax.model import BertModel
+from bert_jax.models import layer_layout
+from bert_jax.models.config import BertConfig
+from bert_jax.models.encoder import BertModel
+from bert_jax.models.heads import BertForPreTraining
+from bert_jax.weights import hf
 
 torch = pytest.importorskip("torch", reason="the PyTorch reference needs the test extras")
 transformers = pytest.importorskip("transformers")

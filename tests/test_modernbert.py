@@ -5,16 +5,16 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax import layer_layout
-from bert_jax.config import BertConfig, preset
-from bert_jax.convert import hf
-from bert_jax.heads import BertForPreTraining
-from bert_jax.model import BertModel
+from bert_jax.models.config import BertConfig, preset
+from bert_jax.models.encoder import BertModel
+from bert_jax.models.heads import BertForPreTraining
+from bert_jax.weights import hf
 
 torch = pytest.importorskip("torch", reason="the PyTorch reference needs the test extras")
 transformers = pytest.importorskip("transformers")
 
-from test_model_parity import TOL, scale_weights, state_dict_numpy as state_dict  # noqa: E402
+from test_model_parity import TOL, scale_weights  # noqa: E402
+from test_model_parity import state_dict_numpy as state_dict
 
 SIZES = [
     # 4 layers, a global one every 2nd, a 16-token window: rows of 40 tokens reach past it.
@@ -155,10 +155,10 @@ def bpe_tokenizer_json(path, vocab_size=128):
 def test_a_modernbert_on_the_hub_converts_with_its_tokenizer_json(tmp_path, monkeypatch):
     """hf:ORG/NAME of a ModernBERT fetches config.json, the weights and tokenizer.json
     (it has no vocab.txt), and loads to transformers' weights and tokenizer ids."""
-    from hub_server import HubServer, Repo
-
-    from bert_jax import pretrained
     from bert_jax.tokenization import load_tokenizer
+    from bert_jax.weights import pretrained
+
+    from hub_server import HubServer, Repo
 
     config = SIZES[0].replace(vocab_size=128)
     ref = reference(config, seed=3)
@@ -190,9 +190,10 @@ def test_a_converted_modernbert_fine_tunes_and_embeds(tmp_path):
     """convert --from_hf of a ModernBERT directory (tokenizer.json), then a classifier
     fine-tuned from it and the encoder's embeddings: the parts a BERT has, for the modern
     encoder (a pooler of its own, since ModernBERT has none)."""
+    from test_finetune_util import micro_config, shared_compilation_cache
+
     from bert_jax import cli
     from bert_jax.finetune import job
-    from test_finetune_util import micro_config, shared_compilation_cache
 
     config = SIZES[0].replace(vocab_size=128)
     directory = tmp_path / "hf"

@@ -7,9 +7,11 @@ import os
 import numpy as np
 import pytest
 
-from bert_jax import optim, pretrained
-from bert_jax.config_loader import load_config
 from bert_jax.pretrain.job import train_and_evaluate
+from bert_jax.train import optim
+from bert_jax.train.config_loader import load_config
+from bert_jax.weights import pretrained
+
 from test_train import REPO, text_corpus  # noqa: F401 - a fixture
 
 

@@ -16,9 +16,11 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax import checkpoint, pretrained
+from bert_jax.weights import pretrained
+
 from gcs_server import gcs  # noqa: F401 (fixture)
 from test_train import REPO, SMALL_MODEL, text_corpus  # noqa: F401 (fixture)
+
 
 def command(workdir, input_files, *extra, steps=6):
     return [sys.executable, "-m", "bert_jax.cli", "pretrain",

@@ -10,14 +10,14 @@ import os
 
 import numpy as np
 import pytest
+from test_finetune_util import CONFIG, micro_config, shared_compilation_cache
 
 from bert_jax import cli as bert_jax_cli
-from bert_jax import pretrained
 from bert_jax.errors import UserError
 from bert_jax.finetune import cli, inference, job, packing, tasks
-from bert_jax.text_io import encode_pair
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
-from test_finetune_util import CONFIG, micro_config, shared_compilation_cache
+from bert_jax.tokenization.text_io import encode_pair
+from bert_jax.weights import pretrained
 
 ANIMALS = ["cat", "dog", "horse", "bird", "cow", "fish", "sheep", "mouse"]
 THINGS = ["chair", "table", "door", "box", "car", "book", "cup", "road"]
@@ -195,7 +195,7 @@ def test_finetuning_learns_the_fixture_then_evaluate_and_predict(finetuned, tmp_
 def test_export_to_transformers_gives_the_same_logits_and_converts_back(finetuned, tmp_path):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    from bert_jax.convert import cli as convert_cli
+    from bert_jax.weights import cli as convert_cli
 
     workdir, _, data = finetuned
     hf_dir, back = str(tmp_path / "hf"), str(tmp_path / "back")
@@ -222,7 +222,7 @@ def test_export_to_transformers_gives_the_same_logits_and_converts_back(finetune
     # ... and exported again it is still a BertForMultipleChoice.
     assert convert_cli.hf_architecture(converted.params, converted.task)[0] == \
         "BertForMultipleChoice"
-    from bert_jax import export  # the serving export says it does not take one yet
+    from bert_jax.serve import export  # the serving export says it does not take one yet
     with pytest.raises(ValueError, match="exporting 'multiple_choice' models is not supported"):
         export.serving_function(saved)
 

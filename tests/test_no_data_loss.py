@@ -9,9 +9,10 @@ import os
 
 import pytest
 
-from bert_jax import workdir_kind, workdir_lock
-from bert_jax.atomic import atomic_directory
 from bert_jax.errors import UserError
+from bert_jax.host import workdir_kind, workdir_lock
+from bert_jax.host.atomic import atomic_directory
+
 from gcs_server import gcs  # noqa: F401 - a fixture
 from test_train import text_corpus  # noqa: F401 - a fixture
 
@@ -114,6 +115,7 @@ def test_create_data_killed_mid_run_leaves_no_shard_and_keeps_the_earlier_run(tm
                                                                              text_corpus):
     import subprocess
     import sys
+
     from test_train import REPO
     out = str(tmp_path / "records")
     args = ["create-data", "--input", text_corpus, "--output_dir", out, "--max_seq_length",
@@ -135,7 +137,7 @@ def test_create_data_killed_mid_run_leaves_no_shard_and_keeps_the_earlier_run(tm
 
 
 def test_write_text_replaces_a_file_whole_or_not_at_all(tmp_path):
-    from bert_jax import paths
+    from bert_jax.host import paths
     path = tmp_path / "eval_results.json"
     paths.write_text(path, "old")
     with pytest.raises(TypeError):  # fails after the file was opened, as a kill would
@@ -145,9 +147,10 @@ def test_write_text_replaces_a_file_whole_or_not_at_all(tmp_path):
 
 
 def test_the_python_entry_points_refuse_another_kind_of_workdir(tmp_path):
-    from bert_jax.pretrain import job
-    from bert_jax.config_loader import load_config
     from bert_jax.finetune.cli import run_finetune
+    from bert_jax.pretrain import job
+    from bert_jax.train.config_loader import load_config
+
     from test_train import REPO
     finetuned = make(tmp_path / "ft", "best/bert_jax.json", "eval_results.json")
     pretrained = make(tmp_path / "pre", "model/bert_jax.json", "metrics.jsonl")
@@ -167,6 +170,7 @@ def test_the_python_entry_points_refuse_another_kind_of_workdir(tmp_path):
 def test_a_bucket_workdir_of_another_kind_is_refused(gcs, tmp_path):
     import subprocess
     import sys
+
     from test_train import REPO
     gcs.upload("kinds/ft/best/bert_jax.json", b"{}")
     gcs.upload("kinds/ft/eval_results.json", b"{}")

@@ -10,6 +10,7 @@ import os
 import sys
 
 import pytest
+
 from hub_server import NOTEBOOK_MODEL, notebook_hub
 
 nbclient = pytest.importorskip("nbclient")

@@ -6,7 +6,7 @@ import numpy as np
 import optax
 import pytest
 
-from bert_jax.optim import bert_schedule, decay_mask, make_optimizer
+from bert_jax.train.optim import bert_schedule, decay_mask, make_optimizer
 
 PARAMS = {"bert": {"embeddings": {"layer_norm": {"scale": jnp.ones(3), "bias": jnp.zeros(3)},
                                   "word_embeddings": {"embedding": jnp.ones((4, 3))}},

@@ -10,7 +10,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 CHECK = """
 import sys
-from bert_jax.config_loader import load_config
+from bert_jax.train.config_loader import load_config
 import bert_jax
 assert bert_jax.__file__.startswith(sys.argv[1]), bert_jax.__file__
 finetune = load_config("finetune.py:spam,tiny", ["num_train_epochs=2"])

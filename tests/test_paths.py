@@ -1,4 +1,4 @@
-"""bert_jax.paths and the TFRecord framing it streams: local paths behave as os/glob/open,
+"""bert_jax.host.paths and the TFRecord framing it streams: local paths behave as os/glob/open,
 bucket paths (a real GCS emulator, see gcs_server.py) list, append, move and replace;
 TFRecords round-trip with TensorFlow's own reader and writer, and damage is caught."""
 
@@ -7,9 +7,10 @@ import os
 import numpy as np
 import pytest
 
-from bert_jax import paths
-from bert_jax.atomic import atomic_directory
 from bert_jax.data import tfrecord
+from bert_jax.host import paths
+from bert_jax.host.atomic import atomic_directory
+
 from gcs_server import gcs  # noqa: F401 (fixture)
 
 RECORDS = [b"", b"x", bytes(range(256)) * 40, os.urandom(100_000)]

@@ -6,15 +6,20 @@ import json
 
 import numpy as np
 import pytest
+from test_create_data import (
+    MAX_PRED,
+    MAX_SEQ,
+    _assert_whole_words,
+    assert_bert_masking,
+    mask_statistics,
+    read_records,
+)
 
 from bert_jax.data import corpus, masking
 from bert_jax.data import create_pretraining_data as cpd
 from bert_jax.data.options import DataOptions
 from bert_jax.data.pipeline import make_pretrain_iterator
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
-
-from test_create_data import (MAX_PRED, MAX_SEQ, _assert_whole_words, assert_bert_masking,
-                              mask_statistics, read_records)
 
 KEYS = {"input_ids": np.int32, "input_mask": np.int32, "segment_ids": np.int32,
         "masked_lm_positions": np.int32, "masked_lm_ids": np.int32,

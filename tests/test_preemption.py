@@ -12,10 +12,10 @@ import time
 import jax
 import numpy as np
 import pytest
-
-from gcs_server import gcs  # noqa: F401 (fixture)
 from test_cloud import losses, upload_corpus
 from test_multihost import command, environment, params
+
+from gcs_server import gcs  # noqa: F401 (fixture)
 from test_train import text_corpus  # noqa: F401 (fixture)
 
 STEPS = 6

@@ -10,11 +10,12 @@ import shutil
 import jax
 import numpy as np
 import pytest
-
-from bert_jax import checkpoint, preemption, pretrained
-from bert_jax.finetune import job
 from test_finetune_csv import NEGATIVE, POSITIVE, write_tsv
 from test_finetune_util import micro_config, shared_compilation_cache
+
+from bert_jax.finetune import job
+from bert_jax.train import checkpoint, preemption
+from bert_jax.weights import pretrained
 
 STOP_AT = 4  # of 12 steps: 30 rows in batches of 8, 3 epochs
 

@@ -15,9 +15,11 @@ import jax
 import orbax.checkpoint as ocp
 import pytest
 
-from bert_jax import checkpoint, cli
+from bert_jax import cli
 from bert_jax.pretrain.job import train_and_evaluate
-from test_checkpoint import assert_trees_equal, plan_on, restore, state_on
+from bert_jax.train import checkpoint
+
+from test_checkpoint import plan_on, restore, state_on
 from test_train import REPO, SMALL_MODEL, small_config, text_corpus  # noqa: F401 - a fixture
 
 RUN = checkpoint.run_description({"optimizer": "adamw", "max_seq_length": 32,
@@ -212,8 +214,8 @@ def test_enospc_during_a_save_leaves_the_previous_one_and_resumes(tmp_path, text
 
 def test_converted_text_records_its_options_and_is_rebuilt_when_they_change(
         tmp_path, text_corpus):
-    from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
     from bert_jax.pretrain.inputs import DATA_OPTIONS_FILE, input_files, prepare_input_files
+    from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
     vocabulary = load_tokenizer(DEFAULT_VOCAB).fingerprint()
 
     def convert(**overrides):
@@ -288,10 +290,10 @@ def test_a_full_disk_stops_the_run_at_the_failed_save_with_one_line(
 
 def test_a_second_run_on_a_busy_workdir_stops_and_a_dead_runs_lock_is_taken_over(
         tmp_path, text_corpus, capsys, caplog):
-    from bert_jax import workdir_lock
+    from bert_jax.host import workdir_lock
     workdir = str(tmp_path / "w")
     holder = subprocess.Popen(  # another run: holds the workdir's lock until killed
-        [sys.executable, "-c", "import sys, time; from bert_jax.workdir_lock import "
+        [sys.executable, "-c", "import sys, time; from bert_jax.host.workdir_lock import "
          "WorkdirLock; WorkdirLock(sys.argv[1], 'bert-jax pretrain').acquire(); "
          "print('held', flush=True); time.sleep(600)", workdir],
         env={**os.environ, "PYTHONPATH": REPO}, stdout=subprocess.PIPE, text=True)

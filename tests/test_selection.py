@@ -7,12 +7,12 @@ import json
 import os
 
 import pytest
-
-from bert_jax.config_loader import load_config
-from bert_jax.errors import UserError
-from bert_jax.finetune import cli, inference, job, selection
 from test_finetune_csv import NEGATIVE, POSITIVE, write_tsv
 from test_finetune_util import CONFIG, micro_config, shared_compilation_cache
+
+from bert_jax.errors import UserError
+from bert_jax.finetune import cli, inference, job, selection
+from bert_jax.train.config_loader import load_config
 
 
 @pytest.fixture(autouse=True)

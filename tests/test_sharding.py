@@ -5,12 +5,12 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax import sharding
-from bert_jax.config import preset
-from bert_jax.heads import BertForPreTraining
-from bert_jax.optim import make_optimizer
+from bert_jax.models.config import preset
+from bert_jax.models.heads import BertForPreTraining
 from bert_jax.pretrain.steps import dummy_inputs, jit_steps
-from bert_jax.train_state import StatePlan
+from bert_jax.train import sharding
+from bert_jax.train.optim import make_optimizer
+from bert_jax.train.train_state import StatePlan
 
 # Every sharded dimension divides 8, so any 8-device mesh is valid.
 CONFIG = preset("tiny", vocab_size=128, hidden_size=32, num_attention_heads=8,
@@ -131,7 +131,7 @@ def test_albert_shares_its_layer_and_trains_on_a_mixed_mesh_like_one_device():
 def test_every_job_builds_its_mesh_from_mesh_shape_and_dcn_mesh_shape():
     """Fine-tuning configs carry dcn_mesh_shape as pretraining ones do, and both reach
     `make_mesh` through `Partitioner.from_config` (here: one slice, so 2 slices cannot be had)."""
-    from bert_jax.config_loader import load_config
+    from bert_jax.train.config_loader import load_config
     for recipe in ("pretrain.py:tiny", "finetune.py:sst2,tiny"):
         config = load_config(recipe, ["dcn_mesh_shape.data=2"])
         with pytest.raises(ValueError, match="dcn_mesh_shape .* needs 2 devices"):

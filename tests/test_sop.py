@@ -8,13 +8,14 @@ import random
 
 import numpy as np
 import pytest
+from test_create_data import read_records
 
-from bert_jax.data import create_pretraining_data as cpd
 from bert_jax.data import corpus, instances
+from bert_jax.data import create_pretraining_data as cpd
 from bert_jax.data.options import DataOptions
 from bert_jax.data.pipeline import make_pretrain_iterator
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
-from test_create_data import read_records
+
 from test_train import small_config, text_corpus  # noqa: F401 - a fixture
 
 
@@ -103,9 +104,9 @@ def test_sop_without_pairs_is_refused(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_albert_pretrains_with_sentence_order_prediction(tmp_path, text_corpus):  # noqa: F811
-    from bert_jax import pretrained
     from bert_jax.pretrain.inputs import DATA_OPTIONS_FILE
     from bert_jax.pretrain.job import train_and_evaluate
+    from bert_jax.weights import pretrained
     model = ("{'preset': 'albert-base-v2', 'num_hidden_layers': 2, 'hidden_size': 32, "
              "'num_attention_heads': 2, 'intermediate_size': 64, 'embedding_size': 16, "
              "'max_position_embeddings': 64}")

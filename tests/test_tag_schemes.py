@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from bert_jax import text_io
-from bert_jax.finetune import metrics, tag_schemes
+from bert_jax.finetune.tasks import metrics, tag_schemes
+from bert_jax.tokenization import text_io
 
 seqeval_metrics = pytest.importorskip("seqeval.metrics", reason="seqeval is in the test extras")
 seqeval_scheme = pytest.importorskip("seqeval.scheme")

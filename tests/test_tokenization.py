@@ -10,10 +10,15 @@ import unicodedata
 
 import pytest
 
-from bert_jax.tokenization import (DEFAULT_VOCAB, SentencePieceTokenizer, TokenizerError,
-                                   WordPieceTokenizer, has_tokenizer, load_tokenizer)
-from bert_jax.data import corpus
-from bert_jax.data import build_vocab
+from bert_jax.data import build_vocab, corpus
+from bert_jax.tokenization import (
+    DEFAULT_VOCAB,
+    SentencePieceTokenizer,
+    TokenizerError,
+    WordPieceTokenizer,
+    has_tokenizer,
+    load_tokenizer,
+)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The tests that need a real English corpus read Brown from the shared data beside the

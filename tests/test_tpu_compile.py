@@ -10,12 +10,11 @@ import sys
 import jax
 import pytest
 
-from bert_jax.aot import collectives
-from bert_jax.pretrain.setup import Setup
-from bert_jax.aot import tpu_slices
+from bert_jax.aot import collectives, tpu_slices
 from bert_jax.aot import compile as tpu_compile
-from bert_jax.config_loader import load_config
 from bert_jax.errors import UserError
+from bert_jax.pretrain.setup import Setup
+from bert_jax.train.config_loader import load_config
 
 MICRO = ["model={'preset': 'tiny', 'num_hidden_layers': 1, 'vocab_size': 512}",
          "max_seq_length=32", "max_predictions_per_seq=4", "global_batch_size=16",
@@ -273,10 +272,10 @@ def test_the_vocabulary_size_is_init_from_s(tmp_path):
     import flax.linen as nn
     import jax.numpy as jnp
 
-    from bert_jax import pretrained
-    from bert_jax.config import BertConfig
-    from bert_jax.heads import BertForPreTraining
+    from bert_jax.models.config import BertConfig
+    from bert_jax.models.heads import BertForPreTraining
     from bert_jax.tokenization import load_tokenizer
+    from bert_jax.weights import pretrained
     tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(40)]
     (tmp_path / "vocab.txt").write_text("".join(t + "\n" for t in tokens), encoding="utf-8")
     bert_config = BertConfig(vocab_size=45, hidden_size=8, num_hidden_layers=1,

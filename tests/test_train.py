@@ -12,11 +12,11 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax import pretrained
-from bert_jax.config_loader import load_config
 from bert_jax.data import corpus
 from bert_jax.errors import NonFiniteError
 from bert_jax.pretrain.job import train_and_evaluate
+from bert_jax.train.config_loader import load_config
+from bert_jax.weights import pretrained
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMALL_MODEL = ("{'preset': 'tiny', 'num_hidden_layers': 1, 'hidden_size': 32, "

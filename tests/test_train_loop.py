@@ -7,8 +7,8 @@ from typing import NamedTuple
 import jax.numpy as jnp
 import pytest
 
-from bert_jax import train_loop, train_step
 from bert_jax.errors import NonFiniteError
+from bert_jax.train import train_loop
 
 
 class State(NamedTuple):

@@ -6,10 +6,10 @@ import numpy as np
 import optax
 import pytest
 
-from bert_jax import train_step
-from bert_jax.config import ConfigError, from_model_spec, preset, run_bert_config
-from bert_jax.optim import make_optimizer
-from bert_jax.train_state import TrainState, make_key
+from bert_jax.models.config import ConfigError, from_model_spec, preset, run_bert_config
+from bert_jax.train import train_step
+from bert_jax.train.optim import make_optimizer
+from bert_jax.train.train_state import TrainState, make_key
 
 PARAMS = {"w": jnp.array([0.5, -1.0, 2.0]), "b": jnp.array(0.3)}
 

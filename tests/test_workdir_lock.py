@@ -1,4 +1,4 @@
-"""One writer per workdir (`bert_jax.workdir_lock`): a live run's lock stops a second
+"""One writer per workdir (`bert_jax.host.workdir_lock`): a live run's lock stops a second
 run with its host and pid; a lock whose process is gone, or whose heartbeat stopped on
 another host, is taken over with a warning; releasing leaves nothing behind."""
 
@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from bert_jax import workdir_lock
 from bert_jax.errors import WorkdirBusyError
-from bert_jax.workdir_lock import LOCK_FILE, WorkdirLock
+from bert_jax.host import workdir_lock
+from bert_jax.host.workdir_lock import LOCK_FILE, WorkdirLock
 
 
 def write_lock(workdir, **owner):

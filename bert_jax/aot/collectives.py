@@ -99,8 +99,9 @@ def _trip_count(line: str, comps: dict[str, list[str]]) -> int:
         return int(trip.group(1))
     cond = re.search(r"condition=%?([\w.\-]+)", line)
     body = comps.get(cond.group(1), []) if cond else []
-    if any("direction=LT" in l for l in body):
-        bounds = [int(c) for l in body for c in re.findall(r"[su]32\[\]\S* constant\((\d+)\)", l)]
+    if any("direction=LT" in op for op in body):
+        bounds = [int(c) for op in body
+                  for c in re.findall(r"[su]32\[\]\S* constant\((\d+)\)", op)]
         if bounds:
             loop = re.search(r"body=%?([\w.\-]+)", line)
             step = _counter_step(comps.get(loop.group(1), []) if loop else [])
@@ -113,9 +114,9 @@ def _counter_step(body: list[str]) -> int:
     returns), when that is a constant; else 1."""
     def defining(name: str, op: str) -> str:
         pattern = re.compile(rf"\s*%{re.escape(name)} = \S+ {op}\(")
-        return next((l for l in body if pattern.match(l)), "")
+        return next((op for op in body if pattern.match(op)), "")
 
-    root = next((l for l in body if "ROOT" in l and " tuple(" in l), "")
+    root = next((op for op in body if "ROOT" in op and " tuple(" in op), "")
     counter = re.search(r" tuple\(%([\w.\-]+)", root)
     add = defining(counter.group(1), "add") if counter else ""
     operands = re.findall(r"%([\w.\-]+)", add.split(" add(", 1)[-1].split(")")[0]) if add else []

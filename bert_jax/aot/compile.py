@@ -37,13 +37,13 @@ import time
 import jax
 import numpy as np
 
-from bert_jax import flags, perf
-from bert_jax.aot import collectives
+from bert_jax import flags
+from bert_jax.aot import collectives, gpu_hosts, tpu_slices
+from bert_jax.errors import UserError
 from bert_jax.pretrain import job
 from bert_jax.pretrain.setup import Setup
-from bert_jax.aot import gpu_hosts, tpu_slices
-from bert_jax.config_loader import load_config, split_config_args
-from bert_jax.errors import UserError
+from bert_jax.train import perf
+from bert_jax.train.config_loader import load_config, split_config_args
 
 GIB = tpu_slices.GIB
 # A recommended configuration leaves this share of HBM free; on GPUs more, since a run

@@ -23,9 +23,9 @@ import subprocess
 import sys
 import threading
 
-from bert_jax import compile_cache
 from bert_jax.aot import collectives
-from bert_jax.config_loader import load_config
+from bert_jax.host import compile_cache
+from bert_jax.train.config_loader import load_config
 
 MESHES = {"data": {"data": -1, "fsdp": 1, "tensor": 1},
           "fsdp": {"data": 1, "fsdp": -1, "tensor": 1},

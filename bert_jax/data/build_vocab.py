@@ -12,11 +12,11 @@ import sys
 import tempfile
 from typing import Iterator, List, Sequence
 
-from bert_jax import flags, paths
+from bert_jax import flags
 from bert_jax.data import corpus
-from bert_jax.tokenization import base
+from bert_jax.host import paths
+from bert_jax.tokenization import base, wordpiece
 from bert_jax.tokenization.sentencepiece_tokenizer import SentencePieceTokenizer
-from bert_jax.tokenization import wordpiece
 from bert_jax.tokenization.wordpiece import WordPieceTokenizer
 
 

@@ -13,7 +13,7 @@ words. Lines without CJK characters are not segmented at all.
 """
 from typing import Callable, List, Optional, Sequence, Tuple
 
-from bert_jax.chars import is_cjk
+from bert_jax.tokenization.chars import is_cjk
 
 SEGMENTERS = ("jieba", "none")
 Segmenter = Callable[[str], List[str]]

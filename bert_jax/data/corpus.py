@@ -2,7 +2,7 @@
 
 BERT format: one sentence per line, a blank line between documents, UTF-8 (or
 UTF-16/32 with a byte-order mark), optionally gzip-compressed (`.gz`). Bytes that are
-not text in that encoding fail naming the file and line (`bert_jax.encoding`): a
+not text in that encoding fail naming the file and line (`bert_jax.host.encoding`): a
 Latin-1 file would otherwise lose its accented letters.
 """
 import contextlib
@@ -12,8 +12,8 @@ import re
 import zlib
 from typing import Callable, Iterable, Iterator, List, Sequence, TypeVar
 
-from bert_jax import encoding, paths
 from bert_jax.errors import UserError
+from bert_jax.host import encoding, paths
 
 T = TypeVar("T")
 
@@ -80,7 +80,7 @@ def _checked_gzip(lines: Iterator[bytes], path: str) -> Iterator[bytes]:
 
 
 def iter_lines(path: str, stats: ReadStats, codec: str = encoding.DEFAULT) -> Iterator[str]:
-    """Stripped lines of one file (`bert_jax.encoding`: UTF-8, or UTF-16/32 after a
+    """Stripped lines of one file (`bert_jax.host.encoding`: UTF-8, or UTF-16/32 after a
     byte-order mark, read whole; other bytes raise ValueError naming the line), or in
     the `codec` the user named."""
     stats.files += 1

@@ -54,10 +54,11 @@ from typing import List, Optional, Sequence
 
 import numpy as np
 
-from bert_jax import chars, flags, paths, workdir_kind
+from bert_jax import flags
 from bert_jax.data import chinese_words, corpus, instances, lengths, masking, tfrecord
 from bert_jax.data.options import DataOptions
-from bert_jax.tokenization import DEFAULT_VOCAB, TokenizerError, load_tokenizer
+from bert_jax.host import paths, workdir_kind
+from bert_jax.tokenization import DEFAULT_VOCAB, TokenizerError, chars, load_tokenizer
 from bert_jax.tokenization.base import uncovered_text_warning
 
 
@@ -121,7 +122,7 @@ _worker = {}
 
 def _init_worker(vocab: str, do_lower_case: Optional[bool], options: DataOptions):
     if os.environ.get("TF_CPP_MIN_LOG_LEVEL") == "3":  # a quiet parent (bert_jax.cli)
-        from bert_jax.tf_host import import_quietly
+        from bert_jax.host.tf_host import import_quietly
         import_quietly()
     tokenizer = load_tokenizer(vocab, do_lower_case)
     whole_words = options.whole_units
@@ -484,7 +485,7 @@ def create_pretraining_data(inputs: Sequence[str], output_files: Sequence[str], 
     `chinese_ref_files`: reference segmentations for whole-word masking, one per
     input file in the sorted order of the expanded inputs. Fails at once
     (FileNotFoundError / TokenizerError / ValueError) for a missing input,
-    vocabulary or reference file, and for bytes that are not UTF-8 (`bert_jax.encoding`);
+    vocabulary or reference file, and for bytes that are not UTF-8 (`bert_jax.host.encoding`);
     empty files and long lines are counted; a reference line that does not spell its
     input line fails.
     """

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from bert_jax import encoding
 from bert_jax.data.chinese_words import KNOWLEDGE_MASKING
 from bert_jax.errors import UserError
+from bert_jax.host import encoding
 
 PIPELINE_FIELDS = ("per_host_batch_size", "packing", "max_examples_per_row", "shuffle_buffer",
                    "repeat", "split", "eval_fraction")

@@ -23,9 +23,9 @@ from typing import Dict, Iterator, List, Optional, Sequence
 
 import numpy as np
 
-from bert_jax import paths
 from bert_jax.data import masking, packing, tfrecord
 from bert_jax.data.options import DataOptions
+from bert_jax.host import paths
 
 _CHUNK = 256  # records parsed per tf.io.parse_example call
 
@@ -105,7 +105,8 @@ class PretrainIterator:
         def file_records(file_index):
             if local:
                 return tf.data.TFRecordDataset(names[file_index])
-            # tf.data's own gs:// client has no emulator setting: stream through bert_jax.paths,
+            # tf.data's own gs:// client has no emulator setting: stream through
+            # bert_jax.host.paths,
             # in lists of records (each crossing from Python into tf.data costs ~0.1 ms).
             return tf.data.Dataset.from_generator(
                 lambda i: tfrecord.read_record_lists(self.files[int(i)]), args=(file_index,),
@@ -390,7 +391,7 @@ def make_pretrain_iterator(file_patterns: Sequence[str], options: DataOptions, *
     hash of file and record index; training with the same fraction skips
     them) once, unshuffled; its last batch is padded with all-zero rows.
     """
-    from bert_jax.tf_host import tensorflow
+    from bert_jax.host.tf_host import tensorflow
     tensorflow()  # configured before tf.data runs
     if options.split not in ("train", "eval"):
         raise ValueError(f"split must be 'train' or 'eval', not {options.split!r}")

@@ -1,4 +1,4 @@
-"""TFRecord files through `bert_jax.paths`: records streamed from any path (a bucket
+"""TFRecord files through `bert_jax.host.paths`: records streamed from any path (a bucket
 included, with no local copy) and written to any path, CRCs checked and written as
 TensorFlow does. tf.data reads local files itself; this is for the paths it cannot
 reach (its own gs:// client has no emulator setting).
@@ -14,7 +14,7 @@ from typing import Iterator
 
 import google_crc32c
 
-from bert_jax import paths
+from bert_jax.host import paths
 
 _READ_SIZE = 8 << 20  # bytes per remote read: a few round trips per shard
 

@@ -38,8 +38,8 @@ DEFAULT_CONFIG = "finetune.py"  # the packaged config (see config_loader)
 def run_finetune(config, workdir: str) -> dict:
     """One run, or with `seeds` or a `sweep.*` list BERT's selection over them
     (`selection.run_grid`). Refuses a workdir of another kind, or its own --init_from."""
-    from bert_jax import workdir_kind
     from bert_jax.finetune import job, selection
+    from bert_jax.host import workdir_kind
     workdir_kind.check_kind(workdir, workdir_kind.FINETUNING,
                             {"--init_from": config.init_from, "--config.model": config.model})
     if selection.is_sweep(config):
@@ -48,8 +48,9 @@ def run_finetune(config, workdir: str) -> dict:
 
 
 def _finetune_main(argv: list[str]) -> int:
-    from bert_jax import config_schema, job_cli, multihost, workdir_kind
-    from bert_jax.config_loader import load_config, split_config_args
+    from bert_jax.host import workdir_kind
+    from bert_jax.train import job_cli, multihost, run_config
+    from bert_jax.train.config_loader import load_config, split_config_args
     rest, overrides = split_config_args(argv)
     parser = flags.ArgumentParser(prog="bert-jax finetune", description=__doc__,
                                   formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -60,7 +61,7 @@ def _finetune_main(argv: list[str]) -> int:
                         help="model directory, pretraining workdir or Hub model "
                              "(hf:ORG/NAME[@REVISION]) to start from")
     parser.add_argument("--workdir", required=True)
-    config_schema.add_help_argument(parser, "finetune")
+    run_config.add_help_argument(parser, "finetune")
     multihost.add_arguments(parser)
     args = parser.parse_args(rest)
     multihost.initialize(args)
@@ -78,8 +79,9 @@ def _finetune_main(argv: list[str]) -> int:
 
 
 def _distill_main(argv: list[str]) -> int:
-    from bert_jax import config_schema, job_cli, multihost, workdir_kind
-    from bert_jax.config_loader import split_config_args
+    from bert_jax.host import workdir_kind
+    from bert_jax.train import job_cli, multihost
+    from bert_jax.train.config_loader import split_config_args
     rest, overrides = split_config_args(argv)
     parser = flags.ArgumentParser(
         prog="bert-jax distill", formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -113,9 +115,9 @@ def _evaluate_main(argv: list[str]) -> int:
     parser.add_argument("--output", help="JSON results file (default: WORKDIR/"
                         "evaluate_results.json for one workdir; stdout only for several)")
     args = parser.parse_args(argv)
-    from bert_jax import paths
     from bert_jax.errors import UserError
     from bert_jax.finetune import ensemble, inference
+    from bert_jax.host import paths
     if args.file and args.split:
         raise UserError("pass --split or --file, not both")
     overrides = {"validation_file": paths.abspath(args.file)} if args.file else {}
@@ -157,8 +159,8 @@ def _predict_main(argv: list[str]) -> int:
                         "SQuAD JSON)")
     parser.add_argument("--output", help="JSONL file (default: stdout)")
     args = parser.parse_args(argv)
-    from bert_jax.finetune import files
     from bert_jax.errors import UserError
+    from bert_jax.finetune import files
     model = _load(args)
     examples = model.task.read_inputs(args.input)
     if not examples:

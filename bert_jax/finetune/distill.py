@@ -40,16 +40,19 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from bert_jax import config_schema, layer_layout, losses, paths, pretrained, sharding, workdir_kind
-from bert_jax.config_loader import apply_overrides
 from bert_jax.errors import UserError
 from bert_jax.finetune import inference, job, model_source, schedule, selection, tasks
-from bert_jax.finetune.classification import ClassificationTask
-from bert_jax.finetune.multiple_choice import MultipleChoiceTask
 from bert_jax.finetune.objective import Objective
-from bert_jax.finetune.squad import SquadTask
-from bert_jax.finetune.tagging import TaggingTask
+from bert_jax.finetune.tasks.classification import ClassificationTask
+from bert_jax.finetune.tasks.multiple_choice import MultipleChoiceTask
+from bert_jax.finetune.tasks.squad import SquadTask
+from bert_jax.finetune.tasks.tagging import TaggingTask
+from bert_jax.host import paths, workdir_kind
+from bert_jax.models import layer_layout, losses
 from bert_jax.tokenization import load_tokenizer
+from bert_jax.train import run_config, sharding
+from bert_jax.train.config_loader import apply_overrides
+from bert_jax.weights import pretrained
 
 PROJECTION = "distill_projection"  # the projection's parameters, never saved
 
@@ -76,7 +79,7 @@ class StudentWithProjection(nn.Module):
 
 # The distillation keys of the fine-tuning schema: a teacher's saved config (itself perhaps
 # distilled) gives way to their recipe defaults.
-DISTILL_KEYS = tuple(k.name for k in config_schema.FINETUNE if k.group.startswith("distill"))
+DISTILL_KEYS = tuple(k.name for k in run_config.FINETUNE if k.group.startswith("distill"))
 
 
 def load_finetuned_teacher(path: str) -> pretrained.Pretrained:
@@ -224,8 +227,8 @@ def _states(intermediates, config):
     applied layer)."""
     bert = intermediates["bert"]
     calls = _layer_calls(bert["encoder"], config)
-    hidden = [bert["embeddings"]["__call__"][0]] + [l["__call__"][r][0] for l, r in calls]
-    return hidden, [l["attention"]["__call__"][r][1] for l, r in calls]
+    hidden = [bert["embeddings"]["__call__"][0]] + [layer["__call__"][r][0] for layer, r in calls]
+    return hidden, [layer["attention"]["__call__"][r][1] for layer, r in calls]
 
 
 def matched_layers(student_layers: int, teacher_layers: int) -> list[int]:

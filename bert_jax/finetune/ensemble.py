@@ -12,9 +12,10 @@ from __future__ import annotations
 import json
 from typing import Sequence
 
-from bert_jax import paths, pretrained
 from bert_jax.errors import UserError
 from bert_jax.finetune import inference
+from bert_jax.host import paths
+from bert_jax.weights import pretrained
 
 
 def member_dirs(dirs: Sequence[str], expand_seeds: bool) -> list[str]:

@@ -10,7 +10,7 @@ import logging
 import os
 from typing import Any, Iterable
 
-from bert_jax import encoding, paths
+from bert_jax.host import encoding, paths
 
 log = logging.getLogger(__name__)
 
@@ -203,7 +203,7 @@ def tfds_examples(name: str, split: str, *, data_dir: str | None = None,
     """
     import tensorflow_datasets as tfds
 
-    from bert_jax.tf_host import tensorflow
+    from bert_jax.host.tf_host import tensorflow
     tensorflow()
     try:
         ds = tfds.load(name, split=split, data_dir=data_dir or None, download=download)

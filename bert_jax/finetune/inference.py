@@ -16,12 +16,15 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from bert_jax import multihost, paths, pretrained
-from bert_jax.config import check_inputs_fit
-from bert_jax.config_loader import load_config, rename_keys
-from bert_jax.finetune import files, packing, task_base, tasks
-from bert_jax.sharding import Partitioner
+from bert_jax.finetune import files, packing, tasks
+from bert_jax.finetune.tasks import base as task_base
+from bert_jax.host import paths
+from bert_jax.models.config import check_inputs_fit
 from bert_jax.tokenization import load_tokenizer
+from bert_jax.train import multihost
+from bert_jax.train.config_loader import load_config, rename_keys
+from bert_jax.train.sharding import Partitioner
+from bert_jax.weights import pretrained
 
 EVALUATE_RESULTS_FILE = "evaluate_results.json"  # written by `bert-jax evaluate`
 PREDICTIONS_DIR = "predictions"  # the test splits' predictions, in a fine-tuning workdir

@@ -1,4 +1,4 @@
-"""The fine-tuning job, a recipe over the shared skeleton (`bert_jax.lifecycle`): the
+"""The fine-tuning job, a recipe over the shared skeleton (`bert_jax.train.lifecycle`): the
 encoder (`model_source`) with a fresh task head, the task's data (`task_data`), the
 objective and its compiled steps (`objective`), the schedule and freezing (`schedule`),
 evaluation after every epoch with the best (or the last) model kept in `WORKDIR/best/`
@@ -20,15 +20,16 @@ from typing import Any
 
 import jax
 
-from bert_jax import (checkpoint, lifecycle, multihost, optim, paths, pretrained, sharding,
-                      train_loop)
-from bert_jax.config import check_inputs_fit
 from bert_jax.data import lengths
 from bert_jax.errors import UserError
 from bert_jax.finetune import inference, keeping, model_source, schedule, task_data, tasks
-from bert_jax.finetune.objective import Objective, compiled_steps
 from bert_jax.finetune.inference import EVALUATE_RESULTS_FILE, PREDICTIONS_DIR
-from bert_jax.train_state import StatePlan
+from bert_jax.finetune.objective import Objective, compiled_steps
+from bert_jax.host import paths
+from bert_jax.models.config import check_inputs_fit
+from bert_jax.train import checkpoint, lifecycle, multihost, optim, sharding, train_loop
+from bert_jax.train.train_state import StatePlan
+from bert_jax.weights import pretrained
 
 log = logging.getLogger("bert_jax.finetune")
 

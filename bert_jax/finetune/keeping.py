@@ -11,8 +11,10 @@ from typing import Any
 import jax
 from jax.experimental import multihost_utils
 
-from bert_jax import multihost, paths, pretrained
 from bert_jax.finetune.inference import evaluate_sets
+from bert_jax.host import paths
+from bert_jax.train import multihost
+from bert_jax.weights import pretrained
 
 
 @dataclasses.dataclass

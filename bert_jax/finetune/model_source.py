@@ -10,9 +10,9 @@ from typing import Any
 
 import jax
 
-from bert_jax import pretrained
-from bert_jax.config import BertConfig, ConfigError, from_model_spec, run_bert_config
+from bert_jax.models.config import BertConfig, ConfigError, from_model_spec, run_bert_config
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
+from bert_jax.weights import pretrained
 
 log = logging.getLogger("bert_jax.finetune")
 

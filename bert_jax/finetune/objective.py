@@ -11,10 +11,10 @@ from typing import Any
 import flax.linen as nn
 import jax.numpy as jnp
 
-from bert_jax import train_step
 from bert_jax.finetune import task_data
 from bert_jax.finetune.inference import make_eval_fn
-from bert_jax.sharding import Partitioner
+from bert_jax.train import train_step
+from bert_jax.train.sharding import Partitioner
 
 
 def task_loss(params, batch, extra, dropout_key, *, model, task, rules):

@@ -13,13 +13,12 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bert_jax import config_schema, optim
 from bert_jax.errors import UserError, check_learning_rate
 from bert_jax.finetune import packing
 from bert_jax.finetune.inference import round_up
 from bert_jax.finetune.objective import compiled_steps
-from bert_jax.train_state import StatePlan
-
+from bert_jax.train import optim, run_config
+from bert_jax.train.train_state import StatePlan
 
 ZERO_LEARNING_RATE = ("; a linear probe trains the head alone: --config.freeze='bert/*' "
                       "with a learning rate > 0; to score a fine-tuned model without "
@@ -28,10 +27,10 @@ ZERO_LEARNING_RATE = ("; a linear probe trains the head alone: --config.freeze='
 
 def check_finetuning_config(config) -> None:
     """The checks of a fine-tuning config that need no data: its schema's
-    (`config_schema.check`, for configs made without `load_config`: a distillation's, a
+    (`run_config.check`, for configs made without `load_config`: a distillation's, a
     grid's runs) and the rules beyond it. Raises UserError naming the key. Batch sizes
     are rounded up to a multiple of the mesh's batch shards."""
-    config_schema.check(config, config_schema.FINETUNE)
+    run_config.check(config, run_config.FINETUNE)
     check_learning_rate(config.learning_rate, zero_hint=ZERO_LEARNING_RATE)
     if config.global_batch_size % config.grad_accum_steps:
         raise UserError(f"global_batch_size {config.global_batch_size} is not a multiple of "

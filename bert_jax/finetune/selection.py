@@ -26,8 +26,10 @@ from typing import Any
 
 import numpy as np
 
-from bert_jax import multihost, paths, pretrained
 from bert_jax.errors import UserError
+from bert_jax.host import paths
+from bert_jax.train import multihost
+from bert_jax.weights import pretrained
 
 # config key -> (short name in directory names, the type of its values)
 GRID = {"learning_rate": ("lr", float), "num_train_epochs": ("ep", float),

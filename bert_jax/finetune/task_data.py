@@ -11,10 +11,11 @@ from typing import Any
 import flax.linen as nn
 import numpy as np
 
-from bert_jax import chars, paths
 from bert_jax.data import lengths
 from bert_jax.errors import UserError
 from bert_jax.finetune import tasks
+from bert_jax.host import paths
+from bert_jax.tokenization import chars
 from bert_jax.tokenization.base import uncovered_text_warning
 
 log = logging.getLogger("bert_jax.finetune")

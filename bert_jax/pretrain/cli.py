@@ -12,9 +12,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bert_jax import config_schema, flags, job_cli, multihost, workdir_kind
+from bert_jax import flags
+from bert_jax.host import workdir_kind
 from bert_jax.pretrain import job
-from bert_jax.config_loader import load_config, split_config_args
+from bert_jax.train import job_cli, multihost, run_config
+from bert_jax.train.config_loader import load_config, split_config_args
 
 
 def main(argv: list[str]) -> int:
@@ -25,7 +27,7 @@ def main(argv: list[str]) -> int:
         epilog="Override any config key with --config.KEY=VALUE.")
     parser.add_argument("--config", required=True, help="configs/pretrain.py[:VARIANT]")
     parser.add_argument("--workdir", required=True)
-    config_schema.add_help_argument(parser, "pretrain")
+    run_config.add_help_argument(parser, "pretrain")
     multihost.add_arguments(parser)
     args, overrides = split_config_args(argv)
     args = parser.parse_args(args)

@@ -19,10 +19,12 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bert_jax import losses, pretrained, sharding
-from bert_jax.config import BertConfig, check_inputs_fit, run_bert_config
 from bert_jax.errors import UserError
-from bert_jax.heads import BertForPreTraining
+from bert_jax.models import losses
+from bert_jax.models.config import BertConfig, check_inputs_fit, run_bert_config
+from bert_jax.models.heads import BertForPreTraining
+from bert_jax.train import sharding
+from bert_jax.weights import pretrained
 
 # The packed-row inputs the teacher needs (it has no NSP head).
 _TEACHER_INPUTS = ("position_ids", "example_ids")

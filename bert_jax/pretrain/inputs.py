@@ -14,12 +14,12 @@ from typing import Callable
 
 import ml_collections
 
-from bert_jax import compile_cache, paths
-from bert_jax.atomic import atomic_directory
 from bert_jax.data import corpus, tfrecord
 from bert_jax.data.options import DataOptions
 from bert_jax.data.pipeline import check_record_shapes, make_pretrain_iterator
 from bert_jax.errors import UserError
+from bert_jax.host import compile_cache, paths
+from bert_jax.host.atomic import atomic_directory
 
 log = logging.getLogger(__name__)
 

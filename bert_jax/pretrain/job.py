@@ -4,7 +4,7 @@
     bert-jax pretrain --config configs/pretrain.py:tiny --workdir runs/tiny \
         [--config.KEY=VALUE ...]
 
-The job is a recipe over the shared skeleton (`bert_jax.lifecycle`): what the config
+The job is a recipe over the shared skeleton (`bert_jax.train.lifecycle`): what the config
 builds (`pretrain.setup.Setup`: model, optimizer, partitioner, state plan, the jitted
 `train_step.train_step` of the MLM/NSP loss), the input files checked once and read as
 each process's batches (`pretrain.inputs`), and held-out evaluation as its action.
@@ -20,13 +20,14 @@ from typing import Any
 import jax
 import ml_collections
 
-from bert_jax import (checkpoint, lifecycle, multihost, paths, perf, pretrained, train_loop,
-                      workdir_kind)
 from bert_jax.errors import UserError
+from bert_jax.host import paths, workdir_kind
 from bert_jax.pretrain import distill, inputs
 from bert_jax.pretrain.setup import Setup
 from bert_jax.pretrain.steps import evaluate
-from bert_jax.train_state import TrainState
+from bert_jax.train import checkpoint, lifecycle, multihost, perf, train_loop
+from bert_jax.train.train_state import TrainState
+from bert_jax.weights import pretrained
 
 
 def init_state(config, run_setup: Setup, writer) -> TrainState:

@@ -14,15 +14,15 @@ import jax
 import ml_collections
 import optax
 
-from bert_jax import config_schema, sharding
-from bert_jax.config import BertConfig, check_inputs_fit, run_bert_config
 from bert_jax.data.options import DataOptions
 from bert_jax.errors import UserError, check_divisible, check_learning_rate
-from bert_jax.heads import BertForPreTraining
-from bert_jax.optim import make_optimizer
+from bert_jax.models.config import BertConfig, check_inputs_fit, run_bert_config
+from bert_jax.models.heads import BertForPreTraining
 from bert_jax.pretrain import distill, inputs
 from bert_jax.pretrain.steps import dummy_inputs, jit_steps
-from bert_jax.train_state import StatePlan
+from bert_jax.train import run_config, sharding
+from bert_jax.train.optim import make_optimizer
+from bert_jax.train.train_state import StatePlan
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +48,7 @@ class Setup:
         (`check_pretraining_config`) against the target: `devices` (default: all of this
         job's) and its `process_count` hosts (default: this job's). vocab_size: the
         tokenizer's (used unless the model sets one). Reads no files and writes none."""
-        config_schema.check(config, config_schema.PRETRAIN)  # made without load_config
+        run_config.check(config, run_config.PRETRAIN)  # made without load_config
         bert_config = run_bert_config(config, config.model, vocab_size)
         partitioner = sharding.Partitioner.from_config(config, devices)
         hosts = jax.process_count() if process_count is None else process_count
@@ -90,7 +90,7 @@ def _describe(spec) -> str:
 def check_pretraining_config(config: ml_collections.ConfigDict, bert_config: BertConfig,
                              vocab_size: int, batch_multiple: int, process_count: int) -> None:
     """The rules of a pretraining config beyond its schema's (one key's type and range,
-    `config_schema.check`): between keys, and against the model and the target. Touches
+    `run_config.check`): between keys, and against the model and the target. Touches
     no file; raises UserError naming the key. batch_multiple: the mesh's batch shards;
     process_count: the hosts the run will have (each feeds an equal share of the batch).
     The input files are checked apart (`inputs.resolve_files`): compiling needs none."""

@@ -12,11 +12,12 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bert_jax import losses, train_step
+from bert_jax.models import losses
+from bert_jax.models.heads import BertForPreTraining
 from bert_jax.pretrain import distill
-from bert_jax.heads import BertForPreTraining
-from bert_jax.sharding import Partitioner
-from bert_jax.train_state import TrainState
+from bert_jax.train import train_step
+from bert_jax.train.sharding import Partitioner
+from bert_jax.train.train_state import TrainState
 
 # The model's optional inputs, passed through when the batch has them (packed rows).
 _OPTIONAL_INPUTS = ("position_ids", "example_ids", "next_sentence_positions")

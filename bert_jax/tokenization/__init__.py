@@ -6,10 +6,17 @@
 import json
 from typing import Optional
 
-from bert_jax import paths
+from bert_jax.host import paths
 from bert_jax.tokenization.albert_text import AlbertNormalization
-from bert_jax.tokenization.base import (CONFIG_NAME, SPECIAL_TOKENS, SPM_FILE, VOCAB_FILE,
-                                        Encoding, Tokenizer, TokenizerError)
+from bert_jax.tokenization.base import (
+    CONFIG_NAME,
+    SPECIAL_TOKENS,
+    SPM_FILE,
+    VOCAB_FILE,
+    Encoding,
+    Tokenizer,
+    TokenizerError,
+)
 from bert_jax.tokenization.json_tokenizer import JSON_FILE, JsonTokenizer
 from bert_jax.tokenization.sentencepiece_tokenizer import SentencePieceTokenizer
 from bert_jax.tokenization.wordpiece import WordPieceTokenizer
@@ -24,7 +31,8 @@ __all__ = ["AlbertNormalization", "DEFAULT_VOCAB", "Encoding", "JsonTokenizer", 
 
 def has_tokenizer(directory: str) -> bool:
     """Whether `directory` holds a saved tokenizer (`load_tokenizer` can read it)."""
-    return any(paths.isfile(paths.join(directory, name)) for name in (VOCAB_FILE, SPM_FILE, JSON_FILE))
+    return any(paths.isfile(paths.join(directory, name))
+               for name in (VOCAB_FILE, SPM_FILE, JSON_FILE))
 
 
 def load_tokenizer(path: str, do_lower_case: Optional[bool] = None) -> Tokenizer:

@@ -2,9 +2,10 @@
 transformers' (sentencepiece-based) `AlbertTokenizer` do it:
 
 - before SentencePiece: lower-casing character by character (`do_lower_case`; transformers
-  does it before ALBERT's own steps, so a final Σ stays σ), whitespace runs collapsed to one space and the ends stripped, "``" and "''"
-  replaced by '"', then (unless `keep_accents`) NFKD with the combining marks
-  (canonical combining class > 0) dropped, and lower-casing the whole text again;
+  does it before ALBERT's own steps, so a final Σ stays σ), whitespace runs collapsed to one
+  space and the ends stripped, "``" and "''" replaced by '"', then (unless `keep_accents`)
+  NFKD with the combining marks (canonical combining class > 0) dropped, and lower-casing
+  the whole text again;
 - after it: a piece that ends in a digit and "," (such as "▁1," or "99,") becomes the
   pieces of its digits and a separate ",".
 

@@ -12,8 +12,8 @@ from typing import Iterable, List, Sequence, Tuple
 
 import numpy as np
 
-from bert_jax import paths
 from bert_jax.errors import UserError
+from bert_jax.host import paths
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 CONFIG_NAME = "tokenizer_config.json"

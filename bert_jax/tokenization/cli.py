@@ -3,7 +3,7 @@ import sys
 from typing import List
 
 from bert_jax import flags
-from bert_jax import encoding as codecs
+from bert_jax.host import encoding as codecs
 from bert_jax.tokenization import DEFAULT_VOCAB, TokenizerError, load_tokenizer
 
 

@@ -11,7 +11,7 @@ from typing import List
 
 import numpy as np
 
-from bert_jax import paths
+from bert_jax.host import paths
 from bert_jax.tokenization import base
 
 JSON_FILE = "tokenizer.json"

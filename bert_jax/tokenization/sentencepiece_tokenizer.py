@@ -14,7 +14,7 @@ from typing import List, Optional
 import numpy as np
 import sentencepiece as spm
 
-from bert_jax import paths
+from bert_jax.host import paths
 from bert_jax.tokenization import base
 from bert_jax.tokenization.albert_text import WORD_START, AlbertNormalization, digit_comma_splits
 

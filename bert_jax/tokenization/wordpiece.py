@@ -21,9 +21,9 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from bert_jax import paths
-from bert_jax.chars import is_cjk, is_punctuation
+from bert_jax.host import paths
 from bert_jax.tokenization import base
+from bert_jax.tokenization.chars import is_cjk, is_punctuation
 
 log = logging.getLogger(__name__)
 

@@ -125,7 +125,8 @@ def main() -> int:
     content = tempfile.mkdtemp(prefix=f"colab_dry_run_{args.runtime}_")
     try:
         rehearse.copy_repo(os.path.abspath(args.repo), os.path.join(content, "bert_jax"))
-        environ = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
+        environ = {k: v for k, v in os.environ.items()
+                   if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
         return subprocess.run([os.path.join(env, "bin", "python"), os.path.abspath(__file__),
                                "--runtime", args.runtime, "--inside", content],
                               env=environ).returncode

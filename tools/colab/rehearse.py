@@ -43,12 +43,13 @@ UV_VERSION = "0.13.9"
 LOADED_PROBE = """\
 import importlib.metadata as _m, json as _j, sys as _s
 _d = _m.packages_distributions()
-print("LOADED=" + _j.dumps(sorted({d for n in list(_s.modules) for d in _d.get(n.split(".")[0], ())})))
+print("LOADED=" + _j.dumps(sorted({d for n in list(_s.modules)
+                                   for d in _d.get(n.split(".")[0], ())})))
 """
 IMPORTS_CELL = """\
 import jax, tensorflow as tf, tensorflow_text, tensorflow_datasets as tfds
 import tensorflow_datasets.testing
-import bert_jax.pretrain.job, bert_jax.export, bert_jax.finetune.job
+import bert_jax.pretrain.job, bert_jax.serve.export, bert_jax.finetune.job
 print(jax.__version__, tf.__version__, bert_jax.__file__)
 """
 

@@ -1,1 +1,0 @@
-"""Conversion between bert_jax parameters and published checkpoint formats."""

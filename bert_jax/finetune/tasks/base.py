@@ -1,0 +1,130 @@
+"""The task interface and the registry the task families add themselves to (with
+`register`); `bert_jax.finetune.tasks` looks tasks up. Split from it so the families
+import this module and nothing imports them back.
+
+A task owns everything that differs between fine-tuning problems: where its data
+comes from, how examples become features, the head, the loss, what the eval step
+returns, the metrics and the prediction format. `bert_jax.finetune.job` is the
+one loop that runs them all.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import flax.linen as nn
+import jax
+import numpy as np
+
+from bert_jax.models.config import BertConfig
+
+Array = jax.Array
+Example = dict
+Feature = dict
+
+
+class Task:
+    """Base class; see the classification, tagging and squad modules for the families."""
+
+    name: str = ""
+    sequence_keys: tuple[str, ...] = ()   # per-token feature keys, padded like input_ids
+    supports_packing: bool = False
+    eval_splits: tuple[str, ...] = ("validation",)
+    test_split: str | None = "test"
+    selection_metric: str = "accuracy"    # higher is better; picks the best checkpoint
+
+    def __init__(self, config):
+        self.config = config
+
+    @property
+    def test_splits(self) -> tuple[str, ...]:
+        """The splits predicted after training (GLUE's MNLI has two)."""
+        return (self.test_split,) if self.test_split else ()
+
+    # --- data (host) ---
+    def load(self, split: str) -> list[Example]:
+        """Labeled examples of a split (`train`, an eval split or the test split)."""
+        raise NotImplementedError
+
+    def prepare(self, train_examples: list[Example]) -> None:
+        """Fixes what depends on the training data (e.g. the label set of a CSV)."""
+
+    def check_labels(self, examples: list[Example]) -> None:
+        """Raises ValueError for a label training did not see: called on every split
+        before the first step, not after training."""
+
+    def is_labeled(self, example: Example) -> bool:
+        """Whether an example has a gold answer (test splits often do not)."""
+        return example.get("label") is not None
+
+    def restore_spec(self, spec: dict[str, Any]) -> None:
+        """The inverse of `spec()` for what `prepare` decided."""
+
+    def spec(self) -> dict[str, Any]:
+        """JSON description saved with the model; `from_spec` rebuilds the task from it."""
+        return {"name": self.name}
+
+    def featurize(self, examples: list[Example], tokenizer, max_seq_length: int, *,
+                  training: bool) -> list[Feature]:
+        """Examples -> features with `input_ids`, `segment_ids` and a `feature_index`.
+        One example may give several features (SQuAD windows) or none (training only)."""
+        raise NotImplementedError
+
+    def read_inputs(self, path: str) -> list[Example]:
+        """Unlabeled examples for `bert-jax predict`."""
+        raise NotImplementedError
+
+    def examples_from_inputs(self, inputs: list) -> list[Example]:
+        """Unlabeled examples from Python values (`Finetuned.predict`): texts, text
+        pairs, word lists or question/context dicts, as the family takes."""
+        raise NotImplementedError
+
+    # --- model (device) ---
+    def model(self, config: BertConfig) -> nn.Module:
+        raise NotImplementedError
+
+    def model_inputs(self, batch: dict[str, Array]) -> dict[str, Array]:
+        keys = ("input_ids", "input_mask", "segment_ids", "position_ids", "example_ids")
+        return {k: batch[k] for k in keys if k in batch}
+
+    def loss(self, outputs: Any, batch: dict[str, Array]) -> dict[str, tuple[Array, Array]]:
+        """The training loss and metrics to log from the model outputs of a training
+        batch, each a (weighted sum, weight) pair (`bert_jax.models.losses`): {"loss": ..., ...}."""
+        raise NotImplementedError
+
+    def eval_outputs(self, outputs: Any, batch: dict[str, Array]) -> dict[str, Array]:
+        """What the eval step returns per feature: arrays [B, ...]."""
+        raise NotImplementedError
+
+    def combine_outputs(self, outputs: list[dict[str, Any]]) -> dict[str, Any]:
+        """One feature's outputs from several models (an ensemble) as one model's: the mean
+        of each (probabilities, scores, logits)."""
+        return {key: np.mean([o[key] for o in outputs], axis=0) for key in outputs[0]}
+
+    # --- results (host) ---
+    def evaluate(self, examples: list[Example], features: list[Feature],
+                 outputs: list[dict[str, Any]]) -> dict[str, float]:
+        """Metrics from per-feature outputs (outputs[i] belongs to features[i])."""
+        raise NotImplementedError
+
+    def predict(self, examples: list[Example], features: list[Feature],
+                outputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """One JSON-serialisable record per example."""
+        raise NotImplementedError
+
+    def write_test_predictions(self, records: list[dict[str, Any]], split: str,
+                               workdir: str) -> str | None:
+        """Writes a submission file for the test split; returns its path (or None)."""
+        return None
+
+
+REGISTRY: dict[str, Callable[[Any], Task]] = {}
+
+
+def register(*names: str):
+    """Class decorator or factory registration: `@register('sst2')`."""
+    def add(factory):
+        for name in names:
+            REGISTRY[name] = factory
+        return factory
+    return add

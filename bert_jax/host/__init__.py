@@ -1,0 +1,2 @@
+"""Host plumbing: run paths (local or gs://), atomic directories, text encodings, workdirs and
+their locks, the backends' environment. No JAX."""

@@ -1,0 +1,281 @@
+"""Sentence embeddings (one vector per input line) or per-token features.
+
+    bert-jax embed --checkpoint MODEL_DIR --input texts.txt --output vectors.npy \
+        [--pooling cls|mean|pooler] [--layer N] [--batch_size N] [--max_seq_length N]
+        [--attention_impl einsum|fused]
+    bert-jax embed --checkpoint MODEL_DIR --input texts.txt --output feats.npz --per_token \
+        [--layers -4,-3,-2,-1 --combine sum|concat|mean] [...]
+
+--per_token writes an .npz with one row per WordPiece of every line, [CLS] and [SEP]
+included, in order: `vectors` float32 [N, H] ([N, len(layers) * H] with concat),
+`line_index` int [N] (the input line) and `tokens` [N] (the WordPiece strings).
+Layers count as in transformers' hidden_states: 0 the embeddings, -1 the last layer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+from typing import Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from bert_jax import flags
+from bert_jax.errors import UserError, check_positive
+from bert_jax.host import encoding, paths
+from bert_jax.models.config import ATTENTION_IMPLS, BertConfig, check_inputs_fit
+from bert_jax.models.encoder import BertModel, mean_pool
+from bert_jax.tokenization import load_tokenizer
+from bert_jax.weights import pretrained
+
+POOLINGS = ("cls", "mean", "pooler")
+COMBINES = ("sum", "concat", "mean")
+MIN_SEQ_LENGTH = 3  # [CLS] one token [SEP]
+
+
+def encode_texts(tokenizer, texts: Sequence[str], max_seq_length: int):
+    """[CLS] text [SEP] ids, truncated to `max_seq_length`: a list of int lists."""
+    body = max_seq_length - 2
+    return [[tokenizer.cls_id, *tokenizer.encode(t).ids[:body], tokenizer.sep_id]
+            for t in texts]
+
+
+def _bucket(length: int, max_seq_length: int) -> int:
+    """Pads lengths to a few shapes (multiples of 32) so jit compiles only a few times."""
+    return min(max_seq_length, -(-length // 32) * 32)
+
+
+@functools.partial(jax.jit, static_argnames=("config", "pooling", "layer"))
+def _embed_batch(params, ids, mask, *, config: BertConfig, pooling: str, layer: int):
+    model = BertModel(config, add_pooling_layer=pooling == "pooler",
+                      output_hidden_states=layer != -1)
+    out = model.apply({"params": params}, ids, mask)
+    if pooling == "pooler":
+        return out.pooled_output
+    states = out.sequence_output if layer == -1 else out.hidden_states[layer]
+    if pooling == "cls":
+        return states[:, 0]
+    return mean_pool(states, mask)
+
+
+def _layer_index(flag: str, layer: int, config: BertConfig) -> int:
+    """`layer` as an index into hidden_states (0 the embeddings .. config.depth, the layers
+    applied); negative values count from the last."""
+    n = config.depth
+    if not -n - 1 <= layer <= n:
+        raise UserError(f"{flag} {layer} is out of range for a model with {n} layers "
+                        f"(0..{n}, or -{n + 1}..-1 from the last)")
+    return layer % (n + 1)
+
+
+def _tokenizer(model: pretrained.Pretrained, config: BertConfig, batch_size: int,
+               max_seq_length: int):
+    """(tokenizer, max_seq_length capped at the model's positions) after checking the
+    batch size, the length and that the vocabulary fits the model."""
+    check_positive("--batch_size", batch_size)
+    if not isinstance(max_seq_length, int) or max_seq_length < MIN_SEQ_LENGTH:
+        raise UserError(f"--max_seq_length must be at least {MIN_SEQ_LENGTH} ([CLS] text "
+                        f"[SEP]), got {max_seq_length!r}")
+    tokenizer = load_tokenizer(model.tokenizer_dir)
+    check_inputs_fit(config, model.tokenizer_dir, vocab_size=tokenizer.vocab_size)
+    return tokenizer, min(max_seq_length, config.max_position_embeddings)
+
+
+def _encoder_params(model: pretrained.Pretrained, config: BertConfig, pooler: bool):
+    """The model's encoder weights as `BertModel(config)` takes them, on the default
+    device (`pretrained.init_params`)."""
+    ids = jnp.zeros((1, MIN_SEQ_LENGTH), jnp.int32)
+    target = jax.eval_shape(lambda: BertModel(config, add_pooling_layer=pooler).init(
+        jax.random.key(0), ids, ids)["params"])
+    return pretrained.init_params(nn.unbox(target), model.params["bert"], drop=("pooler",),
+                                  source=model.tokenizer_dir)
+
+
+def embed_texts(model: pretrained.Pretrained, texts: Sequence[str], *, pooling: str = "mean",
+                layer: int = -1, batch_size: int = 32, max_seq_length: int = 128,
+                attention_impl: str | None = None) -> np.ndarray:
+    """Embeds `texts` with a loaded model: float32 [len(texts), H].
+
+    pooling: `cls` ([CLS] state), `mean` (average over real tokens, [CLS] and [SEP]
+    included, as sentence-transformers does) or `pooler` (BERT's tanh pooler).
+    layer: which hidden state to pool (-1 the last, 0 the embeddings); not with `pooler`.
+    attention_impl: einsum or fused (docs/performance.md); None keeps the model's.
+    """
+    config = model.config.replace(attention_impl=attention_impl or model.config.attention_impl)
+    if pooling not in POOLINGS:
+        raise ValueError(f"unknown pooling {pooling!r}; choose from {', '.join(POOLINGS)}")
+    layer = _layer_index("--layer", layer, config)
+    layer = -1 if layer == config.depth else layer
+    if pooling == "pooler" and (layer != -1 or "pooler" not in model.params["bert"]):
+        raise ValueError("--pooling pooler needs the last layer and a model with a pooler")
+    tokenizer, max_seq_length = _tokenizer(model, config, batch_size, max_seq_length)
+    encoded = encode_texts(tokenizer, texts, max_seq_length)
+    params = _encoder_params(model, config, pooler=pooling == "pooler")
+    run = functools.partial(_embed_batch, params, config=config, pooling=pooling, layer=layer)
+    out = np.zeros((len(encoded), config.hidden_size), np.float32)
+    for rows, vectors in _batches(encoded, batch_size, max_seq_length, run):
+        out[rows] = vectors[:len(rows)]
+    return out
+
+
+def _batches(encoded: list[list[int]], batch_size: int, max_seq_length: int, run):
+    """(rows, float32 numpy run(ids, mask)) per batch of `encoded` (id lists): longest
+    first so each batch pads little, lengths bucketed, rows indices into `encoded`."""
+    order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i]))
+    for start in range(0, len(order), batch_size):
+        rows = order[start:start + batch_size]
+        length = _bucket(len(encoded[rows[0]]), max_seq_length)
+        ids = np.zeros((batch_size, length), np.int32)  # fixed batch: one compile per length
+        for r, i in enumerate(rows):
+            ids[r, :len(encoded[i])] = encoded[i]
+        mask = (np.arange(length)[None] < np.array(
+            [len(encoded[i]) for i in rows] + [0] * (batch_size - len(rows)))[:, None])
+        yield rows, np.asarray(run(ids, mask.astype(np.int32)), np.float32)
+
+
+@functools.partial(jax.jit, static_argnames=("config", "layers", "combine"))
+def _token_batch(params, ids, mask, *, config: BertConfig, layers: tuple[int, ...],
+                 combine: str):
+    out = BertModel(config, add_pooling_layer=False, output_hidden_states=True).apply(
+        {"params": params}, ids, mask)
+    states = [out.hidden_states[i].astype(jnp.float32) for i in layers]
+    if combine == "concat":
+        return jnp.concatenate(states, axis=-1)
+    total = functools.reduce(jnp.add, states)
+    return total / len(states) if combine == "mean" else total
+
+
+def token_features(model: pretrained.Pretrained, texts: Sequence[str], *,
+                   layers: Sequence[int] = (-1,), combine: str = "sum", batch_size: int = 32,
+                   max_seq_length: int = 128, attention_impl: str | None = None) -> dict:
+    """Features of every token of every text, [CLS] and [SEP] included, in order (the
+    feature-based approach of the BERT paper, e.g. the sum or concatenation of the last
+    four layers for NER).
+
+    layers: hidden states as in transformers' hidden_states (0 the embeddings, -1 the
+    last layer); combine: how several layers make one vector (sum, concat or mean).
+    Returns {"vectors": float32 [N, H] ([N, len(layers) * H] for concat),
+    "line_index": int64 [N], "tokens": str [N]} for the N tokens of all texts.
+    """
+    config = model.config.replace(attention_impl=attention_impl or model.config.attention_impl)
+    if combine not in COMBINES:
+        raise UserError(f"unknown --combine {combine!r}; choose from {', '.join(COMBINES)}")
+    if not layers:
+        raise UserError("--layers names no layer")
+    layers = tuple(_layer_index("--layers", layer, config) for layer in layers)
+    if not texts:
+        raise UserError("the input has no lines: nothing to embed")
+    tokenizer, max_seq_length = _tokenizer(model, config, batch_size, max_seq_length)
+    encoded = encode_texts(tokenizer, texts, max_seq_length)
+    params = _encoder_params(model, config, pooler=False)
+    run = functools.partial(_token_batch, params, config=config, layers=layers,
+                            combine=combine)
+    per_line: list = [None] * len(encoded)
+    for rows, vectors in _batches(encoded, batch_size, max_seq_length, run):
+        for r, i in enumerate(rows):
+            per_line[i] = vectors[r, :len(encoded[i])]
+    ids = [t for line in encoded for t in line]
+    return {"vectors": np.concatenate(per_line),
+            "line_index": np.repeat(np.arange(len(encoded)), [len(e) for e in encoded]),
+            "tokens": np.array(tokenizer.convert_ids_to_tokens(ids), dtype=str)}
+
+
+def parse_layers(text: str) -> list[int]:
+    """'-4,-3,-2,-1' -> [-4, -3, -2, -1]."""
+    try:
+        return [int(part) for part in text.split(",")]
+    except ValueError:
+        raise UserError(f"--layers takes comma-separated integers such as -4,-3,-2,-1, "
+                        f"got {text!r}") from None
+
+
+def read_lines(path: str) -> list[str]:
+    """The lines of a UTF-8 text file, without their newlines."""
+    return encoding.decode(paths.read_bytes(path), path).splitlines()
+
+
+def load_model(path: str) -> pretrained.Pretrained:
+    """A model directory, a pretraining workdir, or a fine-tuning workdir's kept model
+    (its encoder is embedded), as `bert-jax convert` reads them."""
+    if paths.isdir(paths.join(path, pretrained.BEST_DIR)) or \
+            paths.exists(paths.join(path, pretrained.RESULTS_FILE)):
+        path = pretrained.best_model_dir(path)
+    return pretrained.load(path)
+
+
+def main(argv: list[str]) -> int:
+    parser = flags.ArgumentParser(prog="bert-jax embed", description=__doc__,
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--checkpoint", required=True,
+                        help="model directory (bert-jax convert), pretraining workdir, "
+                             "fine-tuning workdir or Hub model (hf:ORG/NAME[@REVISION])")
+    parser.add_argument("--input", required=True, help="UTF-8 text, one input per line")
+    parser.add_argument("--output", required=True,
+                        help=".npy file of float32 [lines, hidden]; .npz with --per_token")
+    parser.add_argument("--pooling", choices=POOLINGS, default=None, help="default: cls")
+    parser.add_argument("--layer", type=int, default=-1,
+                        help="hidden state to pool: -1 last (default), 0 embeddings")
+    parser.add_argument("--per_token", action="store_true",
+                        help="features of every token (an .npz) instead of one vector a line")
+    parser.add_argument("--layers", default=None,
+                        help="--per_token: comma-separated hidden states, e.g. -4,-3,-2,-1 "
+                             "(default: --layer)")
+    parser.add_argument("--combine", choices=COMBINES, default=None,
+                        help="--per_token: how several --layers make one vector")
+    parser.add_argument("--batch_size", type=int, default=32)
+    parser.add_argument("--max_seq_length", type=int, default=128)
+    parser.add_argument("--attention_impl", choices=ATTENTION_IMPLS, default=None,
+                        help="fused: jax.nn.dot_product_attention (cuDNN on GPU in bf16); "
+                             "default: the model's (einsum unless it was set)")
+    # `--layers -4,-3` would read as an unknown option to argparse: bind the value first.
+    argv = list(argv)
+    for i, arg in enumerate(argv[:-1]):
+        if arg == "--layers":
+            argv[i:i + 2] = [f"--layers={argv[i + 1]}"]
+            break
+    args = parser.parse_args(argv)
+    if args.per_token:
+        return _main_per_token(args)
+    for flag, value in (("--layers", args.layers), ("--combine", args.combine)):
+        if value is not None:
+            raise UserError(f"{flag} is for --per_token features (sentence vectors take "
+                            "--layer and --pooling)")
+    texts = read_lines(args.input)
+    if not texts:
+        raise UserError(f"{args.input} has no lines: nothing to embed")
+    model = load_model(args.checkpoint)
+    vectors = embed_texts(model, texts, pooling=args.pooling or "cls", layer=args.layer,
+                          batch_size=args.batch_size, max_seq_length=args.max_seq_length,
+                          attention_impl=args.attention_impl)
+    with paths.replacing(args.output, "wb") as f:
+        np.save(f, vectors)
+    print(f"wrote {vectors.shape[0]} x {vectors.shape[1]} vectors to {args.output}")
+    return 0
+
+
+def _main_per_token(args: argparse.Namespace) -> int:
+    if args.pooling is not None:
+        raise UserError("--pooling is for sentence vectors, not --per_token features")
+    if not args.output.endswith(".npz"):
+        raise UserError(f"--per_token writes an .npz archive: --output must end in .npz, "
+                        f"got {args.output!r}")
+    layers = parse_layers(args.layers) if args.layers is not None else [args.layer]
+    if len(layers) > 1 and args.combine is None:
+        raise UserError(f"--layers names {len(layers)} layers: say how to combine them with "
+                        f"--combine {'|'.join(COMBINES)}")
+    texts = read_lines(args.input)
+    if not texts:
+        raise UserError(f"{args.input} has no lines: nothing to embed")
+    model = load_model(args.checkpoint)
+    features = token_features(model, texts, layers=layers, combine=args.combine or "sum",
+                              batch_size=args.batch_size, max_seq_length=args.max_seq_length,
+                              attention_impl=args.attention_impl)
+    with paths.replacing(args.output, "wb") as f:
+        np.savez(f, **features)
+    vectors = features["vectors"]
+    print(f"wrote {vectors.shape[0]} token vectors of size {vectors.shape[1]} "
+          f"({len(texts)} lines) to {args.output}")
+    return 0

@@ -1,0 +1,202 @@
+"""Training metrics: a live progress line, TensorBoard events and `metrics.jsonl`.
+
+Only process 0 writes (every process may call; the others do nothing), so
+multi-host runs produce one log. Reusable by any loop:
+
+    writer = MetricsWriter(workdir, total_steps=1000)
+    writer.write(step, {"loss": 2.3, "learning_rate": 1e-4}, prefix="train")
+    writer.progress(step, {"loss": 2.3})      # one updating terminal line
+    writer.close()
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import socket
+import sys
+import time
+from typing import Mapping
+
+import jax
+import numpy as np
+
+from bert_jax.data import tfrecord
+from bert_jax.host import paths
+
+_EVENT_FILES = itertools.count()
+
+
+class _EventFile:
+    """A TensorBoard event file (TFRecords of `Event` protos, as tf.summary writes them)
+    written through `bert_jax.host.paths`, so it may lie in a bucket."""
+
+    def __init__(self, directory: str):
+        from tensorflow.core.framework import summary_pb2, types_pb2
+        from tensorflow.core.util import event_pb2
+        self._pb2 = event_pb2, summary_pb2, types_pb2.DT_FLOAT
+        paths.makedirs(directory)
+        now = time.time()
+        name = (f"events.out.tfevents.{int(now)}.{socket.gethostname()}.{os.getpid()}."
+                f"{next(_EVENT_FILES)}.v2")
+        self._file = paths.Appender(paths.join(directory, name), binary=True)
+        self._write(event_pb2.Event(wall_time=now, file_version="brain.Event:2"))
+
+    def _write(self, event) -> None:
+        self._file.write(tfrecord.frame(event.SerializeToString()))
+
+    def scalars(self, step: int, scalars: Mapping[str, float]) -> None:
+        """One event per scalar, as `tf.summary.scalar` records it (a float tensor with
+        the scalars plugin's metadata)."""
+        event_pb2, summary_pb2, float_dtype = self._pb2
+        for name, value in scalars.items():
+            summary = summary_pb2.Summary(value=[summary_pb2.Summary.Value(
+                tag=name, tensor={"dtype": float_dtype, "tensor_shape": {}, "float_val": [value]},
+                metadata={"plugin_data": {"plugin_name": "scalars"}})])
+            self._write(event_pb2.Event(wall_time=time.time(), step=step, summary=summary))
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def _format(value: float) -> str:
+    if value == 0 or not math.isfinite(value):
+        return f"{value}"
+    if abs(value) >= 1e4 or abs(value) < 1e-3:
+        return f"{value:.3g}"
+    return f"{value:.4f}" if abs(value) < 10 else f"{value:.1f}"
+
+
+def _step_of(line: str) -> int | None:
+    """The step of one metrics.jsonl line; None for a line cut short by a killed run."""
+    try:
+        return int(json.loads(line)["step"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def format_duration(seconds: float) -> str:
+    seconds = int(max(seconds, 0))
+    h, rest = divmod(seconds, 3600)
+    return f"{h}:{rest // 60:02d}:{rest % 60:02d}" if h else f"{rest // 60}:{rest % 60:02d}"
+
+
+class MetricsWriter:
+    """Writes scalars to WORKDIR/metrics.jsonl (one JSON object per write) and to
+    TensorBoard event files under WORKDIR/tensorboard/{prefix}; shows progress."""
+
+    def __init__(self, workdir: str, *, total_steps: int | None = None,
+                 tensorboard: bool = True, stream=None, append: bool = True):
+        """`append=False` starts the log over: for runs that restart rather than resume
+        (fine-tuning), so the workdir's curves are those of the run it holds."""
+        self.enabled = jax.process_index() == 0
+        self.total_steps = total_steps
+        self.stream = stream or sys.stderr
+        self._tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self._jsonl = None
+        self._tb = {}
+        self._tensorboard = tensorboard
+        self.workdir = workdir
+        self._start = None  # (time, step) of the first progress call
+        self.replaced_earlier_run = False
+        if self.enabled:
+            paths.makedirs(workdir)
+            path = paths.join(workdir, "metrics.jsonl")
+            if not append:
+                self.replaced_earlier_run = paths.exists(path)
+                paths.rmtree(paths.join(workdir, "tensorboard"), missing_ok=True)
+                paths.write_text(path, "")
+            self._jsonl = paths.Appender(path)
+            if tensorboard:
+                # Imported now (seconds) rather than at the first write, inside the
+                # timed training loop.
+                from bert_jax.host.tf_host import tensorflow
+                try:
+                    tensorflow()
+                except ImportError:  # an accelerator image without TensorFlow still trains
+                    print("metrics.jsonl only: TensorBoard events need TensorFlow, which is "
+                          "not installed", file=self.stream)
+                    self._tensorboard = False
+
+    def drop_after(self, step: int) -> None:
+        """Removes the records of steps after `step` from metrics.jsonl: a run resumed
+        from an earlier checkpoint replays them, and each step is logged once."""
+        if not self.enabled:
+            return
+        self._jsonl.close()
+        path = paths.join(self.workdir, "metrics.jsonl")
+        kept = [line for line in paths.read_text(path).splitlines(keepends=True)
+                if _step_of(line) is not None and _step_of(line) <= step]
+        with paths.replacing(path) as f:
+            f.writelines(kept)
+        self._jsonl = paths.Appender(path)
+
+    def last(self, prefix: str) -> dict[str, float]:
+        """The latest value of each `{prefix}/NAME` in metrics.jsonl: what a completed
+        run, run again, returns."""
+        path = paths.join(self.workdir, "metrics.jsonl")
+        values = {}
+        for line in paths.read_text(path).splitlines() if paths.exists(path) else ():
+            if _step_of(line) is not None:
+                values.update({k.split("/", 1)[1]: v for k, v in json.loads(line).items()
+                               if k.startswith(prefix + "/")})
+        return values
+
+    def _event_file(self, prefix: str) -> _EventFile:
+        if prefix not in self._tb:
+            self._tb[prefix] = _EventFile(paths.join(self.workdir, "tensorboard", prefix))
+        return self._tb[prefix]
+
+    def write(self, step: int, metrics: Mapping[str, float], prefix: str = "train") -> None:
+        """Records scalars for `step` as `{prefix}/{name}`."""
+        if not self.enabled:
+            return
+        scalars = {k: float(np.asarray(v)) for k, v in metrics.items()}
+        record = {"step": int(step), "time": time.time(),
+                  **{f"{prefix}/{k}": v for k, v in scalars.items()}}
+        self._jsonl.write(json.dumps(record) + "\n")
+        self._jsonl.flush()
+        if self._tensorboard:
+            self._event_file(prefix).scalars(int(step), scalars)
+
+    def progress(self, step: int, metrics: Mapping[str, float], *, final: bool = False) -> str:
+        """Prints `step/total | name value ... | ETA`; one updating line on a terminal,
+        one line per call otherwise. Returns the line."""
+        now = time.time()
+        if self._start is None:
+            self._start = (now, step)
+        total = f"/{self.total_steps}" if self.total_steps else ""
+        parts = [f"step {step}{total}"]
+        parts += [f"{k} {_format(float(np.asarray(v)))}" for k, v in metrics.items()]
+        t0, s0 = self._start
+        if self.total_steps and step > s0:
+            rate = (step - s0) / (now - t0)
+            parts.append(f"ETA {format_duration((self.total_steps - step) / rate)}")
+        line = " | ".join(parts)
+        if self.enabled:
+            if self._tty:
+                end = "\n" if final else ""
+                self.stream.write("\r\x1b[K" + line + end)
+            else:
+                self.stream.write(line + "\n")
+            self.stream.flush()
+        return line
+
+    def message(self, text: str) -> None:
+        """A line of its own (ends any progress line first)."""
+        if self.enabled:
+            if self._tty:
+                self.stream.write("\r\x1b[K")
+            self.stream.write(text + "\n")
+            self.stream.flush()
+
+    def close(self) -> None:
+        if self._jsonl is not None:
+            self._jsonl.close()
+            self._jsonl = None
+        for writer in self._tb.values():
+            writer.close()
+        self._tb = {}

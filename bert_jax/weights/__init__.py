@@ -1,0 +1,2 @@
+"""Models on disk and by name: model directories, conversion to and from Google's and Hugging
+Face's formats, the Hub. Knows no job."""

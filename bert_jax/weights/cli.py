@@ -1,0 +1,219 @@
+"""`bert-jax convert`: published checkpoints to and from bert_jax model directories.
+
+  bert-jax convert --from_hf HF_DIR --out MODEL_DIR
+  bert-jax convert --from_tf1 GOOGLE_DIR --out MODEL_DIR
+  bert-jax convert --checkpoint MODEL_DIR --to_hf HF_DIR
+
+GOOGLE_DIR holds bert_model.ckpt.{index,data-*}, bert_config.json and vocab.txt
+(as in Google's uncased_L-12_H-768_A-12.zip). MODEL_DIR may also be a
+pretraining or fine-tuning workdir. Nothing is written when a conversion fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from bert_jax import flags
+from bert_jax.host import paths, workdir_kind
+from bert_jax.host.atomic import atomic_directory
+from bert_jax.weights import pretrained
+
+
+def _google_do_lower_case(google_dir: str) -> bool:
+    """Google names its releases `uncased_L-...` / `cased_L-...`; nothing inside says."""
+    name = paths.basename(paths.abspath(google_dir)).lower()
+    return "uncased" in name or "cased" not in name
+
+
+def from_hf(hf_dir: str, out: str, overwrite: bool = False) -> pretrained.Pretrained:
+    """Converts an HF BERT or ALBERT directory, or a Hub model by name (`hf:ORG/NAME`), to
+    a model directory (`bert_jax.weights.pretrained.convert_hf_dir`)."""
+    return pretrained.convert_hf_dir(hf_dir, out, overwrite)
+
+
+def from_tf1(google_dir: str, out: str, overwrite: bool = False,
+             do_lower_case: bool | None = None) -> pretrained.Pretrained:
+    """Converts a Google TF1 BERT directory (checkpoint, bert_config.json, vocab.txt),
+    with its MLM/NSP heads or a run_classifier / run_squad head, to a model directory."""
+    from bert_jax.weights import hf, tf1
+
+    config, params = tf1.load_tf1_dir(google_dir)
+    if do_lower_case is None:
+        do_lower_case = _google_do_lower_case(google_dir)
+    directory = google_dir if paths.isdir(google_dir) else paths.dirname(google_dir)
+    vocab = paths.join(directory, "vocab.txt")
+    return pretrained.save_converted(hf.wordpiece(vocab, do_lower_case), vocab, config, params,
+                                     out, tf1.task_of(params), overwrite)
+
+
+# --- bert_jax -> Hugging Face -------------------------------------------------------
+
+def hf_architecture(params: dict[str, Any], task: dict[str, Any] | None
+                    ) -> tuple[str, bool]:
+    """The transformers class that holds exactly these heads: (name, whether it has the
+    pooler). A classifier on pooled vs per-token states is told apart by the task
+    (see `bert_jax.weights.pretrained.task_kind`)."""
+    kind = pretrained.task_kind(task, params)
+    if kind == "span":
+        return "BertForQuestionAnswering", False
+    if kind == "tagging":
+        return "BertForTokenClassification", False
+    if kind == "multiple_choice":
+        return "BertForMultipleChoice", True
+    if kind in ("classification", "regression"):
+        return "BertForSequenceClassification", True
+    if "mlm" in params:
+        return ("BertForPreTraining", True) if "nsp" in params else ("BertForMaskedLM", False)
+    if "nsp" in params:
+        return "BertForNextSentencePrediction", True
+    return "BertModel", True
+
+
+def _modernbert_architecture(params: dict[str, Any], checkpoint: str) -> tuple[str, bool]:
+    """transformers' ModernBert* class for the modern encoder: the encoder with or
+    without the MLM head (its task heads differ from ours: a head before the classifier)."""
+    if any(k in params for k in ("classifier", "qa_outputs", "nsp")):
+        raise ValueError(f"{checkpoint}: transformers' ModernBert task classes put another "
+                         "head before the classifier; export the encoder (or use "
+                         "`bert-jax export`)")
+    return ("ModernBertForMaskedLM" if "mlm" in params else "ModernBertModel"), False
+
+
+def _hf_task_config(task: dict[str, Any] | None, params: dict[str, Any]) -> dict[str, Any]:
+    """HF config fields of a fine-tuned head: labels and problem type."""
+    kind = pretrained.task_kind(task, params)
+    if "classifier" not in params or kind == "multiple_choice":
+        return {}
+    num_labels = int(params["classifier"]["kernel"].shape[-1])
+    labels = pretrained.label_names(task)
+    if not labels or len(labels) != num_labels:
+        labels = [f"LABEL_{i}" for i in range(num_labels)]
+    out = {"id2label": dict(enumerate(labels)),
+           "label2id": {name: i for i, name in enumerate(labels)}}
+    if kind == "regression":
+        out["problem_type"] = "regression"
+    elif kind == "classification":
+        out["problem_type"] = "single_label_classification"
+    return out
+
+
+def to_hf(checkpoint: str, out: str, overwrite: bool = False) -> list[str]:
+    """Writes config.json, model.safetensors and the tokenizer files of a model directory
+    (or workdir) as an HF directory. Returns notes for the user (dropped tensors, ...)."""
+    from bert_jax.weights.hf import save_hf_dir
+
+    model = pretrained.load(pretrained.resolve_model_dir(checkpoint))
+    params = dict(model.params)
+    architecture, keeps_pooler = hf_architecture(params, model.task)
+    pooling = pretrained.classifier_pooling(model.task)
+    if architecture == "BertForSequenceClassification" and pooling != "pooler":
+        raise ValueError(f"{checkpoint}: the classifier reads {pooling}-pooled states, but "
+                         "transformers' BertForSequenceClassification reads the pooler; "
+                         "export it with `bert-jax export` instead")
+    if model.config.model_type == "albert":
+        if architecture == "BertForNextSentencePrediction":
+            raise ValueError(f"{checkpoint}: transformers has no ALBERT class for a "
+                             "sentence-order head without the MLM head")
+        architecture = architecture.replace("Bert", "Albert", 1)  # the same heads
+    if model.config.model_type == "modernbert":
+        architecture, keeps_pooler = _modernbert_architecture(params, checkpoint)
+    notes = []
+    if not keeps_pooler and "pooler" in params["bert"]:
+        params["bert"] = {k: v for k, v in params["bert"].items() if k != "pooler"}
+        notes.append(f"{architecture} has no pooler: bert.pooler was left out")
+    if keeps_pooler and "pooler" not in params["bert"]:
+        notes.append(f"the checkpoint has no pooler but {architecture} expects one: "
+                     "transformers will initialise it randomly")
+    crf = sorted(k for k in params if k.startswith("crf_"))
+    if crf:
+        notes.append(f"transformers has no CRF: {', '.join(crf)} left out (its token "
+                     "classifier decodes by argmax)")
+    with atomic_directory(out, overwrite, local=True) as tmp:  # safetensors writes locally
+        save_hf_dir(tmp, model.config, params, architecture,
+                    _hf_task_config(model.task, params))
+        notes += _write_hf_tokenizer(model, tmp)
+    return notes
+
+
+def _write_hf_tokenizer(model: pretrained.Pretrained, directory: str) -> list[str]:
+    """vocab.txt, or an ALBERT SentencePiece model as spiece.model, and an HF
+    tokenizer_config.json; other SentencePiece models have no HF BERT tokenizer."""
+    from bert_jax.tokenization import (
+        JsonTokenizer,
+        SentencePieceTokenizer,
+        has_tokenizer,
+        load_tokenizer,
+    )
+
+    if not has_tokenizer(model.tokenizer_dir):
+        return [f"no tokenizer in {model.tokenizer_dir}: wrote the weights only"]
+    tokenizer = load_tokenizer(model.tokenizer_dir)
+    settings = {"model_max_length": model.config.max_position_embeddings}
+    if isinstance(tokenizer, JsonTokenizer):
+        tokenizer.save(directory)  # tokenizer.json, which transformers' fast tokenizer reads
+        names = {kind: tokenizer.id_to_token(i) for kind, i in tokenizer.special_ids().items()}
+        settings.update(tokenizer_class="PreTrainedTokenizerFast",
+                        **{f"{kind}_token": name for kind, name in names.items()})
+    elif isinstance(tokenizer, SentencePieceTokenizer):
+        if tokenizer.albert is None:
+            return ["transformers' BERT tokenizer reads WordPiece vocabularies only: the "
+                    "SentencePiece model was not exported"]
+        with paths.open(paths.join(directory, "spiece.model"), "wb") as f:
+            f.write(paths.read_bytes(tokenizer.model_path))
+        settings.update(tokenizer_class="AlbertTokenizer",
+                        do_lower_case=tokenizer.albert.do_lower_case,
+                        keep_accents=tokenizer.albert.keep_accents)
+    else:
+        paths.write_text(paths.join(directory, "vocab.txt"), "".join(
+            tokenizer.id_to_token(i) + "\n" for i in range(tokenizer.vocab_size)))
+        settings.update(tokenizer_class="BertTokenizer", do_lower_case=tokenizer.do_lower_case)
+    paths.write_text(paths.join(directory, "tokenizer_config.json"),
+                     json.dumps(settings, indent=2))
+    return []
+
+
+def main(argv: list[str]) -> int:
+    parser = flags.ArgumentParser(prog="bert-jax convert", description=__doc__,
+                                  formatter_class=argparse.RawDescriptionHelpFormatter,
+                                  deprecated={"--lower_case": "--do_lower_case",
+                                              "--no_lower_case": "--cased"})
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--from_hf", metavar="DIR",
+                        help="Hugging Face BERT directory, or hf:ORG/NAME[@REVISION] on the Hub")
+    source.add_argument("--from_tf1", metavar="DIR", help="Google TF1 BERT directory")
+    source.add_argument("--checkpoint", metavar="MODEL_DIR",
+                        help="bert_jax model directory or workdir to export (with --to_hf)")
+    parser.add_argument("--out",
+                        help="bert_jax model directory to write (with --from_hf or --from_tf1)")
+    parser.add_argument("--to_hf", metavar="DIR", help="Hugging Face directory to write")
+    case = parser.add_mutually_exclusive_group()
+    case.add_argument("--do_lower_case", action="store_true", default=None,
+                      help="--from_tf1: vocab.txt is uncased (default: guessed from the "
+                           "directory name, uncased unless it says cased)")
+    case.add_argument("--cased", dest="do_lower_case", action="store_false",
+                      help="--from_tf1: vocab.txt is cased")
+    parser.add_argument("--overwrite", action="store_true", help="replace the output if it exists")
+    args = parser.parse_args(argv)
+    for out in filter(None, (args.out, args.to_hf)):  # never a training run's or the input
+        workdir_kind.check_kind(out, workdir_kind.MODEL, {"the input": args.checkpoint or
+                                                          args.from_hf or args.from_tf1})
+    if args.checkpoint:
+        if not args.to_hf or args.out:
+            parser.error("--checkpoint takes --to_hf DIR (not --out)")
+        for note in to_hf(args.checkpoint, args.to_hf, args.overwrite):
+            print(f"note: {note}")
+        print(f"wrote {args.to_hf}")
+        return 0
+    if not args.out or args.to_hf:
+        parser.error("--from_hf/--from_tf1 take --out MODEL_DIR (not --to_hf)")
+    if args.from_hf:
+        model = from_hf(args.from_hf, args.out, args.overwrite)
+    else:
+        model = from_tf1(args.from_tf1, args.out, args.overwrite, args.do_lower_case)
+    heads = [k for k in ("mlm", "nsp", "classifier", "qa_outputs") if k in model.params]
+    print(f"wrote {args.out}: {model.config.num_hidden_layers} layers, hidden "
+          f"{model.config.hidden_size}, vocab {model.config.vocab_size}, heads: "
+          f"{', '.join(heads) or 'none'}")
+    return 0

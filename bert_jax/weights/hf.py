@@ -1,0 +1,460 @@
+"""Hugging Face BERT and ALBERT checkpoints (`config.json` + `model.safetensors` or
+`pytorch_model.bin`) to and from our parameter trees.
+
+The mapping is one table of (HF tensor name, our parameter path, layout). HF
+stores linear weights as [out, in]; we store kernels as [in, out], with the
+attention projections split into [H, heads, head_dim]. ALBERT's tensors map onto the
+same tree: its `sop_classifier` is our `nsp` head, its `albert_layer_groups.g.
+albert_layers.k` our `encoder/group_g/layer_k`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from bert_jax.host import paths
+from bert_jax.models import layer_layout
+from bert_jax.models.config import BertConfig, ConfigError
+
+# Per model type: the encoder's prefix, the heads' prefixes, the tensors HF writes that
+# carry no information of their own, and the names that tell which heads are present.
+_NAMES = {
+    "bert": {"encoder": "bert.", "heads": ("cls.", "classifier.", "qa_outputs."),
+             "derived": ("embeddings.position_ids", "cls.predictions.decoder.weight",
+                         "cls.predictions.decoder.bias"),
+             "pooler": "bert.pooler.dense.weight",
+             "mlm": "cls.predictions.transform.dense.weight",
+             "nsp": "cls.seq_relationship.weight", "decoder": "cls.predictions.decoder"},
+    "albert": {"encoder": "albert.",
+               "heads": ("predictions.", "sop_classifier.", "classifier.", "qa_outputs."),
+               "derived": ("embeddings.position_ids", "embeddings.token_type_ids",
+                           "predictions.decoder.weight", "predictions.decoder.bias"),
+               "pooler": "albert.pooler.weight", "mlm": "predictions.dense.weight",
+               "nsp": "sop_classifier.classifier.weight", "decoder": "predictions.decoder"},
+    # ModernBertModel / ModernBertForMaskedLM (MLM only: no pooler, no NSP).
+    "modernbert": {"encoder": "model.", "heads": ("head.", "decoder."),
+                   "derived": ("decoder.weight", "decoder.bias"), "pooler": None,
+                   "mlm": "head.dense.weight", "nsp": None, "decoder": "decoder"},
+}
+
+
+class CheckpointMismatchError(ValueError):
+    """A checkpoint whose tensors do not match the config (names the tensors)."""
+
+
+class _Entry:
+    """One tensor: its HF name, our path, and how to move between the layouts."""
+
+    def __init__(self, hf_name: str, path: tuple[str, ...], hf_shape: tuple[int, ...],
+                 to_ours: Callable[[np.ndarray], np.ndarray] = lambda x: x,
+                 to_hf: Callable[[np.ndarray], np.ndarray] = lambda x: x):
+        self.hf_name, self.path, self.hf_shape = hf_name, path, hf_shape
+        self.to_ours, self.to_hf = to_ours, to_hf
+
+
+def _linear(hf, path, n_in, n_out, in_shape=None, out_shape=None):
+    """A torch Linear [out, in] <-> our kernel [*in_shape, *out_shape] and bias [*out_shape]."""
+    in_shape, out_shape = in_shape or (n_in,), out_shape or (n_out,)
+    return [
+        _Entry(f"{hf}.weight", (*path, "kernel"), (n_out, n_in),
+               lambda w: w.T.reshape(*in_shape, *out_shape),
+               lambda k: k.reshape(n_in, n_out).T),
+        _Entry(f"{hf}.bias", (*path, "bias"), (n_out,),
+               lambda b: b.reshape(out_shape), lambda b: b.reshape(n_out)),
+    ]
+
+
+def _layer_norm(hf, path, size, bias=True):
+    return [_Entry(f"{hf}.weight", (*path, "scale"), (size,)),
+            *([_Entry(f"{hf}.bias", (*path, "bias"), (size,))] if bias else [])]
+
+
+def _entries(config: BertConfig, heads: Mapping[str, int]) -> list[_Entry]:
+    """The table for the encoder plus the given heads ({'mlm': V, 'nsp': 2, 'classifier': n,
+    'qa_outputs': 2})."""
+    if config.model_type == "albert":
+        return _albert_entries(config, heads)
+    if config.model_type == "modernbert":
+        return _modernbert_entries(config, heads)
+    h = config.hidden_size
+    e = "bert.embeddings"
+    out = [
+        _Entry(f"{e}.word_embeddings.weight", ("bert", "embeddings", "word_embeddings",
+                                               "embedding"), (config.vocab_size, h)),
+        _Entry(f"{e}.position_embeddings.weight", ("bert", "embeddings", "position_embeddings",
+                                                   "embedding"),
+               (config.max_position_embeddings, h)),
+        _Entry(f"{e}.token_type_embeddings.weight", ("bert", "embeddings",
+                                                     "token_type_embeddings", "embedding"),
+               (config.type_vocab_size, h)),
+        *_layer_norm(f"{e}.LayerNorm", ("bert", "embeddings", "layer_norm"), h),
+    ]
+    for k in range(config.num_hidden_layers):
+        out += _attention_and_ffn(f"bert.encoder.layer.{k}", ("bert", "encoder", f"layer_{k}"),
+                                  config, _BERT_LAYER)
+    if "pooler" in heads:
+        out += _linear("bert.pooler.dense", ("bert", "pooler"), h, h)
+    if "mlm" in heads:
+        out += _linear("cls.predictions.transform.dense", ("mlm", "transform"), h, h)
+        out += _layer_norm("cls.predictions.transform.LayerNorm",
+                           ("mlm", "transform_layer_norm"), h)
+        out.append(_Entry("cls.predictions.bias", ("mlm", "output_bias"), (config.vocab_size,)))
+    if "nsp" in heads:
+        out += _linear("cls.seq_relationship", ("nsp",), h, 2)
+    if "classifier" in heads:
+        out += _linear("classifier", ("classifier",), h, heads["classifier"])
+    if "qa_outputs" in heads:
+        out += _linear("qa_outputs", ("qa_outputs",), h, 2)
+    return out
+
+
+def _attention_and_ffn(hf: str, ours: tuple[str, ...], config: BertConfig,
+                       names: Mapping[str, str]) -> list[_Entry]:
+    """One transformer layer; `names` gives HF's names of its parts."""
+    h, n, d, i = (config.hidden_size, config.num_attention_heads, config.head_dim,
+                  config.intermediate_size)
+    out = []
+    for proj in ("query", "key", "value"):
+        out += _linear(f"{hf}.{names['qkv']}.{proj}", (*ours, "attention", proj), h, h,
+                       out_shape=(n, d))
+    out += _linear(f"{hf}.{names['attention_output']}", (*ours, "attention", "output"), h, h,
+                   in_shape=(n, d))
+    out += _layer_norm(f"{hf}.{names['attention_norm']}", (*ours, "attention_layer_norm"), h)
+    out += _linear(f"{hf}.{names['intermediate']}", (*ours, "intermediate"), h, i)
+    out += _linear(f"{hf}.{names['output']}", (*ours, "output"), i, h)
+    out += _layer_norm(f"{hf}.{names['output_norm']}", (*ours, "output_layer_norm"), h)
+    return out
+
+
+_BERT_LAYER = {"qkv": "attention.self", "attention_output": "attention.output.dense",
+               "attention_norm": "attention.output.LayerNorm", "intermediate": "intermediate.dense",
+               "output": "output.dense", "output_norm": "output.LayerNorm"}
+_ALBERT_LAYER = {"qkv": "attention", "attention_output": "attention.dense",
+                 "attention_norm": "attention.LayerNorm", "intermediate": "ffn",
+                 "output": "ffn_output", "output_norm": "full_layer_layer_norm"}
+
+
+def _albert_entries(config: BertConfig, heads: Mapping[str, int]) -> list[_Entry]:
+    """`_entries` for transformers' Albert* models."""
+    h, e = config.hidden_size, config.embedding_width
+    emb, ours = "albert.embeddings", ("bert", "embeddings")
+    out = [
+        _Entry(f"{emb}.word_embeddings.weight", (*ours, "word_embeddings", "embedding"),
+               (config.vocab_size, e)),
+        _Entry(f"{emb}.position_embeddings.weight", (*ours, "position_embeddings", "embedding"),
+               (config.max_position_embeddings, e)),
+        _Entry(f"{emb}.token_type_embeddings.weight",
+               (*ours, "token_type_embeddings", "embedding"), (config.type_vocab_size, e)),
+        *_layer_norm(f"{emb}.LayerNorm", (*ours, "layer_norm"), e),
+        *_linear("albert.encoder.embedding_hidden_mapping_in", (*ours, "projection"), e, h),
+    ]
+    for g in range(config.num_hidden_groups):
+        for k in range(config.inner_group_num):
+            out += _attention_and_ffn(
+                f"albert.encoder.albert_layer_groups.{g}.albert_layers.{k}",
+                ("bert", "encoder", f"group_{g}", f"layer_{k}"), config, _ALBERT_LAYER)
+    if "pooler" in heads:
+        out += _linear("albert.pooler", ("bert", "pooler"), h, h)
+    if "mlm" in heads:
+        out += _linear("predictions.dense", ("mlm", "transform"), h, e)
+        out += _layer_norm("predictions.LayerNorm", ("mlm", "transform_layer_norm"), e)
+        out.append(_Entry("predictions.bias", ("mlm", "output_bias"), (config.vocab_size,)))
+    if "nsp" in heads:
+        out += _linear("sop_classifier.classifier", ("nsp",), h, 2)
+    if "classifier" in heads:
+        out += _linear("classifier", ("classifier",), h, heads["classifier"])
+    if "qa_outputs" in heads:
+        out += _linear("qa_outputs", ("qa_outputs",), h, 2)
+    return out
+
+
+def _modernbert_entries(config: BertConfig, heads: Mapping[str, int]) -> list[_Entry]:
+    """`_entries` for transformers' ModernBert* models, after `_split_fused`: its fused
+    `Wqkv` and `Wi` appear as the `Wq`, `Wk`, `Wv` and `Wi_in`, `Wi_gate` they hold."""
+    h, n, d, i = (config.hidden_size, config.num_attention_heads, config.head_dim,
+                  config.intermediate_size)
+    bias, norm_bias = config.use_bias, config.norm_bias
+    linear = lambda *a, **k: [e for e in _linear(*a, **k) if bias or e.path[-1] != "bias"]
+    ours = ("bert", "embeddings")
+    out = [_Entry("model.embeddings.tok_embeddings.weight", (*ours, "word_embeddings",
+                                                            "embedding"), (config.vocab_size, h)),
+           *_layer_norm("model.embeddings.norm", (*ours, "layer_norm"), h, norm_bias)]
+    for k in range(config.num_hidden_layers):
+        hf, layer = f"model.layers.{k}", ("bert", "encoder", f"layer_{k}")
+        for proj, name in (("Wq", "query"), ("Wk", "key"), ("Wv", "value")):
+            out += linear(f"{hf}.attn.{proj}", (*layer, "attention", name), h, h,
+                          out_shape=(n, d))
+        out += linear(f"{hf}.attn.Wo", (*layer, "attention", "output"), h, h, in_shape=(n, d))
+        out += _layer_norm(f"{hf}.attn_norm", (*layer, "attention_layer_norm"), h, norm_bias)
+        out += linear(f"{hf}.mlp.Wi_in", (*layer, "intermediate"), h, i)
+        out += linear(f"{hf}.mlp.Wi_gate", (*layer, "gate"), h, i)
+        out += linear(f"{hf}.mlp.Wo", (*layer, "output"), i, h)
+        out += _layer_norm(f"{hf}.mlp_norm", (*layer, "output_layer_norm"), h, norm_bias)
+    out += _layer_norm("model.final_norm", ("bert", "final_norm"), h, norm_bias)
+    if "mlm" in heads:
+        out += linear("head.dense", ("mlm", "transform"), h, h)
+        out += _layer_norm("head.norm", ("mlm", "transform_layer_norm"), h, norm_bias)
+        out.append(_Entry("decoder.bias", ("mlm", "output_bias"), (config.vocab_size,)))
+    return out
+
+
+def _split_fused(state: Mapping[str, np.ndarray], config: BertConfig) -> dict[str, np.ndarray]:
+    """ModernBERT's fused tensors as separate ones (`_modernbert_entries`), and the first
+    layer's attention norm, which ModernBERT has not (an identity), as ones and zeros:
+    our layers all have one, layer 0 skips it (bert_jax.models.encoder.Layer)."""
+    state = dict(state)
+    for name in [k for k in state if ".attn.Wqkv." in k or ".mlp.Wi." in k]:
+        value = state.pop(name)
+        parts = (("Wq", "Wk", "Wv") if ".Wqkv." in name else ("Wi_in", "Wi_gate"))
+        fused = "Wqkv" if ".Wqkv." in name else "Wi"
+        if value.shape[0] % len(parts):
+            raise CheckpointMismatchError(f"tensor {name} of shape {value.shape} does not "
+                                          f"split into {len(parts)}")
+        for part, piece in zip(parts, np.split(value, len(parts))):
+            state[name.replace(f".{fused}.", f".{part}.")] = piece
+    h = config.hidden_size
+    state.setdefault("model.layers.0.attn_norm.weight", np.ones(h, np.float32))
+    if config.norm_bias:
+        state.setdefault("model.layers.0.attn_norm.bias", np.zeros(h, np.float32))
+    return state
+
+
+def _join_fused(state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """`_split_fused` undone: transformers' tensor names, layer 0 without attn_norm."""
+    state = {k: v for k, v in state.items() if not k.startswith("model.layers.0.attn_norm.")}
+    for parts, fused in ((("Wq", "Wk", "Wv"), "Wqkv"), (("Wi_in", "Wi_gate"), "Wi")):
+        for name in [k for k in state if f".{parts[0]}." in k]:
+            pieces = [state.pop(name.replace(f".{parts[0]}.", f".{p}.")) for p in parts]
+            state[name.replace(f".{parts[0]}.", f".{fused}.")] = np.concatenate(pieces)
+    return state
+
+
+def _normalise_names(state: Mapping[str, np.ndarray],
+                     model_type: str = "bert") -> dict[str, np.ndarray]:
+    """HF names as BertFor* (AlbertFor*) writes them: `bert.` (`albert.`) before encoder
+    tensors, LayerNorm `weight`/`bias` (old checkpoints say `gamma`/`beta`)."""
+    names = _NAMES[model_type]
+    out = {}
+    for name, value in state.items():
+        if not name.startswith((names["encoder"], *names["heads"])):
+            name = names["encoder"] + name
+        if "LayerNorm" in name:
+            name = name.replace(".gamma", ".weight").replace(".beta", ".bias")
+        out[name] = np.asarray(value)
+    return out
+
+
+def detect_heads(names, model_type: str = "bert") -> dict[str, Any]:
+    """Which heads a set of (normalised) HF tensor names contains."""
+    names, known = set(names), _NAMES[model_type]
+    heads: dict[str, Any] = {}
+    for head in ("pooler", "mlm", "nsp"):
+        if known[head] and known[head] in names:
+            heads[head] = True
+    if "qa_outputs.weight" in names:
+        heads["qa_outputs"] = True
+    return heads
+
+
+def params_from_hf(state: Mapping[str, np.ndarray], config: BertConfig) -> dict[str, Any]:
+    """HF state dict (numpy) -> our parameter tree, laid out for `config.scan_layers`.
+
+    Raises CheckpointMismatchError naming every missing, unexpected or mis-shaped tensor.
+    """
+    names = _NAMES[config.model_type]
+    state = _normalise_names(state, config.model_type)
+    if config.model_type == "modernbert":
+        state = _split_fused(state, config)
+    heads = detect_heads(state, config.model_type)
+    if "classifier.weight" in state:
+        heads["classifier"] = state["classifier.weight"].shape[0]
+    entries = _entries(config, heads)
+    expected = {e.hf_name for e in entries}
+    problems = [f"missing tensor {name}" for name in sorted(expected - set(state))]
+    problems += [f"unexpected tensor {name}" for name in sorted(set(state) - expected)
+                 if not name.endswith(names["derived"])]
+    problems += [f"tensor {e.hf_name} has shape {tuple(state[e.hf_name].shape)}, the config "
+                 f"implies {e.hf_shape}" for e in entries
+                 if e.hf_name in state and tuple(state[e.hf_name].shape) != e.hf_shape]
+    decoder = state.get(f"{names['decoder']}.weight")
+    word_name = ("model.embeddings.tok_embeddings.weight" if config.model_type == "modernbert"
+                 else f"{names['encoder']}embeddings.word_embeddings.weight")
+    word = state.get(word_name)
+    if decoder is not None and word is not None and decoder.shape == word.shape \
+            and not np.array_equal(decoder, word):
+        problems.append(f"tensor {names['decoder']}.weight is not tied to {word_name}; "
+                        f"{config.model_type.upper()}'s decoder is tied")
+    if problems:
+        raise CheckpointMismatchError("checkpoint does not match the config:\n  "
+                                      + "\n  ".join(problems))
+    params: dict[str, Any] = {}
+    for e in entries:
+        node = params
+        for key in e.path[:-1]:
+            node = node.setdefault(key, {})
+        node[e.path[-1]] = e.to_ours(state[e.hf_name].astype(np.float32))
+    return layer_layout.match_layout(params, config.scan_layers)
+
+
+def params_to_hf(params: Mapping[str, Any], config: BertConfig) -> dict[str, np.ndarray]:
+    """Our parameter tree (any layout, any heads) -> HF state dict with BertFor* (for ALBERT
+    AlbertFor*) names."""
+    params = layer_layout.to_unscanned(dict(params))
+    heads: dict[str, Any] = {k: True for k in ("mlm", "nsp", "qa_outputs") if k in params}
+    if "pooler" in params["bert"]:
+        heads["pooler"] = True
+    if "classifier" in params:
+        heads["classifier"] = int(np.shape(params["classifier"]["kernel"])[-1])
+    state = {}
+    for e in _entries(config, heads):
+        node = params
+        for key in e.path:
+            node = node[key]
+        state[e.hf_name] = np.ascontiguousarray(e.to_hf(np.asarray(node, np.float32)))
+    if "mlm" in heads:
+        names = _NAMES[config.model_type]
+        decoder, encoder = names["decoder"], names["encoder"]
+        if config.model_type == "modernbert":
+            state["decoder.weight"] = state["model.embeddings.tok_embeddings.weight"]
+        else:
+            state[f"{decoder}.weight"] = state[f"{encoder}embeddings.word_embeddings.weight"]
+            state[f"{decoder}.bias"] = state[decoder.replace("decoder", "bias")]
+    return _join_fused(state) if config.model_type == "modernbert" else state
+
+
+def read_state_dict(directory: str | os.PathLike) -> dict[str, np.ndarray]:
+    """The tensors of `model.safetensors` or `pytorch_model.bin` in an HF model directory."""
+    safetensors_path = os.path.join(directory, "model.safetensors")
+    bin_path = os.path.join(directory, "pytorch_model.bin")
+    if os.path.exists(safetensors_path):
+        from safetensors.numpy import load_file
+        try:
+            return load_file(safetensors_path)
+        except Exception as e:  # safetensors raises its own error types
+            raise CheckpointMismatchError(f"cannot read {safetensors_path}: {e}") from None
+    if os.path.exists(bin_path):
+        from bert_jax.weights.torch_pickle import load_torch_state_dict
+        return load_torch_state_dict(bin_path)
+    raise FileNotFoundError(f"no model.safetensors or pytorch_model.bin in {directory}")
+
+
+# transformers' names for encoders that are not BERT's and not read (why, in a word).
+_REFUSED = {name: "RoBERTa's byte-level BPE tokenizer and position offset"
+            for name in ("roberta", "xlm-roberta", "camembert", "roberta-prelayernorm")}
+
+
+def hf_config(path: str | os.PathLike) -> tuple[BertConfig, bool]:
+    """config.json as a BertConfig, and whether it is ERNIE's (`model_type: ernie`: a BERT
+    encoder under `ernie.` names, see `_ernie_as_bert`). RoBERTa's model types are refused
+    in one line: their checkpoints published as BERT (`model_type: bert`, a vocab.txt, such
+    as hfl/chinese-roberta-wwm-ext) load as BERT."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            values = json.load(f)
+    except (OSError, ValueError):
+        values = None  # from_json_file says what is wrong
+    model_type = values.get("model_type") if isinstance(values, dict) else None
+    if model_type in _REFUSED:
+        raise ConfigError(f"{path}: model_type {model_type!r} is not a BERT encoder bert_jax "
+                          f"reads ({_REFUSED[model_type]}); RoBERTa-style checkpoints published "
+                          "as BERT (model_type 'bert' with a vocab.txt) load")
+    if model_type == "ernie":
+        return BertConfig.from_hf_dict({**values, "model_type": "bert"}, source=str(path)), True
+    return BertConfig.from_json_file(path), False
+
+
+def _ernie_as_bert(state: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """ERNIE's tensors under BERT's names. ERNIE 2.0/3.0 (`use_task_id`) add a task-type
+    embedding to every token; transformers' ErnieModel uses task 0 unless given others, so
+    its row 0 is folded into every row of the token-type table: the same sums, exactly."""
+    state = {("bert." + k[len("ernie."):] if k.startswith("ernie.") else k): v
+             for k, v in state.items()}
+    task = state.pop("bert.embeddings.task_type_embeddings.weight", None)
+    if task is not None:
+        name = "bert.embeddings.token_type_embeddings.weight"
+        state[name] = (np.asarray(state[name], np.float32) + np.asarray(task[0], np.float32))
+    return state
+
+
+def load_hf_dir(directory: str | os.PathLike, **config_overrides):
+    """Reads an HF BERT, ERNIE or ALBERT directory: returns (config, params)."""
+    config_path = os.path.join(directory, "config.json")
+    if not os.path.exists(config_path):
+        raise FileNotFoundError(f"no config.json in {directory}")
+    config, ernie = hf_config(config_path)
+    config = config.replace(**config_overrides)
+    state = read_state_dict(directory)
+    return config, params_from_hf(_ernie_as_bert(state) if ernie else state, config)
+
+
+def save_hf_dir(directory: str | os.PathLike, config: BertConfig, params: Mapping[str, Any],
+                architecture: str | None = None, extra_config: Mapping[str, Any] | None = None):
+    """Writes `config.json` and `model.safetensors` that transformers loads."""
+    from safetensors.numpy import save_file
+    os.makedirs(directory, exist_ok=True)
+    state = params_to_hf(params, config)
+    # safetensors refuses tensors that share memory: the tied decoder is re-derived on load.
+    decoder = _NAMES[config.model_type]["decoder"]
+    state.pop(f"{decoder}.weight", None)
+    if config.model_type != "modernbert":  # whose decoder.bias is the only copy
+        state.pop(f"{decoder}.bias", None)
+    hf_config = config.to_hf_dict()
+    if architecture:
+        hf_config["architectures"] = [architecture]
+    hf_config.update(extra_config or {})
+    with open(os.path.join(directory, "config.json"), "w", encoding="utf-8") as f:
+        json.dump(hf_config, f, indent=2)
+    save_file(state, os.path.join(directory, "model.safetensors"), metadata={"format": "pt"})
+
+
+# --- the other files of an HF directory -----------------------------------------------
+
+def _hf_tokenizer_config(hf_dir: str) -> dict[str, Any]:
+    path = paths.join(hf_dir, "tokenizer_config.json")
+    return json.loads(paths.read_text(path)) if paths.exists(path) else {}
+
+
+def wordpiece(vocab: str, do_lower_case: bool):
+    from bert_jax.tokenization import load_tokenizer
+
+    if not paths.exists(vocab):
+        raise FileNotFoundError(f"no vocab.txt at {vocab}")
+    return load_tokenizer(vocab, do_lower_case=do_lower_case)
+
+
+def hf_task(hf_dir: str) -> dict[str, Any] | None:
+    """The head kind where the weights cannot tell it: a multiple-choice classifier
+    looks like a one-label sequence classifier, so config.json's `architectures` says."""
+    architectures = json.loads(paths.read_text(paths.join(hf_dir, "config.json"))).get(
+        "architectures") or []
+    multiple_choice = {"BertForMultipleChoice", "AlbertForMultipleChoice"} & set(architectures)
+    return {"kind": "multiple_choice"} if multiple_choice else None
+
+
+def hf_tokenizer(hf_dir: str):
+    """(tokenizer, its file) of an HF directory: BERT's vocab.txt (casing from
+    tokenizer_config.json, uncased by default as BERT's published vocabularies), else
+    ALBERT's SentencePiece spiece.model with AlbertTokenizer's preprocessing, else a
+    tokenizer.json (ModernBERT's) read with the `tokenizers` library."""
+    from bert_jax.tokenization import AlbertNormalization, JsonTokenizer, SentencePieceTokenizer
+
+    settings = _hf_tokenizer_config(hf_dir)
+    vocab, spiece = paths.join(hf_dir, "vocab.txt"), paths.join(hf_dir, "spiece.model")
+    json_file = paths.join(hf_dir, "tokenizer.json")
+    if not paths.exists(vocab) and not paths.exists(spiece) and paths.exists(json_file):
+        return JsonTokenizer(json_file), json_file  # ModernBERT's BPE, with `tokenizers`
+    if paths.exists(vocab) or not paths.exists(spiece):
+        if not paths.exists(vocab):
+            raise FileNotFoundError(f"{hf_dir} has neither vocab.txt, spiece.model nor "
+                                    "tokenizer.json")
+        return wordpiece(vocab, bool(settings.get("do_lower_case", True))), vocab
+    if not settings.get("remove_space", True):
+        raise ValueError(f"{hf_dir}/tokenizer_config.json sets remove_space=false: bert_jax's "
+                         "ALBERT preprocessing always collapses whitespace")
+    albert = AlbertNormalization(do_lower_case=bool(settings.get("do_lower_case", True)),
+                                 keep_accents=bool(settings.get("keep_accents", False)))
+    return SentencePieceTokenizer(spiece, albert=albert), spiece
