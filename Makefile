@@ -31,8 +31,12 @@ demo: $(VENV)/.runtime
 # Two workers, one per core (a test file stays on one worker so its fixtures are built
 # once). The slow tests (multi-process runs, every mesh, SavedModels) are left out unless
 # SLOW=1: `make test SLOW=1` runs everything. The 15 slowest tests are listed at the end.
+# The linter (ruff, configured in pyproject.toml) runs first; a finding fails the target
+# after the tests have run.
 test: $(VENV)/.test
-	$(PY) -m pytest -n 2 --dist loadfile --durations=15 $(if $(SLOW),,-m "not slow") $(PYTEST_ARGS)
+	$(PY) -m ruff check .; lint=$$?; \
+	  $(PY) -m pytest -n 2 --dist loadfile --durations=15 $(if $(SLOW),,-m "not slow") \
+	  $(PYTEST_ARGS) && exit $$lint
 
 # Colab rehearsed (tools/colab/rehearse.py; needs a Python 3.13, takes no .venv): the
 # notebook's install cell and every cell in smoke mode in a venv of Colab's CPU runtime

@@ -1,4 +1,4 @@
-"""Distillation on the spam set (docs/distillation.md): all-MiniLM-L6-v2 fine-tuned as the
+"""Distillation on the spam set (docs/results.md): all-MiniLM-L6-v2 fine-tuned as the
 teacher, a 2-layer student initialised from the teacher encoder's layers 0 and 3,
 (a) distilled from the teacher and (b) fine-tuned directly with the same recipe.
 
@@ -10,9 +10,9 @@ Recipe for all three: a 1,000-e-mail training subset, max_seq_length 128, 3 epoc
 lr 1e-4, batch 32, mean pooling, length bucketing, the best dev epoch kept; the
 distillation uses the defaults (T=2, alpha=0.5). Prints test accuracy of teacher, (a)
 and (b) (each workdir's kept model, evaluated here), their inference examples/s over
-the test set (after a warm-up pass), then one JSON line. A run whose DIR/NAME/eval_results.json exists is
-reused (so an interrupted bench resumes); `--teacher` takes any fine-tuned spam
-workdir as the teacher instead of fine-tuning one.
+the test set (after a warm-up pass), then one JSON line. A run whose
+DIR/NAME/eval_results.json exists is reused (so an interrupted bench resumes); `--teacher`
+takes any fine-tuned spam workdir as the teacher instead of fine-tuning one.
 `--tinybert` adds (c): TinyBERT's 4-layer, 312-wide student (12 heads, intermediate
 1200, randomly initialised: no general distillation) distilled from the 6-layer,
 384-wide teacher with hidden-state matching through the learned 312 -> 384 projection

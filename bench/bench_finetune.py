@@ -223,7 +223,7 @@ def main():
                         help="classify: also run transformers' usual recipe side by side")
     parser.add_argument("--workdir", help="where runs go (default: a temporary directory)")
     args = parser.parse_args()
-    # The recipes quoted in the README and the closing notes.
+    # The recipes of the rows in docs/results.md.
     # classify keeps the config's learning rate unless --learning_rate is given.
     recipe = {"spam": (0, 3.0, 1e-4), "brown_pos": (6000, 1.0, 2e-4),
               "packing": (3000, 1.0, 1e-4), "classify": (0, 2.0, 0.0)}[args.bench]

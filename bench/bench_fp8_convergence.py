@@ -7,9 +7,10 @@ fast numerics and with `compute_dtype=fp8`, same data, same initial weights.
 
 `--prepare` runs `bert-jax create-data` on the embedded corpus (seq 128, 20 predictions,
 static masks, 3 copies) and stores its rows as one compressed .npz (12 MB), so the
-measuring machine needs neither tensorflow nor the corpus (carry the file to it). The run then trains each side
-in its own process over the same rows in the same order and prints the mean loss of each
-window of 25 steps for both sides, their relative gap, and one JSON line.
+measuring machine needs neither tensorflow nor the corpus (carry the file to it). The run
+then trains each side in its own process over the same rows in the same order and prints
+the mean loss of each window of 25 steps for both sides, their relative gap, and one JSON
+line.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def prepare(out: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         corpus = sorted(glob.glob(os.path.join(REPO, "bert_jax/resources/corpus/*.txt.gz")))
         subprocess.run([sys.executable, "-m", "bert_jax.cli", "create-data", "--input",
-                        *corpus, "--output_dir", tmp, "--max_seq_length", "128",
+                        *corpus, "--output", tmp, "--max_seq_length", "128",
                         "--max_predictions_per_seq", "20", "--dupe_factor", "3",
                         "--no_progress"], check=True)
         rows = {name: [] for name in FEATURES}

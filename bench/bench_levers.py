@@ -48,7 +48,7 @@ def parse_variant(name: str) -> dict:
 
 
 def run(name: str, steps: int, peak: float) -> dict | None:
-    from bert_jax.models.config import preset
+    from bert_jax.models.presets import preset
     from bert_jax.train import perf
     v = parse_variant(name)
     model, seq_len, batch, predictions = CASES[v["case"]]

@@ -30,7 +30,6 @@ unpacked, one sample a row. Prints a table, the ratios, and last one JSON line (
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import resource
@@ -148,7 +147,7 @@ def worker_probe(_args):
 
 
 def jax_model_config(args, accelerator):
-    from bert_jax.models.config import preset
+    from bert_jax.models.presets import preset
     fields = dict(scan_layers=args.scan_layers,
                   # FP8 is bf16 with FP8 matmuls on every backend (`compute_dtype=fp8`)
                   dtype="bfloat16" if accelerator or args.numerics == "fp8" else "float32",
@@ -166,29 +165,18 @@ JAX_GELU = "jax_gelu"  # --hidden_act: BERT's erf GELU as jax.nn.gelu, not exact
 
 
 def use_jax_gelu():
-    """BERT's "gelu" as `jax.nn.gelu(approximate=False)` in this process (until
-    `activation_kept` ends): the form before `activations.exact_gelu`, to measure that
-    lever on the whole step."""
+    """BERT's "gelu" as `jax.nn.gelu(approximate=False)` in this process (a worker runs
+    one variant): the form before `activations.exact_gelu`, to measure that lever on the
+    whole step."""
     import jax
 
     from bert_jax.models import activations
     activations.exact_gelu = lambda x: jax.nn.gelu(x, approximate=False)
 
 
-@contextlib.contextmanager
-def activation_kept():
-    """Undoes `use_jax_gelu` on leaving, for several variants in one process."""
-    from bert_jax.models import activations
-    kept = activations.exact_gelu
-    try:
-        yield
-    finally:
-        activations.exact_gelu = kept
-
-
 def jax_step_parts(args, device, accelerator):
     """bert_jax's train step for one case on `device`: (train, state plan, partitioner,
-    host batch, examples in it). `gpu_step_model.py` compiles the same for a GPU."""
+    host batch, examples in it)."""
     from bert_jax.models.heads import BertForPreTraining
     from bert_jax.pretrain.steps import dummy_inputs, jit_steps
     from bert_jax.train import sharding
@@ -246,12 +234,13 @@ def worker_torch(args):
     import torch
     import transformers
 
-    from bert_jax.models.config import preset
+    from bert_jax.models.presets import preset
+    from bert_jax.weights.config_json import to_hf_dict
     cuda = torch.cuda.is_available()
     device = "cuda" if cuda else "cpu"
     config = preset(args.model)
     model = transformers.BertForPreTraining(
-        transformers.BertConfig(**config.to_hf_dict())).to(device).train()
+        transformers.BertConfig(**to_hf_dict(config))).to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, eps=1e-6, weight_decay=0.01,
                                   **({"fused": True} if cuda else {}))
     if args.side == "torch_compile":
@@ -368,7 +357,7 @@ def main():
         "fast" if accelerator else "faithful")
     steps = args.steps or (10 if accelerator else 3)
 
-    from bert_jax.models.config import preset
+    from bert_jax.models.presets import preset
     from bert_jax.train import perf
     print(f"backend {probe['backend']}, device {probe['device']}, peak "
           f"{probe['peak'] / 1e12:.3g} TFLOP/s {probe['peak_dtype']}"

@@ -1,6 +1,6 @@
-"""The table of docs/tpu.md: `bert-jax compile` for BERT-base and BERT-large at sequence
-128 and 512 on TPU slices, at a fixed batch per chip (so per-chip HBM should not move
-with the slice size).
+"""The TPU table of docs/results.md: `bert-jax compile` for BERT-base and BERT-large at
+sequence 128 and 512 on TPU slices, at a fixed batch per chip (so per-chip HBM should not
+move with the slice size).
 
   python bench/bench_tpu_compile.py [--models base,large] [--seqs 128,512]
       [--topologies v4-8,v4-128,...] [--workers 2] [--out FILE.jsonl]
@@ -23,8 +23,8 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from bert_jax.aot import search as tpu_search
-from bert_jax.aot import tpu_slices
+from bert_jax.aot import search as tpu_search  # noqa: E402
+from bert_jax.aot import tpu_slices  # noqa: E402
 
 TOPOLOGIES = ("v4-8", "v4-128", "v5e-16", "v5e-256", "v5p-8", "v5p-128", "v6e-8", "v6e-256")
 # Rows per chip by (model, sequence length): base 16k tokens per chip, large 8k (tpu_large's

@@ -2,7 +2,7 @@
 
     python bench/check_gpu_paths.py [--checks target,packed,fp8,dropout,gelu] [--small]
 
-1. Packed rows through cuDNN (`encoder.packed_cudnn_attention`) against XLA's attention
+1. Packed rows through cuDNN (`attention.packed_cudnn_attention`) against XLA's attention
    with the dense [B, 1, L, L] mask: outputs and q/k/v gradients, relative error, and
    the time of each (and of cuDNN with M = L slots instead of the row's example bound).
 2. FP8 on bert-large's two feed-forward products (the second with its GELU in front):
@@ -37,7 +37,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from bert_jax.models import activations, encoder, fp8  # noqa: E402
+from bert_jax.models import activations, attention, fp8, jax_compat  # noqa: E402
 
 
 def timeit(fn, *args, repeats=20):
@@ -72,12 +72,12 @@ def check_packed(b=32, length=512, heads=16, dim=64, examples=3):
             jnp.float32) * g.astype(jnp.float32))
 
     def reference(q, k, v):
-        dense = encoder.attention_mask(ids > 0, ids)
+        dense = attention.attention_mask(ids > 0, ids)
         return jax.nn.dot_product_attention(q, k, v, mask=dense, implementation="xla")
 
     def cudnn(slots):
-        segments = encoder.packed_segments(ids, slots)
-        return lambda q, k, v: encoder.packed_cudnn_attention(q, k, v, segments)
+        segments = attention.packed_segments(ids, slots)
+        return lambda q, k, v: attention.packed_cudnn_attention(q, k, v, segments)
 
     grad = lambda f: jax.jit(jax.value_and_grad(loss(f), argnums=(0, 1, 2)))
     want = grad(reference)(q, k, v)
@@ -99,9 +99,8 @@ def check_dropout(b=32, length=512, heads=16, dim=64, rate=0.1):
     different masks, or does the static seed repeat them, which would rule it out for
     training? And its fwd+bwd time against cuDNN without dropout and XLA's einsum
     attention with bert_jax's threefry dropout."""
-    from jax._src.cudnn import fused_attention_stablehlo as cudnn
-
     from bert_jax.models.dropout import keep_mask
+    cudnn = jax_compat.cudnn_attention()
     keys = jax.random.split(jax.random.key(2), 4)
     q, k, v, g = (jax.random.normal(kk, (b, length, heads, dim), jnp.bfloat16) for kk in keys)
     scale = dim ** -0.5

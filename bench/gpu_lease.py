@@ -1,13 +1,16 @@
-"""The GPU figures docs/performance.md still lacks, measured in one device call: the most
-valuable first, each started only while its estimated time still fits the budget, its
-output echoed and kept under --out as it runs, and a table of what ran at the end.
+"""The one place that runs the accelerator figures: when a session is lent a GPU, run
+this first. It measures, in one device call, the GPU figures still open (the most
+valuable first), each step started only while its estimated time still fits the budget,
+its output echoed and kept under --out as it runs, and a table of what ran at the end.
+What it measures goes to docs/results.md ("One H200 GPU"): each figure a row with the
+command that reproduces it (the step's command line below, `--list`) and the date.
 
 Here, once (pip needs the package index, the FP8 data needs tensorflow):
 
     python bench/gpu_lease.py --prepare
 
 On the GPU, through the device tool (carry `.whl` and `runs/fp8_data.npz`, timeout_s
-600; a lease is 15 minutes of device time, the machine's start included):
+600; a session gets 15 minutes of device time, the machine's start included):
 
     python3 bench/gpu_lease.py --budget 540 --out $OUT
 
@@ -39,7 +42,8 @@ CARRIED = {"ml_collections": "ml_collections==1.1.0", "google_crc32c": "google-c
 
 def plan(smoke: bool) -> list[tuple[str, int, list[str]]]:
     """(name, estimated seconds on an H200, command) in order of value. The estimates
-    come from the fifth lease's first-step times (bert-base 28-47 s, bert-large 48-79 s)."""
+    come from measured first-step times on an H200 (bert-base 28-47 s, bert-large
+    48-79 s)."""
     base, large = ("tiny128", "tiny128") if smoke else ("base128", "large512")
     levers = lambda *variants: ["bench/bench_levers.py", "--variants",
                                 ",".join(f"{case}-{s}" for case, s in variants)]
@@ -47,14 +51,13 @@ def plan(smoke: bool) -> list[tuple[str, int, list[str]]]:
     tiny = ["--model", "tiny", "--batch", "8", "--steps", "50"] if smoke else []
     return [
         # The GPU as XLA describes it (for bert_jax.aot.gpu_hosts); FP8 products, current
-        # against delayed scaling (item 1); attention dropout inside cuDNN. (Packed rows
-        # passed in the fifth lease.)
+        # against delayed scaling; attention dropout inside cuDNN. (Packed rows through
+        # cuDNN are measured: docs/results.md.)
         ("paths", 70, ["bench/check_gpu_paths.py", "--checks", "target,fp8,dropout", *small]),
-        # The GELU on the whole step (item 2): jax.nn.gelu, exact_gelu, the tanh form.
-        # bench/gpu_step_model.py predicts 1.037x, 1.000x against jax.nn.gelu; the
+        # The GELU on the whole step: jax.nn.gelu, exact_gelu, the tanh form. The
         # cuBLASLt flag is left out: compiled for an H200, every GEMM is cuBLASLt already.
         ("gelu_step", 150, levers((base, "jaxgelu"), (base, "fast"), (base, "tanh"))),
-        # FP8 and bf16 loss curves over 300 steps of bert-base (item 3).
+        # FP8 and bf16 loss curves over 300 steps of bert-base.
         ("fp8_convergence", 130, ["bench/bench_fp8_convergence.py", "--data", FP8_DATA,
                                   *tiny]),
         # The torch.compile ratio of bert-base seq 128 in this call.

@@ -3,14 +3,15 @@ program is compiled for an H200 by XLA's compile-only CUDA client (`bert_jax.aot
 `gpu-compile` extra), and each kernel of the compiled program is listed with the bytes
 it reads and writes and, for matrix products, its FLOPs. A roofline estimate turns that
 into time: each kernel takes the longer of its bytes at the memory bandwidth and its
-FLOPs at the matrix-product rate, both as measured on this workplace's H200s (about
-4.3 TB/s copying; 753 TFLOP/s for bf16 products of bert-large's feed-forward shape,
-fifth lease), FP8 products at twice the bf16 rate, and no kernel under LAUNCH_S.
+FLOPs at the matrix-product rate, both as measured on an H200 (about 4.3 TB/s copying;
+753 TFLOP/s for bf16 products of bert-large's feed-forward shape, docs/results.md), FP8
+products at twice the bf16 rate, and no kernel under LAUNCH_S.
 
 It is a model, not a measurement: it knows what is fused and what goes through memory,
 not how well each kernel runs. With no GPU XLA does not autotune, so matrix products are
-compiled as cuBLAS calls here (`--xla_gpu_enable_triton_gemm=false`), as the leases
-found them (the fourth lease's profile, the fifth's FP8 GEMMs).
+compiled as cuBLAS calls here (`--xla_gpu_enable_triton_gemm=false`), as an H200 ran
+them (its profile of the bert-base step, its FP8 GEMMs). `bench/check_gpu_paths.py --aot`
+uses it.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-BANDWIDTH = 4.3e12      # bytes/s, a device-to-device copy on this workplace's H200s
-BF16_FLOPS = 753e12     # the FFN-sized bf16 product, fifth lease (docs/performance.md)
+BANDWIDTH = 4.3e12      # bytes/s, a device-to-device copy on an H200
+BF16_FLOPS = 753e12     # the FFN-sized bf16 product on an H200 (docs/results.md)
 FP8_FLOPS = 2 * BF16_FLOPS
 LAUNCH_S = 2e-6
 NOT_KERNELS = {"parameter", "get-tuple-element", "tuple", "bitcast", "constant",
@@ -73,7 +74,6 @@ class Kernel:
     fp8: bool
     detail: str
     kind: str   # gemm, attention, reduction (XLA's input fusions), elementwise, other
-    origin: str  # the part of the step it comes from (`origin`), from XLA's op_name
 
     @property
     def seconds(self) -> float:
@@ -128,27 +128,8 @@ def kernels(hlo_text: str) -> list[Kernel]:
         read = sum(_bytes(i) for i in ins)
         # A GEMM's workspace output (s8/u8) is scratch, not a result written back.
         written = _bytes([a for a in out if not (target and a[0] in ("s8", "u8"))])
-        op_name = re.search(r'op_name="([^"]*)"', rest)
-        found.append(Kernel(name, op, read, written, flops, fp8, detail, kind,
-                            origin(op_name.group(1) if op_name else "")))
+        found.append(Kernel(name, op, read, written, flops, fp8, detail, kind))
     return found
-
-
-# The step's parts, by what the op_name of a kernel's root names (first match wins).
-PARTS = (("dropout", ("dropout", "rng_bit_generator")), ("layer norm", ("norm/",)),
-         ("attention", ("attention",)), ("feed-forward", ("_mlp", "intermediate", "output")),
-         ("embeddings", ("embeddings",)), ("heads and loss", ("cls", "predictions", "pool")))
-
-
-def origin(op_name: str) -> str:
-    """`attention bwd`, `layer norm fwd`, ...: the model part a kernel computes and its
-    pass; `optimizer` for what runs outside the model (the update, gradient norms,
-    the non-finite guard)."""
-    lowered = op_name.lower()
-    if "bertfor" not in lowered and "/bert/" not in lowered:
-        return "optimizer"
-    part = next((name for name, keys in PARTS if any(k in lowered for k in keys)), "model")
-    return f"{part} {'bwd' if 'transpose(' in lowered else 'fwd'}"
 
 
 def _attention_flops(q_dims: list[int], backward: bool) -> float:

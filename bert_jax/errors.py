@@ -61,21 +61,28 @@ class WorkdirBusyError(UserError):
 
 
 def is_out_of_memory(error: BaseException) -> bool:
-    """Whether `error` is XLA's device out-of-memory error (RESOURCE_EXHAUSTED)."""
+    """Whether `error` is XLA's device out-of-memory error (RESOURCE_EXHAUSTED), raised
+    by a training step or by compiling one."""
     text = str(error)  # TensorStore says RESOURCE_EXHAUSTED for a full disk too
     return "RESOURCE_EXHAUSTED" in text and "os_error_code" not in text \
         and "No space left" not in text
 
 
-# What lowers a training step's device memory (pretraining and fine-tuning alike).
-MEMORY_LEVERS = ("raise --config.grad_accum_steps (the same batch in sequential "
-                 "micro-batches), --config.remat_policy=full, --config.compute_dtype=bfloat16, "
-                 "or shard with --config.mesh_shape.fsdp=-1 --config.mesh_shape.data=1")
+def memory_levers(grad_accum_steps: int = 1) -> str:
+    """What lowers a training step's device memory (pretraining and fine-tuning alike,
+    and `bert-jax compile`'s plan), most harmless first: the run's own
+    `grad_accum_steps` makes the suggested value concrete."""
+    return (f"raise --config.grad_accum_steps (e.g. to {2 * grad_accum_steps}: the same "
+            "batch in sequential micro-batches), --config.remat_policy=full (recompute "
+            "activations), --config.compute_dtype=bfloat16, shard parameters and optimizer "
+            "state with --config.mesh_shape.fsdp=-1 --config.mesh_shape.data=1, or a smaller "
+            "--config.global_batch_size")
 
 
-def out_of_memory(*, batch_size: int, seq_length: int) -> UserError:
+def out_of_memory(*, batch_size: int, seq_length: int, grad_accum_steps: int = 1) -> UserError:
     """One line for a step that did not fit in device memory: the batch and sequence
-    length it tried, MEMORY_LEVERS and the README's section for more."""
+    length it tried, `memory_levers` and the README's section for more."""
     return UserError(f"out of device memory (RESOURCE_EXHAUSTED) at global_batch_size "
-                     f"{batch_size}, max_seq_length {seq_length}: {MEMORY_LEVERS} (README.md, "
-                     "Troubleshooting: Out of memory)")
+                     f"{batch_size}, max_seq_length {seq_length}: "
+                     f"{memory_levers(grad_accum_steps)} (README.md, Troubleshooting: Out "
+                     "of memory)")

@@ -4,7 +4,8 @@ google-research/bert, transformers' examples and absl write flags.
 `ArgumentParser` is argparse's, but also accepts each multi-word long option with
 dashes (`--max-seq-length`), which `--help` does not show, and options renamed since
 (`deprecated={"--init": "--init_from"}`), which print one warning line. Every
-`bert-jax` command builds its parser with it.
+`bert-jax` command builds its parser with it; a boolean key is `--key` / `--no_key`
+(`BooleanOptionalAction`).
 """
 
 from __future__ import annotations
@@ -42,6 +43,20 @@ class ArgumentParser(argparse.ArgumentParser):
                 print(f"{self.prog}: warning: {name} is deprecated, use {new}", file=sys.stderr)
             renamed.append(new + eq + value)
         return super().parse_known_args(renamed, namespace)
+
+
+class BooleanOptionalAction(argparse.BooleanOptionalAction):
+    """argparse's `--x` / `--no-x` pair in this module's spelling: `--x` / `--no_x` (the
+    dashed form is accepted as every option's is)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs):
+        super().__init__(option_strings, dest, **kwargs)
+        self.option_strings = [underscored(s) for s in self.option_strings]
+        self.negatives = {underscored("--no-" + s[2:]) for s in option_strings
+                          if s.startswith("--")}
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, option_string not in self.negatives)
 
 
 def underscored(option: str) -> str:

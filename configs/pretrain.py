@@ -10,7 +10,7 @@ Variants (BERT's exact numerics: einsum attention with dropout, threefry):
   large  BERT-large with LAMB at batch 4096 (You et al. 2019), FSDP, remat
 
 Fast variants for accelerators (bf16, fused attention without attention-probability
-dropout, the unsafe_rbg dropout RNG; docs/performance.md has the figures):
+dropout, the unsafe_rbg dropout RNG; docs/performance.md, figures in docs/results.md):
   gpu_base       BERT-base, seq 128, batch 256 per 80 GB GPU
   gpu_large      BERT-large, seq 128, batch 128 per 80 GB GPU
   gpu_large_512  BERT-large, seq 512, batch 32 per 80 GB GPU, 80 predictions per row

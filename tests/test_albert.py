@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from bert_jax.models import layer_layout
-from bert_jax.models.config import BertConfig, ConfigError, preset
+from bert_jax.models.config import BertConfig, ConfigError
 from bert_jax.models.encoder import BertModel, count_params
 from bert_jax.models.heads import (
     BertForPreTraining,
@@ -16,7 +16,9 @@ from bert_jax.models.heads import (
     BertForSequenceClassification,
     BertForTokenClassification,
 )
+from bert_jax.models.presets import preset
 from bert_jax.weights import hf, pretrained
+from bert_jax.weights.config_json import to_hf_dict
 
 torch = pytest.importorskip("torch", reason="the PyTorch reference needs the test extras")
 transformers = pytest.importorskip("transformers")
@@ -32,7 +34,7 @@ GROUPED = ALBERT.replace(num_hidden_layers=4, num_hidden_groups=2, inner_group_n
 
 def reference(config: BertConfig, cls=None, seed: int = 1, **hf_fields):
     torch.manual_seed(seed)
-    hf_config = transformers.AlbertConfig(**config.to_hf_dict(), attn_implementation="eager",
+    hf_config = transformers.AlbertConfig(**to_hf_dict(config), attn_implementation="eager",
                                           **hf_fields)
     model = (cls or transformers.AlbertForPreTraining)(hf_config)
     return scale_weights(model).eval()
@@ -92,7 +94,7 @@ def test_presets_are_as_large_as_transformers_albert(name):
     """albert-base-v2 is transformers' 11.7M-parameter AlbertModel (pooler included)."""
     config = preset(name)
     params = jax.eval_shape(BertModel(config).init, jax.random.key(0), np.ones((1, 4), np.int32))
-    theirs = transformers.AlbertModel(transformers.AlbertConfig(**config.to_hf_dict()))
+    theirs = transformers.AlbertModel(transformers.AlbertConfig(**to_hf_dict(config)))
     assert count_params(nn.unbox(params)) == sum(p.numel() for p in theirs.parameters())
     if name == "albert-base-v2":
         assert count_params(nn.unbox(params)) == 11_683_584
@@ -159,13 +161,13 @@ def test_convert_embed_and_back_to_transformers(tmp_path):
     ref.save_pretrained(hf_dir)
     words = [f"w{i}" for i in range(ALBERT.vocab_size - len(SPECIALS))]
     (hf_dir / "vocab.txt").write_text("\n".join(SPECIALS + words) + "\n")
-    assert cli.main(["convert", "--from_hf", str(hf_dir), "--out", str(model_dir)]) == 0
+    assert cli.main(["convert", "--from_hf", str(hf_dir), "--output", str(model_dir)]) == 0
     assert pretrained.load(model_dir).config == ALBERT
 
     texts = tmp_path / "texts.txt"
     texts.write_text("w1 w2 w3 w4\nw5 w6\n")
     vectors = tmp_path / "vectors.npy"
-    assert cli.main(["embed", "--checkpoint", str(model_dir), "--input", str(texts),
+    assert cli.main(["embed", "--model", str(model_dir), "--input", str(texts),
                      "--output", str(vectors), "--pooling", "mean"]) == 0
     ids = np.array([[2, 6, 7, 8, 9, 3], [2, 10, 11, 3, 0, 0]])
     mask = (ids > 0).astype(np.int64)
@@ -174,7 +176,7 @@ def test_convert_embed_and_back_to_transformers(tmp_path):
     expected = (states * mask[..., None]).sum(1) / mask.sum(1, keepdims=True)
     np.testing.assert_allclose(np.load(vectors), expected, atol=TOL)
 
-    assert cli.main(["convert", "--checkpoint", str(model_dir), "--to_hf", str(back)]) == 0
+    assert cli.main(["convert", "--model", str(model_dir), "--to_hf", str(back)]) == 0
     again = transformers.AlbertForPreTraining.from_pretrained(back).eval()
     with torch.no_grad():
         np.testing.assert_allclose(
@@ -187,7 +189,7 @@ def test_an_empty_spiece_model_is_refused_in_one_line(tmp_path, capsys):
 
     reference(ALBERT, transformers.AlbertModel).save_pretrained(tmp_path / "hf")
     (tmp_path / "hf" / "spiece.model").write_bytes(b"")
-    assert cli.main(["convert", "--from_hf", str(tmp_path / "hf"), "--out",
+    assert cli.main(["convert", "--from_hf", str(tmp_path / "hf"), "--output",
                      str(tmp_path / "out")]) == 2
     assert "spiece.model" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()

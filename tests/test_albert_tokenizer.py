@@ -213,7 +213,7 @@ def test_convert_embed_finetune_and_back(hf_tokenizer_dir, reference, tmp_path):
     as AlbertModel, and exports back to a directory transformers tokenizes the same."""
     hf_dir, model_dir, back = tmp_path / "hf", tmp_path / "model", tmp_path / "back"
     torch, ref = _albert_hf_dir(hf_dir, hf_tokenizer_dir / "spiece.model")
-    assert cli.main(["convert", "--from_hf", str(hf_dir), "--out", str(model_dir)]) == 0
+    assert cli.main(["convert", "--from_hf", str(hf_dir), "--output", str(model_dir)]) == 0
     assert pretrained.load(model_dir).config.model_type == "albert"
     sp = spm.SentencePieceProcessor(model_file=str(hf_tokenizer_dir / "spiece.model"))
 
@@ -225,7 +225,7 @@ def test_convert_embed_finetune_and_back(hf_tokenizer_dir, reference, tmp_path):
 
     texts, vectors = tmp_path / "texts.txt", tmp_path / "vectors.npy"
     texts.write_text("\n".join(lines) + "\n")
-    assert cli.main(["embed", "--checkpoint", str(model_dir), "--input", str(texts),
+    assert cli.main(["embed", "--model", str(model_dir), "--input", str(texts),
                      "--output", str(vectors), "--pooling", "mean"]) == 0
     for text, vector in zip(lines, np.load(vectors)):
         ids = torch.tensor([reference_encoding(reference, sp, text)[0]])
@@ -233,7 +233,7 @@ def test_convert_embed_finetune_and_back(hf_tokenizer_dir, reference, tmp_path):
             states = ref.albert(input_ids=ids).last_hidden_state[0].numpy()
         np.testing.assert_allclose(vector, states.mean(0), atol=1e-4)
 
-    assert cli.main(["convert", "--checkpoint", str(model_dir), "--to_hf", str(back)]) == 0
+    assert cli.main(["convert", "--model", str(model_dir), "--to_hf", str(back)]) == 0
     exported = transformers.AlbertTokenizer.from_pretrained(str(back))
     assert [exported(t)["input_ids"] for t in TEXTS] == [reference(t)["input_ids"] for t in TEXTS]
 
@@ -243,7 +243,7 @@ def test_convert_refuses_a_spiece_model_without_mask(tmp_path, capsys):
     _albert_hf_dir(hf_dir, train_spiece(tmp_path / "spiece.model",
                                         control_symbols=["[CLS]", "[SEP]"]))
     capsys.readouterr()  # transformers' progress bars
-    assert cli.main(["convert", "--from_hf", str(hf_dir), "--out", str(tmp_path / "out")]) == 2
+    assert cli.main(["convert", "--from_hf", str(hf_dir), "--output", str(tmp_path / "out")]) == 2
     error = capsys.readouterr().err.strip()
     assert "[MASK]" in error and len(error.splitlines()) == 1
     assert not (tmp_path / "out").exists()

@@ -25,7 +25,7 @@ from test_finetune_util import MICRO_MODEL
 from bert_jax import cli
 from bert_jax.host import workdir_lock
 from bert_jax.models import heads
-from bert_jax.models.config import preset
+from bert_jax.models.presets import preset
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
 from bert_jax.weights import pretrained
 
@@ -131,46 +131,47 @@ CASES = {
     "finetune bad freeze": (FINETUNE + ["--config.freeze=encoder/*"],
                             "freeze pattern 'encoder/*' matches no parameter"),
     # evaluate / predict
-    "evaluate unknown split": (["evaluate", "--workdir", "{finetuned}", "--split", "bogus"],
+    "evaluate unknown split": (["evaluate", "--model", "{finetuned}", "--split", "bogus"],
                                "--split 'bogus' is not a split of task 'csv'; known: train, "
                                "validation"),
-    "evaluate without a model": (["evaluate", "--workdir", "{new}"],
+    "evaluate without a model": (["evaluate", "--model", "{new}"],
                                  "holds no fine-tuned model (best/ is missing)"),
-    "predict missing input": (["predict", "--workdir", "{finetuned}", "--input", "/no/such.txt"],
+    "predict missing input": (["predict", "--model", "{finetuned}", "--input", "/no/such.txt"],
                               "no such file: /no/such.txt"),
     # embed / export
-    "embed zero batch": (["embed", "--checkpoint", "{model}", "--input", "{texts}", "--output",
+    "embed zero batch": (["embed", "--model", "{model}", "--input", "{texts}", "--output",
                           "{new}", "--batch_size", "0"],
                          "--batch_size must be an integer >= 1, got 0"),
     "embed vocabulary past the model's": (
-        ["embed", "--checkpoint", "{small_vocab_model}", "--input", "{texts}", "--output",
+        ["embed", "--model", "{small_vocab_model}", "--input", "{texts}", "--output",
          "{new}"], "the tokenizer has 8192 tokens but {small_vocab_model} has vocab_size=100"),
-    "embed no model": (["embed", "--checkpoint", "/no/model", "--input", "{texts}", "--output",
+    "embed no model": (["embed", "--model", "/no/model", "--input", "{texts}", "--output",
                         "{new}"], "no model directory at /no/model"),
-    "embed empty file": (["embed", "--checkpoint", "{model}", "--input", "{empty}", "--output",
+    "embed empty file": (["embed", "--model", "{model}", "--input", "{empty}", "--output",
                           "{new}"], "{empty} has no lines: nothing to embed"),
-    "predict blank input": (["predict", "--workdir", "{finetuned}", "--input", "{blank}"],
+    "predict blank input": (["predict", "--model", "{finetuned}", "--input", "{blank}"],
                             "{blank} holds no inputs (empty, or blank lines only)"),
-    "embed bad utf-8": (["embed", "--checkpoint", "{model}", "--input", "{latin1}", "--output",
+    "embed bad utf-8": (["embed", "--model", "{model}", "--input", "{latin1}", "--output",
                          "{new}"],
                         "{latin1}:2: not UTF-8 text (byte 0xe9 at offset 8); convert it to UTF-8"),
     "create-data Latin-1 text": (  # issue 44: refused, not café -> caf
-        ["create-data", "--input", "{latin1}", "--output_dir", "{new}", "--num_workers", "1",
+        ["create-data", "--input", "{latin1}", "--output", "{new}", "--num_workers", "1",
          "--no_progress"],
         "{latin1}:2: not UTF-8 text (byte 0xe9 at offset 8); convert it to UTF-8 first, e.g. "
         "`iconv -f latin1 -t utf-8` for Latin-1 text"),
     "export vocabulary past the model's": (
-        ["export", "--workdir", "{small_vocab_model}", "--out", "{new}"],
+        ["export", "--model", "{small_vocab_model}", "--output", "{new}"],
         "the tokenizer has 8192 tokens but {small_vocab_model} has vocab_size=100"),
     # data and vocabularies
-    "create-data empty file": (["create-data", "--input", "{empty}", "--output_dir", "{new}"],
+    "create-data empty file": (["create-data", "--input", "{empty}", "--output", "{new}"],
                                "no text in the input ({empty})"),
-    "create-data no examples": (["create-data", "--input", "{controls}", "--output_dir",
-                                 "{new}", "--no_progress"], "no pretraining examples from 1 input file(s): 0 "
-                                "documents, 0 sentences"),
-    "create-data missing file": (["create-data", "--input", "/no/such.txt", "--output_dir",
-                                  "{new}"], "input file not found: /no/such.txt"),
-    "train-tokenizer empty file": (["train-tokenizer", "--input", "{empty}", "--out", "{new}"],
+    "create-data no examples": (["create-data", "--input", "{controls}", "--output", "{new}",
+                                 "--no_progress"],
+                                "no pretraining examples from 1 input file(s): 0 documents, 0 "
+                                "sentences"),
+    "create-data missing file": (["create-data", "--input", "/no/such.txt", "--output", "{new}"],
+                                 "input file not found: /no/such.txt"),
+    "train-tokenizer empty file": (["train-tokenizer", "--input", "{empty}", "--output", "{new}"],
                                    "no text in the input ({empty})"),
     # data mistakes found before any step (issue 32)
     "config syntax error": (["pretrain", "--config", "{broken_config}", "--workdir", "{new}"],
@@ -206,11 +207,11 @@ CASES = {
         "{records}/pretrain-00001-of-00002.tfrecord) and other files, read as text ({texts}): "
         "name one kind"),
     "create-data into a pretraining workdir": (  # issue 44: shards never among a run's files
-        ["create-data", "--output_dir", "{pretrained}", "--no_progress", "--num_workers", "1"],
-        "--output_dir {pretrained} holds a pretraining run (bert-jax pretrain): write the "
+        ["create-data", "--output", "{pretrained}", "--no_progress", "--num_workers", "1"],
+        "--output {pretrained} holds a pretraining run (bert-jax pretrain): write the "
         "TFRecords into a folder of their own"),
     "create-data on TFRecords": (
-        ["create-data", "--input", "{records}/pretrain-00000-of-00002.tfrecord", "--output_dir",
+        ["create-data", "--input", "{records}/pretrain-00000-of-00002.tfrecord", "--output",
          "{new}", "--no_progress"],
         "{records}/pretrain-00000-of-00002.tfrecord is a TFRecord file (pretraining data "
         "already), not text"),
@@ -225,7 +226,7 @@ CASES = {
     "finetune empty test file": (FINETUNE + ["--config.test_file={header_only}"],
                                  "{header_only} has no rows"),
     "create-data truncated gzip": (
-        ["create-data", "--input", "{truncated_gz}", "--output_dir", "{new}", "--no_progress",
+        ["create-data", "--input", "{truncated_gz}", "--output", "{new}", "--no_progress",
          "--num_workers", "1"], "{truncated_gz}: truncated or corrupt gzip file"),
     # one writer per workdir: {busy} holds the lock of a live process (this one)
     "pretrain busy workdir": (PRETRAIN[:4] + ["{busy}"] + PRETRAIN[5:],
@@ -250,7 +251,7 @@ CASES = {
         ["distill", "--teacher", "{finetuned}", "--student", "{model}", "--workdir",
          "{pretrained}"], "{pretrained} holds a pretraining run (bert-jax pretrain)"),
     "export over a pretraining workdir": (
-        ["export", "--workdir", "{finetuned}", "--out", "{pretrained}", "--overwrite"],
+        ["export", "--model", "{finetuned}", "--output", "{pretrained}", "--overwrite"],
         "{pretrained} holds a pretraining run (bert-jax pretrain) whose results"),
     # One line instead of "internal error" (issue 44)
     "pretrain with a fine-tuning config": (
@@ -270,7 +271,7 @@ CASES = {
          "--config.validation_file={words}"],
         "{words} has no tag column: training needs a token and its tag on each line"),
     "predict without the text column": (
-        ["predict", "--workdir", "{finetuned}", "--input", "{no_text}"],
+        ["predict", "--model", "{finetuned}", "--input", "{no_text}"],
         "no_text.tsv has no text column 'text'; its columns are: 'sentence', 'x' (name the "
         "column 'text' in the file's header, or give plain text, one input per line)"),
     "pretrain odd layer preset": (
@@ -287,16 +288,14 @@ CASES = {
         FINETUNE + ["--config.learning_rate=0"],
         "learning_rate must be a number > 0, got 0.0 (nothing would train; a linear probe "
         "trains the head alone: --config.freeze='bert/*' with a learning rate > 0; to score a "
-        "fine-tuned model without training: bert-jax evaluate --workdir DIR)"),
+        "fine-tuned model without training: bert-jax evaluate --model DIR)"),
     "finetune test label unseen in training": (
         FINETUNE + ["--config.test_file={other_label}"],
         "the test split: label 'meh' is not among the training labels"),
     "convert onto its own input": (
-        ["convert", "--checkpoint", "{finetuned}", "--to_hf", "{finetuned}", "--overwrite"],
+        ["convert", "--model", "{finetuned}", "--to_hf", "{finetuned}", "--overwrite"],
         "the output folder {finetuned} is also the input"),
 }
-# Commands whose own main prints `error: ...` (kept for their direct callers).
-OWN_PREFIX = {"create-data"}
 
 
 def fill(text, values):
@@ -341,9 +340,9 @@ def paths(tmp_path_factory, text_corpus):
     (root / "other_label.tsv").write_text("text\tlabel\na good film\tpos\na film\tmeh\n")
     (root / "blank.txt").write_text("  \n\n\t\n")
     values = {name: str(root / f"{name}.{ext}") for name, ext in (
-        ("empty", "txt"), ("controls", "txt"), ("texts", "txt"), ("latin1", "txt"), ("train", "tsv"),
-        ("dev", "tsv"), ("blank_label", "tsv"), ("header_only", "tsv"), ("blank", "txt"),
-        ("other_label", "tsv"), ("words", "txt"), ("no_text", "tsv"))}
+        ("empty", "txt"), ("controls", "txt"), ("texts", "txt"), ("latin1", "txt"),
+        ("train", "tsv"), ("dev", "tsv"), ("blank_label", "tsv"), ("header_only", "tsv"),
+        ("blank", "txt"), ("other_label", "tsv"), ("words", "txt"), ("no_text", "tsv"))}
     values["corpus"] = text_corpus
     values["model"] = save_model(str(root / "model"))
     values["small_vocab_model"] = save_model(str(root / "small_vocab"), vocab_size=100)
@@ -355,7 +354,7 @@ def paths(tmp_path_factory, text_corpus):
     (root / "broken.py").write_text("def get_config():\n    c = 1\n    return c +\n")
     values["broken_config"] = str(root / "broken.py")
     values["records"] = str(root / "records")  # TFRecords at max_seq_length 32, 5 predictions
-    assert cli.main(["create-data", "--input", text_corpus, "--output_dir", values["records"],
+    assert cli.main(["create-data", "--input", text_corpus, "--output", values["records"],
                      "--max_seq_length", "32", "--max_predictions_per_seq", "5",
                      "--num_shards", "2", "--num_workers", "1", "--no_progress"]) == 0
     values["other_vocab_records"] = str(root / "other_vocab_records")
@@ -397,8 +396,7 @@ def test_bad_input_gets_one_line_and_leaves_nothing(args, message, paths, tmp_pa
     capsys.readouterr()
     assert cli.main(args) == 2
     err = capsys.readouterr().err
-    prefix = "error: " if args[0] in OWN_PREFIX else f"bert-jax {args[0]}: error: "
-    assert err.startswith(prefix) and err.count("\n") == 1, err
+    assert err.startswith(f"bert-jax {args[0]}: error: ") and err.count("\n") == 1, err
     assert fill(message, values) in err, err
     assert not os.path.exists(values["new"]), os.listdir(values["new"])
     assert {path: snapshot(path) for path in touched} == before
@@ -442,9 +440,9 @@ def test_finetune_rerun_clears_outputs_and_evaluate_works_from_anywhere(paths, t
     os.makedirs(os.path.dirname(stale), exist_ok=True)
     open(stale, "w").close()
     monkeypatch.chdir(tmp_path)  # the model's data paths must not depend on the cwd
-    assert cli.main(["evaluate", "--workdir", workdir, "--file", paths["dev"]]) == 0
+    assert cli.main(["evaluate", "--model", workdir, "--file", paths["dev"]]) == 0
     assert list(json.loads(capsys.readouterr().out)) == ["dev.tsv"]
-    assert cli.main(["evaluate", "--workdir", workdir]) == 0
+    assert cli.main(["evaluate", "--model", workdir]) == 0
     assert list(json.loads(capsys.readouterr().out)) == ["validation"]
     assert cli.main([fill(a, {**paths, "new": workdir}) for a in FINETUNE]) == 0
     assert not os.path.exists(stale)
@@ -461,7 +459,7 @@ def test_finetune_rerun_clears_outputs_and_evaluate_works_from_anywhere(paths, t
 def test_evaluate_prints_its_metrics_before_a_write_that_fails(paths, tmp_path, capsys):
     out = str(tmp_path / "missing" / "results.json")  # as a read-only folder (tests run as root)
     capsys.readouterr()
-    assert cli.main(["evaluate", "--workdir", paths["finetuned"], "--output", out]) == 2
+    assert cli.main(["evaluate", "--model", paths["finetuned"], "--output", out]) == 2
     captured = capsys.readouterr()
     assert list(json.loads(captured.out)) == ["validation"]
     assert captured.err.startswith(f"bert-jax evaluate: error: could not write {out} (No such "
@@ -555,6 +553,7 @@ def test_tfrecords_are_known_by_their_content_not_their_name(paths, tmp_path):
 
 def test_records_made_before_the_setup_was_recorded_train_with_one_warning(paths, tmp_path,
                                                                          caplog):
+    from bert_jax.data.options import DataOptions
     from bert_jax.pretrain import inputs
     from bert_jax.train.config_loader import load_config
     old = str(tmp_path / "old")
@@ -566,7 +565,8 @@ def test_records_made_before_the_setup_was_recorded_train_with_one_warning(paths
     files = sorted(glob.glob(os.path.join(old, "*.tfrecord")))
     config = load_config(os.path.join(REPO, "configs", "pretrain.py") + ":tiny",
                          ["dynamic_masking=False", "whole_word_masking=True"])
-    inputs.check_records_made_for(files, DEFAULT_VOCAB, summary["vocab_fingerprint"], config)
+    inputs.check_records_made_for(files, DEFAULT_VOCAB, summary["vocab_fingerprint"],
+                                  DataOptions.from_config(config))
     warned = [r.getMessage() for r in caplog.records if "cannot be checked" in r.getMessage()]
     assert len(warned) == 1 and old in warned[0], caplog.text
 
@@ -671,7 +671,7 @@ def test_a_corrupt_tfrecord_file_is_named(paths, tmp_path, capsys):
 def test_create_data_rerun_with_fewer_shards_removes_the_earlier_ones(paths, tmp_path, capsys):
     out = str(tmp_path / "records")
     for shards in ("3", "2"):
-        assert cli.main(["create-data", "--input", paths["texts"], "--output_dir", out,
+        assert cli.main(["create-data", "--input", paths["texts"], "--output", out,
                          "--num_shards", shards, "--num_workers", "1", "--no_progress"]) == 0
     assert "removed 3 shard(s) of an earlier run" in capsys.readouterr().err
     assert sorted(os.listdir(out)) == ["pretrain-00000-of-00002.tfrecord",
@@ -686,7 +686,7 @@ def test_version(capsys):
 
 def test_embed_reads_a_fine_tuning_workdir_as_convert_does(paths, tmp_path, capsys):
     out = str(tmp_path / "vectors.npy")
-    assert cli.main(["embed", "--checkpoint", paths["finetuned"], "--input", paths["texts"],
+    assert cli.main(["embed", "--model", paths["finetuned"], "--input", paths["texts"],
                      "--output", out]) == 0
     assert np.load(out).shape == (2, 32)
 
@@ -728,7 +728,7 @@ def test_silent_surprises_get_a_warning(paths, tmp_path, caplog):
     # Chinese text with the default (English) vocabulary: nearly every token is [UNK].
     text = tmp_path / "zh.txt"
     text.write_text("".join("我们的国家很美丽今天天气不错。\n" * 4 + "\n" for _ in range(8)))
-    assert cli.main(["create-data", "--input", str(text), "--output_dir",
+    assert cli.main(["create-data", "--input", str(text), "--output",
                      str(tmp_path / "zh"), "--num_workers", "1", "--no_progress"]) == 0
     assert "of the tokens of 1 input file(s) are [UNK]: the vocabulary does not cover this " \
         "text (Chinese text needs a Chinese vocabulary" in caplog.text

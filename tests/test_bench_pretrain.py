@@ -1,6 +1,6 @@
 """The pretraining bench's packed rows, lever names and lease plan (bench/bench_pretrain.py,
-bench/bench_levers.py, bench/gpu_lease.py): what the GPU figures in docs/performance.md
-are measured on."""
+bench/bench_levers.py, bench/gpu_lease.py): what the GPU figures in docs/results.md are
+measured on."""
 
 import os
 import sys

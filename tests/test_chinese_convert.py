@@ -15,12 +15,10 @@ from test_convert_tf1 import google_names, write_tf1_checkpoint  # noqa: E402
 from test_finetune_util import micro_config, shared_compilation_cache  # noqa: E402
 
 from bert_jax.finetune import job  # noqa: E402
-from bert_jax.models.config import PRESETS, BertConfig, preset  # noqa: E402
+from bert_jax.models.presets import PRESETS, preset  # noqa: E402
 from bert_jax.serve import embed  # noqa: E402
-from bert_jax.weights import (
-    cli,  # noqa: E402
-    pretrained,
-)
+from bert_jax.weights import cli, pretrained  # noqa: E402
+from bert_jax.weights.config_json import from_google_dict  # noqa: E402
 
 CHARS = "的一是在不了有和人这中大为上个国我以要他时来用们生到作地于出就分对成会可也你"
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "，", "。"] + list(CHARS)
@@ -40,7 +38,7 @@ GOOGLE_CHINESE = dict(attention_probs_dropout_prob=0.1, directionality="bidi",
 
 
 def test_presets():
-    assert preset("bert-base-chinese") == BertConfig.from_google_dict(GOOGLE_CHINESE)
+    assert preset("bert-base-chinese") == from_google_dict(GOOGLE_CHINESE)
     assert PRESETS["bert-base-multilingual-cased"].vocab_size == 119547
     assert PRESETS["bert-base-multilingual-uncased"].vocab_size == 105879
     for name in ("bert-base-chinese", "bert-base-multilingual-cased"):
@@ -72,7 +70,7 @@ def google_chinese(tmp_path_factory):
 def test_chinese_checkpoint_converts_embeds_and_finetunes(google_chinese, tmp_path):
     model, google = google_chinese
     out = tmp_path / "converted"
-    assert cli.main(["--from_tf1", str(google), "--out", str(out)]) == 0
+    assert cli.main(["--from_tf1", str(google), "--output", str(out)]) == 0
     loaded = pretrained.load(out)
     assert loaded.config.vocab_size == len(VOCAB)
 

@@ -58,8 +58,8 @@ def test_split_words_in_graph_equals_python():
     import tensorflow as tf
     every = "".join(f"a{chr(c)}" for c in range(1, sys.maxunicode + 1)
                     if not 0xD800 <= c <= 0xDFFF)  # each character next to a letter
-    texts = [" 江泽民在北京，用iPhone 3G说：Hello, world! ", "", " \u3000 ", "Apple 公司在 California.",
-             "Hello, world! 3.5 ok", "型号992XR",
+    texts = [" 江泽民在北京，用iPhone 3G说：Hello, world! ", "", " \u3000 ",
+             "Apple 公司在 California.", "Hello, world! 3.5 ok", "型号992XR",
              "a\x00b c\x0bd\x85e\u3000f\u2028g", "e\u0301 \u0301 x \U00011b00ab\U0001F600c", every]
     words, starts, ends = text_io.tf_split_words(tf.constant(texts))
     for i, text in enumerate(texts):
@@ -145,7 +145,7 @@ def test_raw_chinese_text_end_to_end(workdir, tmp_path, capsys):
     texts = ["江泽民在北京会见李鹏", "他说：新华社在上海 ok"]
     with shared_compilation_cache(str(tmp_path.parent / "finetune_jax_cache")):
         (tmp_path / "in.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
-        assert cli.main(["--workdir", workdir, "--input", str(tmp_path / "in.txt")],
+        assert cli.main(["--model", workdir, "--input", str(tmp_path / "in.txt")],
                         "predict") == 0
         records = inference.load_finetuned(workdir).predict(texts)
         export.export(workdir, str(tmp_path / "out"), formats=("jax",), platforms=("cpu",))

@@ -4,6 +4,7 @@ since parses with one warning line."""
 
 from __future__ import annotations
 
+import os
 import re
 
 import pytest
@@ -88,3 +89,61 @@ def test_finetune_takes_the_old_init_flag_and_config_key_with_a_warning_each(tmp
         "bert-jax: warning: --config.dtype is deprecated, use --config.compute_dtype",
         f"bert-jax finetune: error: no model directory at {missing}"]
     assert not (tmp_path / "run").exists()
+
+
+# Each flag renamed when every command came to name one noun one way (the model a command
+# reads: --model; what it writes: --output; its vocabulary: --tokenizer; create-data's
+# booleans as the keys they set): (old, new, a command line whose FLAG is either spelling).
+# {missing} does not exist, so each command fails at once, after parsing, in one line.
+RENAMED = [
+    ("--checkpoint", "--model",
+     ["embed", "FLAG", "{missing}", "--input", "{missing}.txt", "--output", "{out}.npy"]),
+    ("--workdir", "--model", ["evaluate", "FLAG", "{missing}"]),
+    ("--workdir", "--model", ["predict", "FLAG", "{missing}", "--input", "{missing}.txt"]),
+    ("--workdir", "--model", ["export", "FLAG", "{missing}", "--output", "{out}"]),
+    ("--out", "--output", ["export", "--model", "{missing}", "FLAG", "{out}"]),
+    ("--checkpoint", "--model", ["convert", "FLAG", "{missing}", "--to_hf", "{out}"]),
+    ("--out", "--output", ["convert", "--from_hf", "{missing}", "FLAG", "{out}"]),
+    ("--checkpoint", "--model",
+     ["extend-vocab", "FLAG", "{missing}", "--add_tokens", "{missing}.txt", "--output", "{out}"]),
+    ("--out", "--output",
+     ["extend-vocab", "--model", "{missing}", "--add_tokens", "{missing}.txt", "FLAG", "{out}"]),
+    ("--out", "--output", ["train-tokenizer", "--input", "{missing}.txt", "FLAG", "{out}"]),
+    ("--output_dir", "--output", ["create-data", "--input", "{missing}.txt", "FLAG", "{out}"]),
+    ("--vocab", "--tokenizer",
+     ["create-data", "--input", "{missing}.txt", "--output", "{out}", "FLAG", "{missing}"]),
+    ("--no_static_masking", "--dynamic_masking",
+     ["create-data", "--input", "{missing}.txt", "--output", "{out}", "FLAG"]),
+    ("--vocab", "--tokenizer", ["tokenize", "FLAG", "{missing}"]),
+]
+
+
+@pytest.mark.parametrize("old, new, argv", RENAMED,
+                         ids=[f"{argv[0]} {old}" for old, _, argv in RENAMED])
+def test_an_old_spelling_works_with_one_deprecation_line(old, new, argv, tmp_path, capsys):
+    values = {"{missing}": str(tmp_path / "missing"), "{out}": str(tmp_path / "out")}
+
+    def stderr_lines(flag: str) -> list[str]:
+        args = [flag if a == "FLAG" else a for a in argv]
+        for name, value in values.items():
+            args = [a.replace(name, value) for a in args]
+        assert cli.main(args) == 2  # parsed (argparse would exit), then the missing input
+        return capsys.readouterr().err.splitlines()
+
+    current = stderr_lines(new)
+    assert len(current) == 1 and current[0].startswith(f"bert-jax {argv[0]}: error: "), current
+    assert stderr_lines(old) == [
+        f"bert-jax {argv[0]}: warning: {old} is deprecated, use {new}", *current]
+    assert not os.path.exists(values["{out}"])
+
+
+def test_a_boolean_option_takes_its_negation_in_either_spelling(capsys):
+    p = flags.ArgumentParser(prog="bert-jax test")
+    p.add_argument("--next_sentence_prediction", action=flags.BooleanOptionalAction, default=True)
+    assert p.parse_args([]).next_sentence_prediction
+    assert p.parse_args(["--next_sentence_prediction"]).next_sentence_prediction
+    for negation in ("--no_next_sentence_prediction", "--no-next-sentence-prediction"):
+        assert not p.parse_args([negation]).next_sentence_prediction
+    assert capsys.readouterr().err == ""
+    p.print_help()
+    assert "--next_sentence_prediction, --no_next_sentence_prediction" in capsys.readouterr().out

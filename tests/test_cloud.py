@@ -103,7 +103,7 @@ def test_finetune_and_embed_read_the_bucket_run_and_write_to_the_bucket(gcs, buc
 
     gcs.upload(f"{prefix}/texts.txt", "the first line\nand a second one\n".encode())
     embed = subprocess.run(
-        [sys.executable, "-m", "bert_jax.cli", "embed", "--checkpoint", run_dir,
+        [sys.executable, "-m", "bert_jax.cli", "embed", "--model", run_dir,
          "--input", gcs.uri(prefix, "texts.txt"), "--output", gcs.uri(prefix, "vectors.npy")],
         env=env, cwd=scratch, capture_output=True, text=True)
     assert embed.returncode == 0, embed.stderr[-3000:]

@@ -1,6 +1,6 @@
 """One vocabulary in the configs: pretraining and fine-tuning name a shared setting alike,
 and the old names (`dtype`, `init`, `pack`, `learning_rates`) still load, in an override or a
-config file, with one warning line each (`config_loader.RENAMED_KEYS`)."""
+config file, with one warning line each (`run_config.RENAMED_KEYS`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import pytest
 
 from bert_jax.finetune import inference
 from bert_jax.train import run_config
-from bert_jax.train.config_loader import RENAMED_KEYS, load_config
+from bert_jax.train.config_loader import load_config
+from bert_jax.train.run_config import RENAMED_KEYS
 
 CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
 PRETRAIN, FINETUNE = (os.path.join(CONFIGS, name) for name in ("pretrain.py", "finetune.py"))

@@ -21,12 +21,12 @@ SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
 def test_minilm_convert_then_embed_gives_published_similarity(tmp_path, minilm_dir):
     model_dir = tmp_path / "minilm"
-    assert cli.main(["convert", "--from_hf", minilm_dir, "--out", str(model_dir)]) == 0
+    assert cli.main(["convert", "--from_hf", minilm_dir, "--output", str(model_dir)]) == 0
     texts = tmp_path / "texts.txt"
     texts.write_text("A man is eating food.\nA man is eating a piece of bread.\n"
                      "The new movie is awesome.\n", encoding="utf-8")
     out = tmp_path / "vectors.npy"
-    assert cli.main(["embed", "--checkpoint", str(model_dir), "--input", str(texts),
+    assert cli.main(["embed", "--model", str(model_dir), "--input", str(texts),
                      "--output", str(out), "--pooling", "mean"]) == 0
     vectors = np.load(out)
     assert vectors.shape == (3, 384)
@@ -50,7 +50,7 @@ def tiny_hf_dir(tmp_path):
 
 
 def convert_fails(directory, out, capsys, *needles):
-    assert cli.main(["convert", "--from_hf", str(directory), "--out", str(out)]) == 2
+    assert cli.main(["convert", "--from_hf", str(directory), "--output", str(out)]) == 2
     err = capsys.readouterr().err
     for needle in needles:
         assert needle in err
@@ -61,7 +61,7 @@ def convert_fails(directory, out, capsys, *needles):
 def test_round_trip_through_model_directory(tiny_hf_dir, tmp_path):
     directory, config, params = tiny_hf_dir
     out = tmp_path / "model"
-    assert cli.main(["convert", "--from_hf", str(directory), "--out", str(out)]) == 0
+    assert cli.main(["convert", "--from_hf", str(directory), "--output", str(out)]) == 0
     loaded = pretrained.load(out)
     assert loaded.config == config
     jax.tree.map(np.testing.assert_array_equal, loaded.params, params)

@@ -8,6 +8,7 @@ import os
 import numpy as np
 import pytest
 
+from bert_jax import cli
 from bert_jax.data import corpus
 from bert_jax.data import create_pretraining_data as cpd
 from bert_jax.data.options import DataOptions
@@ -159,18 +160,19 @@ def test_bad_input_is_counted_not_fatal(tmp_path):
 
 
 def test_missing_input_or_vocab_fails_at_once(tmp_path, capsys):
-    assert cpd.main(["--input", str(tmp_path / "nope.txt"), "--output_dir", str(tmp_path)]) == 2
+    assert cli.main(["create-data", "--input", str(tmp_path / "nope.txt"), "--output",
+                     str(tmp_path)]) == 2
     assert "input file not found" in capsys.readouterr().err
     (tmp_path / "a.txt").write_text("One.\nTwo.\n")
-    assert cpd.main(["--input", str(tmp_path / "a.txt"), "--output_dir", str(tmp_path),
-                     "--vocab", str(tmp_path / "vocab.txt")]) == 2
+    assert cli.main(["create-data", "--input", str(tmp_path / "a.txt"), "--output",
+                     str(tmp_path), "--tokenizer", str(tmp_path / "vocab.txt")]) == 2
     assert "not found" in capsys.readouterr().err
 
 
 def test_cli_writes_shards_and_summary(tmp_path):
     out = tmp_path / "out"
-    assert cpd.main(["--input", SHARDS[3], "--output_dir", str(out), "--num_shards", "2",
-                     "--dupe_factor", "1", "--no_static_masking", "--num_workers", "1",
+    assert cpd.main(["--input", SHARDS[3], "--output", str(out), "--num_shards", "2",
+                     "--dupe_factor", "1", "--dynamic_masking", "--num_workers", "1",
                      "--no_progress"]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["instances"] > 0 and summary["masked_tokens"] == 0
@@ -197,7 +199,7 @@ def test_original_tool_flags(tmp_path):
 def test_sentencepiece_whole_word_masking(tmp_path):
     from bert_jax.data import build_vocab
     assert build_vocab.main(["--input", SHARDS[3], "--vocab_size", "1500", "--type", "unigram",
-                       "--out", str(tmp_path / "spm")]) == 0
+                       "--output", str(tmp_path / "spm")]) == 0
     tok = load_tokenizer(str(tmp_path / "spm"))
     files = cpd.shard_paths(str(tmp_path / "out"), 1)
     cpd.create_pretraining_data([SHARDS[3]], files, str(tmp_path / "spm"),

@@ -20,7 +20,7 @@ from test_finetune_util import MICRO_MODEL, micro_config, shared_compilation_cac
 from bert_jax import cli as bert_jax_cli
 from bert_jax.finetune import distill, inference, job, objective
 from bert_jax.models import heads, losses
-from bert_jax.models.config import preset
+from bert_jax.models.presets import preset
 from bert_jax.tokenization import WordPieceTokenizer
 from bert_jax.train import train_step
 from bert_jax.weights import pretrained
@@ -152,12 +152,12 @@ def test_distill_preset_student_then_evaluate_and_predict(teacher, tmp_path, mon
     uniform = np.full_like(taught, 0.5)
     assert mean_kl(taught, uniform) > 0.05  # a teacher worth learning from
     assert mean_kl(taught, learned) < 0.3 * mean_kl(taught, uniform)
-    assert bert_jax_cli.main(["evaluate", "--workdir", workdir]) == 0
+    assert bert_jax_cli.main(["evaluate", "--model", workdir]) == 0
     assert "accuracy" in json.loads(capsys.readouterr().out)["validation"]
     out = tmp_path / "out.jsonl"
     inputs = tmp_path / "in.txt"
     inputs.write_text("a great story\n")
-    assert bert_jax_cli.main(["predict", "--workdir", workdir, "--input", str(inputs),
+    assert bert_jax_cli.main(["predict", "--model", workdir, "--input", str(inputs),
                               "--output", str(out)]) == 0
     assert json.loads(out.read_text())["label"] in ("neg", "pos")
     from bert_jax.weights.cli import to_hf  # HF export reads the workdir like a fine-tuned one

@@ -10,6 +10,7 @@ from bert_jax.models.config import BertConfig
 from bert_jax.serve.embed import token_features
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
 from bert_jax.weights import hf, pretrained
+from bert_jax.weights.config_json import to_hf_dict
 
 torch = pytest.importorskip("torch", reason="the PyTorch reference needs the test extras")
 transformers = pytest.importorskip("transformers")
@@ -26,7 +27,7 @@ def reference():
     """(transformers BertModel with random order-one weights, our Pretrained of it)."""
     torch.manual_seed(0)
     ref = scale_weights(transformers.BertModel(
-        transformers.BertConfig(**CONFIG.to_hf_dict())).eval())
+        transformers.BertConfig(**to_hf_dict(CONFIG))).eval())
     params = hf.params_from_hf(state_dict_numpy(ref), CONFIG)
     return ref, pretrained.Pretrained(CONFIG, params, None, DEFAULT_VOCAB)
 
@@ -80,7 +81,7 @@ def test_cli_writes_tokens_line_index_and_vectors(reference, model_dir, tmp_path
     texts = tmp_path / "texts.txt"
     texts.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
     out = tmp_path / "feats.npz"
-    assert cli.main(["embed", "--checkpoint", str(model_dir), "--input", str(texts),
+    assert cli.main(["embed", "--model", str(model_dir), "--input", str(texts),
                      "--output", str(out), "--per_token", "--layers", "-4,-3,-2,-1",
                      "--combine", "concat", "--batch_size", "2"]) == 0
     assert "to " + str(out) in capsys.readouterr().out
@@ -113,7 +114,7 @@ def test_cli_writes_tokens_line_index_and_vectors(reference, model_dir, tmp_path
 def test_bad_per_token_arguments(model_dir, tmp_path, capsys, args, message):
     (tmp_path / "texts.txt").write_text("one line\n", encoding="utf-8")
     (tmp_path / "empty.txt").write_text("", encoding="utf-8")
-    base = {"--checkpoint": str(model_dir), "--input": str(tmp_path / "texts.txt"),
+    base = {"--model": str(model_dir), "--input": str(tmp_path / "texts.txt"),
             "--output": str(tmp_path / "feats.npz")}
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]
     for flag in ("--input", "--output"):

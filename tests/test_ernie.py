@@ -63,7 +63,7 @@ def test_ernie_matches_transformers(tmp_path, use_task_id):
 def test_converted_ernie_tokenizes_as_transformers(tmp_path):
     directory, _ = ernie_dir(tmp_path, False, seed=4)
     out = tmp_path / "model"
-    assert cli.main(["convert", "--from_hf", str(directory), "--out", str(out)]) == 0
+    assert cli.main(["convert", "--from_hf", str(directory), "--output", str(out)]) == 0
     assert pretrained.load(str(out)).config.hidden_act == "relu"
     ours = load_tokenizer(str(out))
     theirs = transformers.BertTokenizer(str(directory / "vocab.txt"), do_lower_case=True)
@@ -76,7 +76,7 @@ def test_roberta_is_refused_in_one_line(tmp_path, capsys):
     values = json.loads((directory / "config.json").read_text())
     (directory / "config.json").write_text(json.dumps({**values, "model_type": "roberta"}))
     capsys.readouterr()
-    assert cli.main(["convert", "--from_hf", str(directory), "--out",
+    assert cli.main(["convert", "--from_hf", str(directory), "--output",
                      str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert "model_type 'roberta' is not a BERT encoder bert_jax reads" in err

@@ -63,7 +63,7 @@ def exported(tmp_path_factory):
             "num_labels": len(LABELS), "max_seq_length": 24}
     pretrained.save(root / "workdir" / "best", CONFIG, params,
                     tokenizer=WordPieceTokenizer(VOCAB), task=task)
-    assert cli.main(["export", "--workdir", str(root / "workdir"), "--out",
+    assert cli.main(["export", "--model", str(root / "workdir"), "--output",
                      str(root / "serving"), "--platforms", "cpu"]) == 0
     inputs = encode(TEXTS, PAIRS)
     logits = np.asarray(jax.jit(module.apply)({"params": params}, *inputs))
@@ -157,8 +157,10 @@ def test_saved_model_stablehlo_no_newer_than_tensorflows(exported):
     """TensorFlow releases lag jax's: the SavedModel's StableHLO is written for the
     installed TensorFlow's version when jax's default is newer (tensorflow 2.21 cannot
     read jax 0.11.2's default; it reads the model written for its own 1.13.7)."""
-    from jax._src.lib.mlir.dialects import hlo
     from tensorflow.compiler.mlir.stablehlo import stablehlo as tf_stablehlo
+
+    from bert_jax.models.jax_compat import export_stablehlo
+    hlo = export_stablehlo()
     jax_default = hlo.get_version_from_compatibility_requirement(
         hlo.StablehloCompatibilityRequirement.WEEK_4)
     want = tf_stablehlo.get_smaller_version(jax_default, tf_stablehlo.get_current_version())
@@ -185,7 +187,7 @@ def test_saved_model_tensorflow_cannot_run_is_refused(tmp_path, monkeypatch, cap
     monkeypatch.setattr(jax2tf, "convert", newer_stablehlo)
     pretrained.save(tmp_path / "encoder", CONFIG, {"bert": random_params(BertModel(CONFIG))},
                     tokenizer=WordPieceTokenizer(VOCAB))
-    assert cli.main(["export", "--workdir", str(tmp_path / "encoder"), "--out",
+    assert cli.main(["export", "--model", str(tmp_path / "encoder"), "--output",
                      str(tmp_path / "out"), "--platforms", "cpu"]) == 2
     error = capsys.readouterr().err
     assert f"tensorflow {tf.__version__} cannot run the model as jax {jax.__version__}" \
@@ -303,7 +305,7 @@ def test_sentencepiece_tokenizer_in_saved_model(tmp_path):
 @pytest.mark.slow
 def test_minilm_serving_keeps_its_similarity(tmp_path, minilm_dir):
     source = minilm_dir
-    assert cli.main(["convert", "--from_hf", source, "--out", str(tmp_path / "minilm")]) == 0
+    assert cli.main(["convert", "--from_hf", source, "--output", str(tmp_path / "minilm")]) == 0
     export.export(str(tmp_path / "minilm"), str(tmp_path / "out"), platforms=("cpu",),
                   max_seq_length=128)
     texts = ["A man is eating food.", "A man is eating a piece of bread."]
@@ -313,8 +315,8 @@ def test_minilm_serving_keeps_its_similarity(tmp_path, minilm_dir):
     assert abs(cosine(by_jax) - 0.755) < 1e-3 and abs(cosine(by_tf) - 0.755) < 1e-3
 
 
-TAG_TEXTS = ["江泽民在北京会见了代表团", "Apple 公司在 California.", "", "the cat, the dog! a big\x00red hat",
-             "e\u0301 \u0301 ok — the old man's hat (new)."]
+TAG_TEXTS = ["江泽民在北京会见了代表团", "Apple 公司在 California.", "",
+             "the cat, the dog! a big\x00red hat", "e\u0301 \u0301 ok — the old man's hat (new)."]
 
 
 @pytest.mark.slow

@@ -34,8 +34,8 @@ def _run(model_dir, tmp_path, tokens):
     tokens_file = tmp_path / "tokens.txt"
     tokens_file.write_text("\n".join(tokens) + "\n")
     out = tmp_path / "extended"
-    assert extend_vocab.main(["--checkpoint", str(model_dir), "--add_tokens", str(tokens_file),
-                              "--out", str(out)]) == 0
+    assert extend_vocab.main(["--model", str(model_dir), "--add_tokens", str(tokens_file),
+                              "--output", str(out)]) == 0
     return pretrained.load(out)
 
 

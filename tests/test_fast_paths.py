@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from bert_jax.host import compile_cache
-from bert_jax.models.config import BertConfig, ConfigError, run_bert_config
+from bert_jax.models.config import BertConfig, ConfigError
 from bert_jax.models.encoder import BertModel
 from bert_jax.models.heads import BertForPreTraining
 from bert_jax.models.losses import pretraining_loss
@@ -22,6 +22,7 @@ from bert_jax.pretrain import job
 from bert_jax.pretrain import steps as pretrain_steps
 from bert_jax.train import sharding
 from bert_jax.train.config_loader import load_config
+from bert_jax.train.model_config import run_bert_config
 from bert_jax.train.optim import make_optimizer
 from bert_jax.train.train_state import StatePlan, make_key
 from bert_jax.weights import pretrained

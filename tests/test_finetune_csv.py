@@ -12,10 +12,12 @@ import numpy as np
 import pytest
 from test_finetune_util import micro_config, shared_compilation_cache
 
+from bert_jax.errors import UserError
 from bert_jax.finetune import cli, inference, job, keeping, model_source, packing, tasks
 from bert_jax.finetune.tasks import csv_task
 from bert_jax.models import heads
-from bert_jax.models.config import ConfigError, preset
+from bert_jax.models.config import ConfigError
+from bert_jax.models.presets import preset
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
 from bert_jax.weights import pretrained
 
@@ -61,11 +63,11 @@ def test_csv_with_seeds_then_evaluate_and_predict(tmp_path, sentiment_files, com
             scores = validation_by_epoch(os.path.join(workdir, f"seed_{seed}"))
             assert run["kept_epoch"] == 1 + scores.index(max(scores))
             assert run["validation"]["accuracy"] == max(scores)
-        assert cli.main(["--workdir", workdir], "evaluate") == 0
+        assert cli.main(["--model", workdir], "evaluate") == 0
         inputs = tmp_path / "in.jsonl"
         inputs.write_text(json.dumps({"sentence": "a great story"}) + "\n")
         out = tmp_path / "out.jsonl"
-        assert cli.main(["--workdir", workdir, "--input", str(inputs), "--output", str(out)],
+        assert cli.main(["--model", workdir, "--input", str(inputs), "--output", str(out)],
                         "predict") == 0
         model = inference.load_finetuned(workdir)
         [in_memory] = model.predict(["a great story"])
@@ -178,7 +180,7 @@ def test_truncation_keeps_the_head_or_head_and_tail():
 # --- errors ------------------------------------------------------------------------------
 
 def test_unknown_task_lists_known_ones():
-    with pytest.raises(ValueError, match="unknown task 'sst3'; known tasks: .*cola.*squad_v2.*sst2"):
+    with pytest.raises(UserError, match="unknown task 'sst3'; known tasks: .*cola.*squad_v2.*sst2"):
         tasks.get_task(micro_config("sst3"))
 
 

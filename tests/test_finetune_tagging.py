@@ -15,7 +15,7 @@ from test_finetune_util import micro_config, shared_compilation_cache
 
 from bert_jax.finetune import cli, files, inference, job, tasks
 from bert_jax.finetune.tasks import crf, tagging
-from bert_jax.models.config import preset
+from bert_jax.models.presets import preset
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer, text_io
 
 SENTENCES = [
@@ -132,7 +132,7 @@ def test_conll_end_to_end_and_predict(tmp_path, use_crf, capsys):
         assert "f1" in results["test"]
         inputs = tmp_path / "in.txt"
         inputs.write_text("Mary lives in Rome .\n")
-        assert cli.main(["--workdir", workdir, "--input", str(inputs)], "predict") == 0
+        assert cli.main(["--model", workdir, "--input", str(inputs)], "predict") == 0
         in_memory = inference.load_finetuned(workdir).predict(
             ["Mary lives in Rome .", ["Mary", "lives", "in", "Rome", "."]])
     record = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

@@ -1,6 +1,6 @@
-"""FP8 matmuls (bert_jax/models/fp8.py) and packed rows in cuDNN's form (encoder.packed_segments),
+"""FP8 matmuls (bert_jax/models/fp8.py) and packed rows in cuDNN's form (attention.packed_segments),
 checked on CPU: FP8 runs there emulated, with FP8's rounding; the GPU figures are in
-docs/performance.md (bench/check_gpu_paths.py)."""
+docs/results.md (bench/check_gpu_paths.py)."""
 
 import flax.linen as nn
 import jax
@@ -9,10 +9,12 @@ import numpy as np
 import optax
 import pytest
 
-from bert_jax.models import encoder, fp8
-from bert_jax.models.config import ConfigError, compute_fields, preset
+from bert_jax.models import attention, fp8
+from bert_jax.models.config import ConfigError
 from bert_jax.models.encoder import BertModel
 from bert_jax.models.heads import BertForPreTraining
+from bert_jax.models.presets import preset
+from bert_jax.train.model_config import compute_fields
 
 
 def rel_error(got, want):
@@ -117,7 +119,7 @@ def test_fp8_training_tracks_bf16():
 
 def test_packed_segments_list_each_example_then_the_padding():
     ids = jnp.array([[1, 1, 1, 2, 2, 0, 0], [1, 1, 1, 1, 1, 1, 1], [1, 1, 0, 0, 0, 0, 0]])
-    segments = encoder.packed_segments(ids, 3)
+    segments = attention.packed_segments(ids, 3)
     np.testing.assert_array_equal(segments.lengths, [[3, 2, 2, -1], [7, -1, -1, -1],
                                                      [2, 5, -1, -1]])
     np.testing.assert_array_equal(segments.starts, [[0, 3, 5, -1, -1], [0, -1, -1, -1, -1],
@@ -160,8 +162,8 @@ def test_packed_rows_take_cudnns_form_on_gpu_and_mean_the_dense_mask(monkeypatch
         calls.append(segments)
         return ragged_attention(q, k, v, segments).astype(q.dtype)
 
-    monkeypatch.setattr(encoder, "cudnn_packed_available", lambda dtype: True)
-    monkeypatch.setattr(encoder, "packed_cudnn_attention", fake_cudnn)
+    monkeypatch.setattr(attention, "cudnn_packed_available", lambda dtype: True)
+    monkeypatch.setattr(attention, "packed_cudnn_attention", fake_cudnn)
     got = BertModel(config).apply({"params": params}, **inputs, max_examples=3).sequence_output
     assert len(calls) == config.num_hidden_layers
     real = example_ids > 0

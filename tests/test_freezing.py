@@ -124,8 +124,8 @@ def test_a_source_without_a_pooler_leaves_the_classifier_s_pooler_fresh():
     import numpy as np
 
     from bert_jax.finetune.model_source import ModelSource
-    from bert_jax.models.config import preset
     from bert_jax.models.heads import BertForSequenceClassification
+    from bert_jax.models.presets import preset
     config = preset("tiny").replace(vocab_size=64)
     model = BertForSequenceClassification(config, num_labels=2)
     ids = np.ones((1, 8), np.int32)

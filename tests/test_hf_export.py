@@ -1,4 +1,4 @@
-"""`bert-jax convert --checkpoint MODEL_DIR --to_hf DIR`: transformers loads the result
+"""`bert-jax convert --model MODEL_DIR --to_hf DIR`: transformers loads the result
 with no missing or unexpected weights and computes what we compute."""
 
 
@@ -16,10 +16,8 @@ from bert_jax.models import heads  # noqa: E402
 from bert_jax.models.config import BertConfig  # noqa: E402
 from bert_jax.models.encoder import BertModel  # noqa: E402
 from bert_jax.tokenization import WordPieceTokenizer  # noqa: E402
-from bert_jax.weights import (
-    cli,  # noqa: E402
-    pretrained,
-)
+from bert_jax.weights import cli, pretrained  # noqa: E402
+from bert_jax.weights.config_json import to_google_dict  # noqa: E402
 
 CONFIG = BertConfig(vocab_size=40, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                     intermediate_size=64, max_position_embeddings=64)
@@ -55,7 +53,7 @@ def load_hf(directory):
 
 def test_hf_round_trip_is_bit_exact(tmp_path):
     torch.manual_seed(0)
-    hf_config = transformers.BertConfig(**CONFIG.to_google_dict())
+    hf_config = transformers.BertConfig(**to_google_dict(CONFIG))
     original = transformers.BertForPreTraining(hf_config).eval()
     with torch.no_grad():  # LayerNorms and biases away from 1 and 0
         for p in original.parameters():
@@ -63,8 +61,8 @@ def test_hf_round_trip_is_bit_exact(tmp_path):
     original.save_pretrained(tmp_path / "hf")
     WordPieceTokenizer(VOCAB).save(str(tmp_path / "hf"))
 
-    assert cli.main(["--from_hf", str(tmp_path / "hf"), "--out", str(tmp_path / "ours")]) == 0
-    assert cli.main(["--checkpoint", str(tmp_path / "ours"),
+    assert cli.main(["--from_hf", str(tmp_path / "hf"), "--output", str(tmp_path / "ours")]) == 0
+    assert cli.main(["--model", str(tmp_path / "ours"),
                      "--to_hf", str(tmp_path / "back")]) == 0
 
     before = load_file(tmp_path / "hf" / "model.safetensors")
@@ -111,7 +109,7 @@ def test_fine_tuned_heads_load_in_transformers(tmp_path, kind, architecture):
             "span": {"name": "squad", "family": "squad"}}[kind]
     pretrained.save(tmp_path / "ours", CONFIG, params, tokenizer=WordPieceTokenizer(VOCAB),
                     task=task)
-    assert cli.main(["--checkpoint", str(tmp_path / "ours"),
+    assert cli.main(["--model", str(tmp_path / "ours"),
                      "--to_hf", str(tmp_path / "hf")]) == 0
 
     model = load_hf(tmp_path / "hf")
@@ -134,14 +132,14 @@ def test_mean_pooled_classifier_is_not_exported_as_a_pooler_classifier(tmp_path)
                     task={"family": "classification", "label_names": ["a", "b"],
                           "config": {"pooling": "mean"}})
     with pytest.raises(ValueError, match="reads mean-pooled states, but transformers'"):
-        cli.main(["--checkpoint", str(tmp_path / "ours"), "--to_hf", str(tmp_path / "hf")])
+        cli.main(["--model", str(tmp_path / "ours"), "--to_hf", str(tmp_path / "hf")])
     assert not (tmp_path / "hf").exists()
 
 
 def test_minilm_export_loads_and_embeds_the_same(tmp_path, minilm_dir):
     source = minilm_dir
-    assert cli.main(["--from_hf", source, "--out", str(tmp_path / "ours")]) == 0
-    assert cli.main(["--checkpoint", str(tmp_path / "ours"),
+    assert cli.main(["--from_hf", source, "--output", str(tmp_path / "ours")]) == 0
+    assert cli.main(["--model", str(tmp_path / "ours"),
                      "--to_hf", str(tmp_path / "hf")]) == 0
 
     exported = load_hf(tmp_path / "hf")
@@ -172,7 +170,7 @@ def test_multiple_choice_matches_transformers_and_exports_back(tmp_path):
     from bert_jax.weights import hf
 
     torch.manual_seed(1)
-    hf_config = transformers.BertConfig(**CONFIG.to_google_dict())
+    hf_config = transformers.BertConfig(**to_google_dict(CONFIG))
     original = scale_weights(transformers.BertForMultipleChoice(hf_config).eval())
     state = {k: v.detach().numpy() for k, v in original.state_dict().items()}
     params = hf.params_from_hf(state, CONFIG)
@@ -190,7 +188,7 @@ def test_multiple_choice_matches_transformers_and_exports_back(tmp_path):
 
     pretrained.save(tmp_path / "ours", CONFIG, params, tokenizer=WordPieceTokenizer(VOCAB),
                     task={"name": "swag", "kind": "multiple_choice"})
-    assert cli.main(["--checkpoint", str(tmp_path / "ours"),
+    assert cli.main(["--model", str(tmp_path / "ours"),
                      "--to_hf", str(tmp_path / "hf")]) == 0
     exported = load_hf(tmp_path / "hf")
     assert type(exported).__name__ == "BertForMultipleChoice"
@@ -205,19 +203,19 @@ def test_a_model_without_a_tokenizer_exports_its_weights_and_a_broken_one_is_nam
         tmp_path, capsys):
     from bert_jax.tokenization import TokenizerError
     hf = tmp_path / "hf"
-    transformers.BertForPreTraining(transformers.BertConfig(**CONFIG.to_google_dict())) \
+    transformers.BertForPreTraining(transformers.BertConfig(**to_google_dict(CONFIG))) \
         .save_pretrained(hf)
     WordPieceTokenizer(VOCAB).save(str(hf))
-    assert cli.main(["--from_hf", str(hf), "--out", str(tmp_path / "ours")]) == 0
+    assert cli.main(["--from_hf", str(hf), "--output", str(tmp_path / "ours")]) == 0
     vocab = tmp_path / "ours" / "vocab.txt"
     vocab.unlink()
 
-    assert cli.main(["--checkpoint", str(tmp_path / "ours"), "--to_hf", str(tmp_path / "a")]) == 0
+    assert cli.main(["--model", str(tmp_path / "ours"), "--to_hf", str(tmp_path / "a")]) == 0
     assert "no tokenizer in" in capsys.readouterr().out
     assert (tmp_path / "a" / "model.safetensors").exists()
     assert not (tmp_path / "a" / "vocab.txt").exists()
 
     vocab.write_text("hello\nworld\n")  # no special tokens: an error, not "no tokenizer"
     with pytest.raises(TokenizerError, match=r"\[CLS\]"):
-        cli.main(["--checkpoint", str(tmp_path / "ours"), "--to_hf", str(tmp_path / "b")])
+        cli.main(["--model", str(tmp_path / "ours"), "--to_hf", str(tmp_path / "b")])
     assert not (tmp_path / "b").exists()

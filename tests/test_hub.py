@@ -90,7 +90,7 @@ def test_the_cache_serves_offline_and_an_empty_one_fails_in_one_line(server, mod
     server.requests.clear()
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert_params(pretrained.load("hf:org/tiny").params, models["new_params"])
-    assert pretrained.tokenizer_dir("hf:org/tiny").endswith(NEW)
+    assert pretrained.open_model("hf:org/tiny").tokenizer_dir.endswith(NEW)
     assert server.requests == []
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty_cache"))
     with pytest.raises(UserError, match=r"^hf:org/tiny is not in the Hugging Face cache and "
@@ -103,7 +103,7 @@ def test_the_cache_serves_offline_and_an_empty_one_fails_in_one_line(server, mod
 def test_an_unreachable_hub_falls_back_to_the_cache_fast(server, monkeypatch, tmp_path):
     pretrained.load("hf:org/tiny")
     server.close()
-    assert pretrained.check_model_path("hf:org/tiny") is False  # from the cache
+    assert pretrained.open_model("hf:org/tiny").kind == "model"  # from the cache
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty_cache"))
     with pytest.raises(UserError, match="the Hub cannot be reached"):
         pretrained.load("hf:org/tiny")
@@ -134,12 +134,12 @@ def test_a_local_path_wins_over_a_bare_name(tmp_path, monkeypatch):
 
 def test_convert_and_embed_take_a_name(server, models, tmp_path, capsys):
     out = tmp_path / "model"
-    assert cli.main(["convert", "--from_hf", "hf:org/tiny", "--out", str(out)]) == 0
+    assert cli.main(["convert", "--from_hf", "hf:org/tiny", "--output", str(out)]) == 0
     assert_params(pretrained.load(str(out)).params, models["new_params"])
     texts = tmp_path / "texts.txt"
     texts.write_text("a man is eating food .\nthe cat sat on the mat .\n")
     vectors = tmp_path / "vectors.npy"
-    assert cli.main(["embed", "--checkpoint", "hf:org/tiny", "--input", str(texts),
+    assert cli.main(["embed", "--model", "hf:org/tiny", "--input", str(texts),
                      "--output", str(vectors)]) == 0
     assert np.load(vectors).shape == (2, 16)
 

@@ -175,6 +175,14 @@ def _parts_reached(modules: set[str]) -> set[str]:
             if any(m == p or m.startswith(p + ".") for m in modules for p in prefixes)}
 
 
+def test_only_the_compat_module_imports_private_jax():
+    """jax's private modules move between releases: `bert_jax.models.jax_compat` is the one
+    place that names them, with the jax versions that need each."""
+    private = {m for m in SOURCES if any(n == "jax._src" or n.startswith("jax._src.")
+                                         for n in IMPORTS[m])}
+    assert private == {"bert_jax.models.jax_compat"}
+
+
 def test_the_reader_sees_function_level_imports():
     assert "bert_jax.finetune.job" in IMPORTS["bert_jax.finetune.cli"]  # inside a function
     assert "tensorflow" in IMPORTS["bert_jax.host.tf_host"]

@@ -32,7 +32,7 @@ def test_create_data_reports_document_lengths_and_truncated_pairs(tmp_path, caps
     text = tmp_path / "in.txt"
     text.write_text("\n\n".join("\n".join(d) for d in documents) + "\n")
     out = tmp_path / "out"
-    assert cpd.main(["--input", str(text), "--output_dir", str(out), "--num_shards", "1",
+    assert cpd.main(["--input", str(text), "--output", str(out), "--num_shards", "1",
                      "--dupe_factor", "1", "--max_seq_length", "32", "--num_workers", "1",
                      "--no_progress"]) == 0
     summary = json.loads((out / "summary.json").read_text())

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from bert_jax.data.packing import pack_rows
-from bert_jax.models.config import preset
 from bert_jax.models.heads import BertForPreTraining
 from bert_jax.models.losses import pretraining_loss as pretraining_terms
+from bert_jax.models.presets import preset
 from bert_jax.train import train_step
 
 

@@ -11,12 +11,13 @@ import pytest
 
 from bert_jax import cli
 from bert_jax.models import heads, losses
-from bert_jax.models.config import BertConfig, run_bert_config
+from bert_jax.models.config import BertConfig
 from bert_jax.pretrain import distill
 from bert_jax.pretrain import steps as pretrain_steps
 from bert_jax.pretrain.job import train_and_evaluate
 from bert_jax.tokenization import DEFAULT_VOCAB, WordPieceTokenizer, load_tokenizer
 from bert_jax.train import train_step
+from bert_jax.train.model_config import run_bert_config
 from bert_jax.weights import pretrained
 
 from test_train import REPO, final_params, small_config, text_corpus, train_records  # noqa: F401 - a fixture

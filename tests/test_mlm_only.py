@@ -19,10 +19,10 @@ from bert_jax.data.options import DataOptions
 from bert_jax.data.pipeline import make_pretrain_iterator
 from bert_jax.finetune import job, model_source
 from bert_jax.models import heads
-from bert_jax.models.config import run_bert_config
 from bert_jax.pretrain.inputs import DATA_OPTIONS_FILE
 from bert_jax.pretrain.job import train_and_evaluate
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
+from bert_jax.train.model_config import run_bert_config
 from bert_jax.weights import pretrained
 
 from test_train import REPO, small_config, text_corpus  # noqa: F401 - a fixture
@@ -64,7 +64,7 @@ def test_create_data_without_nsp(tmp_path):
         f"Document {d} sentence {s} has a few words in it.\n" + ("\n" if s == 5 else "")
         for d in range(4) for s in range(6)))
     out = tmp_path / "out"
-    assert cpd.main(["--input", str(text), "--output_dir", str(out), "--num_shards", "1",
+    assert cpd.main(["--input", str(text), "--output", str(out), "--num_shards", "1",
                      "--dupe_factor", "2", "--max_seq_length", "64",
                      "--no_next_sentence_prediction", "--num_workers", "1",
                      "--no_progress"]) == 0
@@ -200,7 +200,7 @@ def test_resume_with_nsp_switched_on_is_refused(mlm_run, text_corpus, capsys):
 
 def test_convert_to_hf_gives_a_masked_lm(mlm_run, tmp_path):
     # No NSP head: transformers' BertForMaskedLM (which has no pooler).
-    assert cli.main(["convert", "--checkpoint", mlm_run[0], "--to_hf", str(tmp_path / "hf")]) == 0
+    assert cli.main(["convert", "--model", mlm_run[0], "--to_hf", str(tmp_path / "hf")]) == 0
     hf_config = json.loads((tmp_path / "hf" / "config.json").read_text())
     assert hf_config["architectures"] == ["BertForMaskedLM"]
 

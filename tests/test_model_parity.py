@@ -8,6 +8,7 @@ from bert_jax.models.config import BertConfig
 from bert_jax.models.encoder import BertModel
 from bert_jax.models.heads import BertForPreTraining
 from bert_jax.weights import hf
+from bert_jax.weights.config_json import to_hf_dict
 
 torch = pytest.importorskip("torch", reason="the PyTorch reference needs the test extras")
 transformers = pytest.importorskip("transformers")
@@ -22,7 +23,7 @@ def random_reference(config: BertConfig, seed: int):
     they stay so small that, e.g., erf and tanh GELU would agree within 1e-4.
     """
     torch.manual_seed(seed)
-    hf_config = transformers.BertConfig(**config.to_hf_dict())
+    hf_config = transformers.BertConfig(**to_hf_dict(config))
     return scale_weights(transformers.BertForPreTraining(hf_config).eval())
 
 

@@ -5,16 +5,18 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax.models.config import BertConfig, preset
+from bert_jax.models.config import BertConfig
 from bert_jax.models.encoder import BertModel
 from bert_jax.models.heads import BertForPreTraining
+from bert_jax.models.presets import preset
 from bert_jax.weights import hf
+from bert_jax.weights.config_json import to_hf_dict
 
 torch = pytest.importorskip("torch", reason="the PyTorch reference needs the test extras")
 transformers = pytest.importorskip("transformers")
 
 from test_model_parity import TOL, scale_weights  # noqa: E402
-from test_model_parity import state_dict_numpy as state_dict
+from test_model_parity import state_dict_numpy as state_dict  # noqa: E402
 
 SIZES = [
     # 4 layers, a global one every 2nd, a 16-token window: rows of 40 tokens reach past it.
@@ -35,7 +37,7 @@ def reference(config: BertConfig, seed: int):
     """A transformers ModernBertForMaskedLM with every weight random, of a size that keeps
     activations of order one (the LayerNorms included)."""
     torch.manual_seed(seed)
-    hf_config = transformers.ModernBertConfig(**config.to_hf_dict())
+    hf_config = transformers.ModernBertConfig(**to_hf_dict(config))
     hf_config._attn_implementation = "eager"
     model = transformers.ModernBertForMaskedLM(hf_config).eval()
     return scale_weights(model)
@@ -200,7 +202,7 @@ def test_a_converted_modernbert_fine_tunes_and_embeds(tmp_path):
     reference(config, seed=4).save_pretrained(directory)
     bpe_tokenizer_json(directory / "tokenizer.json")
     out = tmp_path / "converted"
-    assert cli.main(["convert", "--from_hf", str(directory), "--out", str(out)]) == 0
+    assert cli.main(["convert", "--from_hf", str(directory), "--output", str(out)]) == 0
     train = tmp_path / "train.txt"  # headerless label<TAB>text
     train.write_text("".join(f"{'pos' if i % 2 else 'neg'}\tthe cat sat {'far ' * i}\n"
                              for i in range(8)), encoding="utf-8")
@@ -213,7 +215,7 @@ def test_a_converted_modernbert_fine_tunes_and_embeds(tmp_path):
     texts = tmp_path / "texts.txt"
     texts.write_text("the cat\na dog ran\n", encoding="utf-8")
     vectors = tmp_path / "vectors.npy"
-    assert cli.main(["embed", "--checkpoint", str(out), "--input", str(texts), "--output",
+    assert cli.main(["embed", "--model", str(out), "--input", str(texts), "--output",
                      str(vectors), "--pooling", "mean"]) == 0
     assert np.load(vectors).shape == (2, config.hidden_size)
 

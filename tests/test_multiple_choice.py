@@ -149,7 +149,7 @@ def test_finetuning_learns_the_fixture_then_evaluate_and_predict(finetuned, tmp_
     records = [json.loads(line) for line in
                open(os.path.join(workdir, "predictions", "test.jsonl"), encoding="utf-8")]
     assert len(records) == 8 and "test" not in results  # unlabeled: predicted, not scored
-    assert bert_jax_cli.main(["evaluate", "--workdir", workdir]) == 0
+    assert bert_jax_cli.main(["evaluate", "--model", workdir]) == 0
     with open(os.path.join(workdir, "evaluate_results.json")) as f:
         assert json.load(f)["validation"]["accuracy"] == results["validation"]["accuracy"]
 
@@ -159,7 +159,7 @@ def test_finetuning_learns_the_fixture_then_evaluate_and_predict(finetuned, tmp_
              ["cup stands still .", "door stands still .", "dog stands still .",
               "car stands still ."])}}])
     out = tmp_path / "out.jsonl"
-    assert bert_jax_cli.main(["predict", "--workdir", workdir, "--input", jsonl,
+    assert bert_jax_cli.main(["predict", "--model", workdir, "--input", jsonl,
                               "--output", str(out)]) == 0
     [record] = [json.loads(line) for line in out.read_text().splitlines()]
     assert record["label"] == 2 and record["ending"] == "dog stands still ."
@@ -182,12 +182,12 @@ def test_finetuning_learns_the_fixture_then_evaluate_and_predict(finetuned, tmp_
         {"context": "a dog walks into the field .", "question": "then the", "endings": [
             "cup stands still .", "door stands still .", "dog stands still .",
             "car stands still ."]}])
-    assert bert_jax_cli.main(["predict", "--workdir", workdir, "--input", documented,
+    assert bert_jax_cli.main(["predict", "--model", workdir, "--input", documented,
                               "--output", str(out)]) == 0
     assert json.loads(out.read_text())["label"] == 2
     other = write_jsonl(tmp_path / "other.jsonl", [{"story": "a dog", "options": ["a", "b"]}])
     capsys.readouterr()
-    assert bert_jax_cli.main(["predict", "--workdir", workdir, "--input", other]) == 2
+    assert bert_jax_cli.main(["predict", "--model", workdir, "--input", other]) == 2
     err = capsys.readouterr().err
     assert "predict reads JSONL rows" in err and "--config" not in err, err
 
@@ -199,7 +199,7 @@ def test_export_to_transformers_gives_the_same_logits_and_converts_back(finetune
 
     workdir, _, data = finetuned
     hf_dir, back = str(tmp_path / "hf"), str(tmp_path / "back")
-    assert bert_jax_cli.main(["convert", "--checkpoint", workdir, "--to_hf", hf_dir]) == 0
+    assert bert_jax_cli.main(["convert", "--model", workdir, "--to_hf", hf_dir]) == 0
     hf_model = transformers.BertForMultipleChoice.from_pretrained(hf_dir).eval()
 
     model = inference.load_finetuned(workdir)
@@ -213,7 +213,7 @@ def test_export_to_transformers_gives_the_same_logits_and_converts_back(finetune
             ("token_type_ids", "segment_ids"))}).logits
     np.testing.assert_allclose(torch.softmax(logits, -1).numpy(), ours, atol=1e-5)
 
-    assert convert_cli.main(["--from_hf", hf_dir, "--out", back]) == 0
+    assert convert_cli.main(["--from_hf", hf_dir, "--output", back]) == 0
     converted, saved = pretrained.load(back), pretrained.load(os.path.join(workdir, "best"))
     assert pretrained.task_kind(converted.task, converted.params) == "multiple_choice"
     for (path, a), (_, b) in zip(pretrained._flat(converted.params).items(),

@@ -118,7 +118,7 @@ def test_create_data_killed_mid_run_leaves_no_shard_and_keeps_the_earlier_run(tm
 
     from test_train import REPO
     out = str(tmp_path / "records")
-    args = ["create-data", "--input", text_corpus, "--output_dir", out, "--max_seq_length",
+    args = ["create-data", "--input", text_corpus, "--output", out, "--max_seq_length",
             "32", "--num_shards", "2", "--num_workers", "1", "--no_progress"]
     killed = ("import os, sys\nfrom bert_jax import cli\nfrom bert_jax.data import tfrecord\n"
               "def write(self, record):\n    os._exit(137)  # as SIGKILL: no cleanup runs\n"

@@ -214,14 +214,16 @@ def test_enospc_during_a_save_leaves_the_previous_one_and_resumes(tmp_path, text
 
 def test_converted_text_records_its_options_and_is_rebuilt_when_they_change(
         tmp_path, text_corpus):
+    from bert_jax.data.options import DataOptions
     from bert_jax.pretrain.inputs import DATA_OPTIONS_FILE, input_files, prepare_input_files
     from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
     vocabulary = load_tokenizer(DEFAULT_VOCAB).fingerprint()
 
     def convert(**overrides):
         config = small_config(text_corpus, **overrides)
-        files = prepare_input_files(config, input_files(config), str(tmp_path), DEFAULT_VOCAB,
-                                    vocabulary, process_index=0, process_count=1)
+        files = prepare_input_files(config, DataOptions.from_config(config), input_files(config),
+                                    str(tmp_path), DEFAULT_VOCAB, vocabulary, process_index=0,
+                                    process_count=1)
         options = json.load(open(os.path.join(os.path.dirname(files[0]), DATA_OPTIONS_FILE)))
         return options, os.stat(files[0]).st_mtime_ns
 

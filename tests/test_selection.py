@@ -161,5 +161,5 @@ def test_ties_keep_the_earlier_setting():
     ("csv", 5e-5), ("sst2", 5e-5), ("conll", 1e-4), ("conll2003", 1e-4), ("squad", 3e-5),
     ("multiple_choice", 2e-5), ("conll,tiny", 1e-3)])
 def test_default_learning_rates_are_the_measured_ones(variant, learning_rate):
-    """The table in docs/finetuning.md ("How the defaults were chosen") picked these."""
+    """docs/finetuning.md, "How the defaults were chosen" (figures in docs/results.md)."""
     assert load_config(f"{CONFIG}:{variant}").learning_rate == learning_rate

@@ -5,8 +5,8 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax.models.config import preset
 from bert_jax.models.heads import BertForPreTraining
+from bert_jax.models.presets import preset
 from bert_jax.pretrain.steps import dummy_inputs, jit_steps
 from bert_jax.train import sharding
 from bert_jax.train.optim import make_optimizer

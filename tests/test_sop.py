@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from test_create_data import read_records
 
+from bert_jax import cli
 from bert_jax.data import corpus, instances
 from bert_jax.data import create_pretraining_data as cpd
 from bert_jax.data.options import DataOptions
@@ -59,7 +60,7 @@ def record_sets(tmp_path_factory):
     out = {}
     for name, sop in (("nsp", False), ("sop", True)):
         directory = tmp_path_factory.mktemp(name)
-        argv = ["--input", shard, "--output_dir", str(directory), "--num_shards", "1",
+        argv = ["--input", shard, "--output", str(directory), "--num_shards", "1",
                 "--dupe_factor", "1", "--max_seq_length", "64", "--max_predictions_per_seq",
                 "8", "--num_workers", "1", "--no_progress"]
         assert cpd.main(argv + (["--sentence_order_prediction"] if sop else [])) == 0
@@ -97,7 +98,7 @@ def test_pipeline_reads_sop_records_and_refuses_a_mismatch(record_sets):
 
 
 def test_sop_without_pairs_is_refused(tmp_path, capsys):
-    assert cpd.main(["--output_dir", str(tmp_path), "--sentence_order_prediction",
+    assert cli.main(["create-data", "--output", str(tmp_path), "--sentence_order_prediction",
                      "--no_next_sentence_prediction", "--no_progress"]) == 2
     assert "it needs next_sentence_prediction=True" in capsys.readouterr().err
 

@@ -1,5 +1,5 @@
 """Text that is not in BERT's format as written: a named encoding (`--encoding`) and a
-corpus on one long line (issue 44). Speeds: bench/bench_long_line.py."""
+corpus on one long line (issue 44). Speeds: docs/results.md."""
 import glob
 import gzip
 import json
@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
+from bert_jax import cli
 from bert_jax.data import corpus
-from bert_jax.data import create_pretraining_data as cpd
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -22,8 +22,8 @@ def _sentences(count):
 
 
 def _create(path, out, *flags):
-    return cpd.main(["--input", str(path), "--output_dir", str(out), "--dupe_factor", "1",
-                     "--num_workers", "1", "--num_shards", "1", "--no_progress", *flags])
+    return cli.main(["create-data", "--input", str(path), "--output", str(out), "--dupe_factor",
+                     "1", "--num_workers", "1", "--num_shards", "1", "--no_progress", *flags])
 
 
 def test_a_corpus_on_one_line_is_split_into_sentences_and_kept(tmp_path, capsys, caplog):
@@ -69,8 +69,9 @@ def test_latin1_text_is_read_when_its_encoding_is_named(tmp_path):
 def test_an_unknown_encoding_is_one_line(tmp_path, capsys):
     (tmp_path / "a.txt").write_text("text\n")
     assert _create(tmp_path / "a.txt", tmp_path / "out", "--encoding", "klingon") == 2
-    assert capsys.readouterr().err == ("error: unknown encoding 'klingon': use a Python codec "
-                                       "name such as utf-8, latin-1, cp1252, utf-16\n")
+    assert capsys.readouterr().err == ("bert-jax create-data: error: unknown encoding 'klingon': "
+                                       "use a Python codec name such as utf-8, latin-1, cp1252, "
+                                       "utf-16\n")
     assert not os.path.exists(tmp_path / "out")
 
 

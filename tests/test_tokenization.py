@@ -34,7 +34,8 @@ ADVERSARIAL = [
     "ctrl\x00a\x01b\x07c\x7fd\x0be\x0cf", "tab\tnew\nline\rcr  spaces", "a" * 101, "b" * 100,
     "x" * 99 + "é", "", "   ", "\n", "İstanbul ΣΟΦΟΣ ǅ ß ﬁ", "\u2028sep\u2029para\u0085nel",
     "a\u0301b \u0301 combining", "U.S.A. don't e-mail $3.50 @home #tag (x) [y] {z}",
-    "Ⅻ ① ½ ¼ ²", "\ufffd replacement", "ｆｕｌｌｗｉｄｔｈ", "مرحبا بالعالم", "\u3000ideographic\u00a0nbsp",
+    "Ⅻ ① ½ ¼ ²", "\ufffd replacement", "ｆｕｌｌｗｉｄｔｈ", "مرحبا بالعالم",
+    "\u3000ideographic\u00a0nbsp",
     "x\u1fefy \u037e", "supercalifragilisticexpialidocious " * 3, "1,234.56e-7 -- ... ?!",
 ]
 
@@ -188,7 +189,7 @@ def sentencepiece_dir(request, tmp_path_factory):
     out = tmp_path_factory.mktemp(request.param)
     files = sorted(glob.glob(corpus.DEFAULT_CORPUS))[:1]
     assert build_vocab.main(["--input", *files, "--vocab_size", "1000", "--type", request.param,
-                       "--out", str(out)]) == 0
+                       "--output", str(out)]) == 0
     return str(out)
 
 
@@ -210,14 +211,14 @@ def test_sentencepiece_special_ids_offsets_and_words(sentencepiece_dir):
 
 
 def test_tokenize_cli(minilm_vocab):
-    code = "import sys; from bert_jax.tokenization import cli; sys.exit(cli.main(sys.argv[1:]))"
-    run = lambda *args: subprocess.run([sys.executable, "-c", code, "--vocab", minilm_vocab, *args],
-                                       input="Hello world!\n\nunaffable\n", capture_output=True,
-                                       text=True, check=True).stdout
+    code = "import sys; from bert_jax import cli; sys.exit(cli.main(['tokenize', *sys.argv[1:]]))"
+    run = lambda *args: subprocess.run(
+        [sys.executable, "-c", code, "--tokenizer", minilm_vocab, *args],
+        input="Hello world!\n\nunaffable\n", capture_output=True, text=True, check=True).stdout
     assert run() == "hello world !\n\n" + " ".join(load_tokenizer(minilm_vocab).encode(
         "unaffable").tokens) + "\n"
     assert run("--ids").splitlines()[0] == "7592 2088 999"
-    failed = subprocess.run([sys.executable, "-c", code, "--vocab", "/nonexistent/vocab.txt"],
+    failed = subprocess.run([sys.executable, "-c", code, "--tokenizer", "/nonexistent/vocab.txt"],
                             input="", capture_output=True, text=True)
     assert failed.returncode == 2 and "not found" in failed.stderr
 
@@ -227,7 +228,7 @@ def test_train_wordpiece_cli(tmp_path):
     sample = tmp_path / "sample.txt"
     sample.write_text("\n".join(corpus_lines(1000)))
     assert build_vocab.main(["--input", str(sample), "--type", "wordpiece", "--vocab_size", "600",
-                       "--out", str(tmp_path / "wp")]) == 0
+                       "--output", str(tmp_path / "wp")]) == 0
     tok = load_tokenizer(str(tmp_path / "wp"))
     assert tok.vocab_size == 600 and tok.id_to_token(4) == "[MASK]"
     assert tok.encode("the jury said").tokens[0] == "the"

@@ -6,8 +6,10 @@ import numpy as np
 import optax
 import pytest
 
-from bert_jax.models.config import ConfigError, from_model_spec, preset, run_bert_config
+from bert_jax.models.config import ConfigError
+from bert_jax.models.presets import preset
 from bert_jax.train import train_step
+from bert_jax.train.model_config import from_model_spec, run_bert_config
 from bert_jax.train.optim import make_optimizer
 from bert_jax.train.train_state import TrainState, make_key
 

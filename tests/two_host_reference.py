@@ -11,10 +11,10 @@ from bert_jax.pretrain import inputs
 
 
 class TwoHosts:
-    def __init__(self, make, config, files, tokenizer, split, state=None, **_one_process):
+    def __init__(self, make, *args, state=None, **kwargs):
         states = state or [None, None]
-        self.hosts = [make(config, files, tokenizer, split=split, state=s,
-                           process_index=i, process_count=2) for i, s in enumerate(states)]
+        self.hosts = [make(*args, **{**kwargs, "state": s, "process_index": i,
+                                     "process_count": 2}) for i, s in enumerate(states)]
 
     def __iter__(self):
         return self

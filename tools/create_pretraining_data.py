@@ -41,7 +41,7 @@ def main(argv) -> int:
     parser.add_argument("--num_workers", type=int, default=1)
     args = parser.parse_args(argv)
     args.input = [args.input_file]
-    args.vocab = args.vocab_file
+    args.tokenizer = args.vocab_file
     outputs = [p for p in args.output_file.split(",") if p]
     # Google's flag names end here: bert_jax spells them as its config keys.
     options = DataOptions(max_seq_length=args.max_seq_length,
@@ -49,7 +49,12 @@ def main(argv) -> int:
                           masked_lm_prob=args.masked_lm_prob, short_seq_prob=args.short_seq_prob,
                           dupe_factor=args.dupe_factor, seed=args.random_seed,
                           whole_word_masking=args.do_whole_word_mask)
-    return create_pretraining_data.run(args, options, outputs, summary_dir=None)
+    try:
+        create_pretraining_data.run(args, options, outputs, summary_dir=None)
+    except (OSError, ValueError) as e:  # bad input (a UserError): one line, as bert-jax prints it
+        print(f"{parser.prog}: error: {' '.join(str(e).split())}", file=sys.stderr)
+        return 2
+    return 0
 
 
 if __name__ == "__main__":

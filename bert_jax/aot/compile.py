@@ -39,11 +39,12 @@ import numpy as np
 
 from bert_jax import flags
 from bert_jax.aot import collectives, gpu_hosts, tpu_slices
-from bert_jax.errors import UserError
-from bert_jax.pretrain import job
+from bert_jax.errors import UserError, is_out_of_memory, memory_levers
+from bert_jax.models import jax_compat
 from bert_jax.pretrain.setup import Setup
 from bert_jax.train import perf
 from bert_jax.train.config_loader import load_config, split_config_args
+from bert_jax.weights import pretrained
 
 GIB = tpu_slices.GIB
 # A recommended configuration leaves this share of HBM free; on GPUs more, since a run
@@ -56,12 +57,16 @@ class DoesNotFit(UserError):
 
 
 def _vocab_size(config) -> int:
-    """The model's vocab_size if the config sets one, else the run's tokenizer's (as
-    pretraining picks it: config.tokenizer, init_from's, or the bundled vocabulary)."""
+    """The model's vocab_size if the config sets one, else the run's vocabulary's (as
+    pretraining picks it: config.tokenizer, init_from's, or the bundled vocabulary), read
+    without converting or loading a model."""
     model = config.model
     if not isinstance(model, str) and "vocab_size" in model:
         return int(model["vocab_size"])
-    return job.run_tokenizer(config)[1].vocab_size
+    if config.init_from and not config.tokenizer:
+        return pretrained.model_config(config.init_from).vocab_size
+    from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
+    return load_tokenizer(config.tokenizer or DEFAULT_VOCAB).vocab_size
 
 
 def resolve_topology(name: str):
@@ -82,13 +87,6 @@ def topology_devices(topology, num_slices: int = 1) -> list:
             raise
         raise UserError("compiling for a TPU topology needs libtpu, which is not installed: "
                         "pip install -e .[tpu] (no TPU needed)") from e
-
-
-def _levers(config) -> str:
-    return ("shard parameters and optimizer state (--config.mesh_shape.fsdp=-1 "
-            "--config.mesh_shape.data=1), recompute more (--config.remat_policy=full), a "
-            "smaller per-chip batch (--config.global_batch_size), or more micro-batches "
-            f"(--config.grad_accum_steps={2 * config.grad_accum_steps})")
 
 
 def _shortfall_from_error(error: Exception) -> float | None:
@@ -117,7 +115,7 @@ def compile_step(config, topology, num_slices: int = 1,
             f"{config_name(config)} does not fit {topology.name}: its parameters and "
             f"optimizer state alone take {state_bytes / GIB:.2f} GiB per chip, "
             f"{(state_bytes - topology.hbm_bytes) / GIB:.2f} GiB more than the "
-            f"{topology.hbm_bytes / GIB:.0f} GiB of HBM; {_levers(config)}")
+            f"{topology.hbm_bytes / GIB:.0f} GiB of HBM; {memory_levers(config.grad_accum_steps)}")
     train_fn, _ = setup.jit_steps()
     start = time.perf_counter()
     with jax.set_mesh(setup.partitioner.mesh), cudnn_checks_for(topology):
@@ -125,14 +123,14 @@ def compile_step(config, topology, num_slices: int = 1,
         try:
             compiled = lowered.compile()
         except Exception as e:  # noqa: BLE001 - XLA's error type differs across versions
-            if "RESOURCE_EXHAUSTED" not in str(e):
+            if not is_out_of_memory(e):
                 raise
             short = _shortfall_from_error(e)
             raise DoesNotFit(
                 f"{config_name(config)} does not fit {topology.name}: XLA refused, "
                 + (f"{short:.2f} GiB per chip over the {topology.hbm_bytes / GIB:.0f} GiB of "
                    "HBM" if short is not None else f"out of HBM ({' '.join(str(e).split())[:200]})")
-                + f"; {_levers(config)}") from None
+                + f"; {memory_levers(config.grad_accum_steps)}") from None
     compile_s = time.perf_counter() - start
     if hlo_out:
         with open(hlo_out, "w", encoding="utf-8") as f:
@@ -145,10 +143,10 @@ def cudnn_checks_for(topology):
     """jax's cuDNN attention asks the local default backend for the GPU's compute
     capability, which on a machine without a GPU answers "none": packed rows (Hopper and
     later) would be refused when compiling for H100s here. While compiling for GPU hosts
-    the check answers for their GPU. (A private jax function: where it is gone, nothing
-    is changed.)"""
+    the check answers for their GPU. (A private jax function, `jax_compat.cudnn_attention`:
+    where it is gone, nothing is changed.)"""
     try:
-        from jax._src.cudnn import fused_attention_stablehlo as cudnn_attention
+        cudnn_attention = jax_compat.cudnn_attention()
     except ImportError:
         cudnn_attention = None
     kept = getattr(cudnn_attention, "check_compute_capability", None)
@@ -217,7 +215,7 @@ _FUSED_ATTENTION = {"tpu": "Pallas splash attention", "gpu": "cuDNN flash attent
 def _capacity_note(topology) -> str:
     """For GPUs: what the capacity is, and that a run needs more than XLA's plan (cuBLAS
     workspaces, autotuning): measured on H200s, bert-base and bert-large steps peaked
-    13-14% above their plans (docs/performance.md)."""
+    13-14% above their plans (docs/results.md)."""
     if topology.platform == "tpu":
         return ""
     total = topology.gpu.memory_mib * gpu_hosts.MIB / GIB
@@ -306,7 +304,7 @@ def main(argv: list[str]) -> int:
         raise DoesNotFit(f"{config_name(config)} needs {report['hbm_per_chip_gb']:.2f} GiB per "
                          f"{unit}, {short:.2f} GiB more than the "
                          f"{report['hbm_capacity_gb']:.0f} GiB of one {topology.generation} "
-                         f"{unit}; {_levers(config)}")
+                         f"{unit}; {memory_levers(config.grad_accum_steps)}")
     return 0
 
 

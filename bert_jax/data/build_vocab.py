@@ -8,12 +8,12 @@ Both put BERT's special tokens first: [PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3,
 It lives beside the corpus reader it learns from, so that tokenization reads no corpus.
 """
 import argparse
-import sys
 import tempfile
 from typing import Iterator, List, Sequence
 
 from bert_jax import flags
 from bert_jax.data import corpus
+from bert_jax.errors import UserError
 from bert_jax.host import paths
 from bert_jax.tokenization import base, wordpiece
 from bert_jax.tokenization.sentencepiece_tokenizer import SentencePieceTokenizer
@@ -81,25 +81,22 @@ def train_tokenizer(files: Sequence[str], vocab_size: int, kind: str, out_dir: s
             tokenizer = train_sentencepiece(files, vocab_size, kind, tmp)
             tokenizer.save(out_dir)
         return SentencePieceTokenizer(paths.join(out_dir, base.SPM_FILE))
-    raise ValueError(f"unknown tokenizer type {kind!r}: use wordpiece, unigram or bpe")
+    raise UserError(f"unknown tokenizer type {kind!r}: use wordpiece, unigram or bpe")
 
 
 def main(argv: List[str]) -> int:
     parser = flags.ArgumentParser(prog="bert-jax train-tokenizer", description=__doc__,
-                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+                                  formatter_class=argparse.RawDescriptionHelpFormatter,
+                                  deprecated={"--out": "--output"})
     parser.add_argument("--input", nargs="+", default=[corpus.DEFAULT_CORPUS],
                         help="text files or globs (BERT format, .gz accepted); "
                         "default: the embedded corpus")
     parser.add_argument("--vocab_size", type=int, default=8192)
     parser.add_argument("--type", choices=["wordpiece", "unigram", "bpe"], default="wordpiece")
     parser.add_argument("--cased", action="store_true", help="keep case and accents (WordPiece)")
-    parser.add_argument("--out", required=True, help="output directory")
+    parser.add_argument("--output", required=True, help="tokenizer directory to write")
     args = parser.parse_args(argv)
-    try:
-        tokenizer = train_tokenizer(args.input, args.vocab_size, args.type, args.out,
-                                    do_lower_case=not args.cased)
-    except (FileNotFoundError, base.TokenizerError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    print(f"wrote a {args.type} vocabulary of {tokenizer.vocab_size} tokens to {args.out}")
+    tokenizer = train_tokenizer(args.input, args.vocab_size, args.type, args.output,
+                                do_lower_case=not args.cased)
+    print(f"wrote a {args.type} vocabulary of {tokenizer.vocab_size} tokens to {args.output}")
     return 0

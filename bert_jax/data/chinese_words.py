@@ -13,6 +13,7 @@ words. Lines without CJK characters are not segmented at all.
 """
 from typing import Callable, List, Optional, Sequence, Tuple
 
+from bert_jax.errors import UserError
 from bert_jax.tokenization.chars import is_cjk
 
 SEGMENTERS = ("jieba", "none")
@@ -42,14 +43,14 @@ def jieba_segmenter() -> Segmenter:
 def make_segmenter(name: str) -> Optional[Segmenter]:
     """'jieba' -> a segmenter; 'none' -> None (CJK characters masked one by one)."""
     if name not in SEGMENTERS:
-        raise ValueError(f"unknown chinese_segmenter {name!r}: use one of {list(SEGMENTERS)}")
+        raise UserError(f"unknown chinese_segmenter {name!r}: use one of {list(SEGMENTERS)}")
     return jieba_segmenter() if name == "jieba" else None
 
 
 def word_spans(text: str, words: Sequence[str], where: str = "") -> List[Tuple[int, int]]:
     """Character spans of `words` in `text`; whitespace between (or inside) them is skipped.
 
-    Raises ValueError naming `where` (file and line) when the words do not spell
+    Raises UserError naming `where` (file and line) when the words do not spell
     `text` once whitespace is ignored.
     """
     spans, position = [], 0
@@ -64,15 +65,15 @@ def word_spans(text: str, words: Sequence[str], where: str = "") -> List[Tuple[i
             while position < len(text) and text[position].isspace():
                 position += 1
             if position >= len(text) or text[position] != ch:
-                raise ValueError(
+                raise UserError(
                     f"{where}: the reference words do not spell the input line: word "
                     f"{word!r} does not match the text at character {start} "
                     f"({text[start:start + len(word) + 5]!r})")
             position += 1
         spans.append((start, position))
     if text[position:].strip():
-        raise ValueError(f"{where}: the reference words end before the input line does: "
-                         f"{text[position:position + 20]!r} is left over")
+        raise UserError(f"{where}: the reference words end before the input line does: "
+                        f"{text[position:position + 20]!r} is left over")
     return spans
 
 
@@ -126,7 +127,7 @@ def entity_list(path: str) -> Callable[[str], List[Tuple[int, int]]]:
     with open(path, encoding="utf-8") as f:
         names = {"".join(line.split()) for line in f} - {""}
     if not names:
-        raise ValueError(f"{path}: the entity list is empty (one entity per line)")
+        raise UserError(f"{path}: the entity list is empty (one entity per line)")
     by_first = {}
     for name in names:
         by_first.setdefault(name[0], set()).add(name)

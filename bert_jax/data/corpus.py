@@ -12,13 +12,13 @@ import re
 import zlib
 from typing import Callable, Iterable, Iterator, List, Sequence, TypeVar
 
+from bert_jax import RESOURCES
 from bert_jax.errors import UserError
 from bert_jax.host import encoding, paths
 
 T = TypeVar("T")
 
-_RESOURCES = paths.join(paths.dirname(paths.dirname(paths.abspath(__file__))), "resources")
-CORPUS_DIR = paths.join(_RESOURCES, "corpus")
+CORPUS_DIR = paths.join(RESOURCES, "corpus")
 # Public-domain text: the King James Bible and the latest 100 State of the
 # Union addresses (see resources/corpus/README.md), gzip shards in BERT format.
 DEFAULT_CORPUS = paths.join(CORPUS_DIR, "*.txt.gz")
@@ -71,17 +71,17 @@ def _open_binary(path: str):
 
 
 def _checked_gzip(lines: Iterator[bytes], path: str) -> Iterator[bytes]:
-    """`lines`, with a truncated or corrupt gzip file reported as a ValueError naming it."""
+    """`lines`, with a truncated or corrupt gzip file reported as a UserError naming it."""
     try:
         yield from lines
     except (EOFError, zlib.error, gzip.BadGzipFile) as e:
-        raise ValueError(f"{path}: truncated or corrupt gzip file ({e}); download or "
-                         "compress it again") from None
+        raise UserError(f"{path}: truncated or corrupt gzip file ({e}); download or "
+                        "compress it again") from None
 
 
 def iter_lines(path: str, stats: ReadStats, codec: str = encoding.DEFAULT) -> Iterator[str]:
     """Stripped lines of one file (`bert_jax.host.encoding`: UTF-8, or UTF-16/32 after a
-    byte-order mark, read whole; other bytes raise ValueError naming the line), or in
+    byte-order mark, read whole; other bytes raise UserError naming the line), or in
     the `codec` the user named."""
     stats.files += 1
     size = 0

@@ -20,7 +20,7 @@ the output shards.
 
 Features (BERT's names): input_ids, input_mask, segment_ids (int64 [L]),
 next_sentence_labels (int64 [1], 1 = random next; absent in MLM-only files) and, unless
-`--no_static_masking`, masked_lm_positions, masked_lm_ids (int64 [P]) and
+`--dynamic_masking`, masked_lm_positions, masked_lm_ids (int64 [P]) and
 masked_lm_weights (float [P]). Files without masks are for dynamic masking;
 the pipeline also re-masks statically masked files by restoring their tokens.
 
@@ -57,8 +57,9 @@ import numpy as np
 from bert_jax import flags
 from bert_jax.data import chinese_words, corpus, instances, lengths, masking, tfrecord
 from bert_jax.data.options import DataOptions
+from bert_jax.errors import UserError
 from bert_jax.host import paths, workdir_kind
-from bert_jax.tokenization import DEFAULT_VOCAB, TokenizerError, chars, load_tokenizer
+from bert_jax.tokenization import DEFAULT_VOCAB, chars, load_tokenizer
 from bert_jax.tokenization.base import uncovered_text_warning
 
 
@@ -153,8 +154,8 @@ def _read_documents(path: str, ref_path: Optional[str], read: corpus.ReadStats,
     while references and not references[-1]:
         references.pop()
     if len(lines) != len(references):
-        raise ValueError(f"{ref_path} has {len(references)} lines but {path} has {len(lines)}: "
-                         "a reference segmentation needs one line of words per input line")
+        raise UserError(f"{ref_path} has {len(references)} lines but {path} has {len(lines)}: "
+                        "a reference segmentation needs one line of words per input line")
     numbered = [(line, reference.split(), f"{ref_path}:{number}")
                 for number, (line, reference) in enumerate(zip(lines, references), 1)]
     return corpus.split_documents(numbered, read, text=lambda item: item[0])
@@ -377,7 +378,7 @@ def examples_from_texts(documents: Sequence[Sequence[str]], tokenizer, options: 
                  for doc in documents]
     tokenized = [doc for doc in tokenized if doc]
     if not tokenized:
-        raise ValueError("no text to make examples from")
+        raise UserError("no text to make examples from")
     rng = random.Random(f"{seed}/texts")
     if options.next_sentence_prediction:
         made, counts = [], instances.InstanceStats()
@@ -430,13 +431,13 @@ def shard_paths(output_dir: str, num_shards: int) -> List[str]:
 
 def _check_knowledge_masking(options: DataOptions, references: bool) -> None:
     if not 0 <= options.knowledge_masking_prob <= 1:
-        raise ValueError(f"knowledge_masking_prob {options.knowledge_masking_prob} is not "
-                         "in [0, 1]")
+        raise UserError(f"knowledge_masking_prob {options.knowledge_masking_prob} is not "
+                        "in [0, 1]")
     if options.knowledge_masking == "phrase" and not references:
-        raise ValueError("--knowledge_masking phrase masks the chunks of a reference "
-                         "chunking file: give one per input file with --chinese_ref_file")
+        raise UserError("--knowledge_masking phrase masks the chunks of a reference "
+                        "chunking file: give one per input file with --chinese_ref_file")
     if options.entity_file and options.knowledge_masking != "entity":
-        raise ValueError("--entity_file lists entities for --knowledge_masking entity")
+        raise UserError("--entity_file lists entities for --knowledge_masking entity")
     _entity_finder(options)  # a missing or empty entity list fails here, before any work
 
 
@@ -448,7 +449,7 @@ def _cjk_share(path: str, codec: str, lines: int = 1000) -> float:
 
 def _check_options(options: DataOptions) -> None:
     if options.max_seq_length < 5:
-        raise ValueError("max_seq_length must be at least 5")
+        raise UserError("max_seq_length must be at least 5")
 
 
 def _text_files(inputs: Sequence[str], codec: str) -> List[str]:
@@ -456,8 +457,8 @@ def _text_files(inputs: Sequence[str], codec: str) -> List[str]:
     files = corpus.expand_inputs(inputs)
     for path in files:
         if tfrecord.is_tfrecord_file(path):
-            raise ValueError(f"{path} is a TFRecord file (pretraining data already), not "
-                             "text: give create-data text files, and pretrain on TFRecords")
+            raise UserError(f"{path} is a TFRecord file (pretraining data already), not "
+                            "text: give create-data text files, and pretrain on TFRecords")
     corpus.require_text(files, codec)
     return files
 
@@ -484,7 +485,7 @@ def create_pretraining_data(inputs: Sequence[str], output_files: Sequence[str], 
 
     `chinese_ref_files`: reference segmentations for whole-word masking, one per
     input file in the sorted order of the expanded inputs. Fails at once
-    (FileNotFoundError / TokenizerError / ValueError) for a missing input,
+    (FileNotFoundError / TokenizerError / UserError) for a missing input,
     vocabulary or reference file, and for bytes that are not UTF-8 (`bert_jax.host.encoding`);
     empty files and long lines are counted; a reference line that does not spell its
     input line fails.
@@ -496,12 +497,12 @@ def create_pretraining_data(inputs: Sequence[str], output_files: Sequence[str], 
     chinese_words.make_segmenter(options.chinese_segmenter)
     references = corpus.expand_inputs(chinese_ref_files) if chinese_ref_files else []
     if references and not options.whole_units:
-        raise ValueError("a Chinese reference segmentation is for whole-word masking: "
-                         "add --whole_word_masking")
+        raise UserError("a Chinese reference segmentation is for whole-word masking: "
+                        "add --whole_word_masking")
     _check_knowledge_masking(options, bool(references))
     if references and len(references) != len(files):
-        raise ValueError(f"{len(references)} reference files for {len(files)} input files: "
-                         "give one per input file, in the inputs' sorted order")
+        raise UserError(f"{len(references)} reference files for {len(files)} input files: "
+                        "give one per input file, in the inputs' sorted order")
     tasks = [(index, path, references[index] if references else None)
              for index, path in enumerate(files)]
     made = sorted({paths.dirname(paths.abspath(p)) for p in output_files
@@ -544,7 +545,7 @@ def create_pretraining_data(inputs: Sequence[str], output_files: Sequence[str], 
             _remove_outputs(temporary, made)
     _warn_about(total, files, options)
     if not written:  # empty shards would only fail later, in the pipeline
-        raise ValueError(
+        raise UserError(
             f"no pretraining examples from {len(files)} input file(s): {total.documents} "
             f"documents, {total.sentences} sentences, {total.empty_files} empty file(s); "
             "the input needs text in BERT's "
@@ -576,39 +577,45 @@ def remove_stale_shards(output_dir: str, output_files: Sequence[str]) -> List[st
     return stale
 
 
+_BOOLEAN_HELP = {
+    "whole_word_masking": "mask whole words (Chinese words from --chinese_segmenter or "
+                          "--chinese_ref_file)",
+    "dynamic_masking": "write unmasked examples: pretraining with dynamic_masking=True masks "
+                       "them anew every epoch",
+    "next_sentence_prediction": "sentence pairs with next-sentence labels (default); "
+                                "--no_next_sentence_prediction: MLM-only rows of contiguous "
+                                "sentences (RoBERTa's FULL-SENTENCES)",
+    "sentence_order_prediction": "ALBERT's sentence-order pairs (consecutive spans, swapped "
+                                 "with p=0.5) instead of next-sentence pairs",
+}
+
+
 def _parse_args(argv: List[str]) -> argparse.Namespace:
     parser = flags.ArgumentParser(prog="bert-jax create-data", description=__doc__,
-                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+                                  formatter_class=argparse.RawDescriptionHelpFormatter,
+                                  deprecated={"--output_dir": "--output", "--vocab": "--tokenizer",
+                                              "--no_static_masking": "--dynamic_masking"})
     parser.add_argument("--input", nargs="+", default=[corpus.DEFAULT_CORPUS],
                         help="text files or globs; default: the embedded corpus")
-    parser.add_argument("--output_dir", required=True)
-    parser.add_argument("--vocab", default=DEFAULT_VOCAB,
+    parser.add_argument("--output", required=True, help="folder of the TFRecord shards")
+    parser.add_argument("--tokenizer", default=DEFAULT_VOCAB,
                         help="tokenizer directory, vocab.txt or .model; default: embedded vocab")
     case = parser.add_mutually_exclusive_group()
     case.add_argument("--do_lower_case", dest="do_lower_case", action="store_true", default=None)
     case.add_argument("--cased", dest="do_lower_case", action="store_false")
     for name, default in DataOptions().create_data_fields().items():
-        if isinstance(default, bool):
+        if isinstance(default, bool):  # --KEY / --no_KEY, as the pretraining config spells it
+            parser.add_argument(f"--{name}", action=flags.BooleanOptionalAction,
+                                default=default, help=_BOOLEAN_HELP[name])
             continue
         parser.add_argument(f"--{name}", type=type(default), default=default,
                             **({"choices": chinese_words.SEGMENTERS}
                                if name == "chinese_segmenter" else
                                {"choices": chinese_words.KNOWLEDGE_MASKING}
                                if name == "knowledge_masking" else {}))
-    parser.add_argument("--whole_word_masking", action="store_true",
-                        help="mask whole words (Chinese words from --chinese_segmenter or "
-                        "--chinese_ref_file)")
     parser.add_argument("--chinese_ref_file", nargs="+", default=[],
                         help="whole-word masking: reference segmentations (a line of "
                         "space-separated words per input line), one per input file")
-    parser.add_argument("--no_next_sentence_prediction", action="store_true",
-                        help="MLM-only rows of contiguous sentences (RoBERTa's "
-                        "FULL-SENTENCES), no sentence pairs or NSP labels")
-    parser.add_argument("--sentence_order_prediction", action="store_true",
-                        help="ALBERT's sentence-order pairs (consecutive spans, swapped "
-                        "with p=0.5) instead of next-sentence pairs")
-    parser.add_argument("--no_static_masking", action="store_true",
-                        help="write unmasked examples (for dynamic masking in the pipeline)")
     parser.add_argument("--num_shards", type=int, default=4)
     parser.add_argument("--num_workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--no_progress", action="store_true")
@@ -616,60 +623,47 @@ def _parse_args(argv: List[str]) -> argparse.Namespace:
 
 
 def _options(args: argparse.Namespace) -> DataOptions:
-    fields = DataOptions().create_data_fields()
-    return DataOptions(**{name: getattr(args, name) for name in fields
-                          if name not in ("dynamic_masking", "next_sentence_prediction")},
-                       dynamic_masking=args.no_static_masking,
-                       next_sentence_prediction=not args.no_next_sentence_prediction)
+    return DataOptions(**{name: getattr(args, name) for name in DataOptions().create_data_fields()})
 
 
-def run(args, options: DataOptions, output_files: List[str], summary_dir: Optional[str]) -> int:
+def run(args, options: DataOptions, output_files: List[str], summary_dir: Optional[str]) -> None:
     """Shared by `main` and tools/create_pretraining_data.py: runs, prints, saves the summary."""
-    try:
-        stats = create_pretraining_data(args.input, output_files, args.vocab, options,
-                                        args.do_lower_case, args.num_workers,
-                                        progress=not getattr(args, "no_progress", False),
-                                        chinese_ref_files=getattr(args, "chinese_ref_file", []))
-    except (FileNotFoundError, TokenizerError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    stats = create_pretraining_data(args.input, output_files, args.tokenizer, options,
+                                    args.do_lower_case, args.num_workers,
+                                    progress=not getattr(args, "no_progress", False),
+                                    chinese_ref_files=getattr(args, "chinese_ref_file", []))
     summary = dict(stats.summary(), options=options.create_data_fields(),
                    # pretraining refuses records made with another setup
                    record_setup=options.record_setup(),
-                   vocab=paths.abspath(args.vocab), output_files=list(output_files),
+                   vocab=paths.abspath(args.tokenizer), output_files=list(output_files),
                    # pretraining refuses records made with another vocabulary
-                   vocab_fingerprint=load_tokenizer(args.vocab, args.do_lower_case).fingerprint())
+                   vocab_fingerprint=load_tokenizer(args.tokenizer,
+                                                    args.do_lower_case).fingerprint())
     for key, value in stats.summary().items():
         if isinstance(value, dict):  # percentiles
             value = ", ".join(f"{k} {v}" for k, v in value.items())
         print(f"{key:>28}: {value}")
     if summary_dir:
         paths.write_text(paths.join(summary_dir, SUMMARY_FILE), json.dumps(summary, indent=2))
-    return 0
 
 
 def _check_output_dir(output_dir: str) -> None:
     """The shards go into a data folder, never among a training run's or a model's files."""
     kind = workdir_kind.kind_of(output_dir)
     if kind not in (None, workdir_kind.DATA):
-        raise ValueError(f"--output_dir {output_dir} holds a {kind} run "
-                         f"({workdir_kind.COMMANDS[kind]}): write the TFRecords into a folder "
-                         "of their own")
+        raise UserError(f"--output {output_dir} holds a {kind} run "
+                        f"({workdir_kind.COMMANDS[kind]}): write the TFRecords into a folder "
+                        "of their own")
 
 
 def main(argv: List[str]) -> int:
     args = _parse_args(argv)
-    output_files = shard_paths(args.output_dir, args.num_shards)
-    try:
-        options = _options(args)
-        _check_output_dir(args.output_dir)
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    code = run(args, options, output_files, args.output_dir)
-    if code == 0:
-        stale = remove_stale_shards(args.output_dir, output_files)
-        if stale:
-            print(f"removed {len(stale)} shard(s) of an earlier run from {args.output_dir} "
-                  f"(written with another --num_shards)", file=sys.stderr)
-    return code
+    output_files = shard_paths(args.output, args.num_shards)
+    options = _options(args)
+    _check_output_dir(args.output)
+    run(args, options, output_files, args.output)
+    stale = remove_stale_shards(args.output, output_files)
+    if stale:
+        print(f"removed {len(stale)} shard(s) of an earlier run from {args.output} "
+              f"(written with another --num_shards)", file=sys.stderr)
+    return 0

@@ -16,6 +16,13 @@ from bert_jax.host import encoding
 
 PIPELINE_FIELDS = ("per_host_batch_size", "packing", "max_examples_per_row", "shuffle_buffer",
                    "repeat", "split", "eval_fraction")
+# The fields a pretraining run config sets, under these names (its schema,
+# bert_jax/train/run_config.py PRETRAIN, holds their run defaults): `from_config` takes
+# every one from the config, never from the defaults below.
+CONFIG_FIELDS = ("max_seq_length", "max_predictions_per_seq", "masked_lm_prob",
+                 "whole_word_masking", "dynamic_masking", "next_sentence_prediction",
+                 "sentence_order_prediction", "knowledge_masking", "knowledge_masking_prob",
+                 "seed", "packing", "eval_fraction")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,7 +40,13 @@ class DataOptions:
     the text's encoding.
     Pipeline only: per_host_batch_size B; packing up to max_examples_per_row examples in
     a row; split 'eval' reads the eval_fraction held out (once, unshuffled), 'train' the
-    rest, forever when repeat; shuffle_buffer."""
+    rest, forever when repeat; shuffle_buffer.
+
+    The defaults are create-data's, which follow google-research/bert's
+    create_pretraining_data.py (static masks, random_seed 12345), and the pipeline's when
+    used on its own (nothing held out; up to 4 examples per packed row, which a
+    pretraining config does not set). A pretraining run's differ (dynamic masking, seed 0,
+    1% held out: its schema's) and come from its config (`from_config`)."""
 
     max_seq_length: int = 128
     max_predictions_per_seq: int = 20
@@ -82,9 +95,9 @@ class DataOptions:
 
     @classmethod
     def from_config(cls, config, **pipeline) -> "DataOptions":
-        """The options of a pretraining run config (`pipeline`: the batching fields)."""
-        names = [f.name for f in dataclasses.fields(cls)]
-        return cls(**{**{n: config[n] for n in names if n in config}, **pipeline})
+        """The options of a pretraining run config: every CONFIG_FIELDS field its value,
+        create-data's fields at their defaults (`pipeline`: the batching fields)."""
+        return cls(**{**{name: config[name] for name in CONFIG_FIELDS}, **pipeline})
 
     def record_setup(self) -> dict:
         """What TFRecords made with these options bake in (see `setup_mismatch`)."""

@@ -25,6 +25,7 @@ import numpy as np
 
 from bert_jax.data import masking, packing, tfrecord
 from bert_jax.data.options import DataOptions
+from bert_jax.errors import UserError
 from bert_jax.host import paths
 
 _CHUNK = 256  # records parsed per tf.io.parse_example call
@@ -151,9 +152,9 @@ class PretrainIterator:
             if not self.repeat:
                 return
             if not delivered and position == 0:
-                raise ValueError(f"no {self.options.split} records for host "
-                                 f"{self.process_index} in "
-                                 f"{len(self.files)} files (empty files, or all held out?)")
+                raise UserError(f"no {self.options.split} records for host "
+                                f"{self.process_index} in "
+                                f"{len(self.files)} files (empty files, or all held out?)")
             epoch, position = epoch + 1, 0
 
     def _prepare(self, chunk: dict) -> dict:
@@ -171,8 +172,8 @@ class PretrainIterator:
             chunk = {k: v[keep] for k, v in chunk.items()}
         if not self.options.dynamic_masking:
             if len(chunk["input_ids"]) and not chunk["masked_lm_weights"].any():
-                raise ValueError("these TFRecords have no static masks (created with "
-                                 "--no_static_masking): use dynamic_masking=True")
+                raise UserError("these TFRecords have no static masks (created with "
+                                "--dynamic_masking): use dynamic_masking=True")
             return chunk
         original = masking.unmask(chunk["input_ids"], chunk["masked_lm_positions"],
                                   chunk["masked_lm_ids"], chunk["masked_lm_weights"])
@@ -183,8 +184,8 @@ class PretrainIterator:
             word_start = self.word_start_table[original] & chunk["word_start"].astype(bool)
         if self.knowledge_masking_prob is not None:
             if (chunk["unit_start"][:, :1] < 0).any():
-                raise ValueError("knowledge_masking needs records made by create-data "
-                                 "--knowledge_masking entity|phrase (they carry unit_start)")
+                raise UserError("knowledge_masking needs records made by create-data "
+                                "--knowledge_masking entity|phrase (they carry unit_start)")
             use = masking.knowledge_rows(keys, self.knowledge_masking_prob)
             units = self.word_start_table[original] & chunk["unit_start"].astype(bool)
             word_start = np.where(use[:, None], units, word_start)
@@ -284,20 +285,20 @@ def _pair_labels(nsp: np.ndarray, sop: np.ndarray, next_sentence_prediction: boo
     records hold that kind: NSP, SOP or none (MLM-only)."""
     if sentence_order_prediction:
         if (sop < 0).any():
-            raise ValueError("these TFRecords have no sentence-order labels: make them with "
-                             "bert-jax create-data --sentence_order_prediction, or set "
-                             "sentence_order_prediction=False")
+            raise UserError("these TFRecords have no sentence-order labels: make them with "
+                            "bert-jax create-data --sentence_order_prediction, or set "
+                            "sentence_order_prediction=False")
         return sop
     if (sop >= 0).any():
-        raise ValueError("these TFRecords hold sentence-order pairs (create-data "
-                         "--sentence_order_prediction): set sentence_order_prediction=True")
+        raise UserError("these TFRecords hold sentence-order pairs (create-data "
+                        "--sentence_order_prediction): set sentence_order_prediction=True")
     _check_nsp_records(nsp, next_sentence_prediction)
     return nsp
 
 
 def _name_bad_file(chunks: Iterator[dict], files: Sequence[str]) -> Iterator[dict]:
     """`chunks`, with TensorFlow's error for a corrupt or truncated record (which names
-    no file) turned into a ValueError naming the file: on that error, which is rare,
+    no file) turned into a UserError naming the file: on that error, which is rare,
     the files are read through until one fails."""
     import tensorflow as tf
     try:
@@ -309,16 +310,16 @@ def _name_bad_file(chunks: Iterator[dict], files: Sequence[str]) -> Iterator[dic
                     pass
             except tfrecord.CorruptRecordError as found:
                 detail = str(found).removeprefix(f"{path}: ")
-                raise ValueError(f"{path}: corrupt or truncated TFRecord file ({detail}); "
-                                 "recreate it with bert-jax create-data or leave it out of "
-                                 "input_files") from None
-        raise ValueError(f"a corrupt or truncated TFRecord file among {len(files)} "
-                         f"({e.message.splitlines()[0]})") from None
+                raise UserError(f"{path}: corrupt or truncated TFRecord file ({detail}); "
+                                "recreate it with bert-jax create-data or leave it out of "
+                                "input_files") from None
+        raise UserError(f"a corrupt or truncated TFRecord file among {len(files)} "
+                        f"({e.message.splitlines()[0]})") from None
 
 
 def check_record_shapes(files: Sequence[str], max_seq_length: int,
                         max_predictions_per_seq: int) -> None:
-    """Reads the first record of the first and the last file: raises ValueError naming
+    """Reads the first record of the first and the last file: raises UserError naming
     the file and both numbers when its rows or masked positions are not the lengths the
     run asks for, or when it cannot be read (before any step, rather than a shape error
     at the first batch)."""
@@ -327,39 +328,39 @@ def check_record_shapes(files: Sequence[str], max_seq_length: int,
         try:
             raw = next(iter(tfrecord.read_records(path)), None)
         except tfrecord.CorruptRecordError as e:
-            raise ValueError(f"{path}: not a readable TFRecord file ({e})") from None
+            raise UserError(f"{path}: not a readable TFRecord file ({e})") from None
         if raw is None:
             continue
         try:
             features = tf.train.Example.FromString(raw).features.feature
         except Exception:  # noqa: BLE001 - protobuf's DecodeError
-            raise ValueError(f"{path}: its records are not tf.train.Examples (not made by "
-                             "bert-jax create-data)") from None
+            raise UserError(f"{path}: its records are not tf.train.Examples (not made by "
+                            "bert-jax create-data)") from None
         for key, want, flag in (("input_ids", max_seq_length, "max_seq_length"),
                                 ("masked_lm_positions", max_predictions_per_seq,
                                  "max_predictions_per_seq")):
-            if key not in features:  # masks are optional (create-data --no_static_masking)
+            if key not in features:  # masks are optional (create-data --dynamic_masking)
                 if key == "input_ids":
-                    raise ValueError(f"{path}: its records have no 'input_ids' (not "
-                                     "pretraining data from bert-jax create-data)")
+                    raise UserError(f"{path}: its records have no 'input_ids' (not "
+                                    "pretraining data from bert-jax create-data)")
                 continue
             have = len(features[key].int64_list.value)
             if have != want:
-                raise ValueError(f"{path} was written with {flag} {have} but the run asks "
-                                 f"for {want}: set --config.{flag}={have}, or recreate the "
-                                 f"data with bert-jax create-data --{flag} {want}")
+                raise UserError(f"{path} was written with {flag} {have} but the run asks "
+                                f"for {want}: set --config.{flag}={have}, or recreate the "
+                                f"data with bert-jax create-data --{flag} {want}")
 
 
 def _check_nsp_records(labels: np.ndarray, next_sentence_prediction: bool) -> None:
     """Records with NSP labels (-1: none) must meet a run that wants them, and only one."""
     if next_sentence_prediction and (labels < 0).any():
-        raise ValueError("these TFRecords are MLM-only (made without next-sentence pairs, "
-                         "create-data --no_next_sentence_prediction): set "
-                         "next_sentence_prediction=False, or make NSP data")
+        raise UserError("these TFRecords are MLM-only (made without next-sentence pairs, "
+                        "create-data --no_next_sentence_prediction): set "
+                        "next_sentence_prediction=False, or make NSP data")
     if not next_sentence_prediction and (labels >= 0).any():
-        raise ValueError("these TFRecords hold next-sentence pairs with NSP labels: with "
-                         "next_sentence_prediction=False use MLM-only data (bert-jax "
-                         "create-data --no_next_sentence_prediction)")
+        raise UserError("these TFRecords hold next-sentence pairs with NSP labels: with "
+                        "next_sentence_prediction=False use MLM-only data (bert-jax "
+                        "create-data --no_next_sentence_prediction)")
 
 
 def make_pretrain_iterator(file_patterns: Sequence[str], options: DataOptions, *,

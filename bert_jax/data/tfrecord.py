@@ -14,12 +14,13 @@ from typing import Iterator
 
 import google_crc32c
 
+from bert_jax.errors import UserError
 from bert_jax.host import paths
 
 _READ_SIZE = 8 << 20  # bytes per remote read: a few round trips per shard
 
 
-class CorruptRecordError(ValueError):
+class CorruptRecordError(UserError):
     """A TFRecord file that is cut short or fails its checksum."""
 
 

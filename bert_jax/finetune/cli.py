@@ -2,8 +2,8 @@
 
   bert-jax finetune --config configs/finetune.py:TASK --init_from CKPT --workdir DIR \\
       [--config.KEY=VALUE ...]
-  bert-jax evaluate --workdir DIR [DIR ...] [--ensemble] [--split SPLIT] [--file FILE]
-  bert-jax predict  --workdir DIR [DIR ...] [--ensemble] --input FILE [--output FILE]
+  bert-jax evaluate --model DIR [DIR ...] [--ensemble] [--split SPLIT] [--file FILE]
+  bert-jax predict  --model DIR [DIR ...] [--ensemble] --input FILE [--output FILE]
   bert-jax distill  --teacher FINETUNED --student PRESET_OR_MODEL_DIR --workdir DIR \\
       [--config.KEY=VALUE ...]
 
@@ -17,7 +17,7 @@ the teacher's outputs (`bert_jax.finetune.distill`); its workdir is a fine-tunin
 `predict` reads text lines, CSV/TSV or JSONL (CoNLL or SQuAD JSON for those tasks)
 and writes JSONL: labels and probabilities (classification, multiple choice), tags per
 word, or answer spans.
-`evaluate` and `predict` with several workdirs (or `--ensemble`, which makes a
+`evaluate` and `predict` with several models (or `--ensemble`, which makes a
 multi-seed workdir stand for all its seeds) run an ensemble: the members' outputs are
 averaged (`bert_jax.finetune.ensemble`); `evaluate` reports each member's metrics
 beside the ensemble's.
@@ -108,12 +108,13 @@ def _distill_main(argv: list[str]) -> int:
 
 def _evaluate_main(argv: list[str]) -> int:
     parser = flags.ArgumentParser(prog="bert-jax evaluate",
-                                  description="evaluate a fine-tuned workdir")
-    _add_workdirs(parser)
+                                  description="evaluate a fine-tuned workdir",
+                                  deprecated={"--workdir": "--model"})
+    _add_models(parser)
     parser.add_argument("--split", help="a split of the task's data (default: its eval splits)")
     parser.add_argument("--file", help="a labeled file (for file-based tasks) to evaluate on")
-    parser.add_argument("--output", help="JSON results file (default: WORKDIR/"
-                        "evaluate_results.json for one workdir; stdout only for several)")
+    parser.add_argument("--output", help="JSON results file (default: MODEL/"
+                        "evaluate_results.json for one model; stdout only for several)")
     args = parser.parse_args(argv)
     from bert_jax.errors import UserError
     from bert_jax.finetune import ensemble, inference
@@ -139,8 +140,8 @@ def _evaluate_main(argv: list[str]) -> int:
         features = task.featurize(examples, model.tokenizer, model.config.max_seq_length,
                                   training=False)
         results[name] = task.evaluate(examples, features, model.outputs(features))
-    output = args.output or (paths.join(args.workdir[0], inference.EVALUATE_RESULTS_FILE)
-                             if len(args.workdir) == 1 else None)
+    output = args.output or (paths.join(args.model[0], inference.EVALUATE_RESULTS_FILE)
+                             if len(args.model) == 1 else None)
     print(json.dumps(results, indent=2))  # first: a folder we cannot write loses nothing
     if output:
         try:
@@ -153,8 +154,9 @@ def _evaluate_main(argv: list[str]) -> int:
 
 def _predict_main(argv: list[str]) -> int:
     parser = flags.ArgumentParser(prog="bert-jax predict",
-                                  description="predict with a fine-tuned workdir")
-    _add_workdirs(parser)
+                                  description="predict with a fine-tuned workdir",
+                                  deprecated={"--workdir": "--model"})
+    _add_models(parser)
     parser.add_argument("--input", required=True, help="text lines, CSV/TSV, JSONL (or CoNLL, "
                         "SQuAD JSON)")
     parser.add_argument("--output", help="JSONL file (default: stdout)")
@@ -176,8 +178,8 @@ def _predict_main(argv: list[str]) -> int:
     return 0
 
 
-def _add_workdirs(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--workdir", required=True, nargs="+",
+def _add_models(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, nargs="+",
                         help="fine-tuning workdir or fine-tuned model dir; several: an ensemble")
     parser.add_argument("--ensemble", action="store_true",
                         help="a multi-seed workdir stands for all its seeds (an ensemble), "
@@ -187,7 +189,7 @@ def _add_workdirs(parser: argparse.ArgumentParser) -> None:
 def _load(args, overrides: dict | None = None):
     """One fine-tuned model, or an ensemble of several (`Ensemble`)."""
     from bert_jax.finetune import ensemble, inference
-    members = ensemble.member_dirs(args.workdir, args.ensemble)
+    members = ensemble.member_dirs(args.model, args.ensemble)
     if len(members) == 1:
         return inference.load_finetuned(members[0], overrides)
     print(f"ensemble of {len(members)}: {', '.join(members)}", file=sys.stderr)

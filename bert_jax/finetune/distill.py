@@ -33,7 +33,6 @@ i < N (DistilBERT-style: 2 of 6 -> 0, 3; 3 of 6 -> 0, 2, 4).
 from __future__ import annotations
 
 import functools
-import json
 
 import flax.linen as nn
 import jax
@@ -51,7 +50,6 @@ from bert_jax.host import paths, workdir_kind
 from bert_jax.models import layer_layout, losses
 from bert_jax.tokenization import load_tokenizer
 from bert_jax.train import run_config, sharding
-from bert_jax.train.config_loader import apply_overrides
 from bert_jax.weights import pretrained
 
 PROJECTION = "distill_projection"  # the projection's parameters, never saved
@@ -82,14 +80,16 @@ class StudentWithProjection(nn.Module):
 DISTILL_KEYS = tuple(k.name for k in run_config.FINETUNE if k.group.startswith("distill"))
 
 
+def _names_a_model(student: str) -> bool:
+    """A model directory, a workdir or a Hub model, as opposed to a preset's name."""
+    return paths.isdir(student) or pretrained.is_hub_name(student)
+
+
 def load_finetuned_teacher(path: str) -> pretrained.Pretrained:
     """A fine-tuned model: a fine-tuning workdir (its best model) or a model directory
     saved by fine-tuning."""
-    local = pretrained.local_path(path)  # a Hub model by name: its converted directory
-    if not paths.isdir(local):
-        raise UserError(f"--teacher {path}: no such directory")
     try:
-        teacher = pretrained.load(pretrained.resolve_model_dir(local))
+        teacher = pretrained.load(path)
     except FileNotFoundError as e:
         raise UserError(f"--teacher {path}: {e}") from None
     if not teacher.task or "config" not in teacher.task:
@@ -102,31 +102,26 @@ def load_finetuned_teacher(path: str) -> pretrained.Pretrained:
 
 def distill_config(teacher: pretrained.Pretrained, student: str,
                    overrides: list[str] = ()) -> ml_collections.ConfigDict:
-    """The teacher's fine-tuning config with the distillation keys, the student (a model
-    directory or a preset name) and `KEY=VALUE` overrides applied."""
-    config = inference.saved_config(teacher.task)
-    defaults = inference.recipe_defaults(config.task)
-    with config.ignore_type():
-        for key in DISTILL_KEYS:
-            config[key] = defaults[key]
-        config.teacher = teacher.tokenizer_dir
-        config.seeds, config.freeze = "", ""
-        config.sweep = dict.fromkeys(selection.GRID, "")
-        student = pretrained.local_path(student)  # a Hub model by name: converted
-        is_dir = paths.isdir(student)
-        # A fine-tuning workdir stands for its kept model.
-        config.init_from = paths.abspath(pretrained.resolve_model_dir(student)) if is_dir else ""
-        config.model = "" if is_dir else student
-        # A random student reads the teacher's vocabulary.
-        config.tokenizer = "" if is_dir else teacher.tokenizer_dir
-    apply_overrides(config, overrides)
-    return config
+    """The teacher's fine-tuning config (`inference.saved_config`, which checks it) with
+    the distillation keys, the student (a model directory or a preset name) and
+    `KEY=VALUE` overrides applied."""
+    defaults = inference.recipe_defaults(teacher.task["config"]["task"])
+    # A model the student starts from (a fine-tuning workdir stands for its kept
+    # model, a Hub name for its converted directory), or a preset's name.
+    ref = pretrained.open_model(student) if _names_a_model(student) else None
+    changes = {**{key: defaults[key] for key in DISTILL_KEYS},
+               "teacher": teacher.tokenizer_dir, "seeds": "", "freeze": "",
+               "sweep": dict.fromkeys(run_config.SWEEP_KEYS, ""),
+               "init_from": ref.directory if ref else "", "model": "" if ref else student,
+               # A random student reads the teacher's vocabulary.
+               "tokenizer": "" if ref else teacher.tokenizer_dir}
+    return inference.saved_config(teacher.task, overrides, changes)
 
 
 def check_distillation_config(config) -> None:
-    """The checks of a distillation config (`distill_config`'s, made without
-    `load_config`) that need no model: the fine-tuning ones, schema included
-    (`schedule.check_finetuning_config`), then the distillation's beyond the schema."""
+    """The checks of a distillation config (`distill_config`'s, whose schema check ran
+    when it was built) that need no model: the fine-tuning ones beyond the schema
+    (`schedule.check_finetuning_config`), then the distillation's."""
     schedule.check_finetuning_config(config)
     if selection.is_sweep(config):
         raise UserError("distill runs one setting: seeds and sweep.* are not supported")
@@ -162,7 +157,7 @@ def student_source(config, teacher: pretrained.Pretrained) -> model_source.Model
                                                   config.student_layers)
         source = model_source.ModelSource(
             bert_config, source.tokenizer, params,
-            f"{source.origin} (layers {', '.join(map(str, chosen))})")
+            f"{source.origin} (layers {', '.join(map(str, chosen))})", source.task)
     teacher_tokenizer = load_tokenizer(teacher.tokenizer_dir)
     mine, theirs = source.tokenizer, teacher_tokenizer
     if mine.vocab_size != theirs.vocab_size or any(
@@ -170,13 +165,10 @@ def student_source(config, teacher: pretrained.Pretrained) -> model_source.Model
         raise UserError(f"vocabulary mismatch: the student {source.origin} has a different "
                         f"vocabulary ({mine.vocab_size} tokens) from the teacher "
                         f"({theirs.vocab_size} tokens); the student must read the teacher's")
-    model_file = paths.join(config.init_from, pretrained.MODEL_FILE)
-    if config.init_from and paths.exists(model_file):
-        student_task = json.loads(paths.read_text(model_file)).get("task")
-        if student_task and student_task.get("name") != teacher.task["name"]:
-            raise UserError(f"task mismatch: the student {config.init_from} was fine-tuned on "
-                            f"{student_task.get('name')!r}, the teacher on "
-                            f"{teacher.task['name']!r}")
+    if source.task and source.task.get("name") != teacher.task["name"]:
+        raise UserError(f"task mismatch: the student {config.init_from} was fine-tuned on "
+                        f"{source.task.get('name')!r}, the teacher on "
+                        f"{teacher.task['name']!r}")
     return source
 
 

@@ -10,6 +10,7 @@ import logging
 import os
 from typing import Any, Iterable
 
+from bert_jax.errors import UserError
 from bert_jax.host import encoding, paths
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,7 @@ def read_json(path: str) -> Any:
     try:
         return json.loads(read_text_file(path))
     except json.JSONDecodeError as e:
-        raise ValueError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
+        raise UserError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
 
 
 class Row(dict):
@@ -73,14 +74,14 @@ def read_table(path: str) -> tuple[list[dict[str, Any]], list[str]]:
                 fields = (len(reader.fieldnames) + len(row.pop(None, []))
                           - sum(v is None for v in row.values()))
                 if breaks:
-                    raise ValueError(f'{path}:{start}: a quote (") opened on this line is not '
-                                     f"closed until line {reader.line_num}, which makes "
-                                     f"{fields} fields where the header has "
-                                     f"{len(reader.fieldnames)}; remove the stray quote or "
-                                     'double it ("")')
-                raise ValueError(f"{path}:{reader.line_num}: {fields} fields, but the header "
-                                 f"has {len(reader.fieldnames)}"
-                                 + (" (a tab inside a text?)" if kind == "tsv" else ""))
+                    raise UserError(f'{path}:{start}: a quote (") opened on this line is not '
+                                    f"closed until line {reader.line_num}, which makes "
+                                    f"{fields} fields where the header has "
+                                    f"{len(reader.fieldnames)}; remove the stray quote or "
+                                    'double it ("")')
+                raise UserError(f"{path}:{reader.line_num}: {fields} fields, but the header "
+                                f"has {len(reader.fieldnames)}"
+                                + (" (a tab inside a text?)" if kind == "tsv" else ""))
             if breaks:
                 spanning.append(start)
             rows.append(Row(row, line=start))
@@ -98,11 +99,11 @@ def read_table(path: str) -> tuple[list[dict[str, Any]], list[str]]:
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{number}: not valid JSON ({e.msg}); JSONL files hold "
-                                 "one JSON object per line") from None
+                raise UserError(f"{path}:{number}: not valid JSON ({e.msg}); JSONL files hold "
+                                "one JSON object per line") from None
             if not isinstance(row, dict):
-                raise ValueError(f"{path}:{number}: expected a JSON object, got "
-                                 f"{type(row).__name__}")
+                raise UserError(f"{path}:{number}: expected a JSON object, got "
+                                f"{type(row).__name__}")
             rows.append(Row(row, line=number))
         columns = list(dict.fromkeys(k for row in rows for k in row))
         return rows, columns
@@ -127,13 +128,13 @@ def read_headerless(path: str, names: list[str]) -> list[dict[str, str]]:
         if not any(f.strip() for f in fields):
             continue
         if len(fields) != len(names):
-            raise ValueError(f"{path}:{number}: {len(fields)} fields, but the columns are "
-                             f"{', '.join(names)} (--config.columns)"
-                             + ("" if comma else " (a tab inside a text?)"))
+            raise UserError(f"{path}:{number}: {len(fields)} fields, but the columns are "
+                            f"{', '.join(names)} (--config.columns)"
+                            + ("" if comma else " (a tab inside a text?)"))
         if number == 1 and [f.strip().lower() for f in fields] == [n.lower() for n in names]:
-            raise ValueError(f"{path}:1 is a header line ({', '.join(fields)}), but "
-                             "--config.columns says the file has none: drop the header "
-                             "line, or --config.columns to read the header")
+            raise UserError(f"{path}:1 is a header line ({', '.join(fields)}), but "
+                            "--config.columns says the file has none: drop the header "
+                            "line, or --config.columns to read the header")
         rows.append(Row(dict(zip(names, fields)), number))
     return rows
 
@@ -143,9 +144,9 @@ def column(rows: list[dict], columns: list[str], name: str, path: str, role: str
     """The values of column `name`; a missing column names the ones the file has and
     `fix` (default: the config key that names the column)."""
     if name not in columns:
-        raise ValueError(f"{path} has no {role} column {name!r}; its columns are: "
-                         f"{', '.join(map(repr, columns)) or '(none)'} "
-                         f"({fix or f'set --config.{role}_column'})")
+        raise UserError(f"{path} has no {role} column {name!r}; its columns are: "
+                        f"{', '.join(map(repr, columns)) or '(none)'} "
+                        f"({fix or f'set --config.{role}_column'})")
     return [row.get(name) for row in rows]
 
 
@@ -154,8 +155,8 @@ def labels(rows: list[dict], columns: list[str], name: str, path: str) -> list:
     values = column(rows, columns, name, path, "label")
     for row, value in zip(rows, values):
         if value is None or (isinstance(value, str) and not value.strip()):
-            raise ValueError(f"{path}:{getattr(row, 'line', '?')}: blank label (column "
-                             f"{name!r}); every labeled row needs one")
+            raise UserError(f"{path}:{getattr(row, 'line', '?')}: blank label (column "
+                            f"{name!r}); every labeled row needs one")
     return values
 
 
@@ -177,12 +178,12 @@ def read_conll(path: str, tag_column: int = -1) -> list[dict[str, list[str]]]:
             try:
                 tags.append(parts[tag_column])
             except IndexError:
-                raise ValueError(f"{path}:{number}: no column {tag_column} in "
-                                 f"{line.rstrip()!r}") from None
+                raise UserError(f"{path}:{number}: no column {tag_column} in "
+                                f"{line.rstrip()!r}") from None
         words.append(parts[0])
         if tags and len(tags) != len(words):
-            raise ValueError(f"{path}:{number}: tokens with and without a tag in one "
-                             f"sentence (at {line.rstrip()!r})")
+            raise UserError(f"{path}:{number}: tokens with and without a tag in one "
+                            f"sentence (at {line.rstrip()!r})")
     if words:
         sentences.append({"words": words, "tags": tags or None})
     return sentences
@@ -209,7 +210,7 @@ def tfds_examples(name: str, split: str, *, data_dir: str | None = None,
         ds = tfds.load(name, split=split, data_dir=data_dir or None, download=download)
     except (AssertionError, tfds.core.registered.DatasetNotFoundError, OSError) as e:
         where = data_dir or os.environ.get("TFDS_DATA_DIR") or "~/tensorflow_datasets"
-        raise ValueError(
+        raise UserError(
             f"the data set {name!r} (split {split!r}) must be downloaded or prepared first: it "
             f"is not in {where}. With network access, rerun with --config.tfds_download=true "
             f"or run `tfds build {name}`; or point --config.tfds_data_dir at a prepared copy. "

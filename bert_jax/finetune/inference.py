@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 import flax.linen as nn
 import jax
@@ -16,18 +16,19 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from bert_jax.errors import UserError
 from bert_jax.finetune import files, packing, tasks
 from bert_jax.finetune.tasks import base as task_base
 from bert_jax.host import paths
+from bert_jax.host.workdir_kind import PREDICTIONS_DIR
 from bert_jax.models.config import check_inputs_fit
 from bert_jax.tokenization import load_tokenizer
 from bert_jax.train import multihost
-from bert_jax.train.config_loader import load_config, rename_keys
+from bert_jax.train.config_loader import build_config, read_config
 from bert_jax.train.sharding import Partitioner
 from bert_jax.weights import pretrained
 
 EVALUATE_RESULTS_FILE = "evaluate_results.json"  # written by `bert-jax evaluate`
-PREDICTIONS_DIR = "predictions"  # the test splits' predictions, in a fine-tuning workdir
 
 
 def predict_step(params, batch, *, model, task, rules):
@@ -141,35 +142,28 @@ def place_model_params(pre: pretrained.Pretrained, model: nn.Module,
 
 
 def recipe_defaults(task: str) -> ml_collections.ConfigDict:
-    """configs/finetune.py's config for `task`: every fine-tuning key at its default."""
-    return load_config(f"finetune.py:{task}")
+    """configs/finetune.py's config for `task` as the recipe writes it (unchecked: it
+    only supplies values)."""
+    return read_config(f"finetune.py:{task}")
 
 
-def saved_config(task_spec: dict) -> ml_collections.ConfigDict:
-    """The fine-tuning config saved with a model (`task_spec["config"]`); keys added to
-    the recipe since it was saved take their defaults (`recipe_defaults`), keys dropped
-    since are dropped (they mean nothing now, and the schema would refuse them)."""
-    config = rename_keys(ml_collections.ConfigDict(task_spec["config"]))  # older key names
-    defaults = recipe_defaults(config.task)
-    with config.ignore_type():
-        for key in set(defaults.keys()) - set(config.keys()):
-            config[key] = defaults[key]
-    for key in set(config.keys()) - set(defaults.keys()):
-        del config[key]
-    # JSON turned the rules' tuples into lists.
-    rules = tuple((name, tuple(axes) if isinstance(axes, list) else axes)
-                  for name, axes in config.logical_axis_rules)
-    with config.ignore_type():
-        config.logical_axis_rules = rules
-    return config
+def saved_config(task_spec: dict, overrides: Sequence[str] = (),
+                 changes: Mapping[str, Any] | None = None) -> ml_collections.ConfigDict:
+    """The fine-tuning config saved with a model (`task_spec["config"]`), built as today's
+    (`config_loader.build_config`: old key names renamed, keys dropped since dropped, keys
+    added since at the values of its run or else of the task's recipe,
+    `recipe_defaults`), with `changes` set and `KEY=VALUE` `overrides` applied."""
+    values = task_spec["config"]
+    return build_config("finetune", values, overrides, saved=True, changes=changes,
+                        defaults=recipe_defaults(values["task"]))
 
 
 def load_finetuned(workdir: str, overrides: dict | None = None) -> Finetuned:
     """Rebuilds task, model and parameters from WORKDIR/best, or a fine-tuned model
     directory itself (config keys overridable)."""
-    pre = pretrained.load(pretrained.resolve_model_dir(workdir))
+    pre = pretrained.load(workdir)
     if not pre.task or "config" not in pre.task:
-        raise ValueError(f"{workdir}: the saved model has no fine-tuning task description")
+        raise UserError(f"{workdir}: the saved model has no fine-tuning task description")
     config = saved_config(pre.task)
     for key, value in (overrides or {}).items():
         config[key] = value

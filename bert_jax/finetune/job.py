@@ -23,9 +23,10 @@ import jax
 from bert_jax.data import lengths
 from bert_jax.errors import UserError
 from bert_jax.finetune import inference, keeping, model_source, schedule, task_data, tasks
-from bert_jax.finetune.inference import EVALUATE_RESULTS_FILE, PREDICTIONS_DIR
+from bert_jax.finetune.inference import EVALUATE_RESULTS_FILE
 from bert_jax.finetune.objective import Objective, compiled_steps
 from bert_jax.host import paths
+from bert_jax.host.workdir_kind import PREDICTIONS_DIR
 from bert_jax.models.config import check_inputs_fit
 from bert_jax.train import checkpoint, lifecycle, multihost, optim, sharding, train_loop
 from bert_jax.train.train_state import StatePlan
@@ -61,8 +62,8 @@ class Finetuning:
         self.source = source or model_source.resolve_model(config)
         task = tasks.get_task(config)
         if config.packing and not task.supports_packing:  # before any data is read
-            raise ValueError(f"task {task.name!r} does not support packing"
-                             + (" with a CRF" if config.crf else ""))
+            raise UserError(f"task {task.name!r} does not support packing"
+                            + (" with a CRF" if config.crf else ""))
         self.length_coverage = task_data.train_length_coverage(config, self.source)
         check_inputs_fit(self.source.config, self.source.origin,
                          max_seq_length=config.max_seq_length)

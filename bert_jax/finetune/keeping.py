@@ -41,7 +41,7 @@ class Kept:
         shardings = jax.tree.map(lambda x: x.sharding, state.params)
         if self.params is not None:
             return jax.device_put(self.params, shardings)
-        saved = pretrained.load(paths.join(workdir, pretrained.BEST_DIR)).params
+        saved = pretrained.read_model_dir(paths.join(workdir, pretrained.BEST_DIR)).params
         target = {k: v for k, v in state.params.items() if k not in unsaved}
         params = pretrained.init_params(target, saved, {k: shardings[k] for k in target},
                                         source=f"{workdir}/{pretrained.BEST_DIR}")

@@ -10,8 +10,9 @@ from typing import Any
 
 import jax
 
-from bert_jax.models.config import BertConfig, ConfigError, from_model_spec, run_bert_config
+from bert_jax.models.config import BertConfig, ConfigError
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
+from bert_jax.train.model_config import from_model_spec, run_bert_config
 from bert_jax.weights import pretrained
 
 log = logging.getLogger("bert_jax.finetune")
@@ -26,6 +27,7 @@ class ModelSource:
     tokenizer: Any
     encoder_params: dict | None
     origin: str
+    task: dict | None = None  # the fine-tuning task the source model was saved with
 
     def init_params(self, params: dict, shardings: dict) -> dict:
         """A fresh task model's `params` (placed with `shardings`) with this encoder's
@@ -50,7 +52,7 @@ def resolve_model(config) -> ModelSource:
     or a randomly initialised `config.model` with `config.tokenizer`; with the run's
     numerics and dropout (`run_bert_config`)."""
     if config.init_from:
-        pre = pretrained.load(config.init_from)
+        pre = pretrained.load(config.init_from)  # resolved here, once per run
         tokenizer = load_tokenizer(config.tokenizer or pre.tokenizer_dir)
         if config.model:
             wanted = from_model_spec(config.model, pre.config.vocab_size)
@@ -68,7 +70,7 @@ def resolve_model(config) -> ModelSource:
                               f"{config.init_from} has vocab_size={pre.config.vocab_size}")
         bert_params = pre.params.get("bert", pre.params)
         return ModelSource(run_bert_config(config, pre.config), tokenizer, bert_params,
-                           config.init_from)
+                           config.init_from, pre.task)
     if not config.model:
         raise ConfigError("nothing to fine-tune: pass --init_from CHECKPOINT (a model directory or "
                           "a pretraining workdir) or --config.model=PRESET for a random encoder")

@@ -22,15 +22,14 @@ from bert_jax.train.train_state import StatePlan
 
 ZERO_LEARNING_RATE = ("; a linear probe trains the head alone: --config.freeze='bert/*' "
                       "with a learning rate > 0; to score a fine-tuned model without "
-                      "training: bert-jax evaluate --workdir DIR")
+                      "training: bert-jax evaluate --model DIR")
 
 
 def check_finetuning_config(config) -> None:
-    """The checks of a fine-tuning config that need no data: its schema's
-    (`run_config.check`, for configs made without `load_config`: a distillation's, a
-    grid's runs) and the rules beyond it. Raises UserError naming the key. Batch sizes
-    are rounded up to a multiple of the mesh's batch shards."""
-    run_config.check(config, run_config.FINETUNE)
+    """The checks of a fine-tuning config that need no data beyond its schema's, which
+    ran when it was built (`run_config.require_built`). Raises UserError naming the key.
+    Batch sizes are rounded up to a multiple of the mesh's batch shards."""
+    run_config.require_built(config, "finetune")
     check_learning_rate(config.learning_rate, zero_hint=ZERO_LEARNING_RATE)
     if config.global_batch_size % config.grad_accum_steps:
         raise UserError(f"global_batch_size {config.global_batch_size} is not a multiple of "

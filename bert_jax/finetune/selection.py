@@ -19,7 +19,6 @@ All runs share one tokenized data set and one compiled train step per batch shap
 
 from __future__ import annotations
 
-import copy
 import itertools
 import json
 from typing import Any
@@ -29,11 +28,12 @@ import numpy as np
 from bert_jax.errors import UserError
 from bert_jax.host import paths
 from bert_jax.train import multihost
+from bert_jax.train.run_config import FINETUNE, SWEEP_KEYS, derive
 from bert_jax.weights import pretrained
 
-# config key -> (short name in directory names, the type of its values)
-GRID = {"learning_rate": ("lr", float), "num_train_epochs": ("ep", float),
-        "global_batch_size": ("bs", int)}
+# config key -> (short name in directory names, the type of its values): the schema's.
+GRID = {name: (tag, next(type(k.default) for k in FINETUNE if k.name == name))
+        for name, tag in SWEEP_KEYS.items()}
 
 
 def parse_list(key: str, value: Any, kind: type) -> list:
@@ -76,13 +76,8 @@ def grid_of(config) -> dict[str, list]:
 
 
 def setting_config(config, setting: dict):
-    """A copy of `config` for one run: the setting's values, no lists."""
-    run_config = copy.deepcopy(config)
-    run_config.update(setting)
-    with run_config.ignore_type():
-        run_config.sweep = dict.fromkeys(GRID, "")
-    run_config.seeds = ""
-    return run_config
+    """A copy of `config` for one run: the setting's values (checked), no lists."""
+    return derive(config, **setting, sweep=dict.fromkeys(GRID, ""), seeds="")
 
 
 def setting_name(setting: dict, grid: dict) -> str:
@@ -117,19 +112,19 @@ def run_grid(config, workdir: str) -> dict:
     settings = [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
     session, summaries = None, []
     for setting in settings:
-        run_config = setting_config(config, setting)
-        session = session or job.Finetuning(run_config)
+        one = setting_config(config, setting)
+        session = session or job.Finetuning(one)
         name = setting_name(setting, grid)
         setting_dir = paths.join(workdir, name) if name else workdir
         if not seeds:
-            result = session.run(run_config, setting_dir)
+            result = session.run(one, setting_dir)
             summaries.append({**setting, "run_dir": name, "best_run": name, "score": score(result),
                               "result": result})
             continue
         runs = {}
         for seed in seeds:
-            run_config.seed = seed
-            runs[seed] = session.run(run_config, paths.join(setting_dir, f"seed_{seed}"))
+            runs[seed] = session.run(derive(one, seed=seed),
+                                     paths.join(setting_dir, f"seed_{seed}"))
         seeds_summary = summarize_seeds(runs)
         summaries.append({**setting, "run_dir": name,
                           "best_run": paths.join(name, seeds_summary["best_run"]),

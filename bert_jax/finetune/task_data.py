@@ -46,7 +46,7 @@ def prepare(config, source, seed: int, wrap_model=None) -> TaskData:
     train_features = task.featurize(train_examples, tokenizer, config.max_seq_length,
                                     training=True)
     if not train_features:
-        raise ValueError(f"task {task.name!r}: no training features")
+        raise UserError(f"task {task.name!r}: no training features")
     _warn_if_uncovered(tokenizer, train_features, f"task {task.name!r}'s training data",
                        train_examples)
     warn_if_degenerate(config, task)

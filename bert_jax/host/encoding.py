@@ -9,6 +9,8 @@ import codecs
 import io
 from typing import IO, Iterator
 
+from bert_jax.errors import UserError
+
 # Longest first: the UTF-32 LE mark begins with the UTF-16 LE one.
 _BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"),
          (codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"),
@@ -18,12 +20,12 @@ DEFAULT = "utf-8"  # with UTF-16/32 read after a byte-order mark
 
 
 def check_name(name: str) -> str:
-    """The codec's canonical name; ValueError for a name Python does not know."""
+    """The codec's canonical name; UserError for a name Python does not know."""
     try:
         return codecs.lookup(name).name
     except LookupError:
-        raise ValueError(f"unknown encoding {name!r}: use a Python codec name such as "
-                         "utf-8, latin-1, cp1252, utf-16") from None
+        raise UserError(f"unknown encoding {name!r}: use a Python codec name such as "
+                        "utf-8, latin-1, cp1252, utf-16") from None
 
 
 def is_default(name: str) -> bool:
@@ -39,8 +41,8 @@ def named_lines(binary: IO[bytes], path: str, name: str) -> Iterator[str]:
         for number, line in enumerate(text, 1):
             yield line
     except UnicodeDecodeError as e:
-        raise ValueError(f"{path}: not valid {name} text after line {number} (byte "
-                         f"{e.object[e.start]:#04x}): {e.reason}") from None
+        raise UserError(f"{path}: not valid {name} text after line {number} (byte "
+                        f"{e.object[e.start]:#04x}): {e.reason}") from None
     finally:
         text.detach()
 
@@ -50,10 +52,10 @@ def codec_of(head: bytes) -> str:
     return next((name for bom, name in _BOMS if head.startswith(bom)), "utf-8")
 
 
-def not_utf8(path: str, line: int, data: bytes, index: int, start: int = 0) -> ValueError:
+def not_utf8(path: str, line: int, data: bytes, index: int, start: int = 0) -> UserError:
     """The error for byte `data[index]`; `start`: the file offset of `data`."""
-    return ValueError(f"{path}:{line}: not UTF-8 text (byte {data[index]:#04x} at offset "
-                      f"{start + index}); {CONVERT}")
+    return UserError(f"{path}:{line}: not UTF-8 text (byte {data[index]:#04x} at offset "
+                     f"{start + index}); {CONVERT}")
 
 
 def decode(data: bytes, path: str) -> str:
@@ -63,8 +65,8 @@ def decode(data: bytes, path: str) -> str:
         return data.decode(codec)
     except UnicodeDecodeError as e:
         if codec != "utf-8" and codec != "utf-8-sig":
-            raise ValueError(f"{path}: not valid {codec.upper()} text after its byte-order "
-                             f"mark (offset {e.start}): {e.reason}") from None
+            raise UserError(f"{path}: not valid {codec.upper()} text after its byte-order "
+                            f"mark (offset {e.start}): {e.reason}") from None
         raise not_utf8(path, data.count(b"\n", 0, e.start) + 1, data, e.start) from None
 
 

@@ -6,7 +6,7 @@ distill; `atomic.atomic_directory` for export, convert and saved models) calls `
 first, which refuses in one line, before anything is written, a workdir of another
 kind or one that is also the run's input (`--init_from`, `--teacher`); so do the
 Python entry points (`pretrain.train_and_evaluate`, `finetune.cli.run_finetune`,
-`finetune.distill.distill`) and create-data's --output_dir. Buckets (gs://) are read
+`finetune.distill.distill`) and create-data's --output. Buckets (gs://) are read
 and marked through `bert_jax.host.paths`. Workdirs made before the marker existed get their
 kind from what they hold (`kind_of`).
 """
@@ -28,6 +28,13 @@ COMMANDS = {PRETRAINING: "bert-jax pretrain", FINETUNING: "bert-jax finetune",
             DISTILLATION: "bert-jax distill", MODEL: "bert-jax convert/export",
             DATA: "bert-jax create-data"}
 DATA_SUMMARY = "summary.json"  # what create-data writes beside its TFRecords
+# What each kind of folder holds, by name; the modules that write them use these.
+MODEL_FILE = "bert_jax.json"        # a model directory's config and task
+WORKDIR_MODEL_DIR = "model"         # a pretraining workdir's model files (no parameters)
+CHECKPOINTS_DIR = "checkpoints"     # a training run's checkpoints (bert_jax.train.checkpoint)
+BEST_DIR = "best"                   # a fine-tuning workdir's kept model (a model directory)
+RESULTS_FILE = "eval_results.json"  # a fine-tuning run's results, naming the best run
+PREDICTIONS_DIR = "predictions"     # a fine-tuning run's predictions of its test splits
 
 
 def kind_of(path: str) -> str | None:
@@ -41,15 +48,15 @@ def kind_of(path: str) -> str | None:
         except (ValueError, KeyError, TypeError):
             return None  # damaged: fall back to what the folder holds
     names = set(paths.listdir(path))
-    if names & {"eval_results.json", "best", "predictions"} or \
+    if names & {RESULTS_FILE, BEST_DIR, PREDICTIONS_DIR} or \
             any(n.startswith("seed_") for n in names):
         return FINETUNING
-    if "model" in names:  # pretraining writes model/ before its first step
+    if WORKDIR_MODEL_DIR in names:  # pretraining writes model/ before its first step
         return PRETRAINING
-    if "bert_jax.json" in names:  # a model directory (convert, export, a saved model)
+    if MODEL_FILE in names:  # a model directory (convert, export, a saved model)
         return MODEL
-    if "checkpoints" in names:  # an interrupted run: its checkpoints' config says which
-        return FINETUNING if _checkpoint_has_task(paths.join(path, "checkpoints")) \
+    if CHECKPOINTS_DIR in names:  # an interrupted run: its checkpoints' config says which
+        return FINETUNING if _checkpoint_has_task(paths.join(path, CHECKPOINTS_DIR)) \
             else PRETRAINING
     if DATA_SUMMARY in names and any(n.endswith(".tfrecord") for n in names):
         return DATA  # create-data's output: pretraining data, no run's workdir

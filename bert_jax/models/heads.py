@@ -14,18 +14,11 @@ import jax
 import jax.numpy as jnp
 
 from bert_jax.models.activations import activation
+from bert_jax.models.blocks import dense_init, layer_norm, zeros_init
 from bert_jax.models.config import BertConfig, check_choice
 from bert_jax.models.dropout import Dropout
-from bert_jax.models.encoder import (
-    BertModel,
-    BertOutput,
-    dense_init,
-    embedding_axis,
-    gather_positions,
-    layer_norm,
-    mean_pool,
-    zeros_init,
-)
+from bert_jax.models.embeddings import embedding_axis
+from bert_jax.models.encoder import BertModel, BertOutput, gather_positions, mean_pool
 
 Array = jax.Array
 
@@ -52,7 +45,7 @@ class MaskedLMHead(nn.Module):
     def __call__(self, x: Array, word_embeddings: Array) -> Array:
         c = self.config
         width = embedding_axis(c)
-        x = _dense(c, c.embedding_width, width if c.model_type == "albert" else "mlp",
+        x = _dense(c, c.embedding_width, width if c.factorized_embeddings else "mlp",
                    "transform", use_bias=c.use_bias)(x)
         x = layer_norm(c, "transform_layer_norm", width)(activation(c.hidden_act)(x))
         bias = self.param("output_bias", zeros_init(("vocab",)), (c.vocab_size,),

@@ -21,9 +21,10 @@ import jax.numpy as jnp
 
 from bert_jax.errors import UserError
 from bert_jax.models import losses
-from bert_jax.models.config import BertConfig, check_inputs_fit, run_bert_config
+from bert_jax.models.config import BertConfig, check_inputs_fit
 from bert_jax.models.heads import BertForPreTraining
 from bert_jax.train import sharding
+from bert_jax.train.model_config import run_bert_config
 from bert_jax.weights import pretrained
 
 # The packed-row inputs the teacher needs (it has no NSP head).

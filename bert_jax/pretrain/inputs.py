@@ -6,6 +6,7 @@ process index and count.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -86,18 +87,18 @@ def input_files(config: ml_collections.ConfigDict) -> list[str]:
     return files
 
 
-def resolve_files(config: ml_collections.ConfigDict, tokenizer_path: str,
-                  vocabulary: str) -> list[str]:
+def resolve_files(config: ml_collections.ConfigDict, options: DataOptions,
+                  tokenizer_path: str, vocabulary: str) -> list[str]:
     """The run's input files (`input_files`), globbed and checked once, before anything
     is written, for what reads them next (`prepare_input_files`): TFRecords must have
     rows and masked positions of the run's lengths (`check_record_shapes`, which reads
     their first records) and have been made for its vocabulary and setup
-    (`check_records_made_for`)."""
+    (`check_records_made_for`). options: the run's (`Setup.data_options`)."""
     files = input_files(config)
     records = [f for f in files if is_tfrecord(f)]
     if records:
-        check_record_shapes(records, config.max_seq_length, config.max_predictions_per_seq)
-    check_records_made_for(files, tokenizer_path, vocabulary, config)
+        check_record_shapes(records, options.max_seq_length, options.max_predictions_per_seq)
+    check_records_made_for(files, tokenizer_path, vocabulary, options)
     return files
 
 
@@ -114,13 +115,14 @@ def check_eval_fraction(config: ml_collections.ConfigDict) -> None:
 
 
 def check_records_made_for(files: list[str], tokenizer_path: str, vocabulary: str,
-                           config: ml_collections.ConfigDict) -> None:
+                           options: DataOptions) -> None:
     """Refuses TFRecords whose create-data summary.json records another vocabulary
     (fingerprint) than the run's `vocabulary` (their token ids would mean other words),
-    or a setup the run would train on wrongly (`DataOptions.setup_mismatch`). Records
-    without that record (made elsewhere, or before it existed) get one warning line."""
+    or a setup the run's `options` would train on wrongly (`DataOptions.setup_mismatch`).
+    Records without that record (made elsewhere, or before it existed) get one warning
+    line."""
     from bert_jax.data.create_pretraining_data import SUMMARY_FILE
-    options, unchecked = DataOptions.from_config(config), []
+    unchecked = []
     for directory in sorted({paths.dirname(f) for f in files if is_tfrecord(f)}):
         try:
             summary = json.loads(paths.read_text(paths.join(directory, SUMMARY_FILE)))
@@ -132,7 +134,7 @@ def check_records_made_for(files: list[str], tokenizer_path: str, vocabulary: st
             raise UserError(
                 f"the TFRecords in {directory} were made with the vocabulary "
                 f"{summary.get('vocab', '?')} (its {SUMMARY_FILE}), not this run's "
-                f"{tokenizer_path}: make them again with create-data --vocab "
+                f"{tokenizer_path}: make them again with create-data --tokenizer "
                 f"{tokenizer_path}, or pretrain with --config.tokenizer={summary.get('vocab')}")
         if not isinstance(summary.get("record_setup"), dict):
             unchecked.append(directory)
@@ -155,7 +157,7 @@ _SETUP_ADVICE = {
                                 "them again (create-data --no_next_sentence_prediction)",
     "sentence_order_prediction": "set --config.sentence_order_prediction to theirs, or make "
                                  "them again (create-data --sentence_order_prediction)",
-    "static_masks": "they have no masks (create-data --no_static_masking): set "
+    "static_masks": "they have no masks (create-data --dynamic_masking): set "
                     "--config.dynamic_masking=True",
     "max_predictions_per_seq": "set --config.max_predictions_per_seq to theirs, or "
                                "--config.dynamic_masking=True to mask them anew",
@@ -207,9 +209,9 @@ def _read_options(directory: str) -> dict | None:
         return None
 
 
-def prepare_input_files(config: ml_collections.ConfigDict, files: list[str], workdir: str,
-                        tokenizer_path: str, vocabulary: str, *, process_index: int,
-                        process_count: int,
+def prepare_input_files(config: ml_collections.ConfigDict, options: DataOptions,
+                        files: list[str], workdir: str, tokenizer_path: str, vocabulary: str,
+                        *, process_index: int, process_count: int,
                         message: Callable[[str], None] = log.info) -> list[str]:
     """TFRecord patterns for the pipeline from the run's input `files` (`resolve_files`): they
     themselves when they are TFRecords. Raw text is converted by process 0 into a
@@ -217,38 +219,41 @@ def prepare_input_files(config: ml_collections.ConfigDict, files: list[str], wor
     while they match, rebuilt (atomically) when they do not: WORKDIR/data, or for the
     embedded corpus on a single process a per-machine cache (`data_cache_dir`) shared by
     every workdir. Multi-process runs convert into the workdir, which all must see: the
-    caller has every process wait for process 0 before reading the files. `message`
+    caller has every process wait for process 0 before reading the files. options: the
+    run's (`Setup.data_options`), which conversion makes the examples with; `message`
     reports a conversion."""
     # Imported when text is converted: it loads the tokenizers.
     from bert_jax.data import create_pretraining_data as cpd
     if all(is_tfrecord(f) for f in files):
         return files
     num_shards = max(8, process_count)
-    options = data_options(config, files, vocabulary, num_shards)
-    key = hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest()[:16]
+    made_with = data_options(config, files, vocabulary, num_shards)
+    key = hashlib.sha256(json.dumps(made_with, sort_keys=True).encode()).hexdigest()[:16]
     out_dir = (paths.join(data_cache_dir(), key)
                if not config.input_files and process_count == 1
                else paths.join(workdir, "data"))
     names = [paths.basename(p) for p in cpd.shard_paths(out_dir, num_shards)]
-    if process_index == 0 and _read_options(out_dir) != options:
+    if process_index == 0 and _read_options(out_dir) != made_with:
         message(f"converting {len(files)} text file(s) into {out_dir}"
                 + (" (options changed)" if paths.isdir(out_dir) else " (once)"))
         with atomic_directory(out_dir, overwrite=True) as tmp:
             cpd.create_pretraining_data(
-                files, [paths.join(tmp, n) for n in names], tokenizer_path,
-                DataOptions.from_config(config),
+                files, [paths.join(tmp, n) for n in names], tokenizer_path, options,
                 # Workers would re-import an unguarded __main__ script.
                 num_workers=1, progress=False)
-            paths.write_text(paths.join(tmp, DATA_OPTIONS_FILE), json.dumps(options, indent=1))
+            paths.write_text(paths.join(tmp, DATA_OPTIONS_FILE),
+                             json.dumps(made_with, indent=1))
     return [paths.join(out_dir, n) for n in names]
 
 
-def make_iterator(config, files, tokenizer, *, split: str, process_index: int,
-                  process_count: int, state: dict | None = None):
+def make_iterator(options: DataOptions, files, tokenizer, *, global_batch_size: int,
+                  split: str, process_index: int, process_count: int,
+                  state: dict | None = None):
     """Process `process_index`'s batches of `process_count`: [global_batch_size /
-    process_count, ...] numpy dicts, from the position `state` (a `get_state()`)."""
-    options = DataOptions.from_config(
-        config, per_host_batch_size=config.global_batch_size // process_count, split=split,
+    process_count, ...] numpy dicts of the run's `options` (`Setup.data_options`), from
+    the position `state` (a `get_state()`)."""
+    options = dataclasses.replace(
+        options, per_host_batch_size=global_batch_size // process_count, split=split,
         repeat=split == "train")
     return make_pretrain_iterator(files, options, process_index=process_index,
                                   process_count=process_count, tokenizer=tokenizer, state=state)

@@ -30,13 +30,15 @@ from bert_jax.train.train_state import TrainState
 from bert_jax.weights import pretrained
 
 
-def init_state(config, run_setup: Setup, writer) -> TrainState:
-    """A fresh state: random weights drawn from config.seed, with config.init_from's
-    weights in place of them when set (weights only: a new optimizer and schedule)."""
+def init_state(config, run_setup: Setup, writer,
+               init_from: pretrained.ModelRef | None) -> TrainState:
+    """A fresh state: random weights drawn from config.seed, with the weights of
+    `init_from` (config.init_from, resolved) in place of them when set (weights only: a new
+    optimizer and schedule)."""
     state = run_setup.state_plan.create(config.seed)
-    if not config.init_from:
+    if init_from is None:
         return state
-    loaded = pretrained.load(config.init_from)
+    loaded = init_from.load()
     if not config.next_sentence_prediction and "nsp" in loaded.params:
         writer.message(f"MLM-only run: the NSP head of {config.init_from} is not used")
     plan = run_setup.state_plan
@@ -49,13 +51,15 @@ def init_state(config, run_setup: Setup, writer) -> TrainState:
     return state.replace(params=params)
 
 
-def run_tokenizer(config: ml_collections.ConfigDict) -> tuple[str, Any]:
-    """(path, tokenizer) of a run: config.tokenizer, else init_from's own (continued
-    pretraining keeps the model's vocabulary, as fine-tuning does), else the bundled
-    vocabulary. An explicit tokenizer must be init_from's vocabulary: other token ids
-    would silently mean other words to the loaded embeddings."""
+def run_tokenizer(config: ml_collections.ConfigDict,
+                  init_from: pretrained.ModelRef | None) -> tuple[str, Any]:
+    """(path, tokenizer) of a run: config.tokenizer, else the own of `init_from`
+    (config.init_from, resolved: continued pretraining keeps the model's vocabulary, as
+    fine-tuning does), else the bundled vocabulary. An explicit tokenizer must be
+    init_from's vocabulary: other token ids would silently mean other words to the loaded
+    embeddings."""
     from bert_jax.tokenization import DEFAULT_VOCAB, has_tokenizer, load_tokenizer
-    source = config.init_from and pretrained.tokenizer_dir(config.init_from)
+    source = init_from and init_from.tokenizer_dir
     # A model saved without its tokenizer (`pretrained.save` allows it) has none to keep.
     model_tokenizer = load_tokenizer(source) if source and has_tokenizer(source) else None
     if not config.tokenizer:
@@ -79,10 +83,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     workdir_kind.check_kind(workdir, workdir_kind.PRETRAINING,
                             {"--config.init_from": config.init_from,
                              "--config.teacher": config.teacher})
-    tokenizer_path, tokenizer = run_tokenizer(config)
+    # What init_from names, resolved once (a Hub model fetched and converted, a workdir's
+    # model found): the tokenizer and the initial weights both read it.
+    init_from = pretrained.open_model(config.init_from) if config.init_from else None
+    tokenizer_path, tokenizer = run_tokenizer(config, init_from)
     run_setup = Setup.build(config, tokenizer.vocab_size)
     bert_config, partitioner = run_setup.bert_config, run_setup.partitioner
-    sources = inputs.resolve_files(config, tokenizer_path, tokenizer.fingerprint())
+    sources = inputs.resolve_files(config, run_setup.data_options, tokenizer_path,
+                                   tokenizer.fingerprint())
     run = checkpoint.run_description(config.to_dict(), bert_config.to_dict(),
                                      tokenizer.fingerprint())
     teacher, teacher_params, teacher_shardings = _teacher(config, run_setup, run["vocabulary"])
@@ -91,7 +99,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     restored = job.restore(run_setup.state_plan.abstract, run, start_fresh=config.start_fresh,
                            resume_from=config.resume_from)
     writer = job.open_metrics(config.num_train_steps, restored)
-    state = restored.state if restored else init_state(config, run_setup, writer)
+    state = restored.state if restored else init_state(config, run_setup, writer, init_from)
     if int(state.step) >= config.num_train_steps:  # a completed run, run again
         job.close()
         writer.message(f"{workdir} holds a complete run ({int(state.step)} of "
@@ -103,10 +111,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                                      bert_config, tokenizer=tokenizer)
     train_fn, eval_fn = run_setup.jit_steps(teacher, teacher_shardings)
     process = dict(process_index=jax.process_index(), process_count=jax.process_count())
-    files = inputs.prepare_input_files(config, sources, workdir, tokenizer_path,
-                                       run["vocabulary"], **process, message=writer.message)
+    files = inputs.prepare_input_files(config, run_setup.data_options, sources, workdir,
+                                       tokenizer_path, run["vocabulary"], **process,
+                                       message=writer.message)
     multihost.sync("input_files_ready")
-    batches = inputs.make_iterator(config, files, tokenizer, split="train", **process,
+    reading = dict(global_batch_size=config.global_batch_size, **process)
+    batches = inputs.make_iterator(run_setup.data_options, files, tokenizer, split="train",
+                                   **reading,
                                    state=restored.meta.get("pipeline") if restored else None)
     if int(state.step) == 0:
         writer.message(f"{bert_config.num_hidden_layers} layers, H={bert_config.hidden_size}, "
@@ -124,8 +135,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     eval_metrics = {}
 
     def evaluate_now(loop):
-        with contextlib.closing(inputs.make_iterator(config, files, tokenizer, split="eval",
-                                                     **process)) as eval_batches:
+        with contextlib.closing(inputs.make_iterator(run_setup.data_options, files, tokenizer,
+                                                     split="eval", **reading)) as eval_batches:
             eval_metrics.update(evaluate(eval_fn, loop.state.params, eval_batches,
                                          partitioner, config.eval_steps))
         writer.write(loop.step, eval_metrics, prefix="eval")

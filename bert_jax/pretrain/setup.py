@@ -16,11 +16,12 @@ import optax
 
 from bert_jax.data.options import DataOptions
 from bert_jax.errors import UserError, check_divisible, check_learning_rate
-from bert_jax.models.config import BertConfig, check_inputs_fit, run_bert_config
+from bert_jax.models.config import BertConfig, check_inputs_fit
 from bert_jax.models.heads import BertForPreTraining
 from bert_jax.pretrain import distill, inputs
 from bert_jax.pretrain.steps import dummy_inputs, jit_steps
 from bert_jax.train import run_config, sharding
+from bert_jax.train.model_config import run_bert_config
 from bert_jax.train.optim import make_optimizer
 from bert_jax.train.train_state import StatePlan
 
@@ -39,21 +40,24 @@ class Setup:
     schedule: optax.Schedule
     partitioner: sharding.Partitioner
     state_plan: StatePlan
+    data_options: DataOptions  # the config's, once; each reader sets its batching fields
 
     @classmethod
     def build(cls, config: ml_collections.ConfigDict, vocab_size: int, *,
               devices: Sequence[jax.Device] | None = None,
               process_count: int | None = None) -> "Setup":
-        """Builds a run's `Setup` from its config, checking the config
-        (`check_pretraining_config`) against the target: `devices` (default: all of this
-        job's) and its `process_count` hosts (default: this job's). vocab_size: the
-        tokenizer's (used unless the model sets one). Reads no files and writes none."""
-        run_config.check(config, run_config.PRETRAIN)  # made without load_config
+        """Builds a run's `Setup` from its config (built by `config_loader`, which checked
+        its schema), checking the config (`check_pretraining_config`) against the
+        target: `devices` (default: all of this job's) and its `process_count` hosts
+        (default: this job's). vocab_size: the tokenizer's (used unless the model sets
+        one). Reads no files and writes none."""
+        run_config.require_built(config, "pretrain")
         bert_config = run_bert_config(config, config.model, vocab_size)
         partitioner = sharding.Partitioner.from_config(config, devices)
         hosts = jax.process_count() if process_count is None else process_count
         check_pretraining_config(config, bert_config, vocab_size, partitioner.batch_shards,
                                  hosts)
+        data_options = DataOptions.from_config(config)  # and the data options' own rules
         model = BertForPreTraining(bert_config, config.next_sentence_prediction)
         tx, schedule = make_optimizer(
             learning_rate=config.learning_rate, num_train_steps=config.num_train_steps,
@@ -63,7 +67,8 @@ class Setup:
         dummy = dummy_inputs(1, config.max_seq_length, config.max_predictions_per_seq)
         init_fn = lambda key: model.init(key, *dummy)["params"]
         state_plan = StatePlan.build(init_fn, tx, partitioner, config.rng_impl)
-        return cls(config, bert_config, model, tx, schedule, partitioner, state_plan)
+        return cls(config, bert_config, model, tx, schedule, partitioner, state_plan,
+                   data_options)
 
     def jit_steps(self, teacher: distill.MlmTeacher | None = None,
                   teacher_shardings: Any = None):
@@ -75,8 +80,8 @@ class Setup:
         """The global batch as sharded `jax.ShapeDtypeStruct`s, shaped as the pipeline
         emits it (`pipeline.batch_spec`)."""
         from bert_jax.data.pipeline import batch_spec
-        options = DataOptions.from_config(self.config,
-                                          per_host_batch_size=self.config.global_batch_size)
+        options = dataclasses.replace(self.data_options,
+                                      per_host_batch_size=self.config.global_batch_size)
         batch = self.partitioner.batch_sharding
         return {k: jax.ShapeDtypeStruct(shape, dtype, sharding=batch) for k, (shape, dtype)
                 in batch_spec(options, self.config.next_sentence_prediction).items()}
@@ -93,7 +98,8 @@ def check_pretraining_config(config: ml_collections.ConfigDict, bert_config: Ber
     `run_config.check`): between keys, and against the model and the target. Touches
     no file; raises UserError naming the key. batch_multiple: the mesh's batch shards;
     process_count: the hosts the run will have (each feeds an equal share of the batch).
-    The input files are checked apart (`inputs.resolve_files`): compiling needs none."""
+    The input files are checked apart (`inputs.resolve_files`): compiling needs none;
+    the data options' own rules where `Setup.build` makes them."""
     check_learning_rate(config.learning_rate, config.allow_zero_learning_rate)
     inputs.check_eval_fraction(config)
     if config.warmup_steps > config.num_train_steps:
@@ -102,7 +108,6 @@ def check_pretraining_config(config: ml_collections.ConfigDict, bert_config: Ber
     if config.max_predictions_per_seq > config.max_seq_length:
         raise UserError(f"max_predictions_per_seq {config.max_predictions_per_seq} exceeds "
                         f"max_seq_length {config.max_seq_length}")
-    DataOptions.from_config(config)  # the data options' own rules
     check_inputs_fit(bert_config, f"model {_describe(config.model)}",
                      max_seq_length=config.max_seq_length, vocab_size=vocab_size)
     check_divisible("global_batch_size", config.global_batch_size,

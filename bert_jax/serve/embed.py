@@ -1,9 +1,9 @@
 """Sentence embeddings (one vector per input line) or per-token features.
 
-    bert-jax embed --checkpoint MODEL_DIR --input texts.txt --output vectors.npy \
+    bert-jax embed --model MODEL_DIR --input texts.txt --output vectors.npy \
         [--pooling cls|mean|pooler] [--layer N] [--batch_size N] [--max_seq_length N]
         [--attention_impl einsum|fused]
-    bert-jax embed --checkpoint MODEL_DIR --input texts.txt --output feats.npz --per_token \
+    bert-jax embed --model MODEL_DIR --input texts.txt --output feats.npz --per_token \
         [--layers -4,-3,-2,-1 --combine sum|concat|mean] [...]
 
 --per_token writes an .npz with one row per WordPiece of every line, [CLS] and [SEP]
@@ -33,7 +33,9 @@ from bert_jax.weights import pretrained
 
 POOLINGS = ("cls", "mean", "pooler")
 COMBINES = ("sum", "concat", "mean")
-MIN_SEQ_LENGTH = 3  # [CLS] one token [SEP]
+# The shortest row that embeds any text, [CLS] one token [SEP] (a training row is longer:
+# run_config.MIN_TRAINING_SEQ_LENGTH).
+MIN_EMBED_SEQ_LENGTH = 3
 
 
 def encode_texts(tokenizer, texts: Sequence[str], max_seq_length: int):
@@ -76,8 +78,8 @@ def _tokenizer(model: pretrained.Pretrained, config: BertConfig, batch_size: int
     """(tokenizer, max_seq_length capped at the model's positions) after checking the
     batch size, the length and that the vocabulary fits the model."""
     check_positive("--batch_size", batch_size)
-    if not isinstance(max_seq_length, int) or max_seq_length < MIN_SEQ_LENGTH:
-        raise UserError(f"--max_seq_length must be at least {MIN_SEQ_LENGTH} ([CLS] text "
+    if not isinstance(max_seq_length, int) or max_seq_length < MIN_EMBED_SEQ_LENGTH:
+        raise UserError(f"--max_seq_length must be at least {MIN_EMBED_SEQ_LENGTH} ([CLS] text "
                         f"[SEP]), got {max_seq_length!r}")
     tokenizer = load_tokenizer(model.tokenizer_dir)
     check_inputs_fit(config, model.tokenizer_dir, vocab_size=tokenizer.vocab_size)
@@ -87,7 +89,7 @@ def _tokenizer(model: pretrained.Pretrained, config: BertConfig, batch_size: int
 def _encoder_params(model: pretrained.Pretrained, config: BertConfig, pooler: bool):
     """The model's encoder weights as `BertModel(config)` takes them, on the default
     device (`pretrained.init_params`)."""
-    ids = jnp.zeros((1, MIN_SEQ_LENGTH), jnp.int32)
+    ids = jnp.zeros((1, MIN_EMBED_SEQ_LENGTH), jnp.int32)
     target = jax.eval_shape(lambda: BertModel(config, add_pooling_layer=pooler).init(
         jax.random.key(0), ids, ids)["params"])
     return pretrained.init_params(nn.unbox(target), model.params["bert"], drop=("pooler",),
@@ -106,11 +108,11 @@ def embed_texts(model: pretrained.Pretrained, texts: Sequence[str], *, pooling: 
     """
     config = model.config.replace(attention_impl=attention_impl or model.config.attention_impl)
     if pooling not in POOLINGS:
-        raise ValueError(f"unknown pooling {pooling!r}; choose from {', '.join(POOLINGS)}")
+        raise UserError(f"unknown pooling {pooling!r}; choose from {', '.join(POOLINGS)}")
     layer = _layer_index("--layer", layer, config)
     layer = -1 if layer == config.depth else layer
     if pooling == "pooler" and (layer != -1 or "pooler" not in model.params["bert"]):
-        raise ValueError("--pooling pooler needs the last layer and a model with a pooler")
+        raise UserError("--pooling pooler needs the last layer and a model with a pooler")
     tokenizer, max_seq_length = _tokenizer(model, config, batch_size, max_seq_length)
     encoded = encode_texts(tokenizer, texts, max_seq_length)
     params = _encoder_params(model, config, pooler=pooling == "pooler")
@@ -197,19 +199,11 @@ def read_lines(path: str) -> list[str]:
     return encoding.decode(paths.read_bytes(path), path).splitlines()
 
 
-def load_model(path: str) -> pretrained.Pretrained:
-    """A model directory, a pretraining workdir, or a fine-tuning workdir's kept model
-    (its encoder is embedded), as `bert-jax convert` reads them."""
-    if paths.isdir(paths.join(path, pretrained.BEST_DIR)) or \
-            paths.exists(paths.join(path, pretrained.RESULTS_FILE)):
-        path = pretrained.best_model_dir(path)
-    return pretrained.load(path)
-
-
 def main(argv: list[str]) -> int:
     parser = flags.ArgumentParser(prog="bert-jax embed", description=__doc__,
-                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--checkpoint", required=True,
+                                  formatter_class=argparse.RawDescriptionHelpFormatter,
+                                  deprecated={"--checkpoint": "--model"})
+    parser.add_argument("--model", required=True,
                         help="model directory (bert-jax convert), pretraining workdir, "
                              "fine-tuning workdir or Hub model (hf:ORG/NAME[@REVISION])")
     parser.add_argument("--input", required=True, help="UTF-8 text, one input per line")
@@ -246,7 +240,7 @@ def main(argv: list[str]) -> int:
     texts = read_lines(args.input)
     if not texts:
         raise UserError(f"{args.input} has no lines: nothing to embed")
-    model = load_model(args.checkpoint)
+    model = pretrained.load(args.model)
     vectors = embed_texts(model, texts, pooling=args.pooling or "cls", layer=args.layer,
                           batch_size=args.batch_size, max_seq_length=args.max_seq_length,
                           attention_impl=args.attention_impl)
@@ -269,7 +263,7 @@ def _main_per_token(args: argparse.Namespace) -> int:
     texts = read_lines(args.input)
     if not texts:
         raise UserError(f"{args.input} has no lines: nothing to embed")
-    model = load_model(args.checkpoint)
+    model = pretrained.load(args.model)
     features = token_features(model, texts, layers=layers, combine=args.combine or "sum",
                               batch_size=args.batch_size, max_seq_length=args.max_seq_length,
                               attention_impl=args.attention_impl)

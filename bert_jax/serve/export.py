@@ -1,6 +1,6 @@
 """`bert-jax export`: a fine-tuned model (or a bare encoder) as serving artifacts.
 
-  bert-jax export --workdir WORKDIR_OR_MODEL_DIR --out EXPORT_DIR [--format jax,savedmodel]
+  bert-jax export --model WORKDIR_OR_MODEL_DIR --output EXPORT_DIR [--format jax,savedmodel]
 
 EXPORT_DIR/
   serving.json        task, labels, max_seq_length, inputs and outputs
@@ -33,7 +33,7 @@ from bert_jax import flags
 from bert_jax.errors import UserError
 from bert_jax.host import paths, workdir_kind
 from bert_jax.host.atomic import atomic_directory
-from bert_jax.models import heads
+from bert_jax.models import heads, jax_compat
 from bert_jax.models.config import check_inputs_fit
 from bert_jax.models.encoder import BertModel, mean_pool
 from bert_jax.weights import pretrained
@@ -63,9 +63,9 @@ def serving_function(model: pretrained.Pretrained
     # attention traced on a GPU would embed a cuDNN call the others cannot run.
     config, params = model.config.replace(attention_impl="einsum"), model.params
     if any(k.startswith("crf_") for k in params):
-        raise ValueError("exporting a CRF tagging head is not supported yet (its Viterbi "
-                         "decoding needs word boundaries); export the emissions by removing "
-                         "the crf_* parameters")
+        raise UserError("exporting a CRF tagging head is not supported yet (its Viterbi "
+                        "decoding needs word boundaries); export the emissions by removing "
+                        "the crf_* parameters")
     encoder = dict(params["bert"])
     if kind in ("tagging", "span"):
         encoder.pop("pooler", None)  # these heads run BertModel without the pooler
@@ -83,8 +83,8 @@ def serving_function(model: pretrained.Pretrained
                   "span": heads.BertForQuestionAnswering(config)}[kind]
         params = {"bert": encoder, head: params[head]}
     else:
-        raise ValueError(f"cannot export a {kind!r} model: its parameters have no {head} head"
-                         if head else f"exporting {kind!r} models is not supported")
+        raise UserError(f"cannot export a {kind!r} model: its parameters have no {head} head"
+                        if head else f"exporting {kind!r} models is not supported")
 
     def outputs(raw, input_mask):
         if kind == "classification":
@@ -135,9 +135,8 @@ def stablehlo_for_tensorflow():
     so it wraps the version lookup jax's serializer calls; where jax has moved that,
     jax's default stays and `check_tensorflow_runs` tells whether TensorFlow can run it."""
     try:
-        from jax._src.export import _export
         from tensorflow.compiler.mlir.stablehlo import stablehlo as tf_stablehlo
-        jax_stablehlo = _export.hlo
+        jax_stablehlo = jax_compat.export_stablehlo()
         lookup = jax_stablehlo.get_version_from_compatibility_requirement
     except (ImportError, AttributeError):  # moved: jax's default stays
         yield
@@ -173,9 +172,9 @@ def erf_without_composites():
     tensorflow 2.21 cannot refine ("operand ... has type 'tensor<1x2x64xf32>', but
     decomposition has type 'tensor<?x?x64xf32>'"). The outputs stay within 1e-6."""
     try:
-        from jax._src.interpreters import mlir
-        from jax._src.lax import special
-        saved = {p: mlir._lowerings[p] for p in (special.erf_p, special.erfc_p)}
+        from jax.extend.core import primitives as special
+        from jax.interpreters import mlir
+        saved = {p: jax_compat.lowering_rules()[p] for p in (special.erf_p, special.erfc_p)}
     except (ImportError, AttributeError, KeyError):  # moved: jax's lowering stays
         yield
         return
@@ -185,7 +184,7 @@ def erf_without_composites():
     try:
         yield
     finally:
-        mlir._lowerings.update(saved)
+        jax_compat.lowering_rules().update(saved)
 
 
 @stablehlo_for_tensorflow()
@@ -340,8 +339,8 @@ class ServedModel:
     def __call__(self, input_ids, input_mask=None, segment_ids=None) -> dict[str, np.ndarray]:
         input_ids = np.asarray(input_ids, np.int32)
         if input_ids.shape[-1] > self.spec["max_length"]:
-            raise ValueError(f"input length {input_ids.shape[-1]} exceeds the model's "
-                             f"{self.spec['max_length']} positions")
+            raise UserError(f"input length {input_ids.shape[-1]} exceeds the model's "
+                            f"{self.spec['max_length']} positions")
         input_mask = np.ones_like(input_ids) if input_mask is None else input_mask
         segment_ids = np.zeros_like(input_ids) if segment_ids is None else segment_ids
         out = self.exported.call(input_ids, np.asarray(input_mask, np.int32),
@@ -406,7 +405,7 @@ def export(workdir: str, out: str, formats=("jax", "savedmodel"), platforms=DEFA
     Returns the serving.json contents."""
     from bert_jax.tokenization import load_tokenizer
 
-    model = pretrained.load(pretrained.resolve_model_dir(workdir))
+    model = pretrained.load(workdir)
     tokenizer = load_tokenizer(model.tokenizer_dir)
     check_inputs_fit(model.config, model.tokenizer_dir, vocab_size=tokenizer.vocab_size)
     if not all(np.isfinite(x).all() for x in jax.tree.leaves(model.params)):
@@ -441,26 +440,27 @@ def export(workdir: str, out: str, formats=("jax", "savedmodel"), platforms=DEFA
 
 def main(argv: list[str]) -> int:
     parser = flags.ArgumentParser(prog="bert-jax export", description=__doc__,
-                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--workdir", required=True,
+                                  formatter_class=argparse.RawDescriptionHelpFormatter,
+                                  deprecated={"--workdir": "--model", "--out": "--output"})
+    parser.add_argument("--model", required=True,
                         help="fine-tuning workdir (its best model) or a model directory")
-    parser.add_argument("--out", required=True, help="export directory to write")
+    parser.add_argument("--output", required=True, help="export directory to write")
     parser.add_argument("--format", default="jax,savedmodel",
                         help="comma-separated: jax (jax.export), savedmodel (TF via jax2tf)")
     parser.add_argument("--platforms", default=",".join(DEFAULT_PLATFORMS),
                         help="backends to lower for (cpu, cuda, tpu)")
     parser.add_argument("--max_seq_length", type=int, default=None,
                         help="truncation of the raw-string signatures (default: the task's)")
-    parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+    parser.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
     args = parser.parse_args(argv)
-    workdir_kind.check_kind(args.out, workdir_kind.MODEL, {"--workdir": args.workdir})
+    workdir_kind.check_kind(args.output, workdir_kind.MODEL, {"--model": args.model})
     formats = [f.strip() for f in args.format.split(",") if f.strip()]
     unknown = sorted(set(formats) - {"jax", "savedmodel"})
     if unknown or not formats:
         parser.error(f"--format takes jax and/or savedmodel, got {args.format!r}")
-    spec = export(args.workdir, args.out, formats,
+    spec = export(args.model, args.output, formats,
                   tuple(p.strip() for p in args.platforms.split(",")), args.max_seq_length,
                   args.overwrite)
-    print(f"wrote {args.out}: {spec['kind']} model, {', '.join(spec['files'])} "
+    print(f"wrote {args.output}: {spec['kind']} model, {', '.join(spec['files'])} "
           f"({', '.join(spec['platforms'])}), outputs {', '.join(spec['outputs'])}")
     return 0

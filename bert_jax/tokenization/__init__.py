@@ -6,6 +6,7 @@
 import json
 from typing import Optional
 
+from bert_jax import RESOURCES
 from bert_jax.host import paths
 from bert_jax.tokenization.albert_text import AlbertNormalization
 from bert_jax.tokenization.base import (
@@ -21,8 +22,7 @@ from bert_jax.tokenization.json_tokenizer import JSON_FILE, JsonTokenizer
 from bert_jax.tokenization.sentencepiece_tokenizer import SentencePieceTokenizer
 from bert_jax.tokenization.wordpiece import WordPieceTokenizer
 
-DEFAULT_VOCAB = paths.join(paths.dirname(paths.dirname(paths.abspath(__file__))), "resources",
-                           "vocab")
+DEFAULT_VOCAB = paths.join(RESOURCES, "vocab")
 
 __all__ = ["AlbertNormalization", "DEFAULT_VOCAB", "Encoding", "JsonTokenizer", "SPECIAL_TOKENS",
            "SentencePieceTokenizer", "Tokenizer", "TokenizerError", "WordPieceTokenizer",

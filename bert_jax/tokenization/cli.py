@@ -4,13 +4,15 @@ from typing import List
 
 from bert_jax import flags
 from bert_jax.host import encoding as codecs
-from bert_jax.tokenization import DEFAULT_VOCAB, TokenizerError, load_tokenizer
+from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
 
 
 def main(argv: List[str]) -> int:
-    parser = flags.ArgumentParser(prog="bert-jax tokenize", description=__doc__)
-    parser.add_argument("--vocab", default=DEFAULT_VOCAB,
-                        help="tokenizer directory, vocab.txt or SentencePiece .model")
+    parser = flags.ArgumentParser(prog="bert-jax tokenize", description=__doc__,
+                                  deprecated={"--vocab": "--tokenizer"})
+    parser.add_argument("--tokenizer", default=DEFAULT_VOCAB,
+                        help="tokenizer directory, vocab.txt or SentencePiece .model "
+                        "(default: the bundled vocabulary)")
     parser.add_argument("--cased", action="store_true",
                         help="a cased vocab.txt: keep case and accents")
     parser.add_argument("--ids", action="store_true", help="print ids instead of tokens")
@@ -18,12 +20,8 @@ def main(argv: List[str]) -> int:
                         help="of stdin, e.g. latin-1 (default: UTF-8; bytes that are not "
                         "UTF-8 are refused naming the line)")
     args = parser.parse_args(argv)
-    try:
-        tokenizer = load_tokenizer(args.vocab, do_lower_case=False if args.cased else None)
-        codecs.check_name(args.encoding)
-    except (TokenizerError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    tokenizer = load_tokenizer(args.tokenizer, do_lower_case=False if args.cased else None)
+    codecs.check_name(args.encoding)
     for line in _stdin_lines(args.encoding):
         encoding = tokenizer.encode(line.rstrip("\r\n"))
         items = encoding.ids if args.ids else encoding.tokens

@@ -29,8 +29,8 @@ TRUNCATION_HEAD_FRACTION = {"head": 1.0, "head+tail": 0.25}
 def head_fraction(truncation: str) -> float:
     """The share of a cut text's budget taken from its start."""
     if truncation not in TRUNCATION_HEAD_FRACTION:
-        raise ValueError(f"truncation must be one of {', '.join(TRUNCATION_HEAD_FRACTION)}; "
-                         f"got {truncation!r}")
+        raise UserError(f"truncation must be one of {', '.join(TRUNCATION_HEAD_FRACTION)}; "
+                        f"got {truncation!r}")
     return TRUNCATION_HEAD_FRACTION[truncation]
 
 

@@ -1,10 +1,15 @@
-"""The default logical-axis rules, apart from `bert_jax.train.sharding` so that the config files
-(`configs/*.py`) can name them without importing jax: loading a config stays cheap.
+"""The mesh's axis names and the default logical-axis rules, apart from
+`bert_jax.train.sharding` so that the config schema and files (`configs/*.py`) can name
+them without importing jax: loading a config stays cheap.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+# The device mesh's axes, in order: data parallelism, parameter sharding (FSDP), tensor
+# parallelism. `mesh_shape` sizes them (train/run_config.py); the rules below name them.
+MESH_AXES = ("data", "fsdp", "tensor")
 
 # (logical axis, mesh axis or axes or None). A mesh axis is used at most once per
 # array; axes not listed here are replicated.

@@ -45,12 +45,11 @@ from jax.experimental import multihost_utils
 
 from bert_jax.errors import CheckpointError
 from bert_jax.host import paths
+from bert_jax.host.workdir_kind import CHECKPOINTS_DIR
 from bert_jax.train import run_config
-from bert_jax.train.config_loader import RENAMED_KEYS
 
 log = logging.getLogger(__name__)
 
-CHECKPOINTS_DIR = "checkpoints"
 CORRUPT_DIR = "checkpoints_corrupt"
 # A step's items: the saved names of `Checkpointer.save`'s Composite arguments.
 STATE_ITEM, META_ITEM = "state", "meta"
@@ -68,10 +67,6 @@ CHANGEABLE_KEYS = run_config.resume_keys(run_config.PRETRAIN, run_config.FINETUN
     "model.attention_probs_dropout_prob", "model.hidden_dropout_prob"}
 # Described by the resolved model and the vocabulary fingerprint instead.
 _INDIRECT_KEYS = ("model", "tokenizer")
-# Keys added after checkpoints were first written, with the value those runs had: a
-# saved run without the key is compared as if it had recorded that value.
-_ADDED_KEYS = {"next_sentence_prediction": True, "teacher": "", "temperature": 2.0,
-               "alpha": 0.5}
 
 
 class IncompatibleCheckpointError(CheckpointError):
@@ -85,9 +80,12 @@ def run_description(config: dict, model: dict, vocabulary: str) -> dict:
 
 
 def _flat_run(run: dict, saved: bool = False) -> dict[str, Any]:
-    config = {**(_ADDED_KEYS if saved else {}), **(run.get("config") or {})}
-    if saved:  # written before a key was renamed (`config_loader.RENAMED_KEYS`)
-        config = {RENAMED_KEYS.get(k, k): v for k, v in config.items()}
+    # A saved run's config is compared, never run: it takes today's names and the values
+    # of keys added since (the schema's RENAMED_KEYS, ADDED_KEYS), not the schema check
+    # (an old value out of today's range is a difference to report).
+    config = {**(run_config.ADDED_KEYS if saved else {}), **(run.get("config") or {})}
+    if saved:
+        config = {run_config.RENAMED_KEYS.get(k, k): v for k, v in config.items()}
     flat = {k: v for k, v in config.items() if k not in _INDIRECT_KEYS}
     flat.update({f"model.{k}": v for k, v in (run.get("model") or {}).items()})
     if run.get("vocabulary"):
@@ -97,7 +95,8 @@ def _flat_run(run: dict, saved: bool = False) -> dict[str, Any]:
 
 def compare_runs(saved: dict, current: dict) -> tuple[list[str], list[str]]:
     """(fixed, changeable) differences, each 'key saved -> current'. Keys the saved
-    run did not record (older checkpoints) are not compared, except _ADDED_KEYS."""
+    run did not record (older checkpoints) are not compared, except
+    `run_config.ADDED_KEYS`."""
     have, want = _flat_run(saved, saved=True), _flat_run(current)
     fixed, changeable = [], []
     for key in sorted(set(have) & set(want)):

@@ -17,8 +17,13 @@ Why not `ml_collections.config_flags`: it binds configs to absl's global FLAGS a
 the whole of `sys.argv`, while our commands are argparse subcommands (`bert-jax pretrain
 ...`) that load configs from Python too (`load_config` in tests, the demo, notebooks).
 This loader keeps its file format (`get_config(variant)`) and its `--config.KEY=VALUE`
-overrides without global state, and is the one place where renamed keys (RENAMED_KEYS:
-`dtype` -> `compute_dtype`, ...) are read under their old names, with a warning.
+overrides without global state.
+
+`build_config` is the one constructor of a run config: a config file's (`load_config`),
+the one saved with a fine-tuned model (`finetune.inference.saved_config`) and a
+distillation's pass through it. It reads old configs in today's terms (the schema's
+RENAMED_KEYS, with a warning where the user wrote the old name, and ADDED_KEYS), fills
+the keys a config lacks, applies the overrides and runs the schema check once.
 """
 
 from __future__ import annotations
@@ -30,28 +35,20 @@ import inspect
 import os
 import sys
 import traceback
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import ml_collections
 
+from bert_jax import RESOURCES
 from bert_jax.errors import UserError
 from bert_jax.train import run_config
-
-# Keys renamed so that every config names a setting alike (old -> new). A config file, an
-# override or a saved config that still uses the old name sets the new key; the first two
-# with one warning line.
-RENAMED_KEYS = {"dtype": "compute_dtype", "init": "init_from", "pack": "packing",
-                "learning_rates": "sweep.learning_rate"}
-# Keys that once also took a list, one run per value: a list now goes to `sweep.KEY`.
-SWEEP_KEYS = ("learning_rate", "num_train_epochs", "global_batch_size")
 
 
 def packaged_config_dir() -> str:
     """The directory of the configs that ship with bert_jax: in a source checkout the
     repository's `configs/` beside this package (first: an editable install of another
     checkout maps `bert_jax.configs` there), else the installed `bert_jax.configs`."""
-    package = os.path.dirname(os.path.abspath(__file__))
-    checkout = os.path.join(os.path.dirname(package), "configs")
+    checkout = os.path.join(os.path.dirname(os.path.dirname(RESOURCES)), "configs")
     if all(os.path.isfile(os.path.join(checkout, n)) for n in ("pretrain.py", "finetune.py")):
         return checkout
     spec = importlib.util.find_spec("bert_jax.configs")
@@ -167,33 +164,91 @@ def check_family(config: ml_collections.ConfigDict, path: str, command: str) -> 
                     + f"): `bert-jax {command}` takes configs/{file}[:VARIANT] or a copy of it")
 
 
-def load_config(spec: str, overrides: Sequence[str] = (),
-                command: str | None = None) -> ml_collections.ConfigDict:
-    """Loads `FILE.py` or `FILE.py:VARIANT` and applies `KEY=VALUE` overrides in order.
-
-    Overrides may carry a leading `--config.` (as typed on a command line). `command`
-    ("pretrain", "finetune"): the config must be of that command's family.
-    """
+def read_config(spec: str) -> ml_collections.ConfigDict:
+    """What `FILE.py` or `FILE.py:VARIANT`'s get_config returns, as written: nothing
+    renamed, filled or checked (`load_config` builds a run config from it; a recipe's
+    values fill a saved config)."""
     path, _, variant = spec.partition(":")
     module = _import_file(path)
     takes_arg = bool(inspect.signature(module.get_config).parameters)
     if variant and not takes_arg:
         raise UserError(f"{path}: get_config() takes no variant, got {variant!r}")
     try:
-        config = module.get_config(variant or None) if takes_arg else module.get_config()
+        return module.get_config(variant or None) if takes_arg else module.get_config()
     except Exception as e:  # noqa: BLE001 - e.g. a value of the wrong type for its key
         raise _file_error(module.__file__, e, "in get_config") from None
+
+
+def load_config(spec: str, overrides: Sequence[str] = (),
+                command: str | None = None) -> ml_collections.ConfigDict:
+    """The run config of `FILE.py` or `FILE.py:VARIANT` with `KEY=VALUE` overrides applied
+    in order (`build_config`).
+
+    Overrides may carry a leading `--config.` (as typed on a command line). `command`
+    ("pretrain", "finetune"): the config must be of that command's family; without it
+    the family is the config's own.
+    """
+    path = spec.partition(":")[0]
+    config = read_config(spec)
     if command:
         check_family(config, path, command)
+    family = command or family_of(config)
+    if family is None:
+        raise UserError(f"{path} is not a run config: it has neither "
+                        + " nor ".join(f"'{key}' (configs/{file})"
+                                       for file, key in FAMILIES.values()))
+    return build_config(family, config, overrides, source=path)
+
+
+def build_config(command: str, values: ml_collections.ConfigDict | Mapping[str, Any],
+                 overrides: Sequence[str] = (), *, source: str = "", saved: bool = False,
+                 defaults: ml_collections.ConfigDict | None = None,
+                 changes: Mapping[str, Any] | None = None) -> ml_collections.ConfigDict:
+    """The run config of `command` ("pretrain", "finetune") from `values` (a ConfigDict,
+    used in place, or a mapping): every config a job runs comes from here. In order:
+    old key names renamed (RENAMED_KEYS; with a warning naming `source`, unless `saved`);
+    for a `saved` config (one saved with a fine-tuned model), the keys added since
+    at the values its run had (ADDED_KEYS), the keys dropped since dropped, and JSON's
+    lists back to tuples where the key holds tuples; the keys it still lacks from
+    `defaults` (a recipe's config; else the schema's); `changes` set; `overrides`
+    applied (`apply_overrides`); then the schema check, once (`run_config.seal`), which
+    marks the result as built for the jobs to trust."""
+    schema = run_config.SCHEMAS[command]
+    config = values if isinstance(values, ml_collections.ConfigDict) else \
+        ml_collections.ConfigDict(dict(values))
     warn = _warn_once()
-    rename_keys(config, lambda message: warn(f"{path}: {message}"))
-    schema = run_config.SCHEMAS.get(command or family_of(config))
-    if schema:  # a copy made before a key existed runs with its default
-        run_config.fill_defaults(config, schema)
+    rename_keys(config, None if saved else
+                (lambda message: warn(f"{source}: {message}" if source else message)))
+    if saved:
+        _read_as_today(config, schema)
+    run_config.fill_defaults(config, schema, defaults)
+    with config.ignore_type():
+        for key, value in (changes or {}).items():
+            config[key] = _to_config_value(value)
     apply_overrides(config, overrides, warn)
-    if schema:
-        run_config.check(config, schema)
-    return config
+    return run_config.seal(config, command)
+
+
+def _read_as_today(config: ml_collections.ConfigDict, schema: list) -> None:
+    """A saved config's keys as today's schema has them: the keys added since at the
+    values its run had, the keys dropped since dropped (they mean nothing now), lists
+    (JSON's tuples) as tuples where the key holds tuples."""
+    known = {key.name: key for key in schema}
+    with config.ignore_type():
+        for name, value in run_config.ADDED_KEYS.items():
+            if name in known and name not in config:
+                config[name] = value
+        for name in [name for name in config.keys() if name not in known]:
+            del config[name]
+        for key in schema:
+            if isinstance(key.default, tuple) and isinstance(config.get(key.name), list):
+                value = _tuples(config[key.name])
+                del config[key.name]  # else the field, typed list, keeps a list
+                config[key.name] = value
+
+
+def _tuples(value: Any) -> Any:
+    return tuple(_tuples(v) for v in value) if isinstance(value, (list, tuple)) else value
 
 
 def family_of(config: ml_collections.ConfigDict) -> str | None:
@@ -204,7 +259,8 @@ def family_of(config: ml_collections.ConfigDict) -> str | None:
 def apply_overrides(config: ml_collections.ConfigDict, overrides: Sequence[str],
                     warn=None) -> None:
     """Applies `KEY=VALUE` overrides (optionally with a leading `--config.`) in order; an
-    old key name (RENAMED_KEYS) or a list in a SWEEP_KEYS key sets its new key and warns."""
+    old key name (`run_config.RENAMED_KEYS`) or a list in a `run_config.SWEEP_KEYS` key
+    sets its new key and warns."""
     warn = warn or _warn_once()
     for item in overrides:
         key, sep, text = item.removeprefix("--").removeprefix("config.").partition("=")
@@ -219,11 +275,12 @@ def apply_overrides(config: ml_collections.ConfigDict, overrides: Sequence[str],
 
 def _new_key(config: ml_collections.ConfigDict, key: str, value: Any) -> str:
     """The key an override of `key` sets: itself, its new name, or `sweep.KEY` for a list."""
-    if key not in config and key in RENAMED_KEYS and _has(config, RENAMED_KEYS[key]):
-        return RENAMED_KEYS[key]
+    renamed = run_config.RENAMED_KEYS
+    if key not in config and key in renamed and _has(config, renamed[key]):
+        return renamed[key]
     swept = f"sweep.{key}"
     is_list = isinstance(value, (list, tuple)) or (isinstance(value, str) and "," in value)
-    if key in SWEEP_KEYS and is_list and _has(config, swept):
+    if key in run_config.SWEEP_KEYS and is_list and _has(config, swept):
         return swept
     return key
 
@@ -238,9 +295,10 @@ def _has(config: ml_collections.ConfigDict, key: str) -> bool:
 
 
 def rename_keys(config: ml_collections.ConfigDict, warn=None) -> ml_collections.ConfigDict:
-    """Moves each old key of RENAMED_KEYS that `config` holds to its new name (a saved or
-    hand-written config from before the rename); `warn(message)` is told of each."""
-    for old, new in RENAMED_KEYS.items():
+    """Moves each old key of `run_config.RENAMED_KEYS` that `config` holds to its new
+    name (a saved or hand-written config from before the rename); `warn(message)` is told
+    of each."""
+    for old, new in run_config.RENAMED_KEYS.items():
         if old not in config:
             continue
         if warn:

@@ -34,5 +34,6 @@ def run_job(command: str, workdir: str, kind: str, load: Callable[[], tuple[Any,
         except Exception as e:  # noqa: BLE001 - only the out-of-memory error is reworded
             if is_out_of_memory(e):
                 raise out_of_memory(batch_size=config.global_batch_size,
-                                    seq_length=config.max_seq_length) from e
+                                    seq_length=config.max_seq_length,
+                                    grad_accum_steps=config.grad_accum_steps) from e
             raise

@@ -54,11 +54,11 @@ def bert_schedule(learning_rate: float, num_train_steps: int,
     """`bert_learning_rate` (or another of SCHEDULES) with fixed hyperparameters
     (checked): update count -> rate."""
     if shape not in SCHEDULES:
-        raise ValueError(f"lr_schedule must be one of {', '.join(SCHEDULES)}, got {shape!r}")
+        raise UserError(f"lr_schedule must be one of {', '.join(SCHEDULES)}, got {shape!r}")
     if num_train_steps <= 0:
-        raise ValueError(f"num_train_steps must be positive, got {num_train_steps}")
+        raise UserError(f"num_train_steps must be positive, got {num_train_steps}")
     if not 0 <= warmup_steps <= num_train_steps:
-        raise ValueError(f"warmup_steps ({warmup_steps}) must be in [0, num_train_steps]")
+        raise UserError(f"warmup_steps ({warmup_steps}) must be in [0, num_train_steps]")
     return functools.partial(SCHEDULES[shape], learning_rate=learning_rate,
                              num_train_steps=num_train_steps, warmup_steps=warmup_steps)
 
@@ -89,7 +89,7 @@ def make_optimizer(*, learning_rate: float, num_train_steps: int, warmup_steps: 
     Returns (transformation, schedule: update count -> learning rate).
     """
     if optimizer not in OPTIMIZERS:
-        raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
+        raise UserError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
     schedule = bert_schedule(learning_rate, num_train_steps, warmup_steps, lr_schedule)
 
     def build(learning_rate, num_train_steps, warmup_steps):

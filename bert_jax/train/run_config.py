@@ -3,15 +3,19 @@ declared once, with its default, type, allowed values or range, a one-line descr
 and whether a resumed run may change it (`checkpoint.CHANGEABLE_KEYS` is derived from it).
 
 The recipes in configs/*.py start from `base_config(PRETRAIN)` / `base_config(FINETUNE)`
-and only set values; `config_loader.load_config` checks every loaded config against its
-schema (`check`): unknown keys, wrong types and values out of range are refused in one
-line naming the key. `bert-jax pretrain --help_config` prints a schema (`describe`).
+and only set values. Every run config a job gets comes from one constructor,
+`config_loader.build_config` (a config file's, a fine-tuned model's saved one, a
+distillation's), which reads old configs in today's terms (RENAMED_KEYS, ADDED_KEYS) and
+checks the result against its schema once (`seal`: unknown keys, wrong types and values
+out of range are refused in one line naming the key); the jobs then only assert that
+(`require_built`). `bert-jax pretrain --help_config` prints a schema (`describe`).
 Imports no jax: loading a config stays cheap.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import difflib
 from typing import Any
@@ -19,15 +23,27 @@ from typing import Any
 import ml_collections
 
 from bert_jax.errors import UserError
-from bert_jax.models.config import ATTENTION_IMPLS, COMPUTE_DTYPES, REMAT_POLICIES
-from bert_jax.train.axis_rules import DEFAULT_LOGICAL_AXIS_RULES
+from bert_jax.models.config import ATTENTION_IMPLS, REMAT_POLICIES
+from bert_jax.train.axis_rules import DEFAULT_LOGICAL_AXIS_RULES, MESH_AXES
+from bert_jax.train.model_config import COMPUTE_DTYPES
 
 OPTIMIZERS = ("adamw", "lamb")
 RNG_IMPLS = ("threefry", "rbg", "unsafe_rbg")
 ON_NONFINITE = ("skip", "stop")
-MESH_AXES = ("data", "fsdp", "tensor")
-# The shortest training row of a sentence pair: [CLS] A [SEP] B [SEP] with room for text.
-MIN_SEQ_LENGTH = 8
+# The shortest training row: a sentence pair [CLS] A [SEP] B [SEP] with room for text.
+MIN_TRAINING_SEQ_LENGTH = 8
+# The keys a fine-tuning sweep lists values of (`sweep.KEY`, `finetune.selection`), each
+# with the short name that a setting's directory carries (lr2e-05_ep3).
+SWEEP_KEYS = {"learning_rate": "lr", "num_train_epochs": "ep", "global_batch_size": "bs"}
+# Keys renamed so that every config names a setting alike (old -> new). A config file, an
+# override or a saved config that still uses the old name sets the new key
+# (`config_loader.build_config`; the first two with one warning line).
+RENAMED_KEYS = {"dtype": "compute_dtype", "init": "init_from", "pack": "packing",
+                "learning_rates": "sweep.learning_rate"}
+# Keys added after configs were first saved (with checkpoints and fine-tuned models), with
+# the value the runs that saved them had: a saved config without one reads as having it.
+ADDED_KEYS = {"next_sentence_prediction": True, "teacher": "", "temperature": 2.0,
+              "alpha": 0.5}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,7 +109,7 @@ _MESH = (
 PRETRAIN: list[Key] = [
     *_group(
         "model",
-        Key("model", "bert-base", "a preset name (bert_jax.models.config.PRESETS) or a dict of "
+        Key("model", "bert-base", "a preset name (bert_jax.models.presets.PRESETS) or a dict of "
             "BertConfig fields, optionally with 'preset' naming the base", kind=(str, dict)),
         Key("compute_dtype", "float32", "bfloat16: bf16 compute, fp32 params and optimizer; "
             "fp8: bf16 with FP8 encoder matmuls (Hopper)", choices=COMPUTE_DTYPES, resume=True),
@@ -112,7 +128,7 @@ PRETRAIN: list[Key] = [
             high=1.0),
         Key("tokenizer", "", "a tokenizer directory or vocab file; '' = the bundled 8k "
             "WordPiece vocabulary"),
-        Key("max_seq_length", 128, "tokens per row", low=MIN_SEQ_LENGTH),
+        Key("max_seq_length", 128, "tokens per row", low=MIN_TRAINING_SEQ_LENGTH),
         Key("max_predictions_per_seq", 20, "masked positions per row at most", low=1),
         Key("masked_lm_prob", 0.15, "share of tokens masked (ModernBERT: 0.3)", low=0.0,
             high=1.0),
@@ -231,7 +247,7 @@ FINETUNE: list[Key] = [
     *_group(
         "batching",
         Key("max_seq_length", 128, "tokens per row (384 for SQuAD); 'auto': from the data",
-            low=MIN_SEQ_LENGTH, also=("auto",)),
+            low=MIN_TRAINING_SEQ_LENGTH, also=("auto",)),
         Key("truncation", "head", "classification: keep the head, or head+tail (Sun et al.)",
             choices=("head", "head+tail")),
         Key("pooling", "pooler", "classification: the vector read, pooler ([CLS]) or mean",
@@ -262,9 +278,8 @@ FINETUNE: list[Key] = [
         Key("keep_checkpoint", "best", "the model kept: best validation score or last",
             choices=("best", "last")),
         Key("seeds", "", "e.g. '1,2,3': one run per seed, mean +- std"),
-        Key("sweep", dict(learning_rate="", num_train_epochs="", global_batch_size=""),
-            "lists ('2e-5,3e-5') make one run per combination, selected on validation",
-            kind=dict, fields=("learning_rate", "num_train_epochs", "global_batch_size")),
+        Key("sweep", dict.fromkeys(SWEEP_KEYS, ""), "lists ('2e-5,3e-5') make one run per "
+            "combination, selected on validation", kind=dict, fields=tuple(SWEEP_KEYS)),
         *_MESH,
         Key("log_every_steps", 50, "steps between metric lines", low=1, resume=True),
         Key("checkpoint_every_steps", 500, "steps between training checkpoints (0: epoch "
@@ -284,6 +299,9 @@ SCHEMAS = {"pretrain": PRETRAIN, "finetune": FINETUNE}
 
 
 def _value(default: Any) -> Any:
+    """A default as a config value: a dict as a ConfigDict of its own (never shared)."""
+    if isinstance(default, ml_collections.ConfigDict):
+        default = default.to_dict()
     return ml_collections.ConfigDict(default) if isinstance(default, dict) else default
 
 
@@ -301,12 +319,22 @@ def resume_keys(*schemas: list[Key]) -> frozenset[str]:
     return frozenset(k.name for schema in schemas for k in schema if k.resume)
 
 
-def fill_defaults(config: ml_collections.ConfigDict, schema: list[Key]) -> None:
-    """Adds the keys a config (a copy made before they existed) lacks, at their defaults."""
+def fill_defaults(config: ml_collections.ConfigDict, schema: list[Key],
+                  defaults: ml_collections.ConfigDict | None = None) -> None:
+    """Adds the keys, and the fields of dict keys, that a config lacks (a copy made, or a
+    config saved, before they existed): `defaults`' values (a recipe's) where it has
+    them, else the schema's."""
     for key in schema:
+        default = defaults[key.name] if defaults is not None and key.name in defaults \
+            else key.default
         if key.name not in config:
             with config.ignore_type():
-                config[key.name] = _value(key.default)
+                config[key.name] = _value(default)
+        elif key.fields and isinstance(config[key.name], ml_collections.ConfigDict):
+            node = config[key.name]
+            for field in key.fields:
+                if field not in node:
+                    node[field] = default[field]
 
 
 def check(config: ml_collections.ConfigDict, schema: list[Key]) -> None:
@@ -320,6 +348,61 @@ def check(config: ml_collections.ConfigDict, schema: list[Key]) -> None:
     for key in schema:
         if key.name in config:
             _check_key(key, key.name, config[key.name])
+
+
+# A built config's instance attribute (not a key): the command it was built and checked for.
+_BUILT_FOR = "_bert_jax_built_for"
+_NOT_BUILT = ("a run config must come from bert_jax.train.config_loader (load_config, "
+              "build_config): that constructor checks it against its schema, once, and the "
+              "jobs rely on it")
+
+
+def seal(config: ml_collections.ConfigDict, command: str) -> ml_collections.ConfigDict:
+    """`config` checked against `command`'s schema (`check`) and marked as built
+    (`built_for`): the last step of `config_loader.build_config`, the one constructor of
+    a run config. Later code trusts the mark instead of checking again."""
+    check(config, SCHEMAS[command])
+    object.__setattr__(config, _BUILT_FOR, command)
+    return config
+
+
+def built_for(config: ml_collections.ConfigDict) -> str | None:
+    """The command ("pretrain", "finetune") that `config` was built and checked for; None
+    for a config made otherwise (by hand; a copy is not marked either: `derive` makes
+    checked ones)."""
+    return vars(config).get(_BUILT_FOR)
+
+
+def require_built(config: ml_collections.ConfigDict, command: str) -> None:
+    """Raises unless `config` came from the constructor for `command`: a config of the
+    other command is the user's mistake (UserError), one made by hand the caller's
+    (TypeError)."""
+    built = built_for(config)
+    if built == command:
+        return
+    if built:
+        raise UserError(f"a `bert-jax {built}` config was given to a step of `bert-jax "
+                        f"{command}`: use configs/{command}.py[:VARIANT] or a copy of it")
+    raise TypeError(_NOT_BUILT)
+
+
+def derive(config: ml_collections.ConfigDict, **values: Any) -> ml_collections.ConfigDict:
+    """A copy of the built `config` with `values` set, each checked against its key (the
+    rest was checked when `config` was built): a grid's run of one setting
+    (`finetune.selection`)."""
+    command = built_for(config)
+    if command is None:
+        raise TypeError(_NOT_BUILT)
+    known = {k.name: k for k in SCHEMAS[command]}
+    copied = copy.deepcopy(config)
+    for name, value in values.items():
+        if name not in known:
+            raise UserError(f"unknown config key {name!r}")
+        _check_key(known[name], name, value)
+        with copied.ignore_type():
+            copied[name] = _value(value)
+    object.__setattr__(copied, _BUILT_FOR, command)
+    return copied
 
 
 def _check_key(key: Key, name: str, value: Any) -> None:

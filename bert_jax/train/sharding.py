@@ -25,10 +25,8 @@ import numpy as np
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from bert_jax.train.axis_rules import DEFAULT_LOGICAL_AXIS_RULES
-
-MESH_AXES = ("data", "fsdp", "tensor")
-
+from bert_jax.errors import UserError
+from bert_jax.train.axis_rules import DEFAULT_LOGICAL_AXIS_RULES, MESH_AXES
 
 
 def _axis_sizes(shape: Mapping[str, int] | Sequence[int], axis_names: Sequence[str],
@@ -38,23 +36,23 @@ def _axis_sizes(shape: Mapping[str, int] | Sequence[int], axis_names: Sequence[s
     if isinstance(shape, Mapping):
         unknown = sorted(set(shape) - set(axis_names))
         if unknown:
-            raise ValueError(f"{what} has unknown axes {unknown}; known: {list(axis_names)}")
+            raise UserError(f"{what} has unknown axes {unknown}; known: {list(axis_names)}")
         sizes = [int(shape.get(name, 1)) for name in axis_names]
     else:
         sizes = [int(s) for s in shape]
         if len(sizes) != len(axis_names):
-            raise ValueError(f"{what} {sizes} needs one size per axis {list(axis_names)}")
+            raise UserError(f"{what} {sizes} needs one size per axis {list(axis_names)}")
     if sizes.count(-1) > 1 or any(s == 0 or s < -1 for s in sizes):
-        raise ValueError(f"{what} {sizes}: sizes must be positive, at most one -1")
+        raise UserError(f"{what} {sizes}: sizes must be positive, at most one -1")
     known = int(np.prod([s for s in sizes if s != -1]))
     if -1 in sizes:
         if count % known:
-            raise ValueError(f"{what} {dict(zip(axis_names, sizes))} does not divide "
-                             f"{count} devices")
+            raise UserError(f"{what} {dict(zip(axis_names, sizes))} does not divide "
+                            f"{count} devices")
         sizes[sizes.index(-1)] = count // known
     if int(np.prod(sizes)) != count:
-        raise ValueError(f"{what} {dict(zip(axis_names, sizes))} needs {np.prod(sizes)} "
-                         f"devices; there are {count}")
+        raise UserError(f"{what} {dict(zip(axis_names, sizes))} needs {np.prod(sizes)} "
+                        f"devices; there are {count}")
     return sizes
 
 

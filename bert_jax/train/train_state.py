@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from bert_jax.errors import UserError
 from bert_jax.models.config import check_choice
 from bert_jax.train.sharding import Partitioner
 
@@ -111,7 +112,7 @@ def check_params_split_evenly(abstract_params: Any, shardings: Any) -> None:
             names = () if axes is None else (axes,) if isinstance(axes, str) else tuple(axes)
             ways = int(np.prod([sharding.mesh.shape[n] for n in names]))
             if dim % ways:
-                raise ValueError(
+                raise UserError(
                     f"parameter {jax.tree_util.keystr(path)} {tuple(leaf.shape)}: dimension "
                     f"{dim} cannot be split {ways} ways over mesh axes {names}; change "
                     "mesh_shape or logical_axis_rules")

@@ -1,8 +1,8 @@
 """`bert-jax convert`: published checkpoints to and from bert_jax model directories.
 
-  bert-jax convert --from_hf HF_DIR --out MODEL_DIR
-  bert-jax convert --from_tf1 GOOGLE_DIR --out MODEL_DIR
-  bert-jax convert --checkpoint MODEL_DIR --to_hf HF_DIR
+  bert-jax convert --from_hf HF_DIR --output MODEL_DIR
+  bert-jax convert --from_tf1 GOOGLE_DIR --output MODEL_DIR
+  bert-jax convert --model MODEL_DIR --to_hf HF_DIR
 
 GOOGLE_DIR holds bert_model.ckpt.{index,data-*}, bert_config.json and vocab.txt
 (as in Google's uncased_L-12_H-768_A-12.zip). MODEL_DIR may also be a
@@ -16,6 +16,7 @@ import json
 from typing import Any
 
 from bert_jax import flags
+from bert_jax.errors import UserError
 from bert_jax.host import paths, workdir_kind
 from bert_jax.host.atomic import atomic_directory
 from bert_jax.weights import pretrained
@@ -75,9 +76,9 @@ def _modernbert_architecture(params: dict[str, Any], checkpoint: str) -> tuple[s
     """transformers' ModernBert* class for the modern encoder: the encoder with or
     without the MLM head (its task heads differ from ours: a head before the classifier)."""
     if any(k in params for k in ("classifier", "qa_outputs", "nsp")):
-        raise ValueError(f"{checkpoint}: transformers' ModernBert task classes put another "
-                         "head before the classifier; export the encoder (or use "
-                         "`bert-jax export`)")
+        raise UserError(f"{checkpoint}: transformers' ModernBert task classes put another "
+                        "head before the classifier; export the encoder (or use "
+                        "`bert-jax export`)")
     return ("ModernBertForMaskedLM" if "mlm" in params else "ModernBertModel"), False
 
 
@@ -104,18 +105,18 @@ def to_hf(checkpoint: str, out: str, overwrite: bool = False) -> list[str]:
     (or workdir) as an HF directory. Returns notes for the user (dropped tensors, ...)."""
     from bert_jax.weights.hf import save_hf_dir
 
-    model = pretrained.load(pretrained.resolve_model_dir(checkpoint))
+    model = pretrained.load(checkpoint)
     params = dict(model.params)
     architecture, keeps_pooler = hf_architecture(params, model.task)
     pooling = pretrained.classifier_pooling(model.task)
     if architecture == "BertForSequenceClassification" and pooling != "pooler":
-        raise ValueError(f"{checkpoint}: the classifier reads {pooling}-pooled states, but "
-                         "transformers' BertForSequenceClassification reads the pooler; "
-                         "export it with `bert-jax export` instead")
+        raise UserError(f"{checkpoint}: the classifier reads {pooling}-pooled states, but "
+                        "transformers' BertForSequenceClassification reads the pooler; "
+                        "export it with `bert-jax export` instead")
     if model.config.model_type == "albert":
         if architecture == "BertForNextSentencePrediction":
-            raise ValueError(f"{checkpoint}: transformers has no ALBERT class for a "
-                             "sentence-order head without the MLM head")
+            raise UserError(f"{checkpoint}: transformers has no ALBERT class for a "
+                            "sentence-order head without the MLM head")
         architecture = architecture.replace("Bert", "Albert", 1)  # the same heads
     if model.config.model_type == "modernbert":
         architecture, keeps_pooler = _modernbert_architecture(params, checkpoint)
@@ -178,14 +179,15 @@ def main(argv: list[str]) -> int:
     parser = flags.ArgumentParser(prog="bert-jax convert", description=__doc__,
                                   formatter_class=argparse.RawDescriptionHelpFormatter,
                                   deprecated={"--lower_case": "--do_lower_case",
-                                              "--no_lower_case": "--cased"})
+                                              "--no_lower_case": "--cased",
+                                              "--checkpoint": "--model", "--out": "--output"})
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--from_hf", metavar="DIR",
                         help="Hugging Face BERT directory, or hf:ORG/NAME[@REVISION] on the Hub")
     source.add_argument("--from_tf1", metavar="DIR", help="Google TF1 BERT directory")
-    source.add_argument("--checkpoint", metavar="MODEL_DIR",
+    source.add_argument("--model", metavar="MODEL_DIR",
                         help="bert_jax model directory or workdir to export (with --to_hf)")
-    parser.add_argument("--out",
+    parser.add_argument("--output",
                         help="bert_jax model directory to write (with --from_hf or --from_tf1)")
     parser.add_argument("--to_hf", metavar="DIR", help="Hugging Face directory to write")
     case = parser.add_mutually_exclusive_group()
@@ -196,24 +198,24 @@ def main(argv: list[str]) -> int:
                       help="--from_tf1: vocab.txt is cased")
     parser.add_argument("--overwrite", action="store_true", help="replace the output if it exists")
     args = parser.parse_args(argv)
-    for out in filter(None, (args.out, args.to_hf)):  # never a training run's or the input
-        workdir_kind.check_kind(out, workdir_kind.MODEL, {"the input": args.checkpoint or
+    for out in filter(None, (args.output, args.to_hf)):  # never a training run's or the input
+        workdir_kind.check_kind(out, workdir_kind.MODEL, {"the input": args.model or
                                                           args.from_hf or args.from_tf1})
-    if args.checkpoint:
-        if not args.to_hf or args.out:
-            parser.error("--checkpoint takes --to_hf DIR (not --out)")
-        for note in to_hf(args.checkpoint, args.to_hf, args.overwrite):
+    if args.model:
+        if not args.to_hf or args.output:
+            parser.error("--model takes --to_hf DIR (not --output)")
+        for note in to_hf(args.model, args.to_hf, args.overwrite):
             print(f"note: {note}")
         print(f"wrote {args.to_hf}")
         return 0
-    if not args.out or args.to_hf:
-        parser.error("--from_hf/--from_tf1 take --out MODEL_DIR (not --to_hf)")
+    if not args.output or args.to_hf:
+        parser.error("--from_hf/--from_tf1 take --output MODEL_DIR (not --to_hf)")
     if args.from_hf:
-        model = from_hf(args.from_hf, args.out, args.overwrite)
+        model = from_hf(args.from_hf, args.output, args.overwrite)
     else:
-        model = from_tf1(args.from_tf1, args.out, args.overwrite, args.do_lower_case)
+        model = from_tf1(args.from_tf1, args.output, args.overwrite, args.do_lower_case)
     heads = [k for k in ("mlm", "nsp", "classifier", "qa_outputs") if k in model.params]
-    print(f"wrote {args.out}: {model.config.num_hidden_layers} layers, hidden "
+    print(f"wrote {args.output}: {model.config.num_hidden_layers} layers, hidden "
           f"{model.config.hidden_size}, vocab {model.config.vocab_size}, heads: "
           f"{', '.join(heads) or 'none'}")
     return 0

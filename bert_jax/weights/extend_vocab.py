@@ -1,6 +1,6 @@
 """`bert-jax extend-vocab`: add whole-word tokens to a model's WordPiece vocabulary.
 
-  bert-jax extend-vocab --checkpoint MODEL_DIR --add_tokens FILE --out MODEL_DIR2
+  bert-jax extend-vocab --model MODEL_DIR --add_tokens FILE --output MODEL_DIR2
 
 FILE has one token per line. New tokens first replace the `[unusedN]`
 placeholders that BERT vocabularies reserve for this (their embedding rows are
@@ -21,6 +21,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from bert_jax import flags
+from bert_jax.errors import UserError
 from bert_jax.tokenization import WordPieceTokenizer, load_tokenizer
 from bert_jax.weights import pretrained
 
@@ -58,16 +59,16 @@ def extend(model: pretrained.Pretrained, new_tokens: Sequence[str], seed: int = 
 
     Word embeddings [V, H] grow to [V + appended, H]; the MLM output bias [V] (if any) to
     [V + appended]. `summary` says {"slots": {id: token}, "appended": [tokens], ...}.
-    Raises ValueError for a token the tokenizer would not keep as one piece.
+    Raises UserError for a token the tokenizer would not keep as one piece.
     """
     tokenizer = load_tokenizer(model.tokenizer_dir)
     if not isinstance(tokenizer, WordPieceTokenizer):
-        raise ValueError("extend-vocab supports WordPiece vocabularies (vocab.txt); add "
-                         "user-defined symbols to a SentencePiece model when training it")
+        raise UserError("extend-vocab supports WordPiece vocabularies (vocab.txt); add "
+                        "user-defined symbols to a SentencePiece model when training it")
     old_vocab = [tokenizer.id_to_token(i) for i in range(tokenizer.vocab_size)]
     if len(old_vocab) != model.config.vocab_size:
-        raise ValueError(f"the tokenizer has {len(old_vocab)} tokens but the model has "
-                         f"vocab_size={model.config.vocab_size}")
+        raise UserError(f"the tokenizer has {len(old_vocab)} tokens but the model has "
+                        f"vocab_size={model.config.vocab_size}")
     wanted = [t for t in (_normalise(t, tokenizer) for t in new_tokens) if t]
     slots, appended = placements(old_vocab, wanted)
     vocab = list(old_vocab)
@@ -93,8 +94,8 @@ def _check_single_pieces(tokenizer: WordPieceTokenizer, tokens: Sequence[str]) -
         if tokenizer.encode(token).tokens != [token]:
             broken.append(f"{token!r} -> {tokenizer.encode(token).tokens}")
     if broken:
-        raise ValueError("these tokens would not stay single pieces (BERT splits words at "
-                         "whitespace and punctuation): " + "; ".join(broken))
+        raise UserError("these tokens would not stay single pieces (BERT splits words at "
+                        "whitespace and punctuation): " + "; ".join(broken))
 
 
 def _grow_vocab_rows(params: dict[str, Any], count: int, stddev: float, seed: int
@@ -133,20 +134,21 @@ def read_token_file(path: str) -> list[str]:
 
 def main(argv: list[str]) -> int:
     parser = flags.ArgumentParser(prog="bert-jax extend-vocab", description=__doc__,
-                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--checkpoint", required=True, help="model directory or workdir")
+                                  formatter_class=argparse.RawDescriptionHelpFormatter,
+                                  deprecated={"--checkpoint": "--model", "--out": "--output"})
+    parser.add_argument("--model", required=True, help="model directory or workdir")
     parser.add_argument("--add_tokens", required=True, metavar="FILE",
                         help="tokens to add, one per line")
-    parser.add_argument("--out", required=True, help="model directory to write")
+    parser.add_argument("--output", required=True, help="model directory to write")
     parser.add_argument("--seed", type=int, default=0, help="seed of the new rows")
-    parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+    parser.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
     args = parser.parse_args(argv)
-    model = pretrained.load(pretrained.resolve_model_dir(args.checkpoint))
+    model = pretrained.load(args.model)
     config, params, tokenizer, summary = extend(model, read_token_file(args.add_tokens),
                                                 args.seed)
-    pretrained.save(args.out, config, params, tokenizer=tokenizer, task=model.task,
+    pretrained.save(args.output, config, params, tokenizer=tokenizer, task=model.task,
                     overwrite=args.overwrite)
-    print(f"wrote {args.out}: {len(summary['slots'])} tokens in [unused] slots, "
+    print(f"wrote {args.output}: {len(summary['slots'])} tokens in [unused] slots, "
           f"{len(summary['appended'])} appended, {summary['already_known']} already known; "
           f"vocab_size {model.config.vocab_size} -> {config.vocab_size}")
     return 0

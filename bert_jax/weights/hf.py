@@ -16,9 +16,11 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from bert_jax.errors import CheckpointError, UserError
 from bert_jax.host import paths
 from bert_jax.models import layer_layout
 from bert_jax.models.config import BertConfig, ConfigError
+from bert_jax.weights.config_json import from_hf_dict, read_config_file, to_hf_dict
 
 # Per model type: the encoder's prefix, the heads' prefixes, the tensors HF writes that
 # carry no information of their own, and the names that tell which heads are present.
@@ -42,7 +44,7 @@ _NAMES = {
 }
 
 
-class CheckpointMismatchError(ValueError):
+class CheckpointMismatchError(CheckpointError):
     """A checkpoint whose tensors do not match the config (names the tensors)."""
 
 
@@ -205,7 +207,7 @@ def _modernbert_entries(config: BertConfig, heads: Mapping[str, int]) -> list[_E
 def _split_fused(state: Mapping[str, np.ndarray], config: BertConfig) -> dict[str, np.ndarray]:
     """ModernBERT's fused tensors as separate ones (`_modernbert_entries`), and the first
     layer's attention norm, which ModernBERT has not (an identity), as ones and zeros:
-    our layers all have one, layer 0 skips it (bert_jax.models.encoder.Layer)."""
+    our layers all have one, layer 0 skips it (bert_jax.models.encoder.pre_norm)."""
     state = dict(state)
     for name in [k for k in state if ".attn.Wqkv." in k or ".mlp.Wi." in k]:
         value = state.pop(name)
@@ -356,15 +358,15 @@ def hf_config(path: str | os.PathLike) -> tuple[BertConfig, bool]:
         with open(path, encoding="utf-8") as f:
             values = json.load(f)
     except (OSError, ValueError):
-        values = None  # from_json_file says what is wrong
+        values = None  # read_config_file says what is wrong
     model_type = values.get("model_type") if isinstance(values, dict) else None
     if model_type in _REFUSED:
         raise ConfigError(f"{path}: model_type {model_type!r} is not a BERT encoder bert_jax "
                           f"reads ({_REFUSED[model_type]}); RoBERTa-style checkpoints published "
                           "as BERT (model_type 'bert' with a vocab.txt) load")
     if model_type == "ernie":
-        return BertConfig.from_hf_dict({**values, "model_type": "bert"}, source=str(path)), True
-    return BertConfig.from_json_file(path), False
+        return from_hf_dict({**values, "model_type": "bert"}, source=str(path)), True
+    return read_config_file(path), False
 
 
 def _ernie_as_bert(state: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -402,7 +404,7 @@ def save_hf_dir(directory: str | os.PathLike, config: BertConfig, params: Mappin
     state.pop(f"{decoder}.weight", None)
     if config.model_type != "modernbert":  # whose decoder.bias is the only copy
         state.pop(f"{decoder}.bias", None)
-    hf_config = config.to_hf_dict()
+    hf_config = to_hf_dict(config)
     if architecture:
         hf_config["architectures"] = [architecture]
     hf_config.update(extra_config or {})
@@ -453,8 +455,8 @@ def hf_tokenizer(hf_dir: str):
                                     "tokenizer.json")
         return wordpiece(vocab, bool(settings.get("do_lower_case", True))), vocab
     if not settings.get("remove_space", True):
-        raise ValueError(f"{hf_dir}/tokenizer_config.json sets remove_space=false: bert_jax's "
-                         "ALBERT preprocessing always collapses whitespace")
+        raise UserError(f"{hf_dir}/tokenizer_config.json sets remove_space=false: bert_jax's "
+                        "ALBERT preprocessing always collapses whitespace")
     albert = AlbertNormalization(do_lower_case=bool(settings.get("do_lower_case", True)),
                                  keep_accents=bool(settings.get("keep_accents", False)))
     return SentencePieceTokenizer(spiece, albert=albert), spiece

@@ -6,15 +6,14 @@
       vocab.txt | spm.model, tokenizer_config.json   (the tokenizer's own files)
       params/           Orbax checkpoint of the parameter tree (unrolled layers)
 
-A model published on the Hugging Face Hub is accepted wherever a model directory is, by
-name: `hf:ORG/NAME[@REVISION]` (or `ORG/NAME` where no such local path exists), fetched
-(`bert_jax.weights.hub`) and converted once into the cache beside it (`local_path`).
-
-A pretraining workdir (its checkpoints written by `bert-jax pretrain` in the layout
-`bert_jax.train.checkpoint` owns, its model files in WORKDIR/model) is accepted wherever a model
-directory is: its latest readable checkpoint's params are read. A fine-tuning workdir
-resolves to its best model (`resolve_model_dir`). Writes are atomic: a failed
-conversion leaves nothing at the destination.
+Wherever a command takes a model, `open_model` (the one resolver, run where the command
+starts) accepts a model directory; a pretraining workdir (its checkpoints written by
+`bert-jax pretrain` in the layout `bert_jax.train.checkpoint` owns, its model files in
+WORKDIR/model: its latest readable checkpoint is read); a fine-tuning workdir (its kept
+model); or a model published on the Hugging Face Hub, by name: `hf:ORG/NAME[@REVISION]` (or
+`ORG/NAME` where no such local path exists), fetched (`bert_jax.weights.hub`) and converted
+once into the cache beside it (`local_path`). Writes are atomic: a failed conversion
+leaves nothing at the destination.
 
 Also here, because every reader of a model directory needs them: the task metadata
 (`task_kind`, `label_names`, `classifier_pooling`) and `init_params`, which fits loaded
@@ -34,19 +33,20 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from bert_jax.errors import CheckpointError
-from bert_jax.host import paths
+from bert_jax.host import paths, workdir_kind
 from bert_jax.host.atomic import atomic_directory
+from bert_jax.host.workdir_kind import (
+    BEST_DIR,
+    CHECKPOINTS_DIR,
+    MODEL_FILE,
+    RESULTS_FILE,
+    WORKDIR_MODEL_DIR,
+)
 from bert_jax.models.config import BertConfig, ConfigError
 from bert_jax.models.layer_layout import encoder_of, match_layout, to_unscanned
 from bert_jax.train import checkpoint
 
-MODEL_FILE = "bert_jax.json"
 PARAMS_DIR = "params"
-# A pretraining workdir's model files (its checkpoints: `bert_jax.train.checkpoint`).
-WORKDIR_MODEL_DIR = "model"
-# A fine-tuning workdir: its best model, and the results naming the best seed.
-BEST_DIR = "best"
-RESULTS_FILE = "eval_results.json"
 
 
 @dataclasses.dataclass
@@ -113,6 +113,14 @@ def _read_model_file(model_file: str) -> dict[str, Any]:
         raise ConfigError(f"{model_file}: malformed ({e})") from None
 
 
+def read_model_dir(directory: str) -> Pretrained:
+    """A model directory as it is on disk (no resolving: a job reading back what it
+    wrote itself, such as a fine-tune's WORKDIR/best)."""
+    meta = _read_model_file(paths.join(directory, MODEL_FILE))
+    return Pretrained(meta["config"], read_model_params(paths.join(directory, PARAMS_DIR)),
+                      meta["task"], directory)
+
+
 def read_model_config(workdir: str) -> BertConfig:
     """The model config a pretraining workdir recorded (WORKDIR/model/bert_jax.json)."""
     path = paths.join(paths.abspath(workdir), WORKDIR_MODEL_DIR, MODEL_FILE)
@@ -130,50 +138,6 @@ def load_pretrained_from_workdir(workdir: str) -> Pretrained:
     return Pretrained(config, to_unscanned(params), None, paths.join(workdir, WORKDIR_MODEL_DIR))
 
 
-def check_model_path(path: str | os.PathLike) -> bool:
-    """Raises what `load` would for a path that holds no model, reading no parameters
-    (a run checks its init_from before writing anything). True for a pretraining
-    workdir, False for a model directory."""
-    path = paths.abspath(local_path(path))
-    if not paths.isdir(path):
-        raise FileNotFoundError(f"no model directory at {path}")
-    model_file = paths.join(path, MODEL_FILE)
-    checkpoints = paths.join(path, checkpoint.CHECKPOINTS_DIR)
-    if paths.isdir(checkpoints) and not paths.exists(model_file):
-        read_model_config(path)
-        if not checkpoint.steps(path):
-            raise CheckpointError(f"no checkpoint under {checkpoints}")
-        return True
-    if not paths.exists(model_file):
-        hint = (" It is a fine-tuning workdir: its model is in best/." if
-                paths.isdir(paths.join(path, BEST_DIR)) else "")
-        raise FileNotFoundError(
-            f"{path} is neither a bert_jax model directory (no {MODEL_FILE}) nor a pretraining "
-            f"workdir (no checkpoints/).{hint} Convert published weights with `bert-jax "
-            "convert`.")
-    _read_model_file(model_file)
-    return False
-
-
-def tokenizer_dir(path: str | os.PathLike) -> str:
-    """Where the tokenizer of a model directory or pretraining workdir is (`load`'s
-    tokenizer_dir), reading no parameters."""
-    path = paths.abspath(local_path(path))
-    return paths.join(path, WORKDIR_MODEL_DIR) if check_model_path(path) else path
-
-
-def load(path: str | os.PathLike) -> Pretrained:
-    """Reads a model directory, a pretraining workdir (its latest checkpoint) or a Hub
-    model by name."""
-    path = paths.abspath(local_path(path))
-    if check_model_path(path):
-        return load_pretrained_from_workdir(path)
-    model_file = paths.join(path, MODEL_FILE)
-    meta = _read_model_file(model_file)
-    params = read_model_params(paths.join(path, PARAMS_DIR))
-    return Pretrained(meta["config"], params, meta["task"], path)
-
-
 def best_model_dir(workdir: str) -> str:
     """A fine-tuning workdir's WORKDIR/best, or for several runs (seeds, a grid: see
     `finetune.selection`) the selected run's."""
@@ -189,14 +153,90 @@ def best_model_dir(workdir: str) -> str:
     return path
 
 
-def resolve_model_dir(path: str) -> str:
-    """A model directory or pretraining workdir as is; a fine-tuning workdir's best model;
-    a Hub model by name as its converted model directory."""
-    path = local_path(path)
-    if any(paths.exists(paths.join(path, name)) for name in (MODEL_FILE,
-                                                             checkpoint.CHECKPOINTS_DIR)):
-        return path
-    return best_model_dir(path)
+# --- what the user points at -----------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class ModelRef:
+    """A model the user pointed at, resolved (`open_model`) and its config read; its
+    parameters are read by `load`.
+
+    path: as the user gave it (messages name it). kind: `workdir_kind.MODEL` (a model
+    directory, also a Hub model's converted one or a fine-tuning workdir's kept model),
+    `PRETRAINING` (a pretraining workdir: its latest checkpoint) or `FINETUNING` (the
+    kept model of that workdir). directory: the model directory or pretraining workdir
+    that holds the parameters."""
+
+    path: str
+    kind: str
+    directory: str
+    config: BertConfig
+    task: dict[str, Any] | None
+
+    @property
+    def tokenizer_dir(self) -> str:
+        return (paths.join(self.directory, WORKDIR_MODEL_DIR)
+                if self.kind == workdir_kind.PRETRAINING else self.directory)
+
+    def load(self) -> Pretrained:
+        """The parameters (numpy, unrolled layers) with the config, task and tokenizer."""
+        if self.kind == workdir_kind.PRETRAINING:
+            return load_pretrained_from_workdir(self.directory)
+        params = read_model_params(paths.join(self.directory, PARAMS_DIR))
+        return Pretrained(self.config, params, self.task, self.directory)
+
+
+def resolve_model_dir(path: str) -> tuple[str, str]:
+    """(directory, kind) of what `path` names: a Hub model by name as its converted model
+    directory, a fine-tuning workdir as its kept model, a model directory or pretraining
+    workdir as itself."""
+    path = paths.abspath(local_path(path))
+    if not paths.isdir(path):
+        raise FileNotFoundError(f"no model directory at {path}")
+    if paths.exists(paths.join(path, MODEL_FILE)):
+        return path, workdir_kind.MODEL
+    kind = workdir_kind.kind_of(path)
+    if kind in (workdir_kind.FINETUNING, workdir_kind.DISTILLATION):
+        return best_model_dir(path), workdir_kind.FINETUNING
+    if paths.isdir(paths.join(path, CHECKPOINTS_DIR)):
+        return path, workdir_kind.PRETRAINING
+    raise FileNotFoundError(
+        f"{path} is not a bert_jax model: no {MODEL_FILE} (a model directory), no "
+        f"checkpoints/ (a pretraining workdir), no {BEST_DIR}/ (a fine-tuning workdir). "
+        "Convert published weights with `bert-jax convert`.")
+
+
+def open_model(path: str | os.PathLike) -> ModelRef:
+    """The one resolver of a model path, run where a command starts: a model directory, a
+    pretraining workdir (its latest checkpoint), a fine-tuning workdir (its kept model) or
+    a Hub model by name (`hf:ORG/NAME[@REVISION]`, fetched and converted once). Reads the
+    config, checks that there are parameters to read, reads none of them."""
+    path = str(path)
+    directory, kind = resolve_model_dir(path)
+    if kind == workdir_kind.PRETRAINING:
+        if not checkpoint.steps(directory):
+            raise CheckpointError(f"no checkpoint under "
+                                  f"{paths.join(directory, CHECKPOINTS_DIR)}")
+        return ModelRef(path, kind, directory, read_model_config(directory), None)
+    meta = _read_model_file(paths.join(directory, MODEL_FILE))
+    return ModelRef(path, kind, directory, meta["config"], meta["task"])
+
+
+def load(path: str | os.PathLike | ModelRef) -> Pretrained:
+    """Reads the model `path` names (anything `open_model` takes), parameters included."""
+    return (path if isinstance(path, ModelRef) else open_model(path)).load()
+
+
+def model_config(path: str) -> BertConfig:
+    """The config of the model `path` names, converting nothing: a Hub model's from its
+    `config.json` when it has not been converted yet (`bert-jax compile` sizes a run from
+    it)."""
+    from bert_jax.weights import hf, hub
+
+    if hub.hub_name(path) is not None:
+        hf_dir, converted = hub.fetch(str(path))
+        if not paths.exists(paths.join(converted, MODEL_FILE)):
+            return hf.hf_config(paths.join(hf_dir, "config.json"))[0]
+    return open_model(path).config
 
 
 # --- converted models, and models by name --------------------------------------------
@@ -222,6 +262,13 @@ def convert_hf_dir(hf_dir: str, out: str, overwrite: bool = False) -> Pretrained
     config, params = hf.load_hf_dir(hf_dir)
     tokenizer, source = hf.hf_tokenizer(hf_dir)
     return save_converted(tokenizer, source, config, params, out, hf.hf_task(hf_dir), overwrite)
+
+
+def is_hub_name(path: str | os.PathLike) -> bool:
+    """Whether `path` names a Hub model (`hf:ORG/NAME`, or `ORG/NAME` that is no local path)."""
+    from bert_jax.weights import hub
+
+    return hub.hub_name(path) is not None
 
 
 def local_path(path: str | os.PathLike) -> str:

@@ -17,8 +17,10 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from bert_jax.errors import UserError
 from bert_jax.models.config import BertConfig
 from bert_jax.weights import hf
+from bert_jax.weights.config_json import read_config_file
 from bert_jax.weights.hf import CheckpointMismatchError
 
 # Training state in Google's checkpoints that is not part of the model.
@@ -74,8 +76,8 @@ def find_checkpoint(path: str | os.PathLike) -> str:
         hint = f" ({os.path.basename(data[0])} is there but its .index file is missing)" \
             if data else ""
         raise FileNotFoundError(f"no TF checkpoint index (*.index) in {path}{hint}")
-    raise ValueError(f"several checkpoints in {path}: "
-                     f"{', '.join(os.path.basename(i) for i in indexes)}; pass the prefix")
+    raise UserError(f"several checkpoints in {path}: "
+                    f"{', '.join(os.path.basename(i) for i in indexes)}; pass the prefix")
 
 
 def read_variables(prefix: str) -> dict[str, np.ndarray]:
@@ -170,5 +172,5 @@ def load_tf1_dir(path: str | os.PathLike) -> tuple[BertConfig, dict[str, Any]]:
     config_path = os.path.join(directory, "bert_config.json")
     if not os.path.exists(config_path):
         raise FileNotFoundError(f"no bert_config.json in {directory}")
-    config = BertConfig.from_json_file(config_path)
+    config = read_config_file(config_path)
     return config, params_from_tf1(read_variables(prefix), config)

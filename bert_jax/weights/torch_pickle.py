@@ -11,6 +11,8 @@ import zipfile
 
 import numpy as np
 
+from bert_jax.errors import UserError
+
 _STORAGE_DTYPES = {
     "FloatStorage": np.float32, "DoubleStorage": np.float64, "HalfStorage": np.float16,
     "BFloat16Storage": "bfloat16", "LongStorage": np.int64, "IntStorage": np.int32,
@@ -68,15 +70,15 @@ class _SafeUnpickler(pickle.Unpickler):
 def load_torch_state_dict(path: str) -> dict[str, np.ndarray]:
     """{name: array} from a torch.save'd state dict (the zip format of torch >= 1.6)."""
     if not zipfile.is_zipfile(path):
-        raise ValueError(f"{path} is a legacy (pre-1.6) torch file; re-save it with a current "
-                         "torch or convert it to model.safetensors")
+        raise UserError(f"{path} is a legacy (pre-1.6) torch file; re-save it with a current "
+                        "torch or convert it to model.safetensors")
     with zipfile.ZipFile(path) as archive:
         pkl = next((n for n in archive.namelist() if n.endswith("data.pkl")), None)
         if pkl is None:
-            raise ValueError(f"{path} has no data.pkl: not a torch checkpoint")
+            raise UserError(f"{path} has no data.pkl: not a torch checkpoint")
         prefix = pkl[: -len("data.pkl")]
         with archive.open(pkl) as f:
             state = _SafeUnpickler(f, archive, prefix).load()
     if not isinstance(state, dict):
-        raise ValueError(f"{path} holds a {type(state).__name__}, not a state dict")
+        raise UserError(f"{path} holds a {type(state).__name__}, not a state dict")
     return {k: np.asarray(v) for k, v in state.items()}

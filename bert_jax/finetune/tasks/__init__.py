@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from bert_jax.errors import UserError
+
 # The families register themselves when imported.
 from bert_jax.finetune.tasks import csv_task, glue, multiple_choice, squad, tagging  # noqa: F401
 from bert_jax.finetune.tasks.base import REGISTRY, Task
@@ -22,7 +24,7 @@ def get_task(config) -> Task:
     """The task named by `config.task`; an unknown name lists the known ones."""
     name = config.task
     if name not in REGISTRY:
-        raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(known_tasks())}")
+        raise UserError(f"unknown task {name!r}; known tasks: {', '.join(known_tasks())}")
     return REGISTRY[name](config)
 
 

@@ -50,7 +50,7 @@ class Task:
         """Fixes what depends on the training data (e.g. the label set of a CSV)."""
 
     def check_labels(self, examples: list[Example]) -> None:
-        """Raises ValueError for a label training did not see: called on every split
+        """Raises UserError for a label training did not see: called on every split
         before the first step, not after training."""
 
     def is_labeled(self, example: Example) -> bool:

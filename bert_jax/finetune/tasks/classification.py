@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bert_jax.errors import UserError
 from bert_jax.finetune import files
 from bert_jax.finetune.tasks import metrics
 from bert_jax.finetune.tasks.base import Task
@@ -104,12 +105,12 @@ class ClassificationTask(Task):
                   and all(isinstance(t, str) for t in item)):
                 a, b = item
             else:
-                raise ValueError(f"input {i}: expected a text or a (text, text_pair) pair of "
-                                 f"strings, got {item!r:.80}")
+                raise UserError(f"input {i}: expected a text or a (text, text_pair) pair of "
+                                f"strings, got {item!r:.80}")
             if takes_pairs != (b is not None):
-                raise ValueError(f"task {self.name!r} takes "
-                                 f"{'(text, text_pair) pairs' if takes_pairs else 'single texts'}"
-                                 f"; input {i} is {'a pair' if b is not None else 'one text'}")
+                raise UserError(f"task {self.name!r} takes "
+                                f"{'(text, text_pair) pairs' if takes_pairs else 'single texts'}"
+                                f"; input {i} is {'a pair' if b is not None else 'one text'}")
             examples.append({"text_a": a, "text_b": b, "label": None, "idx": i})
         return examples
 

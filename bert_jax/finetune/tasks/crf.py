@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from bert_jax.models import heads
-from bert_jax.models.encoder import zeros_init
+from bert_jax.models.blocks import zeros_init
 
 Array = jax.Array
 

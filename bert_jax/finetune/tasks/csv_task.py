@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import logging
 
+from bert_jax import RESOURCES
+from bert_jax.errors import UserError
 from bert_jax.finetune import files
 from bert_jax.finetune.tasks.base import register
 from bert_jax.finetune.tasks.classification import ClassificationTask
@@ -23,7 +25,7 @@ from bert_jax.host import paths
 
 log = logging.getLogger(__name__)
 
-SPAM_DIR = paths.join(paths.dirname(paths.dirname(paths.abspath(__file__))), "resources", "spam")
+SPAM_DIR = paths.join(RESOURCES, "spam")
 
 _SPLIT_KEYS = {"train": "train_file", "validation": "validation_file", "test": "test_file"}
 
@@ -45,11 +47,11 @@ def infer_labels(values: list, label_type: str = "auto") -> list[str] | None:
             label_type == "auto" and numeric and any(n != int(n) for n in numbers)):
         if not numeric:
             bad = next(v for v, n in zip(values, numbers) if n is None)
-            raise ValueError(f"regression labels must be numbers; got {bad!r}")
+            raise UserError(f"regression labels must be numbers; got {bad!r}")
         return None
     if label_type not in ("auto", "classification", "regression"):
-        raise ValueError(f"label_type must be auto, classification or regression; "
-                         f"got {label_type!r}")
+        raise UserError(f"label_type must be auto, classification or regression; "
+                        f"got {label_type!r}")
     if numeric:
         return [_label_name(v) for v in sorted(set(numbers))]
     names = sorted({str(v) for v in values})
@@ -65,8 +67,8 @@ def infer_labels(values: list, label_type: str = "auto") -> list[str] | None:
 def _column_names(spec: str) -> list[str]:
     names = [n.strip() for n in spec.split(",") if n.strip()]
     if len(names) < 2 or len(set(names)) != len(names):
-        raise ValueError(f"--config.columns={spec!r}: name each column of the file once, in "
-                         "order, e.g. 'label,text' or 'text,label'")
+        raise UserError(f"--config.columns={spec!r}: name each column of the file once, in "
+                        "order, e.g. 'label,text' or 'text,label'")
     return names
 
 
@@ -77,7 +79,7 @@ def check_not_swapped(rows: list[dict], text_name: str, label_name: str, path: s
     texts = {str(r[text_name]) for r in rows}
     long_labels = sum(len(v) > 20 for v in labels)
     if len(texts) <= 20 and len(labels) > 20 and long_labels > len(labels) / 2:
-        raise ValueError(
+        raise UserError(
             f"{path}: the columns look swapped: label column {label_name!r} holds "
             f"{len(labels)} distinct values, mostly long texts, while text column "
             f"{text_name!r} holds {len(texts)} ({', '.join(sorted(texts)[:5])}...); check "
@@ -110,7 +112,7 @@ class CsvTask(ClassificationTask):
     def load(self, split):
         path = self.path(split)
         if not path:
-            raise ValueError(f"task {self.name!r} needs --config.{_SPLIT_KEYS[split]}")
+            raise UserError(f"task {self.name!r} needs --config.{_SPLIT_KEYS[split]}")
         a_name, b_name = self.text_columns
         label_name = self.config.label_column
         if self.config.columns:
@@ -123,10 +125,10 @@ class CsvTask(ClassificationTask):
                 try:
                     files.column(rows, columns, a_name, path, "text")
                 except ValueError as e:
-                    raise ValueError(f"{e}; or, if the first line is not a header, set "
-                                     "--config.columns=label,text (or text,label)") from None
+                    raise UserError(f"{e}; or, if the first line is not a header, set "
+                                    "--config.columns=label,text (or text,label)") from None
         if not rows:
-            raise ValueError(f"{path} has no rows")
+            raise UserError(f"{path} has no rows")
         texts_a = files.column(rows, columns, a_name, path, "text")
         texts_b = (files.column(rows, columns, b_name, path, "text_pair") if b_name
                    else [None] * len(rows))
@@ -170,8 +172,8 @@ class CsvTask(ClassificationTask):
             return {**example, "label": float(label)}
         name = _label_name(label)
         if name not in self.label_names:
-            raise ValueError(f"label {label!r} is not among the training labels "
-                             f"{self.label_names}")
+            raise UserError(f"label {label!r} is not among the training labels "
+                            f"{self.label_names}")
         return {**example, "label": self.label_names.index(name)}
 
 

@@ -16,6 +16,7 @@ import numpy as np
 import scipy.stats
 from sklearn import metrics as sk
 
+from bert_jax.errors import UserError
 from bert_jax.tokenization.chars import is_cjk
 from bert_jax.tokenization.text_io import entities
 
@@ -160,8 +161,8 @@ def chinese_answers(gold_answers: dict[str, list[str]], metric: str = "auto") ->
     """Whether to score with CMRC's character-level metric: `metric` 'cmrc' or 'squad',
     or 'auto': when any gold answer has a CJK character."""
     if metric not in ANSWER_METRICS:
-        raise ValueError(f"answer_metric must be one of {', '.join(ANSWER_METRICS)}; "
-                         f"got {metric!r}")
+        raise UserError(f"answer_metric must be one of {', '.join(ANSWER_METRICS)}; "
+                        f"got {metric!r}")
     if metric != "auto":
         return metric == "cmrc"
     return any(is_cjk(ord(ch)) for golds in gold_answers.values() for g in golds for ch in g)

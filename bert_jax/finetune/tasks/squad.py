@@ -17,6 +17,7 @@ import collections
 
 import numpy as np
 
+from bert_jax.errors import UserError
 from bert_jax.finetune import files
 from bert_jax.finetune.tasks import metrics
 from bert_jax.finetune.tasks.base import Task, register
@@ -31,7 +32,7 @@ def read_squad_json(path: str) -> list[dict]:
 def squad_examples(data, path: str) -> list[dict]:
     """The examples of a parsed SQuAD JSON document; a malformed one names what is wrong."""
     if not isinstance(data, dict) or "data" not in data:
-        raise ValueError(f"{path} is not a SQuAD JSON file (no top-level 'data')")
+        raise UserError(f"{path} is not a SQuAD JSON file (no top-level 'data')")
     try:
         return [{"id": str(qa["id"]), "question": qa["question"], "context": para["context"],
                  "answers": [{"text": a["text"], "answer_start": a["answer_start"]}
@@ -41,8 +42,8 @@ def squad_examples(data, path: str) -> list[dict]:
                 for qa in para["qas"]]
     except (KeyError, TypeError, AttributeError) as e:
         what = f"the key {e.args[0]!r}" if isinstance(e, KeyError) else f"a well-formed entry ({e})"
-        raise ValueError(f"{path} is not in the SQuAD format: an entry lacks {what}; expected "
-                         "data[].paragraphs[].{context, qas[].{id, question, answers}}") from None
+        raise UserError(f"{path} is not in the SQuAD format: an entry lacks {what}; expected "
+                        "data[].paragraphs[].{context, qas[].{id, question, answers}}") from None
 
 
 def answer_char_span(example) -> tuple[int, int] | None:
@@ -127,8 +128,8 @@ class SquadTask(Task):
         for i, item in enumerate(inputs):
             if not (isinstance(item, dict) and isinstance(item.get("question"), str)
                     and isinstance(item.get("context"), str)):
-                raise ValueError(f"input {i}: expected a dict with 'question' and 'context' "
-                                 f"strings, got {item!r:.80}")
+                raise UserError(f"input {i}: expected a dict with 'question' and 'context' "
+                                f"strings, got {item!r:.80}")
             examples.append({"id": str(item.get("id", i)), "question": item["question"],
                              "context": item["context"], "answers": None})
         return examples

@@ -21,6 +21,8 @@ import collections
 import re
 from typing import Iterable, Sequence
 
+from bert_jax.errors import UserError
+
 SCHEMES = {"IOB2": "BI", "IOB1": "BI", "IOBES": "BIES", "BILOU": "BILU", "BMES": "BMES"}
 ALIASES = {"BIO": "IOB2", "BIOES": "IOBES"}
 # The config values: a scheme, "auto" (detect from the training tags) or "none" (score
@@ -36,7 +38,7 @@ def resolve_scheme(name: str, train_tags: Iterable[Sequence[str]]) -> str | None
     key = str(name).upper()
     key = ALIASES.get(key, key)
     if key not in (*SCHEMES, "AUTO", "NONE"):
-        raise ValueError(f"tag_scheme must be one of {', '.join(CHOICES)}; got {name!r}")
+        raise UserError(f"tag_scheme must be one of {', '.join(CHOICES)}; got {name!r}")
     sequences = [list(seq) for seq in train_tags]
     if key == "NONE":
         return None
@@ -46,9 +48,9 @@ def resolve_scheme(name: str, train_tags: Iterable[Sequence[str]]) -> str | None
     wrong = [t for seq in sequences for t in seq if t != "O"
              and not (_PREFIXED.fullmatch(t) and t[0] in SCHEMES[key])]
     if wrong:
-        raise ValueError(f"tag_scheme={name}: the training tag {wrong[0]!r} is not in that "
-                         f"scheme (prefixes {'-, '.join(SCHEMES[key])}-); the tags use "
-                         f"{', '.join(sorted(prefixes))}: set tag_scheme=auto")
+        raise UserError(f"tag_scheme={name}: the training tag {wrong[0]!r} is not in that "
+                        f"scheme (prefixes {'-, '.join(SCHEMES[key])}-); the tags use "
+                        f"{', '.join(sorted(prefixes))}: set tag_scheme=auto")
     return key
 
 

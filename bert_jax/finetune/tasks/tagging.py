@@ -103,8 +103,8 @@ def resolve_stride(config, max_seq_length: int) -> int:
     window = max_seq_length - 2
     if isinstance(stride, bool) or not isinstance(stride, (int, np.integer)) \
             or not 0 <= stride < window:
-        raise ValueError(f"tagging_stride must be an integer in [0, {window}) (the window is "
-                         f"max_seq_length - 2 = {window} tokens), got {stride!r}")
+        raise UserError(f"tagging_stride must be an integer in [0, {window}) (the window is "
+                        f"max_seq_length - 2 = {window} tokens), got {stride!r}")
     return int(stride)
 
 
@@ -136,7 +136,7 @@ class TaggingTask(Task):
                     for r in rows]
         key = {"train": "train_file", "validation": "validation_file", "test": "test_file"}[split]
         if not self.config[key]:
-            raise ValueError(f"task 'conll' needs --config.{key}")
+            raise UserError(f"task 'conll' needs --config.{key}")
         return files.read_conll(self.config[key], self.config.tag_column)
 
     @staticmethod
@@ -232,8 +232,8 @@ class TaggingTask(Task):
                 examples.append(text_example(item))
                 continue
             if not (isinstance(item, (list, tuple)) and all(isinstance(w, str) for w in item)):
-                raise ValueError(f"input {i}: expected a text or a list of words, "
-                                 f"got {item!r:.80}")
+                raise UserError(f"input {i}: expected a text or a list of words, "
+                                f"got {item!r:.80}")
             examples.append({"words": list(item), "tags": None})
         return examples
 

@@ -1,0 +1,218 @@
+"""Model configs in the files other implementations write: Google's `bert_config.json`
+(TF1 checkpoints) and Hugging Face's `config.json`, one reader and writer per model type,
+beside the weight converters (`bert_jax.weights.tf1`, `bert_jax.weights.hf`).
+
+A family that transformers names differently from us (ModernBERT's `hidden_activation`,
+`norm_eps`, ...) maps its names here; the model reads only BertConfig's options.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any, Callable
+
+from bert_jax.models.config import BertConfig, ConfigError
+
+# Fields of Google's bert_config.json, with their Python types.
+_GOOGLE_FIELDS = {
+    "vocab_size": int,
+    "hidden_size": int,
+    "num_hidden_layers": int,
+    "num_attention_heads": int,
+    "intermediate_size": int,
+    "hidden_act": str,
+    "hidden_dropout_prob": float,
+    "attention_probs_dropout_prob": float,
+    "max_position_embeddings": int,
+    "type_vocab_size": int,
+    "initializer_range": float,
+}
+# ALBERT's fields of HF's config.json, with transformers' AlbertConfig defaults.
+_ALBERT_FIELDS = {"embedding_size": 128, "num_hidden_groups": 1, "inner_group_num": 1}
+
+
+def to_google_dict(config: BertConfig) -> dict[str, Any]:
+    """Google's bert_config.json (with ALBERT's fields for ALBERT)."""
+    albert = _ALBERT_FIELDS if config.model_type == "albert" else {}
+    return {name: getattr(config, name) for name in (*_GOOGLE_FIELDS, *albert)}
+
+
+def from_google_dict(values: dict[str, Any], source: str = "bert_config.json") -> BertConfig:
+    return BertConfig(**_read_fields(values, _GOOGLE_FIELDS, source,
+                                     optional={"layer_norm_eps": float}))
+
+
+def to_hf_dict(config: BertConfig) -> dict[str, Any]:
+    """transformers' config.json for `config`'s model type."""
+    return _HF_FAMILIES[config.model_type][1](config)
+
+
+def from_hf_dict(values: dict[str, Any], source: str = "config.json") -> BertConfig:
+    """transformers' config.json (`model_type` bert when absent) as a BertConfig; `source`
+    names the file in errors."""
+    model_type = values.get("model_type", "bert")
+    if model_type not in _HF_FAMILIES:
+        raise ConfigError(f"{source}: model_type is {model_type!r}, expected one of "
+                          f"{', '.join(_HF_FAMILIES)}")
+    return BertConfig(**_HF_FAMILIES[model_type][0](values, source))
+
+
+def read_config_file(path: str | os.PathLike) -> BertConfig:
+    """Reads Google's `bert_config.json`, HF's `config.json` or our own saved config
+    (BertConfig's fields, as a model directory's metadata holds them)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            values = json.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path} is not valid JSON: {e}") from None
+    if not isinstance(values, dict):
+        raise ConfigError(f"{path}: expected a JSON object, got {type(values).__name__}")
+    if set(values) <= {f.name for f in dataclasses.fields(BertConfig)} and "dtype" in values:
+        return BertConfig.from_dict(values)
+    if "model_type" in values or "architectures" in values:
+        return from_hf_dict(values, source=str(path))
+    return from_google_dict(values, source=str(path))
+
+
+# --- BERT and ALBERT: Google's fields, plus ALBERT's ---------------------------------
+
+def _bert_from_hf(values: dict[str, Any], source: str) -> dict[str, Any]:
+    position_type = values.get("position_embedding_type", "absolute")
+    if position_type != "absolute":
+        raise ConfigError(f"{source}: position_embedding_type {position_type!r} is not "
+                          "supported (BERT uses learned absolute positions)")
+    return _read_fields(values, _GOOGLE_FIELDS, source, optional={"layer_norm_eps": float})
+
+
+def _bert_to_hf(c: BertConfig) -> dict[str, Any]:
+    return {
+        "architectures": ["BertForPreTraining"],
+        "model_type": c.model_type,
+        **to_google_dict(c),
+        "layer_norm_eps": c.layer_norm_eps,
+        "pad_token_id": 0,
+        "position_embedding_type": "absolute",
+        "torch_dtype": "float32",
+    }
+
+
+def _albert_from_hf(values: dict[str, Any], source: str) -> dict[str, Any]:
+    fields = {"model_type": "albert", **_bert_from_hf(values, source), **_ALBERT_FIELDS}
+    fields.update(_read_fields(values, {}, source,
+                               optional={name: int for name in _ALBERT_FIELDS}))
+    return fields
+
+
+def _albert_to_hf(c: BertConfig) -> dict[str, Any]:
+    out = _bert_to_hf(c)  # with ALBERT's fields (to_google_dict)
+    out["architectures"] = ["AlbertForPreTraining"]
+    # transformers' ALBERT drops out before its classifiers at this rate.
+    out["classifier_dropout_prob"] = c.hidden_dropout_prob
+    return out
+
+
+def _read_fields(values, fields, source, optional):
+    out = {}
+    for name, kind in {**fields, **optional}.items():
+        if name not in values:
+            if name in optional:
+                continue
+            raise ConfigError(f"{source}: missing field {name!r}")
+        value = values[name]
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise ConfigError(f"{source}: field {name!r} should be {kind.__name__}, "
+                              f"got {value!r}")
+        out[name] = value
+    return out
+
+
+# --- ModernBERT --------------------------------------------------------------------
+
+# ModernBertConfig's fields that are ours under other names, and its defaults.
+_MODERNBERT_FIELDS = {"vocab_size": ("vocab_size", int, 50368),
+                      "hidden_size": ("hidden_size", int, 768),
+                      "num_hidden_layers": ("num_hidden_layers", int, 22),
+                      "num_attention_heads": ("num_attention_heads", int, 12),
+                      "intermediate_size": ("intermediate_size", int, 1152),
+                      "hidden_activation": ("hidden_act", str, "gelu"),
+                      "max_position_embeddings": ("max_position_embeddings", int, 8192),
+                      "initializer_range": ("initializer_range", float, 0.02),
+                      "norm_eps": ("layer_norm_eps", float, 1e-5),
+                      "norm_bias": ("norm_bias", bool, False),
+                      "local_attention": ("local_attention", int, 128),
+                      "embedding_dropout": ("hidden_dropout_prob", float, 0.0),
+                      "attention_dropout": ("attention_probs_dropout_prob", float, 0.0)}
+
+
+def _modernbert_from_hf(values: dict[str, Any], source: str) -> dict[str, Any]:
+    """transformers' ModernBertConfig (config.json) as our fields. Refuses what the model
+    cannot express: biases on some dense layers only, an untied or bias-less decoder, a
+    layer pattern other than a global layer every n, rope scaling."""
+    out = {"model_type": "modernbert", "type_vocab_size": 0, "position_embedding_type": "rotary",
+           "pre_norm": True, "final_norm": True, "gated_mlp": True}
+    for hf_name, (name, kind, default) in _MODERNBERT_FIELDS.items():
+        value = values.get(hf_name, default)
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+            raise ConfigError(f"{source}: field {hf_name!r} should be {kind.__name__}, "
+                              f"got {value!r}")
+        out[name] = value
+    biases = {values.get(k, False) for k in ("attention_bias", "mlp_bias", "classifier_bias")}
+    if len(biases) > 1:
+        raise ConfigError(f"{source}: attention_bias, mlp_bias and classifier_bias differ; "
+                          "bert_jax has one use_bias for every dense layer")
+    out["use_bias"] = biases.pop()
+    if not values.get("decoder_bias", True) or not values.get("tie_word_embeddings", True):
+        raise ConfigError(f"{source}: the MLM decoder must be tied and have a bias")
+    rope = values.get("rope_parameters") or {}
+    out["rope_theta"] = float((rope.get("full_attention") or {}).get(
+        "rope_theta", values.get("global_rope_theta", 160000.0)))
+    out["local_rope_theta"] = float((rope.get("sliding_attention") or {}).get(
+        "rope_theta", values.get("local_rope_theta", 10000.0)))
+    if any((r or {}).get("rope_type", "default") != "default" for r in rope.values()):
+        raise ConfigError(f"{source}: rope scaling is not supported (default rotary only)")
+    every = values.get("global_attn_every_n_layers", 3)
+    out["global_attn_every_n_layers"] = every
+    kinds = values.get("layer_types")
+    expected = ["sliding_attention" if i % every else "full_attention"
+                for i in range(out["num_hidden_layers"])]
+    if kinds is not None and list(kinds) != expected:
+        raise ConfigError(f"{source}: layer_types is not a global layer every "
+                          f"{every} layers (the only pattern bert_jax has)")
+    return out
+
+
+def _modernbert_to_hf(c: BertConfig) -> dict[str, Any]:
+    """Our config as transformers' ModernBertConfig (ModernBertForMaskedLM)."""
+    out = {"architectures": ["ModernBertForMaskedLM"], "model_type": "modernbert"}
+    out.update({hf: getattr(c, name) for hf, (name, _, _) in _MODERNBERT_FIELDS.items()})
+    big = c.vocab_size >= 50368  # ModernBERT's special tokens, else our vocabularies' [PAD]
+    out.update(
+        mlp_dropout=c.hidden_dropout_prob, attention_bias=c.use_bias, mlp_bias=c.use_bias,
+        classifier_bias=c.use_bias, classifier_activation=c.hidden_act, decoder_bias=True,
+        tie_word_embeddings=True, global_attn_every_n_layers=c.global_attn_every_n_layers,
+        layer_types=["sliding_attention" if c.is_local_layer(i) else "full_attention"
+                     for i in range(c.num_hidden_layers)],
+        rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": c.rope_theta},
+                         "sliding_attention": {"rope_type": "default",
+                                               "rope_theta": c.local_rope_theta}},
+        pad_token_id=50283 if big else 0, bos_token_id=50281 if big else None,
+        eos_token_id=50282 if big else None, cls_token_id=50281 if big else None,
+        sep_token_id=50282 if big else None, torch_dtype="float32")
+    return out
+
+
+# Per model_type of config.json: (its fields as BertConfig's, a BertConfig as it).
+_HF_FAMILIES: dict[str, tuple[Callable[[dict[str, Any], str], dict[str, Any]],
+                              Callable[[BertConfig], dict[str, Any]]]] = {
+    "bert": (_bert_from_hf, _bert_to_hf),
+    "albert": (_albert_from_hf, _albert_to_hf),
+    "modernbert": (_modernbert_from_hf, _modernbert_to_hf),
+}
