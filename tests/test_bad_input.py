@@ -135,7 +135,8 @@ CASES = {
                                "--split 'bogus' is not a split of task 'csv'; known: train, "
                                "validation"),
     "evaluate without a model": (["evaluate", "--model", "{new}"],
-                                 "holds no fine-tuned model (best/ is missing)"),
+                                 "{new}: no such directory (a model is a model directory, a "
+                                 "pretraining or fine-tuning workdir, or hf:ORG/NAME)"),
     "predict missing input": (["predict", "--model", "{finetuned}", "--input", "/no/such.txt"],
                               "no such file: /no/such.txt"),
     # embed / export
@@ -146,7 +147,7 @@ CASES = {
         ["embed", "--model", "{small_vocab_model}", "--input", "{texts}", "--output",
          "{new}"], "the tokenizer has 8192 tokens but {small_vocab_model} has vocab_size=100"),
     "embed no model": (["embed", "--model", "/no/model", "--input", "{texts}", "--output",
-                        "{new}"], "no model directory at /no/model"),
+                        "{new}"], "/no/model: no such directory"),
     "embed empty file": (["embed", "--model", "{model}", "--input", "{empty}", "--output",
                           "{new}"], "{empty} has no lines: nothing to embed"),
     "predict blank input": (["predict", "--model", "{finetuned}", "--input", "{blank}"],
@@ -221,8 +222,9 @@ CASES = {
         "was written with max_predictions_per_seq 5 but the run asks for 6"),
     "pretrain init_from a fine-tuning workdir": (
         PRETRAIN + ["--config.init_from={finetuned}"],
-        "{finetuned} is neither a bert_jax model directory (no bert_jax.json) nor a pretraining "
-        "workdir (no checkpoints/). It is a fine-tuning workdir: its model is in best/."),
+        "{finetuned} is a model fine-tuned on 'csv', without the pretraining heads: pretrain "
+        "from a pretrained model, or take its encoder alone with "
+        "--config.partial_restore=true"),
     "finetune empty test file": (FINETUNE + ["--config.test_file={header_only}"],
                                  "{header_only} has no rows"),
     "create-data truncated gzip": (

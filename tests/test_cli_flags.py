@@ -87,7 +87,8 @@ def test_finetune_takes_the_old_init_flag_and_config_key_with_a_warning_each(tmp
     assert capsys.readouterr().err.splitlines() == [
         "bert-jax finetune: warning: --init is deprecated, use --init_from",
         "bert-jax: warning: --config.dtype is deprecated, use --config.compute_dtype",
-        f"bert-jax finetune: error: no model directory at {missing}"]
+        f"bert-jax finetune: error: {missing}: no such directory (a model is a model "
+        "directory, a pretraining or fine-tuning workdir, or hf:ORG/NAME)"]
     assert not (tmp_path / "run").exists()
 
 

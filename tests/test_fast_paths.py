@@ -312,7 +312,8 @@ def test_compilation_cache_directory_defaults_and_overrides(tmp_path):
 def test_train_step_and_bench_imports_need_no_tensorflow():
     # GPU machines often have no tensorflow: the step, model and bench must not import it.
     code = ("import sys; sys.path.insert(0, 'bench'); import bench_pretrain; "
-            "import bert_jax.pretrain.job, bert_jax.models.heads, bert_jax.train.sharding, bert_jax.train.optim, "
+            "import bert_jax.pretrain.job, bert_jax.models.heads, bert_jax.train.sharding, "
+            "bert_jax.train.optim, "
             "bert_jax.train.perf, bert_jax.cli; "
             "bench_pretrain.jax_model_config; from bert_jax.pretrain.steps import jit_steps; "
             "bad = [m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'tensorboard')]; "

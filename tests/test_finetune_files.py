@@ -32,7 +32,8 @@ def test_tables_in_every_format(tmp_path):
 
 
 def test_non_utf8_file_names_the_line_and_byte(tmp_path):
-    path = write(tmp_path / "latin1.tsv", "label\ttext\nham\tfine\nham\tcaf\xe9\n".encode("latin-1"))
+    path = write(tmp_path / "latin1.tsv",
+                 "label\ttext\nham\tfine\nham\tcaf\xe9\n".encode("latin-1"))
     with pytest.raises(ValueError, match=r"latin1.tsv:3: not UTF-8 text \(byte 0xe9 at offset "
                                          r"27\); convert it to UTF-8 first"):
         files.read_table(path)

@@ -35,7 +35,8 @@ SOURCES = _sources()
 
 def _imports(module: str) -> set[str]:
     """Every module named by an import statement anywhere in `module` (bert_jax names resolved
-    to the module they import: `from bert_jax.train import checkpoint` -> `bert_jax.train.checkpoint`)."""
+    to the module they import: `from bert_jax.train import checkpoint` ->
+    `bert_jax.train.checkpoint`)."""
     with open(SOURCES[module]) as f:
         tree = ast.parse(f.read(), SOURCES[module])
     package = module if SOURCES[module].endswith("__init__.py") else module.rpartition(".")[0]
@@ -297,7 +298,8 @@ RUN_PATH_MODULES = sorted(
     m for m in SOURCES if m.startswith(("bert_jax.finetune.", "bert_jax.tokenization"))
     and m != "bert_jax.tokenization.cli"  # reads stdin, writes stdout
     or m in ("bert_jax.pretrain.job", "bert_jax.train.checkpoint", "bert_jax.weights.pretrained",
-             "bert_jax.train.metrics_writer", "bert_jax.host.atomic", "bert_jax.serve.embed", "bert_jax.serve.export",
+             "bert_jax.train.metrics_writer", "bert_jax.host.atomic", "bert_jax.serve.embed",
+             "bert_jax.serve.export",
              "bert_jax.weights.cli", "bert_jax.data.pipeline", "bert_jax.data.corpus",
              "bert_jax.pretrain.inputs", "bert_jax.data.build_vocab",
              "bert_jax.data.create_pretraining_data", "bert_jax.data.tfrecord"))

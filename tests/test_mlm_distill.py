@@ -62,7 +62,8 @@ def test_the_loss_is_alpha_mlm_plus_the_soft_kl_over_masked_positions():
     teacher_params = jax.tree.map(lambda x: 5 * x, teacher_params)
     teacher = distill.MlmTeacher(teacher_model, temperature=2.0, alpha=0.3)
     loss, metrics = train_step.combine(
-        pretrain_steps.forward(student, params, batch, teacher=teacher, teacher_params=teacher_params),
+        pretrain_steps.forward(student, params, batch, teacher=teacher,
+                               teacher_params=teacher_params),
         pretrain_steps.loss_coefficients(student, teacher))
 
     # The reference, written out from the definition.
@@ -180,7 +181,7 @@ def run_cli(corpus, workdir, *overrides):
 @pytest.mark.parametrize("overrides, message", [
     (["--config.temperature=0"], "temperature must be a number > 0"),
     (["--config.alpha=1.5"], "alpha must be between 0 and 1"),
-    (["--config.teacher=/nonexistent/teacher"], "no model directory"),
+    (["--config.teacher=/nonexistent/teacher"], "no such directory"),
 ])
 def test_bad_settings_fail_before_anything_is_written(tmp_path, text_corpus, teacher_workdir,
                                                       capsys, overrides, message):

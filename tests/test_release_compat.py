@@ -72,7 +72,7 @@ def test_a_pretraining_run_resumes_exactly_where_it_stopped(release, capsys):
     want = checkpoint.read_params(os.path.abspath("pretrain/checkpoints/4"))
     shutil.rmtree("pretrain/checkpoints/4")
     train_and_evaluate(load_config("pretrain.py:tiny", PRETRAIN_OVERRIDES), "pretrain")
-    assert "resumed from step 2 of" in capsys.readouterr().out  # not trained afresh
+    assert "resumed from step 2 of" in capsys.readouterr().err  # not trained afresh
     assert sorted(os.listdir("pretrain/checkpoints")) == ["2", "4"]
     got = checkpoint.read_params(os.path.abspath("pretrain/checkpoints/4"))
     assert_trees_equal(got, want, atol=1e-7)

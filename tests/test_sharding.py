@@ -24,11 +24,15 @@ def synthetic_batches(count, seed=0, batch=BATCH):
         lengths = rng.integers(LENGTH // 2, LENGTH + 1, batch)
         mask = (np.arange(LENGTH)[None] < lengths[:, None]).astype(np.int32)
         yield {
-            "input_ids": (rng.integers(5, CONFIG.vocab_size, (batch, LENGTH)) * mask).astype(np.int32),
+            "input_ids": (rng.integers(5, CONFIG.vocab_size, (batch, LENGTH)) * mask).astype(
+                np.int32),
             "input_mask": mask,
-            "segment_ids": (np.arange(LENGTH)[None] >= lengths[:, None] // 2).astype(np.int32) * mask,
-            "masked_lm_positions": rng.integers(1, LENGTH // 2, (batch, PREDICTIONS)).astype(np.int32),
-            "masked_lm_ids": rng.integers(5, CONFIG.vocab_size, (batch, PREDICTIONS)).astype(np.int32),
+            "segment_ids": (np.arange(LENGTH)[None] >= lengths[:, None] // 2).astype(
+                np.int32) * mask,
+            "masked_lm_positions": rng.integers(
+                1, LENGTH // 2, (batch, PREDICTIONS)).astype(np.int32),
+            "masked_lm_ids": rng.integers(
+                5, CONFIG.vocab_size, (batch, PREDICTIONS)).astype(np.int32),
             "masked_lm_weights": (rng.random((batch, PREDICTIONS)) < 0.8).astype(np.float32),
             "next_sentence_labels": rng.integers(0, 2, batch).astype(np.int32),
         }

@@ -62,7 +62,7 @@ def test_pretraining_writes_metrics_checkpoints_and_resumes_exactly(tmp_path, te
     straight = str(tmp_path / "straight")
     result = train_and_evaluate(small_config(text_corpus, log_every_steps=1), straight)
     assert 0 <= result["eval"]["mlm_accuracy"] <= 1 and np.isfinite(result["train"]["loss"])
-    records = [json.loads(l) for l in open(os.path.join(straight, "metrics.jsonl"))]
+    records = [json.loads(line) for line in open(os.path.join(straight, "metrics.jsonl"))]
     assert {"train/loss", "train/mlm_accuracy", "train/nsp_accuracy", "train/learning_rate",
             "train/grad_norm", "train/tokens_per_second", "train/mfu"} <= set(records[0])
     assert [r["step"] for r in train_records(straight)] == [1, 2, 3, 4]

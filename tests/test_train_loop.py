@@ -79,13 +79,13 @@ def test_a_diverged_step_stops_before_its_checkpoint():
     saved = []
     loop = make_loop(bad_steps=(2,), stop_at_first=True, log_every=5)
     with pytest.raises(NonFiniteError, match="^step 2: "):
-        loop.run(batches(), checkpoint=train_loop.Every(2, lambda l: saved.append(l.step)))
+        loop.run(batches(), checkpoint=train_loop.Every(2, lambda lp: saved.append(lp.step)))
     assert saved == []
 
 
 def test_an_action_runs_when_due_and_the_data_may_end_first():
     seen = []
     loop = make_loop()
-    action = train_loop.Every(0, lambda l: seen.append(l.step), when=lambda l: l.step == 2)
+    action = train_loop.Every(0, lambda lp: seen.append(lp.step), when=lambda lp: lp.step == 2)
     assert loop.run(iter([{}] * 4), [action]) == train_loop.DONE
     assert seen == [2] and loop.step == 4  # the data ended before num_steps: no error

@@ -51,6 +51,20 @@ def init_state(config, run_setup: Setup, writer,
     return state.replace(params=params)
 
 
+def _open_init_from(config) -> pretrained.ModelRef | None:
+    """config.init_from resolved (None when unset); a fine-tuned model, which lacks the
+    pretraining heads, only with partial_restore."""
+    if not config.init_from:
+        return None
+    init_from = pretrained.open_model(config.init_from)
+    if init_from.task and not config.partial_restore:
+        raise UserError(f"{config.init_from} is a model fine-tuned on "
+                        f"{init_from.task.get('name')!r}, without the pretraining heads: "
+                        "pretrain from a pretrained model, or take its encoder alone with "
+                        "--config.partial_restore=true")
+    return init_from
+
+
 def run_tokenizer(config: ml_collections.ConfigDict,
                   init_from: pretrained.ModelRef | None) -> tuple[str, Any]:
     """(path, tokenizer) of a run: config.tokenizer, else the own of `init_from`
@@ -85,7 +99,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                              "--config.teacher": config.teacher})
     # What init_from names, resolved once (a Hub model fetched and converted, a workdir's
     # model found): the tokenizer and the initial weights both read it.
-    init_from = pretrained.open_model(config.init_from) if config.init_from else None
+    init_from = _open_init_from(config)
     tokenizer_path, tokenizer = run_tokenizer(config, init_from)
     run_setup = Setup.build(config, tokenizer.vocab_size)
     bert_config, partitioner = run_setup.bert_config, run_setup.partitioner

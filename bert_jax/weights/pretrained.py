@@ -32,7 +32,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from bert_jax.errors import CheckpointError
+from bert_jax.errors import CheckpointError, UserError
 from bert_jax.host import paths, workdir_kind
 from bert_jax.host.atomic import atomic_directory
 from bert_jax.host.workdir_kind import (
@@ -191,7 +191,8 @@ def resolve_model_dir(path: str) -> tuple[str, str]:
     workdir as itself."""
     path = paths.abspath(local_path(path))
     if not paths.isdir(path):
-        raise FileNotFoundError(f"no model directory at {path}")
+        raise FileNotFoundError(f"{path}: no such directory (a model is a model directory, a "
+                                "pretraining or fine-tuning workdir, or hf:ORG/NAME)")
     if paths.exists(paths.join(path, MODEL_FILE)):
         return path, workdir_kind.MODEL
     kind = workdir_kind.kind_of(path)
@@ -246,8 +247,8 @@ def save_converted(tokenizer, source: str, config: BertConfig, params: dict[str,
     """Writes a converted checkpoint with its tokenizer (read from `source`), which must
     have the config's vocabulary size."""
     if tokenizer.vocab_size != config.vocab_size:
-        raise ValueError(f"{source} has {tokenizer.vocab_size} tokens but the config says "
-                         f"vocab_size={config.vocab_size}")
+        raise UserError(f"{source} has {tokenizer.vocab_size} tokens but the config says "
+                        f"vocab_size={config.vocab_size}")
     save(out, config, params, tokenizer=tokenizer, task=task, overwrite=overwrite)
     return Pretrained(config, params, task, out)
 
