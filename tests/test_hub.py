@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 
 import flax.linen as nn
 import jax
@@ -175,3 +176,14 @@ def test_only_the_pytorch_bin_when_there_is_no_safetensors(server, models, tmp_p
     files["pytorch_model.bin"] = buffer.getvalue()
     server.repos["org/bin"] = Repo({OLD: files}, {"main": OLD})
     assert_params(pretrained.load("hf:org/bin").params, models["old_params"])
+
+
+def test_a_config_by_name_is_read_without_converting(server, models, tmp_path):
+    """What `bert-jax compile` sizes a run from: the Hub model's config.json, with nothing
+    converted into the cache."""
+    config = pretrained.model_config("hf:org/tiny")
+    assert config.vocab_size == pretrained.load("hf:org/tiny").config.vocab_size
+    converted = tmp_path / "hf_cache" / "models--org--tiny" / "bert_jax"
+    shutil.rmtree(converted)
+    assert pretrained.model_config("hf:org/tiny") == config
+    assert not converted.exists()
