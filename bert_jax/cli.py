@@ -45,7 +45,7 @@ def usage() -> str:
 
 
 # Commands that import TensorFlow anyway (tf.data, TFRecords, event files, SavedModel).
-TF_COMMANDS = ("train-tokenizer", "create-data", "pretrain", "finetune", "distill", "evaluate",
+TF_COMMANDS = ("train-tokenizer", "pretrain", "finetune", "distill", "evaluate",
                "predict", "export")
 
 

@@ -1,0 +1,30 @@
+"""SIGTERM stops a command as Ctrl-C does: `stop_on_signals` turns it into
+`bert_jax.errors.Interrupted` in the main thread, so the command's `finally` blocks end
+its workers and remove its temporary files, and `bert-jax` prints one line and exits
+with 130. (pretrain, finetune and distill checkpoint first: `train/preemption.py`.)"""
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+
+from bert_jax.errors import Interrupted
+
+
+@contextlib.contextmanager
+def stop_on_signals(command: str):
+    """Within the block, SIGTERM raises Interrupted (SIGINT raises KeyboardInterrupt as
+    always); the previous handler is restored on leaving. A no-op off the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second one must not cut the cleanup
+        raise Interrupted(f"stopped by SIGTERM; {command}'s temporary files were removed")
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
