@@ -15,8 +15,6 @@ Shapes: B batch, L sequence length, H hidden size, N heads, D head size.
 
 from __future__ import annotations
 
-import functools
-
 import flax.linen as nn
 import flax.struct
 import jax
@@ -231,7 +229,10 @@ class SelfAttention(nn.Module):
     float32, large-negative masking, dropout on the probabilities, which it returns.
     `fused=True`: `fused_attention`, no dropout, returns None for the probabilities.
     Rotary models rotate the queries and keys by `mask.positions`; a local layer
-    (`layer_kind`) sees the keys within local_attention / 2 of each query."""
+    (`layer_kind`) sees the keys within local_attention / 2 of each query. With fewer
+    key/value heads K than query heads N (grouped-query attention), the keys and values
+    are projected to K heads ("kv_heads", replicated: small) and each is repeated for its
+    N / K query heads, which then shard as heads do."""
 
     config: BertConfig
     fused: bool = False
@@ -243,17 +244,23 @@ class SelfAttention(nn.Module):
         layer that only [CLS] is read from), keys and values always from x."""
         c = self.config
         queries = x if queries is None else queries
-        qkv = functools.partial(
-            Projection, c, "blh,hnd->blnd", (c.hidden_size, c.num_attention_heads, c.head_dim),
-            ("embed", "heads", "kv"), ("heads", "kv"))
-        q = nn.with_logical_constraint(qkv(name="query")(queries), HEADS_AXES)
-        k = nn.with_logical_constraint(qkv(name="key")(x), HEADS_AXES)
-        v = nn.with_logical_constraint(qkv(name="value")(x), HEADS_AXES)
+        def project(heads, axis, name, states):
+            return Projection(c, "blh,hnd->blnd", (c.hidden_size, heads, c.head_dim),
+                              ("embed", axis, "kv"), (axis, "kv"), name=name)(states)
+
+        kv_heads, groups = c.kv_heads, c.num_attention_heads // c.kv_heads
+        kv_axis = "heads" if groups == 1 else "kv_heads"
+        q = nn.with_logical_constraint(project(c.num_attention_heads, "heads", "query", queries),
+                                       HEADS_AXES)
+        k, v = (project(kv_heads, kv_axis, name, x) for name in ("key", "value"))
         _, is_local = layer_kind(c, layer_index)
         if c.rotary:
             theta = pick(is_local, c.local_rope_theta, c.rope_theta)
             q = rotate(q, mask.positions[:, :q.shape[1]], theta)
             k = rotate(k, mask.positions, theta)
+        # Query head i reads key/value head i // groups (transformers' `repeat_kv`).
+        k, v = (nn.with_logical_constraint(jnp.repeat(t, groups, axis=2), HEADS_AXES)
+                for t in (k, v))
         context, probs = attend(c, q, k, v, mask, fused=self.fused, is_local=is_local,
                                 deterministic=deterministic)
         context = nn.with_logical_constraint(context, HEADS_AXES)

@@ -30,15 +30,18 @@ def zeros_init(axes):
     return nn.with_logical_partitioning(nn.initializers.zeros_init(), axes)
 
 
-def layer_norm(config: BertConfig, name: str, axis: str = "embed") -> nn.LayerNorm:
-    """The encoder's norm: LayerNorm, with a bias unless `norm_bias=False`. `axis`: the
-    logical name of the normalised dimension ("factor_embed" for ALBERT's embedding width)."""
+def layer_norm(config: BertConfig, name: str, axis: str = "embed") -> nn.Module:
+    """The encoder's norm: LayerNorm, with a bias unless `norm_bias=False`, or RMSNorm
+    (`norm_type="rms_norm"`, a scale only). `axis`: the logical name of the normalised
+    dimension ("factor_embed" for ALBERT's embedding width)."""
     # Statistics are computed in float32 whatever the compute dtype.
+    scale_init = nn.with_logical_partitioning(nn.initializers.ones_init(), (axis,))
+    if config.norm_type == "rms_norm":
+        return nn.RMSNorm(epsilon=config.layer_norm_eps, dtype=config.dtype,
+                          param_dtype=config.param_dtype, scale_init=scale_init, name=name)
     return nn.LayerNorm(
         epsilon=config.layer_norm_eps, dtype=config.dtype, param_dtype=config.param_dtype,
-        use_bias=config.norm_bias,
-        scale_init=nn.with_logical_partitioning(nn.initializers.ones_init(), (axis,)),
-        bias_init=zeros_init((axis,)), name=name)
+        use_bias=config.norm_bias, scale_init=scale_init, bias_init=zeros_init((axis,)), name=name)
 
 
 def matmul(config: BertConfig):

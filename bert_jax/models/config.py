@@ -28,10 +28,13 @@ DTYPES = ("float32", "bfloat16", "float16")
 ATTENTION_IMPLS = ("einsum", "fused")
 # "modernbert": a BERT encoder with the modern options, named as transformers' ModernBert*
 # (its config.json and tensor names); the model code reads only the options.
-MODEL_TYPES = ("bert", "albert", "modernbert")
+MODEL_TYPES = ("bert", "albert", "modernbert", "eurobert", "electra")
 # How positions enter: BERT's learned table added to the embeddings, or rotary angles on
 # the queries and keys (RoFormer; ModernBERT), with no position table.
 POSITION_TYPES = ("absolute", "rotary")
+# LayerNorm (BERT, ModernBERT) or RMSNorm (Zhang & Sennrich, 2019; EuroBERT: no centring,
+# no bias).
+NORM_TYPES = ("layer_norm", "rms_norm")
 
 
 class ConfigError(UserError):
@@ -54,6 +57,8 @@ class BertConfig:
     `inner_group_num` layers, group g applied num_hidden_layers / num_hidden_groups
     times in a row, so one group's parameters serve many layers (all of them in the
     published models: one group of one layer). BERT leaves these fields at None/1.
+    ELECTRA (`model_type="electra"`, Clark et al., 2020) is BERT with ALBERT's factorized
+    embeddings when `embedding_size` is set (its small models), without shared layers.
 
     The ModernBERT-class options (Warner et al., 2024; the `modernbert-*` presets), each
     off by default: `position_embedding_type="rotary"` (no position table; bases
@@ -64,6 +69,13 @@ class BertConfig:
     `use_bias`/`norm_bias` (biases of the dense layers / of the LayerNorms);
     `local_attention` > 0: a sliding window of that many tokens (half on each side) on
     the layers whose index is not a multiple of `global_attn_every_n_layers`.
+
+    The Llama-style options (EuroBERT, Boizard et al., 2025): `norm_type="rms_norm"`;
+    `num_key_value_heads` < heads: grouped-query attention, query head i reading key/value
+    head i // (heads / kv heads) (None: one per query head); `embedding_norm=False`: no
+    norm on the embeddings, so pre-norm layers normalise before the first attention too;
+    `mlm_transform=False`: the MLM head is one linear decoder of its own (untied, biased
+    as `use_bias`), without BERT's dense + norm transform.
     """
 
     vocab_size: int = 30522
@@ -98,6 +110,10 @@ class BertConfig:
     norm_bias: bool = True
     local_attention: int = 0
     global_attn_every_n_layers: int = 1
+    norm_type: str = "layer_norm"
+    num_key_value_heads: int | None = None
+    embedding_norm: bool = True
+    mlm_transform: bool = True
 
     def __post_init__(self):
         for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
@@ -120,6 +136,12 @@ class BertConfig:
         check_choice("attention_impl", self.attention_impl, ATTENTION_IMPLS)
         check_choice("model_type", self.model_type, MODEL_TYPES)
         check_choice("position_embedding_type", self.position_embedding_type, POSITION_TYPES)
+        check_choice("norm_type", self.norm_type, NORM_TYPES)
+        kv = self.num_key_value_heads
+        if kv is not None and (not isinstance(kv, int) or isinstance(kv, bool) or kv <= 0
+                               or self.num_attention_heads % kv):
+            raise ConfigError(f"num_key_value_heads must be a positive divisor of "
+                              f"num_attention_heads ({self.num_attention_heads}), got {kv!r}")
         for name in ("type_vocab_size", "local_attention"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
@@ -133,8 +155,13 @@ class BertConfig:
 
     def _check_albert_fields(self):
         names = ("embedding_size", "num_hidden_groups", "inner_group_num")
+        if self.model_type == "electra":  # factorized embeddings (optional), no sharing
+            names = names[1:]
+            if self.embedding_size is not None:
+                self._check_positive("embedding_size", "ELECTRA")
         if self.model_type != "albert":
-            if (self.embedding_size, self.num_hidden_groups, self.inner_group_num) != (None, 1, 1):
+            values = tuple(getattr(self, name) for name in names)
+            if values != (None, 1, 1)[-len(names):]:
                 raise ConfigError(f"{', '.join(names)} are ALBERT's: set model_type='albert' "
                                   "to use them")
             return
@@ -142,12 +169,15 @@ class BertConfig:
             raise ConfigError("rotary positions, pre_norm and local_attention are not "
                               "options of ALBERT's shared layers")
         for name in names:
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ConfigError(f"{name} must be a positive integer for ALBERT, got {value!r}")
+            self._check_positive(name, "ALBERT")
         if self.num_hidden_layers % self.num_hidden_groups:
             raise ConfigError(f"num_hidden_layers ({self.num_hidden_layers}) is not a multiple "
                               f"of num_hidden_groups ({self.num_hidden_groups})")
+
+    def _check_positive(self, name: str, family: str):
+        value = getattr(self, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise ConfigError(f"{name} must be a positive integer for {family}, got {value!r}")
 
     def check_trainable(self) -> None:
         """Raises ConfigError when this config cannot run with dropout on (training)."""
@@ -163,6 +193,11 @@ class BertConfig:
         return self.hidden_size // self.num_attention_heads
 
     @property
+    def kv_heads(self) -> int:
+        """Key/value heads: num_key_value_heads, else one per query head."""
+        return self.num_key_value_heads or self.num_attention_heads
+
+    @property
     def rotary(self) -> bool:
         return self.position_embedding_type == "rotary"
 
@@ -173,7 +208,8 @@ class BertConfig:
 
     @property
     def embedding_width(self) -> int:
-        """The width of the token embeddings: ALBERT's `embedding_size`, else hidden_size."""
+        """The width of the token embeddings: `embedding_size` (ALBERT, ELECTRA), else
+        hidden_size."""
         return self.embedding_size or self.hidden_size
 
     @property

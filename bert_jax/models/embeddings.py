@@ -65,7 +65,8 @@ class Embeddings(nn.Module):
         if c.type_vocab_size:
             self.token_type_embeddings = embed(
                 c.type_vocab_size, embedding_init=dense_init(c, ("token_type", width)))
-        self.layer_norm = layer_norm(c, "layer_norm", width)
+        if c.embedding_norm:
+            self.layer_norm = layer_norm(c, "layer_norm", width)
         self.dropout = Dropout(c.hidden_dropout_prob)
         if c.factorized_embeddings:
             self.projection = nn.Dense(c.hidden_size, dtype=c.dtype, param_dtype=c.param_dtype,
@@ -81,7 +82,9 @@ class Embeddings(nn.Module):
             x = x + self._positions(input_ids, position_ids)
         if c.type_vocab_size:
             x = x + one_hot_lookup(self.token_type_embeddings.embedding, segment_ids, c.dtype)
-        x = self.dropout(self.layer_norm(x), deterministic=deterministic)
+        if c.embedding_norm:
+            x = self.layer_norm(x)
+        x = self.dropout(x, deterministic=deterministic)
         if c.factorized_embeddings:
             x = self.projection(x)
         return nn.with_logical_constraint(

@@ -53,9 +53,9 @@ def post_norm(x, queries, attend: Callable, feed_forward: Callable, norms, dropo
 
 def pre_norm(x, queries, attend: Callable, feed_forward: Callable, norms, dropout, is_first):
     """ModernBERT's layer: each sublayer reads normalised states and its output is added
-    to its input. The first layer has no norm before attention (`is_first`: static, or
-    traced under a scan); the parameter exists in every layer, so that scanned layers
-    share one structure."""
+    to its input. The first layer has no norm before attention when the embeddings are
+    normalised (`is_first`: static, or traced under a scan; False otherwise, as EuroBERT);
+    the parameter exists in every layer, so that scanned layers share one structure."""
     normed = pick(is_first, x, norms[0](x))
     attn, probs = attend(normed)
     x = nn.with_logical_constraint(queries + dropout(attn), EMBED_AXES)
@@ -92,7 +92,8 @@ class Layer(nn.Module):
                              layer_index)
 
         norms = (layer_norm(c, "attention_layer_norm"), layer_norm(c, "output_layer_norm"))
-        residuals = (functools.partial(pre_norm, is_first=layer_kind(c, layer_index)[0])
+        is_first = layer_kind(c, layer_index)[0] if c.embedding_norm else False
+        residuals = (functools.partial(pre_norm, is_first=is_first)
                      if c.pre_norm else post_norm)
         x, probs = residuals(x, x[:, :1] if self.cls_only else x, attend,
                              functools.partial(feed_forward, c), norms, dropout)

@@ -1,5 +1,5 @@
-"""BERT with task heads: pretraining (MLM + NSP, or MLM only), classification/regression,
-token tagging, span question answering and multiple choice.
+"""BERT with task heads: pretraining (MLM + NSP, or MLM only; ELECTRA's discriminator),
+classification/regression, token tagging, span question answering and multiple choice.
 
 Every model here owns a `bert` submodule (`BertModel`), so the encoder's
 parameters sit under `params['bert']` whatever the head, and a fine-tuning
@@ -37,13 +37,20 @@ class MaskedLMHead(nn.Module):
     """Dense + activation + LayerNorm, then the decoder tied to the word
     embeddings with its own output bias: [..., H] -> [..., V]. ALBERT's dense maps H to
     the embedding width E, which its decoder reads. ModernBERT's is the same head with
-    the dense's bias as the encoder's (`use_bias`) and the LayerNorm's (`norm_bias`)."""
+    the dense's bias as the encoder's (`use_bias`) and the LayerNorm's (`norm_bias`).
+    `mlm_transform=False` (EuroBERT): a linear decoder of its own, nothing before it."""
 
     config: BertConfig
 
     @nn.compact
     def __call__(self, x: Array, word_embeddings: Array) -> Array:
         c = self.config
+        if not c.mlm_transform:
+            logits = nn.Dense(c.vocab_size, dtype=c.dtype, param_dtype=c.param_dtype,
+                              use_bias=c.use_bias, kernel_init=dense_init(c, ("embed", "vocab")),
+                              bias_init=zeros_init(("vocab",)), name="decoder")(x)
+            return nn.with_logical_constraint(
+                logits, ("activation_batch", "activation_length", "activation_vocab"))
         width = embedding_axis(c)
         x = _dense(c, c.embedding_width, width if c.factorized_embeddings else "mlp",
                    "transform", use_bias=c.use_bias)(x)
@@ -100,6 +107,37 @@ class BertForPreTraining(nn.Module):
             pooled = self.bert.pool(gather_positions(out.sequence_output,
                                                      next_sentence_positions))
         return PreTrainingOutput(mlm_logits, self.nsp(pooled), out)
+
+
+class ElectraDiscriminatorHead(nn.Module):
+    """ELECTRA's replaced-token detector: dense + activation + a dense to one logit per
+    token (positive: replaced), [..., H] -> [...]."""
+
+    config: BertConfig
+
+    @nn.compact
+    def __call__(self, x: Array) -> Array:
+        c = self.config
+        x = activation(c.hidden_act)(_dense(c, c.hidden_size, "mlp", "dense")(x))
+        return _dense(c, 1, "classes", "prediction")(x)[..., 0]
+
+
+class ElectraForPreTraining(nn.Module):
+    """ELECTRA's discriminator (transformers' ElectraForPreTraining): the encoder, no
+    pooler, and `ElectraDiscriminatorHead` on every position. Returns (logits [B, L],
+    the encoder's output). Its generator is `BertForPreTraining` without NSP."""
+
+    config: BertConfig
+
+    def setup(self):
+        self.bert = BertModel(self.config, add_pooling_layer=False)
+        self.discriminator = ElectraDiscriminatorHead(self.config)
+
+    def __call__(self, input_ids, input_mask=None, segment_ids=None, position_ids=None,
+                 example_ids=None, *, deterministic: bool = True) -> tuple[Array, BertOutput]:
+        out = self.bert(input_ids, input_mask, segment_ids, position_ids, example_ids,
+                        deterministic=deterministic)
+        return self.discriminator(out.sequence_output), out
 
 
 # How a sequence classifier reduces the last hidden states to one vector:

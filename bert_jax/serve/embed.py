@@ -39,10 +39,10 @@ MIN_EMBED_SEQ_LENGTH = 3
 
 
 def encode_texts(tokenizer, texts: Sequence[str], max_seq_length: int):
-    """[CLS] text [SEP] ids, truncated to `max_seq_length`: a list of int lists."""
-    body = max_seq_length - 2
-    return [[tokenizer.cls_id, *tokenizer.encode(t).ids[:body], tokenizer.sep_id]
-            for t in texts]
+    """[CLS] text [SEP] ids (or the model family's own row, `<s> text </s>`), truncated
+    to `max_seq_length`: a list of int lists."""
+    body = max_seq_length - tokenizer.pair_format.num_added(False)
+    return [tokenizer.build_inputs(tokenizer.encode(t).ids[:body])[0] for t in texts]
 
 
 def _bucket(length: int, max_seq_length: int) -> int:

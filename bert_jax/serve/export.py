@@ -198,7 +198,6 @@ def export_saved_model(fn, params, tokenizer, path: str, max_length: int,
     The string signatures truncate to `max_seq_length` tokens as fine-tuning did;
     a tagging model's `serve_text` also returns words and a tag per word (`serve_words`)."""
     import tensorflow as tf
-    import tensorflow_text as tf_text
     from jax.experimental import jax2tf
 
     from bert_jax.tokenization.text_io import head_fraction
@@ -225,19 +224,15 @@ def export_saved_model(fn, params, tokenizer, path: str, max_length: int,
     # must track: build it eagerly, outside any function, and attach it.
     module.tokenizer = tokenizer.tf_module()
 
+    pair_format = tokenizer.pair_format  # the family's rows: [CLS] a [SEP] b [SEP], ...
+
     def serve_segments(segments):
-        budget = max_seq_length - 1 - len(segments)  # [CLS] and one [SEP] per segment
+        budget = max_seq_length - pair_format.num_added(len(segments) > 1)
         pieces = [tokenizer.tf_tokenize(s) for s in segments]
-        if len(pieces) == 1:  # (ShrinkLongestTrimmer fails on one segment)
-            trimmed = [pieces[0][:, :budget]]
-        else:
-            trimmed = tf_text.ShrinkLongestTrimmer(budget).trim(pieces)
-        if head < 1.0:  # the lengths longest-first chose, filled from start and end
-            trimmed = [keep_head_tail_tf(p, t.row_lengths(), head)
-                       for p, t in zip(pieces, trimmed)]
-        pieces = trimmed
-        ids, segment_ids = tf_text.combine_segments(pieces, special["cls"], special["sep"])
-        ids = tf.cast(ids, tf.int32)
+        lengths = truncated_lengths_tf([p.row_lengths() for p in pieces], budget)
+        # each cut to its length, filled from start (and end, for head+tail)
+        pieces = [keep_head_tail_tf(p, n, head) for p, n in zip(pieces, lengths)]
+        ids, segment_ids = pair_format.tf_build(pieces)
         out = serve_ids(ids.to_tensor(special["pad"]),
                         tf.ones_like(ids).to_tensor(0),
                         tf.cast(segment_ids, tf.int32).to_tensor(0))
@@ -261,7 +256,6 @@ def export_saved_model(fn, params, tokenizer, path: str, max_length: int,
 def _word_tagger(serve_ids, tokenizer, max_seq_length: int, label_table):
     """The tagging model's `serve_text` (TF): text in, a tag per word out."""
     import tensorflow as tf
-    import tensorflow_text as tf_text
 
     from bert_jax.tokenization.text_io import tf_split_words
 
@@ -277,14 +271,15 @@ def _word_tagger(serve_ids, tokenizer, max_seq_length: int, label_table):
         rows = tf.RaggedTensor.from_row_splits(pieces, words.row_splits).merge_dims(1, 2)
         first = tf.cumsum(counts, exclusive=True) - tf.gather(
             tf.cast(rows.row_splits, tf.int32), words.value_rowids())  # index in its row
-        budget = max_seq_length - 2
-        ids, _ = tf_text.combine_segments([rows[:, :budget]], special["cls"], special["sep"])
-        ids = tf.cast(ids, tf.int32)
+        pair_format = tokenizer.pair_format
+        budget = max_seq_length - pair_format.num_added(False)
+        ids, _ = pair_format.tf_build([rows[:, :budget]])
         ids, mask = ids.to_tensor(special["pad"]), tf.ones_like(ids).to_tensor(0)
         out = serve_ids(ids, mask, tf.zeros_like(ids))
         tagged = (counts > 0) & (first < budget)
         tag_ids = tf.where(tagged, tf.gather_nd(out["label_ids"], tf.stack(
-            [tf.cast(words.value_rowids(), tf.int32), tf.where(tagged, first + 1, 0)], 1)), 0)
+            [tf.cast(words.value_rowids(), tf.int32),
+             tf.where(tagged, first + pair_format.text_start, 0)], 1)), 0)
         by_text = words.with_flat_values
         return {**out, "input_ids": ids, "input_mask": mask, "words": words.to_tensor(""),
                 "num_words": tf.cast(words.row_lengths(), tf.int32),
@@ -312,6 +307,19 @@ def check_tensorflow_runs(serve_ids) -> None:
             f"writes it, so the SavedModel would fail when served{detail}; "
             "install a jax and a tensorflow released close together (constraints.txt pins "
             "a pair that works), or export only the jax artifact (--format jax)") from None
+
+
+def truncated_lengths_tf(lengths: list, budget: int) -> list:
+    """In-graph `text_io.truncate_pair` lengths: one text's (or a pair's) lengths [B]
+    cut to `budget` tokens in all, longest first (`text_io.pair_lengths`)."""
+    import tensorflow as tf
+    if len(lengths) == 1:
+        return [tf.minimum(lengths[0], budget)]
+    a, b = lengths
+    short = tf.minimum(tf.minimum(a, b), budget // 2)  # what the shorter text keeps
+    kept_a = tf.where(a <= b, short, budget - short)
+    fits = a + b <= budget
+    return [tf.where(fits, a, kept_a), tf.where(fits, b, budget - kept_a)]
 
 
 def keep_head_tail_tf(pieces, lengths, head: float):
@@ -349,7 +357,8 @@ class ServedModel:
 
     def encode(self, texts: list[str], pairs: list[str] | None = None
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """[CLS] text [SEP] (pair [SEP]), truncated as in fine-tuning, padded to the longest."""
+        """[CLS] text [SEP] (pair [SEP]) or the family's own rows, truncated as in
+        fine-tuning, padded to the longest."""
         from bert_jax.tokenization import load_tokenizer
         from bert_jax.tokenization.text_io import encode_pair
 
@@ -382,16 +391,19 @@ class ServedModel:
             raise ValueError(f"tag_texts needs a tagging model, this one is {self.spec['kind']}")
         if self._tokenizer is None:
             self._tokenizer = load_tokenizer(self.export_dir)
-        labels, budget = self.spec["labels"], self.spec["max_seq_length"] - 2
+        pair_format = self._tokenizer.pair_format
+        labels = self.spec["labels"]
+        budget = self.spec["max_seq_length"] - pair_format.num_added(False)
         scheme = (self.spec.get("task") or {}).get("tag_scheme")
         records = []
         for text in texts:
             example = text_io.text_example(text)
             ids, starts, ends = text_io.word_token_spans(self._tokenizer, example["words"])
-            ids = [self._tokenizer.cls_id, *ids[:budget], self._tokenizer.sep_id]
+            ids, _ = pair_format.build(ids[:budget])
             label_ids = self(np.asarray([ids], np.int32))["label_ids"][0]
             tags = text_io.rewrite_tags(
-                [labels[int(label_ids[s + 1])] if s < min(e, budget) else labels[0]
+                [labels[int(label_ids[s + pair_format.text_start])] if s < min(e, budget)
+                 else labels[0]
                  for s, e in zip(starts, ends)], scheme)
             records.append({"words": example["words"], "tags": tags,
                             "offsets": [list(span) for span in example["spans"]],

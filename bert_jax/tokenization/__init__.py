@@ -15,6 +15,7 @@ from bert_jax.tokenization.base import (
     SPM_FILE,
     VOCAB_FILE,
     Encoding,
+    PairFormat,
     Tokenizer,
     TokenizerError,
 )
@@ -24,9 +25,9 @@ from bert_jax.tokenization.wordpiece import WordPieceTokenizer
 
 DEFAULT_VOCAB = paths.join(RESOURCES, "vocab")
 
-__all__ = ["AlbertNormalization", "DEFAULT_VOCAB", "Encoding", "JsonTokenizer", "SPECIAL_TOKENS",
-           "SentencePieceTokenizer", "Tokenizer", "TokenizerError", "WordPieceTokenizer",
-           "has_tokenizer", "load_tokenizer"]
+__all__ = ["AlbertNormalization", "DEFAULT_VOCAB", "Encoding", "JsonTokenizer", "PairFormat",
+           "SPECIAL_TOKENS", "SentencePieceTokenizer", "Tokenizer", "TokenizerError",
+           "WordPieceTokenizer", "has_tokenizer", "load_tokenizer"]
 
 
 def has_tokenizer(directory: str) -> bool:
@@ -49,10 +50,11 @@ def load_tokenizer(path: str, do_lower_case: Optional[bool] = None) -> Tokenizer
         if paths.isfile(config_path):
             config = json.loads(paths.read_text(config_path))
         if config.get("type") == "tokenizers":
-            return JsonTokenizer(paths.join(path, JSON_FILE))
+            return JsonTokenizer(paths.join(path, JSON_FILE), config.get("specials"))
         if config.get("type") == "sentencepiece" or paths.isfile(paths.join(path, SPM_FILE)):
             return SentencePieceTokenizer(paths.join(path, SPM_FILE),
-                                          _albert_normalization(config, config_path))
+                                          _albert_normalization(config, config_path),
+                                          config.get("layout"))
         if do_lower_case is None:
             do_lower_case = config.get("do_lower_case", True)
         return WordPieceTokenizer.from_file(paths.join(path, VOCAB_FILE), do_lower_case)

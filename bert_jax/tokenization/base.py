@@ -1,14 +1,16 @@
 """The tokenizer interface every part of bert_jax uses.
 
-Two implementations: `WordPieceTokenizer` (BERT `vocab.txt`) and
-`SentencePieceTokenizer` (an `spm.model` with padding, unknown, [CLS], [SEP] and [MASK]
-pieces; optionally with ALBERT's text preprocessing).
+Three implementations: `WordPieceTokenizer` (BERT `vocab.txt`), `SentencePieceTokenizer`
+(an `spm.model` with padding, unknown, [CLS], [SEP] and [MASK] pieces, optionally with
+ALBERT's text preprocessing, or with XLM-R's or CamemBERT's fairseq ids) and
+`JsonTokenizer` (a Hugging Face `tokenizer.json`). Each names its special tokens
+(`special_id`) and how rows are built around one text or two (`pair_format`).
 """
 import abc
 import dataclasses
 import hashlib
 import json
-from typing import Iterable, List, Sequence, Tuple
+from typing import Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -40,6 +42,72 @@ class Encoding:
 
     def __len__(self):
         return len(self.ids)
+
+
+# One item of a PairFormat: "A" or "B" (a text's tokens) or a special token's id, with the
+# segment (token type) id its tokens get.
+Slot = Tuple[Union[str, int], int]
+
+
+@dataclasses.dataclass(frozen=True)
+class PairFormat:
+    """Where a model family puts its special tokens around one text (`single`) or two
+    (`pair`), and the segment ids: BERT's `[CLS] A [SEP] B [SEP]` with segments 0/1,
+    RoBERTa's `<s> A </s></s> B </s>` all segment 0, or what a tokenizer.json's
+    post-processor says."""
+    single: Tuple[Slot, ...]
+    pair: Tuple[Slot, ...]
+
+    @classmethod
+    def bert(cls, cls_id: int, sep_id: int) -> "PairFormat":
+        return cls(((cls_id, 0), ("A", 0), (sep_id, 0)),
+                   ((cls_id, 0), ("A", 0), (sep_id, 0), ("B", 1), (sep_id, 1)))
+
+    @classmethod
+    def roberta(cls, cls_id: int, sep_id: int) -> "PairFormat":
+        return cls(((cls_id, 0), ("A", 0), (sep_id, 0)),
+                   ((cls_id, 0), ("A", 0), (sep_id, 0), (sep_id, 0), ("B", 0), (sep_id, 0)))
+
+    def num_added(self, pair: bool) -> int:
+        """How many special tokens a row of one text (or of two) gets."""
+        return sum(slot not in ("A", "B") for slot, _ in (self.pair if pair else self.single))
+
+    @property
+    def text_start(self) -> int:
+        """The position of a one-text row's first text token (1 after BERT's [CLS])."""
+        return [slot for slot, _ in self.single].index("A")
+
+    def second_start(self, a_length: int) -> int:
+        """The position of a pair row's first token of the second text, after a first
+        text of `a_length` tokens (`a_length + 2` after BERT's `[CLS] a [SEP]`)."""
+        slots = [slot for slot, _ in self.pair]
+        before = slots[:slots.index("B")]
+        return sum(a_length if slot == "A" else 1 for slot in before)
+
+    def build(self, a: Sequence[int], b: Optional[Sequence[int]] = None
+              ) -> Tuple[List[int], List[int]]:
+        """(input_ids, segment_ids) of the row: texts' ids `a` (and `b`) with the special
+        tokens around them."""
+        ids, segments = [], []
+        for slot, segment in (self.single if b is None else self.pair):
+            tokens = a if slot == "A" else b if slot == "B" else [slot]
+            ids += tokens
+            segments += [segment] * len(tokens)
+        return ids, segments
+
+    def tf_build(self, pieces):
+        """`build` in TF ops: the texts' ids, int RaggedTensors [B, (tokens)] (one or two)
+        -> (input_ids, segment_ids) RaggedTensors [B, (length)] int32."""
+        import tensorflow as tf
+        template = self.single if len(pieces) == 1 else self.pair
+        like = tf.RaggedTensor.from_tensor(tf.zeros([pieces[0].nrows(), 1], tf.int32))
+        ids, segments = [], []
+        for slot, segment in template:
+            part = (tf.cast(pieces["AB".index(slot)], tf.int32) if slot in ("A", "B")
+                    else like + slot)
+            ids.append(part)
+            segments.append(part * 0 + segment)
+        return tf.concat(ids, axis=1), tf.concat(segments, axis=1)
 
 
 class Tokenizer(abc.ABC):
@@ -129,6 +197,18 @@ class Tokenizer(abc.ABC):
         """{'pad': id, 'unk': id, 'cls': id, 'sep': id, 'mask': id}."""
         return {"pad": self.pad_id, "unk": self.unk_id, "cls": self.cls_id,
                 "sep": self.sep_id, "mask": self.mask_id}
+
+    @property
+    def pair_format(self) -> PairFormat:
+        """How rows are built around texts: BERT's `[CLS] A [SEP] B [SEP]` here;
+        RoBERTa-family and tokenizer.json tokenizers override this."""
+        return PairFormat.bert(self.cls_id, self.sep_id)
+
+    def build_inputs(self, a: Sequence[int], b: Optional[Sequence[int]] = None
+                     ) -> Tuple[List[int], List[int]]:
+        """(input_ids, segment_ids) of one row: the family's special tokens around the ids
+        of one text `a` or of two, as transformers' `tokenizer(a, b)` builds them."""
+        return self.pair_format.build(a, b)
 
     def convert_ids_to_tokens(self, ids: Sequence[int]) -> List[str]:
         return [self.id_to_token(int(i)) for i in ids]

@@ -7,6 +7,10 @@ in models trained by `bert_jax.data.build_vocab`, `<pad>`/`<unk>` in Google's AL
 digit-comma split (`albert_text`), which a model directory records. A word starts at
 every piece that begins with the meta symbol "▁" (SentencePiece's own notion of a
 whitespace-separated word), which is what whole-word masking groups.
+
+With `layout=` the ids are fairseq's, as XLM-RoBERTa's and CamemBERT's
+`sentencepiece.bpe.model` are used (`FAIRSEQ_LAYOUTS`): a few special tokens first, the
+model's pieces after them, `<mask>` last; rows are `<s> A </s></s> B </s>`.
 """
 import dataclasses
 from typing import List, Optional
@@ -19,16 +23,29 @@ from bert_jax.tokenization import base
 from bert_jax.tokenization.albert_text import WORD_START, AlbertNormalization, digit_comma_splits
 
 NAMED_SPECIALS = {"cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
+# fairseq's ids of a SentencePiece model: (the tokens before its pieces, how many of its
+# first pieces those replace); then its other pieces in order, then <mask>. The same
+# layout as transformers' XLMRobertaTokenizer and CamembertTokenizer.
+FAIRSEQ_LAYOUTS = {"xlm-roberta": (("<s>", "<pad>", "</s>", "<unk>"), 3),
+                   "camembert": (("<s>NOTUSED", "<pad>", "</s>NOTUSED", "<unk>",
+                                  "<unk>NOTUSED"), 1)}
+FAIRSEQ_SPECIALS = {"pad": "<pad>", "unk": "<unk>", "cls": "<s>", "sep": "</s>",
+                    "mask": "<mask>"}
 
 
 class SentencePieceTokenizer(base.Tokenizer):
     """Wraps a `.model` file; offsets come from SentencePiece's byte spans."""
 
-    def __init__(self, model_path: str, albert: Optional[AlbertNormalization] = None):
+    def __init__(self, model_path: str, albert: Optional[AlbertNormalization] = None,
+                 layout: Optional[str] = None):
+        if layout is not None and layout not in FAIRSEQ_LAYOUTS:
+            raise base.TokenizerError(f"SentencePiece layout must be one of "
+                                      f"{', '.join(FAIRSEQ_LAYOUTS)}; got {layout!r}")
         if not paths.isfile(model_path):
             raise base.TokenizerError(f"SentencePiece model not found: {model_path}")
         self.model_path = model_path
         self.albert = albert
+        self.layout = layout
         self._model = paths.read_bytes(model_path)
         if not self._model:
             raise base.TokenizerError(f"SentencePiece model {model_path} is empty")
@@ -37,7 +54,15 @@ class SentencePieceTokenizer(base.Tokenizer):
         except RuntimeError as e:
             raise base.TokenizerError(f"{model_path} is not a SentencePiece model: "
                                       f"{str(e).splitlines()[0]}") from None
-        self._pieces = [self._sp.id_to_piece(i) for i in range(self._sp.get_piece_size())]
+        sp_pieces = [self._sp.id_to_piece(i) for i in range(self._sp.get_piece_size())]
+        self._pieces, self._sp_to_id = sp_pieces, None  # our tokens by id; sp id -> ours
+        if layout is not None:
+            head, replaced = FAIRSEQ_LAYOUTS[layout]
+            self._pieces = [*head, *sp_pieces[replaced:], "<mask>"]
+            unk = head.index("<unk>")
+            self._sp_to_id = np.array(
+                [head.index(p) if p in head else unk for p in sp_pieces[:replaced]]
+                + list(range(len(head), len(head) + len(sp_pieces) - replaced)), np.int64)
         self._ids = {p: i for i, p in enumerate(self._pieces)}
         self._special = self._find_specials()
         self._special_ids = set(self._special.values())
@@ -49,6 +74,13 @@ class SentencePieceTokenizer(base.Tokenizer):
 
     def _find_specials(self) -> dict:
         """{"pad", "unk", "cls", "sep", "mask"} -> id; a one-line error names what is missing."""
+        if self.layout is not None:
+            missing = [name for name in FAIRSEQ_SPECIALS.values() if name not in self._ids]
+            if missing:
+                raise base.TokenizerError(f"SentencePiece model {self.model_path} has no "
+                                          f"{' or '.join(missing)} piece, which the "
+                                          f"{self.layout} layout needs")
+            return {kind: self._ids[name] for kind, name in FAIRSEQ_SPECIALS.items()}
         special = {"pad": self._sp.pad_id(), "unk": self._sp.unk_id()}
         special.update({kind: self._ids.get(name, -1) for kind, name in NAMED_SPECIALS.items()})
         names = {"pad": "padding (pad_id)", "unk": "unknown (unk_id)", **NAMED_SPECIALS}
@@ -64,6 +96,12 @@ class SentencePieceTokenizer(base.Tokenizer):
         return self._special[kind]
 
     @property
+    def pair_format(self) -> base.PairFormat:
+        if self.layout is None:
+            return super().pair_format
+        return base.PairFormat.roberta(self.cls_id, self.sep_id)
+
+    @property
     def vocab_size(self) -> int:
         return len(self._pieces)
 
@@ -72,6 +110,11 @@ class SentencePieceTokenizer(base.Tokenizer):
 
     def id_to_token(self, index: int) -> str:
         return self._pieces[index]
+
+    @property
+    def model_bytes(self) -> bytes:
+        """The SentencePiece model file's bytes."""
+        return self._model
 
     def save(self, directory: str) -> None:
         paths.makedirs(directory)
@@ -82,10 +125,14 @@ class SentencePieceTokenizer(base.Tokenizer):
         config = {"type": "sentencepiece"}
         if self.albert is not None:
             config["albert"] = dataclasses.asdict(self.albert)
+        if self.layout is not None:
+            config["layout"] = self.layout
         base.write_config(directory, config)
 
     def fingerprint_options(self) -> str:
         options = super().fingerprint_options()
+        if self.layout is not None:
+            options += f" layout={self.layout}"
         return options if self.albert is None else f"{options} albert={self.albert}"
 
     def word_start_table(self) -> np.ndarray:
@@ -105,7 +152,8 @@ class SentencePieceTokenizer(base.Tokenizer):
             leading = len(surface) - len(surface.lstrip())
             if leading < len(surface):  # offsets cover the text, not the space before it
                 start += leading
-            for index, token, (a, b) in self._split(piece.id, piece.piece, start, end):
+            index = piece.id if self._sp_to_id is None else int(self._sp_to_id[piece.id])
+            for index, token, (a, b) in self._split(index, piece.piece, start, end):
                 if token.startswith(WORD_START) or word < 0 or index in self._special_ids:
                     word += 1
                 ids.append(index)
@@ -132,6 +180,8 @@ class SentencePieceTokenizer(base.Tokenizer):
         return [self.encode(t) for t in texts]
 
     def encode_ids(self, texts) -> List[List[int]]:
+        if self._sp_to_id is not None:
+            return [self._sp_to_id[row].tolist() for row in self._sp.encode(list(texts))]
         if self.albert is None:
             return self._sp.encode(list(texts))
         rows = self._sp.encode([self.albert.normalize(t) for t in texts])
@@ -156,6 +206,9 @@ class SentencePieceTokenizer(base.Tokenizer):
         if self.albert is not None:
             texts = self.albert.tf_normalize(texts)
         ids = self.tf_module().tokenize(texts)
+        if self._sp_to_id is not None:
+            return tf.ragged.map_flat_values(tf.gather, tf.constant(self._sp_to_id, tf.int32),
+                                             ids)
         if not self._splits:
             return ids
         rows = [[p for p, _ in self._splits[i]] if i in self._splits else [i]

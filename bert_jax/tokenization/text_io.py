@@ -2,7 +2,8 @@
 and the serving exports (`bert_jax.serve.export`) share, so that neither imports the other.
 No jax here.
 
-- pairs: `[CLS] a [SEP] (b [SEP])` with longest-first truncation (`encode_pair`);
+- pairs: `[CLS] a [SEP] (b [SEP])`, or the model family's own format, with longest-first
+  truncation (`encode_pair`);
 - words: raw text split as character-level CoNLL data is, each word's tokens, and the
   same split in TF ops for the SavedModel (`tf_split_words`, `word_tag_records`);
 - entities: the spans of IOB2 (BIO)/IOB1/IOBES/BILOU/BMES tag sequences, with
@@ -34,17 +35,25 @@ def head_fraction(truncation: str) -> float:
     return TRUNCATION_HEAD_FRACTION[truncation]
 
 
+def pair_lengths(len_a: int, len_b: int, max_tokens: int) -> tuple[int, int]:
+    """Longest-first truncation of two texts, as transformers' `longest_first` (the
+    tokenizers library): the shorter text keeps up to half of `max_tokens` (rounded down),
+    the longer the rest; on a tie the first counts as the shorter."""
+    if len_a + len_b <= max_tokens:
+        return len_a, len_b
+    kept_short = min(len_a, len_b, max_tokens // 2)
+    return ((kept_short, max_tokens - kept_short) if len_a <= len_b
+            else (max_tokens - kept_short, kept_short))
+
+
 def truncate_pair(a: list, b: list | None, max_tokens: int, head: float = 1.0
                   ) -> tuple[list, list | None]:
-    """BERT's longest-first truncation: the longer list gives up tokens until both fit.
-    Each cut list keeps `head` of its length from its start and the rest from its end."""
-    len_a, len_b = len(a), 0 if b is None else len(b)
-    while len_a + len_b > max_tokens:
-        if b is not None and len_b > len_a:
-            len_b -= 1
-        else:
-            len_a -= 1
-    return keep_head_tail(a, len_a, head), None if b is None else keep_head_tail(b, len_b, head)
+    """Longest-first truncation (`pair_lengths`); one text is cut to `max_tokens`. Each
+    cut list keeps `head` of its length from its start and the rest from its end."""
+    if b is None:
+        return keep_head_tail(a, min(len(a), max_tokens), head), None
+    len_a, len_b = pair_lengths(len(a), len(b), max_tokens)
+    return keep_head_tail(a, len_a, head), keep_head_tail(b, len_b, head)
 
 
 def keep_head_tail(tokens: list, length: int, head: float) -> list:
@@ -56,17 +65,14 @@ def keep_head_tail(tokens: list, length: int, head: float) -> list:
 
 def encode_pair(tokenizer, text_a: str, text_b: str | None, max_seq_length: int,
                 truncation: str = "head") -> tuple[list[int], list[int]]:
-    """(input_ids, segment_ids) of `[CLS] a [SEP] b [SEP]`, at most `max_seq_length`."""
+    """(input_ids, segment_ids) of one text or a pair in the model family's format
+    (`[CLS] a [SEP] b [SEP]` with segments 0/1 for BERT, `<s> a </s></s> b </s>` all 0 for
+    RoBERTa: `tokenizer.build_inputs`), at most `max_seq_length` ids."""
     a = tokenizer.encode(text_a).ids
     b = None if text_b is None else tokenizer.encode(text_b).ids
-    a, b = truncate_pair(a, b, max_seq_length - (2 if b is None else 3),
+    a, b = truncate_pair(a, b, max_seq_length - tokenizer.pair_format.num_added(b is not None),
                          head_fraction(truncation))
-    ids = [tokenizer.cls_id, *a, tokenizer.sep_id]
-    segments = [0] * len(ids)
-    if b is not None:
-        ids += [*b, tokenizer.sep_id]
-        segments += [1] * (len(b) + 1)
-    return ids, segments
+    return tokenizer.build_inputs(a, b)
 
 
 def split_words(text: str) -> tuple[list[str], list[tuple[int, int]]]:
@@ -209,8 +215,12 @@ def word_token_spans(tokenizer, words: list[str]):
     """Tokenizes the words joined by spaces: (token ids, start and end token index of
     each word; start == end for a word that produced no token)."""
     char_to_word = np.repeat(np.arange(len(words)), [len(w) + 1 for w in words])
-    encoding = tokenizer.encode(" ".join(words))
-    word_of_token = [int(char_to_word[start]) for start, _ in encoding.offsets]
+    text = " ".join(words)
+    encoding = tokenizer.encode(text)
+    # A token's word is its first character's after the space it may start with (a
+    # byte-level `Ġword` spans the space before the word unless its offsets are trimmed).
+    word_of_token = [int(char_to_word[start + len(text[start:end]) - len(
+        text[start:end].lstrip(" "))]) for start, end in encoding.offsets]
     counts = np.bincount(np.asarray(word_of_token, np.int64), minlength=len(words))
     ends = np.cumsum(counts)  # tokens come in word order
     return list(encoding.ids), [int(s) for s in ends - counts], [int(e) for e in ends]

@@ -42,7 +42,7 @@ def forward_flops_per_example(config: BertConfig, seq_length: int,
     attention = sum(2 * 2 * n * k * h for k in keys)
     mlm = (num_predictions or n) * (2 * h * e + 2 * e * config.vocab_size)
     pooler_nsp = 2 * h * h + 2 * h * 2
-    projection = n * 2 * e * h if config.model_type == "albert" else 0
+    projection = n * 2 * e * h if config.factorized_embeddings else 0
     return dense + attention + mlm + pooler_nsp + projection
 
 

@@ -12,7 +12,6 @@ pretraining or fine-tuning workdir. Nothing is written when a conversion fails.
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 from bert_jax import flags
@@ -72,14 +71,31 @@ def hf_architecture(params: dict[str, Any], task: dict[str, Any] | None
     return "BertModel", True
 
 
-def _modernbert_architecture(params: dict[str, Any], checkpoint: str) -> tuple[str, bool]:
-    """transformers' ModernBert* class for the modern encoder: the encoder with or
-    without the MLM head (its task heads differ from ours: a head before the classifier)."""
+def _modernbert_architecture(params: dict[str, Any], checkpoint: str,
+                             family: str = "ModernBert") -> tuple[str, bool]:
+    """transformers' ModernBert* (EuroBert*) class for the modern encoder: the encoder with
+    or without the MLM head (its task heads differ from ours: a head before the classifier)."""
     if any(k in params for k in ("classifier", "qa_outputs", "nsp")):
-        raise UserError(f"{checkpoint}: transformers' ModernBert task classes put another "
+        raise UserError(f"{checkpoint}: transformers' {family} task classes put another "
                         "head before the classifier; export the encoder (or use "
                         "`bert-jax export`)")
-    return ("ModernBertForMaskedLM" if "mlm" in params else "ModernBertModel"), False
+    return (f"{family}ForMaskedLM" if "mlm" in params else f"{family}Model"), False
+
+
+def _electra_architecture(params: dict[str, Any], architecture: str,
+                          checkpoint: str) -> tuple[str, bool]:
+    """transformers' Electra* class for ELECTRA's heads (`architecture`: BERT's class for
+    them): the discriminator, the generator, the encoder, or a per-token/span head."""
+    if "discriminator" in params:
+        return "ElectraForPreTraining", False
+    same = {"BertModel": "ElectraModel", "BertForMaskedLM": "ElectraForMaskedLM",
+            "BertForTokenClassification": "ElectraForTokenClassification",
+            "BertForQuestionAnswering": "ElectraForQuestionAnswering"}
+    if architecture not in same:
+        raise UserError(f"{checkpoint}: transformers' ELECTRA has no class with the heads of "
+                        f"{architecture} (its sequence classifiers put another head before "
+                        "the classifier); export the encoder (or use `bert-jax export`)")
+    return same[architecture], False
 
 
 def _hf_task_config(task: dict[str, Any] | None, params: dict[str, Any]) -> dict[str, Any]:
@@ -118,8 +134,11 @@ def to_hf(checkpoint: str, out: str, overwrite: bool = False) -> list[str]:
             raise UserError(f"{checkpoint}: transformers has no ALBERT class for a "
                             "sentence-order head without the MLM head")
         architecture = architecture.replace("Bert", "Albert", 1)  # the same heads
-    if model.config.model_type == "modernbert":
-        architecture, keeps_pooler = _modernbert_architecture(params, checkpoint)
+    if model.config.model_type in ("modernbert", "eurobert"):
+        family = "EuroBert" if model.config.model_type == "eurobert" else "ModernBert"
+        architecture, keeps_pooler = _modernbert_architecture(params, checkpoint, family)
+    if model.config.model_type == "electra":
+        architecture, keeps_pooler = _electra_architecture(params, architecture, checkpoint)
     notes = []
     if not keeps_pooler and "pooler" in params["bert"]:
         params["bert"] = {k: v for k, v in params["bert"].items() if k != "pooler"}
@@ -132,47 +151,39 @@ def to_hf(checkpoint: str, out: str, overwrite: bool = False) -> list[str]:
         notes.append(f"transformers has no CRF: {', '.join(crf)} left out (its token "
                      "classifier decodes by argmax)")
     with atomic_directory(out, overwrite, local=True) as tmp:  # safetensors writes locally
-        save_hf_dir(tmp, model.config, params, architecture,
-                    _hf_task_config(model.task, params))
+        extra = _hf_task_config(model.task, params)
+        if model.config.model_type in ("modernbert", "eurobert"):
+            extra.update(_special_token_ids(model))
+        save_hf_dir(tmp, model.config, params, architecture, extra)
         notes += _write_hf_tokenizer(model, tmp)
     return notes
 
 
+def _special_token_ids(model: pretrained.Pretrained) -> dict[str, int]:
+    """The special token ids a ModernBERT's or EuroBERT's config.json names, the
+    tokenizer's (mmBERT's differ from ModernBERT's); none without a tokenizer."""
+    from bert_jax.tokenization import has_tokenizer, load_tokenizer
+
+    if not has_tokenizer(model.tokenizer_dir):
+        return {}
+    tok = load_tokenizer(model.tokenizer_dir)
+    ids = {"bos_token_id": tok.cls_id, "eos_token_id": tok.sep_id, "pad_token_id": tok.pad_id,
+           "mask_token_id": tok.mask_id}
+    if model.config.model_type == "modernbert":
+        ids.update(cls_token_id=tok.cls_id, sep_token_id=tok.sep_id)
+    return ids
+
+
 def _write_hf_tokenizer(model: pretrained.Pretrained, directory: str) -> list[str]:
-    """vocab.txt, or an ALBERT SentencePiece model as spiece.model, and an HF
-    tokenizer_config.json; other SentencePiece models have no HF BERT tokenizer."""
-    from bert_jax.tokenization import (
-        JsonTokenizer,
-        SentencePieceTokenizer,
-        has_tokenizer,
-        load_tokenizer,
-    )
+    """The tokenizer's files in its family's HF format (vocab.txt, spiece.model,
+    tokenizer.json, sentencepiece.bpe.model) and an HF tokenizer_config.json."""
+    from bert_jax.tokenization import has_tokenizer, load_tokenizer
+    from bert_jax.tokenization.hf_files import write_hf_tokenizer
 
     if not has_tokenizer(model.tokenizer_dir):
         return [f"no tokenizer in {model.tokenizer_dir}: wrote the weights only"]
-    tokenizer = load_tokenizer(model.tokenizer_dir)
-    settings = {"model_max_length": model.config.max_position_embeddings}
-    if isinstance(tokenizer, JsonTokenizer):
-        tokenizer.save(directory)  # tokenizer.json, which transformers' fast tokenizer reads
-        names = {kind: tokenizer.id_to_token(i) for kind, i in tokenizer.special_ids().items()}
-        settings.update(tokenizer_class="PreTrainedTokenizerFast",
-                        **{f"{kind}_token": name for kind, name in names.items()})
-    elif isinstance(tokenizer, SentencePieceTokenizer):
-        if tokenizer.albert is None:
-            return ["transformers' BERT tokenizer reads WordPiece vocabularies only: the "
-                    "SentencePiece model was not exported"]
-        with paths.open(paths.join(directory, "spiece.model"), "wb") as f:
-            f.write(paths.read_bytes(tokenizer.model_path))
-        settings.update(tokenizer_class="AlbertTokenizer",
-                        do_lower_case=tokenizer.albert.do_lower_case,
-                        keep_accents=tokenizer.albert.keep_accents)
-    else:
-        paths.write_text(paths.join(directory, "vocab.txt"), "".join(
-            tokenizer.id_to_token(i) + "\n" for i in range(tokenizer.vocab_size)))
-        settings.update(tokenizer_class="BertTokenizer", do_lower_case=tokenizer.do_lower_case)
-    paths.write_text(paths.join(directory, "tokenizer_config.json"),
-                     json.dumps(settings, indent=2))
-    return []
+    return write_hf_tokenizer(load_tokenizer(model.tokenizer_dir), directory,
+                              {"model_max_length": model.config.max_position_embeddings})
 
 
 def main(argv: list[str]) -> int:

@@ -209,10 +209,123 @@ def _modernbert_to_hf(c: BertConfig) -> dict[str, Any]:
     return out
 
 
+# --- EuroBERT ----------------------------------------------------------------------
+
+# EuroBertConfig's fields that are ours under other names, and its defaults.
+_EUROBERT_FIELDS = {"vocab_size": ("vocab_size", int, 128256),
+                    "hidden_size": ("hidden_size", int, 768),
+                    "num_hidden_layers": ("num_hidden_layers", int, 12),
+                    "num_attention_heads": ("num_attention_heads", int, 12),
+                    "intermediate_size": ("intermediate_size", int, 3072),
+                    "hidden_act": ("hidden_act", str, "silu"),
+                    "max_position_embeddings": ("max_position_embeddings", int, 8192),
+                    "initializer_range": ("initializer_range", float, 0.02),
+                    "rms_norm_eps": ("layer_norm_eps", float, 1e-5),
+                    "attention_dropout": ("attention_probs_dropout_prob", float, 0.0)}
+# EuroBERT's special tokens in its published (Llama-3) vocabulary.
+_EUROBERT_IDS = {"bos_token_id": 128000, "eos_token_id": 128001, "pad_token_id": 128001,
+                 "mask_token_id": 128002}
+
+
+def _eurobert_from_hf(values: dict[str, Any], source: str) -> dict[str, Any]:
+    """transformers' EuroBertConfig as our fields: a pre-norm RMSNorm encoder with SwiGLU,
+    rotary positions and grouped-query attention, no token types, no embedding norm, a
+    plain untied MLM decoder. Refuses what the model cannot express: biases on some dense
+    layers only, a head size other than hidden / heads, a tied decoder, rope scaling."""
+    out = {"model_type": "eurobert", "type_vocab_size": 0, "position_embedding_type": "rotary",
+           "pre_norm": True, "final_norm": True, "gated_mlp": True, "norm_type": "rms_norm",
+           "norm_bias": False, "embedding_norm": False, "mlm_transform": False,
+           "hidden_dropout_prob": 0.0}
+    out.update(_renamed_fields(values, _EUROBERT_FIELDS, source))
+    if values.get("attention_bias", False) != values.get("mlp_bias", False):
+        raise ConfigError(f"{source}: attention_bias and mlp_bias differ; bert_jax has one "
+                          "use_bias for every dense layer")
+    out["use_bias"] = bool(values.get("mlp_bias", False))
+    kv = values.get("num_key_value_heads")
+    out["num_key_value_heads"] = None if kv in (None, out["num_attention_heads"]) else kv
+    head_dim = values.get("head_dim")
+    if head_dim not in (None, out["hidden_size"] // out["num_attention_heads"]):
+        raise ConfigError(f"{source}: head_dim {head_dim} is not hidden_size / "
+                          "num_attention_heads, the only head size bert_jax has")
+    if values.get("tie_word_embeddings", False):
+        raise ConfigError(f"{source}: tie_word_embeddings is true; bert_jax reads EuroBERT's "
+                          "own untied lm_head only")
+    rope = values.get("rope_parameters") or values.get("rope_scaling") or {}
+    if rope.get("rope_type", rope.get("type", "default")) != "default":
+        raise ConfigError(f"{source}: rope scaling {rope.get('rope_type', rope.get('type'))!r} "
+                          "is not supported (default rotary only)")
+    out["rope_theta"] = float(rope.get("rope_theta", values.get("rope_theta", 10000.0)))
+    return out
+
+
+def _eurobert_to_hf(c: BertConfig) -> dict[str, Any]:
+    """Our config as transformers' EuroBertConfig (EuroBertForMaskedLM)."""
+    out = {"architectures": ["EuroBertForMaskedLM"], "model_type": "eurobert"}
+    out.update({hf: getattr(c, name) for hf, (name, _, _) in _EUROBERT_FIELDS.items()})
+    big = c.vocab_size > max(_EUROBERT_IDS.values())  # EuroBERT's special tokens fit
+    out.update(num_key_value_heads=c.kv_heads, head_dim=c.head_dim, attention_bias=c.use_bias,
+               mlp_bias=c.use_bias, tie_word_embeddings=False,
+               rope_parameters={"rope_type": "default", "rope_theta": c.rope_theta},
+               torch_dtype="float32",
+               **(_EUROBERT_IDS if big else {"bos_token_id": None, "eos_token_id": None,
+                                             "pad_token_id": None}))
+    return out
+
+
+# --- ELECTRA ------------------------------------------------------------------------
+
+# ElectraConfig's fields (ours by the same names) and its defaults (ELECTRA-Small's).
+_ELECTRA_FIELDS = {name: (name, kind, default) for name, kind, default in (
+    ("vocab_size", int, 30522), ("embedding_size", int, 128), ("hidden_size", int, 256),
+    ("num_hidden_layers", int, 12), ("num_attention_heads", int, 4),
+    ("intermediate_size", int, 1024), ("hidden_act", str, "gelu"),
+    ("hidden_dropout_prob", float, 0.1), ("attention_probs_dropout_prob", float, 0.1),
+    ("max_position_embeddings", int, 512), ("type_vocab_size", int, 2),
+    ("initializer_range", float, 0.02), ("layer_norm_eps", float, 1e-12))}
+
+
+def _electra_from_hf(values: dict[str, Any], source: str) -> dict[str, Any]:
+    """transformers' ElectraConfig: BERT's fields plus `embedding_size`, factorized (an
+    `embeddings_project` to hidden_size) only where it differs from hidden_size."""
+    position_type = values.get("position_embedding_type", "absolute")
+    if position_type != "absolute":
+        raise ConfigError(f"{source}: position_embedding_type {position_type!r} is not "
+                          "supported (ELECTRA uses learned absolute positions)")
+    out = {"model_type": "electra", **_renamed_fields(values, _ELECTRA_FIELDS, source)}
+    if out["embedding_size"] == out["hidden_size"]:
+        out["embedding_size"] = None
+    return out
+
+
+def _electra_to_hf(c: BertConfig) -> dict[str, Any]:
+    """Our config as transformers' ElectraConfig (ElectraForPreTraining)."""
+    out = {"architectures": ["ElectraForPreTraining"], "model_type": "electra"}
+    out.update({hf: getattr(c, name) for hf, (name, _, _) in _ELECTRA_FIELDS.items()})
+    out.update(embedding_size=c.embedding_width, position_embedding_type="absolute",
+               pad_token_id=0, torch_dtype="float32")
+    return out
+
+
+def _renamed_fields(values, fields, source):
+    """{our name: value} of the `fields` ({hf name: (our name, type, default)})."""
+    out = {}
+    for hf_name, (name, kind, default) in fields.items():
+        value = values.get(hf_name, default)
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+            raise ConfigError(f"{source}: field {hf_name!r} should be {kind.__name__}, "
+                              f"got {value!r}")
+        out[name] = value
+    return out
+
+
 # Per model_type of config.json: (its fields as BertConfig's, a BertConfig as it).
 _HF_FAMILIES: dict[str, tuple[Callable[[dict[str, Any], str], dict[str, Any]],
                               Callable[[BertConfig], dict[str, Any]]]] = {
     "bert": (_bert_from_hf, _bert_to_hf),
     "albert": (_albert_from_hf, _albert_to_hf),
     "modernbert": (_modernbert_from_hf, _modernbert_to_hf),
+    "eurobert": (_eurobert_from_hf, _eurobert_to_hf),
+    "electra": (_electra_from_hf, _electra_to_hf),
 }

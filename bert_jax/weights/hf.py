@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from bert_jax.errors import CheckpointError, UserError
+from bert_jax.errors import CheckpointError
 from bert_jax.host import paths
 from bert_jax.models import layer_layout
 from bert_jax.models.config import BertConfig, ConfigError
@@ -41,6 +41,20 @@ _NAMES = {
     "modernbert": {"encoder": "model.", "heads": ("head.", "decoder."),
                    "derived": ("decoder.weight", "decoder.bias"), "pooler": None,
                    "mlm": "head.dense.weight", "nsp": None, "decoder": "decoder"},
+    # EuroBertModel / EuroBertForMaskedLM: its lm_head is the MLM head, untied (no decoder
+    # derived from the embeddings).
+    "eurobert": {"encoder": "model.", "heads": ("lm_head.",), "derived": (), "pooler": None,
+                 "mlm": "lm_head.weight", "nsp": None, "decoder": None},
+    # ElectraModel / ElectraForPreTraining (discriminator) / ElectraForMaskedLM (generator),
+    # whose tied decoder's bias `generator_lm_head.bias` is our MLM output bias.
+    "electra": {"encoder": "electra.",
+                "heads": ("discriminator_predictions.", "generator_predictions.",
+                          "generator_lm_head.", "classifier.", "qa_outputs."),
+                "derived": ("embeddings.position_ids", "embeddings.token_type_ids",
+                            "generator_lm_head.weight"),
+                "pooler": None, "mlm": "generator_predictions.dense.weight", "nsp": None,
+                "decoder": "generator_lm_head",
+                "discriminator": "discriminator_predictions.dense.weight"},
 }
 
 
@@ -82,6 +96,10 @@ def _entries(config: BertConfig, heads: Mapping[str, int]) -> list[_Entry]:
         return _albert_entries(config, heads)
     if config.model_type == "modernbert":
         return _modernbert_entries(config, heads)
+    if config.model_type == "electra":
+        return _electra_entries(config, heads)
+    if config.model_type == "eurobert":
+        return _eurobert_entries(config, heads)
     h = config.hidden_size
     e = "bert.embeddings"
     out = [
@@ -204,6 +222,72 @@ def _modernbert_entries(config: BertConfig, heads: Mapping[str, int]) -> list[_E
     return out
 
 
+def _eurobert_entries(config: BertConfig, heads: Mapping[str, int]) -> list[_Entry]:
+    """`_entries` for transformers' EuroBert* models: Llama's names; its key and value
+    projections have num_key_value_heads heads, its MLP's activated `gate_proj` is our
+    `intermediate` and `up_proj` our `gate`."""
+    h, n, kv, d, i = (config.hidden_size, config.num_attention_heads, config.kv_heads,
+                      config.head_dim, config.intermediate_size)
+    linear = lambda *a, **k: [e for e in _linear(*a, **k)
+                              if config.use_bias or e.path[-1] != "bias"]
+    norm = lambda hf, path: _layer_norm(hf, path, h, bias=False)
+    out = [_Entry("model.embed_tokens.weight", ("bert", "embeddings", "word_embeddings",
+                                                "embedding"), (config.vocab_size, h))]
+    for k in range(config.num_hidden_layers):
+        hf, layer = f"model.layers.{k}", ("bert", "encoder", f"layer_{k}")
+        for proj, name, heads_out in (("q", "query", n), ("k", "key", kv), ("v", "value", kv)):
+            out += linear(f"{hf}.self_attn.{proj}_proj", (*layer, "attention", name), h,
+                          heads_out * d, out_shape=(heads_out, d))
+        out += linear(f"{hf}.self_attn.o_proj", (*layer, "attention", "output"), h, h,
+                      in_shape=(n, d))
+        out += norm(f"{hf}.input_layernorm", (*layer, "attention_layer_norm"))
+        out += linear(f"{hf}.mlp.gate_proj", (*layer, "intermediate"), h, i)
+        out += linear(f"{hf}.mlp.up_proj", (*layer, "gate"), h, i)
+        out += linear(f"{hf}.mlp.down_proj", (*layer, "output"), i, h)
+        out += norm(f"{hf}.post_attention_layernorm", (*layer, "output_layer_norm"))
+    out += norm("model.norm", ("bert", "final_norm"))
+    if "mlm" in heads:
+        out += linear("lm_head", ("mlm", "decoder"), h, config.vocab_size)
+    return out
+
+
+def _electra_entries(config: BertConfig, heads: Mapping[str, int]) -> list[_Entry]:
+    """`_entries` for transformers' Electra* models: BERT's layers, embeddings of width E
+    with an `embeddings_project` to H where E differs, the discriminator's and the
+    generator's heads."""
+    h, e, v = config.hidden_size, config.embedding_width, config.vocab_size
+    emb, ours = "electra.embeddings", ("bert", "embeddings")
+    out = [
+        _Entry(f"{emb}.word_embeddings.weight", (*ours, "word_embeddings", "embedding"), (v, e)),
+        _Entry(f"{emb}.position_embeddings.weight", (*ours, "position_embeddings", "embedding"),
+               (config.max_position_embeddings, e)),
+        _Entry(f"{emb}.token_type_embeddings.weight",
+               (*ours, "token_type_embeddings", "embedding"), (config.type_vocab_size, e)),
+        *_layer_norm(f"{emb}.LayerNorm", (*ours, "layer_norm"), e),
+    ]
+    if config.factorized_embeddings:
+        out += _linear("electra.embeddings_project", (*ours, "projection"), e, h)
+    for k in range(config.num_hidden_layers):
+        out += _attention_and_ffn(f"electra.encoder.layer.{k}",
+                                  ("bert", "encoder", f"layer_{k}"), config, _BERT_LAYER)
+    if "discriminator" in heads:
+        out += _linear("discriminator_predictions.dense", ("discriminator", "dense"), h, h)
+        out += _linear("discriminator_predictions.dense_prediction",
+                       ("discriminator", "prediction"), h, 1)
+    if "mlm" in heads:
+        if config.hidden_act != "gelu":  # transformers' generator head is always GELU
+            raise CheckpointMismatchError(f"ELECTRA's generator head applies gelu, but the "
+                                          f"config's hidden_act is {config.hidden_act!r}")
+        out += _linear("generator_predictions.dense", ("mlm", "transform"), h, e)
+        out += _layer_norm("generator_predictions.LayerNorm", ("mlm", "transform_layer_norm"), e)
+        out.append(_Entry("generator_lm_head.bias", ("mlm", "output_bias"), (v,)))
+    if "classifier" in heads:  # ElectraForTokenClassification's
+        out += _linear("classifier", ("classifier",), h, heads["classifier"])
+    if "qa_outputs" in heads:
+        out += _linear("qa_outputs", ("qa_outputs",), h, 2)
+    return out
+
+
 def _split_fused(state: Mapping[str, np.ndarray], config: BertConfig) -> dict[str, np.ndarray]:
     """ModernBERT's fused tensors as separate ones (`_modernbert_entries`), and the first
     layer's attention norm, which ModernBERT has not (an identity), as ones and zeros:
@@ -254,8 +338,8 @@ def detect_heads(names, model_type: str = "bert") -> dict[str, Any]:
     """Which heads a set of (normalised) HF tensor names contains."""
     names, known = set(names), _NAMES[model_type]
     heads: dict[str, Any] = {}
-    for head in ("pooler", "mlm", "nsp"):
-        if known[head] and known[head] in names:
+    for head in ("pooler", "mlm", "nsp", "discriminator"):
+        if known.get(head) and known[head] in names:
             heads[head] = True
     if "qa_outputs.weight" in names:
         heads["qa_outputs"] = True
@@ -306,7 +390,8 @@ def params_to_hf(params: Mapping[str, Any], config: BertConfig) -> dict[str, np.
     """Our parameter tree (any layout, any heads) -> HF state dict with BertFor* (for ALBERT
     AlbertFor*) names."""
     params = layer_layout.to_unscanned(dict(params))
-    heads: dict[str, Any] = {k: True for k in ("mlm", "nsp", "qa_outputs") if k in params}
+    heads: dict[str, Any] = {k: True for k in ("mlm", "nsp", "qa_outputs", "discriminator")
+                             if k in params}
     if "pooler" in params["bert"]:
         heads["pooler"] = True
     if "classifier" in params:
@@ -317,11 +402,13 @@ def params_to_hf(params: Mapping[str, Any], config: BertConfig) -> dict[str, np.
         for key in e.path:
             node = node[key]
         state[e.hf_name] = np.ascontiguousarray(e.to_hf(np.asarray(node, np.float32)))
-    if "mlm" in heads:
+    if "mlm" in heads and _NAMES[config.model_type]["decoder"]:  # a decoder tied to the words
         names = _NAMES[config.model_type]
         decoder, encoder = names["decoder"], names["encoder"]
         if config.model_type == "modernbert":
             state["decoder.weight"] = state["model.embeddings.tok_embeddings.weight"]
+        elif config.model_type == "electra":  # its bias is an entry of its own
+            state[f"{decoder}.weight"] = state[f"{encoder}embeddings.word_embeddings.weight"]
         else:
             state[f"{decoder}.weight"] = state[f"{encoder}embeddings.word_embeddings.weight"]
             state[f"{decoder}.bias"] = state[decoder.replace("decoder", "bias")]
@@ -402,7 +489,7 @@ def save_hf_dir(directory: str | os.PathLike, config: BertConfig, params: Mappin
     # safetensors refuses tensors that share memory: the tied decoder is re-derived on load.
     decoder = _NAMES[config.model_type]["decoder"]
     state.pop(f"{decoder}.weight", None)
-    if config.model_type != "modernbert":  # whose decoder.bias is the only copy
+    if config.model_type not in ("modernbert", "electra"):  # their decoder bias: one copy
         state.pop(f"{decoder}.bias", None)
     hf_config = to_hf_dict(config)
     if architecture:
@@ -414,11 +501,6 @@ def save_hf_dir(directory: str | os.PathLike, config: BertConfig, params: Mappin
 
 
 # --- the other files of an HF directory -----------------------------------------------
-
-def _hf_tokenizer_config(hf_dir: str) -> dict[str, Any]:
-    path = paths.join(hf_dir, "tokenizer_config.json")
-    return json.loads(paths.read_text(path)) if paths.exists(path) else {}
-
 
 def wordpiece(vocab: str, do_lower_case: bool):
     from bert_jax.tokenization import load_tokenizer
@@ -438,25 +520,9 @@ def hf_task(hf_dir: str) -> dict[str, Any] | None:
 
 
 def hf_tokenizer(hf_dir: str):
-    """(tokenizer, its file) of an HF directory: BERT's vocab.txt (casing from
-    tokenizer_config.json, uncased by default as BERT's published vocabularies), else
-    ALBERT's SentencePiece spiece.model with AlbertTokenizer's preprocessing, else a
-    tokenizer.json (ModernBERT's) read with the `tokenizers` library."""
-    from bert_jax.tokenization import AlbertNormalization, JsonTokenizer, SentencePieceTokenizer
+    """(tokenizer, its file) of an HF directory, as transformers reads it: BERT's
+    vocab.txt, ALBERT's spiece.model, a tokenizer.json, XLM-R's or CamemBERT's
+    sentencepiece.bpe.model, RoBERTa's vocab.json + merges.txt (`tokenization.hf_files`)."""
+    from bert_jax.tokenization.hf_files import read_hf_tokenizer
 
-    settings = _hf_tokenizer_config(hf_dir)
-    vocab, spiece = paths.join(hf_dir, "vocab.txt"), paths.join(hf_dir, "spiece.model")
-    json_file = paths.join(hf_dir, "tokenizer.json")
-    if not paths.exists(vocab) and not paths.exists(spiece) and paths.exists(json_file):
-        return JsonTokenizer(json_file), json_file  # ModernBERT's BPE, with `tokenizers`
-    if paths.exists(vocab) or not paths.exists(spiece):
-        if not paths.exists(vocab):
-            raise FileNotFoundError(f"{hf_dir} has neither vocab.txt, spiece.model nor "
-                                    "tokenizer.json")
-        return wordpiece(vocab, bool(settings.get("do_lower_case", True))), vocab
-    if not settings.get("remove_space", True):
-        raise UserError(f"{hf_dir}/tokenizer_config.json sets remove_space=false: bert_jax's "
-                        "ALBERT preprocessing always collapses whitespace")
-    albert = AlbertNormalization(do_lower_case=bool(settings.get("do_lower_case", True)),
-                                 keep_accents=bool(settings.get("keep_accents", False)))
-    return SentencePieceTokenizer(spiece, albert=albert), spiece
+    return read_hf_tokenizer(hf_dir)

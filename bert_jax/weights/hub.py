@@ -56,7 +56,10 @@ def _wanted(names: set[str], name: str) -> list[str]:
                            f"neither {' nor '.join(WEIGHT_FILES)}"))
     tokenizer = [f for f in TOKENIZER_FILES if f in names]
     if "tokenizer.json" in names and not {"vocab.txt", "spiece.model"} & names:
-        tokenizer.append("tokenizer.json")  # ModernBERT's (read with `tokenizers`)
+        tokenizer.append("tokenizer.json")  # RoBERTa's kin, ModernBERT's, EuroBERT's
+    elif not {"vocab.txt", "spiece.model"} & names:  # their older files (`hf_files`)
+        tokenizer += [f for f in ("sentencepiece.bpe.model", "vocab.json", "merges.txt")
+                      if f in names]
     return ["config.json", *tokenizer, weights[0]]
 
 

@@ -147,7 +147,9 @@ class SquadTask(Task):
         for index, ex in enumerate(examples):
             query = tokenizer.encode(ex["question"]).ids[:cfg.get("max_query_length", 64)]
             context = self._encode_context(tokenizer, ex["context"])
-            spans = windows(len(context.ids), max_seq_length - len(query) - 3,
+            pair_format = tokenizer.pair_format  # [CLS] q [SEP] c [SEP], or the family's
+            spans = windows(len(context.ids),
+                            max_seq_length - len(query) - pair_format.num_added(True),
                             cfg.get("doc_stride", 128))
             answer = answer_char_span(ex) if training else None
             if answer is not None:  # token span of the answer's characters
@@ -155,9 +157,8 @@ class SquadTask(Task):
                           if s < answer[1] and e > answer[0]]
                 answer = (inside[0], inside[-1]) if inside else None
             for span_index, (start, length) in enumerate(spans):
-                offset = len(query) + 2
-                ids = [tokenizer.cls_id, *query, tokenizer.sep_id,
-                       *context.ids[start:start + length], tokenizer.sep_id]
+                offset = pair_format.second_start(len(query))
+                ids, segments = pair_format.build(query, context.ids[start:start + length])
                 start_pos = end_pos = 0
                 if answer is not None and start <= answer[0] and answer[1] < start + length:
                     start_pos, end_pos = answer[0] - start + offset, answer[1] - start + offset
@@ -165,7 +166,7 @@ class SquadTask(Task):
                         not ex.get("is_impossible"):
                     continue  # v1: an answer we cannot place teaches nothing
                 features.append({
-                    "input_ids": ids, "segment_ids": [0] * offset + [1] * (length + 1),
+                    "input_ids": ids, "segment_ids": segments,
                     "start_position": start_pos, "end_position": end_pos,
                     "feature_index": len(features), "_example_index": index,
                     "_token_to_context": [-1] * offset + list(range(start, start + length)),

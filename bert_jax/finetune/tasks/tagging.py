@@ -186,7 +186,8 @@ class TaggingTask(Task):
 
     def featurize(self, examples, tokenizer, max_seq_length, *, training):
         stride = resolve_stride(self.config, max_seq_length)
-        max_tokens = max_seq_length - 2
+        pair_format = tokenizer.pair_format  # [CLS] words [SEP], or the family's row
+        max_tokens = max_seq_length - pair_format.num_added(False)
         features = []
         for example_index, ex in enumerate(examples):
             ids, starts, ends = word_token_spans(tokenizer, ex["words"])
@@ -194,11 +195,12 @@ class TaggingTask(Task):
             ranges = [window_token_range(w, starts, ends, max_tokens) for w in windows]
             best = max_context_windows(windows, ranges, starts, ends)
             for index, (window, (lo, hi)) in enumerate(zip(windows, ranges)):
+                input_ids, segment_ids = pair_format.build(ids[lo:hi])
                 labels, weights, positions = self._window_labels(
-                    ex, starts, ends, window, lo, hi - lo + 2, training=training)
+                    ex, starts, ends, window, lo - pair_format.text_start, len(input_ids),
+                    training=training)
                 features.append({
-                    "input_ids": [tokenizer.cls_id, *ids[lo:hi], tokenizer.sep_id],
-                    "segment_ids": [0] * (hi - lo + 2), "label_ids": labels,
+                    "input_ids": input_ids, "segment_ids": segment_ids, "label_ids": labels,
                     "label_weights": weights,
                     # outputs[i] belongs to features[i], so each window has its own index.
                     "feature_index": len(features), "_example_index": example_index,
@@ -208,7 +210,7 @@ class TaggingTask(Task):
 
     def _window_labels(self, ex, starts, ends, window, offset, length, *, training):
         """(label ids, label weights, position of each sentence word's first sub-token
-        in the feature or -1) for the words of `window`; tokens from `offset` on."""
+        in the feature or -1) for the words of `window`; token i at position i - offset."""
         index = {t: i for i, t in enumerate(self.label_names)}
         labels = np.zeros(length, np.int32)
         weights = np.zeros(length, np.float32)
@@ -216,7 +218,7 @@ class TaggingTask(Task):
         for word in range(*window):
             if starts[word] == ends[word]:
                 continue  # no token: predicted as the first label
-            positions[word] = position = starts[word] - offset + 1  # after [CLS]
+            positions[word] = position = starts[word] - offset
             if ex.get("tags") is not None:
                 tag = ex["tags"][word] if word < len(ex["tags"]) else None
                 if tag not in index and training:
