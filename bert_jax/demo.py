@@ -46,7 +46,7 @@ def unlabelled_emails(path: str, sources: tuple[str, ...] = (SPAM_TRAIN,)) -> st
 
 
 def create_data(out_dir: str, smoke: bool) -> list[str]:
-    from bert_jax.data import corpus
+    from bert_jax.data import corpus, data_stats
     from bert_jax.data import create_pretraining_data as cpd
     from bert_jax.data.options import DataOptions
     from bert_jax.tokenization import DEFAULT_VOCAB
@@ -59,8 +59,9 @@ def create_data(out_dir: str, smoke: bool) -> list[str]:
     options = DataOptions(max_seq_length=SEQ_LENGTH, max_predictions_per_seq=PREDICTIONS,
                           dupe_factor=1 if smoke else 2, dynamic_masking=True)
     stats = cpd.create_pretraining_data(files, outputs, DEFAULT_VOCAB, options,
-                                        num_workers=os.cpu_count() or 1)
-    print(stats.summary())
+                                        num_workers=os.cpu_count() or 1,
+                                        summary_path=os.path.join(out_dir, "summary.json"))
+    print("\n".join(data_stats.readable_summary(stats)))
     return outputs
 
 
