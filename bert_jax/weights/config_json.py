@@ -156,14 +156,7 @@ def _modernbert_from_hf(values: dict[str, Any], source: str) -> dict[str, Any]:
     layer pattern other than a global layer every n, rope scaling."""
     out = {"model_type": "modernbert", "type_vocab_size": 0, "position_embedding_type": "rotary",
            "pre_norm": True, "final_norm": True, "gated_mlp": True}
-    for hf_name, (name, kind, default) in _MODERNBERT_FIELDS.items():
-        value = values.get(hf_name, default)
-        if kind is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
-            raise ConfigError(f"{source}: field {hf_name!r} should be {kind.__name__}, "
-                              f"got {value!r}")
-        out[name] = value
+    out.update(_renamed_fields(values, _MODERNBERT_FIELDS, source))
     biases = {values.get(k, False) for k in ("attention_bias", "mlp_bias", "classifier_bias")}
     if len(biases) > 1:
         raise ConfigError(f"{source}: attention_bias, mlp_bias and classifier_bias differ; "
