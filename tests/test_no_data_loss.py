@@ -111,8 +111,20 @@ def visible_files(directory):
             for name in sorted(os.listdir(directory)) if not name.startswith(".")}
 
 
+KILLS = {  # where a SIGKILL can land in create-data: while a part is written, and after
+    # one shard is assembled under its temporary name, before the shards are renamed
+    "part": ("from bert_jax.data import tfrecord\n"
+             "tfrecord.frame = lambda record: os._exit(137)\n"),
+    "shard": ("from bert_jax.data import shard_parts\n"
+              "assemble = shard_parts.assemble_shard\n"
+              "shard_parts.assemble_shard = lambda task: (assemble(task), os._exit(137))\n"),
+}
+
+
+@pytest.mark.parametrize("where", sorted(KILLS))
 def test_create_data_killed_mid_run_leaves_no_shard_and_keeps_the_earlier_run(tmp_path,
-                                                                             text_corpus):
+                                                                             text_corpus,
+                                                                             where):
     import subprocess
     import sys
 
@@ -120,20 +132,22 @@ def test_create_data_killed_mid_run_leaves_no_shard_and_keeps_the_earlier_run(tm
     out = str(tmp_path / "records")
     args = ["create-data", "--input", text_corpus, "--output", out, "--max_seq_length",
             "32", "--num_shards", "2", "--num_workers", "1", "--no_progress"]
-    killed = ("import os, sys\nfrom bert_jax import cli\nfrom bert_jax.data import tfrecord\n"
-              "def write(self, record):\n    os._exit(137)  # as SIGKILL: no cleanup runs\n"
-              "tfrecord.RecordWriter.write = write\nsys.exit(cli.main(sys.argv[1:]))\n")
+    killed = ("import os, sys\nfrom bert_jax import cli\n" + KILLS[where]
+              + "sys.exit(cli.main(sys.argv[1:]))\n")
     run = lambda: subprocess.run([sys.executable, "-c", killed, *args], capture_output=True,
                                  env={**os.environ, "PYTHONPATH": REPO}, timeout=300)
     assert run().returncode == 137
-    assert visible_files(out) == {}  # no 0-byte pretrain-0000N-of-00002.tfrecord
+    # no 0-byte pretrain-0000N-of-00002.tfrecord; the lock a killed run leaves is stale
+    assert list(visible_files(out)) == [workdir_lock.LOCK_FILE]
     from bert_jax import cli
     assert cli.main(args) == 0
     before = visible_files(out)
     assert sorted(before) == ["pretrain-00000-of-00002.tfrecord",
                               "pretrain-00001-of-00002.tfrecord", "summary.json"]
     assert run().returncode == 137
-    assert visible_files(out) == before  # the earlier run's shards are whole
+    after = visible_files(out)
+    assert after.pop(workdir_lock.LOCK_FILE)
+    assert after == before  # the earlier run's shards are whole
 
 
 def test_write_text_replaces_a_file_whole_or_not_at_all(tmp_path):
