@@ -21,13 +21,13 @@ from test_model_parity import state_dict_numpy as state_dict  # noqa: E402
 
 SIZES = [
     # ELECTRA-Small's shape: embeddings narrower than the layers, projected.
-    BertConfig(model_type="electra", vocab_size=99, embedding_size=16, hidden_size=32,
-               num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
-               max_position_embeddings=96),
+    BertConfig(model_type="electra", pooler_act="gelu", vocab_size=99, embedding_size=16,
+               hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+               intermediate_size=48, max_position_embeddings=96),
     # Base/large's: embeddings as wide as the layers, no projection.
-    BertConfig(model_type="electra", vocab_size=150, hidden_size=48, num_hidden_layers=3,
-               num_attention_heads=6, intermediate_size=64, max_position_embeddings=96,
-               type_vocab_size=3),
+    BertConfig(model_type="electra", pooler_act="gelu", vocab_size=150, hidden_size=48,
+               num_hidden_layers=3, num_attention_heads=6, intermediate_size=64,
+               max_position_embeddings=96, type_vocab_size=3),
 ]
 UNPADDED, PADDED = [70, 70], [70, 41, 5]  # rows longer than 64 tokens
 

@@ -71,13 +71,14 @@ def test_converted_ernie_tokenizes_as_transformers(tmp_path):
         assert ours.encode(text).ids == theirs.encode(text, add_special_tokens=False), text
 
 
-def test_roberta_is_refused_in_one_line(tmp_path, capsys):
+def test_an_encoder_not_read_is_refused_in_one_line(tmp_path, capsys):
     directory, _ = ernie_dir(tmp_path, False, seed=5)
     values = json.loads((directory / "config.json").read_text())
-    (directory / "config.json").write_text(json.dumps({**values, "model_type": "roberta"}))
+    values["model_type"] = "roberta-prelayernorm"
+    (directory / "config.json").write_text(json.dumps(values))
     capsys.readouterr()
     assert cli.main(["convert", "--from_hf", str(directory), "--output",
                      str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
-    assert "model_type 'roberta' is not a BERT encoder bert_jax reads" in err
+    assert "model_type 'roberta-prelayernorm' is not an encoder bert_jax reads" in err
     assert err.count("\n") == 1 and not (tmp_path / "out").exists()

@@ -4,6 +4,7 @@ transformers saves; `--to_hf`'s writer gives files transformers reads back the s
 
 Tiny tokenizers are trained here on the test text (tokenizers' trainers, SentencePiece's
 unigram trainer, as XLM-R's and CamemBERT's models are unigram)."""
+import functools
 import json
 import os
 
@@ -51,43 +52,58 @@ def _byte_level_bpe():
     return tok
 
 
+@functools.lru_cache(maxsize=None)
+def _unigram_model() -> bytes:
+    """A SentencePiece unigram model of the test text (XLM-R's and CamemBERT's kind)."""
+    import tempfile
+
+    import sentencepiece as spm
+    with tempfile.TemporaryDirectory() as folder:
+        prefix = os.path.join(folder, "spm")
+        spm.SentencePieceTrainer.train(sentence_iterator=iter(CORPUS), model_prefix=prefix,
+                                       vocab_size=200, model_type="unigram",
+                                       character_coverage=1.0, bos_id=1, eos_id=2, unk_id=0,
+                                       pad_id=-1, minloglevel=2)
+        with open(prefix + ".model", "rb") as f:
+            return f.read()
+
+
+def family_files(family: str, folder) -> None:
+    """Writes only `family`'s own tokenizer files into the (existing) `folder`."""
+    folder = str(folder)
+    if family in ("roberta", "roberta-json"):  # vocab.json + merges.txt; tokenizer.json
+        import tempfile
+        with tempfile.TemporaryDirectory() as plain:
+            target = plain if family == "roberta-json" else folder
+            _byte_level_bpe().save_model(target)
+            _write(target, "tokenizer_config.json", {"tokenizer_class": "RobertaTokenizer"})
+            if family == "roberta-json":
+                transformers.AutoTokenizer.from_pretrained(plain).save_pretrained(folder)
+    elif family in ("xlm-roberta", "camembert"):  # fairseq's ids on a SentencePiece model
+        with open(os.path.join(folder, "sentencepiece.bpe.model"), "wb") as f:
+            f.write(_unigram_model())
+        cls = "XLMRobertaTokenizer" if family == "xlm-roberta" else "CamembertTokenizer"
+        _write(folder, "tokenizer_config.json", {"tokenizer_class": cls})
+    elif family in ("distilbert", "electra"):  # WordPiece vocab.txt, as BERT
+        from tokenizers import BertWordPieceTokenizer
+        wordpiece = BertWordPieceTokenizer(lowercase=True)
+        wordpiece.train_from_iterator(CORPUS, vocab_size=300, min_frequency=1)
+        wordpiece.save_model(folder)
+        cls = "DistilBertTokenizer" if family == "distilbert" else "ElectraTokenizer"
+        _write(folder, "tokenizer_config.json", {"tokenizer_class": cls, "do_lower_case": True})
+    else:
+        _write_eurobert_like(folder)
+
+
 @pytest.fixture(scope="module")
 def family_dirs(tmp_path_factory):
     """{family: HF directory holding only that family's own tokenizer files}."""
     root = tmp_path_factory.mktemp("families")
-    dirs = {name: str(root / name) for name in
-            ("roberta", "roberta-json", "xlm-roberta", "camembert", "distilbert", "electra",
-             "eurobert")}
-    for d in dirs.values():
-        os.makedirs(d)
-    # RoBERTa: vocab.json + merges.txt; the same saved by transformers (tokenizer.json)
-    _byte_level_bpe().save_model(dirs["roberta"])
-    _write(dirs["roberta"], "tokenizer_config.json", {"tokenizer_class": "RobertaTokenizer"})
-    transformers.AutoTokenizer.from_pretrained(dirs["roberta"]).save_pretrained(
-        dirs["roberta-json"])
-    # XLM-R and CamemBERT: one SentencePiece unigram model, fairseq's ids on top
-    import sentencepiece as spm
-    model = str(root / "spm")
-    spm.SentencePieceTrainer.train(sentence_iterator=iter(CORPUS), model_prefix=model,
-                                   vocab_size=200, model_type="unigram", character_coverage=1.0,
-                                   bos_id=1, eos_id=2, unk_id=0, pad_id=-1,
-                                   minloglevel=2)
-    for family, cls in (("xlm-roberta", "XLMRobertaTokenizer"),
-                        ("camembert", "CamembertTokenizer")):
-        with open(model + ".model", "rb") as src, \
-                open(os.path.join(dirs[family], "sentencepiece.bpe.model"), "wb") as dst:
-            dst.write(src.read())
-        _write(dirs[family], "tokenizer_config.json", {"tokenizer_class": cls})
-    # DistilBERT and ELECTRA: WordPiece vocab.txt, as BERT
-    from tokenizers import BertWordPieceTokenizer
-    wordpiece = BertWordPieceTokenizer(lowercase=True)
-    wordpiece.train_from_iterator(CORPUS, vocab_size=300, min_frequency=1)
-    for family, cls in (("distilbert", "DistilBertTokenizer"),
-                        ("electra", "ElectraTokenizer")):
-        wordpiece.save_model(dirs[family])
-        _write(dirs[family], "tokenizer_config.json",
-               {"tokenizer_class": cls, "do_lower_case": True})
-    _write_eurobert_like(dirs["eurobert"])
+    dirs = {}
+    for name in FAMILIES:
+        dirs[name] = str(root / name)
+        os.makedirs(dirs[name])
+        family_files(name, dirs[name])
     return dirs
 
 
@@ -207,6 +223,13 @@ def _reference_model(family):
     if family == "electra":
         return transformers.ElectraForMaskedLM(
             transformers.ElectraConfig(vocab_size=300, embedding_size=16, **_SMALL))
+    if family != "eurobert":  # each the size of its test tokenizer
+        small = (dict(_SMALL, max_position_embeddings=130) if family != "distilbert" else
+                 dict(dim=32, n_layers=2, n_heads=4, hidden_dim=64, max_position_embeddings=128))
+        config = transformers.AutoConfig.for_model(
+            family, vocab_size={"roberta": 400, "xlm-roberta": 202, "camembert": 205,
+                                "distilbert": 300}[family], **small)
+        return transformers.AutoModelForMaskedLM.from_config(config)
     config = transformers.AutoConfig.for_model(  # ids of _write_eurobert_like's specials
         "eurobert", vocab_size=400, bos_token_id=0, eos_token_id=1, mask_token_id=2,
         pad_token_id=3, **_SMALL)
@@ -214,7 +237,8 @@ def _reference_model(family):
 
 
 @pytest.mark.slow  # about a minute a family: the fine-tuning job end to end
-@pytest.mark.parametrize("family", ["electra", "eurobert"])
+@pytest.mark.parametrize("family", ["roberta", "xlm-roberta", "camembert", "distilbert",
+                                    "electra", "eurobert"])
 def test_converted_family_fine_tunes_on_pairs_and_embeds_as_transformers(
         family_dirs, family, tmp_path):
     """convert --from_hf of a transformers-saved model with the family's own tokenizer

@@ -143,5 +143,5 @@ def train_length_coverage(config, source) -> dict[str, Any]:
     if auto:
         with config.ignore_type():  # "auto" made the field a str
             config.max_seq_length = lengths.covering_length(
-                sizes, source.config.max_position_embeddings)
+                sizes, source.config.max_positions)
     return {**lengths.coverage(sizes, config.max_seq_length), "auto": auto}

@@ -28,7 +28,12 @@ DTYPES = ("float32", "bfloat16", "float16")
 ATTENTION_IMPLS = ("einsum", "fused")
 # "modernbert": a BERT encoder with the modern options, named as transformers' ModernBert*
 # (its config.json and tensor names); the model code reads only the options.
-MODEL_TYPES = ("bert", "albert", "modernbert", "eurobert", "electra")
+# RoBERTa's family ("roberta", "xlm-roberta", "camembert": one architecture under three
+# names, kept for the way back to transformers) is BERT with `position_offset=2`;
+# DistilBERT is BERT without token types.
+MODEL_TYPES = ("bert", "albert", "modernbert", "eurobert", "electra", "roberta", "xlm-roberta",
+               "camembert", "distilbert")
+ROBERTA_TYPES = ("roberta", "xlm-roberta", "camembert")
 # How positions enter: BERT's learned table added to the embeddings, or rotary angles on
 # the queries and keys (RoFormer; ModernBERT), with no position table.
 POSITION_TYPES = ("absolute", "rotary")
@@ -76,6 +81,13 @@ class BertConfig:
     norm on the embeddings, so pre-norm layers normalise before the first attention too;
     `mlm_transform=False`: the MLM head is one linear decoder of its own (untied, biased
     as `use_bias`), without BERT's dense + norm transform.
+
+    RoBERTa (Liu et al., 2019), XLM-R and CamemBERT: `position_offset=2`, position i of a
+    row reads row i + 2 of the position table (fairseq counts positions after the padding
+    id 1), so max_position_embeddings 514 serves 512 tokens (`max_positions`).
+    `pooler_act`: the pooler's activation: BERT's tanh; relu for DistilBERT's
+    `pre_classifier`, gelu for ELECTRA's classification head (each family's sequence
+    classifier is a dense + activation on the first token, then the classifier).
     """
 
     vocab_size: int = 30522
@@ -114,6 +126,8 @@ class BertConfig:
     num_key_value_heads: int | None = None
     embedding_norm: bool = True
     mlm_transform: bool = True
+    position_offset: int = 0
+    pooler_act: str = "tanh"
 
     def __post_init__(self):
         for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
@@ -130,6 +144,7 @@ class BertConfig:
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ConfigError(f"{name} must be in [0, 1), got {getattr(self, name)!r}")
         check_choice("hidden_act", self.hidden_act, ACTIVATIONS)
+        check_choice("pooler_act", self.pooler_act, ACTIVATIONS)
         check_choice("remat_policy", self.remat_policy, REMAT_POLICIES)
         check_choice("dtype", self.dtype, DTYPES)
         check_choice("param_dtype", self.param_dtype, DTYPES)
@@ -142,13 +157,16 @@ class BertConfig:
                                or self.num_attention_heads % kv):
             raise ConfigError(f"num_key_value_heads must be a positive divisor of "
                               f"num_attention_heads ({self.num_attention_heads}), got {kv!r}")
-        for name in ("type_vocab_size", "local_attention"):
+        for name in ("type_vocab_size", "local_attention", "position_offset"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ConfigError(f"{name} must be a non-negative integer, got {value!r}")
         if self.local_attention % 2:
             raise ConfigError(f"local_attention ({self.local_attention}) must be even: half "
                               "of the window on each side of a token")
+        if self.position_offset >= self.max_position_embeddings:
+            raise ConfigError(f"position_offset ({self.position_offset}) leaves no position of "
+                              f"the {self.max_position_embeddings} in the table")
         if self.rotary and self.head_dim % 2:
             raise ConfigError(f"rotary positions need an even head size, got {self.head_dim}")
         self._check_albert_fields()
@@ -196,6 +214,12 @@ class BertConfig:
     def kv_heads(self) -> int:
         """Key/value heads: num_key_value_heads, else one per query head."""
         return self.num_key_value_heads or self.num_attention_heads
+
+    @property
+    def max_positions(self) -> int:
+        """The longest row the position table serves: max_position_embeddings less the
+        rows before position 0 (`position_offset`)."""
+        return self.max_position_embeddings - self.position_offset
 
     @property
     def rotary(self) -> bool:
@@ -251,9 +275,11 @@ def check_inputs_fit(config: BertConfig, source: str, *, max_seq_length: int | N
     """Raises ConfigError when inputs would index past the model's tables, which gives
     NaN instead of an error: `max_seq_length` positions, a tokenizer of `vocab_size`
     ids. `source` names the model (a path or preset)."""
-    if max_seq_length is not None and max_seq_length > config.max_position_embeddings:
+    if max_seq_length is not None and max_seq_length > config.max_positions:
+        offset = (f" less position_offset {config.position_offset}"
+                  if config.position_offset else "")
         raise ConfigError(f"max_seq_length {max_seq_length} exceeds the max_position_embeddings "
-                          f"{config.max_position_embeddings} of {source}")
+                          f"{config.max_position_embeddings}{offset} of {source}")
     if vocab_size is not None and vocab_size > config.vocab_size:
         raise ConfigError(f"the tokenizer has {vocab_size} tokens but {source} has "
                           f"vocab_size={config.vocab_size}: ids past it would read no embedding")

@@ -80,7 +80,9 @@ class Embeddings(nn.Module):
         x = self.word_embeddings(input_ids)
         if not c.rotary:
             x = x + self._positions(input_ids, position_ids)
-        if c.type_vocab_size:
+        if c.type_vocab_size == 1:  # RoBERTa's one row: every token's, whatever its segment
+            x = x + self.token_type_embeddings.embedding[0].astype(c.dtype)
+        elif c.type_vocab_size:
             x = x + one_hot_lookup(self.token_type_embeddings.embedding, segment_ids, c.dtype)
         if c.embedding_norm:
             x = self.layer_norm(x)
@@ -91,12 +93,14 @@ class Embeddings(nn.Module):
             x, ("activation_batch", "activation_length", "activation_embed"))
 
     def _positions(self, input_ids, position_ids):
-        positions = self.position_embeddings.embedding
+        """Rows position_offset + 0..L-1 of the table (RoBERTa's start at 2)."""
+        positions, offset = self.position_embeddings.embedding, self.config.position_offset
         if position_ids is None:
             # lax.slice_in_dim, not [:L]: L may be symbolic (bert-jax export).
             length = input_ids.shape[-1]
-            return jax.lax.slice_in_dim(positions, 0, length).astype(self.config.dtype)[None]
-        return one_hot_lookup(positions, position_ids, self.config.dtype)
+            return jax.lax.slice_in_dim(positions, offset, offset + length).astype(
+                self.config.dtype)[None]
+        return one_hot_lookup(positions, position_ids + offset, self.config.dtype)
 
     def attend(self, x: Array) -> Array:
         """Logits against the word embedding table (the tied MLM decoder): [..., E] -> [..., V]

@@ -24,6 +24,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
+from bert_jax.models.activations import activation
 from bert_jax.models.attention import SelfAttention, fused_path, make_mask
 from bert_jax.models.blocks import (
     dense_init,
@@ -238,7 +239,7 @@ class BertOutput:
 
 
 class BertModel(nn.Module):
-    """The BERT encoder with the tanh pooler on `[CLS]`.
+    """The BERT encoder with the pooler (tanh, or `config.pooler_act`) on `[CLS]`.
 
     Call with int arrays [B, L]: `input_ids`, `input_mask` (1 = real token),
     `segment_ids`; optional `position_ids` (default 0..L-1) and `example_ids`
@@ -298,7 +299,7 @@ class BertModel(nn.Module):
             hidden = (x, *hidden[:-1], sequence)
         pooled = None
         if self.add_pooling_layer:
-            pooled = jnp.tanh(self.pooler(sequence[:, 0]))
+            pooled = self.pool(sequence[:, 0])
         return BertOutput(sequence, pooled, hidden, probs)
 
     def attend(self, x: Array) -> Array:
@@ -306,7 +307,7 @@ class BertModel(nn.Module):
 
     def pool(self, cls_states: Array) -> Array:
         """The pooler on arbitrary [..., H] states (e.g. each packed example's [CLS])."""
-        return jnp.tanh(self.pooler(cls_states))
+        return activation(self.config.pooler_act)(self.pooler(cls_states))
 
 
 def gather_positions(x: Array, positions: Array) -> Array:

@@ -83,7 +83,7 @@ def _tokenizer(model: pretrained.Pretrained, config: BertConfig, batch_size: int
                         f"[SEP]), got {max_seq_length!r}")
     tokenizer = load_tokenizer(model.tokenizer_dir)
     check_inputs_fit(config, model.tokenizer_dir, vocab_size=tokenizer.vocab_size)
-    return tokenizer, min(max_seq_length, config.max_position_embeddings)
+    return tokenizer, min(max_seq_length, config.max_positions)
 
 
 def _encoder_params(model: pretrained.Pretrained, config: BertConfig, pooler: bool):

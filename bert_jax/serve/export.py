@@ -425,7 +425,7 @@ def export(workdir: str, out: str, formats=("jax", "savedmodel"), platforms=DEFA
                         "nothing to export")
     kind, params, fn = serving_function(model)
     labels = pretrained.label_names(model.task)
-    max_length = model.config.max_position_embeddings
+    max_length = model.config.max_positions
     max_seq_length = min(max_seq_length or (model.task or {}).get("max_seq_length")
                          or max_length, max_length)
     truncation = ((model.task or {}).get("config") or {}).get("truncation", "head")

@@ -19,6 +19,7 @@ from bert_jax.errors import UserError
 from bert_jax.host import paths, workdir_kind
 from bert_jax.host.atomic import atomic_directory
 from bert_jax.weights import pretrained
+from bert_jax.weights.config_json import ROBERTA_CLASSES
 
 
 def _google_do_lower_case(google_dir: str) -> bool:
@@ -82,20 +83,46 @@ def _modernbert_architecture(params: dict[str, Any], checkpoint: str,
     return (f"{family}ForMaskedLM" if "mlm" in params else f"{family}Model"), False
 
 
-def _electra_architecture(params: dict[str, Any], architecture: str,
-                          checkpoint: str) -> tuple[str, bool]:
+def _electra_architecture(params: dict[str, Any], architecture: str, checkpoint: str,
+                          pooler_act: str) -> tuple[str, bool]:
     """transformers' Electra* class for ELECTRA's heads (`architecture`: BERT's class for
-    them): the discriminator, the generator, the encoder, or a per-token/span head."""
+    them): the discriminator, the generator, the encoder, or a per-token/span head, or a
+    sequence classifier whose pooler is ELECTRA's (gelu) classification head."""
     if "discriminator" in params:
         return "ElectraForPreTraining", False
     same = {"BertModel": "ElectraModel", "BertForMaskedLM": "ElectraForMaskedLM",
             "BertForTokenClassification": "ElectraForTokenClassification",
             "BertForQuestionAnswering": "ElectraForQuestionAnswering"}
+    if pooler_act == "gelu":
+        same["BertForSequenceClassification"] = "ElectraForSequenceClassification"
     if architecture not in same:
         raise UserError(f"{checkpoint}: transformers' ELECTRA has no class with the heads of "
                         f"{architecture} (its sequence classifiers put another head before "
                         "the classifier); export the encoder (or use `bert-jax export`)")
-    return same[architecture], False
+    return same[architecture], architecture == "BertForSequenceClassification"
+
+
+def _roberta_or_distilbert_architecture(params: dict[str, Any], architecture: str,
+                                        keeps_pooler: bool, config, checkpoint: str
+                                        ) -> tuple[str, bool]:
+    """The Roberta* (XLMRoberta*, Camembert*) or DistilBert* class for BERT's class
+    `architecture`: the same heads, but no next-sentence head, and DistilBERT has no pooler
+    but its classifiers' `pre_classifier` (a ReLU: our pooler with pooler_act relu)."""
+    family = ROBERTA_CLASSES.get(config.model_type, "DistilBert")
+    architecture = architecture.replace("ForPreTraining", "ForMaskedLM")
+    if architecture == "BertForNextSentencePrediction":
+        architecture = "BertModel"
+    if family == "DistilBert":
+        keeps_pooler = architecture in ("BertForSequenceClassification",
+                                        "BertForMultipleChoice")
+        if keeps_pooler and config.pooler_act != "relu":
+            raise UserError(f"{checkpoint}: DistilBERT's classifiers apply ReLU after "
+                            f"pre_classifier, but this model's pooler applies "
+                            f"{config.pooler_act}; export it with `bert-jax export`")
+    elif architecture == "BertForSequenceClassification" and config.pooler_act != "tanh":
+        raise UserError(f"{checkpoint}: {family}'s classification head applies tanh, but "
+                        f"this model's pooler applies {config.pooler_act}")
+    return architecture.replace("Bert", family, 1), keeps_pooler
 
 
 def _hf_task_config(task: dict[str, Any] | None, params: dict[str, Any]) -> dict[str, Any]:
@@ -127,7 +154,7 @@ def to_hf(checkpoint: str, out: str, overwrite: bool = False) -> list[str]:
     pooling = pretrained.classifier_pooling(model.task)
     if architecture == "BertForSequenceClassification" and pooling != "pooler":
         raise UserError(f"{checkpoint}: the classifier reads {pooling}-pooled states, but "
-                        "transformers' BertForSequenceClassification reads the pooler; "
+                        "transformers' sequence classifiers read the first token; "
                         "export it with `bert-jax export` instead")
     if model.config.model_type == "albert":
         if architecture == "BertForNextSentencePrediction":
@@ -138,8 +165,15 @@ def to_hf(checkpoint: str, out: str, overwrite: bool = False) -> list[str]:
         family = "EuroBert" if model.config.model_type == "eurobert" else "ModernBert"
         architecture, keeps_pooler = _modernbert_architecture(params, checkpoint, family)
     if model.config.model_type == "electra":
-        architecture, keeps_pooler = _electra_architecture(params, architecture, checkpoint)
+        architecture, keeps_pooler = _electra_architecture(params, architecture, checkpoint,
+                                                           model.config.pooler_act)
     notes = []
+    if model.config.model_type in (*ROBERTA_CLASSES, "distilbert"):
+        architecture, keeps_pooler = _roberta_or_distilbert_architecture(
+            params, architecture, keeps_pooler, model.config, checkpoint)
+        if "nsp" in params:
+            params.pop("nsp")
+            notes.append(f"{architecture} has no next-sentence head: nsp was left out")
     if not keeps_pooler and "pooler" in params["bert"]:
         params["bert"] = {k: v for k, v in params["bert"].items() if k != "pooler"}
         notes.append(f"{architecture} has no pooler: bert.pooler was left out")
@@ -152,7 +186,7 @@ def to_hf(checkpoint: str, out: str, overwrite: bool = False) -> list[str]:
                      "classifier decodes by argmax)")
     with atomic_directory(out, overwrite, local=True) as tmp:  # safetensors writes locally
         extra = _hf_task_config(model.task, params)
-        if model.config.model_type in ("modernbert", "eurobert"):
+        if model.config.model_type in ("modernbert", "eurobert", *ROBERTA_CLASSES):
             extra.update(_special_token_ids(model))
         save_hf_dir(tmp, model.config, params, architecture, extra)
         notes += _write_hf_tokenizer(model, tmp)
@@ -169,6 +203,10 @@ def _special_token_ids(model: pretrained.Pretrained) -> dict[str, int]:
     tok = load_tokenizer(model.tokenizer_dir)
     ids = {"bos_token_id": tok.cls_id, "eos_token_id": tok.sep_id, "pad_token_id": tok.pad_id,
            "mask_token_id": tok.mask_id}
+    if model.config.model_type in ROBERTA_CLASSES:
+        # transformers counts RoBERTa's positions after the padding id, whatever the
+        # tokenizer pads with: it must stay position_offset - 1
+        ids = {"bos_token_id": tok.cls_id, "eos_token_id": tok.sep_id}
     if model.config.model_type == "modernbert":
         ids.update(cls_token_id=tok.cls_id, sep_token_id=tok.sep_id)
     return ids
@@ -183,7 +221,7 @@ def _write_hf_tokenizer(model: pretrained.Pretrained, directory: str) -> list[st
     if not has_tokenizer(model.tokenizer_dir):
         return [f"no tokenizer in {model.tokenizer_dir}: wrote the weights only"]
     return write_hf_tokenizer(load_tokenizer(model.tokenizer_dir), directory,
-                              {"model_max_length": model.config.max_position_embeddings})
+                              {"model_max_length": model.config.max_positions})
 
 
 def main(argv: list[str]) -> int:

@@ -284,7 +284,8 @@ def _electra_from_hf(values: dict[str, Any], source: str) -> dict[str, Any]:
     if position_type != "absolute":
         raise ConfigError(f"{source}: position_embedding_type {position_type!r} is not "
                           "supported (ELECTRA uses learned absolute positions)")
-    out = {"model_type": "electra", **_renamed_fields(values, _ELECTRA_FIELDS, source)}
+    out = {"model_type": "electra", "pooler_act": "gelu",  # its classification head's
+           **_renamed_fields(values, _ELECTRA_FIELDS, source)}
     if out["embedding_size"] == out["hidden_size"]:
         out["embedding_size"] = None
     return out
@@ -296,6 +297,61 @@ def _electra_to_hf(c: BertConfig) -> dict[str, Any]:
     out.update({hf: getattr(c, name) for hf, (name, _, _) in _ELECTRA_FIELDS.items()})
     out.update(embedding_size=c.embedding_width, position_embedding_type="absolute",
                pad_token_id=0, torch_dtype="float32")
+    return out
+
+
+# --- RoBERTa, XLM-R, CamemBERT ----------------------------------------------------------
+
+# Their classes' names in transformers, per model_type.
+ROBERTA_CLASSES = {"roberta": "Roberta", "xlm-roberta": "XLMRoberta", "camembert": "Camembert"}
+
+
+def _roberta_from_hf(values: dict[str, Any], source: str) -> dict[str, Any]:
+    """transformers' RobertaConfig (and XLM-R's, CamemBERT's): BERT's fields; positions
+    counted after the padding id (`pad_token_id` 1: position i reads row i + 2)."""
+    pad = values.get("pad_token_id", 1)
+    if not isinstance(pad, int) or isinstance(pad, bool) or pad < 0:
+        raise ConfigError(f"{source}: pad_token_id should be a non-negative int, got {pad!r}")
+    return {**_bert_from_hf(values, source), "model_type": values["model_type"],
+            "position_offset": pad + 1}
+
+
+def _roberta_to_hf(c: BertConfig) -> dict[str, Any]:
+    out = _bert_to_hf(c)
+    out.update(architectures=[f"{ROBERTA_CLASSES[c.model_type]}ForMaskedLM"],
+               pad_token_id=c.position_offset - 1, bos_token_id=0, eos_token_id=2)
+    return out
+
+
+# --- DistilBERT ----------------------------------------------------------------------
+
+# DistilBertConfig's fields that are ours under other names, and its defaults.
+_DISTILBERT_FIELDS = {"vocab_size": ("vocab_size", int, 30522),
+                      "dim": ("hidden_size", int, 768),
+                      "n_layers": ("num_hidden_layers", int, 6),
+                      "n_heads": ("num_attention_heads", int, 12),
+                      "hidden_dim": ("intermediate_size", int, 3072),
+                      "activation": ("hidden_act", str, "gelu"),
+                      "dropout": ("hidden_dropout_prob", float, 0.1),
+                      "attention_dropout": ("attention_probs_dropout_prob", float, 0.1),
+                      "max_position_embeddings": ("max_position_embeddings", int, 512),
+                      "initializer_range": ("initializer_range", float, 0.02)}
+
+
+def _distilbert_from_hf(values: dict[str, Any], source: str) -> dict[str, Any]:
+    """transformers' DistilBertConfig: BERT's encoder without token types or pooler (its
+    sequence classifier's `pre_classifier` + ReLU is our pooler with relu). Sinusoidal
+    positions are stored in the position table, so they load as a learned one."""
+    return {"model_type": "distilbert", "type_vocab_size": 0, "layer_norm_eps": 1e-12,
+            "pooler_act": "relu", **_renamed_fields(values, _DISTILBERT_FIELDS, source)}
+
+
+def _distilbert_to_hf(c: BertConfig) -> dict[str, Any]:
+    out = {"architectures": ["DistilBertForMaskedLM"], "model_type": "distilbert"}
+    out.update({hf: getattr(c, name) for hf, (name, _, _) in _DISTILBERT_FIELDS.items()})
+    out.update(sinusoidal_pos_embds=False, qa_dropout=c.hidden_dropout_prob,
+               seq_classif_dropout=c.hidden_dropout_prob, pad_token_id=0, tie_weights_=True,
+               torch_dtype="float32")
     return out
 
 
@@ -321,4 +377,6 @@ _HF_FAMILIES: dict[str, tuple[Callable[[dict[str, Any], str], dict[str, Any]],
     "modernbert": (_modernbert_from_hf, _modernbert_to_hf),
     "eurobert": (_eurobert_from_hf, _eurobert_to_hf),
     "electra": (_electra_from_hf, _electra_to_hf),
+    **{name: (_roberta_from_hf, _roberta_to_hf) for name in ROBERTA_CLASSES},
+    "distilbert": (_distilbert_from_hf, _distilbert_to_hf),
 }

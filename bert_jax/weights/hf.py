@@ -1,5 +1,6 @@
-"""Hugging Face BERT and ALBERT checkpoints (`config.json` + `model.safetensors` or
-`pytorch_model.bin`) to and from our parameter trees.
+"""Hugging Face checkpoints of the BERT family (`config.json` + `model.safetensors` or
+`pytorch_model.bin`: BERT, ALBERT, ERNIE, RoBERTa, XLM-R, CamemBERT, DistilBERT, ELECTRA,
+ModernBERT, EuroBERT) to and from our parameter trees.
 
 The mapping is one table of (HF tensor name, our parameter path, layout). HF
 stores linear weights as [out, in]; we store kernels as [in, out], with the
@@ -19,7 +20,7 @@ import numpy as np
 from bert_jax.errors import CheckpointError
 from bert_jax.host import paths
 from bert_jax.models import layer_layout
-from bert_jax.models.config import BertConfig, ConfigError
+from bert_jax.models.config import ROBERTA_TYPES, BertConfig, ConfigError
 from bert_jax.weights.config_json import from_hf_dict, read_config_file, to_hf_dict
 
 # Per model type: the encoder's prefix, the heads' prefixes, the tensors HF writes that
@@ -30,7 +31,24 @@ _NAMES = {
                          "cls.predictions.decoder.bias"),
              "pooler": "bert.pooler.dense.weight",
              "mlm": "cls.predictions.transform.dense.weight",
-             "nsp": "cls.seq_relationship.weight", "decoder": "cls.predictions.decoder"},
+             "nsp": "cls.seq_relationship.weight", "decoder": "cls.predictions.decoder",
+             "mlm_parts": ("cls.predictions.transform.dense",
+                           "cls.predictions.transform.LayerNorm", "cls.predictions.bias")},
+    # Roberta* / XLMRoberta* / Camembert*: BERT's tensors under `roberta.`, `lm_head` for
+    # the MLM head (and, in a sequence classifier, `classifier.dense` for the pooler).
+    "roberta": {"encoder": "roberta.", "heads": ("lm_head.", "classifier.", "qa_outputs."),
+                "derived": ("embeddings.position_ids", "embeddings.token_type_ids",
+                            "lm_head.decoder.weight", "lm_head.decoder.bias"),
+                "pooler": "roberta.pooler.dense.weight", "mlm": "lm_head.dense.weight",
+                "nsp": None, "decoder": "lm_head.decoder",
+                "mlm_parts": ("lm_head.dense", "lm_head.layer_norm", "lm_head.bias")},
+    # DistilBert*: no token types, no pooler but the sequence classifier's `pre_classifier`.
+    "distilbert": {"encoder": "distilbert.",
+                   "heads": ("vocab_transform.", "vocab_layer_norm.", "vocab_projector.",
+                             "pre_classifier.", "classifier.", "qa_outputs."),
+                   "derived": ("embeddings.position_ids", "vocab_projector.weight"),
+                   "pooler": "pre_classifier.weight", "mlm": "vocab_transform.weight",
+                   "nsp": None, "decoder": "vocab_projector"},
     "albert": {"encoder": "albert.",
                "heads": ("predictions.", "sop_classifier.", "classifier.", "qa_outputs."),
                "derived": ("embeddings.position_ids", "embeddings.token_type_ids",
@@ -52,10 +70,15 @@ _NAMES = {
                           "generator_lm_head.", "classifier.", "qa_outputs."),
                 "derived": ("embeddings.position_ids", "embeddings.token_type_ids",
                             "generator_lm_head.weight"),
-                "pooler": None, "mlm": "generator_predictions.dense.weight", "nsp": None,
+                "pooler": "electra.pooler.dense.weight",
+                "mlm": "generator_predictions.dense.weight", "nsp": None,
                 "decoder": "generator_lm_head",
                 "discriminator": "discriminator_predictions.dense.weight"},
 }
+
+
+for _name in ("xlm-roberta", "camembert"):  # RoBERTa's architecture under other names
+    _NAMES[_name] = _NAMES["roberta"]
 
 
 class CheckpointMismatchError(CheckpointError):
@@ -100,29 +123,24 @@ def _entries(config: BertConfig, heads: Mapping[str, int]) -> list[_Entry]:
         return _electra_entries(config, heads)
     if config.model_type == "eurobert":
         return _eurobert_entries(config, heads)
-    h = config.hidden_size
-    e = "bert.embeddings"
-    out = [
-        _Entry(f"{e}.word_embeddings.weight", ("bert", "embeddings", "word_embeddings",
-                                               "embedding"), (config.vocab_size, h)),
-        _Entry(f"{e}.position_embeddings.weight", ("bert", "embeddings", "position_embeddings",
-                                                   "embedding"),
-               (config.max_position_embeddings, h)),
-        _Entry(f"{e}.token_type_embeddings.weight", ("bert", "embeddings",
-                                                     "token_type_embeddings", "embedding"),
-               (config.type_vocab_size, h)),
-        *_layer_norm(f"{e}.LayerNorm", ("bert", "embeddings", "layer_norm"), h),
-    ]
+    if config.model_type == "distilbert":
+        return _distilbert_entries(config, heads)
+    h, names = config.hidden_size, _NAMES[config.model_type]
+    prefix = names["encoder"]
+    out = _learned_embeddings(f"{prefix}embeddings", config)
     for k in range(config.num_hidden_layers):
-        out += _attention_and_ffn(f"bert.encoder.layer.{k}", ("bert", "encoder", f"layer_{k}"),
-                                  config, _BERT_LAYER)
+        out += _attention_and_ffn(f"{prefix}encoder.layer.{k}",
+                                  ("bert", "encoder", f"layer_{k}"), config, _BERT_LAYER)
     if "pooler" in heads:
-        out += _linear("bert.pooler.dense", ("bert", "pooler"), h, h)
+        out += _linear(f"{prefix}pooler.dense", ("bert", "pooler"), h, h)
     if "mlm" in heads:
-        out += _linear("cls.predictions.transform.dense", ("mlm", "transform"), h, h)
-        out += _layer_norm("cls.predictions.transform.LayerNorm",
-                           ("mlm", "transform_layer_norm"), h)
-        out.append(_Entry("cls.predictions.bias", ("mlm", "output_bias"), (config.vocab_size,)))
+        if config.model_type in ROBERTA_TYPES and config.hidden_act != "gelu":
+            raise CheckpointMismatchError(f"RoBERTa's lm_head applies gelu, but the config's "
+                                          f"hidden_act is {config.hidden_act!r}")
+        dense, norm, bias = names["mlm_parts"]
+        out += _linear(dense, ("mlm", "transform"), h, h)
+        out += _layer_norm(norm, ("mlm", "transform_layer_norm"), h)
+        out.append(_Entry(bias, ("mlm", "output_bias"), (config.vocab_size,)))
     if "nsp" in heads:
         out += _linear("cls.seq_relationship", ("nsp",), h, 2)
     if "classifier" in heads:
@@ -132,14 +150,30 @@ def _entries(config: BertConfig, heads: Mapping[str, int]) -> list[_Entry]:
     return out
 
 
+def _learned_embeddings(hf: str, config: BertConfig) -> list[_Entry]:
+    """BERT's word, position and token-type tables (those the config has) and LayerNorm."""
+    h, ours = config.hidden_size, ("bert", "embeddings")
+    out = [_Entry(f"{hf}.word_embeddings.weight", (*ours, "word_embeddings", "embedding"),
+                  (config.vocab_size, h)),
+           _Entry(f"{hf}.position_embeddings.weight",
+                  (*ours, "position_embeddings", "embedding"),
+                  (config.max_position_embeddings, h))]
+    if config.type_vocab_size:
+        out.append(_Entry(f"{hf}.token_type_embeddings.weight",
+                          (*ours, "token_type_embeddings", "embedding"),
+                          (config.type_vocab_size, h)))
+    return out + _layer_norm(f"{hf}.LayerNorm", (*ours, "layer_norm"), h)
+
+
 def _attention_and_ffn(hf: str, ours: tuple[str, ...], config: BertConfig,
-                       names: Mapping[str, str]) -> list[_Entry]:
+                       names: Mapping[str, Any]) -> list[_Entry]:
     """One transformer layer; `names` gives HF's names of its parts."""
     h, n, d, i = (config.hidden_size, config.num_attention_heads, config.head_dim,
                   config.intermediate_size)
     out = []
-    for proj in ("query", "key", "value"):
-        out += _linear(f"{hf}.{names['qkv']}.{proj}", (*ours, "attention", proj), h, h,
+    for proj, hf_proj in zip(("query", "key", "value"),
+                             names.get("projections", ("query", "key", "value"))):
+        out += _linear(f"{hf}.{names['qkv']}.{hf_proj}", (*ours, "attention", proj), h, h,
                        out_shape=(n, d))
     out += _linear(f"{hf}.{names['attention_output']}", (*ours, "attention", "output"), h, h,
                    in_shape=(n, d))
@@ -156,6 +190,31 @@ _BERT_LAYER = {"qkv": "attention.self", "attention_output": "attention.output.de
 _ALBERT_LAYER = {"qkv": "attention", "attention_output": "attention.dense",
                  "attention_norm": "attention.LayerNorm", "intermediate": "ffn",
                  "output": "ffn_output", "output_norm": "full_layer_layer_norm"}
+_DISTILBERT_LAYER = {"qkv": "attention", "projections": ("q_lin", "k_lin", "v_lin"),
+                     "attention_output": "attention.out_lin", "attention_norm": "sa_layer_norm",
+                     "intermediate": "ffn.lin1", "output": "ffn.lin2",
+                     "output_norm": "output_layer_norm"}
+
+
+def _distilbert_entries(config: BertConfig, heads: Mapping[str, int]) -> list[_Entry]:
+    """`_entries` for transformers' DistilBert* models: BERT's layers under other names,
+    the sequence classifier's `pre_classifier` as the pooler, `vocab_*` as the MLM head."""
+    h = config.hidden_size
+    out = _learned_embeddings("distilbert.embeddings", config)
+    for k in range(config.num_hidden_layers):
+        out += _attention_and_ffn(f"distilbert.transformer.layer.{k}",
+                                  ("bert", "encoder", f"layer_{k}"), config, _DISTILBERT_LAYER)
+    if "pooler" in heads:
+        out += _linear("pre_classifier", ("bert", "pooler"), h, h)
+    if "mlm" in heads:
+        out += _linear("vocab_transform", ("mlm", "transform"), h, h)
+        out += _layer_norm("vocab_layer_norm", ("mlm", "transform_layer_norm"), h)
+        out.append(_Entry("vocab_projector.bias", ("mlm", "output_bias"), (config.vocab_size,)))
+    if "classifier" in heads:
+        out += _linear("classifier", ("classifier",), h, heads["classifier"])
+    if "qa_outputs" in heads:
+        out += _linear("qa_outputs", ("qa_outputs",), h, 2)
+    return out
 
 
 def _albert_entries(config: BertConfig, heads: Mapping[str, int]) -> list[_Entry]:
@@ -270,6 +329,8 @@ def _electra_entries(config: BertConfig, heads: Mapping[str, int]) -> list[_Entr
     for k in range(config.num_hidden_layers):
         out += _attention_and_ffn(f"electra.encoder.layer.{k}",
                                   ("bert", "encoder", f"layer_{k}"), config, _BERT_LAYER)
+    if "pooler" in heads:  # ElectraForSequenceClassification's classifier.dense
+        out += _linear("electra.pooler.dense", ("bert", "pooler"), h, h)
     if "discriminator" in heads:
         out += _linear("discriminator_predictions.dense", ("discriminator", "dense"), h, h)
         out += _linear("discriminator_predictions.dense_prediction",
@@ -319,6 +380,30 @@ def _join_fused(state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return state
 
 
+# RoBERTa's and ELECTRA's sequence classifiers: a dense + activation on the first token
+# (`classifier.dense`: our pooler, with the family's `pooler_act`), then `out_proj`.
+_CLASSIFIER_HEAD = ("classifier.dense.", "classifier.out_proj.")
+
+
+def _classifier_head_as_pooler(state: dict[str, np.ndarray], model_type: str
+                               ) -> dict[str, np.ndarray]:
+    if f"{_CLASSIFIER_HEAD[1]}weight" not in state:
+        return state
+    pooler = f"{_NAMES[model_type]['encoder']}pooler.dense."
+    return {pooler + k[len(_CLASSIFIER_HEAD[0]):] if k.startswith(_CLASSIFIER_HEAD[0]) else
+            "classifier." + k[len(_CLASSIFIER_HEAD[1]):] if k.startswith(_CLASSIFIER_HEAD[1])
+            else k: v for k, v in state.items()}
+
+
+def _pooler_as_classifier_head(state: dict[str, np.ndarray], model_type: str
+                               ) -> dict[str, np.ndarray]:
+    """`_classifier_head_as_pooler` undone, for a *ForSequenceClassification."""
+    pooler = f"{_NAMES[model_type]['encoder']}pooler.dense."
+    return {_CLASSIFIER_HEAD[0] + k[len(pooler):] if k.startswith(pooler) else
+            _CLASSIFIER_HEAD[1] + k[len("classifier."):] if k.startswith("classifier.")
+            else k: v for k, v in state.items()}
+
+
 def _normalise_names(state: Mapping[str, np.ndarray],
                      model_type: str = "bert") -> dict[str, np.ndarray]:
     """HF names as BertFor* (AlbertFor*) writes them: `bert.` (`albert.`) before encoder
@@ -355,6 +440,8 @@ def params_from_hf(state: Mapping[str, np.ndarray], config: BertConfig) -> dict[
     state = _normalise_names(state, config.model_type)
     if config.model_type == "modernbert":
         state = _split_fused(state, config)
+    if config.model_type in (*ROBERTA_TYPES, "electra"):
+        state = _classifier_head_as_pooler(state, config.model_type)
     heads = detect_heads(state, config.model_type)
     if "classifier.weight" in state:
         heads["classifier"] = state["classifier.weight"].shape[0]
@@ -407,7 +494,7 @@ def params_to_hf(params: Mapping[str, Any], config: BertConfig) -> dict[str, np.
         decoder, encoder = names["decoder"], names["encoder"]
         if config.model_type == "modernbert":
             state["decoder.weight"] = state["model.embeddings.tok_embeddings.weight"]
-        elif config.model_type == "electra":  # its bias is an entry of its own
+        elif config.model_type in ("electra", "distilbert"):  # a bias entry of its own
             state[f"{decoder}.weight"] = state[f"{encoder}embeddings.word_embeddings.weight"]
         else:
             state[f"{decoder}.weight"] = state[f"{encoder}embeddings.word_embeddings.weight"]
@@ -432,15 +519,13 @@ def read_state_dict(directory: str | os.PathLike) -> dict[str, np.ndarray]:
 
 
 # transformers' names for encoders that are not BERT's and not read (why, in a word).
-_REFUSED = {name: "RoBERTa's byte-level BPE tokenizer and position offset"
-            for name in ("roberta", "xlm-roberta", "camembert", "roberta-prelayernorm")}
+_REFUSED = {"roberta-prelayernorm": "RoBERTa with LayerNorm before each sublayer"}
 
 
 def hf_config(path: str | os.PathLike) -> tuple[BertConfig, bool]:
     """config.json as a BertConfig, and whether it is ERNIE's (`model_type: ernie`: a BERT
-    encoder under `ernie.` names, see `_ernie_as_bert`). RoBERTa's model types are refused
-    in one line: their checkpoints published as BERT (`model_type: bert`, a vocab.txt, such
-    as hfl/chinese-roberta-wwm-ext) load as BERT."""
+    encoder under `ernie.` names, see `_ernie_as_bert`). The model types of `_REFUSED`
+    are refused in one line."""
     try:
         with open(path, encoding="utf-8") as f:
             values = json.load(f)
@@ -448,9 +533,8 @@ def hf_config(path: str | os.PathLike) -> tuple[BertConfig, bool]:
         values = None  # read_config_file says what is wrong
     model_type = values.get("model_type") if isinstance(values, dict) else None
     if model_type in _REFUSED:
-        raise ConfigError(f"{path}: model_type {model_type!r} is not a BERT encoder bert_jax "
-                          f"reads ({_REFUSED[model_type]}); RoBERTa-style checkpoints published "
-                          "as BERT (model_type 'bert' with a vocab.txt) load")
+        raise ConfigError(f"{path}: model_type {model_type!r} is not an encoder bert_jax "
+                          f"reads ({_REFUSED[model_type]})")
     if model_type == "ernie":
         return from_hf_dict({**values, "model_type": "bert"}, source=str(path)), True
     return read_config_file(path), False
@@ -486,10 +570,13 @@ def save_hf_dir(directory: str | os.PathLike, config: BertConfig, params: Mappin
     from safetensors.numpy import save_file
     os.makedirs(directory, exist_ok=True)
     state = params_to_hf(params, config)
+    if (architecture or "").endswith("ForSequenceClassification") and \
+            config.model_type in (*ROBERTA_TYPES, "electra"):
+        state = _pooler_as_classifier_head(state, config.model_type)
     # safetensors refuses tensors that share memory: the tied decoder is re-derived on load.
     decoder = _NAMES[config.model_type]["decoder"]
     state.pop(f"{decoder}.weight", None)
-    if config.model_type not in ("modernbert", "electra"):  # their decoder bias: one copy
+    if config.model_type not in ("modernbert", "electra", "distilbert"):  # bias: one copy
         state.pop(f"{decoder}.bias", None)
     hf_config = to_hf_dict(config)
     if architecture:
@@ -515,7 +602,7 @@ def hf_task(hf_dir: str) -> dict[str, Any] | None:
     looks like a one-label sequence classifier, so config.json's `architectures` says."""
     architectures = json.loads(paths.read_text(paths.join(hf_dir, "config.json"))).get(
         "architectures") or []
-    multiple_choice = {"BertForMultipleChoice", "AlbertForMultipleChoice"} & set(architectures)
+    multiple_choice = any(str(a).endswith("ForMultipleChoice") for a in architectures)
     return {"kind": "multiple_choice"} if multiple_choice else None
 
 
