@@ -277,6 +277,14 @@ def test_converted_family_fine_tunes_on_pairs_and_embeds_as_transformers(
     with shared_compilation_cache(str(tmp_path.parent / "finetune_jax_cache")):
         results = job.finetune(finetune, str(tmp_path / "run"))
     assert 0 <= results["validation"]["accuracy"] <= 1
+    if family != "eurobert":  # (its task classes put another head before the classifier)
+        classifier = tmp_path / "classifier"  # the family's *ForSequenceClassification
+        assert cli.main(["convert", "--model", str(tmp_path / "run"), "--to_hf",
+                         str(classifier)]) == 0
+        loaded, info = transformers.AutoModelForSequenceClassification.from_pretrained(
+            str(classifier), output_loading_info=True)
+        assert type(loaded).__name__.endswith("ForSequenceClassification")
+        assert not info["missing_keys"] and not info["unexpected_keys"], info
 
     texts, vectors = tmp_path / "texts.txt", tmp_path / "vectors.npy"
     texts.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -287,6 +295,38 @@ def test_converted_family_fine_tunes_on_pairs_and_embeds_as_transformers(
         with torch.no_grad():
             states = ref.base_model(input_ids=ids).last_hidden_state[0].numpy()
         np.testing.assert_allclose(vector, states.mean(0), atol=1e-4, err_msg=line)
+
+
+@pytest.mark.slow  # a short pretraining run
+@pytest.mark.parametrize("family", ["xlm-roberta", "distilbert"])
+def test_further_pretraining_takes_the_models_architecture(family_dirs, family, tmp_path):
+    """`pretrain --config.init_from=CONVERTED --config.model=''`: MLM-only pretraining
+    continues the converted model (its family's architecture and tokenizer; a fresh pooler
+    where the checkpoint has none), and `--to_hf` writes it back as the family's
+    *ForMaskedLM, which transformers loads whole."""
+    import shutil
+
+    from bert_jax import cli
+    from bert_jax.pretrain.job import train_and_evaluate
+
+    from test_train import small_config
+
+    hf_dir, out, run = tmp_path / "hf", tmp_path / "converted", tmp_path / "run"
+    shutil.copytree(family_dirs[family], hf_dir)
+    _reference_model(family).save_pretrained(hf_dir)
+    assert cli.main(["convert", "--from_hf", str(hf_dir), "--output", str(out)]) == 0
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n\n".join("\n".join(LINES[i:i + 4]) for i in range(8)) + "\n",
+                      encoding="utf-8")
+    result = train_and_evaluate(small_config(str(corpus), model="", init_from=str(out),
+                                             next_sentence_prediction=False), str(run))
+    assert np.isfinite(result["train"]["loss"])
+    back = tmp_path / "back"
+    assert cli.main(["convert", "--model", str(run), "--to_hf", str(back)]) == 0
+    loaded, info = transformers.AutoModelForMaskedLM.from_pretrained(
+        str(back), output_loading_info=True)
+    assert type(loaded).__name__ == type(_reference_model(family)).__name__
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
 
 
 def test_pretraining_rows_use_the_family_special_tokens(family_dirs, tmp_path):

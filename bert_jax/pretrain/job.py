@@ -41,10 +41,14 @@ def init_state(config, run_setup: Setup, writer,
     loaded = init_from.load()
     if not config.next_sentence_prediction and "nsp" in loaded.params:
         writer.message(f"MLM-only run: the NSP head of {config.init_from} is not used")
-    plan = run_setup.state_plan
+    plan, params = run_setup.state_plan, loaded.params
+    if "pooler" not in params["bert"]:  # an MLM-only model's (RoBERTa's, DistilBERT's)
+        fresh = jax.device_get(state.params["bert"]["pooler"])
+        params = {**params, "bert": {**params["bert"], "pooler": fresh}}
+        writer.message(f"{config.init_from} has no pooler: a fresh one is kept")
     params = pretrained.init_params(
         jax.device_get(state.params) if config.partial_restore else plan.abstract.params,
-        loaded.params, plan.shardings.params, drop=("nsp",), partial=config.partial_restore,
+        params, plan.shardings.params, drop=("nsp",), partial=config.partial_restore,
         source=config.init_from,
         missing_hint=" (set partial_restore to keep fresh values for missing ones)")
     writer.message(f"initialised weights from {config.init_from}")
@@ -101,7 +105,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     # model found): the tokenizer and the initial weights both read it.
     init_from = _open_init_from(config)
     tokenizer_path, tokenizer = run_tokenizer(config, init_from)
-    run_setup = Setup.build(config, tokenizer.vocab_size)
+    run_setup = Setup.build(config, tokenizer.vocab_size,
+                            init_config=init_from.config if init_from else None)
     bert_config, partitioner = run_setup.bert_config, run_setup.partitioner
     sources = inputs.resolve_files(config, run_setup.data_options, tokenizer_path,
                                    tokenizer.fingerprint())

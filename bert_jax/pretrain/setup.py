@@ -45,14 +45,20 @@ class Setup:
     @classmethod
     def build(cls, config: ml_collections.ConfigDict, vocab_size: int, *,
               devices: Sequence[jax.Device] | None = None,
-              process_count: int | None = None) -> "Setup":
+              process_count: int | None = None,
+              init_config: BertConfig | None = None) -> "Setup":
         """Builds a run's `Setup` from its config (built by `config_loader`, which checked
         its schema), checking the config (`check_pretraining_config`) against the
         target: `devices` (default: all of this job's) and its `process_count` hosts
         (default: this job's). vocab_size: the tokenizer's (used unless the model sets
-        one). Reads no files and writes none."""
+        one). init_config: init_from's architecture, which `model=''` takes. Reads no
+        files and writes none."""
         run_config.require_built(config, "pretrain")
-        bert_config = run_bert_config(config, config.model, vocab_size)
+        if config.model == "" and init_config is None:
+            raise UserError("model='' takes the architecture of init_from, but init_from is "
+                            "not set: name a preset or set --config.init_from")
+        bert_config = run_bert_config(config, init_config if config.model == "" else
+                                      config.model, vocab_size)
         partitioner = sharding.Partitioner.from_config(config, devices)
         hosts = jax.process_count() if process_count is None else process_count
         check_pretraining_config(config, bert_config, vocab_size, partitioner.batch_shards,

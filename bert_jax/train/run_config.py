@@ -110,7 +110,8 @@ PRETRAIN: list[Key] = [
     *_group(
         "model",
         Key("model", "bert-base", "a preset name (bert_jax.models.presets.PRESETS) or a dict of "
-            "BertConfig fields, optionally with 'preset' naming the base", kind=(str, dict)),
+            "BertConfig fields, optionally with 'preset' naming the base; '' = init_from's "
+            "architecture (RoBERTa, DistilBERT, ... further pretrained)", kind=(str, dict)),
         Key("compute_dtype", "float32", "bfloat16: bf16 compute, fp32 params and optimizer; "
             "fp8: bf16 with FP8 encoder matmuls (Hopper)", choices=COMPUTE_DTYPES, resume=True),
         Key("remat_policy", "none", "recompute activations in the backward pass to save "
