@@ -35,6 +35,69 @@ def test_minilm_convert_then_embed_gives_published_similarity(tmp_path, minilm_d
     assert unit[0] @ unit[2] < 0.3  # unrelated sentence
 
 
+def test_minilm_embeds_as_sentence_transformers_without_flags(tmp_path, minilm_dir):
+    """convert records all-MiniLM-L6-v2's modules.json (mean pooling, Normalize) and
+    sentence_bert_config.json (256 tokens): `embed` with no flag gives sentence-transformers'
+    vectors: transformers' states mean-pooled over the mask, cut at 256 tokens, unit length."""
+    import torch
+    import transformers
+
+    model_dir, texts, out = tmp_path / "minilm", tmp_path / "texts.txt", tmp_path / "v.npy"
+    assert cli.main(["convert", "--from_hf", minilm_dir, "--output", str(model_dir)]) == 0
+    lines = ["A man is eating food.", "A man is eating a piece of bread.",
+             " ".join(["word"] * 300)]  # past 256 tokens: cut there, as the model was used
+    texts.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert cli.main(["embed", "--model", str(model_dir), "--input", str(texts),
+                     "--output", str(out)]) == 0
+    tokenizer = transformers.AutoTokenizer.from_pretrained(minilm_dir)
+    ref = transformers.AutoModel.from_pretrained(minilm_dir).eval()
+    encoded = tokenizer(lines, padding=True, truncation=True, max_length=256,
+                        return_tensors="pt")
+    with torch.no_grad():
+        states = ref(**encoded).last_hidden_state
+    weights = encoded["attention_mask"][..., None].float()
+    expected = torch.nn.functional.normalize((states * weights).sum(1) / weights.sum(1))
+    np.testing.assert_allclose(np.load(out), expected.numpy(), atol=1e-5)
+    assert abs(np.load(out)[0] @ np.load(out)[1] - 0.755) <= 0.001
+
+
+@pytest.mark.parametrize("modules, pooling, recorded", [
+    (["Pooling", "Normalize"], {"pooling_mode_cls_token": True}, {"pooling": "cls",
+                                                                  "normalize": True}),
+    (["Pooling"], {"pooling_mode_mean_tokens": True}, {"pooling": "mean", "normalize": False}),
+    (["Pooling", "Dense"], {"pooling_mode_mean_tokens": True}, {"pooling": "mean",
+                                                                "normalize": False}),
+    (["Pooling"], {"pooling_mode_max_tokens": True}, None)])
+def test_sentence_transformers_settings_are_recorded_or_named(tiny_hf_dir, tmp_path, caplog,
+                                                              modules, pooling, recorded):
+    """modules.json's pooling (cls, mean) and Normalize are recorded for `embed`; a pooling
+    embed has not (max) is not, and a module that is not converted (Dense) is named."""
+    from bert_jax.weights import sentence_embedding
+
+    directory = tiny_hf_dir[0]
+    (directory / "modules.json").write_text(json.dumps(
+        [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"}]
+        + [{"idx": i + 1, "name": str(i + 1), "path": f"{i + 1}_{kind}",
+            "type": f"sentence_transformers.models.{kind}"} for i, kind in enumerate(modules)]))
+    (directory / "1_Pooling").mkdir()
+    (directory / "1_Pooling" / "config.json").write_text(json.dumps(
+        {"word_embedding_dimension": 16, **pooling}))
+    (directory / "sentence_bert_config.json").write_text('{"max_seq_length": 24}')
+    out = tmp_path / "ours"
+    with caplog.at_level("WARNING"):
+        assert cli.main(["convert", "--from_hf", str(directory), "--output", str(out)]) == 0
+    settings = sentence_embedding.read(str(out))
+    assert settings == ({**recorded, "max_seq_length": 24} if recorded else {})
+    if "Dense" in modules or recorded is None:
+        assert ("Dense module" if recorded else "pooling_mode_max_tokens") in caplog.text
+    if recorded and recorded["normalize"]:
+        texts, vectors = tmp_path / "t.txt", tmp_path / "v.npy"
+        texts.write_text("word1 word2\nword3\n", encoding="utf-8")
+        assert cli.main(["embed", "--model", str(out), "--input", str(texts), "--output",
+                         str(vectors)]) == 0
+        np.testing.assert_allclose(np.linalg.norm(np.load(vectors), axis=1), 1, rtol=1e-5)
+
+
 @pytest.fixture
 def tiny_hf_dir(tmp_path):
     """An HF-format BERT directory with random weights and a 40-token vocabulary."""

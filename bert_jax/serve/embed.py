@@ -29,7 +29,7 @@ from bert_jax.host import encoding, paths
 from bert_jax.models.config import ATTENTION_IMPLS, BertConfig, check_inputs_fit
 from bert_jax.models.encoder import BertModel, mean_pool
 from bert_jax.tokenization import load_tokenizer
-from bert_jax.weights import pretrained
+from bert_jax.weights import pretrained, sentence_embedding
 
 POOLINGS = ("cls", "mean", "pooler")
 COMBINES = ("sum", "concat", "mean")
@@ -209,7 +209,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--input", required=True, help="UTF-8 text, one input per line")
     parser.add_argument("--output", required=True,
                         help=".npy file of float32 [lines, hidden]; .npz with --per_token")
-    parser.add_argument("--pooling", choices=POOLINGS, default=None, help="default: cls")
+    parser.add_argument("--pooling", choices=POOLINGS, default=None,
+                        help="default: a sentence-transformers model's own (with its "
+                             "normalisation), else cls")
     parser.add_argument("--layer", type=int, default=-1,
                         help="hidden state to pool: -1 last (default), 0 embeddings")
     parser.add_argument("--per_token", action="store_true",
@@ -220,7 +222,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--combine", choices=COMBINES, default=None,
                         help="--per_token: how several --layers make one vector")
     parser.add_argument("--batch_size", type=int, default=32)
-    parser.add_argument("--max_seq_length", type=int, default=128)
+    parser.add_argument("--max_seq_length", type=int, default=None,
+                        help="default: a sentence-transformers model's own, else 128")
     parser.add_argument("--attention_impl", choices=ATTENTION_IMPLS, default=None,
                         help="fused: jax.nn.dot_product_attention (cuDNN on GPU in bf16); "
                              "default: the model's (einsum unless it was set)")
@@ -241,12 +244,20 @@ def main(argv: list[str]) -> int:
     if not texts:
         raise UserError(f"{args.input} has no lines: nothing to embed")
     model = pretrained.load(args.model)
-    vectors = embed_texts(model, texts, pooling=args.pooling or "cls", layer=args.layer,
-                          batch_size=args.batch_size, max_seq_length=args.max_seq_length,
+    own = sentence_embedding.read(model.tokenizer_dir)  # a sentence-transformers model's
+    pooling = args.pooling or own.get("pooling", "cls")
+    vectors = embed_texts(model, texts, pooling=pooling, layer=args.layer,
+                          batch_size=args.batch_size,
+                          max_seq_length=args.max_seq_length or own.get("max_seq_length", 128),
                           attention_impl=args.attention_impl)
+    normalize = own.get("normalize") and pooling == own.get("pooling") and args.layer == -1
+    if normalize:
+        vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
     with paths.replacing(args.output, "wb") as f:
         np.save(f, vectors)
-    print(f"wrote {vectors.shape[0]} x {vectors.shape[1]} vectors to {args.output}")
+    how = (f"{pooling} pooling" + (", normalised" if normalize else "")
+           + (": the model's own" if own and not args.pooling else ""))
+    print(f"wrote {vectors.shape[0]} x {vectors.shape[1]} vectors to {args.output} ({how})")
     return 0
 
 
@@ -264,6 +275,8 @@ def _main_per_token(args: argparse.Namespace) -> int:
     if not texts:
         raise UserError(f"{args.input} has no lines: nothing to embed")
     model = pretrained.load(args.model)
+    args.max_seq_length = args.max_seq_length or sentence_embedding.read(
+        model.tokenizer_dir).get("max_seq_length", 128)
     features = token_features(model, texts, layers=layers, combine=args.combine or "sum",
                               batch_size=args.batch_size, max_seq_length=args.max_seq_length,
                               attention_impl=args.attention_impl)

@@ -141,8 +141,9 @@ class JsonTokenizer(base.Tokenizer):
         return [e.ids for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]
 
     def tf_module(self):
-        raise base.TokenizerError("a tokenizer.json tokenizer has no TensorFlow op: it cannot "
-                                  "be embedded in a SavedModel (export without the tokenizer)")
+        raise base.TokenizerError("a tokenizer.json tokenizer has no TensorFlow op, so no "
+                                  "SavedModel can hold it: export with --format jax (token "
+                                  "ids in; the tokenizer files are written beside it)")
 
     def tf_tokenize(self, texts):
         """tf.string [N] -> RaggedTensor [N, None] int32, through the `tokenizers` library

@@ -60,7 +60,10 @@ def _wanted(names: set[str], name: str) -> list[str]:
     elif not {"vocab.txt", "spiece.model"} & names:  # their older files (`hf_files`)
         tokenizer += [f for f in ("sentencepiece.bpe.model", "vocab.json", "merges.txt")
                       if f in names]
-    return ["config.json", *tokenizer, weights[0]]
+    # a sentence-transformers model's pooling (`weights.sentence_embedding`)
+    pooling = [f for f in sorted(names) if f in ("modules.json", "sentence_bert_config.json")
+               or re.fullmatch(r"\d+_Pooling/config\.json", f)]
+    return ["config.json", *tokenizer, *pooling, weights[0]]
 
 
 def _download(repo: str, revision: str, name: str) -> str:

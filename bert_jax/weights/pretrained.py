@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 from typing import Any
 
@@ -76,11 +77,13 @@ def write_model_files(directory: str | os.PathLike, config: BertConfig, *, token
 
 
 def save(path: str | os.PathLike, config: BertConfig, params: dict[str, Any], *,
-         tokenizer=None, task: dict[str, Any] | None = None, overwrite: bool = False) -> None:
+         tokenizer=None, task: dict[str, Any] | None = None, overwrite: bool = False,
+         extra_files: dict[str, str] | None = None) -> None:
     """Writes a model directory atomically (into a temporary sibling, then renamed).
     `params` are host arrays (or fully addressable ones); one process calls this.
 
     `tokenizer` is a `bert_jax.tokenization` tokenizer; its `save(dir)` writes its files.
+    `extra_files`: {name: text} written beside them (a converted model's settings).
     """
     params = jax.tree.map(np.asarray, to_unscanned(params))
     with atomic_directory(path, overwrite) as tmp:
@@ -92,6 +95,8 @@ def save(path: str | os.PathLike, config: BertConfig, params: dict[str, Any], *,
         checkpointer.save(paths.join(tmp, PARAMS_DIR), params)
         checkpointer.wait_until_finished()
         write_model_files(tmp, config, tokenizer=tokenizer, task=task)
+        for name, text in (extra_files or {}).items():
+            paths.write_text(paths.join(tmp, name), text)
 
 
 # --- reading ----------------------------------------------------------------------------
@@ -243,26 +248,35 @@ def model_config(path: str) -> BertConfig:
 # --- converted models, and models by name --------------------------------------------
 
 def save_converted(tokenizer, source: str, config: BertConfig, params: dict[str, Any],
-                   out: str, task: dict[str, Any] | None, overwrite: bool) -> Pretrained:
+                   out: str, task: dict[str, Any] | None, overwrite: bool,
+                   extra_files: dict[str, str] | None = None) -> Pretrained:
     """Writes a converted checkpoint with its tokenizer (read from `source`), which must
     have the config's vocabulary size."""
     if tokenizer.vocab_size != config.vocab_size:
         raise UserError(f"{source} has {tokenizer.vocab_size} tokens but the config says "
                         f"vocab_size={config.vocab_size}")
-    save(out, config, params, tokenizer=tokenizer, task=task, overwrite=overwrite)
+    save(out, config, params, tokenizer=tokenizer, task=task, overwrite=overwrite,
+         extra_files=extra_files)
     return Pretrained(config, params, task, out)
 
 
 def convert_hf_dir(hf_dir: str, out: str, overwrite: bool = False) -> Pretrained:
-    """Converts an HF BERT or ALBERT directory (config.json, weights, and vocab.txt or
-    ALBERT's spiece.model), or a Hub model by name, to a model directory."""
-    from bert_jax.weights import hf, hub
+    """Converts an HF directory of a family bert_jax reads (config.json, weights, the
+    tokenizer's files; a sentence-transformers model's pooling), or a Hub model by name,
+    to a model directory."""
+    from bert_jax.weights import hf, hub, sentence_embedding
 
     if hub.hub_name(hf_dir) is not None:
         hf_dir = hub.fetch(str(hf_dir))[0]
     config, params = hf.load_hf_dir(hf_dir)
     tokenizer, source = hf.hf_tokenizer(hf_dir)
-    return save_converted(tokenizer, source, config, params, out, hf.hf_task(hf_dir), overwrite)
+    settings, notes = sentence_embedding.read_hf_settings(hf_dir)
+    for note in notes:
+        logging.getLogger("bert_jax").warning("%s: %s", hf_dir, note)
+    extra = {sentence_embedding.SETTINGS_FILE: json.dumps(settings, indent=2)} \
+        if settings else None
+    return save_converted(tokenizer, source, config, params, out, hf.hf_task(hf_dir),
+                          overwrite, extra)
 
 
 def is_hub_name(path: str | os.PathLike) -> bool:
