@@ -233,7 +233,8 @@ def test_converted_text_records_its_options_and_is_rebuilt_when_they_change(
     rebuilt, _ = convert(max_seq_length=48)
     assert rebuilt["max_seq_length"] == 48
     assert sorted(os.listdir(tmp_path / "data")) == sorted(
-        [DATA_OPTIONS_FILE] + [f"pretrain-{i:05d}-of-00008.tfrecord" for i in range(8)])
+        [DATA_OPTIONS_FILE, "summary.json"]
+        + [f"pretrain-{i:05d}-of-00008.tfrecord" for i in range(8)])
 
 
 def pretrain_args(workdir, corpus, **overrides):

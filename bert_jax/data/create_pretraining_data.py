@@ -121,6 +121,24 @@ def _plan(files, references, vocab, do_lower_case, options: DataOptions,
 
 
 @contextlib.contextmanager
+def _main_not_rerun():
+    """Spawned workers run bert_jax's functions only, but spawn re-runs the caller's
+    `__main__` script in each: a script without an `if __name__ == "__main__"` guard
+    (`train_and_evaluate(...)` at its top level) would start its job again there. Hiding
+    the script's path while the workers start keeps them from running it."""
+    main = sys.modules["__main__"]
+    saved = {name: main.__dict__[name] for name in ("__file__", "__spec__")
+             if name in main.__dict__}
+    main.__dict__.pop("__file__", None)
+    main.__spec__ = None
+    try:
+        yield
+    finally:
+        main.__dict__.pop("__spec__", None)
+        main.__dict__.update(saved)
+
+
+@contextlib.contextmanager
 def _workers(num_workers: int, tasks: int, init_args: tuple):
     """A `map` over `num_workers` spawned processes (in this one for 1 worker or task);
     the workers are ended on leaving, whatever stopped the run."""
@@ -129,8 +147,9 @@ def _workers(num_workers: int, tasks: int, init_args: tuple):
         yield map
         return
     # spawn, not fork: this process may already run TensorFlow's (or JAX's) threads.
-    pool = multiprocessing.get_context("spawn").Pool(
-        min(num_workers, tasks), example_maker.init_worker, init_args + (True,))
+    with _main_not_rerun():
+        pool = multiprocessing.get_context("spawn").Pool(
+            min(num_workers, tasks), example_maker.init_worker, init_args + (True,))
     try:
         yield pool.imap_unordered
     finally:

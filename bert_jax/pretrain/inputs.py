@@ -20,7 +20,6 @@ from bert_jax.data.options import DataOptions
 from bert_jax.data.pipeline import check_record_shapes, make_pretrain_iterator
 from bert_jax.errors import UserError
 from bert_jax.host import compile_cache, paths
-from bert_jax.host.atomic import atomic_directory
 
 log = logging.getLogger(__name__)
 
@@ -197,6 +196,8 @@ def data_options(config: ml_collections.ConfigDict, files: list[str], vocabulary
                 "knowledge_masking_prob": config.knowledge_masking_prob}
                if config.knowledge_masking != "none" else {}),
             "num_shards": num_shards,
+            # Only when not BERT's 5: data converted before the key existed stays valid.
+            **({"dupe_factor": config.dupe_factor} if config.dupe_factor != 5 else {}),
             "inputs": [[paths.basename(f), paths.getsize(f)] if embedded
                        else [paths.abspath(f), paths.getsize(f), paths.mtime_ns(f)]
                        for f in files]}
@@ -212,16 +213,19 @@ def _read_options(directory: str) -> dict | None:
 def prepare_input_files(config: ml_collections.ConfigDict, options: DataOptions,
                         files: list[str], workdir: str, tokenizer_path: str, vocabulary: str,
                         *, process_index: int, process_count: int,
-                        message: Callable[[str], None] = log.info) -> list[str]:
+                        message: Callable[[str], None] = log.info,
+                        sync: Callable[[str], None] = lambda name: None) -> list[str]:
     """TFRecord patterns for the pipeline from the run's input `files` (`resolve_files`): they
-    themselves when they are TFRecords. Raw text is converted by process 0 into a
-    directory that records the options it was made with (`data_options`) and is reused
-    while they match, rebuilt (atomically) when they do not: WORKDIR/data, or for the
-    embedded corpus on a single process a per-machine cache (`data_cache_dir`) shared by
-    every workdir. Multi-process runs convert into the workdir, which all must see: the
-    caller has every process wait for process 0 before reading the files. options: the
-    run's (`Setup.data_options`), which conversion makes the examples with; `message`
-    reports a conversion."""
+    themselves when they are TFRecords. Raw text is converted into a directory that
+    records the options it was made with (`data_options`, written last) and is reused
+    while they match: WORKDIR/data, or for the embedded corpus on a single process a
+    per-machine cache (`data_cache_dir`) shared by every workdir. Every local core
+    converts (`create_pretraining_data` workers), and on several processes each its share
+    of the files into WORKDIR/data/parts (which all must see), process 0 assembling the
+    shards once `sync` (a barrier across processes) says all are done; the caller has
+    every process wait for process 0 before reading them. The finished parts survive a
+    stop, so a preempted conversion resumes. options: the run's (`Setup.data_options`),
+    which conversion makes the examples with; `message` reports a conversion."""
     # Imported when text is converted: it loads the tokenizers.
     from bert_jax.data import create_pretraining_data as cpd
     if all(is_tfrecord(f) for f in files):
@@ -232,18 +236,66 @@ def prepare_input_files(config: ml_collections.ConfigDict, options: DataOptions,
     out_dir = (paths.join(data_cache_dir(), key)
                if not config.input_files and process_count == 1
                else paths.join(workdir, "data"))
-    names = [paths.basename(p) for p in cpd.shard_paths(out_dir, num_shards)]
-    if process_index == 0 and _read_options(out_dir) != made_with:
-        message(f"converting {len(files)} text file(s) into {out_dir}"
+    shards = cpd.shard_paths(out_dir, num_shards)
+    if _read_options(out_dir) == made_with:
+        return shards
+    workers = local_workers()
+    if process_index == 0:
+        message(f"converting {len(files)} text file(s) into {out_dir} with {workers} "
+                f"worker(s) on {process_count} process(es)"
                 + (" (options changed)" if paths.isdir(out_dir) else " (once)"))
-        with atomic_directory(out_dir, overwrite=True) as tmp:
-            cpd.create_pretraining_data(
-                files, [paths.join(tmp, n) for n in names], tokenizer_path, options,
-                # Workers would re-import an unguarded __main__ script.
-                num_workers=1, progress=False)
-            paths.write_text(paths.join(tmp, DATA_OPTIONS_FILE),
-                             json.dumps(made_with, indent=1))
-    return [paths.join(out_dir, n) for n in names]
+        _warn_if_long(files, config.dupe_factor, workers * process_count, message)
+        _clear(out_dir)
+    parts = paths.join(out_dir, cpd.PARTS_DIR)
+    cpd.create_pretraining_data(
+        files, shards, tokenizer_path, dataclasses.replace(options,
+                                                           dupe_factor=config.dupe_factor),
+        num_workers=workers, progress=False, parts_dir=parts, host_index=process_index,
+        num_hosts=process_count, summary_path=paths.join(out_dir, cpd.SUMMARY_FILE))
+    if process_count > 1:
+        sync("raw_text_parts_written")
+        if process_index == 0:
+            cpd.assemble(out_dir, num_shards, workers)
+    if process_index == 0:
+        paths.rmtree(parts, missing_ok=True)
+        paths.write_text(paths.join(out_dir, DATA_OPTIONS_FILE), json.dumps(made_with, indent=1))
+    return shards
+
+
+def local_workers() -> int:
+    """The cores this process may use (its affinity where the OS tells it)."""
+    import os
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+# Raw text converted per second per worker, in MB x dupe_factor: 20.9 MB at dupe 5 took
+# 17 s on one core of the 2-core build machine (BERT's rows, seq 128).
+_MB_DUPES_PER_WORKER_SECOND = 6.0
+_LONG_CONVERSION_S = 600
+
+
+def _warn_if_long(files: list[str], dupe_factor: int, workers: int,
+                  message: Callable[[str], None]) -> None:
+    """One line when converting `files` would hold the first step for long."""
+    size = sum(paths.getsize(f) for f in files)
+    seconds = size / 1e6 * dupe_factor / (_MB_DUPES_PER_WORKER_SECOND * workers)
+    if seconds > _LONG_CONVERSION_S:
+        message(f"converting {size / 1e9:.1f} GB of text (dupe_factor {dupe_factor}) on "
+                f"{workers} worker(s) takes about {seconds / 3600:.1f} h before the first "
+                "step; for a corpus this size `bert-jax create-data` prepares the records "
+                "once, on as many machines as you have (docs/pretraining.md)")
+
+
+def _clear(out_dir: str) -> None:
+    """Removes what a conversion with other options left in `out_dir` (its options file
+    first, so nothing reads it as complete); parts of other options are ignored, and the
+    parts of these options kept: a stopped conversion resumes from them."""
+    from bert_jax.data import create_pretraining_data as cpd
+    for name in (DATA_OPTIONS_FILE, cpd.SUMMARY_FILE):
+        if paths.exists(paths.join(out_dir, name)):
+            paths.remove(paths.join(out_dir, name))
+    for shard in paths.glob(paths.join(out_dir, "pretrain-*-of-*.tfrecord")):
+        paths.remove(shard)
 
 
 def make_iterator(options: DataOptions, files, tokenizer, *, global_batch_size: int,

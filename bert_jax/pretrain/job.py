@@ -132,7 +132,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     process = dict(process_index=jax.process_index(), process_count=jax.process_count())
     files = inputs.prepare_input_files(config, run_setup.data_options, sources, workdir,
                                        tokenizer_path, run["vocabulary"], **process,
-                                       message=writer.message)
+                                       message=writer.message, sync=multihost.sync)
     multihost.sync("input_files_ready")
     reading = dict(global_batch_size=config.global_batch_size, **process)
     batches = inputs.make_iterator(run_setup.data_options, files, tokenizer, split="train",

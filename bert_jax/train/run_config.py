@@ -43,7 +43,7 @@ RENAMED_KEYS = {"dtype": "compute_dtype", "init": "init_from", "pack": "packing"
 # Keys added after configs were first saved (with checkpoints and fine-tuned models), with
 # the value the runs that saved them had: a saved config without one reads as having it.
 ADDED_KEYS = {"next_sentence_prediction": True, "teacher": "", "temperature": 2.0,
-              "alpha": 0.5}
+              "alpha": 0.5, "dupe_factor": 5}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,6 +134,8 @@ PRETRAIN: list[Key] = [
         Key("masked_lm_prob", 0.15, "share of tokens masked (ModernBERT: 0.3)", low=0.0,
             high=1.0),
         Key("dynamic_masking", True, "mask anew each epoch (RoBERTa) instead of once"),
+        Key("dupe_factor", 5, "raw-text input_files: rows made from each document this many "
+            "times, each split and masked differently (BERT's 5)", low=1),
         Key("whole_word_masking", False, "mask all WordPieces of a word together"),
         Key("packing", False, "several documents per row (MLM only)"),
         Key("next_sentence_prediction", True, "False: MLM only on rows of contiguous "
