@@ -1,0 +1,148 @@
+"""create-data's scaling with workers, side by side on the same files: wall time, CPU
+time and MB of text per second per worker for 1 and 2 workers (byte-identical outputs
+checked), then more workers simulated from the per-file times of the 1-worker run (each
+worker takes the next file, longest first, as the pool does; assembly measured), and
+the extrapolation to a 20 GB corpus on a 64-core host.
+
+    python bench/bench_create_data.py [--files 8] [--dupe_factor 5] [--max_seq_length 128]
+        [--repeats 2] [--input 'PATTERN']
+
+--input: text files to split into --files parts (default: the embedded corpus, ~7 MB).
+Run it on a quiet machine: the ratio is what it measures.
+"""
+import glob
+import gzip
+import hashlib
+import heapq
+import os
+import resource
+import shutil
+import tempfile
+import time
+
+from bert_jax import flags
+from bert_jax.data import corpus, example_maker
+from bert_jax.data import create_pretraining_data as cpd
+from bert_jax.data.options import DataOptions
+from bert_jax.tokenization import DEFAULT_VOCAB
+
+
+def split_corpus(pattern: str, parts: int, folder: str) -> list[str]:
+    """The documents of `pattern` dealt into `parts` text files of about equal size."""
+    lines = []
+    for path in sorted(glob.glob(pattern)):
+        opener = gzip.open if path.endswith(".gz") else open
+        with opener(path, "rt", encoding="utf-8") as f:
+            lines += f.readlines()
+    documents, current = [], []
+    for line in lines:
+        current.append(line)
+        if not line.strip():
+            documents.append("".join(current))
+            current = []
+    documents.append("".join(current))
+    files = [os.path.join(folder, f"part{i:02d}.txt") for i in range(parts)]
+    handles = [open(f, "w", encoding="utf-8") for f in files]
+    sizes = [0] * parts
+    for document in documents:
+        i = sizes.index(min(sizes))
+        handles[i].write(document)
+        sizes[i] += len(document)
+    for handle in handles:
+        handle.close()
+    return files
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process and its finished children (the workers)."""
+    me, children = (resource.getrusage(who) for who in (resource.RUSAGE_SELF,
+                                                        resource.RUSAGE_CHILDREN))
+    return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
+
+
+def run(files, out_dir, options, workers):
+    shutil.rmtree(out_dir, ignore_errors=True)
+    wall, cpu = time.perf_counter(), cpu_seconds()
+    cpd.create_pretraining_data(files, cpd.shard_paths(out_dir, 8), DEFAULT_VOCAB, options,
+                                num_workers=workers, progress=False)
+    wall, cpu = time.perf_counter() - wall, cpu_seconds() - cpu
+    digest = hashlib.sha256()
+    for shard in cpd.shard_paths(out_dir, 8):
+        with open(shard, "rb") as f:
+            digest.update(f.read())
+    return wall, cpu, digest.hexdigest()
+
+
+def per_file_seconds(files, options) -> list[float]:
+    """Each file's conversion time in this process (what one worker spends on it)."""
+    example_maker.init_worker(DEFAULT_VOCAB, None, options)
+    plan = dict(plan="bench", num_files=len(files), run={})
+    times = []
+    with tempfile.TemporaryDirectory() as parts:
+        for index, path in enumerate(files):
+            start = time.perf_counter()
+            example_maker.convert_file((index, path, None, parts, 8, plan))
+            times.append(time.perf_counter() - start)
+    return times
+
+
+def simulated_wall(times: list[float], workers: int, start_up: float) -> float:
+    """The pool's wall time: each worker takes the next file (longest first)."""
+    busy = [start_up] * workers
+    heapq.heapify(busy)
+    for t in sorted(times, reverse=True):
+        heapq.heappush(busy, heapq.heappop(busy) + t)
+    return max(busy)
+
+
+def main() -> None:
+    parser = flags.ArgumentParser(description=__doc__)
+    parser.add_argument("--files", type=int, default=8)
+    parser.add_argument("--dupe_factor", type=int, default=5)
+    parser.add_argument("--max_seq_length", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--input", default=corpus.DEFAULT_CORPUS)
+    args = parser.parse_args()
+    options = DataOptions(dupe_factor=args.dupe_factor, max_seq_length=args.max_seq_length,
+                          dynamic_masking=False)
+    with tempfile.TemporaryDirectory() as tmp:
+        files = split_corpus(args.input, args.files, tmp)
+        mb = sum(os.path.getsize(f) for f in files) / 1e6
+        print(f"{len(files)} files, {mb:.1f} MB of text, dupe_factor {args.dupe_factor}, "
+              f"seq {args.max_seq_length}, {os.cpu_count()} cores")
+        results = {1: [], 2: []}
+        for _ in range(args.repeats):  # interleaved: both see the same machine load
+            for workers in (1, 2):
+                results[workers].append(run(files, os.path.join(tmp, f"out{workers}"),
+                                            options, workers))
+        digests = {r[2] for rs in results.values() for r in rs}
+        for workers, rs in results.items():
+            wall = min(r[0] for r in rs)
+            cpu = min(r[1] for r in rs)
+            print(f"  {workers} worker(s): {wall:.1f} s wall, {cpu:.1f} s CPU, "
+                  f"{mb / wall:.2f} MB/s, {mb / wall / workers:.2f} MB/s per worker")
+        speedup = min(r[0] for r in results[1]) / min(r[0] for r in results[2])
+        print(f"  2 workers / 1 worker: {speedup:.2f}x; outputs "
+              f"{'byte-identical' if len(digests) == 1 else 'DIFFER'}")
+
+        times = per_file_seconds(files, options)
+        one = min(r[0] for r in results[1])
+        rest = max(0.0, one - sum(times))  # start-up, assembly, summary: outside the files
+        print(f"  per file (one worker): {min(times):.2f}-{max(times):.2f} s; "
+              f"outside the files {rest:.1f} s")
+        for workers in (4, 8, 16, 64):
+            # past one file per worker, the same text split into as many files as workers
+            wall = rest + (simulated_wall(times, workers, 0.0) if workers <= len(files)
+                           else sum(times) / workers)
+            print(f"  {workers} workers (simulated, {max(workers, len(files))} files): "
+                  f"{wall:.1f} s, {one / wall:.1f}x one worker")
+        rate = mb / sum(times)  # MB per second per worker on the files alone
+        corpus_mb = 20_000
+        hours = corpus_mb / (rate * 64) / 3600
+        print(f"  20 GB on a 64-core host at {rate:.2f} MB/s per worker (dupe_factor "
+              f"{args.dupe_factor}, seq {args.max_seq_length}): about {hours:.1f} h, "
+              "files at least as many as cores")
+
+
+if __name__ == "__main__":
+    main()
