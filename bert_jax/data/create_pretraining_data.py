@@ -52,7 +52,14 @@ import sys
 from typing import List, Optional, Sequence
 
 from bert_jax import flags
-from bert_jax.data import chinese_words, corpus, example_maker, shard_parts, tfrecord
+from bert_jax.data import (
+    chinese_words,
+    corpus,
+    example_maker,
+    shard_parts,
+    tfds_source,
+    tfrecord,
+)
 from bert_jax.data.data_stats import Stats, readable_summary
 from bert_jax.data.example_maker import LONG_LINE, examples_from_texts  # noqa: F401 (API)
 from bert_jax.data.options import DataOptions
@@ -72,6 +79,8 @@ def shard_paths(output_dir: str, num_shards: int) -> List[str]:
 
 
 def _cjk_share(path: str, codec: str, lines: int = 1000) -> float:
+    if tfds_source.is_tfds(path):
+        return 0.0
     """The CJK share of the first `lines` lines of `path` (for the [UNK] warning)."""
     return chars.cjk_share(itertools.islice(corpus.iter_lines(path, corpus.ReadStats(), codec),
                                             lines))
@@ -82,15 +91,26 @@ def _check_options(options: DataOptions) -> None:
         raise UserError("max_seq_length must be at least 5")
 
 
+def _size(path: str) -> int:
+    """A text file's size; 0 for a tfds piece (not known before it is read)."""
+    return 0 if tfds_source.is_tfds(path) else paths.getsize(path)
+
+
 def _text_files(inputs: Sequence[str], codec: str) -> List[str]:
-    """The input files, all text (a TFRecord among them is refused, named), some not blank."""
-    files = corpus.expand_inputs(inputs)
+    """The input files, all text (a TFRecord among them is refused, named), some not blank;
+    a corpus by name (`tfds:NAME`) as its pieces (`tfds_source`), after them."""
+    by_name = [p for name in inputs if tfds_source.is_tfds(name)
+               for p in tfds_source.pieces(name)]
+    names = [name for name in inputs if not tfds_source.is_tfds(name)]
+    if not names:
+        return by_name
+    files = corpus.expand_inputs(names)
     for path in files:
         if tfrecord.is_tfrecord_file(path):
             raise UserError(f"{path} is a TFRecord file (pretraining data already), not "
                             "text: give create-data text files, and pretrain on TFRecords")
     corpus.require_text(files, codec)
-    return files
+    return files + by_name
 
 
 def _warn_about(total: Stats, files: Sequence[str], options: DataOptions) -> None:
@@ -115,7 +135,8 @@ def _plan(files, references, vocab, do_lower_case, options: DataOptions,
     run = dict(options=options.create_data_fields(), record_setup=options.record_setup(),
                vocab=paths.abspath(vocab), vocab_fingerprint=fingerprint)
     made_from = dict(run, num_shards=num_shards, references=list(references),
-                     files=[[paths.abspath(f), paths.getsize(f)] for f in files])
+                     files=[tfds_source.identity(f) if tfds_source.is_tfds(f)
+                            else [paths.abspath(f), paths.getsize(f)] for f in files])
     key = hashlib.sha256(json.dumps(made_from, sort_keys=True).encode()).hexdigest()[:16]
     return dict(plan=key, num_files=len(files), run=run)
 
@@ -209,14 +230,14 @@ def create_pretraining_data(inputs: Sequence[str], output_files: Sequence[str], 
               len(output_files), plan)
              for index, path in enumerate(files)
              if index % num_hosts == host_index and index not in done]
-    bar = tqdm(total=sum(paths.getsize(task[1]) for task in tasks), unit="B",
+    bar = tqdm(total=sum(_size(task[1]) for task in tasks), unit="B",
                unit_scale=True, desc="create-data", disable=not progress, file=sys.stderr)
     failed = True
     try:
         with _workers(num_workers, len(tasks), (vocab, do_lower_case, options)) as run_map:
             for meta in run_map(example_maker.convert_file, tasks):
                 done[meta["index"]] = meta
-                bar.update(paths.getsize(files[meta["index"]]))
+                bar.update(_size(files[meta["index"]]))
             bar.close()
             mine = [done[i] for i in range(len(files)) if i % num_hosts == host_index]
             total = _total(mine)

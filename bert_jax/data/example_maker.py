@@ -7,7 +7,7 @@ from typing import List, Optional, Sequence
 
 import numpy as np
 
-from bert_jax.data import chinese_words, corpus, instances, masking, shard_parts
+from bert_jax.data import chinese_words, corpus, instances, masking, shard_parts, tfds_source
 from bert_jax.data.data_stats import Stats
 from bert_jax.data.example_proto import serialize_examples
 from bert_jax.data.options import DataOptions
@@ -42,7 +42,11 @@ def _entity_finder(options: DataOptions):
 def read_input_documents(path: str, ref_path: Optional[str], read: corpus.ReadStats,
                    codec: str) -> list:
     """The one place documents are read: an input (a text file) -> documents as lists of
-    (sentence, reference words or None, 'ref_file:line'); `read` counts files and bytes."""
+    (sentence, reference words or None, 'ref_file:line'); `read` counts files and bytes.
+    `path` may be a piece of a tfds corpus (`tfds_source`)."""
+    if tfds_source.is_tfds(path):
+        return [[(sentence, None, "") for sentence in document]
+                for document in tfds_source.read_documents(path, read)]
     if not ref_path:
         return [[(sentence, None, "") for sentence in document]
                 for document in corpus.read_documents(path, read, codec)]

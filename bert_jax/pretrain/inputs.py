@@ -15,7 +15,7 @@ from typing import Callable
 
 import ml_collections
 
-from bert_jax.data import corpus, tfrecord
+from bert_jax.data import corpus, tfds_source, tfrecord
 from bert_jax.data.options import DataOptions
 from bert_jax.data.pipeline import check_record_shapes, make_pretrain_iterator
 from bert_jax.errors import UserError
@@ -61,6 +61,12 @@ def input_files(config: ml_collections.ConfigDict) -> list[str]:
     are skipped with a warning. Raises UserError when a pattern matches nothing, a file
     is empty, or TFRecords and text are mixed."""
     patterns = [p for p in config.input_files.split(",") if p] or [corpus.DEFAULT_CORPUS]
+    by_name = [p for p in patterns if tfds_source.is_tfds(p)]  # converted as text is
+    if by_name:
+        if len(by_name) < len(patterns):
+            raise UserError(f"input_files mixes corpora by name ({_shown(by_name)}) and "
+                            "files: name one kind")
+        return by_name
     files = []
     for pattern in patterns:
         matches = paths.glob(pattern)
@@ -94,7 +100,7 @@ def resolve_files(config: ml_collections.ConfigDict, options: DataOptions,
     their first records) and have been made for its vocabulary and setup
     (`check_records_made_for`). options: the run's (`Setup.data_options`)."""
     files = input_files(config)
-    records = [f for f in files if is_tfrecord(f)]
+    records = [f for f in files if not tfds_source.is_tfds(f) and is_tfrecord(f)]
     if records:
         check_record_shapes(records, options.max_seq_length, options.max_predictions_per_seq)
     check_records_made_for(files, tokenizer_path, vocabulary, options)
@@ -122,7 +128,8 @@ def check_records_made_for(files: list[str], tokenizer_path: str, vocabulary: st
     line."""
     from bert_jax.data.create_pretraining_data import SUMMARY_FILE
     unchecked = []
-    for directory in sorted({paths.dirname(f) for f in files if is_tfrecord(f)}):
+    for directory in sorted({paths.dirname(f) for f in files
+                             if not tfds_source.is_tfds(f) and is_tfrecord(f)}):
         try:
             summary = json.loads(paths.read_text(paths.join(directory, SUMMARY_FILE)))
         except (OSError, ValueError):
@@ -198,7 +205,8 @@ def data_options(config: ml_collections.ConfigDict, files: list[str], vocabulary
             "num_shards": num_shards,
             # Only when not BERT's 5: data converted before the key existed stays valid.
             **({"dupe_factor": config.dupe_factor} if config.dupe_factor != 5 else {}),
-            "inputs": [[paths.basename(f), paths.getsize(f)] if embedded
+            "inputs": [tfds_source.identity(f) if tfds_source.is_tfds(f)
+                       else [paths.basename(f), paths.getsize(f)] if embedded
                        else [paths.abspath(f), paths.getsize(f), paths.mtime_ns(f)]
                        for f in files]}
 
@@ -228,7 +236,7 @@ def prepare_input_files(config: ml_collections.ConfigDict, options: DataOptions,
     which conversion makes the examples with; `message` reports a conversion."""
     # Imported when text is converted: it loads the tokenizers.
     from bert_jax.data import create_pretraining_data as cpd
-    if all(is_tfrecord(f) for f in files):
+    if all(not tfds_source.is_tfds(f) and is_tfrecord(f) for f in files):
         return files
     num_shards = max(8, process_count)
     made_with = data_options(config, files, vocabulary, num_shards)
@@ -277,7 +285,7 @@ _LONG_CONVERSION_S = 600
 def _warn_if_long(files: list[str], dupe_factor: int, workers: int,
                   message: Callable[[str], None]) -> None:
     """One line when converting `files` would hold the first step for long."""
-    size = sum(paths.getsize(f) for f in files)
+    size = sum(paths.getsize(f) for f in files if not tfds_source.is_tfds(f))
     seconds = size / 1e6 * dupe_factor / (_MB_DUPES_PER_WORKER_SECOND * workers)
     if seconds > _LONG_CONVERSION_S:
         message(f"converting {size / 1e9:.1f} GB of text (dupe_factor {dupe_factor}) on "

@@ -124,7 +124,8 @@ PRETRAIN: list[Key] = [
     *_group(
         "data",
         Key("input_files", "", "comma-separated globs of TFRecords (bert-jax create-data) or "
-            "raw text; '' = the embedded public-domain corpus"),
+            "raw text, or tfds:NAME[/CONFIG][:SPLIT] corpora; '' = the embedded "
+            "public-domain corpus"),
         Key("eval_fraction", 0.01, "share of examples held out for evaluation", low=0.0,
             high=1.0),
         Key("tokenizer", "", "a tokenizer directory or vocab file; '' = the bundled 8k "
