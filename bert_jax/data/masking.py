@@ -45,11 +45,24 @@ def example_keys(seed: int, *ids) -> np.ndarray:
     return key
 
 
-def _random_bits(keys: np.ndarray, stream: int, length: int) -> np.ndarray:
-    """uint64 [B, length] random bits for one named stream."""
+def _stream(stream: int, length: int) -> np.ndarray:
+    """uint64 [length]: the per-position half of a stream's bits (`_random_bits`)."""
     counters = np.arange(length, dtype=np.uint64) + np.uint64(stream * 1_000_003 + 1)
     with np.errstate(over="ignore"):
-        return _mix(keys[:, None] ^ _mix(counters * _GOLDEN)[None, :])
+        return _mix(counters * _GOLDEN)
+
+
+def _random_bits(keys: np.ndarray, stream: int, length: int) -> np.ndarray:
+    """uint64 [B, length] random bits for one named stream."""
+    with np.errstate(over="ignore"):
+        return _mix(keys[:, None] ^ _stream(stream, length)[None, :])
+
+
+def _bits_at(keys: np.ndarray, stream: int, length: int, rows: np.ndarray,
+             positions: np.ndarray) -> np.ndarray:
+    """`_random_bits(keys, stream, length)[rows, positions]`, computed there only."""
+    with np.errstate(over="ignore"):
+        return _mix(keys[rows] ^ _stream(stream, length)[positions])
 
 
 def _uniform(keys: np.ndarray, stream: int, length: int) -> np.ndarray:
@@ -75,61 +88,90 @@ def mask_batch(input_ids: np.ndarray, input_mask: np.ndarray, keys: np.ndarray, 
     """
     input_ids = np.asarray(input_ids)
     batch, length = input_ids.shape
-    rows = np.arange(batch)[:, None]
-    positions = np.broadcast_to(np.arange(length), (batch, length))
     valid = np.asarray(input_mask).astype(bool)
     candidate = valid & (input_ids != cls_id) & (input_ids != sep_id)
     num_to_predict = np.minimum(
         max_predictions, np.maximum(1, np.round(valid.sum(1) * masked_lm_prob))).astype(np.int64)
-
-    previous_candidate = np.pad(candidate[:, :-1], ((0, 0), (1, 0)))
     if word_start is None:
-        starts = candidate
+        masked, word_of = _chosen_tokens(candidate, keys, num_to_predict), None
     else:
-        starts = candidate & (np.asarray(word_start, bool) | ~previous_candidate)
+        masked, word_of = _chosen_words(candidate, np.asarray(word_start, bool), keys,
+                                        num_to_predict)
+
+    # The 80/10/10 draws, at the masked positions only (one per word: at its start).
+    r, c = np.nonzero(masked)
+    at = c if word_of is None else word_of[r, c]
+    action = (_bits_at(keys, 1, length, r, at) >> np.uint64(11)) * (1.0 / (1 << 53))
+    random_ids = (_bits_at(keys, 2, length, r, c) % np.uint64(vocab_size)).astype(np.int64)
+    new_ids = input_ids.astype(np.int32)  # a copy
+    new_ids[r, c] = np.where(action < 0.8, mask_id,
+                             np.where(action >= 0.9, random_ids, input_ids[r, c]))
+
+    # The masked positions in order, then padding of weight 0.
+    slot = np.cumsum(masked, axis=1) - 1
+    keep = slot[r, c] < max_predictions
+    lm_positions = np.zeros((batch, max_predictions), np.int32)
+    lm_ids = np.zeros((batch, max_predictions), np.int32)
+    lm_positions[r[keep], slot[r, c][keep]] = c[keep]
+    lm_ids[r[keep], slot[r, c][keep]] = input_ids[r[keep], c[keep]]
+    count = np.minimum(masked.sum(1), max_predictions)
+    return {
+        "input_ids": new_ids,
+        "masked_lm_positions": lm_positions,
+        "masked_lm_ids": lm_ids,
+        "masked_lm_weights": (np.arange(max_predictions)[None] < count[:, None]).astype(
+            np.float32),
+    }
+
+
+def _random_order(eligible: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """int [B, L]: the positions of each row, its eligible ones first in the order of
+    their uniform draws (stream 0; ties by position), the others after. The 53 bits of
+    each draw order as the uniform float they make."""
+    bits = _random_bits(keys, 0, eligible.shape[1]) >> np.uint64(11)
+    return np.argsort(np.where(eligible, bits, np.uint64(1 << 53)), axis=1, kind="stable")
+
+
+def _chosen_tokens(candidate: np.ndarray, keys: np.ndarray,
+                   num_to_predict: np.ndarray) -> np.ndarray:
+    """bool [B, L]: each row's num_to_predict candidates first in its random order."""
+    batch, length = candidate.shape
+    order = _random_order(candidate, keys)
+    rank = np.empty_like(order)
+    rank[np.arange(batch)[:, None], order] = np.arange(length)
+    return candidate & (rank < num_to_predict[:, None])
+
+
+def _chosen_words(candidate: np.ndarray, word_start: np.ndarray, keys: np.ndarray,
+                  num_to_predict: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(bool [B, L] masked tokens, int [B, L] the start of each token's word): whole words
+    in the row's random order, a word that would overshoot num_to_predict skipped."""
+    batch, length = candidate.shape
+    rows = np.arange(batch)[:, None]
+    positions = np.broadcast_to(np.arange(length), (batch, length))
+    previous_candidate = np.pad(candidate[:, :-1], ((0, 0), (1, 0)))
+    starts = candidate & (word_start | ~previous_candidate)
     # Each candidate token belongs to the word starting at the last start before it.
     word_of = np.maximum.accumulate(np.where(starts, positions, 0), axis=1)
-    word_length = np.zeros((batch, length), np.int64)
-    row_of = np.broadcast_to(rows, (batch, length))
-    np.add.at(word_length, (row_of[candidate], word_of[candidate]), 1)
-
-    order = np.argsort(np.where(starts, _uniform(keys, 0, length), 2.0), axis=1, kind="stable")
+    flat = (rows * length + word_of)[candidate]
+    word_length = np.bincount(flat, minlength=batch * length).reshape(batch, length)
+    order = _random_order(starts, keys)
     lengths_in_order = np.take_along_axis(np.where(starts, word_length, 0), order, axis=1)
-    if word_start is None:
-        chosen_in_order = (positions < num_to_predict[:, None]) & (lengths_in_order > 0)
-    else:
-        chosen_in_order = np.zeros((batch, length), bool)
-        total = np.zeros(batch, np.int64)
-        for rank in range(int(starts.sum(1).max(initial=0))):
-            size = lengths_in_order[:, rank]
-            fits = (size > 0) & (total + size <= num_to_predict)
-            total += np.where(fits, size, 0)
-            chosen_in_order[:, rank] = fits
+    chosen_in_order = np.zeros((batch, length), bool)
+    total = np.zeros(batch, np.int64)
+    # The shortest word at each rank or after: once no row has room for it, none fits.
+    shortest = np.minimum.accumulate(np.where(lengths_in_order > 0, lengths_in_order,
+                                              length + 1)[:, ::-1], axis=1)[:, ::-1]
+    for rank in range(int(starts.sum(1).max(initial=0))):
+        if (num_to_predict - total < shortest[:, rank]).all():
+            break
+        size = lengths_in_order[:, rank]
+        fits = (size > 0) & (total + size <= num_to_predict)
+        total += np.where(fits, size, 0)
+        chosen_in_order[:, rank] = fits
     chosen_word = np.zeros((batch, length), bool)
     chosen_word[rows, order] = chosen_in_order
-    masked = candidate & chosen_word[rows, word_of]
-
-    action = _uniform(keys, 1, length)
-    if word_start is not None:  # one draw per word: the draw at its start position
-        action = np.take_along_axis(action, word_of, axis=1)
-    random_ids = (_random_bits(keys, 2, length) % np.uint64(vocab_size)).astype(np.int64)
-    new_ids = np.where(masked & (action < 0.8), mask_id, input_ids)
-    new_ids = np.where(masked & (action >= 0.9), random_ids, new_ids)
-
-    sorted_positions = np.sort(np.where(masked, positions, length + positions), axis=1)
-    if max_predictions > length:
-        sorted_positions = np.pad(sorted_positions, ((0, 0), (0, max_predictions - length)),
-                                  constant_values=2 * length)
-    sorted_positions = sorted_positions[:, :max_predictions]
-    weights = sorted_positions < length
-    lm_positions = np.where(weights, sorted_positions, 0)
-    lm_ids = np.where(weights, np.take_along_axis(input_ids, lm_positions, axis=1), 0)
-    return {
-        "input_ids": new_ids.astype(np.int32),
-        "masked_lm_positions": lm_positions.astype(np.int32),
-        "masked_lm_ids": lm_ids.astype(np.int32),
-        "masked_lm_weights": weights.astype(np.float32),
-    }
+    return candidate & chosen_word[rows, word_of], word_of
 
 
 def knowledge_rows(keys: np.ndarray, prob: float) -> np.ndarray:

@@ -5,7 +5,8 @@ every `process_count`-th record) are interleaved, shuffled with a seed that
 depends on (seed, epoch, host), numbered, batched in chunks and parsed with
 `tf.io.parse_example`. Numpy then does the rest: held-out split, dynamic
 masking (`masking.mask_batch`, keyed by seed, epoch, file and record, so an
-example's masks never depend on batching) and optional packing.
+example's masks never depend on batching) and optional packing; the parsed and masked
+chunks are made ahead in a thread of their own, off the training thread.
 
 Exact resume: the state is the next example's place in the shuffled stream,
 `{"epoch": e, "position": p}`. Restoring rebuilds epoch e and `skip`s p
@@ -19,6 +20,8 @@ global seed (do not call `tf.random.set_seed` to something else in between).
 The caller passes this host's place (`process_index`, `process_count`): the pipeline
 imports no jax.
 """
+import queue
+import threading
 from typing import Dict, Iterator, List, Optional, Sequence
 
 import numpy as np
@@ -82,7 +85,10 @@ class PretrainIterator:
     def set_state(self, state: dict) -> None:
         self._state = {"epoch": int(state["epoch"]), "position": int(state["position"])}
         self._pending: List[dict] = []  # parsed examples not yet delivered, in order
-        self._chunks = self._chunk_stream(self._state["epoch"], self._state["position"])
+        if getattr(self, "_chunks", None) is not None:
+            self._chunks.close()
+        self._chunks = _Prefetched(
+            self._chunk_stream(self._state["epoch"], self._state["position"]))
 
     # -- reading ------------------------------------------------------------------
 
@@ -440,3 +446,60 @@ def batch_spec(options: DataOptions, next_sentence_prediction: bool = True,
     elif next_sentence_prediction:
         spec["next_sentence_labels"] = ((b,), np.int32)
     return spec
+
+
+class _Prefetched:
+    """The items of a generator made ahead in a thread (at most `depth` waiting): the
+    parsing and dynamic masking of the next chunks run while the caller trains. The
+    items and their order are the generator's; its errors are raised by `next`."""
+
+    def __init__(self, items: Iterator, depth: int = 2):
+        self._queue: queue.Queue = queue.Queue(depth)
+        self._stop = threading.Event()
+        self._done = False
+        self._thread = threading.Thread(target=self._run, args=(items,), daemon=True,
+                                        name="bert_jax-input")
+        self._thread.start()
+
+    def _put(self, entry: tuple) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(entry, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _run(self, items: Iterator) -> None:
+        try:
+            for item in items:
+                if not self._put(("item", item)):
+                    return
+            self._put(("end", None))
+        except BaseException as error:  # raised in the caller's thread by __next__
+            self._put(("error", error))
+        finally:
+            items.close()  # in the thread that runs it
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self._done:
+            raise StopIteration
+        kind, value = self._queue.get()
+        if kind == "item":
+            return value
+        self._done = True
+        if kind == "error":
+            raise value
+        raise StopIteration
+
+    def close(self) -> None:
+        self._stop.set()
+        while self._thread.is_alive():
+            try:
+                self._queue.get(timeout=0.1)
+            except queue.Empty:
+                pass
+        self._done = True
