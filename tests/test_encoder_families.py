@@ -21,7 +21,7 @@ from bert_jax.weights.config_json import to_hf_dict
 torch = pytest.importorskip("torch", reason="the PyTorch reference needs the test extras")
 transformers = pytest.importorskip("transformers")
 
-from test_model_parity import TOL, scale_weights  # noqa: E402
+from test_model_parity import TOL, assert_mlm_model_matches, scale_weights  # noqa: E402
 from test_model_parity import state_dict_numpy as state_dict  # noqa: E402
 
 _SMALL = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
@@ -90,17 +90,7 @@ def test_hidden_states_and_mlm_logits_match_transformers(family, scan, lengths):
         hidden = ref.base_model(**torch_args(ids, mask)).last_hidden_state.numpy()
     params = hf.params_from_hf(state_dict(ref), config)
     assert set(params) == {"bert", "mlm"}
-    model = BertForPreTraining(config, next_sentence_prediction=False)
-    shapes = model.init(jax.random.PRNGKey(0), ids[:, :8])["params"]
-    params["bert"]["pooler"] = shapes["bert"]["pooler"]  # the MLM classes have none; unused
-    out = model.apply({"params": params}, ids, mask, segments)
-    real = mask.astype(bool)
-    np.testing.assert_allclose(out.mlm_logits[real], expected[real], atol=TOL, rtol=TOL)
-    from bert_jax.models.encoder import BertModel
-    states = BertModel(config, add_pooling_layer=False).apply(
-        {"params": {k: v for k, v in params["bert"].items() if k != "pooler"}},
-        ids, mask, segments).sequence_output
-    np.testing.assert_allclose(np.asarray(states)[real], hidden[real], atol=TOL, rtol=TOL)
+    assert_mlm_model_matches(config, params, ids, mask, hidden, expected, segments)
 
 
 @pytest.mark.parametrize("family", ["roberta", "distilbert", "electra"])

@@ -18,7 +18,7 @@ from bert_jax.weights.config_json import from_hf_dict, to_hf_dict
 torch = pytest.importorskip("torch", reason="the PyTorch reference needs the test extras")
 transformers = pytest.importorskip("transformers")
 
-from test_model_parity import TOL, scale_weights  # noqa: E402
+from test_model_parity import TOL, assert_mlm_model_matches, scale_weights  # noqa: E402
 from test_model_parity import state_dict_numpy as state_dict  # noqa: E402
 
 SPECIAL_IDS = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2, mask_token_id=3)
@@ -77,15 +77,8 @@ def test_outputs_match_transformers(size, scan, lengths):
         expected = ref(**torch_args(ids, mask), output_hidden_states=True)
         hidden = ref.model(**torch_args(ids, mask)).last_hidden_state
     params = hf.params_from_hf(state_dict(ref), config)
-    model = BertForPreTraining(config, next_sentence_prediction=False)
-    shapes = model.init(jax.random.PRNGKey(0), ids[:, :8])["params"]
-    params["bert"]["pooler"] = shapes["bert"]["pooler"]  # EuroBERT has none; unused here
-    out = model.apply({"params": params}, ids, mask)
+    assert_mlm_model_matches(config, params, ids, mask, hidden.numpy(), expected.logits.numpy())
     real = mask.astype(bool)
-    np.testing.assert_allclose(out.encoder.sequence_output[real], hidden.numpy()[real],
-                               atol=TOL, rtol=TOL)
-    np.testing.assert_allclose(out.mlm_logits[real], expected.logits.numpy()[real],
-                               atol=TOL, rtol=TOL)
     encoder = {k: v for k, v in params["bert"].items() if k != "pooler"}
     states = BertModel(config, add_pooling_layer=False, output_hidden_states=True).apply(
         {"params": encoder}, ids, mask).hidden_states

@@ -54,6 +54,22 @@ def state_dict_numpy(model):
     return {k: v.detach().numpy() for k, v in model.state_dict().items()}
 
 
+def assert_mlm_model_matches(config, params, ids, mask, hidden, logits, segments=None):
+    """An MLM-only checkpoint's `params` (no pooler: a placeholder one, unused) give the
+    reference's last hidden states and MLM logits at the real tokens (`mask`)."""
+    import jax
+    model = BertForPreTraining(config, next_sentence_prediction=False)
+    if "pooler" not in params["bert"]:
+        shapes = model.init(jax.random.PRNGKey(0), ids[:, :8])["params"]
+        params = {**params, "bert": {**params["bert"], "pooler": shapes["bert"]["pooler"]}}
+    out = model.apply({"params": params}, ids, mask, segments)
+    real = np.asarray(mask).astype(bool)
+    np.testing.assert_allclose(np.asarray(out.encoder.sequence_output)[real],
+                               np.asarray(hidden)[real], atol=TOL, rtol=TOL)
+    np.testing.assert_allclose(np.asarray(out.mlm_logits)[real], np.asarray(logits)[real],
+                               atol=TOL, rtol=TOL)
+
+
 SIZES = [
     BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                intermediate_size=37, max_position_embeddings=64, type_vocab_size=2),

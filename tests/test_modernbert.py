@@ -7,7 +7,6 @@ import pytest
 
 from bert_jax.models.config import BertConfig
 from bert_jax.models.encoder import BertModel
-from bert_jax.models.heads import BertForPreTraining
 from bert_jax.models.presets import preset
 from bert_jax.weights import hf
 from bert_jax.weights.config_json import to_hf_dict
@@ -15,7 +14,7 @@ from bert_jax.weights.config_json import to_hf_dict
 torch = pytest.importorskip("torch", reason="the PyTorch reference needs the test extras")
 transformers = pytest.importorskip("transformers")
 
-from test_model_parity import TOL, scale_weights  # noqa: E402
+from test_model_parity import TOL, assert_mlm_model_matches, scale_weights  # noqa: E402
 from test_model_parity import state_dict_numpy as state_dict  # noqa: E402
 
 SIZES = [
@@ -73,15 +72,8 @@ def test_outputs_match_transformers(size, scan, lengths):
         hidden = ref.model(torch.tensor(ids, dtype=torch.long),
                            attention_mask=torch.tensor(mask, dtype=torch.long)).last_hidden_state
     params = hf.params_from_hf(state_dict(ref), config)
-    model = BertForPreTraining(config, next_sentence_prediction=False)
-    shapes = model.init(jax.random.PRNGKey(0), ids[:, :8])["params"]
-    params["bert"]["pooler"] = shapes["bert"]["pooler"]  # ModernBERT has none; unused here
-    out = model.apply({"params": params}, ids, mask)
+    assert_mlm_model_matches(config, params, ids, mask, hidden.numpy(), expected.logits.numpy())
     real = mask.astype(bool)
-    np.testing.assert_allclose(out.encoder.sequence_output[real], hidden.numpy()[real],
-                               atol=TOL, rtol=TOL)
-    np.testing.assert_allclose(out.mlm_logits[real], expected.logits.numpy()[real],
-                               atol=TOL, rtol=TOL)
     encoder = {k: v for k, v in params["bert"].items() if k != "pooler"}
     states = BertModel(config, add_pooling_layer=False, output_hidden_states=True).apply(
         {"params": encoder}, ids, mask).hidden_states
