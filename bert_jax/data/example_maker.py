@@ -46,7 +46,7 @@ def read_input_documents(path: str, ref_path: Optional[str], read: corpus.ReadSt
     `path` may be a piece of a tfds corpus (`tfds_source`)."""
     if tfds_source.is_tfds(path):
         return [[(sentence, None, "") for sentence in document]
-                for document in tfds_source.read_documents(path, read)]
+                for document in tfds_source.read_piece(path, read)]
     if not ref_path:
         return [[(sentence, None, "") for sentence in document]
                 for document in corpus.read_documents(path, read, codec)]

@@ -85,7 +85,7 @@ def identity(piece: str) -> list:
     return [piece, str(info.version), size]
 
 
-def read_documents(piece: str, stats: ReadStats) -> List[List[str]]:
+def read_piece(piece: str, stats: ReadStats) -> List[List[str]]:
     """The documents of one piece: each record's text, split into its non-empty lines."""
     import tensorflow_datasets as tfds
 
