@@ -1,0 +1,106 @@
+"""bert_jax's encoders as Flax NNX modules, for code written with `flax.nnx`.
+
+The linen modules stay the implementation: `nnx_module` wraps one in `flax.nnx.bridge.ToNNX`
+and puts the pretrained weights into it, so the result is an ordinary `nnx.Module`
+(`nnx.state`, `nnx.jit`, `nnx.grad`, `nnx.Optimizer` all work on it) that computes exactly
+what `BertModel.apply` / `BertForSequenceClassification.apply` compute on the same
+parameters. Calling it is calling the linen module: `model(input_ids, input_mask,
+segment_ids, deterministic=...)`.
+
+The linen parameters carry logical axis names (`nn.with_logical_partitioning`). NNX would
+shard each variable by them as it is created, which needs a mesh and axis rules; `nnx_module`
+turns that eager sharding off instead, so the model lands on the default device and each
+`nnx.Param` keeps its names as metadata: `nnx.get_partition_spec(nnx.state(model))` gives
+them, to be mapped onto a mesh by `bert_jax.train.axis_rules`' rules when sharding.
+"""
+
+from __future__ import annotations
+
+import os
+
+import flax.linen as nn
+import jax
+import numpy as np
+from flax import nnx
+from flax.nnx import bridge
+
+from bert_jax.models.encoder import BertModel
+from bert_jax.models.heads import BertForSequenceClassification
+from bert_jax.weights import pretrained
+
+# The shape of the example batch that creates the variables: the parameters do not depend
+# on it.
+_EXAMPLE_SHAPE = (1, 8)
+
+
+def _head(model: pretrained.Pretrained, num_labels: int) -> dict | None:
+    """The saved classifier's weights when `model` is a sequence classifier (or regressor)
+    with `num_labels` outputs: a fine-tuned model keeps its head."""
+    head = model.params.get("classifier")
+    kind = pretrained.task_kind(model.task, model.params)
+    if head is None or kind not in ("classification", "regression"):
+        return None
+    return head if np.shape(head["kernel"])[-1] == num_labels else None
+
+
+def nnx_module(path: str | os.PathLike | pretrained.ModelRef | pretrained.Pretrained, *,
+               num_labels: int | None = None, pooling: str | None = None,
+               seed: int = 0) -> bridge.ToNNX:
+    """The model at `path` (anything `pretrained.open_model` takes: a model directory, a
+    pretraining or fine-tuning workdir, `hf:ORG/NAME`; or an already loaded `Pretrained`,
+    whose `config` may have been changed) as an NNX module holding its weights.
+
+    num_labels None: the encoder (`BertModel`, with the pooler if the model has one); called
+    on ids [B, L] it returns a `BertOutput` (`sequence_output` [B, L, H], `pooled_output`
+    [B, H] or None). num_labels N: a sequence classifier (`BertForSequenceClassification`,
+    logits [B, N]) on the pretrained encoder; its head (and a pooler the model lacks) starts
+    from random weights drawn from `seed`, unless the model is a fine-tuned classifier
+    with N labels, whose head is kept. `pooling`: "pooler" or "mean" (default: what the
+    model was fine-tuned with, else "pooler"). Dropout (`deterministic=False`) draws from
+    the module's `dropout` stream, seeded by `seed`.
+    """
+    model = path if isinstance(path, pretrained.Pretrained) else pretrained.load(path)
+    encoder = model.params.get("bert", model.params)
+    if num_labels is None:
+        linen = BertModel(model.config, add_pooling_layer="pooler" in encoder)
+    else:
+        linen = BertForSequenceClassification(
+            model.config, num_labels, pooling or pretrained.classifier_pooling(model.task))
+    ids = np.zeros(_EXAMPLE_SHAPE, np.int32)
+    with nnx.use_eager_sharding(False):
+        # The variables' shapes and names without computing them: the values come next.
+        abstract = nnx.eval_shape(
+            lambda: bridge.ToNNX(linen, rngs=nnx.Rngs(0)).lazy_init(ids, np.ones_like(ids)))
+        state = nnx.state(abstract, nnx.Param)
+        nnx.replace_by_pure_dict(state, _values(model, linen, state.to_pure_dict(), seed))
+        module = bridge.ToNNX(linen, rngs=nnx.Rngs(dropout=seed))
+        nnx.update(module, state)
+    return module
+
+
+def _values(model: pretrained.Pretrained, linen, target: dict, seed: int) -> dict:
+    """The parameters of `linen` (shaped as `target`, a tree of ShapeDtypeStructs): the
+    loaded encoder's, and for a classifier a random or the saved head."""
+    encoder = model.params.get("bert", model.params)
+    source = str(model.tokenizer_dir)
+    if not isinstance(linen, BertForSequenceClassification):
+        return pretrained.init_params(target, encoder, source=source)
+    fresh = _random_head(linen, seed)
+    if "pooler" in target["bert"] and "pooler" not in encoder:
+        encoder = {**encoder, "pooler": fresh["pooler"]}
+    head = _head(model, linen.num_labels)
+    return {"bert": pretrained.init_params(target["bert"], encoder, drop=("pooler",),
+                                           source=source),
+            "classifier": fresh["classifier"] if head is None else jax.device_put(head)}
+
+
+def _random_head(linen: BertForSequenceClassification, seed: int) -> dict:
+    """{"classifier", "pooler" (None with mean pooling)} drawn as `linen.init` draws them.
+    Under jit the rest of the initialisation is dead code: XLA compiles only the head's."""
+    ids = np.zeros(_EXAMPLE_SHAPE, np.int32)
+
+    def head(key):
+        params = nn.unbox(linen.init(key, ids, np.ones_like(ids)))["params"]
+        return {"classifier": params["classifier"], "pooler": params["bert"].get("pooler")}
+
+    return jax.jit(head)(jax.random.key(seed))
