@@ -1,17 +1,20 @@
-"""BERT's recipe against the ModernBERT-class recipe at equal pretraining wall-clock, on the
-data shipped in the package (issue 46).
+"""BERT's recipe against the ModernBERT-class recipe and ELECTRA's replaced-token detection
+at equal pretraining wall-clock, on the data shipped in the package (issues 46, 56).
 
 1. each recipe, `configs/pretrain.py:tiny` (BERT: post-norm, learned positions, MLM 15% +
    NSP) and `:modernbert_tiny` (rotary, pre-norm, GeGLU, windows, MLM 30% on packed rows,
-   warmup-stable-decay), at --seq_len and --batch rows, is timed over --probe_steps
+   warmup-stable-decay) and `:electra_small,tiny` (a tiny discriminator and its 1/4-wide
+   generator, 15% masking, no NSP), at --seq_len and --batch rows, is timed over --probe_steps
    after its compile, then pretrained on the embedded corpus for the steps that fill
    --minutes of training at that pace (the same wall-clock for both; compiles excluded);
 2. its final evaluation's MLM accuracy on the held-out rows (each recipe masks its own way:
-   15% vs 30%, so the two figures are not the same task);
+   15% vs 30%, so the figures are not the same task; ELECTRA's is its generator's, and its
+   discriminator's accuracy over every token is reported beside it);
 3. each pretrained model fine-tuned on the bundled spam/ham e-mails with the demo's recipe
    (configs/finetune.py:spam,tiny from it) over --seeds: test accuracy mean and std.
 
     python bench/bench_recipes.py --workdir runs/recipes [--minutes 5] [--seeds 1,2,3]
+        [--recipes bert,modern,electra]
 
 The last line printed is one JSON object: {RECIPE: {"steps", "seconds_per_step",
 "pretrain_minutes", "params", "mlm_accuracy", "test_accuracy": {"mean", "std"},
@@ -28,7 +31,7 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 CONFIGS = os.path.join(REPO, "configs")
-RECIPES = {"bert": "tiny", "modern": "modernbert_tiny"}
+RECIPES = {"bert": "tiny", "modern": "modernbert_tiny", "electra": "electra_small,tiny"}
 
 
 def pretrain_config(recipe: str, args, steps: int, **extra):
@@ -71,7 +74,9 @@ def pretrain(recipe: str, args) -> dict:
     return {"workdir": workdir, "steps": steps, "seconds_per_step": round(pace, 4),
             "pretrain_minutes": round((time.time() - start) / 60, 2),
             "params": count_params(pretrained.load(workdir).params["bert"]),
-            "mlm_accuracy": round(result["eval"]["mlm_accuracy"], 4)}
+            "mlm_accuracy": round(result["eval"]["mlm_accuracy"], 4),
+            **({"disc_accuracy": round(result["eval"]["disc_accuracy"], 4)}
+               if "disc_accuracy" in result["eval"] else {})}
 
 
 def finetune(recipe: str, init_from: str, args) -> dict:
@@ -96,17 +101,20 @@ def main(argv=None) -> int:
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--probe_steps", type=int, default=8)
     parser.add_argument("--seeds", default="1,2,3")
+    parser.add_argument("--recipes", default=",".join(RECIPES),
+                        help=f"comma-separated, of {', '.join(RECIPES)}")
     args = parser.parse_args(argv)
     if os.path.exists(args.workdir):
         parser.error(f"{args.workdir} exists: give a new --workdir")
     summary = {}
-    for recipe in RECIPES:
+    for recipe in args.recipes.split(","):
         figures = pretrain(recipe, args)
         figures.update(finetune(recipe, figures.pop("workdir"), args))
         summary[recipe] = figures
         print(f"{recipe}: {json.dumps(figures)}", flush=True)
     summary["settings"] = {k: getattr(args, k) for k in
-                           ("minutes", "seq_len", "batch", "probe_steps", "seeds")}
+                           ("minutes", "seq_len", "batch", "probe_steps", "seeds",
+                            "recipes")}
     print(json.dumps(summary), flush=True)
     return 0
 

@@ -22,6 +22,14 @@ packed rows, the modern encoder (rotary, pre-norm, GeGLU, no biases, alternating
 windows and global layers), a warmup-stable-decay schedule:
   modernbert_base  the `modernbert-base` preset at seq 1024, bf16, fused attention
   modernbert_tiny  the `modernbert-tiny` preset at seq 256: a CPU in minutes
+ELECTRA (Clark et al. 2020; docs/pretraining.md): replaced-token detection, a discriminator
+trained against a jointly trained generator (`objective='electra'`), the published sizes,
+learning rates, batches and step counts (the paper's Table 6):
+  electra_small  H=256, E=128, 12 layers, 4 heads, generator 1/4, seq 128, batch 128, 1M steps
+  electra_base   H=768, 12 layers, 12 heads, generator 1/3, seq 512, batch 256, 766k steps
+  electra_large  H=1024, 24 layers, 16 heads, generator 1/4, 25% masking, seq 512, batch 2048,
+                 400k steps, FSDP and remat (check a slice with `bert-jax compile`)
+Add `,tiny` (e.g. `electra_small,tiny`) for the same objective at the size of `tiny`.
 The gpu_* global_batch_size is for one GPU: multiply it by the number of GPUs. The tpu_*
 ones are global; check a slice with `bert-jax compile --topology v4-128` (docs/tpu.md).
 Add `,faithful` (e.g. `gpu_large,faithful`) for BERT's exact numerics at the same shapes.
@@ -39,14 +47,18 @@ from bert_jax.train.run_config import PRETRAIN, base_config
 def get_config(variant: str | None = None) -> ml_collections.ConfigDict:
     c = base_config(PRETRAIN)  # every key at its default: `bert-jax pretrain --help_config`
     variant, _, modifier = (variant or "base").partition(",")
-    if modifier not in ("", "faithful"):
-        raise ValueError(f"unknown variant modifier {modifier!r}: only 'faithful'")
+    if modifier not in ("", "faithful", "tiny"):
+        raise ValueError(f"unknown variant modifier {modifier!r}: 'faithful' or 'tiny'")
+    if modifier == "tiny" and not variant.startswith("electra_"):
+        raise ValueError("the 'tiny' modifier is for the electra_* variants; use `tiny`")
     if variant.startswith(("gpu_", "tpu_")):
         _fast_numerics(c)
     if variant in ("base", "tpu_base"):
         pass
     elif variant in ("modernbert_base", "modernbert_tiny"):
         _modernbert(c, variant)
+    elif variant in ("electra_small", "electra_base", "electra_large"):
+        _electra(c, variant, tiny=modifier == "tiny")
     elif variant == "tiny":
         c.model = "tiny"
         c.global_batch_size = 32
@@ -86,8 +98,8 @@ def get_config(variant: str | None = None) -> ml_collections.ConfigDict:
             c.global_batch_size = 32
     else:
         raise ValueError(f"unknown variant {variant!r}: tiny, small, base, large, gpu_base, "
-                         "gpu_large, gpu_large_512, tpu_base, tpu_large, modernbert_base or "
-                         "modernbert_tiny")
+                         "gpu_large, gpu_large_512, tpu_base, tpu_large, modernbert_base, "
+                         "modernbert_tiny, electra_small, electra_base or electra_large")
     if modifier == "faithful":
         c.attention_impl = "einsum"
         c.attention_probs_dropout_prob = None
@@ -141,6 +153,53 @@ def _modernbert(c: ml_collections.ConfigDict, variant: str) -> None:
         c.eval_every_steps = 500
         c.eval_steps = 20
         c.checkpoint_every_steps = 500
+
+
+def _electra(c: ml_collections.ConfigDict, variant: str, tiny: bool) -> None:
+    """ELECTRA's published pretraining (google-research/electra's configure_pretraining.py
+    and the paper's Table 6): no NSP, dynamic masking (15%; 25% for large), masked
+    positions int((p + 0.005) * seq) as there, 10k warmup steps then linear decay, AdamW
+    with weight decay 0.01, loss = MLM + 50 * discriminator. `tiny`: the same objective on
+    the `tiny` preset's shape with E=64, for tests and a CPU."""
+    c.objective = "electra"
+    c.next_sentence_prediction = False
+    c.disc_weight = 50.0
+    c.warmup_steps = 10_000
+    c.weight_decay = 0.01
+    size = variant.removeprefix("electra_")
+    hidden, embedding, layers, heads = {"small": (256, 128, 12, 4), "base": (768, 768, 12, 12),
+                                        "large": (1024, 1024, 24, 16)}[size]
+    c.generator_size = 1 / 3 if size == "base" else 0.25
+    c.masked_lm_prob = 0.25 if size == "large" else 0.15
+    c.max_seq_length = 128 if size == "small" else 512
+    c.learning_rate = 5e-4 if size == "small" else 2e-4
+    c.global_batch_size, c.num_train_steps = {"small": (128, 1_000_000), "base": (256, 766_000),
+                                              "large": (2048, 400_000)}[size]
+    if size == "large":
+        c.compute_dtype = "bfloat16"
+        c.remat_policy = "dots_with_no_batch_dims"
+        c.scan_layers = True
+        c.mesh_shape.data = 1
+        c.mesh_shape.fsdp = -1
+    if tiny:
+        hidden, embedding, layers, heads = 128, 64, 2, 2
+        c.max_seq_length = 128
+        c.global_batch_size = 32
+        c.num_train_steps = 3000
+        c.warmup_steps = 300
+        c.learning_rate = 1e-3
+        c.log_every_steps = 50
+        c.eval_every_steps = 500
+        c.eval_steps = 20
+        c.checkpoint_every_steps = 500
+    c.max_predictions_per_seq = int((c.masked_lm_prob + 0.005) * c.max_seq_length)
+    model = dict(preset="tiny" if tiny else "bert-base", model_type="electra",
+                 pooler_act="gelu", hidden_size=hidden, num_hidden_layers=layers,
+                 num_attention_heads=heads, intermediate_size=4 * hidden)
+    if embedding != hidden:  # factorized: embeddings of width E, projected
+        model["embedding_size"] = embedding
+    with c.ignore_type():  # the model as fields (a preset's name is a str)
+        c.model = ml_collections.ConfigDict(model)
 
 
 def _fast_numerics(c: ml_collections.ConfigDict) -> None:

@@ -22,7 +22,8 @@ SHARED = ("model", "tokenizer", "compute_dtype", "remat_policy", "attention_impl
           "attention_probs_dropout_prob", "rng_impl", "max_seq_length", "packing",
           "global_batch_size", "learning_rate", "optimizer", "weight_decay", "max_grad_norm",
           "on_nonfinite", "max_consecutive_nonfinite", "mesh_shape", "logical_axis_rules",
-          "seed", "log_every_steps", "init_from")
+          "seed", "log_every_steps", "init_from", "teacher", "temperature", "alpha",
+          "hidden_weight", "attention_weight")
 
 
 def test_pretraining_and_fine_tuning_name_shared_settings_alike():

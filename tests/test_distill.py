@@ -19,7 +19,7 @@ from test_finetune_util import MICRO_MODEL, micro_config, shared_compilation_cac
 
 from bert_jax import cli as bert_jax_cli
 from bert_jax.finetune import distill, inference, job, objective
-from bert_jax.models import heads, losses
+from bert_jax.models import heads, losses, matching
 from bert_jax.models.presets import preset
 from bert_jax.tokenization import WordPieceTokenizer
 from bert_jax.train import train_step
@@ -95,8 +95,8 @@ def test_loss_mixes_hard_and_soft_and_alpha_one_is_fine_tuning():
 def test_layer_choices():
     assert distill.evenly_spaced_layers(6, 2) == [0, 3]
     assert distill.evenly_spaced_layers(6, 3) == [0, 2, 4]
-    assert distill.matched_layers(2, 6) == [2, 5]
-    assert distill.matched_layers(1, 2) == [1]
+    assert losses.matched_layers(2, 6) == [2, 5]
+    assert losses.matched_layers(1, 2) == [1]
 
 
 @pytest.fixture(scope="module")
@@ -243,9 +243,9 @@ def test_matched_states_are_the_model_s_hidden_states_and_attentions(shape):
     ids = jnp.array([[2, 5, 6, 7, 3, 0]], jnp.int32)
     model = heads.BertForSequenceClassification(config, 2, every_position=True)
     params = nn.unbox(model.init(jax.random.key(0), ids)["params"])
-    _, captured = model.apply({"params": params}, ids, capture_intermediates=distill._is_captured,
+    _, captured = model.apply({"params": params}, ids, capture_intermediates=matching.is_captured,
                               mutable=["intermediates"])
-    hidden, probs = distill._states(captured["intermediates"], config)
+    hidden, probs = matching.captured_states(captured["intermediates"], config)
     out = BertModel(config, output_hidden_states=True, output_attentions=True).apply(
         {"params": params["bert"]}, ids)
     assert len(hidden) == len(out.hidden_states) and len(probs) == len(out.attentions)
@@ -256,11 +256,11 @@ def test_matched_states_are_the_model_s_hidden_states_and_attentions(shape):
 def test_attention_of_different_head_counts_is_compared_as_head_means():
     student = [jnp.array(np.random.default_rng(0).dirichlet(np.ones(3), (1, 2, 3)))]
     teacher = [jnp.array(np.random.default_rng(1).dirichlet(np.ones(3), (1, 4, 3)))]
-    (s,), (t,) = distill.comparable_attention(student, teacher)
+    (s,), (t,) = losses.comparable_attention(student, teacher)
     assert s.shape == t.shape == (1, 1, 3, 3)
     np.testing.assert_allclose(t[0, 0], np.mean(teacher[0][0], axis=0), rtol=1e-6)
     np.testing.assert_allclose(s.sum(-1), 1.0, rtol=1e-6)  # still distributions per query
-    same = distill.comparable_attention(student, student)
+    same = losses.comparable_attention(student, student)
     assert same[0][0].shape == (1, 2, 3, 3)  # equal head counts: head by head
 
 

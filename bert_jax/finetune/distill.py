@@ -46,34 +46,12 @@ from bert_jax.finetune.tasks.classification import ClassificationTask
 from bert_jax.finetune.tasks.multiple_choice import MultipleChoiceTask
 from bert_jax.finetune.tasks.squad import SquadTask
 from bert_jax.finetune.tasks.tagging import TaggingTask
-from bert_jax.host import paths, workdir_kind
-from bert_jax.models import layer_layout, losses
+from bert_jax.host import outputs, paths, workdir_kind
+from bert_jax.models import layer_layout, losses, matching
+from bert_jax.models.matching import PROJECTION, StudentWithProjection
 from bert_jax.tokenization import load_tokenizer
 from bert_jax.train import run_config, sharding
 from bert_jax.weights import pretrained
-
-PROJECTION = "distill_projection"  # the projection's parameters, never saved
-
-
-class StudentWithProjection(nn.Module):
-    """The student for training with a hidden-state projection to `teacher_width`: the
-    student's parameters at the top level (shared scope, so loading, evaluation and
-    saving see the student's own tree) plus PROJECTION's kernel [student width, teacher
-    width] and bias. Calls run the student alone."""
-
-    student: nn.Module
-    teacher_width: int
-
-    def setup(self):
-        nn.share_scope(self, self.student)
-        self.projection = nn.Dense(self.teacher_width, name=PROJECTION,
-                                   param_dtype=jnp.float32)
-
-    def __call__(self, *args, **kwargs):
-        if self.is_initializing():  # create the projection with the student's parameters
-            self.projection(jnp.zeros((1, self.student.config.hidden_size), jnp.float32))
-        return self.student(*args, **kwargs)
-
 
 # The distillation keys of the fine-tuning schema: a teacher's saved config (itself perhaps
 # distilled) gives way to their recipe defaults.
@@ -196,60 +174,6 @@ def soft_loss(task, student, teacher, batch, temperature):
     raise UserError(f"task {task.name!r} cannot be distilled")
 
 
-def _is_captured(module, method: str) -> bool:
-    """Embeddings, each layer and each attention block: the states TinyBERT matches."""
-    name = module.name or ""
-    return method == "__call__" and (name in ("embeddings", "attention")
-                                     or name.startswith("layer_"))
-
-
-def _layer_calls(encoder, c) -> list:
-    """(a layer's captured intermediates, which of its calls) for every applied layer, in
-    order. An ALBERT layer is called once per application of its group (flax keeps one
-    captured output per call)."""
-    if c.model_type != "albert":
-        return [(encoder[f"layer_{i}"], 0) for i in range(c.num_hidden_layers)]
-    repeats = c.num_hidden_layers // c.num_hidden_groups
-    return [(encoder[f"group_{g}"][f"layer_{k}"], r) for g in range(c.num_hidden_groups)
-            for r in range(repeats) for k in range(c.inner_group_num)]
-
-
-def _states(intermediates, config):
-    """(hidden states: embeddings then each applied layer's, attention probabilities per
-    applied layer)."""
-    bert = intermediates["bert"]
-    calls = _layer_calls(bert["encoder"], config)
-    hidden = [bert["embeddings"]["__call__"][0]] + [layer["__call__"][r][0] for layer, r in calls]
-    return hidden, [layer["attention"]["__call__"][r][1] for layer, r in calls]
-
-
-def matched_layers(student_layers: int, teacher_layers: int) -> list[int]:
-    """Teacher layer (0-based) matched to each student layer."""
-    return [(j + 1) * teacher_layers // student_layers - 1 for j in range(student_layers)]
-
-
-def comparable_attention(student_probs, teacher_probs):
-    """Per-layer attention probabilities [B, heads, L, L] as compared: unchanged when the
-    head counts are equal, otherwise each model's mean over its heads ([B, 1, L, L])."""
-    if student_probs[0].shape[1] == teacher_probs[0].shape[1]:
-        return student_probs, teacher_probs
-    mean = lambda probs: [p.mean(axis=1, keepdims=True) for p in probs]
-    return mean(student_probs), mean(teacher_probs)
-
-
-def masked_mse(a, b, weights):
-    """Mean squared difference over the trailing axes of `weights`-weighted rows, summed
-    over the rows with their weights: (sum, weight)."""
-    err = jnp.square(a.astype(jnp.float32) - b.astype(jnp.float32))
-    err = jnp.mean(err.reshape(*weights.shape, -1), axis=-1)
-    return jnp.sum(err * weights), jnp.sum(weights)
-
-
-def _mean_over_layers(pairs):
-    """The (sum, weight) of the mean over layers of pairs that share one weight."""
-    return sum(total for total, _ in pairs) / len(pairs), pairs[0][1]
-
-
 def coefficients(settings: dict) -> dict[str, float]:
     """The distillation loss as a sum of `distill_loss`'s term means (module docstring)."""
     out = {"task_loss": settings["alpha"], "soft_loss": 1 - settings["alpha"]}
@@ -266,15 +190,11 @@ def distill_loss(params, batch, teacher_params, dropout_key, *, model, task, rul
     `coefficients(settings)` weigh."""
     inputs = task.model_inputs(batch)
     match = settings["hidden_weight"] > 0 or settings["attention_weight"] > 0
-    project = lambda hidden: hidden
+    project = matching.projector(params.get(PROJECTION))
     if isinstance(model, StudentWithProjection):
-        projection = params[PROJECTION]
-        project = lambda hidden: hidden.astype(jnp.float32) @ projection["kernel"] \
-            + projection["bias"]
         params = {k: v for k, v in params.items() if k != PROJECTION}
         model = model.student
-    capture = dict(capture_intermediates=_is_captured, mutable=["intermediates"]) if match \
-        else {}
+    capture = matching.CAPTURE if match else {}
     if match:  # every position of every layer, not just what the heads read
         model, teacher_model = (m.clone(every_position=True) if hasattr(m, "every_position")
                                 else m for m in (model, teacher_model))
@@ -290,36 +210,14 @@ def distill_loss(params, batch, teacher_params, dropout_key, *, model, task, rul
     terms["task_loss"] = terms.pop("loss")
     terms["soft_loss"] = soft_loss(task, student, teacher, batch, settings["temperature"])
     if match:
-        s_hidden, s_probs = _states(student_vars["intermediates"], model.config)
-        t_hidden, t_probs = _states(teacher_vars["intermediates"], teacher_model.config)
-        pairs = matched_layers(len(s_probs), len(t_probs))
-        mask = inputs["input_mask"].astype(jnp.float32)
+        mask = inputs["input_mask"]
         mask = mask.reshape(-1, mask.shape[-1])  # multiple choice: [B, C, L] -> [B * C, L]
-        if settings["hidden_weight"] > 0:
-            terms["hidden_loss"] = _mean_over_layers(
-                [masked_mse(project(s_hidden[0]), t_hidden[0], mask)]
-                + [masked_mse(project(s_hidden[j + 1]), t_hidden[i + 1], mask)
-                   for j, i in enumerate(pairs)])
-        if settings["attention_weight"] > 0:
-            s_probs, t_probs = comparable_attention(s_probs, t_probs)
-            rows = mask[:, None, :]  # [B, 1, L] query rows, broadcast over heads
-            terms["attention_loss"] = _mean_over_layers(
-                [masked_mse(s_probs[j], t_probs[i], jnp.broadcast_to(rows, s_probs[j].shape[:3]))
-                 for j, i in enumerate(pairs)])
+        terms.update(losses.matching_losses(
+            matching.captured_states(student_vars["intermediates"], model.config),
+            matching.captured_states(teacher_vars["intermediates"], teacher_model.config),
+            mask, hidden=settings["hidden_weight"] > 0,
+            attention=settings["attention_weight"] > 0, project=project))
     return terms
-
-
-def check_matching(config, student_config, teacher_config) -> None:
-    if not (config.hidden_weight > 0 or config.attention_weight > 0):
-        return
-    for who, c in (("student", student_config), ("teacher", teacher_config)):
-        if c.scan_layers:
-            raise UserError(f"hidden/attention matching needs unrolled layers; the {who} "
-                            "has scan_layers=True")
-    if config.attention_weight > 0:
-        if "fused" in (student_config.attention_impl, teacher_config.attention_impl):
-            raise UserError("attention_weight needs attention_impl=einsum (fused attention "
-                            "returns no probabilities)")
 
 
 # --- the run ----------------------------------------------------------------------------
@@ -327,8 +225,8 @@ def check_matching(config, student_config, teacher_config) -> None:
 def distill(config, teacher: pretrained.Pretrained, workdir: str) -> dict:
     """Distils `teacher` into the student `config` names; writes and returns what a
     fine-tuning run does (WORKDIR/best, eval_results.json)."""
-    workdir_kind.check_kind(workdir, workdir_kind.DISTILLATION,
-                            {"--teacher": teacher.tokenizer_dir, "--student": config.init_from})
+    outputs.check_workdir(workdir, workdir_kind.DISTILLATION,
+                          {"--teacher": teacher.tokenizer_dir, "--student": config.init_from})
     check_distillation_config(config)
     teacher_config = inference.saved_config(teacher.task)
     if config.task != teacher.task["name"]:
@@ -339,7 +237,8 @@ def distill(config, teacher: pretrained.Pretrained, workdir: str) -> dict:
         raise UserError("a CRF tagger cannot be distilled (no per-token distribution)")
     source = student_source(config, teacher)
     teacher_model = teacher_task.model(teacher.config)
-    check_matching(config, source.config, teacher.config)
+    matching.check_matching(source.config, teacher.config, hidden_weight=config.hidden_weight,
+                            attention_weight=config.attention_weight)
     teacher_params, teacher_shardings = inference.place_model_params(
         teacher, teacher_model, sharding.Partitioner.from_config(config))
     settings = {k: float(config[k]) for k in ("temperature", "alpha", "hidden_weight",

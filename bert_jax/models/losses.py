@@ -98,3 +98,63 @@ def distillation_kl(student_logits: Array, teacher_logits: Array, temperature: f
     kl = jnp.sum(jnp.exp(teacher) * (teacher - student), axis=-1)
     weights = _weights(weights, kl.shape)
     return t * t * jnp.sum(kl * weights), jnp.sum(weights)
+
+
+# --- matching a teacher's states (TinyBERT; models/matching.py captures them) -----------
+
+def matched_layers(student_layers: int, teacher_layers: int) -> list[int]:
+    """The teacher layer (0-based) matched to each student layer: TinyBERT's uniform
+    mapping, student layer m <- teacher layer m * N / M counted from 1, so the last
+    layers meet (2 of 6 -> 2, 5)."""
+    return [(j + 1) * teacher_layers // student_layers - 1 for j in range(student_layers)]
+
+
+def masked_mse(a: Array, b: Array, weights: Array) -> Pair:
+    """Mean squared difference over the trailing axes of `weights`-weighted rows, summed
+    over the rows with their weights: (sum, weight). a, b [*W, ...], weights [*W]."""
+    err = jnp.square(a.astype(jnp.float32) - b.astype(jnp.float32))
+    err = jnp.mean(err.reshape(*weights.shape, -1), axis=-1)
+    return jnp.sum(err * weights), jnp.sum(weights)
+
+
+def comparable_attention(student_probs: list, teacher_probs: list) -> tuple[list, list]:
+    """Per-layer attention probabilities [B, heads, L, L] as compared: unchanged when the
+    head counts are equal, otherwise each model's mean over its heads ([B, 1, L, L]),
+    since no head of one model corresponds to a head of the other."""
+    if student_probs[0].shape[1] == teacher_probs[0].shape[1]:
+        return student_probs, teacher_probs
+    mean_heads = lambda probs: [p.mean(axis=1, keepdims=True) for p in probs]
+    return mean_heads(student_probs), mean_heads(teacher_probs)
+
+
+def _mean_over_layers(pairs: list[Pair]) -> Pair:
+    """The (sum, weight) of the mean over layers of pairs that share one weight."""
+    return sum(total for total, _ in pairs) / len(pairs), pairs[0][1]
+
+
+def matching_losses(student: tuple, teacher: tuple, mask: Array, *, hidden: bool,
+                    attention: bool, project=lambda h: h) -> dict[str, Pair]:
+    """TinyBERT's layer-by-layer losses, {"hidden_loss", "attention_loss": (sum, weight)}
+    (those asked for): the MSE of the embeddings (0 <- 0) and of each student layer's
+    output against its `matched_layers` teacher layer's, the student's through `project`
+    (to the teacher's width); the MSE of their attention probabilities
+    (`comparable_attention`). Each is the mean over the layers of the MSE over the
+    `mask`ed positions [B, L] (query rows for attention).
+    student, teacher: (hidden states [B, L, H] embeddings first, attention probabilities
+    [B, heads, L, L] per layer), as `matching.captured_states` gives them."""
+    (s_hidden, s_probs), (t_hidden, t_probs) = student, teacher
+    pairs = matched_layers(len(s_probs), len(t_probs))
+    mask = mask.astype(jnp.float32)
+    terms = {}
+    if hidden:
+        terms["hidden_loss"] = _mean_over_layers(
+            [masked_mse(project(s_hidden[0]), t_hidden[0], mask)]
+            + [masked_mse(project(s_hidden[j + 1]), t_hidden[i + 1], mask)
+               for j, i in enumerate(pairs)])
+    if attention:
+        s_probs, t_probs = comparable_attention(s_probs, t_probs)
+        rows = mask[:, None, :]  # [B, 1, L] query rows, broadcast over heads
+        terms["attention_loss"] = _mean_over_layers(
+            [masked_mse(s_probs[j], t_probs[i], jnp.broadcast_to(rows, s_probs[j].shape[:3]))
+             for j, i in enumerate(pairs)])
+    return terms

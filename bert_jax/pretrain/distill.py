@@ -1,14 +1,23 @@
-"""Pretraining distillation on masked-LM logits (DistilBERT, Sanh et al. 2019): with
-`--config.teacher=MODEL_DIR_OR_WORKDIR` the pretraining loss becomes
+"""Pretraining distillation (`--config.teacher=MODEL_DIR_OR_WORKDIR`): the student learns
+a pretrained teacher's masked-LM distributions (DistilBERT, Sanh et al. 2019) and, with
+`hidden_weight` / `attention_weight`, its hidden states and attention maps layer by layer
+(TinyBERT's general distillation, Jiao et al. 2020). The pretraining loss becomes
 
     alpha * MLM cross-entropy + (1 - alpha) * T^2 * KL(teacher / T || student / T)
+    + hidden_weight * hidden-state MSE + attention_weight * attention-map MSE
     (+ the NSP loss when the student has an NSP head)
 
-with the KL averaged over the masked positions. The teacher is any pretrained BERT
-with a masked-LM head reading the run's vocabulary; its depth and width may differ
-from the student's. It runs in eval mode inside the jitted train step, its
-parameters a non-trained input sharded like the student's, so a resumed run sees
-exactly the teacher outputs an uninterrupted one does.
+with the KL averaged over the masked positions and the MSEs over the real tokens and
+the layers, student layer m matched to teacher layer m * N / M and the embeddings to the
+embeddings (`losses.matching_losses`). The teacher is any pretrained BERT with a
+masked-LM head reading the run's vocabulary; its depth and width may differ from the
+student's. A student of another width learns the hidden states through a learned
+projection to the teacher's width (`matching.StudentWithProjection`): a parameter of the
+run's state, checkpointed and resumed with it, never part of the model the workdir gives
+to fine-tuning or export. Attention maps are compared head by head: the head counts must
+be equal. The teacher runs in eval mode inside the jitted train step, its parameters a
+non-trained input sharded like the student's, so a resumed run sees exactly the teacher
+outputs an uninterrupted one does.
 """
 
 from __future__ import annotations
@@ -20,7 +29,7 @@ import jax
 import jax.numpy as jnp
 
 from bert_jax.errors import UserError
-from bert_jax.models import losses
+from bert_jax.models import losses, matching
 from bert_jax.models.config import BertConfig, check_inputs_fit
 from bert_jax.models.heads import BertForPreTraining
 from bert_jax.train import sharding
@@ -38,43 +47,100 @@ class MlmTeacher:
     model: BertForPreTraining
     temperature: float
     alpha: float
+    hidden_weight: float = 0.0
+    attention_weight: float = 0.0
 
-    def soft_loss(self, params, student_logits: jax.Array, batch: dict):
-        """T^2-scaled KL from the teacher's to the student's MLM distributions, summed
-        over `masked_lm_weights` (the positions the hard loss covers): (sum, weight)."""
+    @property
+    def capture(self) -> dict:
+        """Keywords of the student's `apply` that also return the states matching reads
+        (`matching.CAPTURE`); {} when it matches none."""
+        return matching.CAPTURE if self.hidden_weight > 0 or self.attention_weight > 0 else {}
+
+    def loss_terms(self, params, batch: dict, student_logits: jax.Array,
+                   student_states: tuple | None = None, projection: dict | None = None) -> dict:
+        """{name: (sum, weight)}: `soft_loss`, the T^2-scaled KL from the teacher's to the
+        student's MLM distributions over `masked_lm_weights` (the positions the hard loss
+        covers), and the `losses.matching_losses` asked for. student_logits [B, P, V];
+        student_states: `matching.captured_states` of the student (when `capture`);
+        projection: its parameters (a student of another width)."""
         extra = {k: batch[k] for k in _TEACHER_INPUTS if k in batch}
         out = self.model.apply({"params": params}, batch["input_ids"], batch["input_mask"],
                                batch["segment_ids"], batch["masked_lm_positions"], **extra,
-                               deterministic=True)
-        return losses.distillation_kl(student_logits, jax.lax.stop_gradient(out.mlm_logits),
-                                      self.temperature, batch["masked_lm_weights"])
+                               deterministic=True, **self.capture)
+        out, captured = out if self.capture else (out, None)
+        terms = {"soft_loss": losses.distillation_kl(
+            student_logits, jax.lax.stop_gradient(out.mlm_logits), self.temperature,
+            batch["masked_lm_weights"])}
+        if captured is not None:
+            teacher_states = jax.lax.stop_gradient(
+                matching.captured_states(captured["intermediates"], self.model.config))
+            terms.update(losses.matching_losses(
+                student_states, teacher_states, batch["input_mask"],
+                hidden=self.hidden_weight > 0, attention=self.attention_weight > 0,
+                project=matching.projector(projection)))
+        return terms
 
     def coefficients(self) -> dict[str, float]:
-        """The masked-LM part of the training loss: alpha * hard + (1 - alpha) * soft."""
-        return {"mlm_loss": self.alpha, "soft_loss": 1 - self.alpha}
+        """The distillation part of the training loss (the module docstring's)."""
+        out = {"mlm_loss": self.alpha, "soft_loss": 1 - self.alpha}
+        for name, weight in (("hidden", self.hidden_weight),
+                             ("attention", self.attention_weight)):
+            if weight > 0:
+                out[f"{name}_loss"] = weight
+        return out
+
+    def describe(self) -> str:
+        """The settings, for the run's first message."""
+        return f"T={self.temperature:g}, alpha={self.alpha:g}" + "".join(
+            f", {name}={weight:g}" for name, weight in (("hidden_weight", self.hidden_weight),
+                                                       ("attention_weight",
+                                                        self.attention_weight)) if weight > 0)
 
 
-def load_mlm_teacher(config, student: BertConfig, fingerprint: str, *,
-                     partitioner: sharding.Partitioner):
+def open_teacher(config) -> pretrained.ModelRef | None:
+    """`config.teacher` resolved (None without one); reads no parameters."""
+    if not config.teacher:
+        return None
+    try:
+        return pretrained.open_model(config.teacher)
+    except FileNotFoundError as e:
+        raise UserError(f"teacher {config.teacher}: {e}") from None
+
+
+def teacher_bert_config(config, teacher: pretrained.ModelRef) -> BertConfig:
+    """The teacher as the run computes it: the run's numerics and layer layout, in eval
+    mode (`run_bert_config`)."""
+    return run_bert_config(config, teacher.config, remat_policy="none",
+                           attention_probs_dropout_prob=0.0)
+
+
+def init_model(model: BertForPreTraining, config, teacher: BertConfig | None) -> nn.Module:
+    """The module whose `init` makes the run's parameters: `model`, wrapped with a
+    projection to the teacher's width (`matching.StudentWithProjection`) when it learns
+    the hidden states of a teacher of another width."""
+    if teacher is None or not config.hidden_weight > 0 \
+            or teacher.hidden_size == model.config.hidden_size:
+        return model
+    return matching.StudentWithProjection(model, teacher.hidden_size)
+
+
+def load_mlm_teacher(config, teacher: pretrained.ModelRef, student: BertConfig,
+                     fingerprint: str, *, partitioner: sharding.Partitioner):
     """(MlmTeacher, its parameters placed by `partitioner`, their shardings) of a pretraining
-    run's `config.teacher`, with the run's `temperature` and `alpha` (checked with the
-    config). The teacher computes with the run's numerics and layer layout, in eval mode
-    (`run_bert_config`); `fingerprint` is the run's tokenizer's, which the teacher's must
-    equal; `student`'s vocabulary must fit the teacher's."""
+    run's teacher (`open_teacher`), with the run's loss settings (checked with the
+    config). The teacher computes as `teacher_bert_config`; `fingerprint` is the run's
+    tokenizer's, which the teacher's must equal; `student`'s vocabulary must fit the
+    teacher's."""
     from bert_jax.tokenization import load_tokenizer
     path = config.teacher
-    try:
-        loaded = pretrained.load(path)
-    except FileNotFoundError as e:
-        raise UserError(f"teacher {path}: {e}") from None
+    loaded = pretrained.load(teacher)
     if "mlm" not in loaded.params:
         raise UserError(f"teacher {path} has no masked-LM head (a fine-tuned model? distil "
                         "those with `bert-jax distill`)")
     if load_tokenizer(loaded.tokenizer_dir).fingerprint() != fingerprint:
         raise UserError(f"vocabulary mismatch: the teacher {path} reads a different vocabulary "
                         "from this run's tokenizer; set --config.tokenizer to the teacher's")
-    bert_config = run_bert_config(config, loaded.config, remat_policy="none",
-                                  attention_probs_dropout_prob=0.0)
+    bert_config = teacher_bert_config(config, teacher)
     check_inputs_fit(bert_config, f"teacher {path}", max_seq_length=config.max_seq_length,
                      vocab_size=student.vocab_size)
     model = BertForPreTraining(bert_config, next_sentence_prediction=False)
@@ -85,4 +151,6 @@ def load_mlm_teacher(config, student: BertConfig, fingerprint: str, *,
     shardings = partitioner.shardings_of(nn.get_partition_spec(boxed))
     params = pretrained.init_params(nn.unbox(boxed), loaded.params, shardings, drop=("nsp",),
                                     source=f"teacher {path}")
-    return MlmTeacher(model, float(config.temperature), float(config.alpha)), params, shardings
+    settings = {k: float(config[k]) for k in ("temperature", "alpha", "hidden_weight",
+                                              "attention_weight")}
+    return MlmTeacher(model, **settings), params, shardings

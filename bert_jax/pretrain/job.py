@@ -21,8 +21,9 @@ import jax
 import ml_collections
 
 from bert_jax.errors import UserError
-from bert_jax.host import paths, workdir_kind
-from bert_jax.pretrain import distill, inputs
+from bert_jax.host import outputs, paths, workdir_kind
+from bert_jax.models import matching
+from bert_jax.pretrain import distill, electra, inputs
 from bert_jax.pretrain.setup import Setup
 from bert_jax.pretrain.steps import evaluate
 from bert_jax.train import checkpoint, lifecycle, multihost, perf, train_loop
@@ -46,6 +47,9 @@ def init_state(config, run_setup: Setup, writer,
         fresh = jax.device_get(state.params["bert"]["pooler"])
         params = {**params, "bert": {**params["bert"], "pooler": fresh}}
         writer.message(f"{config.init_from} has no pooler: a fresh one is kept")
+    if matching.PROJECTION in state.params:  # this run's distillation trains it afresh
+        params = {**params, matching.PROJECTION: jax.device_get(
+            state.params[matching.PROJECTION])}
     params = pretrained.init_params(
         jax.device_get(state.params) if config.partial_restore else plan.abstract.params,
         params, plan.shardings.params, drop=("nsp",), partial=config.partial_restore,
@@ -98,21 +102,25 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     preemption.Preempted after checkpointing the step where the command's watcher
     (`preemption.active`) says to stop (`lifecycle.Job.train`)."""
     workdir = paths.abspath(workdir)
-    workdir_kind.check_kind(workdir, workdir_kind.PRETRAINING,
-                            {"--config.init_from": config.init_from,
-                             "--config.teacher": config.teacher})
+    outputs.check_workdir(workdir, workdir_kind.PRETRAINING,
+                          {"--config.init_from": config.init_from,
+                           "--config.teacher": config.teacher})
     # What init_from names, resolved once (a Hub model fetched and converted, a workdir's
     # model found): the tokenizer and the initial weights both read it.
     init_from = _open_init_from(config)
     tokenizer_path, tokenizer = run_tokenizer(config, init_from)
+    teacher_ref = distill.open_teacher(config)
     run_setup = Setup.build(config, tokenizer.vocab_size,
-                            init_config=init_from.config if init_from else None)
+                            init_config=init_from.config if init_from else None,
+                            teacher=teacher_ref and distill.teacher_bert_config(config,
+                                                                                teacher_ref))
     bert_config, partitioner = run_setup.bert_config, run_setup.partitioner
     sources = inputs.resolve_files(config, run_setup.data_options, tokenizer_path,
                                    tokenizer.fingerprint())
     run = checkpoint.run_description(config.to_dict(), bert_config.to_dict(),
                                      tokenizer.fingerprint())
-    teacher, teacher_params, teacher_shardings = _teacher(config, run_setup, run["vocabulary"])
+    teacher, teacher_params, teacher_shardings = _teacher(config, run_setup, run["vocabulary"],
+                                                          teacher_ref)
     # Nothing is written before this point: a config error leaves the workdir as it was.
     job = lifecycle.Job(workdir, partitioner, keep=config.keep_checkpoints)
     restored = job.restore(run_setup.state_plan.abstract, run, start_fresh=config.start_fresh,
@@ -139,17 +147,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                                    **reading,
                                    state=restored.meta.get("pipeline") if restored else None)
     if int(state.step) == 0:
-        writer.message(f"{bert_config.num_hidden_layers} layers, H={bert_config.hidden_size}, "
-                       f"mesh {dict(partitioner.mesh.shape)}, {jax.process_count()} process(es)"
-                       + (f", distilling {config.teacher} (T={config.temperature:g}, "
-                          f"alpha={config.alpha:g})" if teacher else ""))
+        writer.message(_first_line(config, bert_config, partitioner, teacher))
     loop = job.loop(
         config, state, train_fn, partitioner.global_batch,
         num_steps=config.num_train_steps, schedule=run_setup.schedule, warmup_key="warmup_steps",
         step_args=() if teacher is None else (teacher_params,),
         per_step={"tokens": config.global_batch_size * config.max_seq_length},
-        flops_per_step=config.global_batch_size * perf.train_flops_per_example(
-            bert_config, config.max_seq_length, config.max_predictions_per_seq),
+        flops_per_step=run_setup.model_flops_per_step(),
         peak_flops=perf.peak_flops_per_device() * jax.device_count(), progress=_PROGRESS)
     eval_metrics = {}
 
@@ -157,27 +161,38 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
         with contextlib.closing(inputs.make_iterator(run_setup.data_options, files, tokenizer,
                                                      split="eval", **reading)) as eval_batches:
             eval_metrics.update(evaluate(eval_fn, loop.state.params, eval_batches,
-                                         partitioner, config.eval_steps))
+                                         partitioner, config.eval_steps, config.disc_weight))
         writer.write(loop.step, eval_metrics, prefix="eval")
         writer.message(f"step {loop.step} eval: " + ", ".join(
             f"{k} {v:.4f}" for k, v in eval_metrics.items()))
 
     with contextlib.closing(batches):
         job.train(loop, batches, [train_loop.Every(config.eval_every_steps, evaluate_now,
-                                                   at_end=bool(config.eval_every_steps))],
+                                                   at_end=bool(config.eval_every_steps)),
+                                  *electra.generator_saving(run_setup.model, workdir, tokenizer,
+                                                            writer.message)],
                   checkpoint_every=config.checkpoint_every_steps,
                   checkpoint_meta=lambda loop: {**run, "pipeline": batches.get_state()})
     return {"train": loop.last, "eval": eval_metrics}
 
 
-def _teacher(config, run_setup: Setup, vocabulary: str) -> tuple:
-    """(MlmTeacher, its parameters, their shardings) of `config.teacher`, or Nones."""
-    if not config.teacher:
+def _first_line(config, bert_config, partitioner, teacher) -> str:
+    """What a new run trains, on what, said once at its first step."""
+    return (f"{bert_config.num_hidden_layers} layers, H={bert_config.hidden_size}, "
+            f"mesh {dict(partitioner.mesh.shape)}, {jax.process_count()} process(es)"
+            + (f", distilling {config.teacher} ({teacher.describe()})" if teacher else ""))
+
+
+def _teacher(config, run_setup: Setup, vocabulary: str,
+             teacher: pretrained.ModelRef | None) -> tuple:
+    """(MlmTeacher, its parameters, their shardings) of `teacher` (`distill.open_teacher`),
+    or Nones."""
+    if teacher is None:
         return None, None, None
-    return distill.load_mlm_teacher(config, run_setup.bert_config, vocabulary,
+    return distill.load_mlm_teacher(config, teacher, run_setup.bert_config, vocabulary,
                                     partitioner=run_setup.partitioner)
 
 
 # What the progress line shows (metrics.jsonl has every metric).
-_PROGRESS = ("loss", "soft_loss", "mlm_accuracy", "nsp_accuracy", "learning_rate", "grad_norm",
-             "tokens_per_second", "mfu")
+_PROGRESS = ("loss", "soft_loss", "mlm_accuracy", "nsp_accuracy", "disc_accuracy", "replaced",
+             "learning_rate", "grad_norm", "tokens_per_second", "mfu")

@@ -16,11 +16,12 @@ import optax
 
 from bert_jax.data.options import DataOptions
 from bert_jax.errors import UserError, check_divisible, check_learning_rate
+from bert_jax.models import matching
 from bert_jax.models.config import BertConfig, check_inputs_fit
 from bert_jax.models.heads import BertForPreTraining
-from bert_jax.pretrain import distill, inputs
+from bert_jax.pretrain import distill, electra, inputs
 from bert_jax.pretrain.steps import dummy_inputs, jit_steps
-from bert_jax.train import run_config, sharding
+from bert_jax.train import perf, run_config, sharding
 from bert_jax.train.model_config import run_bert_config
 from bert_jax.train.optim import make_optimizer
 from bert_jax.train.train_state import StatePlan
@@ -35,7 +36,7 @@ class Setup:
 
     config: ml_collections.ConfigDict
     bert_config: BertConfig
-    model: nn.Module
+    model: nn.Module | electra.Electra  # the objective's (`model.init` builds the params)
     tx: optax.GradientTransformation
     schedule: optax.Schedule
     partitioner: sharding.Partitioner
@@ -46,13 +47,15 @@ class Setup:
     def build(cls, config: ml_collections.ConfigDict, vocab_size: int, *,
               devices: Sequence[jax.Device] | None = None,
               process_count: int | None = None,
-              init_config: BertConfig | None = None) -> "Setup":
+              init_config: BertConfig | None = None,
+              teacher: BertConfig | None = None) -> "Setup":
         """Builds a run's `Setup` from its config (built by `config_loader`, which checked
         its schema), checking the config (`check_pretraining_config`) against the
         target: `devices` (default: all of this job's) and its `process_count` hosts
         (default: this job's). vocab_size: the tokenizer's (used unless the model sets
-        one). init_config: init_from's architecture, which `model=''` takes. Reads no
-        files and writes none."""
+        one). init_config: init_from's architecture, which `model=''` takes. teacher: the
+        distillation teacher as it runs (`distill.teacher_bert_config`), whose states the
+        student may learn. Reads no files and writes none."""
         run_config.require_built(config, "pretrain")
         if config.model == "" and init_config is None:
             raise UserError("model='' takes the architecture of init_from, but init_from is "
@@ -64,23 +67,46 @@ class Setup:
         check_pretraining_config(config, bert_config, vocab_size, partitioner.batch_shards,
                                  hosts)
         data_options = DataOptions.from_config(config)  # and the data options' own rules
-        model = BertForPreTraining(bert_config, config.next_sentence_prediction)
+        if teacher is not None:
+            matching.check_matching(bert_config, teacher, hidden_weight=config.hidden_weight,
+                                    attention_weight=config.attention_weight, same_heads=True)
+        if config.objective == "electra":
+            model = electra.Electra.build(bert_config, config.generator_size,
+                                          config.disc_weight)
+            bert_config = model.discriminator.config
+        else:
+            model = BertForPreTraining(bert_config, config.next_sentence_prediction)
         tx, schedule = make_optimizer(
             learning_rate=config.learning_rate, num_train_steps=config.num_train_steps,
             warmup_steps=config.warmup_steps, optimizer=config.optimizer,
             weight_decay=config.weight_decay, max_grad_norm=config.max_grad_norm,
             lr_schedule=config.lr_schedule)
         dummy = dummy_inputs(1, config.max_seq_length, config.max_predictions_per_seq)
-        init_fn = lambda key: model.init(key, *dummy)["params"]
+        # With the projection to a teacher's width when the student learns its states.
+        trained = model if teacher is None else distill.init_model(model, config, teacher)
+        init_fn = lambda key: trained.init(key, *dummy)["params"]
         state_plan = StatePlan.build(init_fn, tx, partitioner, config.rng_impl)
         return cls(config, bert_config, model, tx, schedule, partitioner, state_plan,
                    data_options)
 
     def jit_steps(self, teacher: distill.MlmTeacher | None = None,
                   teacher_shardings: Any = None):
-        """(train_step, eval_step) of this run (`jit_steps`)."""
+        """(train_step, eval_step) of this run (`jit_steps`, `electra.jit_electra_steps`)."""
+        if isinstance(self.model, electra.Electra):
+            return electra.jit_electra_steps(self.model, self.tx, self.partitioner,
+                                     self.state_plan.shardings, self.config.grad_accum_steps)
         return jit_steps(self.model, self.tx, self.partitioner, self.state_plan.shardings,
                          self.config.grad_accum_steps, teacher, teacher_shardings)
+
+    def model_flops_per_step(self) -> float:
+        """The model FLOPs of one training step (`perf.train_flops_per_example` of the
+        global batch), ELECTRA's generator included."""
+        configs = [self.bert_config]
+        if isinstance(self.model, electra.Electra):
+            configs.append(self.model.generator.config)
+        c = self.config
+        return c.global_batch_size * sum(perf.train_flops_per_example(
+            b, c.max_seq_length, c.max_predictions_per_seq) for b in configs)
 
     def abstract_batch(self) -> dict:
         """The global batch as sharded `jax.ShapeDtypeStruct`s, shaped as the pipeline
@@ -116,6 +142,20 @@ def check_pretraining_config(config: ml_collections.ConfigDict, bert_config: Ber
                         f"max_seq_length {config.max_seq_length}")
     check_inputs_fit(bert_config, f"model {_describe(config.model)}",
                      max_seq_length=config.max_seq_length, vocab_size=vocab_size)
+    if config.objective == "electra":
+        _check_electra(config)
     check_divisible("global_batch_size", config.global_batch_size,
                     math.lcm(batch_multiple * config.grad_accum_steps, process_count),
                     "batch shards x grad_accum_steps, and the process count")
+
+
+def _check_electra(config: ml_collections.ConfigDict) -> None:
+    """What ELECTRA's objective does not combine with: a next-sentence task (its
+    discriminator has no such head), a distillation teacher, init_from (a run starts
+    from random weights or resumes its own checkpoints)."""
+    for key, value, hint in (
+            ("next_sentence_prediction", config.next_sentence_prediction, "false"),
+            ("teacher", config.teacher, "''"), ("init_from", config.init_from, "''")):
+        if value:
+            raise UserError(f"objective 'electra' does not combine with {key}={value!r}: "
+                            f"set --config.{key}={hint} (or use the electra_* recipes)")

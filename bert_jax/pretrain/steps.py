@@ -12,7 +12,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bert_jax.models import losses
+from bert_jax.models import losses, matching
 from bert_jax.models.heads import BertForPreTraining
 from bert_jax.pretrain import distill
 from bert_jax.train import train_step
@@ -34,14 +34,20 @@ def forward(model: nn.Module, params: Any, batch: dict, *, rng=None,
     """The loss terms of one batch, {name: (weighted sum, weight)}
     (`losses.pretraining_loss`); dropout on when `rng` is given.
     teacher: distil its MLM logits (`bert_jax.pretrain.distill`), `soft_loss` beside
-    `mlm_loss`."""
+    `mlm_loss`, and its states (`hidden_loss`, `attention_loss`) when it matches them."""
     extra = {k: batch[k] for k in _OPTIONAL_INPUTS if k in batch}
+    capture = teacher.capture if teacher is not None else {}
     out = model.apply({"params": params}, batch["input_ids"], batch["input_mask"],
                       batch["segment_ids"], batch["masked_lm_positions"], **extra,
-                      deterministic=rng is None, rngs={"dropout": rng} if rng is not None else {})
+                      deterministic=rng is None, rngs={"dropout": rng} if rng is not None else {},
+                      **capture)
+    out, captured = out if capture else (out, None)
     terms = losses.pretraining_loss(out.mlm_logits, out.nsp_logits, batch)
     if teacher is not None:
-        terms["soft_loss"] = teacher.soft_loss(teacher_params, out.mlm_logits, batch)
+        states = None if captured is None else \
+            matching.captured_states(captured["intermediates"], model.config)
+        terms.update(teacher.loss_terms(teacher_params, batch, out.mlm_logits, states,
+                                        params.get(matching.PROJECTION)))
     return terms
 
 
@@ -104,8 +110,9 @@ def jit_steps(model: nn.Module, tx, partitioner: Partitioner, shardings: TrainSt
 
 
 def evaluate(eval_fn, params, batches: Iterator[dict], partitioner: Partitioner,
-             max_steps: int) -> dict:
-    """Held-out MLM (and NSP) loss and accuracy over up to `max_steps` batches."""
+             max_steps: int, disc_weight: float = 0.0) -> dict:
+    """Held-out MLM (and NSP, or ELECTRA's discriminator) loss and accuracy over up to
+    `max_steps` batches; `loss` weighs the discriminator's by `disc_weight`."""
     totals = None
     for i, batch in enumerate(batches):
         if i >= max_steps:
@@ -116,10 +123,13 @@ def evaluate(eval_fn, params, batches: Iterator[dict], partitioner: Partitioner,
         return {}
     t = jax.device_get(totals)
     out = {}
-    for name in ("mlm", "nsp"):
+    for name in ("mlm", "nsp", "disc"):
         if f"{name}_count" in t:
             count = max(float(t[f"{name}_count"]), 1e-9)
             out[f"{name}_loss"] = float(t[f"{name}_loss_sum"]) / count
             out[f"{name}_accuracy"] = float(t[f"{name}_correct"]) / count
-    out["loss"] = out["mlm_loss"] + out.get("nsp_loss", 0.0)
+    if "disc_replaced" in t:
+        out["replaced"] = float(t["disc_replaced"]) / max(float(t["disc_count"]), 1e-9)
+    out["loss"] = (out["mlm_loss"] + out.get("nsp_loss", 0.0)
+                   + disc_weight * out.get("disc_loss", 0.0))
     return out
