@@ -136,12 +136,19 @@ def main() -> None:
                            else sum(times) / workers)
             print(f"  {workers} workers (simulated, {max(workers, len(files))} files): "
                   f"{wall:.1f} s, {one / wall:.1f}x one worker")
-        rate = mb / sum(times)  # MB per second per worker on the files alone
-        corpus_mb = 20_000
-        hours = corpus_mb / (rate * 64) / 3600
-        print(f"  20 GB on a 64-core host at {rate:.2f} MB/s per worker (dupe_factor "
-              f"{args.dupe_factor}, seq {args.max_seq_length}): about {hours:.1f} h, "
-              "files at least as many as cores")
+        rate = mb / sum(times)  # MB of text per second per worker on the files alone
+        shards = cpd.shard_paths(os.path.join(tmp, "out1"), 8)
+        per_text_mb = sum(os.path.getsize(p) for p in shards) / 1e6 / mb
+        corpus_mb, cores, disk_mb_s = 20_000, 64, 500  # disk_mb_s: an assumed sustained write
+        convert_h = corpus_mb / (rate * cores) / 3600
+        records_gb = corpus_mb * per_text_mb / 1e3
+        write_h = 2 * records_gb * 1e3 / disk_mb_s / 3600  # parts, then shards
+        print(f"  records: {per_text_mb:.1f} MB per MB of text")
+        print(f"  20 GB of text on a {cores}-core host (at least {cores} files, dupe_factor "
+              f"{args.dupe_factor}, seq {args.max_seq_length}): converting at {rate:.2f} MB/s "
+              f"per worker about {convert_h:.2f} h of CPU-bound work; {records_gb:.0f} GB of "
+              f"records written twice (parts, then shards) at an assumed {disk_mb_s} MB/s "
+              f"disk about {write_h:.2f} h: the disk, not the cores, bounds it there")
 
 
 if __name__ == "__main__":

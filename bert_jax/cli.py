@@ -15,7 +15,7 @@ import traceback
 
 from bert_jax import __version__
 from bert_jax.errors import Interrupted, NonFiniteError, UserError
-from bert_jax.host import backend_env, compile_cache, tf_host
+from bert_jax.host import backend_env, compile_cache, library_log, stopping, tf_host
 
 COMMANDS = {
     "train-tokenizer": ("bert_jax.data.build_vocab",
@@ -83,8 +83,8 @@ class _LibraryTracebacks:
     errors go to a file, created when first needed, instead of the console: the run's
     failure is reported in one line, which names the file. Process-wide (sys.excepthook,
     sys.unraisablehook, which TensorStore's callbacks use, threading.excepthook, and a
-    filter on the errors logged to absl's logger, used by libraries only): the CLI owns
-    its process."""
+    filter on the errors logged to absl's and asyncio's loggers, used by libraries only):
+    the CLI owns its process."""
 
     def __init__(self):
         self.name, self.path, self._installed = "", None, False
@@ -99,14 +99,18 @@ class _LibraryTracebacks:
             threading.excepthook = sys.unraisablehook = lambda a: self.excepthook(
                 a.exc_type, a.exc_value, a.exc_traceback)
             logging.getLogger("absl").addFilter(self.filter)
+            # asyncio's "Task exception was never retrieved" of Orbax's failed writes
+            logging.getLogger("asyncio").addFilter(self.filter)
+            library_log.set_file(self.write)  # our own reduced errors' full texts
 
-    def write(self, text: str) -> None:
+    def write(self, text: str) -> str:
         if self.path is None:
             fd, self.path = tempfile.mkstemp(prefix=f"bert-jax-{self.name}-",
                                              suffix=".library-errors.txt")
             os.close(fd)
         with open(self.path, "a", encoding="utf-8") as f:
             f.write(text if text.endswith("\n") else text + "\n")
+        return self.path
 
     def excepthook(self, *exc) -> None:
         self.write("".join(traceback.format_exception(*exc)))
@@ -117,8 +121,10 @@ class _LibraryTracebacks:
             return False
         return True
 
-    def mention(self) -> str:
-        return f"; library errors in {self.path}" if self.path else ""
+    def mention(self, message: str = "") -> str:
+        """Names the file for a one-line error, unless `message` names it already."""
+        return f"; library errors in {self.path}" if self.path and self.path not in message \
+            else ""
 
 
 _LIBRARY_TRACEBACKS = _LibraryTracebacks()
@@ -137,7 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     ValueError or KeyError of a bad file or value: one line `bert-jax COMMAND: error: ...`;
     also a busy workdir, a full disk, out of device memory); 1 a run that failed for
     another reason (a run that diverged: one line naming the step and what to change; a
-    bug: one line naming the file that holds its traceback); 130 Ctrl-C. `--debug` or
+    bug: one line naming the file that holds its traceback); 130 Ctrl-C or SIGTERM (one
+    line; temporary files removed, workers ended; pretrain, finetune and distill save a
+    checkpoint first and exit 0 on SIGTERM: `train/preemption.py`). `--debug` or
     BERT_JAX_DEBUG=1 lets the exception's traceback through; `--verbose` shows the
     libraries' INFO logs."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -160,19 +168,22 @@ def main(argv: list[str] | None = None) -> int:
     stray = _LIBRARY_TRACEBACKS
     stray.start(name, divert=not (debug or verbose))
     try:
-        if name in TF_COMMANDS and not verbose:
-            tf_host.import_quietly()
-        module = importlib.import_module(COMMANDS[name][0])
-        # Modules that serve several commands expose main(argv, command=...).
-        if getattr(module, "MULTI_COMMAND", False):
-            return module.main(rest, command=name) or 0
-        return module.main(rest) or 0
+        # SIGTERM raises Interrupted, as Ctrl-C raises KeyboardInterrupt; installed before
+        # JAX starts: see bert_jax/host/stopping.py.
+        with stopping.stop_on_signals(name):
+            if name in TF_COMMANDS and not verbose:
+                tf_host.import_quietly()
+            module = importlib.import_module(COMMANDS[name][0])
+            # Modules that serve several commands expose main(argv, command=...).
+            if getattr(module, "MULTI_COMMAND", False):
+                return module.main(rest, command=name) or 0
+            return module.main(rest) or 0
     except (UserError, ValueError, OSError, KeyError) as e:
         if debug:
             raise
         message = e.args[0] if isinstance(e, KeyError) and e.args else e  # str() quotes it
         message = " ".join(str(message).split())  # one line, whatever the message holds
-        print(f"bert-jax {name}: error: {message}{stray.mention()}", file=sys.stderr)
+        print(f"bert-jax {name}: error: {message}{stray.mention(message)}", file=sys.stderr)
         return 2
     except NonFiniteError as e:  # the run diverged: not a bug, and not the input's fault
         if debug:

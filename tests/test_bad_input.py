@@ -240,7 +240,7 @@ CASES = {
     "finetune from its own workdir": (
         FINETUNE[:4] + ["{pretrained}"] + FINETUNE[5:] + ["--init_from", "{pretrained}"],
         "the output folder {pretrained} is also --init_from: writing there would replace "
-        "what this run reads"),
+        "what this command reads"),
     "finetune into a pretraining workdir": (
         FINETUNE[:4] + ["{pretrained}"] + FINETUNE[5:],
         "{pretrained} holds a pretraining run (bert-jax pretrain) whose results this command "
@@ -296,7 +296,7 @@ CASES = {
         "the test split: label 'meh' is not among the training labels"),
     "convert onto its own input": (
         ["convert", "--model", "{finetuned}", "--to_hf", "{finetuned}", "--overwrite"],
-        "the output folder {finetuned} is also the input"),
+        "--to_hf {finetuned} is also --model"),
 }
 
 

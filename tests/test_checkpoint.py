@@ -13,7 +13,7 @@ from bert_jax.errors import CheckpointError
 from bert_jax.models import layer_layout
 from bert_jax.models.heads import BertForPreTraining
 from bert_jax.pretrain.steps import dummy_inputs
-from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
+from bert_jax.tokenization import load_tokenizer
 from bert_jax.train import checkpoint, sharding
 from bert_jax.train.optim import make_optimizer
 from bert_jax.train.train_state import StatePlan
@@ -111,8 +111,11 @@ def test_init_params_drops_only_unused_heads_and_stacks_layers_as_the_target():
 
 def test_workdir_loads_as_a_pretrained_model(tmp_path):
     state, _ = state_on(jax.devices()[:1])
+    vocab = tmp_path.parent / f"{tmp_path.name}-vocab.txt"  # as many tokens as embeddings
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+                               + [f"w{i}" for i in range(CONFIG.vocab_size - 5)]) + "\n")
     pretrained.write_model_files(str(tmp_path / pretrained.WORKDIR_MODEL_DIR), CONFIG,
-                                 tokenizer=load_tokenizer(DEFAULT_VOCAB))
+                                 tokenizer=load_tokenizer(str(vocab)))
     with checkpoint.Checkpointer(str(tmp_path)) as ckpt:
         ckpt.save(3, state, {"pipeline": None})
         ckpt.wait()

@@ -35,8 +35,14 @@ needs_plugin = pytest.mark.skipif(
 
 
 def run_cli(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "bert_jax.cli", "compile", *args],
-                          capture_output=True, text=True, timeout=900, env=env)
+    """`bert-jax compile ARGS`; the lines naming each phase ("compile: ...") are moved
+    from .stderr to .progress."""
+    result = subprocess.run([sys.executable, "-m", "bert_jax.cli", "compile", *args],
+                            capture_output=True, text=True, timeout=900, env=env)
+    lines = result.stderr.splitlines(keepends=True)
+    result.progress = [line for line in lines if line.startswith("compile: ")]
+    result.stderr = "".join(line for line in lines if not line.startswith("compile: "))
+    return result
 
 
 def test_host_names_map_to_the_cuda_clients_topology():

@@ -59,7 +59,8 @@ def test_a_stopped_conversion_resumes_from_its_parts(tmp_path, corpus_files, mon
     monkeypatch.setattr(example_maker, "convert_file", lambda task: calls.append(task[0])
                         or real(task))
     assert contents(convert(tmp_path / "run", corpus_files)) == whole
-    assert calls == [0, 1, 2, 2, 3]  # files 0 and 1 were not converted again
+    assert len(calls) == 5 and sorted(calls[3:]) == sorted(set(range(4)) - set(calls[:2]))
+    # (the two files converted before the stop were not converted again)
     assert not os.path.exists(tmp_path / "run" / "data" / "parts")
 
 
@@ -78,7 +79,7 @@ def test_two_processes_each_convert_their_share_to_the_same_records(tmp_path, co
             config, DataOptions.from_config(config), inputs.input_files(config),
             str(tmp_path / "two"), DEFAULT_VOCAB, VOCABULARY, process_index=index,
             process_count=2, message=print, sync=barriers.append)
-        assert _CONVERTED == [index, index + 2]
+        assert sorted(_CONVERTED) == [index, index + 2]
     assert barriers == ["raw_text_parts_written"] * 2
     assert contents(files) == whole
 

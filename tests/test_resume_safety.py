@@ -284,8 +284,8 @@ def test_a_full_disk_stops_the_run_at_the_failed_save_with_one_line(
     last = err.splitlines()[-1]
     assert last.startswith(f"bert-jax pretrain: error: [Errno 28] writing checkpoint 4 under "
                            f"{workdir}/checkpoints failed (No space left on device; "), last
-    assert "MiB free); the last complete one, step 2, is intact and a rerun resumes from " \
-        "it; library errors in " in last, last
+    assert "MiB free); the last complete one, step 2, is intact: free space on its disk, " \
+        "then rerun the same command (it resumes from that step); library errors in " in last, last
     assert os.listdir(os.path.join(workdir, "checkpoints")) == ["2"]  # no partial save left
     assert latest_step(workdir) == 2
     os.remove(last.rsplit(" ", 1)[1])

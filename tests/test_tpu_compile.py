@@ -29,8 +29,14 @@ needs_libtpu = pytest.mark.skipif(
 
 
 def run_cli(*args):
-    return subprocess.run([sys.executable, "-m", "bert_jax.cli", "compile", *args],
-                          capture_output=True, text=True, timeout=900)
+    """`bert-jax compile ARGS`; the lines naming each phase ("compile: ...") are moved
+    from .stderr to .progress."""
+    result = subprocess.run([sys.executable, "-m", "bert_jax.cli", "compile", *args],
+                            capture_output=True, text=True, timeout=900)
+    lines = result.stderr.splitlines(keepends=True)
+    result.progress = [line for line in lines if line.startswith("compile: ")]
+    result.stderr = "".join(line for line in lines if not line.startswith("compile: "))
+    return result
 
 
 def test_topology_names_map_to_libtpu_arguments():
@@ -135,6 +141,10 @@ def test_compile_for_v5e_2x2_reports_the_fields(v5e_4):
     result, _ = v5e_4
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""  # libtpu's start-up warnings are silenced
+    assert [line.split(" (")[0].strip() for line in result.progress] == [  # each phase
+        "compile: building the model and its sharding over v5e-4",
+        "compile: tracing the train step", "compile: XLA is compiling the train step"]
+    assert "1 host, 1 slice" in result.stdout  # no "1 hosts"
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert set(report) == JSON_KEYS
     assert (report["topology"], report["chips"], report["hosts"], report["slices"]) == \

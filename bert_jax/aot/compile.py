@@ -42,7 +42,6 @@ from bert_jax.aot import collectives, gpu_hosts, tpu_slices
 from bert_jax.errors import UserError, is_out_of_memory, memory_levers
 from bert_jax.models import jax_compat
 from bert_jax.pretrain.setup import Setup
-from bert_jax.train import perf
 from bert_jax.train.config_loader import load_config, split_config_args
 from bert_jax.weights import pretrained
 
@@ -100,12 +99,15 @@ def _shortfall_from_error(error: Exception) -> float | None:
 
 
 def compile_step(config, topology, num_slices: int = 1,
-                 hlo_out: str = "") -> dict:
+                 hlo_out: str = "", progress=lambda line: None) -> dict:
     """Compiles `config`'s train step for `num_slices` slices of `topology`; returns the
     report (the JSON's fields, plus 'details' for the printout). Raises DoesNotFit when
-    XLA refuses for memory."""
+    XLA refuses for memory. `progress(line)` is told each phase as it starts (the
+    compile itself can take minutes in silence)."""
     if config.teacher:
         raise UserError("compile does not build distillation runs (config.teacher) yet")
+    progress(f"building the model and its sharding over {topology.name}"
+             f"{f' x{num_slices}' if num_slices > 1 else ''}")
     devices = topology_devices(topology, num_slices)
     hosts = len({d.process_index for d in devices})
     setup = Setup.build(config, _vocab_size(config), devices=devices, process_count=hosts)
@@ -119,7 +121,9 @@ def compile_step(config, topology, num_slices: int = 1,
     train_fn, _ = setup.jit_steps()
     start = time.perf_counter()
     with jax.set_mesh(setup.partitioner.mesh), cudnn_checks_for(topology):
+        progress("tracing the train step")
         lowered = train_fn.lower(setup.state_plan.abstract, setup.abstract_batch())
+        progress("XLA is compiling the train step (about a minute for a base model)")
         try:
             compiled = lowered.compile()
         except Exception as e:  # noqa: BLE001 - XLA's error type differs across versions
@@ -185,8 +189,7 @@ def _report(config, topology, setup, compiled, hosts, num_slices, compile_s) -> 
     cost = (cost[0] if isinstance(cost, (list, tuple)) else cost) or {}  # GPU: None
     flat, text = list(mesh.devices.flat), compiled.as_text()
     bytes_by_kind = collectives.collective_bytes(text, chips // num_slices, num_slices)
-    model_flops = config.global_batch_size * perf.train_flops_per_example(
-        setup.bert_config, config.max_seq_length, config.max_predictions_per_seq)
+    model_flops = setup.model_flops_per_step()
     batch_ways = setup.partitioner.batch_shards
     return {
         "topology": topology.name, "chips": chips, "hosts": hosts, "slices": num_slices,
@@ -239,6 +242,11 @@ def _fused_attention_calls(hlo_text: str) -> int:
                for line in hlo_text.splitlines())
 
 
+def _count(n: int, noun: str) -> str:
+    """'1 host', '2 hosts'."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def _gb(x: float) -> str:
     return f"{x / 1e9:,.2f} GB" if x >= 1e8 else f"{x / 1e6:,.1f} MB"
 
@@ -246,8 +254,8 @@ def _gb(x: float) -> str:
 def format_report(report: dict) -> str:
     d = report["details"]
     lines = [
-        f"topology  {report['topology']} ({d['device_kind']}): {report['chips']} chips, "
-        f"{report['hosts']} hosts, {report['slices']} slice(s)",
+        f"topology  {report['topology']} ({d['device_kind']}): {_count(report['chips'], 'chip')}"
+        f", {_count(report['hosts'], 'host')}, {_count(report['slices'], 'slice')}",
         f"mesh      {report['mesh']}; per-chip batch {d['per_chip_batch']:g}, "
         f"grad_accum_steps {d['grad_accum_steps']}, remat {d['remat_policy']}, "
         f"scan_layers {d['scan_layers']}",
@@ -295,7 +303,9 @@ def main(argv: list[str]) -> int:
     if args.search:
         return _search(args, overrides, topology)
     config = load_config(args.config, overrides)
-    report = compile_step(config, topology, args.num_slices, hlo_out=args.hlo_out)
+    report = compile_step(config, topology, args.num_slices, hlo_out=args.hlo_out,
+                          progress=lambda line: print(f"compile: {line}", file=sys.stderr,
+                                                      flush=True))
     print(format_report(report))
     print(json.dumps({k: v for k, v in report.items() if k != "details"}), flush=True)
     if not report["fits"]:

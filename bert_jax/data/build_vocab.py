@@ -8,16 +8,20 @@ Both put BERT's special tokens first: [PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3,
 It lives beside the corpus reader it learns from, so that tokenization reads no corpus.
 """
 import argparse
+import logging
 import tempfile
 from typing import Iterator, List, Sequence
 
 from bert_jax import flags
 from bert_jax.data import corpus
-from bert_jax.errors import UserError
-from bert_jax.host import paths
+from bert_jax.errors import UserError, check_positive
+from bert_jax.host import outputs, paths
 from bert_jax.tokenization import base, wordpiece
 from bert_jax.tokenization.sentencepiece_tokenizer import SentencePieceTokenizer
 from bert_jax.tokenization.wordpiece import WordPieceTokenizer
+
+log = logging.getLogger(__name__)
+NUM_UNUSED = 95  # [unusedN] slots after the special tokens, as BERT's vocabularies have
 
 
 def _sentences(files: Sequence[str]) -> Iterator[str]:
@@ -29,7 +33,7 @@ def _sentences(files: Sequence[str]) -> Iterator[str]:
 
 
 def train_wordpiece(files: Sequence[str], vocab_size: int, do_lower_case: bool = True,
-                    num_unused: int = 95) -> WordPieceTokenizer:
+                    num_unused: int = NUM_UNUSED) -> WordPieceTokenizer:
     """A WordPiece vocabulary of exactly `vocab_size` tokens (padded with [unusedN])."""
     import tensorflow as tf
     from tensorflow_text.tools.wordpiece_vocab import bert_vocab_from_dataset as learner
@@ -48,6 +52,10 @@ def train_wordpiece(files: Sequence[str], vocab_size: int, do_lower_case: bool =
         learn_params={"max_input_tokens": 5_000_000,
                       "max_unique_chars": max(1000, vocab_size // 3)})
     vocab = learned[:vocab_size]
+    if vocab_size - len(vocab) > vocab_size // 2:  # the text holds too few distinct pieces
+        log.warning("only %d pieces were learned from the text; %d of --vocab_size %d are "
+                    "extra [unused] slots: give more text or a smaller --vocab_size",
+                    len(vocab) - len(reserved), vocab_size - len(vocab), vocab_size)
     vocab += [f"[unused{i}]" for i in range(num_unused, num_unused + vocab_size - len(vocab))]
     return WordPieceTokenizer(vocab, do_lower_case=do_lower_case)
 
@@ -58,18 +66,29 @@ def train_sentencepiece(files: Sequence[str], vocab_size: int, model_type: str,
     trainer writes only local files)."""
     import sentencepiece as spm
     paths.makedirs(out_dir)
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=_sentences(files), model_prefix=paths.join(out_dir, "spm"),
-        vocab_size=vocab_size, model_type=model_type, character_coverage=0.9995,
-        pad_id=0, unk_id=1, bos_id=-1, eos_id=-1, pad_piece="[PAD]", unk_piece="[UNK]",
-        user_defined_symbols=["[CLS]", "[SEP]", "[MASK]"], input_sentence_size=2_000_000,
-        shuffle_input_sentence=True, minloglevel=2)
+    try:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=_sentences(files), model_prefix=paths.join(out_dir, "spm"),
+            vocab_size=vocab_size, model_type=model_type, character_coverage=0.9995,
+            pad_id=0, unk_id=1, bos_id=-1, eos_id=-1, pad_piece="[PAD]", unk_piece="[UNK]",
+            user_defined_symbols=["[CLS]", "[SEP]", "[MASK]"], input_sentence_size=2_000_000,
+            shuffle_input_sentence=True, minloglevel=2)
+    except RuntimeError as e:  # the trainer's own check of a size that does not fit the text
+        if "Vocabulary size" not in str(e):
+            raise
+        reason = str(e).split("] ", 1)[-1].split(". Increase")[0]
+        raise UserError(f"--vocab_size {vocab_size} does not fit this text ({reason})") from None
     return SentencePieceTokenizer(paths.join(out_dir, "spm.model"))
 
 
 def train_tokenizer(files: Sequence[str], vocab_size: int, kind: str, out_dir: str,
                     do_lower_case: bool = True) -> base.Tokenizer:
     """Trains a tokenizer of `kind` ('wordpiece', 'unigram', 'bpe') and saves it to `out_dir`."""
+    check_positive("--vocab_size", vocab_size)
+    if kind == "wordpiece" and vocab_size <= len(base.SPECIAL_TOKENS) + NUM_UNUSED:
+        raise UserError(f"--vocab_size {vocab_size} leaves no room for pieces learned from the "
+                        f"text beside the {len(base.SPECIAL_TOKENS)} special tokens and "
+                        f"{NUM_UNUSED} [unused] slots: give at least 1000 (BERT's: 30522)")
     files = corpus.expand_inputs(files)
     corpus.require_text(files)
     if kind == "wordpiece":
@@ -96,6 +115,9 @@ def main(argv: List[str]) -> int:
     parser.add_argument("--cased", action="store_true", help="keep case and accents (WordPiece)")
     parser.add_argument("--output", required=True, help="tokenizer directory to write")
     args = parser.parse_args(argv)
+    # Never into a model's or a run's folder: its embeddings were trained for its vocabulary.
+    outputs.check_folder("--output", args.output, {"--input": corpus.expand_inputs(args.input)},
+                         None)
     tokenizer = train_tokenizer(args.input, args.vocab_size, args.type, args.output,
                                 do_lower_case=not args.cased)
     print(f"wrote a {args.type} vocabulary of {tokenizer.vocab_size} tokens to {args.output}")

@@ -63,7 +63,7 @@ from bert_jax.data import (
 from bert_jax.data.data_stats import Stats, readable_summary
 from bert_jax.data.example_maker import LONG_LINE, examples_from_texts  # noqa: F401 (API)
 from bert_jax.data.options import DataOptions
-from bert_jax.errors import UserError
+from bert_jax.errors import UserError, check_positive
 from bert_jax.host import paths, stopping, workdir_kind, workdir_lock
 from bert_jax.tokenization import DEFAULT_VOCAB, chars, load_tokenizer
 from bert_jax.tokenization.base import uncovered_text_warning
@@ -87,8 +87,16 @@ def _cjk_share(path: str, codec: str, lines: int = 1000) -> float:
 
 
 def _check_options(options: DataOptions) -> None:
+    """The flags that would make meaningless rows, refused (0 < masked_lm_prob: at 0 the
+    masker would still mask one token per row)."""
     if options.max_seq_length < 5:
         raise UserError("max_seq_length must be at least 5")
+    check_positive("--max_predictions_per_seq", options.max_predictions_per_seq)
+    check_positive("--dupe_factor", options.dupe_factor)
+    for name, low_open in (("masked_lm_prob", True), ("short_seq_prob", False)):
+        value = getattr(options, name)
+        if not (0 < value <= 1 if low_open else 0 <= value <= 1):
+            raise UserError(f"--{name} must be in {'(' if low_open else '['}0, 1], got {value}")
 
 
 def _size(path: str) -> int:
@@ -230,6 +238,7 @@ def create_pretraining_data(inputs: Sequence[str], output_files: Sequence[str], 
               len(output_files), plan)
              for index, path in enumerate(files)
              if index % num_hosts == host_index and index not in done]
+    tasks.sort(key=lambda task: -_size(task[1]))  # longest first: the workers end together
     bar = tqdm(total=sum(_size(task[1]) for task in tasks), unit="B",
                unit_scale=True, desc="create-data", disable=not progress, file=sys.stderr)
     failed = True
@@ -456,6 +465,8 @@ def _check_output_dir(output_dir: str) -> None:
 
 def main(argv: List[str]) -> int:
     args = _parse_args(argv)
+    check_positive("--num_shards", args.num_shards)
+    check_positive("--num_workers", args.num_workers)
     output_files = shard_paths(args.output, args.num_shards)
     _check_output_dir(args.output)
     # A run on several hosts writes only its own parts: no lock, no shared file.

@@ -22,7 +22,7 @@ PIPELINE_FIELDS = ("per_host_batch_size", "packing", "max_examples_per_row", "sh
 CONFIG_FIELDS = ("max_seq_length", "max_predictions_per_seq", "masked_lm_prob",
                  "whole_word_masking", "dynamic_masking", "next_sentence_prediction",
                  "sentence_order_prediction", "knowledge_masking", "knowledge_masking_prob",
-                 "seed", "packing", "eval_fraction")
+                 "seed", "packing", "eval_fraction", "dupe_factor")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -39,9 +39,9 @@ def run_finetune(config, workdir: str) -> dict:
     """One run, or with `seeds` or a `sweep.*` list BERT's selection over them
     (`selection.run_grid`). Refuses a workdir of another kind, or its own --init_from."""
     from bert_jax.finetune import job, selection
-    from bert_jax.host import workdir_kind
-    workdir_kind.check_kind(workdir, workdir_kind.FINETUNING,
-                            {"--init_from": config.init_from, "--config.model": config.model})
+    from bert_jax.host import outputs, workdir_kind
+    outputs.check_workdir(workdir, workdir_kind.FINETUNING,
+                          {"--init_from": config.init_from, "--config.model": config.model})
     if selection.is_sweep(config):
         return selection.run_grid(config, workdir)
     return job.finetune(config, workdir)
@@ -49,8 +49,8 @@ def run_finetune(config, workdir: str) -> dict:
 
 def _finetune_main(argv: list[str]) -> int:
     from bert_jax.host import workdir_kind
-    from bert_jax.train import job_cli, multihost, run_config
-    from bert_jax.train.config_loader import load_config, split_config_args
+    from bert_jax.train import job_cli, multihost
+    from bert_jax.train.config_loader import add_help_argument, load_config, split_config_args
     rest, overrides = split_config_args(argv)
     parser = flags.ArgumentParser(prog="bert-jax finetune", description=__doc__,
                                   formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -61,7 +61,7 @@ def _finetune_main(argv: list[str]) -> int:
                         help="model directory, pretraining workdir or Hub model "
                              "(hf:ORG/NAME[@REVISION]) to start from")
     parser.add_argument("--workdir", required=True)
-    run_config.add_help_argument(parser, "finetune")
+    add_help_argument(parser, "finetune", argv)
     multihost.add_arguments(parser)
     args = parser.parse_args(rest)
     multihost.initialize(args)
@@ -121,6 +121,11 @@ def _evaluate_main(argv: list[str]) -> int:
     from bert_jax.host import paths
     if args.file and args.split:
         raise UserError("pass --split or --file, not both")
+    if args.output:
+        from bert_jax.host import outputs
+        outputs.check_file("--output", args.output, {"--file": args.file,
+                                                     "--model": args.model},
+                           suffixes=(".json",))
     overrides = {"validation_file": paths.abspath(args.file)} if args.file else {}
     model = _load(args, overrides)
     task = model.task
@@ -163,7 +168,15 @@ def _predict_main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     from bert_jax.errors import UserError
     from bert_jax.finetune import files
+    from bert_jax.host import outputs
+    if args.output:  # before the work: never the input, nor a file of the model
+        outputs.check_file("--output", args.output, {"--input": args.input,
+                                                     "--model": args.model},
+                           suffixes=(".jsonl", ".json"))
     model = _load(args)
+    from bert_jax.finetune import inference
+    for member in getattr(model, "members", [model]):  # an ensemble runs each member
+        member.progress = inference.Progress("predict")
     examples = model.task.read_inputs(args.input)
     if not examples:
         raise UserError(f"{args.input} holds no inputs (empty, or blank lines only): nothing "

@@ -11,7 +11,7 @@ import os
 from typing import Any, Iterable
 
 from bert_jax.errors import UserError
-from bert_jax.host import encoding, paths
+from bert_jax.host import encoding, library_log, paths
 
 log = logging.getLogger(__name__)
 
@@ -196,11 +196,12 @@ def write_jsonl(path: str, records: Iterable[dict[str, Any]]) -> None:
 
 
 def tfds_examples(name: str, split: str, *, data_dir: str | None = None,
-                  download: bool = False) -> list[dict[str, Any]]:
+                  download: bool = False, otherwise: str = "") -> list[dict[str, Any]]:
     """All examples of a tensorflow-datasets split as numpy dicts (strings as bytes).
 
     Without `download` a data set that is not prepared fails at once with a message,
-    instead of tfds retrying the network for minutes.
+    instead of tfds retrying the network for minutes; `otherwise` ends it with the
+    task's other source ("or read ...").
     """
     import tensorflow_datasets as tfds
 
@@ -210,11 +211,12 @@ def tfds_examples(name: str, split: str, *, data_dir: str | None = None,
         ds = tfds.load(name, split=split, data_dir=data_dir or None, download=download)
     except (AssertionError, tfds.core.registered.DatasetNotFoundError, OSError) as e:
         where = data_dir or os.environ.get("TFDS_DATA_DIR") or "~/tensorflow_datasets"
+        full_text = library_log.keep(e, f"tfds.load({name!r}, split={split!r})")
         raise UserError(
             f"the data set {name!r} (split {split!r}) must be downloaded or prepared first: it "
             f"is not in {where}. With network access, rerun with --config.tfds_download=true "
-            f"or run `tfds build {name}`; or point --config.tfds_data_dir at a prepared copy. "
-            f"({type(e).__name__}: {str(e)[:200]})") from None
+            f"or run `tfds build {name}`; or point --config.tfds_data_dir at a prepared copy"
+            f"{'; ' + otherwise if otherwise else ''}{full_text}") from None
     return list(tfds.as_numpy(ds))
 
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Mapping, Sequence
+import sys
+import time
+from typing import Any, Callable, Mapping, Sequence
 
 import flax.linen as nn
 import jax
@@ -48,17 +50,39 @@ def make_eval_fn(model, task, partitioner: Partitioner, param_shardings):
                    out_shardings=partitioner.replicated)
 
 
-def predict_features(task, params, features, eval_fn, config,
-                     partitioner: Partitioner) -> list[dict]:
-    """Runs the eval step over `features`: one dict of numpy outputs per feature."""
+def predict_features(task, params, features, eval_fn, config, partitioner: Partitioner,
+                     progress: Callable[[int, int], None] | None = None) -> list[dict]:
+    """Runs the eval step over `features`: one dict of numpy outputs per feature.
+    `progress(done, total)` is called after each batch."""
     batch_size = round_up(config.eval_batch_size, partitioner.batch_shards)
     outputs: list[dict | None] = [None] * len(features)
+    done = 0
     for batch in packing.padded_batches(features, batch_size, config.max_seq_length,
                                         task.sequence_keys, bucketing=config.length_bucketing):
         result = jax.device_get(eval_fn(params, partitioner.shard_full_batch(batch)))
         for row in np.flatnonzero(batch["example_weights"]):
             outputs[int(batch["feature_index"][row])] = {k: v[row] for k, v in result.items()}
+            done += 1
+        if progress is not None:
+            progress(done, len(features))
     return outputs
+
+
+class Progress:
+    """`progress(done, total)` for `predict_features`: a line on stderr at most every
+    EVERY_SECONDS ("predict: 12,000 of 60,000 sequences (20%)"); a run shorter than that
+    says nothing."""
+
+    EVERY_SECONDS = 10.0
+
+    def __init__(self, label: str):
+        self.label, self.last = label, time.monotonic()
+
+    def __call__(self, done: int, total: int) -> None:
+        if time.monotonic() - self.last >= self.EVERY_SECONDS and done < total:
+            self.last = time.monotonic()
+            print(f"{self.label}: {done:,} of {total:,} sequences ({done / total:.0%})",
+                  file=sys.stderr, flush=True)
 
 
 def remove_outputs(workdir: str) -> None:
@@ -110,11 +134,12 @@ class Finetuned:
     params: Any
     eval_fn: Any
     partitioner: Partitioner
+    progress: Progress | None = None  # `predict` sets one: long runs say how far they are
 
     def outputs(self, features: list[dict]) -> list[dict]:
         with jax.set_mesh(self.partitioner.mesh):
             return predict_features(self.task, self.params, features, self.eval_fn,
-                                    self.config, self.partitioner)
+                                    self.config, self.partitioner, self.progress)
 
     def predict_examples(self, examples: list[dict]) -> list[dict]:
         features = self.task.featurize(examples, self.tokenizer, self.config.max_seq_length,

@@ -23,10 +23,8 @@ import jax
 from bert_jax.data import lengths
 from bert_jax.errors import UserError
 from bert_jax.finetune import inference, keeping, model_source, schedule, task_data, tasks
-from bert_jax.finetune.inference import EVALUATE_RESULTS_FILE
 from bert_jax.finetune.objective import Objective, compiled_steps
 from bert_jax.host import paths
-from bert_jax.host.workdir_kind import PREDICTIONS_DIR
 from bert_jax.models.config import check_inputs_fit
 from bert_jax.train import checkpoint, lifecycle, multihost, optim, sharding, train_loop
 from bert_jax.train.train_state import StatePlan
@@ -35,9 +33,9 @@ from bert_jax.weights import pretrained
 log = logging.getLogger("bert_jax.finetune")
 
 KEEP_CHECKPOINTS = 2  # training checkpoints kept for resuming (removed when the run ends)
-# What a fresh run would replace: moved to WORKDIR/previous/ (`workdir_kind.set_aside`).
-EARLIER_RUN = [checkpoint.CHECKPOINTS_DIR, PREDICTIONS_DIR, pretrained.RESULTS_FILE,
-               EVALUATE_RESULTS_FILE, pretrained.BEST_DIR, "metrics.jsonl", "tensorboard"]
+# An earlier run's logs, which a fresh run replaces at once: moved to WORKDIR/previous/
+# (`workdir_kind.set_aside`); its model and results follow at the first keep (`keeping`).
+EARLIER_RUN = [checkpoint.CHECKPOINTS_DIR, "metrics.jsonl", "tensorboard"]
 
 
 def finetune(config, workdir: str) -> dict[str, Any]:
@@ -91,12 +89,14 @@ class Finetuning:
         if config.max_seq_length == "auto":  # a grid's copy of the session's config
             with config.ignore_type():
                 config.max_seq_length = self.config.max_seq_length
-        data = self.prepared(int(config.seed))
         accum = config.grad_accum_steps
         multiple = self.multiple * accum  # each micro-batch spans the batch shards
-        if accum > 1 and config.global_batch_size % multiple:
+        if config.global_batch_size % multiple:  # not rounded up: what is recorded is what ran
             raise UserError(f"global_batch_size {config.global_batch_size} is not a multiple "
-                            f"of grad_accum_steps {accum} x {self.multiple} batch shards")
+                            f"of grad_accum_steps {accum} x {self.multiple} batch shards: set "
+                            f"--config.global_batch_size="
+                            f"{inference.round_up(config.global_batch_size, multiple)}")
+        data = self.prepared(int(config.seed))
         plan = schedule.Plan.of(config, data, multiple)
         run = checkpoint.run_description(config.to_dict(), self.source.config.to_dict(),
                                          self.source.tokenizer.fingerprint())
@@ -151,16 +151,19 @@ class Finetuning:
             log.warning("%s: starting over", e)
             restored = None
         aside = job.start_over(EARLIER_RUN) if restored is None else None
-        inference.remove_outputs(job.workdir)  # an earlier run's would pass for this run's
+        kept = keeping.Kept(**restored.meta["kept"]) if restored else keeping.Kept(aside=aside)
+        if kept.epoch is not None:  # a resumed run's own, from a stop as it finished
+            inference.remove_outputs(job.workdir)
         writer = job.open_metrics(plan.num_steps, restored, append=restored is not None)
         if restored is not None:
             # The saved rate and schedule give way to this run's (a resume may change them).
             state = restored.state.replace(opt_state=optim.set_hyperparams(
                 restored.state.opt_state, **plan.hyperparams))
-            return state, shardings, keeping.Kept(**restored.meta["kept"])
+            return state, shardings, kept
         if aside:
-            writer.message(f"{job.workdir} held an earlier fine-tuning run: its results are "
-                           f"moved to {aside}")
+            writer.message(f"{job.workdir} holds an earlier fine-tuning run: its logs are "
+                           f"moved to {aside}; its model and results stay until this run "
+                           "keeps its first model, then join them")
         elif writer.replaced_earlier_run:
             writer.message(f"{job.workdir} held an earlier fine-tuning run: its metrics, best "
                            "model and results are replaced")
@@ -176,4 +179,4 @@ class Finetuning:
                        + (f", packed {plan.rows_per_batch} rows/batch" if config.packing else ""))
         writer.message(lengths.describe_coverage(self.length_coverage, "train examples")
                        + (" (max_seq_length=auto)" if self.length_coverage["auto"] else ""))
-        return state, shardings, keeping.Kept()
+        return state, shardings, kept

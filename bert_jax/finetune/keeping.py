@@ -1,6 +1,11 @@
 """The model a fine-tuning run keeps in WORKDIR/best: the best validation score's or the
 last epoch's (`keep_checkpoint`), chosen by the epoch-end action (`keeper`) that evaluates
-the model on the validation splits; and what the finished run reports (`run_results`)."""
+the model on the validation splits; and what the finished run reports (`run_results`).
+
+A fresh run in the workdir of a finished one leaves the earlier model and results in
+place until it keeps its first model, then moves them to WORKDIR/previous/ (beside the
+earlier logs, which it moved when it started): a run stopped before that leaves the
+earlier model usable where it was."""
 
 from __future__ import annotations
 
@@ -11,8 +16,8 @@ from typing import Any
 import jax
 from jax.experimental import multihost_utils
 
-from bert_jax.finetune.inference import evaluate_sets
-from bert_jax.host import paths
+from bert_jax.finetune.inference import EVALUATE_RESULTS_FILE, evaluate_sets, remove_outputs
+from bert_jax.host import paths, workdir_kind
 from bert_jax.train import multihost
 from bert_jax.weights import pretrained
 
@@ -20,12 +25,15 @@ from bert_jax.weights import pretrained
 @dataclasses.dataclass
 class Kept:
     """The model kept in WORKDIR/best: its validation score, epoch (1-based; None before
-    the first evaluation) and metrics; its parameters while this process has them."""
+    the first evaluation) and metrics; its parameters while this process has them;
+    `aside`: where an earlier run's files went (WORKDIR/previous/TIME), for its results
+    to join them at the first keep."""
 
     score: float | None = None
     epoch: int | None = None
     metrics: dict | None = None
     params: Any = dataclasses.field(default=None, repr=False)
+    aside: str | None = None
 
     def update(self, score, epoch, metrics, params) -> None:
         self.score, self.epoch, self.metrics, self.params = float(score), epoch, metrics, params
@@ -33,7 +41,8 @@ class Kept:
     def summary(self) -> dict:
         """What a checkpoint records (JSON)."""
         return json.loads(json.dumps({"score": self.score, "epoch": self.epoch,
-                                      "metrics": self.metrics}, default=float))
+                                      "metrics": self.metrics, "aside": self.aside},
+                                     default=float))
 
     def params_or_saved(self, workdir, state, unsaved: tuple):
         """The kept parameters placed like `state.params`: this process's copy, or (a run
@@ -46,6 +55,25 @@ class Kept:
         params = pretrained.init_params(target, saved, {k: shardings[k] for k in target},
                                         source=f"{workdir}/{pretrained.BEST_DIR}")
         return {**params, **{k: state.params[k] for k in unsaved if k in state.params}}
+
+
+# An earlier run's model and results, which this run's first kept model replaces.
+EARLIER_RESULTS = [pretrained.BEST_DIR, pretrained.RESULTS_FILE, EVALUATE_RESULTS_FILE,
+                   workdir_kind.PREDICTIONS_DIR, "glue_submission"]
+
+
+def set_aside_earlier_results(workdir: str, kept: Kept) -> str | None:
+    """Before this run's first kept model (`kept.epoch` None): moves an earlier run's
+    EARLIER_RESULTS into `kept.aside` (or a new WORKDIR/previous/TIME); returns where,
+    or None when there was nothing."""
+    if kept.epoch is not None:
+        return None
+    if paths.is_remote(workdir):  # a bucket cannot move them: they would pass for this run's
+        remove_outputs(workdir)
+        return None
+    aside = workdir_kind.set_aside(workdir, EARLIER_RESULTS, into=kept.aside)
+    kept.aside = aside or kept.aside
+    return aside
 
 
 def should_keep(mode: str, kept: Kept, score: float, last: bool) -> bool:
@@ -79,6 +107,11 @@ def keeper(config, workdir: str, data, eval_fn, batches, kept: Kept, plan, sourc
         # Host copies on every process (the parameters may span processes).
         params = multihost_utils.process_allgather(loop.state.params, tiled=True)
         loop.guard.check_params(params, f"{workdir}/{pretrained.BEST_DIR}")
+        if multihost.is_primary():
+            aside = set_aside_earlier_results(workdir, kept)
+            if aside:
+                loop.writer.message(f"{workdir} held an earlier fine-tuning run: its results "
+                                    f"are moved to {aside}")
         kept.update(main, batches.epoch + 1, scores, params)
         if multihost.is_primary():
             saved = {k: v for k, v in params.items() if k not in unsaved}

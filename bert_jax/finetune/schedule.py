@@ -28,7 +28,7 @@ ZERO_LEARNING_RATE = ("; a linear probe trains the head alone: --config.freeze='
 def check_finetuning_config(config) -> None:
     """The checks of a fine-tuning config that need no data beyond its schema's, which
     ran when it was built (`run_config.require_built`). Raises UserError naming the key.
-    Batch sizes are rounded up to a multiple of the mesh's batch shards."""
+    The mesh's rules on batch sizes are `Finetuning.run`'s."""
     run_config.require_built(config, "finetune")
     check_learning_rate(config.learning_rate, zero_hint=ZERO_LEARNING_RATE)
     if config.global_batch_size % config.grad_accum_steps:

@@ -33,11 +33,17 @@ def atomic_directory(path: str | os.PathLike, overwrite: bool = False, *,
             paths.rmtree(staging, missing_ok=True)
         return
     tmp = paths.temporary_sibling(path)
-    paths.makedirs(tmp)
-    try:
+    try:  # made inside: a stop (SIGTERM) right after it must remove it too
+        paths.makedirs(tmp)
         yield tmp
         paths.rmtree(path, missing_ok=True)
         paths.move(tmp, path)
+    except OSError as e:  # named as the user's path, not the hidden temporary one
+        paths.rmtree(tmp, missing_ok=True)
+        renamed = paths.in_user_terms(e, tmp, path)
+        if renamed is e:
+            raise
+        raise renamed from e
     except BaseException:
         paths.rmtree(tmp, missing_ok=True)
         raise

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import errno
 import glob as _glob
 import io
 import os
@@ -177,6 +178,11 @@ def replacing(path: str | os.PathLike, mode: str = "w"):
         with open(tmp, mode, encoding=None if "b" in mode else "utf-8") as f:
             yield f
         os.replace(tmp, path)
+    except OSError as e:
+        renamed = in_user_terms(e, tmp, path)
+        if renamed is e:
+            raise
+        raise renamed from e
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
@@ -245,6 +251,29 @@ def temporary_sibling(path: str | os.PathLike) -> str:
     """A new, unused path next to `path` (same filesystem or bucket), not created."""
     path = abspath(path)
     return join(dirname(path), f".tmp-{basename(path)}-{uuid.uuid4().hex[:12]}")
+
+
+# Errors of a failed write that carry no file name (a full disk, a read-only mount).
+_WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO)
+
+
+def in_user_terms(error: OSError, tmp: str, path: str) -> OSError:
+    """`error` naming `path` where it names `tmp`, its `temporary_sibling` (or a file under
+    it), or where a write error names no file: the user never gave the temporary name.
+    The same type and errno; `error` itself when nothing needs renaming."""
+    def rename(name):
+        if isinstance(name, str) and (name == tmp or name.startswith(tmp + "/")):
+            return path + name[len(tmp):]
+        return name
+    first, second = rename(error.filename), rename(error.filename2)
+    if first is None and error.errno in _WRITE_ERRNOS:
+        first = path
+    if (first, second) == (error.filename, error.filename2):
+        return error
+    try:
+        return type(error)(error.errno, error.strerror, first, None, second)
+    except TypeError:  # a library's OSError subclass with another signature
+        return OSError(error.errno, error.strerror, first, None, second)
 
 
 class Appender:

@@ -4,7 +4,7 @@ The first run in a workdir writes JOB_FILE (`{"kind": ..., "command": ...}`); ev
 command that writes into a workdir (`workdir_lock.hold` for pretrain, finetune and
 distill; `atomic.atomic_directory` for export, convert and saved models) calls `check_kind`
 first, which refuses in one line, before anything is written, a workdir of another
-kind or one that is also the run's input (`--init_from`, `--teacher`); so do the
+kind (`bert_jax.host.outputs` adds one that is also the run's input); so do the
 Python entry points (`pretrain.train_and_evaluate`, `finetune.cli.run_finetune`,
 `finetune.distill.distill`) and create-data's --output. Buckets (gs://) are read
 and marked through `bert_jax.host.paths`. Workdirs made before the marker existed get their
@@ -77,20 +77,9 @@ def _checkpoint_has_task(directory: str) -> bool:
     return False
 
 
-def _same(a: str, b: str) -> bool:
-    if paths.is_remote(a) or paths.is_remote(b):
-        return paths.abspath(a) == paths.abspath(b)
-    return os.path.realpath(a) == os.path.realpath(b)
-
-
-def check_kind(workdir: str, kind: str, inputs: dict[str, str] | None = None) -> None:
-    """Raises UserError when a job of `kind` may not write into `workdir`: it is one of
-    the run's `inputs` ({flag: path}), or holds another kind of job's results."""
-    for flag, path in (inputs or {}).items():
-        if isinstance(path, str) and path and not path.startswith("hf:") and \
-                _same(path, workdir):
-            raise UserError(f"the output folder {workdir} is also {flag}: writing there would "
-                            "replace what this run reads; choose another folder")
+def check_kind(workdir: str, kind: str) -> None:
+    """Raises UserError when a job of `kind` may not write into `workdir`: it holds
+    another kind of job's results. (Against the run's inputs too: `outputs.check_workdir`.)"""
     found = kind_of(workdir)
     if found is None or found == kind:
         return
@@ -129,19 +118,24 @@ def unmark_if_idle(workdir: str, before: frozenset | None, ignore: str) -> None:
 PREVIOUS_DIR = "previous"
 
 
-def set_aside(workdir: str, names: list[str]) -> str | None:
+def set_aside(workdir: str, names: list[str], into: str | None = None) -> str | None:
     """Moves those of `names` that exist in `workdir` (an earlier run's results, which a
-    fresh run would replace) into WORKDIR/previous/TIME/; returns that folder, or None
-    when there was nothing to move. Nothing is deleted: the user removes it when done."""
+    fresh run would replace) into WORKDIR/previous/TIME/ (or `into`, a folder an earlier
+    call returned, where none of them is yet); returns that folder, or None when there
+    was nothing to move. Nothing is deleted: the user removes it when done."""
     present = [n for n in names if os.path.lexists(os.path.join(workdir, n)) and not (
         os.path.isdir(os.path.join(workdir, n)) and not os.listdir(os.path.join(workdir, n)))]
     if not present or "://" in workdir:
         return None
-    aside = os.path.join(workdir, PREVIOUS_DIR, time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
-    base, n = aside, 1
-    while os.path.exists(aside):  # two fresh starts within a second
-        aside, n = f"{base}-{n}", n + 1
-    os.makedirs(aside)
+    if into and not any(os.path.lexists(os.path.join(into, n)) for n in present):
+        aside = into
+    else:
+        aside = os.path.join(workdir, PREVIOUS_DIR,
+                             time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
+        base, n = aside, 1
+        while os.path.exists(aside):  # two fresh starts within a second
+            aside, n = f"{base}-{n}", n + 1
+    os.makedirs(aside, exist_ok=True)
     for name in present:
         os.replace(os.path.join(workdir, name), os.path.join(aside, name))
     return aside

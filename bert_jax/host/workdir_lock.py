@@ -24,7 +24,7 @@ import threading
 import time
 
 from bert_jax.errors import WorkdirBusyError
-from bert_jax.host import workdir_kind
+from bert_jax.host import outputs, workdir_kind
 
 log = logging.getLogger(__name__)
 
@@ -89,9 +89,25 @@ def _process_alive(pid: int) -> bool:
     return True
 
 
-def _describe(owner: dict) -> str:
+def describe_owner(owner: dict) -> str:
+    """'host H, pid P, bert-jax finetune started T': the run holding a lock, for messages."""
     return (f"host {owner.get('host', '?')}, pid {owner.get('pid', '?')}, "
             f"{owner.get('command', 'bert-jax')} started {owner.get('started', '?')}")
+
+
+def live_owner(workdir: str) -> dict | None:
+    """The run that holds `workdir`'s lock now ({"host", "pid", "command", "started"}), or
+    None: no lock, or a stale one (see WorkdirLock._stale_reason)."""
+    found = LockFiles.read(os.path.join(workdir, LOCK_FILE))
+    if found is None:
+        return None
+    try:
+        owner = json.loads(found[0])
+    except ValueError:
+        owner = {}  # being written just now, or damaged: its heartbeat decides
+    owner = owner if isinstance(owner, dict) else {}
+    probe = WorkdirLock(workdir, "")
+    return owner if probe._stale_reason(owner, time.time() - found[1]) is None else None
 
 
 class WorkdirLock:
@@ -136,11 +152,11 @@ class WorkdirLock:
             if stale is None:
                 self._remove_created_workdir()
                 raise WorkdirBusyError(
-                    f"{self.workdir} is in use by another run ({_describe(owner)}); wait for "
+                    f"{self.workdir} is in use by another run ({describe_owner(owner)}); wait for "
                     f"it to finish or use another --workdir (if that run is gone, delete "
                     f"{self.path})")
             log.warning("taking over the lock of %s from a run that is gone (%s; %s)",
-                        self.workdir, _describe(owner), stale)
+                        self.workdir, describe_owner(owner), stale)
             self.files.delete(self.path)
         self._remove_created_workdir()
         raise WorkdirBusyError(f"could not take the lock {self.path}: other runs keep taking it")
@@ -191,7 +207,7 @@ def hold(workdir: str, command: str, primary: bool = True, *, kind: str | None =
     refuses a workdir of another kind or one of `inputs` ({flag: path}), and records
     `kind` once the lock is held. Paths with a scheme (gs://) are not locked yet."""
     if kind is not None:
-        workdir_kind.check_kind(workdir, kind, inputs)
+        outputs.check_workdir(workdir, kind, inputs)
     if not primary or "://" in workdir:
         return contextlib.nullcontext()
     return WorkdirLock(workdir, command, kind=kind)

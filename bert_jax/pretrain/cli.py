@@ -15,8 +15,8 @@ import sys
 from bert_jax import flags
 from bert_jax.host import workdir_kind
 from bert_jax.pretrain import job
-from bert_jax.train import job_cli, multihost, run_config
-from bert_jax.train.config_loader import load_config, split_config_args
+from bert_jax.train import job_cli, multihost
+from bert_jax.train.config_loader import add_help_argument, load_config, split_config_args
 
 
 def main(argv: list[str]) -> int:
@@ -27,7 +27,7 @@ def main(argv: list[str]) -> int:
         epilog="Override any config key with --config.KEY=VALUE.")
     parser.add_argument("--config", required=True, help="configs/pretrain.py[:VARIANT]")
     parser.add_argument("--workdir", required=True)
-    run_config.add_help_argument(parser, "pretrain")
+    add_help_argument(parser, "pretrain", argv)
     multihost.add_arguments(parser)
     args, overrides = split_config_args(argv)
     args = parser.parse_args(args)

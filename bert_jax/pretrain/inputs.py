@@ -256,8 +256,7 @@ def prepare_input_files(config: ml_collections.ConfigDict, options: DataOptions,
         _clear(out_dir)
     parts = paths.join(out_dir, cpd.PARTS_DIR)
     cpd.create_pretraining_data(
-        files, shards, tokenizer_path, dataclasses.replace(options,
-                                                           dupe_factor=config.dupe_factor),
+        files, shards, tokenizer_path, options,
         num_workers=workers, progress=False, parts_dir=parts, host_index=process_index,
         num_hosts=process_count, summary_path=paths.join(out_dir, cpd.SUMMARY_FILE))
     if process_count > 1:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import logging
 from typing import Sequence
 
 import flax.linen as nn
@@ -25,7 +26,7 @@ import numpy as np
 
 from bert_jax import flags
 from bert_jax.errors import UserError, check_positive
-from bert_jax.host import encoding, paths
+from bert_jax.host import encoding, outputs, paths
 from bert_jax.models.config import ATTENTION_IMPLS, BertConfig, check_inputs_fit
 from bert_jax.models.encoder import BertModel, mean_pool
 from bert_jax.tokenization import load_tokenizer
@@ -83,6 +84,10 @@ def _tokenizer(model: pretrained.Pretrained, config: BertConfig, batch_size: int
                         f"[SEP]), got {max_seq_length!r}")
     tokenizer = load_tokenizer(model.tokenizer_dir)
     check_inputs_fit(config, model.tokenizer_dir, vocab_size=tokenizer.vocab_size)
+    if max_seq_length > config.max_positions:
+        logging.getLogger("bert_jax").warning(
+            "--max_seq_length %d exceeds the model's %d positions: inputs are cut at %d "
+            "tokens", max_seq_length, config.max_positions, config.max_positions)
     return tokenizer, min(max_seq_length, config.max_positions)
 
 
@@ -234,21 +239,22 @@ def main(argv: list[str]) -> int:
             argv[i:i + 2] = [f"--layers={argv[i + 1]}"]
             break
     args = parser.parse_args(argv)
+    outputs.check_file("--output", args.output, {"--input": args.input, "--model": args.model},
+                       suffixes=(".npy", ".npz"))
     if args.per_token:
         return _main_per_token(args)
     for flag, value in (("--layers", args.layers), ("--combine", args.combine)):
         if value is not None:
             raise UserError(f"{flag} is for --per_token features (sentence vectors take "
                             "--layer and --pooling)")
-    texts = read_lines(args.input)
-    if not texts:
-        raise UserError(f"{args.input} has no lines: nothing to embed")
+    texts = _read_texts(args.input)
     model = pretrained.load(args.model)
     own = sentence_embedding.read(model.tokenizer_dir)  # a sentence-transformers model's
     pooling = args.pooling or own.get("pooling", "cls")
     vectors = embed_texts(model, texts, pooling=pooling, layer=args.layer,
                           batch_size=args.batch_size,
-                          max_seq_length=args.max_seq_length or own.get("max_seq_length", 128),
+                          max_seq_length=own.get("max_seq_length", 128)
+                          if args.max_seq_length is None else args.max_seq_length,
                           attention_impl=args.attention_impl)
     normalize = own.get("normalize") and pooling == own.get("pooling") and args.layer == -1
     if normalize:
@@ -261,6 +267,17 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+def _read_texts(path: str) -> list[str]:
+    """The lines of `path`, one input each (a blank line is an input, so that rows match
+    lines), refused when none has text."""
+    texts = read_lines(path)
+    if not texts:
+        raise UserError(f"{path} has no lines: nothing to embed")
+    if not any(text.strip() for text in texts):
+        raise UserError(f"{path} holds blank lines only: nothing to embed")
+    return texts
+
+
 def _main_per_token(args: argparse.Namespace) -> int:
     if args.pooling is not None:
         raise UserError("--pooling is for sentence vectors, not --per_token features")
@@ -271,12 +288,11 @@ def _main_per_token(args: argparse.Namespace) -> int:
     if len(layers) > 1 and args.combine is None:
         raise UserError(f"--layers names {len(layers)} layers: say how to combine them with "
                         f"--combine {'|'.join(COMBINES)}")
-    texts = read_lines(args.input)
-    if not texts:
-        raise UserError(f"{args.input} has no lines: nothing to embed")
+    texts = _read_texts(args.input)
     model = pretrained.load(args.model)
-    args.max_seq_length = args.max_seq_length or sentence_embedding.read(
-        model.tokenizer_dir).get("max_seq_length", 128)
+    if args.max_seq_length is None:
+        args.max_seq_length = sentence_embedding.read(model.tokenizer_dir).get(
+            "max_seq_length", 128)
     features = token_features(model, texts, layers=layers, combine=args.combine or "sum",
                               batch_size=args.batch_size, max_seq_length=args.max_seq_length,
                               attention_impl=args.attention_impl)

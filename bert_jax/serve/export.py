@@ -31,7 +31,7 @@ from jax import export as jax_export
 
 from bert_jax import flags
 from bert_jax.errors import UserError
-from bert_jax.host import paths, workdir_kind
+from bert_jax.host import outputs, paths, workdir_kind
 from bert_jax.host.atomic import atomic_directory
 from bert_jax.models import heads, jax_compat
 from bert_jax.models.config import check_inputs_fit
@@ -420,9 +420,6 @@ def export(workdir: str, out: str, formats=("jax", "savedmodel"), platforms=DEFA
     model = pretrained.load(workdir)
     tokenizer = load_tokenizer(model.tokenizer_dir)
     check_inputs_fit(model.config, model.tokenizer_dir, vocab_size=tokenizer.vocab_size)
-    if not all(np.isfinite(x).all() for x in jax.tree.leaves(model.params)):
-        raise UserError(f"{workdir}: the model's parameters hold NaN or Inf (a diverged run): "
-                        "nothing to export")
     kind, params, fn = serving_function(model)
     labels = pretrained.label_names(model.task)
     max_length = model.config.max_positions
@@ -465,7 +462,7 @@ def main(argv: list[str]) -> int:
                         help="truncation of the raw-string signatures (default: the task's)")
     parser.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
     args = parser.parse_args(argv)
-    workdir_kind.check_kind(args.output, workdir_kind.MODEL, {"--model": args.model})
+    outputs.check_folder("--output", args.output, {"--model": args.model}, workdir_kind.MODEL)
     formats = [f.strip() for f in args.format.split(",") if f.strip()]
     unknown = sorted(set(formats) - {"jax", "savedmodel"})
     if unknown or not formats:

@@ -74,7 +74,7 @@ def read_vocab(path: str) -> List[str]:
 
 def _warn_duplicates(tokens: List[str], path: str) -> None:
     """One warning naming the repeated tokens of a vocabulary (with their lines): the text
-    never produces the later ids, so they are most likely a mistake in the file."""
+    never produces the earlier ids, so they are most likely a mistake in the file."""
     first: Dict[str, int] = {}
     repeats = []
     for line, token in enumerate(tokens, 1):
@@ -83,8 +83,8 @@ def _warn_duplicates(tokens: List[str], path: str) -> None:
         first.setdefault(token, line)
     if repeats:
         log.warning("vocabulary %s has %d duplicate token(s) (%s%s): each is only ever read "
-                    "as its first id", path, len(repeats), "; ".join(repeats[:3]),
-                    "; ..." if len(repeats) > 3 else "")
+                    "as its last id, as Google's BERT and transformers read it", path, len(repeats),
+                    "; ".join(repeats[:3]), "; ..." if len(repeats) > 3 else "")
 
 
 class WordPieceTokenizer(base.Tokenizer):
@@ -92,9 +92,9 @@ class WordPieceTokenizer(base.Tokenizer):
 
     def __init__(self, vocab: List[str], do_lower_case: bool = True):
         self._tokens = list(vocab)
-        self._vocab: Dict[str, int] = {}
-        for index, token in enumerate(self._tokens):
-            self._vocab.setdefault(token, index)
+        # A repeated token means its last id, as in Google's BERT and transformers (slow and
+        # fast), so a model trained or exported there tokenizes the same here.
+        self._vocab = {token: index for index, token in enumerate(self._tokens)}
         self.do_lower_case = do_lower_case
         self._max_piece_chars = max(len(t) for t in self._tokens)
         self._char_cache: Dict[str, Tuple[int, str]] = {}
@@ -179,8 +179,12 @@ class WordPieceTokenizer(base.Tokenizer):
         import tensorflow as tf
         import tensorflow_text as tf_text
         if self._tf_tokenizer is None:
+            # tensorflow-text refuses repeated tokens: the ids never read (each repeated
+            # token's earlier ones) get names no text matches ('[' is a word of its own).
+            vocab = [t if self._vocab[t] == i else f"[never-read-{i}]"
+                     for i, t in enumerate(self._tokens)]
             self._tf_tokenizer = tf_text.FastBertTokenizer(
-                vocab=self._tokens, token_out_type=tf.int32, lower_case_nfd_strip_accents=False)
+                vocab=vocab, token_out_type=tf.int32, lower_case_nfd_strip_accents=False)
         return self._tf_tokenizer
 
     # -- splitting into words -------------------------------------------------

@@ -33,9 +33,13 @@ weights -> scratch.
 from __future__ import annotations
 
 import contextlib
+import errno as errno_
 import json
 import logging
+import re
+import threading
 import time
+import warnings
 from typing import Any
 
 import jax
@@ -44,7 +48,7 @@ import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
 from bert_jax.errors import CheckpointError
-from bert_jax.host import paths
+from bert_jax.host import library_log, paths
 from bert_jax.host.workdir_kind import CHECKPOINTS_DIR
 from bert_jax.train import run_config
 
@@ -195,6 +199,7 @@ class Checkpointer:
         """One line for a failed write (a full disk: the path and the free space). Orbax
         writes each step into a temporary directory first, so the earlier checkpoints are
         intact; the partial one is removed."""
+        _release_stalled_writers()
         with contextlib.suppress(Exception):  # let the background threads end
             self.manager.wait_until_finished()
         self._remove_partial()
@@ -207,9 +212,12 @@ class Checkpointer:
             "No space left on device" if errno == 28 else _first_line(error)[:200])
         latest = self.manager.latest_step()
         kept = ("no complete checkpoint was written yet" if latest is None else
-                f"the last complete one, step {latest}, is intact and a rerun resumes from it")
+                f"the last complete one, step {latest}, is intact")
+        fix = _FIXES.get(errno)
+        then = (f": {fix}, then rerun the same command" if fix else "; rerun the same command")
+        resumes = " (it resumes from that step)" if latest is not None else ""
         return OSError(errno, f"writing checkpoint {self._saving} under {self.directory} "
-                       f"failed ({reason}; {free}); {kept}")
+                       f"failed ({reason}; {free}); {kept}{then}{resumes}")
 
     def _remove_partial(self) -> None:
         """Deletes the temporary directories of unfinished saves (process 0 owns them).
@@ -238,6 +246,7 @@ class Checkpointer:
             try:
                 self.manager.wait_until_finished()
             except Exception:  # noqa: BLE001 - the block's error is the one to report
+                _release_stalled_writers()
                 self._remove_partial()
             raise
 
@@ -279,9 +288,12 @@ class Checkpointer:
             if step is not None:
                 raise CheckpointError(f"cannot restore checkpoint {source}: "
                                       f"{_first_line(problem)}") from problem
-            log.warning("checkpoint %s is unreadable (%s: %s); falling back to the previous one",
-                        source, type(problem).__name__, _first_line(problem))
             moved.append(self._move_aside(candidate))
+            earlier = [s for s in steps if s < candidate]
+            log.warning("checkpoint of step %d (%s) is unreadable: %s; moved it to %s and %s%s",
+                        candidate, source, _first_line(problem), moved[-1],
+                        f"trying step {earlier[0]}" if earlier else "no earlier one is left",
+                        library_log.keep(problem, f"reading checkpoint {source}"))
         if moved and not start_fresh:
             raise CheckpointError(
                 f"no readable checkpoint left in {self.directory} (unreadable ones moved to "
@@ -301,10 +313,33 @@ class Checkpointer:
         if jax.process_index() == 0:
             paths.makedirs(paths.dirname(dest))
             paths.move(self._path(step), dest)  # local: atomic, copies nothing
-            log.warning("moved unreadable checkpoint to %s", dest)
         multihost_utils.sync_global_devices(f"move_aside_{step}")
         self.manager.reload()
         return dest
+
+
+# What to do before rerunning, by the errno of a failed write.
+_FIXES = {errno_.ENOSPC: "free space on its disk", errno_.EDQUOT: "free space (disk quota)",
+          errno_.EROFS: "make it writable", errno_.EACCES: "make it writable",
+          errno_.EPERM: "make it writable"}
+
+
+def _release_stalled_writers() -> None:
+    """Ends Orbax's writer threads that wait for a failed save's earlier stage (its
+    directory made): they would wait out Orbax's 300 s coordination timeout, and the
+    process cannot exit before they end. Each is cancelled and given the signals it waits
+    for, so it returns at once without writing. One process only: there the signals are
+    local to it. (Orbax offers no public way to reach them.)"""
+    if jax.process_count() != 1:
+        return
+    from orbax.checkpoint._src.futures import future
+    for thread in threading.enumerate():
+        if isinstance(thread, future._SignalingThread) and thread.is_alive():
+            with contextlib.suppress(Exception):  # a thread ending meanwhile
+                thread.cancel()
+                future.set_signals(thread._receive_signals, operation_id=thread._operation_id)
+            # Their coroutines never run: no "coroutine ... was never awaited" at exit.
+            warnings.filterwarnings("ignore", "coroutine .* was never awaited", RuntimeWarning)
 
 
 def _is_write_error(error: BaseException) -> bool:
@@ -314,7 +349,20 @@ def _is_write_error(error: BaseException) -> bool:
 
 
 def _first_line(error: BaseException) -> str:
-    return str(error).splitlines()[0] if str(error) else type(error).__name__
+    """What failed, in one line. A TensorStore error as the array and the reason, not the
+    store's spec that Orbax's message quotes in full (the caller files the full text)."""
+    chain = [error]
+    while len(chain) < 10 and (chain[-1].__cause__ or chain[-1].__context__) is not None:
+        chain.append(chain[-1].__cause__ or chain[-1].__context__)
+    for e in chain:  # TensorStore's own: Error reading "ARRAY/CHUNK" in ...: REASON; ...
+        found = re.search(r'Error (?:reading|writing) "([^"/]+)', str(e))
+        if found:
+            return f"array {found[1]}: {str(e).split(';')[0].rsplit(': ', 1)[-1]}"
+    text = str(error).split(" See full TensorStore details")[0]
+    found = re.search(r"'path': '([^']+)/'", str(error))
+    if found:  # Orbax's, quoting the spec of the array it was reading
+        return f"array {found[1]}: {text.splitlines()[0]}"
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 def _read_meta(step_dir: str) -> dict:
@@ -322,9 +370,18 @@ def _read_meta(step_dir: str) -> dict:
     return json.loads(paths.read_text(paths.join(step_dir, META_ITEM, "metadata")))
 
 
+def array_tree(directory: str) -> Any:
+    """The tree of array metadata (shape, dtype) of the Orbax checkpoint in `directory`;
+    CheckpointError naming it when that index is missing or damaged."""
+    metadata = ocp.PyTreeCheckpointer().metadata(directory).item_metadata
+    if metadata is None:
+        raise CheckpointError(f"the array index of {directory} is missing or damaged")
+    return metadata.tree
+
+
 def _saved_shapes(step_dir: str) -> list[tuple]:
     """The sorted shapes of a checkpoint's saved state arrays (its metadata only)."""
-    tree = ocp.PyTreeCheckpointer().metadata(paths.join(step_dir, STATE_ITEM)).item_metadata.tree
+    tree = array_tree(paths.join(step_dir, STATE_ITEM))
     return sorted(tuple(m.shape) for m in jax.tree.leaves(tree) if hasattr(m, "shape"))
 
 
@@ -386,7 +443,7 @@ def read_params(step_dir: str) -> dict[str, Any]:
     as host numpy arrays, however many devices wrote them; the optimizer state is not read."""
     directory = paths.join(step_dir, STATE_ITEM)
     checkpointer = ocp.PyTreeCheckpointer()
-    tree = checkpointer.metadata(directory).item_metadata.tree
+    tree = array_tree(directory)
     item = {"params": jax.tree.map(lambda m: np.zeros(m.shape, m.dtype), tree["params"])}
     restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), item)
     return checkpointer.restore(directory, args=ocp.args.PyTreeRestore(
@@ -402,6 +459,7 @@ def latest_params(workdir: str) -> dict[str, Any]:
         try:
             return read_params(paths.join(directory, str(step)))
         except Exception as e:  # noqa: BLE001 - any failure means: unusable checkpoint
-            log.warning("checkpoint %s/%d is unreadable (%s); trying the previous one",
-                        directory, step, e)
+            log.warning("checkpoint of step %d (%s/%d) is unreadable: %s; trying the previous "
+                        "one%s", step, directory, step, _first_line(e),
+                        library_log.keep(e, f"reading checkpoint {directory}/{step}"))
     raise CheckpointError(f"no readable checkpoint under {directory}")

@@ -28,6 +28,7 @@ the keys a config lacks, applies the overrides and runs the schema check once.
 
 from __future__ import annotations
 
+import argparse
 import ast
 import difflib
 import importlib.util
@@ -347,3 +348,25 @@ def split_config_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
             rest.append(arg)
         i += 1
     return rest, overrides
+
+
+def add_help_argument(parser: argparse.ArgumentParser, command: str,
+                      argv: list[str] = ()) -> None:
+    """`--help_config`: print `command`'s schema with the values of the config that
+    `argv` (the command's arguments) chooses, --config FILE[:VARIANT] and --config.KEY
+    overrides, and exit 0 (as --help does)."""
+    class _Help(argparse.Action):
+        def __call__(self, parser, namespace, values, option_string=None):
+            rest, overrides = split_config_args(argv)
+            chosen = argparse.ArgumentParser(add_help=False)
+            chosen.add_argument("--config", default=parser.get_default("config"))
+            spec = chosen.parse_known_args(rest)[0].config
+            config = None if spec is None else \
+                load_config(spec, overrides, command=command)
+            print(f"The keys of a `bert-jax {command}` config (--config.KEY=VALUE)"
+                  f"{f' with the values of {spec}' if spec else ''}; 'resume may change': "
+                  "a resumed run may take a new value.\n")
+            print(run_config.describe(run_config.SCHEMAS[command], config))
+            parser.exit(0)
+    parser.add_argument("--help_config", nargs=0, action=_Help,
+                        help="list every config key: type, default, range, description")

@@ -14,7 +14,6 @@ Imports no jax: loading a config stays cheap.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import dataclasses
 import difflib
@@ -43,7 +42,9 @@ RENAMED_KEYS = {"dtype": "compute_dtype", "init": "init_from", "pack": "packing"
 # Keys added after configs were first saved (with checkpoints and fine-tuned models), with
 # the value the runs that saved them had: a saved config without one reads as having it.
 ADDED_KEYS = {"next_sentence_prediction": True, "teacher": "", "temperature": 2.0,
-              "alpha": 0.5, "dupe_factor": 5}
+              "alpha": 0.5, "dupe_factor": 5, "objective": "mlm",
+              "generator_size": 0.25, "disc_weight": 50.0, "hidden_weight": 0.0,
+              "attention_weight": 0.0}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,8 +133,8 @@ PRETRAIN: list[Key] = [
             "WordPiece vocabulary"),
         Key("max_seq_length", 128, "tokens per row", low=MIN_TRAINING_SEQ_LENGTH),
         Key("max_predictions_per_seq", 20, "masked positions per row at most", low=1),
-        Key("masked_lm_prob", 0.15, "share of tokens masked (ModernBERT: 0.3)", low=0.0,
-            high=1.0),
+        Key("masked_lm_prob", 0.15, "share of tokens masked (ModernBERT: 0.3)", above=0.0,
+            low=0.0, high=1.0),
         Key("dynamic_masking", True, "mask anew each epoch (RoBERTa) instead of once"),
         Key("dupe_factor", 5, "raw-text input_files: rows made from each document this many "
             "times, each split and masked differently (BERT's 5)", low=1),
@@ -148,13 +149,27 @@ PRETRAIN: list[Key] = [
         Key("knowledge_masking_prob", 1.0, "share of rows masked by knowledge units", low=0.0,
             high=1.0)),
     *_group(
-        "distillation (DistilBERT, docs/distillation.md)",
+        "objective (ELECTRA: docs/pretraining.md)",
+        Key("objective", "mlm", "mlm: BERT's masked LM (+NSP); electra: replaced-token "
+            "detection by a discriminator against a jointly trained generator",
+            choices=("mlm", "electra")),
+        Key("generator_size", 0.25, "ELECTRA's generator: this fraction of the "
+            "discriminator's hidden size, FFN size and heads (same depth)", above=0.0,
+            high=1.0),
+        Key("disc_weight", 50.0, "ELECTRA's loss = generator MLM + disc_weight * "
+            "discriminator loss", low=0.0)),
+    *_group(
+        "distillation (DistilBERT, TinyBERT: docs/distillation.md)",
         Key("teacher", "", "a pretrained model dir or workdir with an MLM head; '' = no "
             "distillation"),
         Key("temperature", 2.0, "softmax temperature T of the KL term", above=0.0,
             resume=True),
-        Key("alpha", 0.5, "loss = alpha * MLM + (1 - alpha) * T^2 * KL", low=0.0, high=1.0,
-            resume=True)),
+        Key("alpha", 0.5, "loss = alpha * MLM + (1 - alpha) * T^2 * KL + ...", low=0.0,
+            high=1.0, resume=True),
+        Key("hidden_weight", 0.0, "TinyBERT's general distillation: weight of the "
+            "layer-by-layer hidden-state MSE (a learned projection across widths)", low=0.0),
+        Key("attention_weight", 0.0, "weight of the attention-map MSE (equal head counts)",
+            low=0.0)),
     *_group(
         "optimisation",
         Key("global_batch_size", 256, "examples per optimizer update", low=1, resume=True),
@@ -445,9 +460,9 @@ def _check_range(key: Key, name: str, value: float) -> None:
         raise UserError(f"{name} must be {bounds}, got {value!r}")
 
 
-def describe(schema: list[Key]) -> str:
-    """The schema as text: per group, each key's type, default, range, resume policy and
-    description."""
+def describe(schema: list[Key], config: ml_collections.ConfigDict | None = None) -> str:
+    """The schema as text: per group, each key's type, default (or its value in `config`,
+    with the default where they differ), range, resume policy and description."""
     lines, group = [], None
     for key in schema:
         if key.group != group:
@@ -456,7 +471,10 @@ def describe(schema: list[Key]) -> str:
         allowed = (f" one of {_choices(key)}" if key.choices else
                    _range_text(key))
         also = "".join(f" or {a!r}" for a in key.also)
-        lines.append(f"  {key.name} ({key.type_name()}{also}) = {key.default!r}"
+        value = key.default if config is None or key.name not in config else config[key.name]
+        value = value.to_dict() if isinstance(value, ml_collections.ConfigDict) else value
+        differs = f" (default {key.default!r})" if value != key.default else ""
+        lines.append(f"  {key.name} ({key.type_name()}{also}) = {value!r}{differs}"
                      f"{';' + allowed if allowed else ''}"
                      f"{'; resume may change' if key.resume else ''}")
         lines.append(f"      {key.help}")
@@ -473,15 +491,3 @@ def _range_text(key: Key) -> str:
     if key.low is not None:
         return f" >= {key.low}"
     return f" > {key.above}" if key.above is not None else ""
-
-
-def add_help_argument(parser: argparse.ArgumentParser, command: str) -> None:
-    """`--help_config`: print `command`'s schema and exit 0 (as --help does)."""
-    class _Help(argparse.Action):
-        def __call__(self, parser, namespace, values, option_string=None):
-            print(f"The keys of a `bert-jax {command}` config (--config.KEY=VALUE); "
-                  "'resume may change': a resumed run may take a new value.\n")
-            print(describe(SCHEMAS[command]))
-            parser.exit(0)
-    parser.add_argument("--help_config", nargs=0, action=_Help,
-                        help="list every config key: type, default, range, description")

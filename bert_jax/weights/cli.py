@@ -16,7 +16,7 @@ from typing import Any
 
 from bert_jax import flags
 from bert_jax.errors import UserError
-from bert_jax.host import paths, workdir_kind
+from bert_jax.host import outputs, paths, workdir_kind
 from bert_jax.host.atomic import atomic_directory
 from bert_jax.weights import pretrained
 from bert_jax.weights.config_json import ROBERTA_CLASSES
@@ -41,6 +41,7 @@ def from_tf1(google_dir: str, out: str, overwrite: bool = False,
     from bert_jax.weights import hf, tf1
 
     config, params = tf1.load_tf1_dir(google_dir)
+    pretrained.check_finite(params, google_dir)
     if do_lower_case is None:
         do_lower_case = _google_do_lower_case(google_dir)
     directory = google_dir if paths.isdir(google_dir) else paths.dirname(google_dir)
@@ -247,9 +248,10 @@ def main(argv: list[str]) -> int:
                       help="--from_tf1: vocab.txt is cased")
     parser.add_argument("--overwrite", action="store_true", help="replace the output if it exists")
     args = parser.parse_args(argv)
-    for out in filter(None, (args.output, args.to_hf)):  # never a training run's or the input
-        workdir_kind.check_kind(out, workdir_kind.MODEL, {"the input": args.model or
-                                                          args.from_hf or args.from_tf1})
+    source = {"--model": args.model, "--from_hf": args.from_hf, "--from_tf1": args.from_tf1}
+    for flag, out in (("--output", args.output), ("--to_hf", args.to_hf)):
+        if out:  # never a training run's folder, nor the input
+            outputs.check_folder(flag, out, source, workdir_kind.MODEL)
     if args.model:
         if not args.to_hf or args.output:
             parser.error("--model takes --to_hf DIR (not --output)")

@@ -22,6 +22,7 @@ import numpy as np
 
 from bert_jax import flags
 from bert_jax.errors import UserError
+from bert_jax.host import outputs, workdir_kind
 from bert_jax.tokenization import WordPieceTokenizer, load_tokenizer
 from bert_jax.weights import pretrained
 
@@ -143,9 +144,15 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--seed", type=int, default=0, help="seed of the new rows")
     parser.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
     args = parser.parse_args(argv)
+    outputs.check_folder("--output", args.output, {"--model": args.model,
+                                                   "--add_tokens": args.add_tokens},
+                         workdir_kind.MODEL)
+    tokens = read_token_file(args.add_tokens)
+    if not tokens:
+        raise UserError(f"{args.add_tokens} holds no tokens (empty, or blank lines only): "
+                        "nothing to add; give one token per line")
     model = pretrained.load(args.model)
-    config, params, tokenizer, summary = extend(model, read_token_file(args.add_tokens),
-                                                args.seed)
+    config, params, tokenizer, summary = extend(model, tokens, args.seed)
     pretrained.save(args.output, config, params, tokenizer=tokenizer, task=model.task,
                     overwrite=args.overwrite)
     print(f"wrote {args.output}: {len(summary['slots'])} tokens in [unused] slots, "

@@ -34,7 +34,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from bert_jax.errors import CheckpointError, UserError
-from bert_jax.host import paths, workdir_kind
+from bert_jax.host import paths, workdir_kind, workdir_state
 from bert_jax.host.atomic import atomic_directory
 from bert_jax.host.workdir_kind import (
     BEST_DIR,
@@ -43,8 +43,10 @@ from bert_jax.host.workdir_kind import (
     RESULTS_FILE,
     WORKDIR_MODEL_DIR,
 )
-from bert_jax.models.config import BertConfig, ConfigError
+from bert_jax.models import matching
+from bert_jax.models.config import BertConfig, ConfigError, check_inputs_fit
 from bert_jax.models.layer_layout import encoder_of, match_layout, to_unscanned
+from bert_jax.tokenization import has_tokenizer, load_tokenizer
 from bert_jax.train import checkpoint
 
 PARAMS_DIR = "params"
@@ -66,14 +68,17 @@ class Pretrained:
 
 def write_model_files(directory: str | os.PathLike, config: BertConfig, *, tokenizer=None,
                       task: dict[str, Any] | None = None) -> None:
-    """`bert_jax.json` (the config with unrolled layers, the task) and the tokenizer's files
-    into `directory` (created). One process calls this."""
+    """`bert_jax.json` (the config with unrolled layers, the task, the tokenizer's
+    fingerprint for `check_tokenizer`) and the tokenizer's files into `directory`
+    (created). One process calls this."""
     paths.makedirs(directory)
-    paths.write_text(paths.join(directory, MODEL_FILE), json.dumps(
-        {"model": config.replace(scan_layers=False).to_dict(), "task": task},
-        indent=2, sort_keys=True))
+    vocabulary = None
     if tokenizer is not None:
         tokenizer.save(directory)
+        vocabulary = load_tokenizer(directory).fingerprint()  # as a later load reads it
+    paths.write_text(paths.join(directory, MODEL_FILE), json.dumps(
+        {"model": config.replace(scan_layers=False).to_dict(), "task": task,
+         **({"vocabulary": vocabulary} if vocabulary else {})}, indent=2, sort_keys=True))
 
 
 def save(path: str | os.PathLike, config: BertConfig, params: dict[str, Any], *,
@@ -104,7 +109,7 @@ def save(path: str | os.PathLike, config: BertConfig, params: dict[str, Any], *,
 def read_model_params(directory: str | os.PathLike) -> dict[str, Any]:
     """A model directory's params/ as host numpy arrays."""
     checkpointer = ocp.PyTreeCheckpointer()
-    tree = checkpointer.metadata(directory).item_metadata.tree
+    tree = checkpoint.array_tree(directory)
     restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)
     return checkpointer.restore(directory, args=ocp.args.PyTreeRestore(
         restore_args=restore_args))
@@ -130,7 +135,7 @@ def read_model_config(workdir: str) -> BertConfig:
     """The model config a pretraining workdir recorded (WORKDIR/model/bert_jax.json)."""
     path = paths.join(paths.abspath(workdir), WORKDIR_MODEL_DIR, MODEL_FILE)
     if not paths.exists(path):
-        raise CheckpointError(f"{path} not found: not a bert-jax pretraining workdir")
+        raise CheckpointError(workdir_state.no_model_message(workdir))
     return _read_model_file(path)["config"]
 
 
@@ -140,6 +145,11 @@ def load_pretrained_from_workdir(workdir: str) -> Pretrained:
     workdir = paths.abspath(workdir)
     config = read_model_config(workdir)
     params = checkpoint.latest_params(workdir)
+    # An ELECTRA run's model is its discriminator; the generator trained beside it is
+    # WORKDIR/generator (`pretrain.electra`).
+    params.pop("generator", None)
+    # A distilled run's projection to its teacher's width is the run's, not the model's.
+    params.pop(matching.PROJECTION, None)
     return Pretrained(config, to_unscanned(params), None, paths.join(workdir, WORKDIR_MODEL_DIR))
 
 
@@ -153,8 +163,7 @@ def best_model_dir(workdir: str) -> str:
             return paths.join(workdir, best_run, BEST_DIR)
     path = paths.join(workdir, BEST_DIR)
     if not paths.isdir(path):
-        raise FileNotFoundError(f"{workdir} holds no fine-tuned model ({BEST_DIR}/ is missing); "
-                                "run `bert-jax finetune --workdir` first")
+        raise FileNotFoundError(workdir_state.no_model_message(workdir))
     return path
 
 
@@ -185,9 +194,13 @@ class ModelRef:
     def load(self) -> Pretrained:
         """The parameters (numpy, unrolled layers) with the config, task and tokenizer."""
         if self.kind == workdir_kind.PRETRAINING:
-            return load_pretrained_from_workdir(self.directory)
-        params = read_model_params(paths.join(self.directory, PARAMS_DIR))
-        return Pretrained(self.config, params, self.task, self.directory)
+            model = load_pretrained_from_workdir(self.directory)
+        else:
+            params = read_model_params(paths.join(self.directory, PARAMS_DIR))
+            model = Pretrained(self.config, params, self.task, self.directory)
+        check_finite(model.params, self.path)
+        check_tokenizer(model, self.path)
+        return model
 
 
 def resolve_model_dir(path: str) -> tuple[str, str]:
@@ -196,19 +209,25 @@ def resolve_model_dir(path: str) -> tuple[str, str]:
     workdir as itself."""
     path = paths.abspath(local_path(path))
     if not paths.isdir(path):
-        raise FileNotFoundError(f"{path}: no such directory (a model is a model directory, a "
-                                "pretraining or fine-tuning workdir, or hf:ORG/NAME)")
+        raise FileNotFoundError(workdir_state.no_model_message(path))
     if paths.exists(paths.join(path, MODEL_FILE)):
         return path, workdir_kind.MODEL
     kind = workdir_kind.kind_of(path)
     if kind in (workdir_kind.FINETUNING, workdir_kind.DISTILLATION):
-        return best_model_dir(path), workdir_kind.FINETUNING
+        best = best_model_dir(path)
+        _note_running(path, f"{best[len(path) + 1:]}/")  # best/ or seed_N/best/
+        return best, workdir_kind.FINETUNING
     if paths.isdir(paths.join(path, CHECKPOINTS_DIR)):
+        _note_running(path, "its latest checkpoint")
         return path, workdir_kind.PRETRAINING
-    raise FileNotFoundError(
-        f"{path} is not a bert_jax model: no {MODEL_FILE} (a model directory), no "
-        f"checkpoints/ (a pretraining workdir), no {BEST_DIR}/ (a fine-tuning workdir). "
-        "Convert published weights with `bert-jax convert`.")
+    raise FileNotFoundError(workdir_state.no_model_message(path))
+
+
+def _note_running(workdir: str, kept: str) -> None:
+    """One warning when a run is still writing `workdir`: it is read as it is now."""
+    note = workdir_state.running_note(workdir, kept)
+    if note is not None:
+        logging.getLogger("bert_jax").warning("%s", note)
 
 
 def open_model(path: str | os.PathLike) -> ModelRef:
@@ -220,11 +239,50 @@ def open_model(path: str | os.PathLike) -> ModelRef:
     directory, kind = resolve_model_dir(path)
     if kind == workdir_kind.PRETRAINING:
         if not checkpoint.steps(directory):
-            raise CheckpointError(f"no checkpoint under "
-                                  f"{paths.join(directory, CHECKPOINTS_DIR)}")
+            raise CheckpointError(workdir_state.no_model_message(directory))
         return ModelRef(path, kind, directory, read_model_config(directory), None)
     meta = _read_model_file(paths.join(directory, MODEL_FILE))
     return ModelRef(path, kind, directory, meta["config"], meta["task"])
+
+
+class NonFiniteParamsError(CheckpointError):
+    """A model whose parameters hold NaN or Inf: a corrupted file (compression does not
+    notice a flipped byte) or a diverged run. Every output computed from it is meaningless."""
+
+
+def check_finite(params: dict[str, Any], source: str) -> None:
+    """Raises NonFiniteParamsError naming `source`, the first parameter holding NaN/Inf and
+    how many values it holds. One reduction per floating-point leaf."""
+    bad = {name: leaf for name, leaf in _flat(params).items()
+           if jax.numpy.issubdtype(np.asarray(leaf).dtype, jax.numpy.inexact)  # bfloat16 too
+           and not np.isfinite(leaf).all()}
+    if bad:
+        name, leaf = next(iter(bad.items()))
+        count = np.size(leaf) - int(np.count_nonzero(np.isfinite(leaf)))
+        others = f" (and {len(bad) - 1} more parameters)" if len(bad) > 1 else ""
+        raise NonFiniteParamsError(
+            f"{source}: {count:,} NaN/Inf values in parameter {name}{others}: the file is "
+            "corrupt or the run diverged; restore or recreate the model before using it")
+
+
+def check_tokenizer(model: Pretrained, source: str) -> None:
+    """Raises UserError when the tokenizer beside `model` (its files replaced, or another
+    model's) cannot be the one its embeddings were trained for: more ids than vocabulary
+    rows (`check_inputs_fit`; a table padded larger than the vocabulary, as ModernBERT's,
+    is fine), or a fingerprint other than the one its bert_jax.json recorded (models
+    saved since it records one). A model without a tokenizer is not checked."""
+    directory = model.tokenizer_dir
+    if not has_tokenizer(directory):
+        return
+    tokenizer = load_tokenizer(directory)
+    check_inputs_fit(model.config, source, vocab_size=tokenizer.vocab_size)
+    model_file = paths.join(directory, MODEL_FILE)
+    recorded = (json.loads(paths.read_text(model_file)).get("vocabulary")
+                if paths.isfile(model_file) else None)
+    if recorded and tokenizer.fingerprint() != recorded:
+        raise UserError(f"{source}: the tokenizer in {directory} is not the one the model was "
+                        "saved with (its vocabulary differs: were its files replaced?); "
+                        "restore them")
 
 
 def load(path: str | os.PathLike | ModelRef) -> Pretrained:
@@ -269,6 +327,7 @@ def convert_hf_dir(hf_dir: str, out: str, overwrite: bool = False) -> Pretrained
     if hub.hub_name(hf_dir) is not None:
         hf_dir = hub.fetch(str(hf_dir))[0]
     config, params = hf.load_hf_dir(hf_dir)
+    check_finite(params, hf_dir)
     tokenizer, source = hf.hf_tokenizer(hf_dir)
     settings, notes = sentence_embedding.read_hf_settings(hf_dir)
     for note in notes:

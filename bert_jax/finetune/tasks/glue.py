@@ -86,7 +86,9 @@ class GlueTask(ClassificationTask):
             return glue_files.load_split(self.config.glue_dir, self.name, split, self.label_names)
         rows = files.tfds_examples(self._dataset(split), split,
                                    data_dir=self.config.tfds_data_dir,
-                                   download=self.config.tfds_download)
+                                   download=self.config.tfds_download,
+                                   otherwise="or read GLUE's own files (download_glue_data.py) "
+                                             "with --config.glue_dir=PATH/glue_data")
         key_a, key_b = self.glue.text_keys
         return [{"text_a": files.text(r[key_a]),
                  "text_b": None if key_b is None else files.text(r[key_b]),
