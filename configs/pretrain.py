@@ -62,13 +62,8 @@ def get_config(variant: str | None = None) -> ml_collections.ConfigDict:
     elif variant == "tiny":
         c.model = "tiny"
         c.global_batch_size = 32
-        c.num_train_steps = 3000
-        c.warmup_steps = 300
+        _cpu_run(c)
         c.learning_rate = 1e-3
-        c.log_every_steps = 50
-        c.eval_every_steps = 500
-        c.eval_steps = 20
-        c.checkpoint_every_steps = 500
     elif variant == "small":
         c.model = "bert-L4-H512"
         c.num_train_steps = 500_000
@@ -146,13 +141,18 @@ def _modernbert(c: ml_collections.ConfigDict, variant: str) -> None:
         c.max_seq_length = 256
         c.max_predictions_per_seq = 80
         c.global_batch_size = 16
-        c.num_train_steps = 3000
-        c.warmup_steps = 300
+        _cpu_run(c)
         c.learning_rate = 2e-3
-        c.log_every_steps = 50
-        c.eval_every_steps = 500
-        c.eval_steps = 20
-        c.checkpoint_every_steps = 500
+
+
+def _cpu_run(c: ml_collections.ConfigDict) -> None:
+    """The schedule of the CPU-sized variants (tests, the demo, minutes on a CPU)."""
+    c.num_train_steps = 3000
+    c.warmup_steps = 300
+    c.log_every_steps = 50
+    c.eval_every_steps = 500
+    c.eval_steps = 20
+    c.checkpoint_every_steps = 500
 
 
 def _electra(c: ml_collections.ConfigDict, variant: str, tiny: bool) -> None:
@@ -185,13 +185,8 @@ def _electra(c: ml_collections.ConfigDict, variant: str, tiny: bool) -> None:
         hidden, embedding, layers, heads = 128, 64, 2, 2
         c.max_seq_length = 128
         c.global_batch_size = 32
-        c.num_train_steps = 3000
-        c.warmup_steps = 300
+        _cpu_run(c)
         c.learning_rate = 1e-3
-        c.log_every_steps = 50
-        c.eval_every_steps = 500
-        c.eval_steps = 20
-        c.checkpoint_every_steps = 500
     c.max_predictions_per_seq = int((c.masked_lm_prob + 0.005) * c.max_seq_length)
     model = dict(preset="tiny" if tiny else "bert-base", model_type="electra",
                  pooler_act="gelu", hidden_size=hidden, num_hidden_layers=layers,

@@ -417,10 +417,9 @@ def test_convert_embed_and_back_through_the_cli(tmp_path):
 def test_a_converted_eurobert_fine_tunes(tmp_path):
     """A classifier fine-tuned from a converted EuroBERT (a pooler of its own, since
     EuroBERT has none) runs and reports its accuracy."""
-    from test_finetune_util import micro_config, shared_compilation_cache
+    from test_finetune_util import fine_tune_briefly
 
     from bert_jax import cli
-    from bert_jax.finetune import job
 
     directory = tmp_path / "hf"
     directory.mkdir()
@@ -428,12 +427,5 @@ def test_a_converted_eurobert_fine_tunes(tmp_path):
             llama3_tokenizer_json(directory / "tokenizer.json", 300))
     out = tmp_path / "converted"
     assert cli.main(["convert", "--from_hf", str(directory), "--output", str(out)]) == 0
-    train = tmp_path / "train.txt"  # headerless label<TAB>text
-    train.write_text("".join(f"{'pos' if i % 2 else 'neg'}\tthe cat sat {'far ' * i}\n"
-                             for i in range(8)), encoding="utf-8")
-    finetune = micro_config("csv", f"init_from={out}", "model=", f"train_file={train}",
-                            f"validation_file={train}", "columns=label,text",
-                            "max_train_examples=8", "num_train_epochs=1")
-    with shared_compilation_cache(str(tmp_path.parent / "finetune_jax_cache")):
-        results = job.finetune(finetune, str(tmp_path / "run"))
+    results = fine_tune_briefly(out, tmp_path)
     assert 0 <= results["validation"]["accuracy"] <= 1

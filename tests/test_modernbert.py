@@ -184,10 +184,9 @@ def test_a_converted_modernbert_fine_tunes_and_embeds(tmp_path):
     """convert --from_hf of a ModernBERT directory (tokenizer.json), then a classifier
     fine-tuned from it and the encoder's embeddings: the parts a BERT has, for the modern
     encoder (a pooler of its own, since ModernBERT has none)."""
-    from test_finetune_util import micro_config, shared_compilation_cache
+    from test_finetune_util import fine_tune_briefly
 
     from bert_jax import cli
-    from bert_jax.finetune import job
 
     config = SIZES[0].replace(vocab_size=128)
     directory = tmp_path / "hf"
@@ -195,14 +194,7 @@ def test_a_converted_modernbert_fine_tunes_and_embeds(tmp_path):
     bpe_tokenizer_json(directory / "tokenizer.json")
     out = tmp_path / "converted"
     assert cli.main(["convert", "--from_hf", str(directory), "--output", str(out)]) == 0
-    train = tmp_path / "train.txt"  # headerless label<TAB>text
-    train.write_text("".join(f"{'pos' if i % 2 else 'neg'}\tthe cat sat {'far ' * i}\n"
-                             for i in range(8)), encoding="utf-8")
-    finetune = micro_config("csv", f"init_from={out}", "model=", f"train_file={train}",
-                            f"validation_file={train}", "columns=label,text",
-                            "max_train_examples=8", "num_train_epochs=1")
-    with shared_compilation_cache(str(tmp_path.parent / "finetune_jax_cache")):
-        results = job.finetune(finetune, str(tmp_path / "run"))
+    results = fine_tune_briefly(out, tmp_path)
     assert 0 <= results["validation"]["accuracy"] <= 1
     texts = tmp_path / "texts.txt"
     texts.write_text("the cat\na dog ran\n", encoding="utf-8")
