@@ -9,6 +9,7 @@ file is, so a corpus by name spreads over workers and hosts without intermediate
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import List
 
@@ -37,9 +38,14 @@ def _where() -> str:
 
 
 def _builder(name: str):
+    return _cached_builder(name, os.environ.get("TFDS_DATA_DIR"))
+
+
+@functools.lru_cache(maxsize=None)  # read once per process and data dir, not per piece
+def _cached_builder(name: str, data_dir: str | None):
     import tensorflow_datasets as tfds
     try:
-        return tfds.builder(name)
+        return tfds.builder(name, data_dir=data_dir)
     except tfds.core.registered.DatasetNotFoundError:
         raise UserError(f"tfds:{name}: tensorflow-datasets has no data set of that name "
                         "(`tfds build --help`, or the catalog at tensorflow.org/datasets)")
