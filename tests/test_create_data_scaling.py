@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -56,6 +57,32 @@ def test_same_bytes_with_more_workers_than_files_and_fewer(texts, tmp_path):
     assert _shards(tmp_path / "w3") == _shards(tmp_path / "w1b")
     for folder in ("w1", "w2", "w3"):
         assert not glob.glob(str(tmp_path / folder / ".tmp-*"))  # the parts were removed
+
+
+@pytest.mark.parametrize("fork", [True, False])
+def test_forked_and_spawned_workers_write_the_same_bytes(texts, tmp_path, monkeypatch, fork):
+    assert _create(texts[:3], tmp_path / "one", 1) == 0
+    monkeypatch.setattr(cpd, "_fork_is_safe", lambda: fork)
+    assert _create(texts[:3], tmp_path / "two", 2) == 0
+    assert _shards(tmp_path / "two") == _shards(tmp_path / "one")
+
+
+def test_workers_fork_only_beside_threads_marked_fork_safe(monkeypatch):
+    for name in ("tensorflow", "jax"):  # put back after the test
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait, daemon=True)
+    other.start()
+    # the threads of the test runner (pytest-xdist's) left out
+    monkeypatch.setattr(threading, "enumerate", lambda: [threading.main_thread(), other])
+    try:
+        assert not cpd._fork_is_safe()  # a thread of unknown locks: spawn
+        other.fork_safe = True
+        assert cpd._fork_is_safe() == (sys.platform == "linux")
+        monkeypatch.setitem(sys.modules, "tensorflow", object())
+        assert not cpd._fork_is_safe()  # TensorFlow's thread pools: spawn
+    finally:
+        stop.set()
 
 
 def test_host_shards_assembled_equal_one_run(texts, tmp_path, capsys):

@@ -49,6 +49,8 @@ import logging
 import multiprocessing
 import os
 import sys
+import threading
+import warnings
 from typing import List, Optional, Sequence
 
 from bert_jax import flags
@@ -167,18 +169,34 @@ def _main_not_rerun():
         main.__dict__.update(saved)
 
 
+def _fork_is_safe() -> bool:
+    """Forking copies only the calling thread: safe on Linux while this process runs no
+    other thread (but ones marked `fork_safe`, like the workdir lock's heartbeat) and has
+    not imported TensorFlow or JAX (whose thread pools a forked child would find locked).
+    The create-data command qualifies; a pretraining job converting raw text spawns."""
+    others = [t for t in threading.enumerate() if t is not threading.main_thread()]
+    return (sys.platform == "linux" and all(getattr(t, "fork_safe", False) for t in others)
+            and not {"tensorflow", "jax"} & sys.modules.keys())
+
+
 @contextlib.contextmanager
 def _workers(num_workers: int, tasks: int, init_args: tuple):
-    """A `map` over `num_workers` spawned processes (in this one for 1 worker or task);
+    """A `map` over `num_workers` worker processes (in this one for 1 worker or task);
     the workers are ended on leaving, whatever stopped the run."""
     if num_workers <= 1 or tasks <= 1:
         example_maker.init_worker(*init_args)
         yield map
         return
-    # spawn, not fork: this process may already run TensorFlow's (or JAX's) threads.
-    with _main_not_rerun():
-        pool = multiprocessing.get_context("spawn").Pool(
-            min(num_workers, tasks), example_maker.init_worker, init_args + (True,))
+    processes = min(num_workers, tasks)
+    if _fork_is_safe():  # the workers start without importing anything again
+        with warnings.catch_warnings():  # Python 3.12+ warns of any thread; see above
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pool = multiprocessing.get_context("fork").Pool(
+                processes, example_maker.init_worker, init_args + (True,))
+    else:
+        with _main_not_rerun():
+            pool = multiprocessing.get_context("spawn").Pool(
+                processes, example_maker.init_worker, init_args + (True,))
     try:
         yield pool.imap_unordered
     finally:
@@ -239,11 +257,12 @@ def create_pretraining_data(inputs: Sequence[str], output_files: Sequence[str], 
              for index, path in enumerate(files)
              if index % num_hosts == host_index and index not in done]
     tasks.sort(key=lambda task: -_size(task[1]))  # longest first: the workers end together
-    bar = tqdm(total=sum(_size(task[1]) for task in tasks), unit="B",
-               unit_scale=True, desc="create-data", disable=not progress, file=sys.stderr)
-    failed = True
+    bar, failed = None, True
     try:
         with _workers(num_workers, len(tasks), (vocab, do_lower_case, options)) as run_map:
+            # after the workers start: tqdm's monitor thread would keep them from forking
+            bar = tqdm(total=sum(_size(task[1]) for task in tasks), unit="B", unit_scale=True,
+                       desc="create-data", disable=not progress, file=sys.stderr)
             for meta in run_map(example_maker.convert_file, tasks):
                 done[meta["index"]] = meta
                 bar.update(_size(files[meta["index"]]))
@@ -255,7 +274,8 @@ def create_pretraining_data(inputs: Sequence[str], output_files: Sequence[str], 
                 _assemble(mine, parts_dir, output_files, run_map, summary_path)
         failed = False
     finally:
-        bar.close()
+        if bar is not None:
+            bar.close()
         if not keep_parts:
             paths.rmtree(parts_dir, missing_ok=True)
         if failed:

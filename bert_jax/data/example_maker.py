@@ -20,9 +20,11 @@ _worker = {}
 def init_worker(vocab: str, do_lower_case: Optional[bool], options: DataOptions,
                 ignore_interrupts: bool = False):
     """Loads what `process_file` needs into this process. `ignore_interrupts`: in a pool's
-    workers, which the parent ends itself on Ctrl-C (no traceback from each)."""
+    workers, which the parent ends itself on Ctrl-C (no traceback from each) and with
+    SIGTERM, which must kill them (a forked worker inherits the parent's stop handler)."""
     if ignore_interrupts:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
     tokenizer = load_tokenizer(vocab, do_lower_case)
     whole_words = options.whole_units
     _worker.update(tokenizer=tokenizer, options=options,

@@ -135,6 +135,8 @@ class WorkdirLock:
             if self.files.create_exclusive(self.path, self._text):
                 self._heartbeat = threading.Thread(target=self._beat, daemon=True,
                                                    name="workdir-lock-heartbeat")
+                # it touches one file and holds no lock a forked child could need
+                self._heartbeat.fork_safe = True
                 self._heartbeat.start()
                 if self.kind is not None:
                     self._marked = workdir_kind.mark(self.workdir, self.kind,
