@@ -62,3 +62,21 @@ def test_the_masks_follow_berts_rules(case):
     hit = np.zeros_like(changed)
     hit[rows.repeat(positions.shape[1], 1)[weights], positions[weights]] = True
     assert not (changed & ~hit).any()  # only masked positions change
+
+
+def test_tied_draws_are_ranked_by_position(monkeypatch):
+    """The value-sort shortcut of `_chosen_tokens` must pick what ranking every draw
+    (ties by position) picks, also when draws tie at the row's threshold."""
+    coarse = masking._random_bits
+    monkeypatch.setattr(masking, "_random_bits",  # 4 distinct draws: ties everywhere
+                        lambda keys, stream, length: coarse(keys, stream, length)
+                        >> np.uint64(62) << np.uint64(11))
+    rng = np.random.default_rng(3)
+    candidate = rng.random((64, 40)) < 0.7
+    keys = masking.example_keys(5, np.arange(64))
+    num_to_predict = rng.integers(1, 12, 64)
+    order = masking._random_order(candidate, keys)
+    rank = np.empty_like(order)
+    rank[np.arange(64)[:, None], order] = np.arange(40)
+    want = candidate & (rank < num_to_predict[:, None])
+    np.testing.assert_array_equal(masking._chosen_tokens(candidate, keys, num_to_predict), want)

@@ -134,12 +134,23 @@ def _random_order(eligible: np.ndarray, keys: np.ndarray) -> np.ndarray:
 
 def _chosen_tokens(candidate: np.ndarray, keys: np.ndarray,
                    num_to_predict: np.ndarray) -> np.ndarray:
-    """bool [B, L]: each row's num_to_predict candidates first in its random order."""
+    """bool [B, L]: each row's num_to_predict candidates first in its random order: those
+    at or below the row's num_to_predict-th smallest draw. A value sort finds that draw
+    (several times faster than ranking every position); a row where two draws tie there,
+    which 53-bit draws all but never do, is ranked in full (ties by position)."""
     batch, length = candidate.shape
-    order = _random_order(candidate, keys)
-    rank = np.empty_like(order)
-    rank[np.arange(batch)[:, None], order] = np.arange(length)
-    return candidate & (rank < num_to_predict[:, None])
+    draws = (_random_bits(keys, 0, length) >> np.uint64(11)).astype(np.float64)  # exact
+    draws = np.where(candidate, draws, float(1 << 53))
+    last = np.minimum(num_to_predict, length) - 1
+    threshold = np.sort(draws, axis=1)[np.arange(batch), last]
+    chosen = candidate & (draws <= threshold[:, None])
+    tied = np.flatnonzero(chosen.sum(1) > num_to_predict)
+    if tied.size:
+        order = _random_order(candidate[tied], keys[tied])
+        rank = np.empty_like(order)
+        rank[np.arange(tied.size)[:, None], order] = np.arange(length)
+        chosen[tied] = candidate[tied] & (rank < num_to_predict[tied, None])
+    return chosen
 
 
 def _chosen_words(candidate: np.ndarray, word_start: np.ndarray, keys: np.ndarray,

@@ -46,24 +46,43 @@ def pack_rows(examples: Dict[str, np.ndarray], rows: List[List[int]], max_seq_le
         for name in ("next_sentence_labels", "next_sentence_positions"):
             out[name] = np.zeros((num_rows, max_examples), np.int32)
         out["next_sentence_weights"] = np.zeros((num_rows, max_examples), np.float32)
-    for row, members in enumerate(rows):
-        offset = slot = 0
-        for k, index in enumerate(members):
-            n, count = int(lengths[index]), int(real_slots[index])
-            span, slots = slice(offset, offset + n), slice(slot, slot + count)
-            out["input_ids"][row, span] = examples["input_ids"][index, :n]
-            out["segment_ids"][row, span] = examples["segment_ids"][index, :n]
-            out["input_mask"][row, span] = 1
-            out["position_ids"][row, span] = np.arange(n)
-            out["example_ids"][row, span] = k + 1
-            out["masked_lm_positions"][row, slots] = (
-                examples["masked_lm_positions"][index, :count] + offset)
-            out["masked_lm_ids"][row, slots] = examples["masked_lm_ids"][index, :count]
-            out["masked_lm_weights"][row, slots] = 1.0
-            if nsp:
-                out["next_sentence_labels"][row, k] = examples["next_sentence_labels"][index]
-                out["next_sentence_positions"][row, k] = offset
-                out["next_sentence_weights"][row, k] = 1.0
-            offset += n
-            slot += count
+    sizes = np.array([len(members) for members in rows], np.int64)
+    if not sizes.sum():
+        return out
+    # Each packed example: its index, its row, its place k in the row, its first token.
+    index = np.fromiter((i for members in rows for i in members), np.int64, sizes.sum())
+    row = np.repeat(np.arange(num_rows), sizes)
+    first = np.cumsum(sizes) - sizes  # where each row's examples start in `index`
+    k = np.arange(len(index)) - np.repeat(first, sizes)
+    n, count = lengths[index], real_slots[index]
+    offset = _starts_in_row(n, first, sizes)
+
+    # A row's tokens are its examples' real tokens one after another, then padding: the
+    # examples' tokens in order fill the rows' first places in order (boolean masks,
+    # which numpy copies far faster than index arrays).
+    source = np.arange(examples["input_ids"].shape[1])[None] < n[:, None]
+    target = np.arange(max_seq_length)[None] < np.bincount(row, n, num_rows)[:, None]
+    for name in ("input_ids", "segment_ids"):
+        out[name][target] = examples[name][index][source]
+    out["input_mask"][target] = 1
+    out["position_ids"][target] = np.broadcast_to(np.arange(source.shape[1]), source.shape)[source]
+    out["example_ids"][target] = np.repeat(k + 1, n)
+
+    source = np.arange(examples["masked_lm_ids"].shape[1])[None] < count[:, None]
+    target = np.arange(max_predictions)[None] < np.bincount(row, count, num_rows)[:, None]
+    out["masked_lm_positions"][target] = (examples["masked_lm_positions"][index]
+                                          + offset[:, None])[source]
+    out["masked_lm_ids"][target] = examples["masked_lm_ids"][index][source]
+    out["masked_lm_weights"][target] = 1.0
+    if nsp:
+        out["next_sentence_labels"][row, k] = examples["next_sentence_labels"][index]
+        out["next_sentence_positions"][row, k] = offset
+        out["next_sentence_weights"][row, k] = 1.0
     return out
+
+
+def _starts_in_row(sizes: np.ndarray, first: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Where each packed example starts within its row: the sum of the sizes of the
+    examples before it in that row (`first`/`counts`: each row's span of examples)."""
+    before = np.cumsum(sizes) - sizes
+    return before - np.repeat(before[np.minimum(first, len(sizes) - 1)], counts)

@@ -261,10 +261,29 @@ class PretrainIterator:
         return batch
 
     def _next_packed(self) -> Optional[dict]:
-        # B rows hold at most B * K examples, so this many decide the whole batch.
-        pending = self._gather(self.batch_size * self.options.max_examples_per_row)
-        if pending is None:
-            return None
+        # B rows hold at most B * K examples; most rows hold few, so gather about B first
+        # and more only while the rows are not yet decided (the same rows either way).
+        most = self.batch_size * self.options.max_examples_per_row
+        count = min(self.batch_size + _CHUNK, most)
+        while True:
+            pending = self._gather(count)
+            if pending is None:
+                return None
+            gathered = len(pending["input_ids"])
+            # B * K examples always fill B rows, the last one closed by the end of them
+            rows = self._pack_plan(pending, at_end=gathered < count or count == most)
+            if rows is not None:
+                break
+            count = min(2 * count, most)
+        examples = self._consume(sum(len(r) for r in rows))
+        rows += [[] for _ in range(self.batch_size - len(rows))]
+        return packing.pack_rows(examples, rows, self.max_seq_length, self.max_predictions,
+                                 self.options.max_examples_per_row)
+
+    def _pack_plan(self, pending: dict, at_end: bool) -> Optional[List[List[int]]]:
+        """The next batch's rows (indices into `pending`), greedily in stream order; None
+        when `pending` ran out before B rows were closed and more may follow (not
+        `at_end`)."""
         lengths = pending["input_mask"].sum(1).tolist()
         predictions = (pending["masked_lm_weights"] > 0).sum(1).tolist()
         rows, current, tokens, slots = [], [], 0, 0
@@ -274,15 +293,12 @@ class PretrainIterator:
                 rows.append(current)
                 current, tokens, slots = [], 0, 0
                 if len(rows) == self.batch_size:
-                    break
+                    return rows
             current.append(index)
             tokens, slots = tokens + length, slots + count
-        else:
-            rows.append(current)
-        examples = self._consume(sum(len(r) for r in rows))
-        rows += [[] for _ in range(self.batch_size - len(rows))]
-        return packing.pack_rows(examples, rows, self.max_seq_length, self.max_predictions,
-                                 self.options.max_examples_per_row)
+        if not at_end:
+            return None
+        return rows + [current]
 
 
 def _pair_labels(nsp: np.ndarray, sop: np.ndarray, next_sentence_prediction: bool,
