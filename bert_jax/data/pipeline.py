@@ -34,25 +34,29 @@ from bert_jax.host import paths
 _CHUNK = 256  # records parsed per tf.io.parse_example call
 
 
-def _feature_spec(max_seq_length: int, max_predictions: int):
+def _feature_spec(max_seq_length: int, max_predictions: int, word_starts: bool = True,
+                  unit_starts: bool = True):
+    """What tf.io.parse_example reads; the pipeline reads the word and unit starts only for
+    the dynamic masking that uses them (a row of defaults costs as much as one of data)."""
     import tensorflow as tf
     seq = lambda: tf.io.FixedLenFeature([max_seq_length], tf.int64)
     zeros = lambda dtype: tf.io.FixedLenFeature([max_predictions], dtype, [0] * max_predictions)
-    return {"input_ids": seq(), "input_mask": seq(), "segment_ids": seq(),
-            # Written by create-data with whole-word masking (Chinese words need it: the
-            # vocabulary alone cannot tell where they end); absent = every token may start one.
-            "word_start": tf.io.FixedLenFeature([max_seq_length], tf.int64,
-                                                [1] * max_seq_length),
-            # Written by create-data --knowledge_masking (ERNIE's entity/phrase units);
-            # absent (-1) otherwise.
-            "unit_start": tf.io.FixedLenFeature([max_seq_length], tf.int64,
-                                                [-1] * max_seq_length),
+    spec = {"input_ids": seq(), "input_mask": seq(), "segment_ids": seq(),
             # Absent (-1) in MLM-only files (create-data --no_next_sentence_prediction).
             "next_sentence_labels": tf.io.FixedLenFeature([1], tf.int64, [-1]),
             # Present instead in sentence-order files (create-data --sentence_order_prediction).
             "sentence_order_labels": tf.io.FixedLenFeature([1], tf.int64, [-1]),
             "masked_lm_positions": zeros(tf.int64), "masked_lm_ids": zeros(tf.int64),
             "masked_lm_weights": zeros(tf.float32)}
+    if word_starts:  # written by create-data with whole-word masking (Chinese words need
+        # it: the vocabulary alone cannot tell where they end); absent = any token may start one
+        spec["word_start"] = tf.io.FixedLenFeature([max_seq_length], tf.int64,
+                                                   [1] * max_seq_length)
+    if unit_starts:  # written by create-data --knowledge_masking (ERNIE's entity/phrase
+        # units); absent (-1) otherwise
+        spec["unit_start"] = tf.io.FixedLenFeature([max_seq_length], tf.int64,
+                                                   [-1] * max_seq_length)
+    return spec
 
 
 class PretrainIterator:
@@ -134,7 +138,10 @@ class PretrainIterator:
             ds = ds.shuffle(self.options.shuffle_buffer, seed=shuffle_seed,
                             reshuffle_each_iteration=False)
         ds = ds.enumerate().skip(skip).batch(_CHUNK)
-        spec = _feature_spec(self.max_seq_length, self.max_predictions)
+        dynamic = self.options.dynamic_masking
+        spec = _feature_spec(self.max_seq_length, self.max_predictions,
+                             word_starts=dynamic and self.word_start_table is not None,
+                             unit_starts=dynamic and self.knowledge_masking_prob is not None)
 
         def parse(position, fields):
             file_index, record_index, serialized = fields
