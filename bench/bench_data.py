@@ -16,7 +16,7 @@ import urllib.request
 import tensorflow as tf  # noqa: F401  (imported up front so no timing includes it)
 
 from bert_jax import flags
-from bert_jax.data import corpus, tfrecord
+from bert_jax.data import corpus, pipeline, tfrecord
 from bert_jax.data import create_pretraining_data as cpd
 from bert_jax.data.options import DataOptions
 from bert_jax.data.pipeline import make_pretrain_iterator
@@ -62,14 +62,18 @@ def bench_bare_parse(pattern: str, args) -> float:
                           max_predictions_per_seq=20, seed=0)
     iterator = make_pretrain_iterator([pattern], options, process_index=0, process_count=1,
                                       tokenizer=load_tokenizer(DEFAULT_VOCAB))
-    chunks = itertools.cycle([None])  # epochs, rebuilt as the pipeline does
-    count, start = 0, None
-    for _ in chunks:
-        for chunk in iterator._epoch_dataset(0, 0).as_numpy_iterator():
-            if start is None:  # after the first chunk: tracing and buffer fill
-                start = time.perf_counter()
-                continue
-            count += len(chunk["input_ids"])
+    iterator.close()  # only its tf.data stage is used, built as the pipeline builds it
+    epochs = pipeline._EPOCHS_PER_BUILD
+    chunks = itertools.chain.from_iterable(
+        iterator._epochs_dataset(first, 0, epochs).as_numpy_iterator()
+        for first in itertools.count(0, epochs))
+    start = None
+    count = 0
+    for chunk in chunks:
+        if start is None:  # after the first chunk: tracing and buffer fill
+            start = time.perf_counter()
+            continue
+        count += len(chunk["input_ids"])
         if count >= args.steps * args.batch:
             break
     rate = count / (time.perf_counter() - start)

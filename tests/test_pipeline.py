@@ -1,6 +1,7 @@
 """The tf.data pipeline: contents, dynamic masking rules, host split, exact resume, packing."""
 import dataclasses
 import glob
+import gzip
 import hashlib
 import itertools
 import json
@@ -237,3 +238,35 @@ def test_the_batches_of_a_seed_are_those_every_earlier_run_had(short_rows, tok, 
     digest.update(json.dumps(iterator.get_state(), sort_keys=True).encode())
     iterator.close()
     assert digest.hexdigest() == BATCH_DIGESTS[(pack, whole_word)]
+
+
+@pytest.fixture(scope="module")
+def few_rows(tmp_path_factory):
+    """A few dozen unmasked records in 2 files: a dozen batches of 32 span many epochs."""
+    folder = tmp_path_factory.mktemp("few")
+    with gzip.open(sorted(glob.glob(corpus.DEFAULT_CORPUS))[3], "rt", encoding="utf-8") as f:
+        (folder / "few.txt").write_text("".join(itertools.islice(f, 300)), encoding="utf-8")
+    files = cpd.shard_paths(str(folder / "data"), 2)
+    cpd.create_pretraining_data([str(folder / "few.txt")], files, DEFAULT_VOCAB,
+                                DataOptions(dupe_factor=1, short_seq_prob=0.6,
+                                            dynamic_masking=True), progress=False)
+    return str(folder / "data" / "*.tfrecord")
+
+
+EPOCHS_DIGESTS = {False: "ae68fe6d906f469f34a7a00b66869881ab0c61a5dd8874bb6d5f6a14a5c8cd1e", True: "ea3563ebc5331a07112710d1c94a6d74279dd8ade7a74f1bc2f26a0312523564"}  # from the pipeline at ad34b08
+
+
+@pytest.mark.parametrize("pack", [False, True])
+def test_batches_across_epochs_are_those_every_earlier_run_had(few_rows, tok, pack):
+    iterator = _iterator(few_rows, tok, dynamic_masking=True, packing=pack,
+                         per_host_batch_size=32)
+    digest = hashlib.sha256()
+    for batch in itertools.islice(iterator, 12):
+        for key in sorted(batch):
+            digest.update(key.encode())
+            digest.update(np.ascontiguousarray(batch[key]).tobytes())
+    state = iterator.get_state()
+    iterator.close()
+    assert state["epoch"] >= 3  # the batches did cross epochs
+    digest.update(json.dumps(state, sort_keys=True).encode())
+    assert digest.hexdigest() == EPOCHS_DIGESTS[pack]
