@@ -189,6 +189,30 @@ def test_a_folder_output_may_not_hold_a_file_input(tmp_path):
                          None)
 
 
+@pytest.mark.parametrize("name", ["pretrain-00000-of-00001.tfrecord", "summary.json"])
+def test_create_data_refuses_an_input_it_would_replace(tmp_path, capsys, name):
+    """A text input in the output folder under a name create-data writes or removes there
+    (a shard's, the summary's) would be read and then lost: refused, the file unchanged."""
+    text = tmp_path / name
+    text.write_text("In the beginning was the word.\nAnd the word was there.\n\n"
+                    "A second document.\nWith two lines.\n", encoding="utf-8")
+    before = text.read_bytes()
+    assert cli.main(["create-data", "--input", str(text), "--output", str(tmp_path),
+                     "--num_workers", "1", "--no_progress"]) == 2
+    assert "would be overwritten or removed" in capsys.readouterr().err
+    assert text.read_bytes() == before
+    assert sorted(os.listdir(tmp_path)) == [name]
+
+
+def test_create_data_output_may_not_be_a_file(tmp_path, capsys):
+    text = tmp_path / "corpus.txt"
+    text.write_text("One sentence.\nAnother one.\n", encoding="utf-8")
+    assert cli.main(["create-data", "--input", str(text), "--output", str(text),
+                     "--num_workers", "1", "--no_progress"]) == 2
+    assert "is a file: the output is a folder" in capsys.readouterr().err
+    assert text.read_text(encoding="utf-8") == "One sentence.\nAnother one.\n"
+
+
 def test_a_rerun_stopped_before_its_first_model_leaves_the_earlier_one(run, tmp_path,
                                                                        monkeypatch, capsys):
     workdir = str(tmp_path / "rerun")

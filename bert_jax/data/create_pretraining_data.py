@@ -42,6 +42,7 @@ carry `unit_start` (int64 [L]) for the pipeline's dynamic masking.
 """
 import argparse
 import contextlib
+import fnmatch
 import hashlib
 import itertools
 import json
@@ -121,6 +122,25 @@ def _text_files(inputs: Sequence[str], codec: str) -> List[str]:
                             "text: give create-data text files, and pretrain on TFRecords")
     corpus.require_text(files, codec)
     return files + by_name
+
+
+# The names create-data writes, replaces or removes in its output folder.
+_OUTPUT_NAMES = ("pretrain-*-of-*.tfrecord", SUMMARY_FILE, ".tmp-*")
+
+
+def _check_inputs_apart(files: Sequence[str], output_files: Sequence[str]) -> None:
+    """Refuses an input that this run would overwrite or remove: a file in the output
+    folder under one of the names create-data writes there (a text file named like a
+    shard is read, then removed as an earlier run's shard)."""
+    folders = {paths.dirname(paths.abspath(p)) for p in output_files}
+    for path in files:
+        full = paths.abspath(path)
+        name = paths.basename(full)
+        if paths.dirname(full) in folders and any(fnmatch.fnmatch(name, pattern)
+                                                  for pattern in _OUTPUT_NAMES):
+            raise UserError(f"input {path} is in the output folder under a name create-data "
+                            "writes there (it would be overwritten or removed): move it, or "
+                            "choose another --output")
 
 
 def _warn_about(total: Stats, files: Sequence[str], options: DataOptions) -> None:
@@ -229,6 +249,7 @@ def create_pretraining_data(inputs: Sequence[str], output_files: Sequence[str], 
     from tqdm import tqdm
     _check_options(options)
     files = _text_files(inputs, options.encoding)
+    _check_inputs_apart(files, output_files)
     load_tokenizer(vocab, do_lower_case)  # fail before starting workers
     chinese_words.make_segmenter(options.chinese_segmenter)
     references = corpus.expand_inputs(chinese_ref_files) if chinese_ref_files else []
@@ -476,6 +497,9 @@ def remove_stale_temporaries(output_dir: str) -> List[str]:
 
 def _check_output_dir(output_dir: str) -> None:
     """The shards go into a data folder, never among a training run's or a model's files."""
+    if paths.exists(output_dir) and not paths.isdir(output_dir):
+        raise UserError(f"--output {output_dir} is a file: the output is a folder (its "
+                        "shards and summary.json); choose a folder")
     kind = workdir_kind.kind_of(output_dir)
     if kind not in (None, workdir_kind.DATA):
         raise UserError(f"--output {output_dir} holds a {kind} run "
