@@ -6,17 +6,26 @@ ElectraForMaskedLM with equal outputs, and the published recipes."""
 import json
 import os
 import shutil
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from test_preemption import MESSAGE, sigterm_during_run
 
 from bert_jax import cli
 from bert_jax.models.config import BertConfig
+from bert_jax.models.encoder import BertModel
 from bert_jax.models.heads import ElectraForPreTraining
+from bert_jax.models.layer_layout import to_unscanned
 from bert_jax.pretrain import electra
 from bert_jax.pretrain.job import train_and_evaluate
+from bert_jax.serve.export import ServedModel
+from bert_jax.tokenization import load_tokenizer
+from bert_jax.tokenization.text_io import encode_pair
+from bert_jax.train import checkpoint
 from bert_jax.train.config_loader import load_config
 from bert_jax.weights import pretrained
 
@@ -29,13 +38,18 @@ MODEL = ("{'preset': 'tiny', 'model_type': 'electra', 'pooler_act': 'gelu', "
 RECIPE = os.path.join(REPO, "configs", "pretrain.py")
 
 
-def small_config(input_files, **overrides):
+def small_overrides(input_files, **overrides) -> list[str]:
+    """KEY=VALUE of the small run (`--config.` before each on a command line)."""
     values = dict(model=MODEL, input_files=repr(input_files), max_seq_length=32,
                   max_predictions_per_seq=5, global_batch_size=8, num_train_steps=4,
                   warmup_steps=1, log_every_steps=1, eval_every_steps=4, eval_steps=2,
                   checkpoint_every_steps=2, eval_fraction=0.1)
     values.update(overrides)
-    return load_config(RECIPE + ":electra_small,tiny", [f"{k}={v}" for k, v in values.items()])
+    return [f"{k}={v}" for k, v in values.items()]
+
+
+def small_config(input_files, **overrides):
+    return load_config(RECIPE + ":electra_small,tiny", small_overrides(input_files, **overrides))
 
 
 def test_generator_has_electras_published_shapes():
@@ -172,6 +186,110 @@ def test_resumes_exactly(run, text_corpus, tmp_path, capsys):  # noqa: F811
                      pretrained.load(os.path.join(straight, sub)).params)
 
 
+def checkpoint_generator(workdir, step):
+    """The generator in WORKDIR's checkpoint of `step`, as a model directory holds it."""
+    params = checkpoint.read_params(os.path.join(workdir, "checkpoints", str(step)))
+    return to_unscanned(electra.Electra.full_generator(params))
+
+
+def assert_same_params(got, expected):
+    jax.tree.map(np.testing.assert_array_equal, got, expected)  # the same tree, bit for bit
+
+
+def test_generator_is_written_with_each_checkpoint(run):
+    """WORKDIR/generator is the latest checkpoint's (a stop's too: the SIGTERM test), and
+    its temporary copy is gone."""
+    workdir, _ = run
+    generator = pretrained.load(os.path.join(workdir, electra.GENERATOR_DIR))
+    assert_same_params(generator.params, checkpoint_generator(workdir, 4))
+    assert [n for n in os.listdir(workdir) if n.startswith(".tmp-")] == []
+
+
+def comparable_metrics(workdir):
+    """metrics.jsonl's records less what depends on timing."""
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+        return [{k: v for k, v in json.loads(line).items()
+                 if k != "time" and not k.endswith(("_per_second", "/mfu"))} for line in f]
+
+
+def test_sigterm_checkpoints_both_networks_and_the_rerun_resumes_exactly(run, text_corpus,  # noqa: F811
+                                                                         tmp_path):
+    """`bert-jax pretrain` SIGTERMed from its first step on: it checkpoints, writes the
+    generator of that step and exits 0; the same command then ends with the parameters
+    (discriminator and generator) and metrics of the uninterrupted `run`."""
+    straight, _ = run
+    workdir = str(tmp_path / "preempted")
+    args = [sys.executable, "-m", "bert_jax.cli", "pretrain", "--config",
+            RECIPE + ":electra_small,tiny", "--workdir", workdir,
+            *(f"--config.{o}" for o in small_overrides(text_corpus))]
+    env = dict(os.environ, JAX_PLATFORMS="cpu")  # conftest's 8 CPU devices, as `run` had
+    code, stderr = sigterm_during_run(args, env)
+    assert code == 0, stderr[-3000:]
+    stopped = MESSAGE.fullmatch(stderr.strip().splitlines()[-1])
+    assert stopped, stderr[-3000:]
+    step = int(stopped.group(1))
+    assert 1 <= step < 4 and checkpoint.steps(workdir)[-1] == step
+    assert_same_params(pretrained.load(os.path.join(workdir, electra.GENERATOR_DIR)).params,
+                       checkpoint_generator(workdir, step))
+    rerun = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert f"resumed from step {step} " in rerun.stderr, rerun.stderr[-3000:]
+    for sub in ("", electra.GENERATOR_DIR):
+        assert_same_params(pretrained.load(os.path.join(workdir, sub)).params,
+                           pretrained.load(os.path.join(straight, sub)).params)
+    assert comparable_metrics(workdir) == comparable_metrics(straight)
+
+
+def test_embed_reads_the_discriminator(run, tmp_path):
+    """`bert-jax embed --model WORKDIR`: the discriminator's [CLS] states."""
+    workdir, _ = run
+    texts = ["the cat sat on the mat .", "in the beginning"]
+    (tmp_path / "texts.txt").write_text("\n".join(texts) + "\n")
+    assert cli.main(["embed", "--model", workdir, "--input", str(tmp_path / "texts.txt"),
+                     "--output", str(tmp_path / "e.npy"), "--max_seq_length", "32"]) == 0
+    vectors = np.load(tmp_path / "e.npy")
+    disc = pretrained.load(workdir)
+    tokenizer = load_tokenizer(disc.tokenizer_dir)
+    encoder = BertModel(disc.config, add_pooling_layer=False)
+    assert vectors.shape == (2, disc.config.hidden_size)
+    for text, vector in zip(texts, vectors):
+        ids = np.array([encode_pair(tokenizer, text, None, 32)[0]], np.int32)
+        out = encoder.apply({"params": disc.params["bert"]}, ids, np.ones_like(ids),
+                            np.zeros_like(ids))
+        np.testing.assert_allclose(vector, np.asarray(out.sequence_output)[0, 0], atol=1e-5)
+
+
+def test_export_reads_the_discriminator(run, tmp_path):
+    """`bert-jax export --model WORKDIR` (the jax artifact): the discriminator's encoder."""
+    workdir, _ = run
+    out = str(tmp_path / "serving")
+    assert cli.main(["export", "--model", workdir, "--output", out, "--format", "jax",
+                     "--platforms", "cpu"]) == 0
+    served = ServedModel(out)
+    assert served.spec["kind"] == "encoder"
+    ids, mask, segments = served.encode(["the cat sat on the mat .", "in the beginning"])
+    disc = pretrained.load(workdir)
+    expected = BertModel(disc.config, add_pooling_layer=False).apply(
+        {"params": disc.params["bert"]}, ids, mask, segments).sequence_output
+    real = mask.astype(bool)
+    np.testing.assert_allclose(served(ids, mask, segments)["sequence_output"][real],
+                               np.asarray(expected)[real], atol=1e-5)
+
+
+def test_generator_fine_tunes_with_a_fresh_pooler(run, tmp_path, caplog):
+    """The generator is an encoder too (without pooler: the classifier's starts fresh)."""
+    workdir, _ = run
+    generator = os.path.join(workdir, electra.GENERATOR_DIR)
+    assert cli.main(["finetune", "--config", os.path.join(REPO, "configs", "finetune.py")
+                     + ":spam", "--init_from", generator, "--workdir", str(tmp_path / "ft"),
+                     "--config.max_seq_length=32", "--config.global_batch_size=8",
+                     "--config.max_train_examples=16", "--config.max_eval_examples=8",
+                     "--config.eval_batch_size=8", "--config.num_train_epochs=1"]) == 0
+    assert f"{generator} has no pooler" in caplog.text
+    tuned = pretrained.load(str(tmp_path / "ft"))
+    assert tuned.config.hidden_size == 16 and tuned.task["name"] == "spam"
+
+
 def test_discriminator_fine_tunes(run, tmp_path):
     workdir, _ = run
     assert cli.main(["finetune", "--config", os.path.join(REPO, "configs", "finetune.py")
@@ -226,8 +344,6 @@ def test_discriminator_beats_the_all_original_baseline(tmp_path):
     """The recipe on the shipped corpus (`electra_small,tiny` at seq 64, batch 16): the
     discriminator's accuracy climbs above 1 - replaced (calling every token original)
     within 80 steps (0.864 against 0.850 at step 60 when measured)."""
-    import subprocess
-    import sys
     workdir = tmp_path / "w"
     run = subprocess.run(
         [sys.executable, "-m", "bert_jax.cli", "pretrain", "--config",
@@ -250,8 +366,6 @@ def test_large_recipe_compiles_for_a_v5p_128(tmp_path):
     """`bert-jax compile` of electra_large (generator and discriminator in one step, FSDP
     over 64 chips) fits the chips' HBM."""
     pytest.importorskip("libtpu", reason="libtpu not installed (pip install -e .[tpu])")
-    import subprocess
-    import sys
     result = subprocess.run([sys.executable, "-m", "bert_jax.cli", "compile", "--config",
                              RECIPE + ":electra_large", "--topology", "v5p-128"],
                             capture_output=True, text=True, timeout=1800)

@@ -13,7 +13,8 @@ where that differs from the embedding width. Sampling is not differentiated.
 
 The state's params: the discriminator as an ELECTRA model's ({"bert", "discriminator"},
 what a workdir loads as) and `generator` ({"bert": its encoder less the shared tables,
-"mlm"}); `generator_saving` writes the generator as a model of its own (ElectraForMaskedLM).
+"mlm"}); `with_generator` writes the generator as a model of its own (ElectraForMaskedLM)
+with each checkpoint.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from bert_jax.models import losses
 from bert_jax.models.config import BertConfig
 from bert_jax.models.encoder import BertModel, gather_positions
 from bert_jax.models.heads import ElectraForPreTraining, MaskedLMHead
-from bert_jax.train import multihost, train_loop, train_step
+from bert_jax.train import multihost, train_step
 from bert_jax.train.sharding import Partitioner
 from bert_jax.train.train_state import TrainState
 from bert_jax.weights import pretrained
@@ -40,7 +41,7 @@ from bert_jax.weights import pretrained
 # The embedding parameters the generator reads from the discriminator's.
 SHARED_EMBEDDINGS = ("word_embeddings", "position_embeddings", "token_type_embeddings",
                      "layer_norm")
-# Where a finished run writes its generator as a model directory (WORKDIR/generator).
+# Where a run writes its generator as a model directory with each checkpoint.
 GENERATOR_DIR = "generator"
 # The model's optional inputs, passed through when the batch has them (packed rows).
 _OPTIONAL_INPUTS = ("position_ids", "example_ids")
@@ -226,22 +227,28 @@ def jit_electra_steps(electra: Electra, tx, partitioner: Partitioner, shardings:
     return train, evaluate
 
 
-def generator_saving(model: Any, workdir: str, tokenizer,
-                     message: Callable[[str], None]) -> list[train_loop.Every]:
-    """The run's actions that write an ELECTRA run's generator after its last step:
-    WORKDIR/generator, a model directory of its own ({"bert", "mlm"}: `convert --to_hf`
-    writes it as transformers' ElectraForMaskedLM); the workdir itself is the
-    discriminator. None for other objectives (`model` not an `Electra`)."""
+def with_generator(checkpoint_meta: Callable[[Any], dict], model: Any, workdir: str,
+                   tokenizer, message: Callable[[str], None]) -> Callable[[Any], dict]:
+    """`checkpoint_meta` (`lifecycle.Job.train`'s: loop -> the checkpoint's meta, called by
+    every process at each checkpoint, a stop's included), which for an ELECTRA run first
+    writes the generator: WORKDIR/generator, a model directory of its own ({"bert", "mlm"}:
+    `convert --to_hf` writes it as transformers' ElectraForMaskedLM), replaced atomically
+    (a temporary sibling, then renamed), so a stopped or preempted run's generator is its
+    last checkpoint's. The workdir itself is the discriminator. Other objectives' (`model`
+    not an `Electra`): `checkpoint_meta` itself."""
     if not isinstance(model, Electra):
-        return []
+        return checkpoint_meta
+    path = paths.join(workdir, GENERATOR_DIR)
 
-    def save(loop):
-        # Host copies on every process (the parameters may span processes).
-        params = multihost_utils.process_allgather(loop.state.params, tiled=True)
+    def meta_and_generator(loop) -> dict:
+        # Host copies on every process (the parameters may span processes); the
+        # generator's alone, not the discriminator's.
+        params = multihost_utils.process_allgather(
+            Electra.full_generator(loop.state.params), tiled=True)
         if multihost.is_primary():
-            path = paths.join(workdir, GENERATOR_DIR)
-            pretrained.save(path, model.generator.config, Electra.full_generator(params),
-                            tokenizer=tokenizer, overwrite=True)
-            message(f"wrote the generator to {path}")
-    return [train_loop.Every(0, save)]
-
+            pretrained.save(path, model.generator.config, params, tokenizer=tokenizer,
+                            overwrite=True)
+            if loop.is_last:
+                message(f"wrote the generator to {path}")
+        return checkpoint_meta(loop)
+    return meta_and_generator

@@ -168,11 +168,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
 
     with contextlib.closing(batches):
         job.train(loop, batches, [train_loop.Every(config.eval_every_steps, evaluate_now,
-                                                   at_end=bool(config.eval_every_steps)),
-                                  *electra.generator_saving(run_setup.model, workdir, tokenizer,
-                                                            writer.message)],
+                                                   at_end=bool(config.eval_every_steps))],
                   checkpoint_every=config.checkpoint_every_steps,
-                  checkpoint_meta=lambda loop: {**run, "pipeline": batches.get_state()})
+                  checkpoint_meta=electra.with_generator(  # ELECTRA: WORKDIR/generator too
+                      lambda loop: {**run, "pipeline": batches.get_state()}, run_setup.model,
+                      workdir, tokenizer, writer.message))
     return {"train": loop.last, "eval": eval_metrics}
 
 
