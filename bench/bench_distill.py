@@ -4,7 +4,7 @@ teacher, a 2-layer student initialised from the teacher encoder's layers 0 and 3
 
   python bench/bench_distill.py [--workdir DIR] [--teacher FINETUNED_WORKDIR]
       [--train_examples 1000] [--epochs 3] [--learning_rate 1e-4] [--student_layers 2]
-      [--tinybert]
+      [--tinybert] [--tinybert_student GENERALLY_DISTILLED_4x312]
 
 Recipe for all three: a 1,000-e-mail training subset, max_seq_length 128, 3 epochs,
 lr 1e-4, batch 32, mean pooling, length bucketing, the best dev epoch kept; the
@@ -17,6 +17,11 @@ takes any fine-tuned spam workdir as the teacher instead of fine-tuning one.
 1200, randomly initialised: no general distillation) distilled from the 6-layer,
 384-wide teacher with hidden-state matching through the learned 312 -> 384 projection
 and attention matching (hidden_weight = attention_weight = 1), same recipe.
+`--tinybert_student DIR` (implies --tinybert) adds (d): the same distillation from a
+4x312 student that went through general distillation first (a model directory or
+pretraining workdir, e.g. `bert-jax pretrain --config.teacher=all-MiniLM-L6-v2
+--config.alpha=1 --config.hidden_weight=1 --config.attention_weight=1`,
+docs/distillation.md), beside (c).
 Exits 0 with a "skipped" reason when the data or the MiniLM package is absent.
 """
 
@@ -97,6 +102,8 @@ def main():
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--tinybert", action="store_true",
                         help="add the 4-layer, 312-wide TinyBERT student (c)")
+    parser.add_argument("--tinybert_student", metavar="DIR",
+                        help="add (d): a generally distilled 4x312 student (implies --tinybert)")
     args = parser.parse_args()
     data = os.path.join(DATA, "classification", "spam")
     if not os.path.isdir(data):
@@ -120,14 +127,19 @@ def main():
         distill.distill(distill.distill_config(loaded, student, recipe(args, data)), loaded, w)
     distilled = once(os.path.join(work, "distilled"), run_distill)
     runs = {"distilled": distilled, "direct": direct}
-    if args.tinybert:
-        def run_tinybert(w):
+    def run_tinybert(student: str, model: list[str]):
+        def run(w):
             loaded = distill.load_finetuned_teacher(teacher_dir)
-            config = distill.distill_config(loaded, "tiny", [
-                *recipe(args, data), f"model={TINYBERT}", "hidden_weight=1.0",
-                "attention_weight=1.0"])
+            config = distill.distill_config(loaded, student, [
+                *recipe(args, data), *model, "hidden_weight=1.0", "attention_weight=1.0"])
             distill.distill(config, loaded, w)
-        runs["tinybert_4L312"] = once(os.path.join(work, "tinybert_4L312"), run_tinybert)
+        return run
+    if args.tinybert or args.tinybert_student:
+        runs["tinybert_4L312"] = once(os.path.join(work, "tinybert_4L312"),
+                                      run_tinybert("tiny", [f"model={TINYBERT}"]))
+    if args.tinybert_student:  # the general student's own architecture and vocabulary
+        runs["tinybert_general"] = once(os.path.join(work, "tinybert_general"),
+                                        run_tinybert(args.tinybert_student, []))
 
     figures = {name: measure(path) for name, path in (
         ("teacher", teacher_dir), *((n, os.path.join(work, n)) for n in runs))}
@@ -136,6 +148,7 @@ def main():
     speedup = round(figures["distilled"]["inference_examples_per_second"]
                     / figures["teacher"]["inference_examples_per_second"], 2)
     out = {"bench": "distill_spam", "teacher": teacher_dir, "train_examples": args.train_examples,
+           "tinybert_student": args.tinybert_student,
            "epochs": args.epochs, "learning_rate": args.learning_rate,
            "student_layers": args.student_layers, **figures, "inference_speedup": speedup}
     for name in figures:

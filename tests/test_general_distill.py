@@ -15,6 +15,7 @@ from test_mlm_distill import distill_config, run_cli, teacher_workdir  # noqa: F
 from bert_jax.finetune import job as finetune_job
 from bert_jax.models.matching import PROJECTION
 from bert_jax.pretrain.job import train_and_evaluate
+from bert_jax.tokenization import load_tokenizer
 from bert_jax.train import checkpoint
 from bert_jax.weights import pretrained
 
@@ -74,4 +75,48 @@ def test_attention_maps_of_other_head_counts_are_refused_in_one_line(
                    f"--config.model={student}", "--config.attention_weight=1") == 2
     err = capsys.readouterr().err
     assert "student has 1 heads and the teacher 2" in err and err.count("\n") == 1, err
+    assert not os.path.exists(workdir)
+
+
+@pytest.fixture
+def headless_teacher(tmp_path, teacher_workdir):
+    """The test teacher's encoder saved alone, as a sentence encoder is (no MLM head)."""
+    loaded = pretrained.load(teacher_workdir)
+    path = str(tmp_path / "encoder_only")
+    pretrained.save(path, loaded.config, {"bert": loaded.params["bert"]},
+                    tokenizer=load_tokenizer(loaded.tokenizer_dir))
+    return path
+
+
+def test_a_teacher_without_an_mlm_head_teaches_its_states_with_alpha_1(
+        tmp_path, text_corpus, teacher_workdir, headless_teacher):
+    settings = dict(MATCHING, alpha=1.0, num_train_steps=4, checkpoint_every_steps=4)
+    headless = str(tmp_path / "headless")
+    train_and_evaluate(distill_config(text_corpus, headless_teacher, **settings), headless)
+    records = train_records(headless)
+    for r in records:  # loss = MLM + hidden + attention + NSP: no soft loss, no KL
+        assert "train/soft_loss" not in r
+        assert r["train/loss"] == pytest.approx(
+            r["train/mlm_loss"] + r["train/hidden_loss"] + r["train/attention_loss"]
+            + r["train/nsp_loss"], rel=1e-5)
+    assert records[-1]["train/hidden_loss"] < records[0]["train/hidden_loss"]
+
+    # Its states are those of the same encoder with the head: the same losses, step by step.
+    full = str(tmp_path / "full")
+    train_and_evaluate(distill_config(text_corpus, teacher_workdir, **settings), full)
+    for a, b in zip(records, train_records(full), strict=True):
+        for name in ("hidden_loss", "attention_loss", "loss"):
+            assert a[f"train/{name}"] == pytest.approx(b[f"train/{name}"], rel=1e-5), name
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["--config.hidden_weight=1"], "has no masked-LM head, so alpha < 1 has no logits"),
+    (["--config.alpha=1"], "has no masked-LM head and hidden_weight = attention_weight = 0"),
+])
+def test_a_headless_teacher_without_states_to_teach_is_refused_in_one_line(
+        tmp_path, text_corpus, headless_teacher, capsys, overrides, message):
+    workdir = str(tmp_path / "run")
+    assert run_cli(text_corpus, workdir, f"--config.teacher={headless_teacher}", *overrides) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
     assert not os.path.exists(workdir)

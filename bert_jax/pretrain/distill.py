@@ -11,13 +11,15 @@ with the KL averaged over the masked positions and the MSEs over the real tokens
 the layers, student layer m matched to teacher layer m * N / M and the embeddings to the
 embeddings (`losses.matching_losses`). The teacher is any pretrained BERT with a
 masked-LM head reading the run's vocabulary; its depth and width may differ from the
-student's. A student of another width learns the hidden states through a learned
-projection to the teacher's width (`matching.StudentWithProjection`): a parameter of the
-run's state, checkpointed and resumed with it, never part of the model the workdir gives
-to fine-tuning or export. Attention maps are compared head by head: the head counts must
-be equal. The teacher runs in eval mode inside the jitted train step, its parameters a
-non-trained input sharded like the student's, so a resumed run sees exactly the teacher
-outputs an uninterrupted one does.
+student's. A teacher without the head (a sentence encoder) teaches its hidden states and
+attention maps alone: alpha = 1, no KL, only its encoder runs. A student of another
+width learns the hidden states through a learned projection to the teacher's width
+(`matching.StudentWithProjection`): a parameter of the run's state, checkpointed and
+resumed with it, never part of the model the workdir gives to fine-tuning or export.
+Attention maps are compared head by head: the head counts must be equal. The teacher
+runs in eval mode inside the jitted train step, its parameters a non-trained input
+sharded like the student's, so a resumed run sees exactly the teacher outputs an
+uninterrupted one does.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ class MlmTeacher:
     alpha: float
     hidden_weight: float = 0.0
     attention_weight: float = 0.0
+    mlm_head: bool = True  # False: an encoder-only teacher, no soft loss
 
     @property
     def capture(self) -> dict:
@@ -64,11 +67,16 @@ class MlmTeacher:
         student_states: `matching.captured_states` of the student (when `capture`);
         projection: its parameters (a student of another width)."""
         extra = {k: batch[k] for k in _TEACHER_INPUTS if k in batch}
-        out = self.model.apply({"params": params}, batch["input_ids"], batch["input_mask"],
-                               batch["segment_ids"], batch["masked_lm_positions"], **extra,
-                               deterministic=True, **self.capture)
+        if self.mlm_head:
+            out = self.model.apply({"params": params}, batch["input_ids"], batch["input_mask"],
+                                   batch["segment_ids"], batch["masked_lm_positions"], **extra,
+                                   deterministic=True, **self.capture)
+        else:
+            out = self.model.apply({"params": params}, batch["input_ids"], batch["input_mask"],
+                                   batch["segment_ids"], **extra, deterministic=True,
+                                   method=_encoder, **self.capture)
         out, captured = out if self.capture else (out, None)
-        terms = {"soft_loss": losses.distillation_kl(
+        terms = {} if not self.mlm_head else {"soft_loss": losses.distillation_kl(
             student_logits, jax.lax.stop_gradient(out.mlm_logits), self.temperature,
             batch["masked_lm_weights"])}
         if captured is not None:
@@ -82,7 +90,8 @@ class MlmTeacher:
 
     def coefficients(self) -> dict[str, float]:
         """The distillation part of the training loss (the module docstring's)."""
-        out = {"mlm_loss": self.alpha, "soft_loss": 1 - self.alpha}
+        out = {"mlm_loss": self.alpha, **({"soft_loss": 1 - self.alpha} if self.mlm_head
+                                          else {})}
         for name, weight in (("hidden", self.hidden_weight),
                              ("attention", self.attention_weight)):
             if weight > 0:
@@ -95,6 +104,25 @@ class MlmTeacher:
             f", {name}={weight:g}" for name, weight in (("hidden_weight", self.hidden_weight),
                                                        ("attention_weight",
                                                         self.attention_weight)) if weight > 0)
+
+
+def _encoder(model: BertForPreTraining, input_ids, input_mask, segment_ids, position_ids=None,
+             example_ids=None, *, deterministic: bool = True):
+    """`model`'s encoder alone (`Module.apply`'s `method`): the states of a teacher whose
+    parameters have no `mlm` head, captured under the same `bert` path."""
+    return model.bert(input_ids, input_mask, segment_ids, position_ids, example_ids,
+                      deterministic=deterministic)
+
+
+def _check_headless(config, path: str) -> None:
+    """UserError unless a teacher without an MLM head has something to teach: alpha = 1
+    (its logits are not needed) and states to match."""
+    if config.alpha < 1:
+        raise UserError(f"teacher {path} has no masked-LM head, so alpha < 1 has no logits to "
+                        "distil: set --config.alpha=1 and hidden_weight / attention_weight")
+    if not (config.hidden_weight > 0 or config.attention_weight > 0):
+        raise UserError(f"teacher {path} has no masked-LM head and hidden_weight = "
+                        "attention_weight = 0: it would teach nothing")
 
 
 def open_teacher(config) -> pretrained.ModelRef | None:
@@ -134,9 +162,9 @@ def load_mlm_teacher(config, teacher: pretrained.ModelRef, student: BertConfig,
     from bert_jax.tokenization import load_tokenizer
     path = config.teacher
     loaded = pretrained.load(teacher)
-    if "mlm" not in loaded.params:
-        raise UserError(f"teacher {path} has no masked-LM head (a fine-tuned model? distil "
-                        "those with `bert-jax distill`)")
+    mlm_head = "mlm" in loaded.params
+    if not mlm_head:
+        _check_headless(config, path)
     if load_tokenizer(loaded.tokenizer_dir).fingerprint() != fingerprint:
         raise UserError(f"vocabulary mismatch: the teacher {path} reads a different vocabulary "
                         "from this run's tokenizer; set --config.tokenizer to the teacher's")
@@ -146,11 +174,12 @@ def load_mlm_teacher(config, teacher: pretrained.ModelRef, student: BertConfig,
     model = BertForPreTraining(bert_config, next_sentence_prediction=False)
     ids = jnp.zeros((1, config.max_seq_length), jnp.int32)
     positions = jnp.zeros((1, config.max_predictions_per_seq), jnp.int32)
-    boxed = jax.eval_shape(lambda: model.init(jax.random.key(0), ids, ids, ids,
-                                              positions)["params"])
+    inputs = (ids, ids, ids, positions) if mlm_head else (ids, ids, ids)
+    method = {} if mlm_head else {"method": _encoder}
+    boxed = jax.eval_shape(lambda: model.init(jax.random.key(0), *inputs, **method)["params"])
     shardings = partitioner.shardings_of(nn.get_partition_spec(boxed))
     params = pretrained.init_params(nn.unbox(boxed), loaded.params, shardings, drop=("nsp",),
                                     source=f"teacher {path}")
     settings = {k: float(config[k]) for k in ("temperature", "alpha", "hidden_weight",
                                               "attention_weight")}
-    return MlmTeacher(model, **settings), params, shardings
+    return MlmTeacher(model, **settings, mlm_head=mlm_head), params, shardings
