@@ -12,9 +12,8 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("tensorflow")
 
 from test_convert_tf1 import google_names, write_tf1_checkpoint  # noqa: E402
-from test_finetune_util import micro_config, shared_compilation_cache  # noqa: E402
+from test_finetune_util import fine_tune_briefly  # noqa: E402
 
-from bert_jax.finetune import job  # noqa: E402
 from bert_jax.models.presets import PRESETS, preset  # noqa: E402
 from bert_jax.serve import embed  # noqa: E402
 from bert_jax.weights import cli, pretrained  # noqa: E402
@@ -83,13 +82,6 @@ def test_chinese_checkpoint_converts_embeds_and_finetunes(google_chinese, tmp_pa
             hidden = model.bert(**ids).last_hidden_state[0, 0].numpy()
         np.testing.assert_allclose(vector, hidden, atol=1e-4)
 
-    train = tmp_path / "train.txt"  # headerless label<TAB>text
-    train.write_text("".join(f"{'pos' if i % 2 else 'neg'}\t{CHARS[i:i + 12]}\n"
-                             for i in range(8)), encoding="utf-8")
-    config = micro_config("csv", f"init_from={out}", "model=", f"train_file={train}",
-                          f"validation_file={train}", "columns=label,text",
-                          "max_train_examples=8", "num_train_epochs=1")
-    with shared_compilation_cache(str(tmp_path.parent / "finetune_jax_cache")):
-        results = job.finetune(config, str(tmp_path / "run"))
+    results = fine_tune_briefly(out, tmp_path, text=lambda i: CHARS[i:i + 12])
     assert 0 <= results["validation"]["accuracy"] <= 1
     assert os.path.isdir(tmp_path / "run" / "best")

@@ -46,14 +46,15 @@ def shared_compilation_cache(directory: str):
         compilation_cache.reset_cache()
 
 
-def fine_tune_briefly(model_dir, tmp_path) -> dict:
+def fine_tune_briefly(model_dir, tmp_path, text=lambda i: f"the cat sat {'far ' * i}") -> dict:
     """A classifier fine-tuned from `model_dir` (init_from, its own architecture) for one
-    epoch on 8 headerless label<TAB>text rows; returns the job's results."""
+    epoch on 8 headerless label<TAB>text rows (row i's text: `text(i)`); returns the
+    job's results."""
     from bert_jax.finetune import job
 
     train = tmp_path / "train.txt"
-    train.write_text("".join(f"{'pos' if i % 2 else 'neg'}\tthe cat sat {'far ' * i}\n"
-                             for i in range(8)), encoding="utf-8")
+    train.write_text("".join(f"{'pos' if i % 2 else 'neg'}\t{text(i)}\n" for i in range(8)),
+                     encoding="utf-8")
     config = micro_config("csv", f"init_from={model_dir}", "model=", f"train_file={train}",
                           f"validation_file={train}", "columns=label,text",
                           "max_train_examples=8", "num_train_epochs=1")
