@@ -168,7 +168,7 @@ def sst2_overrides(args) -> list[str] | None:
 
 def finetune(recipe: str, init_from: str, args, task: str, variant: str,
              overrides: list[str]) -> dict:
-    from bert_jax.finetune.cli import run_finetune
+    from bert_jax.finetune.selection import run_finetune
     from bert_jax.train.config_loader import load_config
 
     overrides = [f"--config.init_from={init_from}", "--config.model=",

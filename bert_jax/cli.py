@@ -1,4 +1,6 @@
-"""`bert-jax COMMAND ...`: one entry point; each command parses its own flags.
+"""`bert-jax COMMAND ...`: one entry point over the commands of `COMMANDS`, each a function
+in its package's cli.py that parses its own flags; the one rule for what a failure prints
+and its exit code (`main`, `report_failure`).
 
 Commands are imported lazily so `bert-jax tokenize` does not pay for JAX.
 """
@@ -12,28 +14,44 @@ import sys
 import tempfile
 import threading
 import traceback
+from typing import Callable
 
 from bert_jax import __version__
-from bert_jax.errors import Interrupted, NonFiniteError, UserError
+from bert_jax.errors import Interrupted, NonFiniteError, is_users_error
 from bert_jax.host import backend_env, compile_cache, library_log, stopping, tf_host
 
+# Each command: the function that runs it on its flags ("module:function", imported when
+# the command runs, so that `bert-jax tokenize` pays for no JAX) and its line of help.
+# Parsing and exit codes live in each package's cli.py, over functions that parse nothing.
 COMMANDS = {
-    "train-tokenizer": ("bert_jax.data.build_vocab",
+    "train-tokenizer": ("bert_jax.data.cli:train_tokenizer_main",
                         "train a WordPiece or SentencePiece vocabulary"),
-    "tokenize": ("bert_jax.tokenization.cli", "tokenize stdin, one line per input line"),
-    "create-data": ("bert_jax.data.create_pretraining_data", "text files -> MLM/NSP TFRecords"),
-    "pretrain": ("bert_jax.pretrain.cli", "pretrain BERT (MLM + NSP) over a device mesh"),
-    "finetune": ("bert_jax.finetune.cli", "fine-tune on GLUE, CSV/TSV/JSONL, CoNLL or SQuAD"),
-    "distill": ("bert_jax.finetune.cli", "distil a fine-tuned model into a smaller student"),
-    "evaluate": ("bert_jax.finetune.cli", "evaluate a fine-tuned workdir"),
-    "predict": ("bert_jax.finetune.cli", "predict with a fine-tuned workdir"),
-    "embed": ("bert_jax.serve.embed", "one vector per input line"),
-    "convert": ("bert_jax.weights.cli", "HF / Google TF checkpoints to and from bert_jax"),
-    "extend-vocab": ("bert_jax.weights.extend_vocab", "add tokens to a model's vocabulary"),
-    "export": ("bert_jax.serve.export", "serving export of a fine-tuned model"),
-    "compile": ("bert_jax.aot.compile",
+    "tokenize": ("bert_jax.tokenization.cli:tokenize_main",
+                 "tokenize stdin, one line per input line"),
+    "create-data": ("bert_jax.data.cli:create_data_main", "text files -> MLM/NSP TFRecords"),
+    "pretrain": ("bert_jax.pretrain.cli:pretrain_main",
+                 "pretrain BERT (MLM + NSP) over a device mesh"),
+    "finetune": ("bert_jax.finetune.cli:finetune_main",
+                 "fine-tune on GLUE, CSV/TSV/JSONL, CoNLL or SQuAD"),
+    "distill": ("bert_jax.finetune.cli:distill_main",
+                "distil a fine-tuned model into a smaller student"),
+    "evaluate": ("bert_jax.finetune.cli:evaluate_main", "evaluate a fine-tuned workdir"),
+    "predict": ("bert_jax.finetune.cli:predict_main", "predict with a fine-tuned workdir"),
+    "embed": ("bert_jax.serve.cli:embed_main", "one vector per input line"),
+    "convert": ("bert_jax.weights.cli:convert_main",
+                "HF / Google TF checkpoints to and from bert_jax"),
+    "extend-vocab": ("bert_jax.weights.cli:extend_vocab_main",
+                     "add tokens to a model's vocabulary"),
+    "export": ("bert_jax.serve.cli:export_main", "serving export of a fine-tuned model"),
+    "compile": ("bert_jax.aot.cli:compile_main",
                 "compile a pretraining step for a TPU slice or GPU hosts: fit, comms"),
 }
+
+
+def command_function(name: str) -> Callable[[list[str]], int | None]:
+    """The function of command `name` (`COMMANDS`), its module imported now."""
+    module, _, function = COMMANDS[name][0].partition(":")
+    return getattr(importlib.import_module(module), function)
 
 
 def usage() -> str:
@@ -130,24 +148,18 @@ class _LibraryTracebacks:
 _LIBRARY_TRACEBACKS = _LibraryTracebacks()
 
 
-def _report_bug(name: str, error: BaseException) -> str:
-    """Writes the traceback to a file; returns the file's path."""
-    fd, path = tempfile.mkstemp(prefix=f"bert-jax-{name}-", suffix=".traceback.txt")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        traceback.print_exception(error, file=f)
-    return path
-
-
 def main(argv: list[str] | None = None) -> int:
-    """Runs one command. Exit codes: 0 success; 2 bad input (a UserError, or the OSError,
-    ValueError or KeyError of a bad file or value: one line `bert-jax COMMAND: error: ...`;
-    also a busy workdir, a full disk, out of device memory); 1 a run that failed for
-    another reason (a run that diverged: one line naming the step and what to change; a
-    bug: one line naming the file that holds its traceback); 130 Ctrl-C or SIGTERM (one
-    line; temporary files removed, workers ended; pretrain, finetune and distill save a
-    checkpoint first and exit 0 on SIGTERM: `train/preemption.py`). `--debug` or
-    BERT_JAX_DEBUG=1 lets the exception's traceback through; `--verbose` shows the
-    libraries' INFO logs."""
+    """Runs one command. Exit codes: 0 success; 2 the user's mistake, one line
+    `bert-jax COMMAND: error: ...` (a UserError, which library exceptions that mean bad
+    input are converted into where they enter our code; or an OSError of the user's
+    making, `errors.is_users_os_error`: a missing file, no permission, a full disk; also a
+    busy workdir, out of device memory); 1 a run that failed for another reason (a run
+    that diverged: one line naming the step and what to change; anything else, a
+    ValueError or KeyError too, is a bug: one line naming the file that holds its
+    traceback); 130 Ctrl-C or SIGTERM (one line; temporary files removed, workers ended;
+    pretrain, finetune and distill save a checkpoint first and exit 0 on SIGTERM:
+    `train/preemption.py`). `--debug` or BERT_JAX_DEBUG=1 lets the exception's traceback
+    through; `--verbose` shows the libraries' INFO logs."""
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or bool(os.environ.get("BERT_JAX_DEBUG"))
     verbose = "--verbose" in argv
@@ -165,46 +177,48 @@ def main(argv: list[str] | None = None) -> int:
     compile_cache.configure()  # before JAX is imported; see bert_jax/host/compile_cache.py
     backend_env.configure_backends()  # likewise; see bert_jax/host/backend_env.py
     _quiet_logging(verbose)
-    stray = _LIBRARY_TRACEBACKS
-    stray.start(name, divert=not (debug or verbose))
+    _LIBRARY_TRACEBACKS.start(name, divert=not (debug or verbose))
     try:
         # SIGTERM raises Interrupted, as Ctrl-C raises KeyboardInterrupt; installed before
         # JAX starts: see bert_jax/host/stopping.py.
         with stopping.stop_on_signals(name):
             if name in TF_COMMANDS and not verbose:
                 tf_host.import_quietly()
-            module = importlib.import_module(COMMANDS[name][0])
-            # Modules that serve several commands expose main(argv, command=...).
-            if getattr(module, "MULTI_COMMAND", False):
-                return module.main(rest, command=name) or 0
-            return module.main(rest) or 0
-    except (UserError, ValueError, OSError, KeyError) as e:
+            return command_function(name)(rest) or 0
+    except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001 - each failure in one line
         if debug:
             raise
-        message = e.args[0] if isinstance(e, KeyError) and e.args else e  # str() quotes it
-        message = " ".join(str(message).split())  # one line, whatever the message holds
-        print(f"bert-jax {name}: error: {message}{stray.mention(message)}", file=sys.stderr)
-        return 2
-    except NonFiniteError as e:  # the run diverged: not a bug, and not the input's fault
-        if debug:
-            raise
-        print(f"bert-jax {name}: error: {' '.join(str(e).split())}{stray.mention()}",
-              file=sys.stderr)
-        return 1
-    except (Interrupted, KeyboardInterrupt) as e:
-        if debug:
-            raise
-        print(f"bert-jax {name}: {str(e) or 'interrupted'}", file=sys.stderr)
-        return 130
-    except Exception as e:  # noqa: BLE001 - anything else is a bug: say so in one line
-        if debug:
-            raise
-        path = _report_bug(name, e)
-        print(f"bert-jax {name}: internal error (a bug, please report it): "
-              f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}; "
-              f"full traceback in {path}", file=sys.stderr)
-        return 1
+        return report_failure(f"bert-jax {name}", e)
 
+
+def report_failure(prog: str, error: BaseException) -> int:
+    """Prints the one line for a command's failure (`prog`: the command as the user typed
+    it, `bert-jax embed`) and returns its exit code, as `main` describes them."""
+    if isinstance(error, (Interrupted, KeyboardInterrupt)):
+        print(f"{prog}: {str(error) or 'interrupted'}", file=sys.stderr)
+        return 130
+    message = " ".join(str(error).split())  # one line, whatever the message holds
+    if is_users_error(error):
+        print(f"{prog}: error: {message}{_LIBRARY_TRACEBACKS.mention(message)}",
+              file=sys.stderr)
+        return 2
+    if isinstance(error, NonFiniteError):  # the run diverged: not a bug, nor the input's fault
+        print(f"{prog}: error: {message}{_LIBRARY_TRACEBACKS.mention()}", file=sys.stderr)
+        return 1
+    path = _report_bug(prog, error)
+    print(f"{prog}: internal error (a bug, please report it): "
+          f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}; "
+          f"full traceback in {path}", file=sys.stderr)
+    return 1
+
+
+def _report_bug(prog: str, error: BaseException) -> str:
+    """Writes the traceback to a file; returns the file's path."""
+    fd, path = tempfile.mkstemp(prefix=f"{prog.replace(' ', '-').removesuffix('.py')}-",
+                                suffix=".traceback.txt")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        traceback.print_exception(error, file=f)
+    return path
 
 if __name__ == "__main__":
     sys.exit(main())

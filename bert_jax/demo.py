@@ -85,7 +85,7 @@ def pretrain(workdir: str, data: list[str], steps: int, smoke: bool) -> dict:
 
 
 def finetune_demo(workdir: str, init: str, smoke: bool) -> dict:
-    from bert_jax.finetune.cli import run_finetune
+    from bert_jax.finetune.selection import run_finetune
     from bert_jax.train.config_loader import load_config
     overrides = [f"--config.init_from={init}", "--config.model=tiny", "--config.num_train_epochs=3",
                  f"--config.max_train_examples={64 if smoke else LABELLED_EXAMPLES}"]

@@ -1,16 +1,45 @@
-"""The one exception family for bad input.
+"""The one exception family for bad input, and the rule that sorts every failure.
 
-`bert-jax` prints a `UserError` (and the OSErrors and ValueErrors of bad files and
-values) as one line, `bert-jax COMMAND: error: MESSAGE`, and exits with code 2;
-any other exception is a bug: one line saying so and where its traceback went.
+`bert-jax` prints a `UserError` as one line, `bert-jax COMMAND: error: MESSAGE`, and
+exits with code 2; so too the OSErrors a user causes and fixes (`is_users_os_error`:
+a missing file, a file where a folder belongs or the reverse, no permission, a full
+disk), whose messages name the path. A library's exception that means bad input (a file
+that is not JSON, bytes that are not UTF-8, a checkpoint it cannot read, an unknown
+name) is converted into a UserError where it enters our code, naming the file or flag.
+Any other exception is a bug, a ValueError or KeyError too: one line saying so and
+naming the file that holds its traceback, exit code 1.
 """
 
 from __future__ import annotations
+
+import errno
 
 
 class UserError(ValueError):
     """Input the user can fix: a config value, a file, a checkpoint that does not fit.
     The message names the key, or the file and line."""
+
+
+# The errnos of the OSErrors a user causes and fixes: a missing file, a file where a
+# folder belongs or the reverse, an output that exists, no permission, a full disk or
+# quota, a read-only mount.
+_USERS_ERRNOS = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.EEXIST,
+                           errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT,
+                           errno.EROFS})
+
+
+def is_users_os_error(error: BaseException) -> bool:
+    """Whether `error` is an OSError of the user's making (`_USERS_ERRNOS`, or one of their
+    types raised with a message only, such as `FileNotFoundError("no config.json in DIR")`)."""
+    return isinstance(error, (FileNotFoundError, NotADirectoryError, IsADirectoryError,
+                              FileExistsError, PermissionError)) or \
+        isinstance(error, OSError) and error.errno in _USERS_ERRNOS
+
+
+def is_users_error(error: BaseException) -> bool:
+    """Whether `error` is the user's to fix (exit code 2): a UserError or
+    `is_users_os_error`."""
+    return isinstance(error, UserError) or is_users_os_error(error)
 
 
 def check_positive(name: str, value, *, allow_zero: bool = False) -> None:

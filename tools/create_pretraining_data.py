@@ -12,7 +12,8 @@ import argparse
 import sys
 
 from bert_jax import flags
-from bert_jax.data import create_pretraining_data
+from bert_jax.cli import report_failure
+from bert_jax.data.cli import write_and_report
 from bert_jax.data.options import DataOptions
 
 
@@ -50,10 +51,9 @@ def main(argv) -> int:
                           dupe_factor=args.dupe_factor, seed=args.random_seed,
                           whole_word_masking=args.do_whole_word_mask)
     try:
-        create_pretraining_data.run(args, options, outputs, summary_dir=None)
-    except (OSError, ValueError) as e:  # bad input (a UserError): one line, as bert-jax prints it
-        print(f"{parser.prog}: error: {' '.join(str(e).split())}", file=sys.stderr)
-        return 2
+        write_and_report(args, options, outputs, summary_dir=None)
+    except Exception as e:  # noqa: BLE001 - one line, exit code as bert-jax's (cli.main)
+        return report_failure(parser.prog, e)
     return 0
 
 

@@ -7,15 +7,13 @@ Both put BERT's special tokens first: [PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3,
 (as BERT's released vocabularies do) so a fine-tuning run can add tokens.
 It lives beside the corpus reader it learns from, so that tokenization reads no corpus.
 """
-import argparse
 import logging
 import tempfile
-from typing import Iterator, List, Sequence
+from typing import Iterator, Sequence
 
-from bert_jax import flags
 from bert_jax.data import corpus
 from bert_jax.errors import UserError, check_positive
-from bert_jax.host import outputs, paths
+from bert_jax.host import paths
 from bert_jax.tokenization import base, wordpiece
 from bert_jax.tokenization.sentencepiece_tokenizer import SentencePieceTokenizer
 from bert_jax.tokenization.wordpiece import WordPieceTokenizer
@@ -101,24 +99,3 @@ def train_tokenizer(files: Sequence[str], vocab_size: int, kind: str, out_dir: s
             tokenizer.save(out_dir)
         return SentencePieceTokenizer(paths.join(out_dir, base.SPM_FILE))
     raise UserError(f"unknown tokenizer type {kind!r}: use wordpiece, unigram or bpe")
-
-
-def main(argv: List[str]) -> int:
-    parser = flags.ArgumentParser(prog="bert-jax train-tokenizer", description=__doc__,
-                                  formatter_class=argparse.RawDescriptionHelpFormatter,
-                                  deprecated={"--out": "--output"})
-    parser.add_argument("--input", nargs="+", default=[corpus.DEFAULT_CORPUS],
-                        help="text files or globs (BERT format, .gz accepted); "
-                        "default: the embedded corpus")
-    parser.add_argument("--vocab_size", type=int, default=8192)
-    parser.add_argument("--type", choices=["wordpiece", "unigram", "bpe"], default="wordpiece")
-    parser.add_argument("--cased", action="store_true", help="keep case and accents (WordPiece)")
-    parser.add_argument("--output", required=True, help="tokenizer directory to write")
-    args = parser.parse_args(argv)
-    # Never into a model's or a run's folder: its embeddings were trained for its vocabulary.
-    outputs.check_folder("--output", args.output, {"--input": corpus.expand_inputs(args.input)},
-                         None)
-    tokenizer = train_tokenizer(args.input, args.vocab_size, args.type, args.output,
-                                do_lower_case=not args.cased)
-    print(f"wrote a {args.type} vocabulary of {tokenizer.vocab_size} tokens to {args.output}")
-    return 0

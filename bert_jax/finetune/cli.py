@@ -31,24 +31,13 @@ import sys
 
 from bert_jax import flags
 
-MULTI_COMMAND = True
 DEFAULT_CONFIG = "finetune.py"  # the packaged config (see config_loader)
 
 
-def run_finetune(config, workdir: str) -> dict:
-    """One run, or with `seeds` or a `sweep.*` list BERT's selection over them
-    (`selection.run_grid`). Refuses a workdir of another kind, or its own --init_from."""
-    from bert_jax.finetune import job, selection
-    from bert_jax.host import outputs, workdir_kind
-    outputs.check_workdir(workdir, workdir_kind.FINETUNING,
-                          {"--init_from": config.init_from, "--config.model": config.model})
-    if selection.is_sweep(config):
-        return selection.run_grid(config, workdir)
-    return job.finetune(config, workdir)
-
-
-def _finetune_main(argv: list[str]) -> int:
-    from bert_jax.host import workdir_kind
+def finetune_main(argv: list[str]) -> int:
+    """`bert-jax finetune`: parses `argv`, then fine-tunes (one run, seeds or a sweep)."""
+    from bert_jax.finetune import selection
+    from bert_jax.host import folders
     from bert_jax.train import job_cli, multihost
     from bert_jax.train.config_loader import add_help_argument, load_config, split_config_args
     rest, overrides = split_config_args(argv)
@@ -71,15 +60,16 @@ def _finetune_main(argv: list[str]) -> int:
         if args.init_from:
             config.init_from = args.init_from
         return config, {"--init_from": config.init_from, "--config.model": config.model}
-    code, results = job_cli.run_job("finetune", args.workdir, workdir_kind.FINETUNING, load,
-                                    lambda config: run_finetune(config, args.workdir))
+    code, results = job_cli.run_job("finetune", args.workdir, folders.FINETUNING, load,
+                                    lambda config: selection.run_finetune(config, args.workdir))
     if results is not None:
         print(json.dumps({k: v for k, v in results.items() if k != "runs"}, indent=2))
     return code
 
 
-def _distill_main(argv: list[str]) -> int:
-    from bert_jax.host import workdir_kind
+def distill_main(argv: list[str]) -> int:
+    """`bert-jax distill`: parses `argv`, then distils under the workdir lock."""
+    from bert_jax.host import folders
     from bert_jax.train import job_cli, multihost
     from bert_jax.train.config_loader import split_config_args
     rest, overrides = split_config_args(argv)
@@ -99,14 +89,15 @@ def _distill_main(argv: list[str]) -> int:
     teacher = distill.load_finetuned_teacher(args.teacher)
     load = lambda: (distill.distill_config(teacher, args.student, overrides),
                     {"--teacher": args.teacher, "--student": args.student})
-    code, results = job_cli.run_job("distill", args.workdir, workdir_kind.DISTILLATION, load,
+    code, results = job_cli.run_job("distill", args.workdir, folders.DISTILLATION, load,
                                     lambda config: distill.distill(config, teacher, args.workdir))
     if results is not None:
         print(json.dumps(results, indent=2))
     return code
 
 
-def _evaluate_main(argv: list[str]) -> int:
+def evaluate_main(argv: list[str]) -> int:
+    """`bert-jax evaluate`: parses `argv`, then evaluates one model or an ensemble."""
     parser = flags.ArgumentParser(prog="bert-jax evaluate",
                                   description="evaluate a fine-tuned workdir",
                                   deprecated={"--workdir": "--model"})
@@ -117,8 +108,9 @@ def _evaluate_main(argv: list[str]) -> int:
                         "evaluate_results.json for one model; stdout only for several)")
     args = parser.parse_args(argv)
     from bert_jax.errors import UserError
-    from bert_jax.finetune import ensemble, inference
+    from bert_jax.finetune import ensemble
     from bert_jax.host import paths
+    from bert_jax.host.folders import FINETUNING_WORKDIR
     if args.file and args.split:
         raise UserError("pass --split or --file, not both")
     if args.output:
@@ -145,7 +137,7 @@ def _evaluate_main(argv: list[str]) -> int:
         features = task.featurize(examples, model.tokenizer, model.config.max_seq_length,
                                   training=False)
         results[name] = task.evaluate(examples, features, model.outputs(features))
-    output = args.output or (paths.join(args.model[0], inference.EVALUATE_RESULTS_FILE)
+    output = args.output or (paths.join(args.model[0], FINETUNING_WORKDIR.evaluate_results)
                              if len(args.model) == 1 else None)
     print(json.dumps(results, indent=2))  # first: a folder we cannot write loses nothing
     if output:
@@ -157,7 +149,8 @@ def _evaluate_main(argv: list[str]) -> int:
     return 0
 
 
-def _predict_main(argv: list[str]) -> int:
+def predict_main(argv: list[str]) -> int:
+    """`bert-jax predict`: parses `argv`, then predicts one model or an ensemble."""
     parser = flags.ArgumentParser(prog="bert-jax predict",
                                   description="predict with a fine-tuned workdir",
                                   deprecated={"--workdir": "--model"})
@@ -208,7 +201,3 @@ def _load(args, overrides: dict | None = None):
     print(f"ensemble of {len(members)}: {', '.join(members)}", file=sys.stderr)
     return ensemble.Ensemble(members, overrides)
 
-
-def main(argv: list[str], command: str = "finetune") -> int:
-    return {"finetune": _finetune_main, "distill": _distill_main, "evaluate": _evaluate_main,
-            "predict": _predict_main}[command](argv)

@@ -4,7 +4,8 @@ the setting chosen on validation alone, test reported for the chosen setting.
     --config.sweep.learning_rate=2e-5,3e-5,5e-5 --config.sweep.num_train_epochs=2,3
     --config.sweep.global_batch_size=16,32 --config.seeds=1,2,3
 
-A run with neither a sweep nor seeds does not come here (`finetune.cli.run_finetune`).
+`run_finetune` is the entry point (`bert-jax finetune`'s, and Python's): a run with neither
+a sweep nor seeds goes straight to `job.finetune`.
 
 Each setting runs in DIR/lr2e-05_ep3_bs32/ (only the keys that vary are named), each
 seed in its seed_N/ below that (without a grid, DIR/seed_N/). A setting's score is the
@@ -26,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from bert_jax.errors import UserError
-from bert_jax.host import paths
+from bert_jax.host import folders, outputs, paths
 from bert_jax.train import multihost
 from bert_jax.train.run_config import FINETUNE, SWEEP_KEYS, derive
 from bert_jax.weights import pretrained
@@ -102,6 +103,18 @@ def summarize_seeds(runs: dict[int, dict]) -> dict:
     best_seed = max(runs, key=lambda s: score(runs[s]))
     return {"seeds": list(runs), "runs": runs, "best_seed": best_seed,
             "best_run": f"seed_{best_seed}", **mean_std(list(runs.values()))}
+
+
+def run_finetune(config, workdir: str) -> dict:
+    """One run, or with `seeds` or a `sweep.*` list BERT's selection over them
+    (`run_grid`); returns what eval_results.json holds. Refuses a workdir of another
+    kind, or its own --init_from."""
+    from bert_jax.finetune import job
+    outputs.check_workdir(workdir, folders.FINETUNING,
+                          {"--init_from": config.init_from, "--config.model": config.model})
+    if is_sweep(config):
+        return run_grid(config, workdir)
+    return job.finetune(config, workdir)
 
 
 def run_grid(config, workdir: str) -> dict:

@@ -10,17 +10,17 @@ Running the same command again resumes from WORKDIR's latest checkpoint. SIGTERM
 from __future__ import annotations
 
 import argparse
-import sys
 
 from bert_jax import flags
-from bert_jax.host import workdir_kind
+from bert_jax.host import folders
 from bert_jax.pretrain import job
 from bert_jax.train import job_cli, multihost
 from bert_jax.train.config_loader import add_help_argument, load_config, split_config_args
 
 
-def main(argv: list[str]) -> int:
-    """Parses `argv`, then pretrains under the workdir lock and the preemption watcher."""
+def pretrain_main(argv: list[str]) -> int:
+    """`bert-jax pretrain`: parses `argv`, then pretrains under the workdir lock and the
+    preemption watcher."""
     parser = flags.ArgumentParser(
         prog="bert-jax pretrain", description=job.__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -38,10 +38,6 @@ def main(argv: list[str]) -> int:
         return config, {"--config.init_from": config.init_from,
                         "--config.teacher": config.teacher}
     code, _ = job_cli.run_job(
-        "pretrain", args.workdir, workdir_kind.PRETRAINING, load,
+        "pretrain", args.workdir, folders.PRETRAINING, load,
         lambda config: job.train_and_evaluate(config, args.workdir))
     return code
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -14,7 +14,6 @@ Layers count as in transformers' hidden_states: 0 the embeddings, -1 the last la
 
 from __future__ import annotations
 
-import argparse
 import functools
 import logging
 from typing import Sequence
@@ -24,13 +23,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax import flags
 from bert_jax.errors import UserError, check_positive
-from bert_jax.host import encoding, outputs, paths
-from bert_jax.models.config import ATTENTION_IMPLS, BertConfig, check_inputs_fit
+from bert_jax.models.config import BertConfig, check_inputs_fit
 from bert_jax.models.encoder import BertModel, mean_pool
 from bert_jax.tokenization import load_tokenizer
-from bert_jax.weights import pretrained, sentence_embedding
+from bert_jax.weights import pretrained
 
 POOLINGS = ("cls", "mean", "pooler")
 COMBINES = ("sum", "concat", "mean")
@@ -188,117 +185,3 @@ def token_features(model: pretrained.Pretrained, texts: Sequence[str], *,
     return {"vectors": np.concatenate(per_line),
             "line_index": np.repeat(np.arange(len(encoded)), [len(e) for e in encoded]),
             "tokens": np.array(tokenizer.convert_ids_to_tokens(ids), dtype=str)}
-
-
-def parse_layers(text: str) -> list[int]:
-    """'-4,-3,-2,-1' -> [-4, -3, -2, -1]."""
-    try:
-        return [int(part) for part in text.split(",")]
-    except ValueError:
-        raise UserError(f"--layers takes comma-separated integers such as -4,-3,-2,-1, "
-                        f"got {text!r}") from None
-
-
-def read_lines(path: str) -> list[str]:
-    """The lines of a UTF-8 text file, without their newlines."""
-    return encoding.decode(paths.read_bytes(path), path).splitlines()
-
-
-def main(argv: list[str]) -> int:
-    parser = flags.ArgumentParser(prog="bert-jax embed", description=__doc__,
-                                  formatter_class=argparse.RawDescriptionHelpFormatter,
-                                  deprecated={"--checkpoint": "--model"})
-    parser.add_argument("--model", required=True,
-                        help="model directory (bert-jax convert), pretraining workdir, "
-                             "fine-tuning workdir or Hub model (hf:ORG/NAME[@REVISION])")
-    parser.add_argument("--input", required=True, help="UTF-8 text, one input per line")
-    parser.add_argument("--output", required=True,
-                        help=".npy file of float32 [lines, hidden]; .npz with --per_token")
-    parser.add_argument("--pooling", choices=POOLINGS, default=None,
-                        help="default: a sentence-transformers model's own (with its "
-                             "normalisation), else cls")
-    parser.add_argument("--layer", type=int, default=-1,
-                        help="hidden state to pool: -1 last (default), 0 embeddings")
-    parser.add_argument("--per_token", action="store_true",
-                        help="features of every token (an .npz) instead of one vector a line")
-    parser.add_argument("--layers", default=None,
-                        help="--per_token: comma-separated hidden states, e.g. -4,-3,-2,-1 "
-                             "(default: --layer)")
-    parser.add_argument("--combine", choices=COMBINES, default=None,
-                        help="--per_token: how several --layers make one vector")
-    parser.add_argument("--batch_size", type=int, default=32)
-    parser.add_argument("--max_seq_length", type=int, default=None,
-                        help="default: a sentence-transformers model's own, else 128")
-    parser.add_argument("--attention_impl", choices=ATTENTION_IMPLS, default=None,
-                        help="fused: jax.nn.dot_product_attention (cuDNN on GPU in bf16); "
-                             "default: the model's (einsum unless it was set)")
-    # `--layers -4,-3` would read as an unknown option to argparse: bind the value first.
-    argv = list(argv)
-    for i, arg in enumerate(argv[:-1]):
-        if arg == "--layers":
-            argv[i:i + 2] = [f"--layers={argv[i + 1]}"]
-            break
-    args = parser.parse_args(argv)
-    outputs.check_file("--output", args.output, {"--input": args.input, "--model": args.model},
-                       suffixes=(".npy", ".npz"))
-    if args.per_token:
-        return _main_per_token(args)
-    for flag, value in (("--layers", args.layers), ("--combine", args.combine)):
-        if value is not None:
-            raise UserError(f"{flag} is for --per_token features (sentence vectors take "
-                            "--layer and --pooling)")
-    texts = _read_texts(args.input)
-    model = pretrained.load(args.model)
-    own = sentence_embedding.read(model.tokenizer_dir)  # a sentence-transformers model's
-    pooling = args.pooling or own.get("pooling", "cls")
-    vectors = embed_texts(model, texts, pooling=pooling, layer=args.layer,
-                          batch_size=args.batch_size,
-                          max_seq_length=own.get("max_seq_length", 128)
-                          if args.max_seq_length is None else args.max_seq_length,
-                          attention_impl=args.attention_impl)
-    normalize = own.get("normalize") and pooling == own.get("pooling") and args.layer == -1
-    if normalize:
-        vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
-    with paths.replacing(args.output, "wb") as f:
-        np.save(f, vectors)
-    how = (f"{pooling} pooling" + (", normalised" if normalize else "")
-           + (": the model's own" if own and not args.pooling else ""))
-    print(f"wrote {vectors.shape[0]} x {vectors.shape[1]} vectors to {args.output} ({how})")
-    return 0
-
-
-def _read_texts(path: str) -> list[str]:
-    """The lines of `path`, one input each (a blank line is an input, so that rows match
-    lines), refused when none has text."""
-    texts = read_lines(path)
-    if not texts:
-        raise UserError(f"{path} has no lines: nothing to embed")
-    if not any(text.strip() for text in texts):
-        raise UserError(f"{path} holds blank lines only: nothing to embed")
-    return texts
-
-
-def _main_per_token(args: argparse.Namespace) -> int:
-    if args.pooling is not None:
-        raise UserError("--pooling is for sentence vectors, not --per_token features")
-    if not args.output.endswith(".npz"):
-        raise UserError(f"--per_token writes an .npz archive: --output must end in .npz, "
-                        f"got {args.output!r}")
-    layers = parse_layers(args.layers) if args.layers is not None else [args.layer]
-    if len(layers) > 1 and args.combine is None:
-        raise UserError(f"--layers names {len(layers)} layers: say how to combine them with "
-                        f"--combine {'|'.join(COMBINES)}")
-    texts = _read_texts(args.input)
-    model = pretrained.load(args.model)
-    if args.max_seq_length is None:
-        args.max_seq_length = sentence_embedding.read(model.tokenizer_dir).get(
-            "max_seq_length", 128)
-    features = token_features(model, texts, layers=layers, combine=args.combine or "sum",
-                              batch_size=args.batch_size, max_seq_length=args.max_seq_length,
-                              attention_impl=args.attention_impl)
-    with paths.replacing(args.output, "wb") as f:
-        np.savez(f, **features)
-    vectors = features["vectors"]
-    print(f"wrote {vectors.shape[0]} token vectors of size {vectors.shape[1]} "
-          f"({len(texts)} lines) to {args.output}")
-    return 0

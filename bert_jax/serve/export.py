@@ -17,7 +17,6 @@ task outputs (see `OUTPUTS`). docs/serving.md shows how to call them.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 from typing import Any, Callable
@@ -29,9 +28,8 @@ import numpy as np
 # `import jax` alone does not make `jax.export` available on jax 0.7 (Colab's); this does.
 from jax import export as jax_export
 
-from bert_jax import flags
 from bert_jax.errors import UserError
-from bert_jax.host import outputs, paths, workdir_kind
+from bert_jax.host import paths
 from bert_jax.host.atomic import atomic_directory
 from bert_jax.models import heads, jax_compat
 from bert_jax.models.config import check_inputs_fit
@@ -446,30 +444,3 @@ def export(workdir: str, out: str, formats=("jax", "savedmodel"), platforms=DEFA
         paths.write_text(paths.join(tmp, SERVING_FILE), json.dumps(spec, indent=2))
     return spec
 
-
-def main(argv: list[str]) -> int:
-    parser = flags.ArgumentParser(prog="bert-jax export", description=__doc__,
-                                  formatter_class=argparse.RawDescriptionHelpFormatter,
-                                  deprecated={"--workdir": "--model", "--out": "--output"})
-    parser.add_argument("--model", required=True,
-                        help="fine-tuning workdir (its best model) or a model directory")
-    parser.add_argument("--output", required=True, help="export directory to write")
-    parser.add_argument("--format", default="jax,savedmodel",
-                        help="comma-separated: jax (jax.export), savedmodel (TF via jax2tf)")
-    parser.add_argument("--platforms", default=",".join(DEFAULT_PLATFORMS),
-                        help="backends to lower for (cpu, cuda, tpu)")
-    parser.add_argument("--max_seq_length", type=int, default=None,
-                        help="truncation of the raw-string signatures (default: the task's)")
-    parser.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
-    args = parser.parse_args(argv)
-    outputs.check_folder("--output", args.output, {"--model": args.model}, workdir_kind.MODEL)
-    formats = [f.strip() for f in args.format.split(",") if f.strip()]
-    unknown = sorted(set(formats) - {"jax", "savedmodel"})
-    if unknown or not formats:
-        parser.error(f"--format takes jax and/or savedmodel, got {args.format!r}")
-    spec = export(args.model, args.output, formats,
-                  tuple(p.strip() for p in args.platforms.split(",")), args.max_seq_length,
-                  args.overwrite)
-    print(f"wrote {args.output}: {spec['kind']} model, {', '.join(spec['files'])} "
-          f"({', '.join(spec['platforms'])}), outputs {', '.join(spec['outputs'])}")
-    return 0

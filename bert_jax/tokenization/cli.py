@@ -7,7 +7,8 @@ from bert_jax.host import encoding as codecs
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
 
 
-def main(argv: List[str]) -> int:
+def tokenize_main(argv: List[str]) -> int:
+    """`bert-jax tokenize`: parses `argv`, then tokenizes stdin line by line."""
     parser = flags.ArgumentParser(prog="bert-jax tokenize", description=__doc__,
                                   deprecated={"--vocab": "--tokenizer"})
     parser.add_argument("--tokenizer", default=DEFAULT_VOCAB,

@@ -18,7 +18,7 @@ def run_job(command: str, workdir: str, kind: str, load: Callable[[], tuple[Any,
             job: Callable[[Any], Any]) -> tuple[int, Any]:
     """(exit code, result). `load()` -> (config, the inputs the lock records) runs under
     the watcher already (a SIGTERM while loading stops the run after its first step);
-    `job(config)` runs under the lock of `workdir` (a `workdir_kind` `kind`); its loop
+    `job(config)` runs under the lock of `workdir` (a `folders` `kind`); its loop
     finds the watcher with `preemption.active()`. A preempted job gives
     (PREEMPTED_EXIT_CODE, None)."""
     with preemption.Watcher():

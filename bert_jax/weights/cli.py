@@ -1,25 +1,21 @@
-"""`bert-jax convert`: published checkpoints to and from bert_jax model directories.
-
-  bert-jax convert --from_hf HF_DIR --output MODEL_DIR
-  bert-jax convert --from_tf1 GOOGLE_DIR --output MODEL_DIR
-  bert-jax convert --model MODEL_DIR --to_hf HF_DIR
-
-GOOGLE_DIR holds bert_model.ckpt.{index,data-*}, bert_config.json and vocab.txt
-(as in Google's uncased_L-12_H-768_A-12.zip). MODEL_DIR may also be a
-pretraining or fine-tuning workdir. Nothing is written when a conversion fails.
-"""
+"""The weights package's commands: `bert-jax convert` (`bert_jax.weights.convert`) and
+`bert-jax extend-vocab` (`bert_jax.weights.extend_vocab`): flags, output checks, what is
+printed."""
 
 from __future__ import annotations
 
 import argparse
 
 from bert_jax import flags
-from bert_jax.host import outputs, workdir_kind
+from bert_jax.errors import UserError
+from bert_jax.host import folders, outputs
+from bert_jax.weights import convert, extend_vocab, pretrained
 from bert_jax.weights.convert import from_hf, from_tf1, hf_architecture, to_hf  # noqa: F401
 
 
-def main(argv: list[str]) -> int:
-    parser = flags.ArgumentParser(prog="bert-jax convert", description=__doc__,
+def convert_main(argv: list[str]) -> int:
+    """`bert-jax convert`: parses `argv`, then converts one way or the other."""
+    parser = flags.ArgumentParser(prog="bert-jax convert", description=convert.__doc__,
                                   formatter_class=argparse.RawDescriptionHelpFormatter,
                                   deprecated={"--lower_case": "--do_lower_case",
                                               "--no_lower_case": "--cased",
@@ -44,7 +40,7 @@ def main(argv: list[str]) -> int:
     source = {"--model": args.model, "--from_hf": args.from_hf, "--from_tf1": args.from_tf1}
     for flag, out in (("--output", args.output), ("--to_hf", args.to_hf)):
         if out:  # never a training run's folder, nor the input
-            outputs.check_folder(flag, out, source, workdir_kind.MODEL)
+            outputs.check_folder(flag, out, source, folders.MODEL)
     if args.model:
         if not args.to_hf or args.output:
             parser.error("--model takes --to_hf DIR (not --output)")
@@ -62,4 +58,33 @@ def main(argv: list[str]) -> int:
     print(f"wrote {args.output}: {model.config.num_hidden_layers} layers, hidden "
           f"{model.config.hidden_size}, vocab {model.config.vocab_size}, heads: "
           f"{', '.join(heads) or 'none'}")
+    return 0
+
+
+def extend_vocab_main(argv: list[str]) -> int:
+    """`bert-jax extend-vocab`: parses `argv`, then writes the model with the new tokens."""
+    parser = flags.ArgumentParser(prog="bert-jax extend-vocab", description=extend_vocab.__doc__,
+                                  formatter_class=argparse.RawDescriptionHelpFormatter,
+                                  deprecated={"--checkpoint": "--model", "--out": "--output"})
+    parser.add_argument("--model", required=True, help="model directory or workdir")
+    parser.add_argument("--add_tokens", required=True, metavar="FILE",
+                        help="tokens to add, one per line")
+    parser.add_argument("--output", required=True, help="model directory to write")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the new rows")
+    parser.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
+    args = parser.parse_args(argv)
+    outputs.check_folder("--output", args.output, {"--model": args.model,
+                                                   "--add_tokens": args.add_tokens},
+                         folders.MODEL)
+    tokens = extend_vocab.read_token_file(args.add_tokens)
+    if not tokens:
+        raise UserError(f"{args.add_tokens} holds no tokens (empty, or blank lines only): "
+                        "nothing to add; give one token per line")
+    model = pretrained.load(args.model)
+    config, params, tokenizer, summary = extend_vocab.extend(model, tokens, args.seed)
+    pretrained.save(args.output, config, params, tokenizer=tokenizer, task=model.task,
+                    overwrite=args.overwrite)
+    print(f"wrote {args.output}: {len(summary['slots'])} tokens in [unused] slots, "
+          f"{len(summary['appended'])} appended, {summary['already_known']} already known; "
+          f"vocab_size {model.config.vocab_size} -> {config.vocab_size}")
     return 0

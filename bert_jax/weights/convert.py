@@ -1,7 +1,12 @@
-"""Published checkpoints to and from bert_jax model directories: Hugging Face directories
-(or Hub models by name) and Google's TF1 checkpoints in, Hugging Face directories out.
-Nothing is written when a conversion fails. `bert-jax convert` (`bert_jax.weights.cli`)
-is the command over these functions.
+"""Published checkpoints to and from bert_jax model directories (`bert-jax convert`).
+
+  bert-jax convert --from_hf HF_DIR --output MODEL_DIR
+  bert-jax convert --from_tf1 GOOGLE_DIR --output MODEL_DIR
+  bert-jax convert --model MODEL_DIR --to_hf HF_DIR
+
+GOOGLE_DIR holds bert_model.ckpt.{index,data-*}, bert_config.json and vocab.txt
+(as in Google's uncased_L-12_H-768_A-12.zip). MODEL_DIR may also be a
+pretraining or fine-tuning workdir. Nothing is written when a conversion fails.
 """
 
 from __future__ import annotations

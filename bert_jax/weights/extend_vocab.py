@@ -13,16 +13,14 @@ exactly as before.
 
 from __future__ import annotations
 
-import argparse
 import re
 import unicodedata
 from typing import Any, Sequence
 
 import numpy as np
 
-from bert_jax import flags
 from bert_jax.errors import UserError
-from bert_jax.host import outputs, workdir_kind
+from bert_jax.host import encoding, paths
 from bert_jax.tokenization import WordPieceTokenizer, load_tokenizer
 from bert_jax.weights import pretrained
 
@@ -129,33 +127,7 @@ def _truncated_normal(rng: np.random.Generator, shape, stddev: float) -> np.ndar
 
 
 def read_token_file(path: str) -> list[str]:
-    with open(path, encoding="utf-8") as f:
-        return [line.strip() for line in f if line.strip()]
-
-
-def main(argv: list[str]) -> int:
-    parser = flags.ArgumentParser(prog="bert-jax extend-vocab", description=__doc__,
-                                  formatter_class=argparse.RawDescriptionHelpFormatter,
-                                  deprecated={"--checkpoint": "--model", "--out": "--output"})
-    parser.add_argument("--model", required=True, help="model directory or workdir")
-    parser.add_argument("--add_tokens", required=True, metavar="FILE",
-                        help="tokens to add, one per line")
-    parser.add_argument("--output", required=True, help="model directory to write")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the new rows")
-    parser.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
-    args = parser.parse_args(argv)
-    outputs.check_folder("--output", args.output, {"--model": args.model,
-                                                   "--add_tokens": args.add_tokens},
-                         workdir_kind.MODEL)
-    tokens = read_token_file(args.add_tokens)
-    if not tokens:
-        raise UserError(f"{args.add_tokens} holds no tokens (empty, or blank lines only): "
-                        "nothing to add; give one token per line")
-    model = pretrained.load(args.model)
-    config, params, tokenizer, summary = extend(model, tokens, args.seed)
-    pretrained.save(args.output, config, params, tokenizer=tokenizer, task=model.task,
-                    overwrite=args.overwrite)
-    print(f"wrote {args.output}: {len(summary['slots'])} tokens in [unused] slots, "
-          f"{len(summary['appended'])} appended, {summary['already_known']} already known; "
-          f"vocab_size {model.config.vocab_size} -> {config.vocab_size}")
-    return 0
+    """The tokens of a UTF-8 file, one a line (bytes that are not UTF-8: one line naming
+    them, `bert_jax.host.encoding`)."""
+    text = encoding.decode(paths.read_bytes(path), path)
+    return [line.strip() for line in text.splitlines() if line.strip()]
