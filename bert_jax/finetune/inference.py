@@ -102,13 +102,12 @@ def evaluate_sets(task, params, eval_sets, eval_fn, config,
             for split, (examples, features) in eval_sets.items()}
 
 
-def predict_test(task, tokenizer, params, eval_fn, config, partitioner: Partitioner,
-                 workdir: str) -> dict[str, Any]:
-    """Predictions (and metrics, if labeled) for the test split(s): WORKDIR/predictions/
-    SPLIT.jsonl and the task's submission files."""
+def predict_test(task, test_sets: dict[str, list], tokenizer, params, eval_fn, config,
+                 partitioner: Partitioner, workdir: str) -> dict[str, Any]:
+    """Predictions (and metrics, if labeled) for the test splits' examples (`test_sets`,
+    {split: examples}): WORKDIR/predictions/SPLIT.jsonl and the task's submission files."""
     out = {}
-    for split in task.test_splits:
-        examples = task.load(split)
+    for split, examples in test_sets.items():
         features = task.featurize(examples, tokenizer, config.max_seq_length, training=False)
         outputs = predict_features(task, params, features, eval_fn, config, partitioner)
         records = task.predict(examples, features, outputs)

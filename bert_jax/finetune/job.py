@@ -27,6 +27,7 @@ from bert_jax.finetune.objective import Objective, compiled_steps
 from bert_jax.host import paths
 from bert_jax.models.config import check_inputs_fit
 from bert_jax.train import checkpoint, lifecycle, multihost, optim, sharding, train_loop
+from bert_jax.train.run_config import derive
 from bert_jax.train.train_state import StatePlan
 from bert_jax.weights import pretrained
 
@@ -40,7 +41,8 @@ EARLIER_RUN = [checkpoint.CHECKPOINTS_DIR, "metrics.jsonl", "tensorboard"]
 
 def finetune(config, workdir: str) -> dict[str, Any]:
     """Fine-tunes with one seed (`config.seed`); returns what eval_results.json holds."""
-    return Finetuning(config).run(config, workdir)
+    session = Finetuning(config)
+    return session.run(session.config, workdir)
 
 
 class Finetuning:
@@ -49,22 +51,30 @@ class Finetuning:
     size or seed. `objective` replaces the task loss (distillation), `source` the
     encoder `resolve_model` would pick. The optimizer keeps its learning rate and
     schedule in its state (`optim.make_optimizer(injected=True)`), so such runs reuse
-    one compiled train step (one per batch shape). Data is tokenized once, or once per seed when
-    `max_train_examples`/`max_eval_examples` draw a seed-dependent subset."""
+    one compiled train step (one per batch shape). The task is built and the training
+    split read once; `self.config` is `config` with max_seq_length="auto" resolved from
+    that split (`task_data.resolve_max_seq_length`). Data is featurized once, or once per
+    seed when `max_train_examples`/`max_eval_examples` draw a seed-dependent subset."""
 
     def __init__(self, config, objective: Objective | None = None,
                  source: model_source.ModelSource | None = None):
         schedule.check_finetuning_config(config)
-        self.config = config
         self.objective = objective or Objective()
         self.source = source or model_source.resolve_model(config)
-        task = tasks.get_task(config)
-        if config.packing and not task.supports_packing:  # before any data is read
-            raise UserError(f"task {task.name!r} does not support packing"
+        self.task = tasks.get_task(config)
+        if config.packing and not self.task.supports_packing:  # before any data is read
+            raise UserError(f"task {self.task.name!r} does not support packing"
                             + (" with a CRF" if config.crf else ""))
-        self.length_coverage = task_data.train_length_coverage(config, self.source)
+        self.train_examples = self.task.load("train")
+        self.task.prepare(self.train_examples)
+        train_lengths = task_data.untruncated_lengths(self.task, self.train_examples,
+                                                      self.source.tokenizer)
+        self.config = task_data.resolve_max_seq_length(config, train_lengths,
+                                                       self.source.config.max_positions)
+        self.length_coverage = task_data.length_coverage(
+            train_lengths, self.config.max_seq_length, auto=config.max_seq_length == "auto")
         check_inputs_fit(self.source.config, self.source.origin,
-                         max_seq_length=config.max_seq_length)
+                         max_seq_length=self.config.max_seq_length)
         self.partitioner = sharding.Partitioner.from_config(config)
         self.multiple = self.partitioner.batch_shards
         self._prepared: dict[Any, task_data.TaskData] = {}
@@ -75,7 +85,8 @@ class Finetuning:
         config = self.config
         key = seed if config.max_train_examples or config.max_eval_examples else None
         if key not in self._prepared:
-            self._prepared[key] = task_data.prepare(config, self.source, seed,
+            self._prepared[key] = task_data.prepare(config, self.source, seed, self.task,
+                                                    self.train_examples,
                                                     self.objective.wrap_model)
         return self._prepared[key]
 
@@ -86,9 +97,7 @@ class Finetuning:
         after checkpointing when the command's watcher (`preemption.active`) says so."""
         if config is not self.config:  # a grid's run (the session's is checked already)
             schedule.check_finetuning_config(config)
-        if config.max_seq_length == "auto":  # a grid's copy of the session's config
-            with config.ignore_type():
-                config.max_seq_length = self.config.max_seq_length
+            config = self.resolved(config)
         accum = config.grad_accum_steps
         multiple = self.multiple * accum  # each micro-batch spans the batch shards
         if config.global_batch_size % multiple:  # not rounded up: what is recorded is what ran
@@ -129,7 +138,8 @@ class Finetuning:
             results = keeping.run_results(config, data.task, plan, loop, kept,
                                           self.length_coverage)
             kept_params = kept.params_or_saved(workdir, loop.state, self.objective.unsaved)
-            results.update(inference.predict_test(data.task, self.source.tokenizer, kept_params,
+            results.update(inference.predict_test(data.task, data.test_sets,
+                                                  self.source.tokenizer, kept_params,
                                                   eval_fn, config, self.partitioner, workdir))
         if multihost.is_primary():
             paths.write_text(paths.join(workdir, pretrained.RESULTS_FILE),
@@ -137,6 +147,13 @@ class Finetuning:
             paths.rmtree(job.ckpt.directory, missing_ok=True)  # the run is complete
         multihost.sync("finetune_results_written")
         return results
+
+    def resolved(self, config):
+        """`config` (a grid's run of this session) with the "auto" values the session
+        resolved (`task_data.resolve_max_seq_length`): a copy, or `config` itself."""
+        if config.max_seq_length != "auto":
+            return config
+        return derive(config, max_seq_length=self.config.max_seq_length)
 
     def _start(self, job: lifecycle.Job, config, data, plan, run):
         """(state, shardings, Kept): WORKDIR's checkpoint of this run, or a fresh state

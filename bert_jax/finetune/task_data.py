@@ -17,6 +17,7 @@ from bert_jax.finetune import tasks
 from bert_jax.host import paths
 from bert_jax.tokenization import chars
 from bert_jax.tokenization.base import uncovered_text_warning
+from bert_jax.train import run_config
 
 log = logging.getLogger("bert_jax.finetune")
 
@@ -24,41 +25,50 @@ log = logging.getLogger("bert_jax.finetune")
 @dataclasses.dataclass
 class TaskData:
     """One data set of a task: the task (its labels read from the training subset), the
-    training features, the eval sets, the task model, and the steps a job compiled for
-    them (`compiled`, kept with the data they were compiled for)."""
+    training features, the eval sets, the test splits' examples (read and checked before
+    training, predicted after it), the task model, and the steps a job compiled for them
+    (`compiled`, kept with the data they were compiled for)."""
 
     task: Any
     train_features: list
     eval_sets: dict
+    test_sets: dict
     model: nn.Module
     compiled: dict = dataclasses.field(default_factory=dict)
 
 
-def prepare(config, source, seed: int, wrap_model=None) -> TaskData:
-    """The task's data read and featurized with `source.tokenizer` (the training and eval
-    examples subsampled with `seed` when `max_train_examples`/`max_eval_examples` say so),
-    with its model on `source.config` (wrapped by `wrap_model` if given). Checks the test
-    splits' labels now, and warns about data that would teach nothing measurable."""
-    task = tasks.get_task(config)  # a fresh task: `prepare` reads labels from the subset
+def prepare(config, source, seed: int, task, train_examples: list,
+            wrap_model=None) -> TaskData:
+    """The task's data featurized with `source.tokenizer`: `train_examples` (the training
+    split, read once by the job, with `task` prepared on them) and the eval examples,
+    subsampled with `seed` when `max_train_examples`/`max_eval_examples` say so (a
+    training subset gets a task of its own, prepared on it); with the task's model on
+    `source.config` (wrapped by `wrap_model` if given). Reads and checks the test splits'
+    labels now, and warns about data that would teach nothing measurable."""
     tokenizer = source.tokenizer
-    train_examples = subsample(task.load("train"), config.max_train_examples, seed)
-    task.prepare(train_examples)
-    train_features = task.featurize(train_examples, tokenizer, config.max_seq_length,
-                                    training=True)
+    subset = subsample(train_examples, config.max_train_examples, seed)
+    if subset is not train_examples:  # its labels may differ from the whole split's
+        task = tasks.get_task(config)
+        task.prepare(subset)
+    train_features = task.featurize(subset, tokenizer, config.max_seq_length, training=True)
     if not train_features:
         raise UserError(f"task {task.name!r}: no training features")
     _warn_if_uncovered(tokenizer, train_features, f"task {task.name!r}'s training data",
-                       train_examples)
+                       subset)
     warn_if_degenerate(config, task)
-    for split in task.test_splits:  # read again after training; a bad file fails now
+    test_sets = {}
+    for split in task.test_splits:  # predicted after training; a bad file fails now
+        test_sets[split] = task.load(split)
         try:
-            task.check_labels(task.load(split))
+            task.check_labels(test_sets[split])
         except ValueError as e:
             raise UserError(f"the {split} split: {e}") from e
     model = task.model(source.config)
     if wrap_model is not None:
         model = wrap_model(model)
-    return TaskData(task, train_features, load_eval_sets(task, tokenizer, config, seed), model)
+    eval_sets = load_eval_sets(task, tokenizer, config.max_seq_length,
+                               config.max_eval_examples, seed)
+    return TaskData(task, train_features, eval_sets, test_sets, model)
 
 
 def subsample(items: list, limit: int, seed: int) -> list:
@@ -68,12 +78,14 @@ def subsample(items: list, limit: int, seed: int) -> list:
     return [items[i] for i in keep]
 
 
-def load_eval_sets(task, tokenizer, config, seed: int) -> dict[str, tuple[list, list]]:
-    """{split: (examples, features)} for the eval splits and a labeled test split."""
+def load_eval_sets(task, tokenizer, max_seq_length: int, max_examples: int,
+                   seed: int) -> dict[str, tuple[list, list]]:
+    """{split: (examples, features)} for the eval splits, each subsampled to `max_examples`
+    with `seed` (0: all)."""
     sets = {}
     for split in task.eval_splits:
-        examples = subsample(task.load(split), config.max_eval_examples, seed)
-        sets[split] = (examples, task.featurize(examples, tokenizer, config.max_seq_length,
+        examples = subsample(task.load(split), max_examples, seed)
+        sets[split] = (examples, task.featurize(examples, tokenizer, max_seq_length,
                                                 training=False))
     return sets
 
@@ -126,22 +138,29 @@ def warn_if_degenerate(config, task) -> None:
 UNLIMITED_LENGTH = 1 << 30
 
 
-def train_length_coverage(config, source) -> dict[str, Any]:
-    """Token lengths ([CLS] and [SEP]s included; a multiple-choice example's longest choice)
-    of the task's training examples before truncation, as `lengths.coverage` reports them.
-    Resolves `max_seq_length="auto"` in `config` first: the smallest multiple of 8 that
-    covers 95% of them, at most the model's max_position_embeddings."""
-    task = tasks.get_task(config)
-    examples = task.load("train")
-    task.prepare(examples)
+def untruncated_lengths(task, examples: list, tokenizer) -> list[int]:
+    """Token lengths ([CLS] and [SEP]s included; a multiple-choice example's longest
+    choice) of `examples` before truncation (`task` prepared on them)."""
     sizes = []
-    for feature in task.featurize(examples, source.tokenizer, UNLIMITED_LENGTH, training=False):
+    for feature in task.featurize(examples, tokenizer, UNLIMITED_LENGTH, training=False):
         ids = feature["input_ids"]
         nested = len(ids) and isinstance(ids[0], (list, tuple, np.ndarray))
         sizes.append(max(map(len, ids)) if nested else len(ids))
-    auto = config.max_seq_length == "auto"
-    if auto:
-        with config.ignore_type():  # "auto" made the field a str
-            config.max_seq_length = lengths.covering_length(
-                sizes, source.config.max_positions)
-    return {**lengths.coverage(sizes, config.max_seq_length), "auto": auto}
+    return sizes
+
+
+def resolve_max_seq_length(config, train_lengths: list[int], max_positions: int):
+    """The run's config with `max_seq_length="auto"` resolved: a copy of `config` with the
+    smallest multiple of 8 that covers 95% of `train_lengths`, at most `max_positions`
+    (the model's position table); `config` itself when it names a length."""
+    if config.max_seq_length != "auto":
+        return config
+    return run_config.derive(config, max_seq_length=lengths.covering_length(
+        train_lengths, max_positions))
+
+
+def length_coverage(train_lengths: list[int], max_seq_length: int, auto: bool
+                    ) -> dict[str, Any]:
+    """`lengths.coverage` of the training examples at the run's `max_seq_length`, and
+    whether that length was resolved from "auto"."""
+    return {**lengths.coverage(train_lengths, max_seq_length), "auto": auto}
