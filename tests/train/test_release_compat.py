@@ -1,0 +1,92 @@
+"""What release 0.1.0 wrote still loads, predicts and resumes: a pretraining workdir (two
+checkpoints), a fine-tuning workdir and its kept model directory, written by bert_jax 0.1.0
+(commit b9dafdd, before the package's modules moved into folders) and kept in
+tests/fixtures/release_0.1.0/.
+
+`make_fixtures.py` there wrote them, run from that folder with the 0.1.0 checkout first on
+PYTHONPATH. Their saved configs hold paths relative to that folder (`corpus/*.txt`,
+`vocab`, `spam/train.tsv`), so each test runs in a copy of it.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+
+import jax
+import numpy as np
+import pytest
+
+from bert_jax.finetune import inference
+from bert_jax.host import workdir_kind
+from bert_jax.pretrain.job import train_and_evaluate
+from bert_jax.train import checkpoint
+from bert_jax.train.config_loader import load_config
+from bert_jax.weights import pretrained
+
+from helpers import REPO
+
+FIXTURES = os.path.join(REPO, "tests", "fixtures",
+                        "release_0.1.0")
+# The pretraining run as make_fixtures.py started it.
+PRETRAIN_OVERRIDES = [
+    "model={'preset': 'tiny', 'num_hidden_layers': 1, 'hidden_size': 16, "
+    "'num_attention_heads': 2, 'intermediate_size': 32, 'max_position_embeddings': 32}",
+    "input_files=corpus/*.txt", "tokenizer=vocab", "max_seq_length=32",
+    "max_predictions_per_seq=5", "global_batch_size=8", "num_train_steps=4", "warmup_steps=1",
+    "log_every_steps=2", "eval_every_steps=4", "eval_steps=1", "checkpoint_every_steps=2",
+    "eval_fraction=0.1"]
+
+
+@pytest.fixture
+def release(tmp_path, monkeypatch):
+    copy = tmp_path / "release_0.1.0"
+    shutil.copytree(FIXTURES, copy)
+    monkeypatch.chdir(copy)
+    return copy
+
+
+def assert_trees_equal(got, want, atol=0.0):
+    assert jax.tree.structure(got) == jax.tree.structure(want)
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=atol)
+
+
+def test_every_kind_of_folder_opens_as_a_model(release):
+    workdir = pretrained.open_model("pretrain")
+    assert workdir.kind == workdir_kind.PRETRAINING
+    assert workdir.config.hidden_size == 16 and workdir.task is None
+    assert_trees_equal(workdir.load().params,
+                       checkpoint.read_params(os.path.abspath("pretrain/checkpoints/4")))
+    finetuned = pretrained.open_model("finetune")
+    assert finetuned.kind == workdir_kind.FINETUNING
+    assert finetuned.directory == os.path.abspath("finetune/best")
+    assert finetuned.task["name"] == "csv"
+    assert_trees_equal(finetuned.load().params, pretrained.load("finetune/best").params)
+
+
+def test_a_pretraining_run_resumes_exactly_where_it_stopped(release, capsys):
+    """The run lost its last checkpoint: this release resumes 0.1.0's step 2 and reaches
+    the step-4 parameters 0.1.0 saved (to float rounding: 0.1.0 ran on one device, the
+    tests on eight, which sum gradients in another order)."""
+    want = checkpoint.read_params(os.path.abspath("pretrain/checkpoints/4"))
+    shutil.rmtree("pretrain/checkpoints/4")
+    train_and_evaluate(load_config("pretrain.py:tiny", PRETRAIN_OVERRIDES), "pretrain")
+    assert "resumed from step 2 of" in capsys.readouterr().err  # not trained afresh
+    assert sorted(os.listdir("pretrain/checkpoints")) == ["2", "4"]
+    got = checkpoint.read_params(os.path.abspath("pretrain/checkpoints/4"))
+    assert_trees_equal(got, want, atol=1e-7)
+
+
+def test_a_finetuned_workdir_predicts_what_it_predicted(release):
+    with open("spam/dev.tsv", encoding="utf-8", newline="") as f:
+        texts = [row["text"] for row in csv.DictReader(f, delimiter="\t")]
+    with open("finetune/predictions/test.jsonl", encoding="utf-8") as f:
+        saved = [json.loads(line) for line in f]
+    got = inference.load_finetuned("finetune").predict(texts)
+    assert [r["label"] for r in got] == [r["label"] for r in saved]
+    for mine, theirs in zip(got, saved):
+        for label, p in theirs["probabilities"].items():
+            assert mine["probabilities"][label] == pytest.approx(p, abs=2e-6)
