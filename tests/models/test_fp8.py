@@ -1,6 +1,6 @@
 """FP8 matmuls (bert_jax/models/fp8.py) and packed rows in cuDNN's form (attention.packed_segments),
-checked on CPU: FP8 runs there emulated, with FP8's rounding; the GPU figures are in
-docs/results.md (bench/check_gpu_paths.py)."""
+checked on CPU: FP8 runs there emulated, with FP8's rounding; on a GPU,
+tests/models/test_gpu_paths.py; the GPU figures are in docs/results.md."""
 
 import flax.linen as nn
 import jax

@@ -1,21 +1,16 @@
-"""The pretraining bench's packed rows, lever names and lease plan (bench/bench_pretrain.py,
-bench/bench_levers.py, bench/gpu_lease.py): what the GPU figures in docs/results.md are
-measured on."""
+"""The pretraining bench's packed rows, lever names and the GPU figures' steps
+(bench/bench_pretrain.py, bench/bench_levers.py, bench/gpu_figures.py): what the GPU figures
+in docs/results.md are measured on."""
 
+import math
 import os
-import sys
 import time
 
+import bench_levers
+import bench_pretrain
+import gpu_figures
 import numpy as np
 import pytest
-
-from helpers import REPO
-
-sys.path.insert(0, os.path.join(REPO,
-                                "bench"))
-import bench_levers  # noqa: E402
-import bench_pretrain  # noqa: E402
-import gpu_lease  # noqa: E402
 
 
 def test_packed_rows_follow_the_corpus_lengths_and_stay_valid():
@@ -48,55 +43,33 @@ def test_lever_names_are_checked():
         bench_levers.parse_variant("huge-fast")
 
 
-def test_the_lease_plan_runs_known_scripts_and_variants_within_its_budget():
+def test_the_gpu_figures_run_known_scripts_and_variants():
     for smoke in (False, True):
-        for _, _, command in gpu_lease.plan(smoke):
-            assert os.path.exists(os.path.join(gpu_lease.REPO, command[0])), command
+        for _, estimate, command in gpu_figures.plan(smoke):
+            assert os.path.exists(os.path.join(gpu_figures.REPO, command[0])), command
+            assert estimate > 0
             if "--variants" in command:
                 for name in command[command.index("--variants") + 1].split(","):
                     bench_levers.parse_variant(name)
-    # A lease is 15 minutes of device time, the start included: the default budget
-    # (540 s) holds every step but the last (bert-large), which runs if time is left.
-    estimates = [estimate for _, estimate, _ in gpu_lease.plan(False)]
-    assert sum(estimates[:-1]) <= 540
 
 
-def test_a_lease_step_past_its_time_is_cut_even_when_silent(tmp_path):
+def test_a_step_past_its_time_is_cut_even_when_silent(tmp_path):
     start = time.monotonic()
-    status = gpu_lease.run_step("sleeper", ["-c", "import time; print('up', flush=True); "
-                                            "time.sleep(60)"], 2.0, str(tmp_path), dict(os.environ))
-    assert status == "cut at the budget" and time.monotonic() - start < 30
+    status = gpu_figures.run_step("sleeper", ["-c", "import time; print('up', flush=True); "
+                                              "time.sleep(60)"], 2.0, str(tmp_path),
+                                  dict(os.environ))
+    assert status == "cut at the time limit" and time.monotonic() - start < 30
     assert (tmp_path / "sleeper.log").read_text() == "up\n"
-    assert gpu_lease.run_step("fails", ["-c", "raise SystemExit(3)"], 30.0, str(tmp_path),
-                              dict(os.environ)) == "failed (rc 3)"
+    assert gpu_figures.run_step("fails", ["-c", "raise SystemExit(3)"], math.inf,
+                                str(tmp_path), dict(os.environ)) == "failed (rc 3)"
 
 
-GPU_HLO = """HloModule m
-
-%fused_reduce (param_0: bf16[64,16]) -> f32[64] {
-  %param_0 = bf16[64,16]{1,0} parameter(0)
-}
-
-ENTRY %main (a: bf16[64,32], b: bf16[32,16]) -> bf16[64,16] {
-  %a = bf16[64,32]{1,0} parameter(0)
-  %b = bf16[32,16]{1,0} parameter(1)
-  %gemm = (bf16[64,16]{1,0}, s8[1024]{0}) custom-call(%a, %b), custom_call_target="__cublas$lt$matmul", backend_config={"gemm_backend_config":{"dot_dimension_numbers":{"lhs_contracting_dimensions":["1"],"rhs_contracting_dimensions":["0"],"lhs_batch_dimensions":[],"rhs_batch_dimensions":[]},"epilogue":"BIAS"}}
-  %gte = bf16[64,16]{1,0} get-tuple-element(%gemm), index=0
-  %red = f32[64]{0} fusion(%gte), kind=kInput, calls=%fused_reduce
-  ROOT %out = bf16[64,16]{1,0} fusion(%gte, %red), kind=kLoop, calls=%fused_x
-}
-"""
-
-
-def test_compiled_gpu_kernels_are_read_with_their_bytes_and_flops():
-    import hlo_kernels
-    gemm, reduce, loop = hlo_kernels.kernels(GPU_HLO)
-    assert (gemm.kind, gemm.flops, gemm.read, gemm.written) == (
-        "gemm", 2 * 64 * 16 * 32, (64 * 32 + 32 * 16) * 2, 64 * 16 * 2)  # no workspace
-    assert gemm.detail == "__cublas$lt$matmul +BIAS" and not gemm.fp8
-    assert (reduce.kind, reduce.read, reduce.written) == ("reduction", 2048, 256)
-    assert (loop.kind, loop.read, loop.written) == ("elementwise", 2048 + 256, 2048)
-    assert hlo_kernels.summary([gemm, reduce, loop])["gemms"] == 1
-    # The roofline: the GEMM's bytes at the bandwidth outlast its FLOPs; none under launch.
-    assert gemm.seconds == max(hlo_kernels.LAUNCH_S, (gemm.read + gemm.written)
-                               / hlo_kernels.BANDWIDTH)
+def test_steps_without_their_data_or_time_are_skipped_saying_why(tmp_path, monkeypatch):
+    monkeypatch.setattr(gpu_figures, "FP8_DATA", "runs/absent_fp8_data.npz")
+    steps = [("fp8", 1, ["bench/bench_fp8_convergence.py", "--data", gpu_figures.FP8_DATA]),
+             ("long", 600, ["-c", "pass"])]
+    rows = gpu_figures.run_plan(steps, 60.0, str(tmp_path))
+    assert [(name, seconds) for name, _, seconds in rows] == [("fp8", 0.0), ("long", 0.0)]
+    assert rows[0][1] == ("skipped: no runs/absent_fp8_data.npz: run "
+                          "`python bench/gpu_figures.py --prepare` first")
+    assert rows[1][1].startswith("skipped: ") and rows[1][1].endswith("s left, needs ~600")

@@ -5,14 +5,8 @@ skipped without it)."""
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 
-from helpers import REPO
-
-sys.path.insert(0, os.path.join(REPO,
-                                "bench"))
-import bench_recipes  # noqa: E402
+import bench_recipes
 
 
 def test_cpu_per_step_interpolates_process_cpu_between_logged_steps():

@@ -2,13 +2,8 @@
 
 import gzip
 import json
-import os
-import sys
 
-from helpers import REPO
-
-sys.path.insert(0, os.path.join(REPO, "bench"))
-import profile_pretrain  # noqa: E402
+import profile_pretrain
 
 
 def kernel(name, ts, dur, module="jit_train_step"):

@@ -39,8 +39,6 @@ def test_script_imports_resolve(script):
 
 
 def test_bench_glue_table_sets_both_sides_side_by_side():
-    import sys
-    sys.path.insert(0, os.path.join(TOP, "bench"))
     import bench_glue
     rows = [{"task": "mrpc",
              "bert_jax": {"dev": {"validation": {"f1": 0.832, "accuracy": 0.733}},
