@@ -1,4 +1,5 @@
-"""Fine-tuning benchmarks on the real offline data in ../shared/data.
+"""Fine-tuning benchmarks on real data sets that do not ship with the package, read from
+../shared/data (a folder beside the checkout; `classify --data DIR` reads another).
 
   python bench/bench_finetune.py spam        # all-MiniLM-L6-v2 on spam: test accuracy
   python bench/bench_finetune.py brown_pos   # all-MiniLM-L6-v2 on Brown POS: token accuracy
