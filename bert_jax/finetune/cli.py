@@ -61,7 +61,7 @@ def finetune_main(argv: list[str]) -> int:
             config.init_from = args.init_from
         return config, {"--init_from": config.init_from, "--config.model": config.model}
     code, results = job_cli.run_job("finetune", args.workdir, folders.FINETUNING, load,
-                                    lambda config: selection.run_finetune(config, args.workdir))
+                                    selection.run_finetune)
     if results is not None:
         print(json.dumps({k: v for k, v in results.items() if k != "runs"}, indent=2))
     return code
@@ -88,9 +88,11 @@ def distill_main(argv: list[str]) -> int:
     from bert_jax.finetune import distill
     teacher = distill.load_finetuned_teacher(args.teacher)
     load = lambda: (distill.distill_config(teacher, args.student, overrides),
-                    {"--teacher": args.teacher, "--student": args.student})
+                    {"--teacher": [args.teacher, teacher.tokenizer_dir],
+                     "--student": args.student})
     code, results = job_cli.run_job("distill", args.workdir, folders.DISTILLATION, load,
-                                    lambda config: distill.distill(config, teacher, args.workdir))
+                                    lambda config, workdir: distill.distill(config, teacher,
+                                                                            workdir))
     if results is not None:
         print(json.dumps(results, indent=2))
     return code

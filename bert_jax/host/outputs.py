@@ -133,9 +133,23 @@ def check_folder(flag: str, output: str, inputs: Inputs, kind: str | None) -> No
     check_writable(flag, output)
 
 
-def check_workdir(workdir: str, kind: str, inputs: Inputs | None = None) -> None:
-    """Raises UserError when a job of `kind` (pretraining, fine-tuning, distillation) may
-    not write into `workdir`: it is one of the run's `inputs` (`--init_from`, `--teacher`),
-    or holds another kind of job's results (`workdir_kind.check_kind`)."""
+class CheckedWorkdir(str):
+    """A workdir that `check_workdir` let a job of `kind` write into: the check's result,
+    which a command passes on to its job (`job_cli.run_job`), so that it is checked once."""
+
+    def __new__(cls, workdir: str, kind: str):
+        checked = super().__new__(cls, workdir)
+        checked.kind = kind
+        return checked
+
+
+def check_workdir(workdir: str, kind: str, inputs: Inputs | None = None) -> CheckedWorkdir:
+    """`workdir`, checked: raises UserError when a job of `kind` (pretraining, fine-tuning,
+    distillation) may not write into it: it is one of the run's `inputs` (`--init_from`,
+    `--teacher`), or holds another kind of job's results (`workdir_kind.check_kind`). A
+    CheckedWorkdir of `kind` (checked where its command started) comes back as it is."""
+    if isinstance(workdir, CheckedWorkdir) and workdir.kind == kind:
+        return workdir
     refuse_inputs("the output folder", workdir, inputs or {}, folder=False)
     workdir_kind.check_kind(workdir, kind)
+    return CheckedWorkdir(workdir, kind)

@@ -39,5 +39,5 @@ def pretrain_main(argv: list[str]) -> int:
                         "--config.teacher": config.teacher}
     code, _ = job_cli.run_job(
         "pretrain", args.workdir, folders.PRETRAINING, load,
-        lambda config: job.train_and_evaluate(config, args.workdir))
+        job.train_and_evaluate)
     return code

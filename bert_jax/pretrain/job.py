@@ -101,10 +101,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     of the same state shapes) -> config.init_from (weights only) -> scratch. Raises
     preemption.Preempted after checkpointing the step where the command's watcher
     (`preemption.active`) says to stop (`lifecycle.Job.train`)."""
-    workdir = paths.abspath(workdir)
-    outputs.check_workdir(workdir, workdir_kind.PRETRAINING,
+    outputs.check_workdir(workdir, workdir_kind.PRETRAINING,  # once: the command's is checked
                           {"--config.init_from": config.init_from,
                            "--config.teacher": config.teacher})
+    workdir = paths.abspath(workdir)
     # What init_from names, resolved once (a Hub model fetched and converted, a workdir's
     # model found): the tokenizer and the initial weights both read it.
     init_from = _open_init_from(config)
