@@ -13,7 +13,8 @@ from bert_jax import flags
 from bert_jax.aot import compile as aot_compile
 from bert_jax.aot import gpu_hosts, search, tpu_slices
 from bert_jax.errors import memory_levers
-from bert_jax.train.config_loader import load_config, split_config_args
+from bert_jax.train import job_cli
+from bert_jax.train.config_loader import load_config
 
 
 def compile_main(argv: list[str]) -> int:
@@ -37,7 +38,7 @@ def compile_main(argv: list[str]) -> int:
                         help="try mesh splits, remat and accumulation; table + recommendation")
     parser.add_argument("--workers", type=int, default=2,
                         help="with --search: compiles at once (each takes 2-8 GB of RAM)")
-    args, overrides = split_config_args(argv)
+    args, overrides = job_cli.split_config_args(argv)
     args = parser.parse_args(args)
     # A compile-only client can neither load a persistent-cache entry (jax warns on every
     # repeat) nor run what it compiles: nothing to keep.

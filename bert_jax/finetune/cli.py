@@ -38,9 +38,9 @@ def finetune_main(argv: list[str]) -> int:
     """`bert-jax finetune`: parses `argv`, then fine-tunes (one run, seeds or a sweep)."""
     from bert_jax.finetune import selection
     from bert_jax.host import folders
-    from bert_jax.train import job_cli, multihost
-    from bert_jax.train.config_loader import add_help_argument, load_config, split_config_args
-    rest, overrides = split_config_args(argv)
+    from bert_jax.train import job_cli
+    from bert_jax.train.config_loader import load_config
+    rest, overrides = job_cli.split_config_args(argv)
     parser = flags.ArgumentParser(prog="bert-jax finetune", description=__doc__,
                                   formatter_class=argparse.RawDescriptionHelpFormatter,
                                   deprecated={"--init": "--init_from"})
@@ -50,10 +50,10 @@ def finetune_main(argv: list[str]) -> int:
                         help="model directory, pretraining workdir or Hub model "
                              "(hf:ORG/NAME[@REVISION]) to start from")
     parser.add_argument("--workdir", required=True)
-    add_help_argument(parser, "finetune", argv)
-    multihost.add_arguments(parser)
+    job_cli.add_help_argument(parser, "finetune", argv)
+    job_cli.add_multihost_arguments(parser)
     args = parser.parse_args(rest)
-    multihost.initialize(args)
+    job_cli.start_processes(args)
 
     def load():
         config = load_config(args.config, overrides, command="finetune")
@@ -70,9 +70,8 @@ def finetune_main(argv: list[str]) -> int:
 def distill_main(argv: list[str]) -> int:
     """`bert-jax distill`: parses `argv`, then distils under the workdir lock."""
     from bert_jax.host import folders
-    from bert_jax.train import job_cli, multihost
-    from bert_jax.train.config_loader import split_config_args
-    rest, overrides = split_config_args(argv)
+    from bert_jax.train import job_cli
+    rest, overrides = job_cli.split_config_args(argv)
     parser = flags.ArgumentParser(
         prog="bert-jax distill", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="distil a fine-tuned model into a smaller one (docs/distillation.md)")
@@ -82,9 +81,9 @@ def distill_main(argv: list[str]) -> int:
                         help="model preset (random encoder, e.g. bert-L2-H256) or model "
                              "directory / pretraining workdir / hf:ORG/NAME")
     parser.add_argument("--workdir", required=True)
-    multihost.add_arguments(parser)
+    job_cli.add_multihost_arguments(parser)
     args = parser.parse_args(rest)
-    multihost.initialize(args)
+    job_cli.start_processes(args)
     from bert_jax.finetune import distill
     teacher = distill.load_finetuned_teacher(args.teacher)
     load = lambda: (distill.distill_config(teacher, args.student, overrides),

@@ -14,8 +14,8 @@ import argparse
 from bert_jax import flags
 from bert_jax.host import folders
 from bert_jax.pretrain import job
-from bert_jax.train import job_cli, multihost
-from bert_jax.train.config_loader import add_help_argument, load_config, split_config_args
+from bert_jax.train import job_cli
+from bert_jax.train.config_loader import load_config
 
 
 def pretrain_main(argv: list[str]) -> int:
@@ -27,11 +27,11 @@ def pretrain_main(argv: list[str]) -> int:
         epilog="Override any config key with --config.KEY=VALUE.")
     parser.add_argument("--config", required=True, help="configs/pretrain.py[:VARIANT]")
     parser.add_argument("--workdir", required=True)
-    add_help_argument(parser, "pretrain", argv)
-    multihost.add_arguments(parser)
-    args, overrides = split_config_args(argv)
+    job_cli.add_help_argument(parser, "pretrain", argv)
+    job_cli.add_multihost_arguments(parser)
+    args, overrides = job_cli.split_config_args(argv)
     args = parser.parse_args(args)
-    multihost.initialize(args)
+    job_cli.start_processes(args)
 
     def load():
         config = load_config(args.config, overrides, command="pretrain")

@@ -28,7 +28,6 @@ the keys a config lacks, applies the overrides and runs the schema check once.
 
 from __future__ import annotations
 
-import argparse
 import ast
 import difflib
 import importlib.util
@@ -326,47 +325,3 @@ def _warn_once():
             said.add(message)
             print(f"bert-jax: warning: {message}", file=sys.stderr)
     return warn
-
-
-def split_config_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
-    """Separates `--config.KEY=VALUE` / `--config.KEY VALUE` overrides from other args.
-    Returns (other args, overrides as KEY=VALUE)."""
-    rest, overrides = [], []
-    argv = list(argv)
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        if arg.startswith("--config."):
-            if "=" in arg:
-                overrides.append(arg[len("--config."):])
-            elif i + 1 < len(argv):
-                overrides.append(f"{arg[len('--config.'):]}={argv[i + 1]}")
-                i += 1
-            else:
-                raise UserError(f"{arg} needs a value")
-        else:
-            rest.append(arg)
-        i += 1
-    return rest, overrides
-
-
-def add_help_argument(parser: argparse.ArgumentParser, command: str,
-                      argv: list[str] = ()) -> None:
-    """`--help_config`: print `command`'s schema with the values of the config that
-    `argv` (the command's arguments) chooses, --config FILE[:VARIANT] and --config.KEY
-    overrides, and exit 0 (as --help does)."""
-    class _Help(argparse.Action):
-        def __call__(self, parser, namespace, values, option_string=None):
-            rest, overrides = split_config_args(argv)
-            chosen = argparse.ArgumentParser(add_help=False)
-            chosen.add_argument("--config", default=parser.get_default("config"))
-            spec = chosen.parse_known_args(rest)[0].config
-            config = None if spec is None else \
-                load_config(spec, overrides, command=command)
-            print(f"The keys of a `bert-jax {command}` config (--config.KEY=VALUE)"
-                  f"{f' with the values of {spec}' if spec else ''}; 'resume may change': "
-                  "a resumed run may take a new value.\n")
-            print(run_config.describe(run_config.SCHEMAS[command], config))
-            parser.exit(0)
-    parser.add_argument("--help_config", nargs=0, action=_Help,
-                        help="list every config key: type, default, range, description")

@@ -1,35 +1,26 @@
-"""Multi-process runs: the command-line flags, `jax.distributed` start-up, barriers.
+"""Multi-process runs: `jax.distributed` start-up, barriers.
 
-`bert-jax pretrain` and `bert-jax finetune` take the same flags. On TPU pods, SLURM
-and Open MPI, `jax.distributed.initialize()` finds its peers on its own; elsewhere
-(e.g. two processes on one machine) pass `--coordinator_address`, `--num_processes`
-and `--process_id`.
+On TPU pods, SLURM and Open MPI, `jax.distributed.initialize()` finds its peers on its
+own; elsewhere (e.g. two processes on one machine) `bert-jax pretrain`, `finetune` and
+`distill` take `--coordinator_address`, `--num_processes` and `--process_id`
+(`bert_jax.train.job_cli.add_multihost_arguments`).
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 
 import jax
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--coordinator_address", default=None,
-                        help="multi-process: host:port of process 0 (else from the "
-                             "environment, automatic on TPU pods and SLURM)")
-    parser.add_argument("--num_processes", type=int, default=None)
-    parser.add_argument("--process_id", type=int, default=None)
-
-
-def initialize(args: argparse.Namespace) -> None:
-    """Starts `jax.distributed` when asked to or when a launcher set it up; logs at
-    INFO on process 0 only."""
-    if args.coordinator_address or args.num_processes or _launcher_environment():
-        jax.distributed.initialize(coordinator_address=args.coordinator_address,
-                                   num_processes=args.num_processes,
-                                   process_id=args.process_id)
+def initialize(coordinator_address: str | None = None, num_processes: int | None = None,
+               process_id: int | None = None) -> None:
+    """Starts `jax.distributed` when asked to (the arguments) or when a launcher set it
+    up; logs at INFO on process 0 only."""
+    if coordinator_address or num_processes or _launcher_environment():
+        jax.distributed.initialize(coordinator_address=coordinator_address,
+                                   num_processes=num_processes, process_id=process_id)
     logging.basicConfig(level=logging.INFO if jax.process_index() == 0 else logging.ERROR,
                         format="%(levelname)s %(name)s: %(message)s")
 

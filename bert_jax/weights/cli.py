@@ -10,7 +10,6 @@ from bert_jax import flags
 from bert_jax.errors import UserError
 from bert_jax.host import folders, outputs
 from bert_jax.weights import convert, extend_vocab, pretrained
-from bert_jax.weights.convert import from_hf, from_tf1, hf_architecture, to_hf  # noqa: F401
 
 
 def convert_main(argv: list[str]) -> int:
@@ -44,16 +43,16 @@ def convert_main(argv: list[str]) -> int:
     if args.model:
         if not args.to_hf or args.output:
             parser.error("--model takes --to_hf DIR (not --output)")
-        for note in to_hf(args.model, args.to_hf, args.overwrite):
+        for note in convert.to_hf(args.model, args.to_hf, args.overwrite):
             print(f"note: {note}")
         print(f"wrote {args.to_hf}")
         return 0
     if not args.output or args.to_hf:
         parser.error("--from_hf/--from_tf1 take --output MODEL_DIR (not --to_hf)")
     if args.from_hf:
-        model = from_hf(args.from_hf, args.output, args.overwrite)
+        model = convert.from_hf(args.from_hf, args.output, args.overwrite)
     else:
-        model = from_tf1(args.from_tf1, args.output, args.overwrite, args.do_lower_case)
+        model = convert.from_tf1(args.from_tf1, args.output, args.overwrite, args.do_lower_case)
     heads = [k for k in ("mlm", "nsp", "classifier", "qa_outputs") if k in model.params]
     print(f"wrote {args.output}: {model.config.num_hidden_layers} layers, hidden "
           f"{model.config.hidden_size}, vocab {model.config.vocab_size}, heads: "

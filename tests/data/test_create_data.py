@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from bert_jax import cli
+from bert_jax.data import cli as data_cli
 from bert_jax.data import corpus
 from bert_jax.data import create_pretraining_data as cpd
 from bert_jax.data.options import DataOptions
@@ -120,9 +121,9 @@ def test_missing_input_or_vocab_fails_at_once(tmp_path, capsys):
 
 def test_cli_writes_shards_and_summary(tmp_path):
     out = tmp_path / "out"
-    assert cpd.main(["--input", SHARDS[3], "--output", str(out), "--num_shards", "2",
-                     "--dupe_factor", "1", "--dynamic_masking", "--num_workers", "1",
-                     "--no_progress"]) == 0
+    assert data_cli.create_data_main(["--input", SHARDS[3], "--output", str(out), "--num_shards",
+                                      "2", "--dupe_factor", "1", "--dynamic_masking",
+                                      "--num_workers", "1", "--no_progress"]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["instances"] > 0 and summary["masked_tokens"] == 0
     rows = read_records(sorted(glob.glob(str(out / "*.tfrecord"))))
@@ -146,9 +147,8 @@ def test_original_tool_flags(tmp_path):
 
 
 def test_sentencepiece_whole_word_masking(tmp_path):
-    from bert_jax.data import build_vocab
-    assert build_vocab.main(["--input", SHARDS[3], "--vocab_size", "1500", "--type", "unigram",
-                       "--output", str(tmp_path / "spm")]) == 0
+    assert data_cli.train_tokenizer_main(["--input", SHARDS[3], "--vocab_size", "1500", "--type",
+                                          "unigram", "--output", str(tmp_path / "spm")]) == 0
     tok = load_tokenizer(str(tmp_path / "spm"))
     files = cpd.shard_paths(str(tmp_path / "out"), 1)
     cpd.create_pretraining_data([SHARDS[3]], files, str(tmp_path / "spm"),

@@ -18,6 +18,7 @@ import pytest
 
 from bert_jax import cli
 from bert_jax.data import corpus, example_proto, shard_parts
+from bert_jax.data import cli as data_cli
 from bert_jax.data import create_pretraining_data as cpd
 
 from helpers import REPO
@@ -42,9 +43,9 @@ def _shards(folder):
 
 
 def _create(texts, folder, workers, *extra):
-    return cpd.main(["--input", *texts, "--output", str(folder), "--num_shards", "4",
-                     "--dupe_factor", "2", "--num_workers", str(workers), "--no_progress",
-                     *extra])
+    return data_cli.create_data_main(["--input", *texts, "--output", str(folder), "--num_shards",
+                                      "4", "--dupe_factor", "2", "--num_workers", str(workers),
+                                      "--no_progress", *extra])
 
 
 def test_same_bytes_with_more_workers_than_files_and_fewer(texts, tmp_path):
@@ -99,8 +100,8 @@ def test_host_shards_assembled_equal_one_run(texts, tmp_path, capsys):
         assert _create(texts, hosts, 1, "--num_hosts", "2", "--host_index", str(host)) == 0
         assert not glob.glob(str(hosts / "*.tfrecord"))  # parts only, until --assemble
     assert "--assemble" in capsys.readouterr().out
-    assert cpd.main(["--output", str(hosts), "--num_shards", "4", "--assemble",
-                     "--num_workers", "2"]) == 0
+    assert data_cli.create_data_main(["--output", str(hosts), "--num_shards", "4", "--assemble",
+                                      "--num_workers", "2"]) == 0
     assert _shards(hosts) == _shards(tmp_path / "one")
     summary = json.loads((hosts / "summary.json").read_text())
     assert summary == json.loads((tmp_path / "one" / "summary.json").read_text()) | {

@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from bert_jax.data import create_pretraining_data as cpd
+from bert_jax.data import cli as data_cli
 from bert_jax.data import lengths
 from bert_jax.finetune import job
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
@@ -33,9 +33,9 @@ def test_create_data_reports_document_lengths_and_truncated_pairs(tmp_path, caps
     text = tmp_path / "in.txt"
     text.write_text("\n\n".join("\n".join(d) for d in documents) + "\n")
     out = tmp_path / "out"
-    assert cpd.main(["--input", str(text), "--output", str(out), "--num_shards", "1",
-                     "--dupe_factor", "1", "--max_seq_length", "32", "--num_workers", "1",
-                     "--no_progress"]) == 0
+    assert data_cli.create_data_main(["--input", str(text), "--output", str(out), "--num_shards",
+                                      "1", "--dupe_factor", "1", "--max_seq_length", "32",
+                                      "--num_workers", "1", "--no_progress"]) == 0
     summary = json.loads((out / "summary.json").read_text())
     sizes = [sum(len(tokenizer.encode(s).ids) for s in d) for d in documents]
     assert summary["document_tokens"] == lengths.percentiles(sizes)

@@ -11,7 +11,7 @@ import pytest
 
 from bert_jax import cli
 from bert_jax.data import corpus, instances
-from bert_jax.data import create_pretraining_data as cpd
+from bert_jax.data import cli as data_cli
 from bert_jax.data.options import DataOptions
 from bert_jax.data.pipeline import make_pretrain_iterator
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
@@ -63,7 +63,8 @@ def record_sets(tmp_path_factory):
         argv = ["--input", shard, "--output", str(directory), "--num_shards", "1",
                 "--dupe_factor", "1", "--max_seq_length", "64", "--max_predictions_per_seq",
                 "8", "--num_workers", "1", "--no_progress"]
-        assert cpd.main(argv + (["--sentence_order_prediction"] if sop else [])) == 0
+        sop_flag = ["--sentence_order_prediction"] if sop else []
+        assert data_cli.create_data_main(argv + sop_flag) == 0
         out[name] = str(directory)
     return out
 

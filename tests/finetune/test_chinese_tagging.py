@@ -146,8 +146,7 @@ def test_raw_chinese_text_end_to_end(workdir, tmp_path, capsys):
     texts = ["江泽民在北京会见李鹏", "他说：新华社在上海 ok"]
     with shared_compilation_cache(str(tmp_path.parent / "finetune_jax_cache")):
         (tmp_path / "in.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
-        assert cli.main(["--model", workdir, "--input", str(tmp_path / "in.txt")],
-                        "predict") == 0
+        assert cli.predict_main(["--model", workdir, "--input", str(tmp_path / "in.txt")]) == 0
         records = inference.load_finetuned(workdir).predict(texts)
         export.export(workdir, str(tmp_path / "out"), formats=("jax",), platforms=("cpu",))
         served = export.ServedModel(str(tmp_path / "out")).tag_texts(texts)

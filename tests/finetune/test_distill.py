@@ -167,7 +167,7 @@ def test_distill_preset_student_then_evaluate_and_predict(teacher, tmp_path, mon
     assert bert_jax_cli.main(["predict", "--model", workdir, "--input", str(inputs),
                               "--output", str(out)]) == 0
     assert json.loads(out.read_text())["label"] in ("neg", "pos")
-    from bert_jax.weights.cli import to_hf  # HF export reads the workdir like a fine-tuned one
+    from bert_jax.weights.convert import to_hf  # HF export reads the workdir like a fine-tuned one
     to_hf(workdir, str(tmp_path / "hf"))
     assert json.loads((tmp_path / "hf" / "config.json").read_text())["num_hidden_layers"] == 1
 

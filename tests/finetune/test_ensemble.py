@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from bert_jax.errors import UserError
-from bert_jax.finetune import cli, ensemble
+from bert_jax.finetune import cli, ensemble, selection
 from bert_jax.finetune.tasks.tagging import TaggingTask
 from bert_jax.train.config_loader import load_config
 
@@ -28,7 +28,7 @@ def two_seeds(tmp_path_factory):
                           "text_column=sentence", "label_column=sentiment", "seeds=1,2",
                           "num_train_epochs=1")
     workdir = tmp / "run"
-    cli.run_finetune(config, str(workdir))
+    selection.run_finetune(config, str(workdir))
     return workdir, path
 
 
@@ -36,8 +36,8 @@ def predictions(tmp_path, name, *workdirs):
     inputs = tmp_path / "in.txt"
     inputs.write_text("a great story\ni hated the acting\n")
     out = tmp_path / f"{name}.jsonl"
-    assert cli.main(["--model", *map(str, workdirs), "--input", str(inputs), "--output",
-                     str(out)], "predict") == 0
+    assert cli.predict_main(["--model", *map(str, workdirs), "--input", str(inputs),
+                             "--output", str(out)]) == 0
     return [json.loads(line) for line in out.read_text().splitlines()]
 
 
@@ -54,14 +54,14 @@ def test_ensemble_averages_the_members_probabilities(two_seeds, tmp_path):
 
 def test_evaluate_reports_the_ensemble_beside_each_member(two_seeds, tmp_path, capsys):
     workdir, _ = two_seeds
-    assert cli.main(["--model", str(workdir), "--ensemble"], "evaluate") == 0
+    assert cli.evaluate_main(["--model", str(workdir), "--ensemble"]) == 0
     results = json.loads((workdir / "evaluate_results.json").read_text())["validation"]
     members = results["members"]
     assert sorted(members) == [str(workdir / "seed_1"), str(workdir / "seed_2")]
     assert 0.0 <= results["accuracy"] <= 1.0
     for metrics in members.values():  # each member's as evaluating it alone gives
         assert set(metrics) == set(results) - {"members"}
-    assert cli.main(["--model", str(workdir / "seed_1")], "evaluate") == 0
+    assert cli.evaluate_main(["--model", str(workdir / "seed_1")]) == 0
     alone = json.loads((workdir / "seed_1" / "evaluate_results.json").read_text())
     assert alone["validation"] == members[str(workdir / "seed_1")]
     assert "ensemble of 2" in capsys.readouterr().err

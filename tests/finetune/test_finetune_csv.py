@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from bert_jax.errors import UserError
-from bert_jax.finetune import cli, inference, job, keeping, model_source, packing, tasks
+from bert_jax.finetune import cli, inference, job, keeping, model_source, packing, selection, tasks
 from bert_jax.finetune.tasks import csv_task
 from bert_jax.models import heads
 from bert_jax.models.config import ConfigError
@@ -43,7 +43,7 @@ def test_csv_with_seeds_then_evaluate_and_predict(tmp_path, sentiment_files, com
                           "seeds=1,2", "num_train_epochs=2")
     workdir = str(tmp_path / "run")
     with shared_compilation_cache(compile_cache):
-        summary = cli.run_finetune(config, workdir)
+        summary = selection.run_finetune(config, workdir)
         assert set(summary["validation"]["accuracy"]) == {"mean", "std"}
         assert summary["seeds"] == [1, 2] and summary["best_seed"] in (1, 2)
         with open(os.path.join(workdir, "eval_results.json")) as f:
@@ -52,12 +52,12 @@ def test_csv_with_seeds_then_evaluate_and_predict(tmp_path, sentiment_files, com
             scores = validation_by_epoch(os.path.join(workdir, f"seed_{seed}"))
             assert run["kept_epoch"] == 1 + scores.index(max(scores))
             assert run["validation"]["accuracy"] == max(scores)
-        assert cli.main(["--model", workdir], "evaluate") == 0
+        assert cli.evaluate_main(["--model", workdir]) == 0
         inputs = tmp_path / "in.jsonl"
         inputs.write_text(json.dumps({"sentence": "a great story"}) + "\n")
         out = tmp_path / "out.jsonl"
-        assert cli.main(["--model", workdir, "--input", str(inputs), "--output", str(out)],
-                        "predict") == 0
+        assert cli.predict_main(["--model", workdir, "--input", str(inputs), "--output",
+                                 str(out)]) == 0
         model = inference.load_finetuned(workdir)
         [in_memory] = model.predict(["a great story"])
         with pytest.raises(ValueError, match="takes single texts; input 0 is a pair"):

@@ -115,7 +115,7 @@ def test_conll_end_to_end_and_predict(tmp_path, use_crf, capsys):
         assert "f1" in results["test"]
         inputs = tmp_path / "in.txt"
         inputs.write_text("Mary lives in Rome .\n")
-        assert cli.main(["--model", workdir, "--input", str(inputs)], "predict") == 0
+        assert cli.predict_main(["--model", workdir, "--input", str(inputs)]) == 0
         in_memory = inference.load_finetuned(workdir).predict(
             ["Mary lives in Rome .", ["Mary", "lives", "in", "Rome", "."]])
     record = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

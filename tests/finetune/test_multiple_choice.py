@@ -13,7 +13,7 @@ import pytest
 
 from bert_jax import cli as bert_jax_cli
 from bert_jax.errors import UserError
-from bert_jax.finetune import cli, inference, job, packing, tasks
+from bert_jax.finetune import inference, job, packing, selection, tasks
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
 from bert_jax.tokenization.text_io import encode_pair
 from bert_jax.weights import pretrained
@@ -139,7 +139,7 @@ def finetuned(tmp_path_factory):
     workdir = str(tmp_path_factory.mktemp("mc_run") / "run")
     config = micro_config("multiple_choice", f"train_file={train}", f"validation_file={dev}",
                           f"test_file={test}", "num_train_epochs=3", "length_bucketing=true")
-    return workdir, cli.run_finetune(config, workdir), data
+    return workdir, selection.run_finetune(config, workdir), data
 
 
 def test_finetuning_learns_the_fixture_then_evaluate_and_predict(finetuned, tmp_path, capsys):
@@ -197,6 +197,7 @@ def test_export_to_transformers_gives_the_same_logits_and_converts_back(finetune
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     from bert_jax.weights import cli as convert_cli
+    from bert_jax.weights import convert
 
     workdir, _, data = finetuned
     hf_dir, back = str(tmp_path / "hf"), str(tmp_path / "back")
@@ -214,14 +215,14 @@ def test_export_to_transformers_gives_the_same_logits_and_converts_back(finetune
             ("token_type_ids", "segment_ids"))}).logits
     np.testing.assert_allclose(torch.softmax(logits, -1).numpy(), ours, atol=1e-5)
 
-    assert convert_cli.main(["--from_hf", hf_dir, "--output", back]) == 0
+    assert convert_cli.convert_main(["--from_hf", hf_dir, "--output", back]) == 0
     converted, saved = pretrained.load(back), pretrained.load(os.path.join(workdir, "best"))
     assert pretrained.task_kind(converted.task, converted.params) == "multiple_choice"
     for (path, a), (_, b) in zip(pretrained._flat(converted.params).items(),
                                  pretrained._flat(saved.params).items()):
         np.testing.assert_array_equal(a, b, err_msg=path)
     # ... and exported again it is still a BertForMultipleChoice.
-    assert convert_cli.hf_architecture(converted.params, converted.task)[0] == \
+    assert convert.hf_architecture(converted.params, converted.task)[0] == \
         "BertForMultipleChoice"
     from bert_jax.serve import export  # the serving export says it does not take one yet
     with pytest.raises(ValueError, match="exporting 'multiple_choice' models is not supported"):

@@ -9,7 +9,7 @@ import os
 import pytest
 
 from bert_jax.errors import UserError
-from bert_jax.finetune import cli, inference, job, selection
+from bert_jax.finetune import inference, job, selection
 from bert_jax.train.config_loader import load_config
 
 from helpers.finetune import (
@@ -50,7 +50,7 @@ def run_of(summary, workdir, name):
 def test_grid_selects_on_validation_and_reports_the_selected_test(tmp_path, files):
     workdir = str(tmp_path / "grid")
     config = micro_config("csv", *files, "sweep.learning_rate=1e-6,1e-2", "num_train_epochs=6")
-    summary = cli.run_finetune(config, workdir)
+    summary = selection.run_finetune(config, workdir)
     assert summary["grid"]["learning_rate"] == [1e-6, 1e-2]
     names = [s["run_dir"] for s in summary["settings"]]
     assert names == ["lr1e-06", "lr0.01"]
@@ -96,7 +96,7 @@ def test_grid_with_seeds_averages_each_setting(tmp_path, files):
     workdir = str(tmp_path / "grid")
     config = micro_config("csv", *files, "sweep.global_batch_size=8,16", "num_train_epochs=1",
                           "seeds=1,2")
-    summary = cli.run_finetune(config, workdir)
+    summary = selection.run_finetune(config, workdir)
     assert [s["run_dir"] for s in summary["settings"]] == ["bs8", "bs16"]
     for setting in summary["settings"]:
         assert set(setting["validation"]) == {1, 2}
@@ -127,7 +127,7 @@ def test_a_single_run_is_a_plain_run(monkeypatch, tmp_path):
     config = micro_config("csv")
     monkeypatch.setattr(selection, "run_grid", lambda *a: pytest.fail("went through the grid"))
     monkeypatch.setattr(job, "finetune", lambda c, w: {"config": c, "workdir": w})
-    result = cli.run_finetune(config, str(tmp_path))
+    result = selection.run_finetune(config, str(tmp_path))
     assert result == {"config": config, "workdir": str(tmp_path)}
     assert not selection.is_sweep(config)
     assert selection.is_sweep(micro_config("csv", "sweep.learning_rate=1e-3,2e-3"))

@@ -34,4 +34,4 @@ class TwoHosts:
 if __name__ == "__main__":
     make = inputs.make_iterator
     inputs.make_iterator = lambda *args, **kw: TwoHosts(make, *args, **kw)
-    sys.exit(cli_pretrain.main(sys.argv[1:]))
+    sys.exit(cli_pretrain.pretrain_main(sys.argv[1:]))

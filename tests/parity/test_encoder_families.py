@@ -158,7 +158,7 @@ def test_to_hf_reloads_in_transformers_to_the_same_outputs(family, tmp_path):
 
 def test_roberta_has_no_next_sentence_head_so_it_is_left_out(tmp_path):
     from bert_jax.weights import pretrained
-    from bert_jax.weights.cli import to_hf
+    from bert_jax.weights.convert import to_hf
 
     config = CONFIGS["roberta"]
     model = BertForPreTraining(config)

@@ -371,7 +371,7 @@ def test_the_published_names_load_to_transformers_outputs_and_ids(tmp_path, hub)
         np.testing.assert_allclose(np.asarray(got)[real], want[real], atol=TOL, rtol=TOL,
                                    err_msg=name)
     # Back to transformers' format with mmBERT's own special token ids, not ModernBERT's.
-    from bert_jax.weights.cli import to_hf
+    from bert_jax.weights.convert import to_hf
 
     to_hf("hf:jhu-clsp/mmBERT-base", str(tmp_path / "mmbert-back"))
     written = json.loads((tmp_path / "mmbert-back" / "config.json").read_text())

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from bert_jax import cli
+from bert_jax.data import cli as data_cli
 from bert_jax.data import create_pretraining_data as cpd
 from bert_jax.data import instances
 from bert_jax.data.options import DataOptions
@@ -65,10 +66,10 @@ def test_create_data_without_nsp(tmp_path):
         f"Document {d} sentence {s} has a few words in it.\n" + ("\n" if s == 5 else "")
         for d in range(4) for s in range(6)))
     out = tmp_path / "out"
-    assert cpd.main(["--input", str(text), "--output", str(out), "--num_shards", "1",
-                     "--dupe_factor", "2", "--max_seq_length", "64",
-                     "--no_next_sentence_prediction", "--num_workers", "1",
-                     "--no_progress"]) == 0
+    assert data_cli.create_data_main(["--input", str(text), "--output", str(out), "--num_shards",
+                                      "1", "--dupe_factor", "2", "--max_seq_length", "64",
+                                      "--no_next_sentence_prediction", "--num_workers", "1",
+                                      "--no_progress"]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["options"]["next_sentence_prediction"] is False
     assert summary["random_next"] == 0 and summary["masked_tokens"] > 0

@@ -417,12 +417,12 @@ def test_a_subprocess_gets_exit_code_2_and_no_traceback(tmp_path):
 
 
 def test_a_bug_gets_one_line_naming_the_traceback_file(monkeypatch, capsys):
-    from bert_jax.serve import embed
+    from bert_jax.serve import cli as serve_cli
 
     def broken(argv):
         return 1 // 0
 
-    monkeypatch.setattr(embed, "main", broken)
+    monkeypatch.setattr(serve_cli, "embed_main", broken)
     assert cli.main(["embed"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("bert-jax embed: internal error (a bug, please report it): "
@@ -472,7 +472,8 @@ def test_evaluate_prints_its_metrics_before_a_write_that_fails(paths, tmp_path, 
 
 def test_a_completed_pretraining_run_rerun_says_so_and_returns_its_metrics(paths, capsys):
     from bert_jax.pretrain import job
-    from bert_jax.train.config_loader import load_config, split_config_args
+    from bert_jax.train.config_loader import load_config
+    from bert_jax.train.job_cli import split_config_args
     workdir = paths["pretrained"]
     steps = checkpoint_steps(workdir)
     capsys.readouterr()

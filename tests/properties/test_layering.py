@@ -187,7 +187,7 @@ def test_only_the_compat_module_imports_private_jax():
 
 
 def test_the_reader_sees_function_level_imports():
-    assert "bert_jax.finetune.job" in IMPORTS["bert_jax.finetune.cli"]  # inside a function
+    assert "bert_jax.finetune.selection" in IMPORTS["bert_jax.finetune.cli"]  # in a function
     assert "tensorflow" in IMPORTS["bert_jax.host.tf_host"]
 
 
@@ -287,10 +287,36 @@ def test_the_cli_table_reaches_every_part():
         tree = ast.parse(f.read())
     table = next(node.value for node in ast.walk(tree) if isinstance(node, ast.Assign)
                  and any(getattr(t, "id", None) == "COMMANDS" for t in node.targets))
-    commands = {entry.elts[0].value for entry in table.values}
+    functions = [entry.elts[0].value.partition(":") for entry in table.values]
+    commands = {module for module, _, _ in functions}
     assert commands <= set(SOURCES), sorted(commands - set(SOURCES))
+    for module, _, function in functions:  # "module:function", a function of the module
+        with open(SOURCES[module]) as f:
+            defined = {node.name for node in ast.parse(f.read()).body
+                       if isinstance(node, ast.FunctionDef)}
+        assert function in defined, f"{module}:{function}"
     reached = set().union(*(_closure(m) for m in commands))
     assert _parts_reached(reached) == set(PARTS)
+
+
+# Where flags are parsed and exit codes chosen: each package's cli.py (and the shared
+# command line of the training commands, `bert_jax.train.job_cli`).
+COMMAND_MODULES = {m for m in SOURCES if m.endswith(".cli")} | {"bert_jax.train.job_cli"}
+
+
+def test_only_the_command_modules_parse_arguments():
+    """Library modules parse no command line: the commands' functions in the cli modules
+    call them with values."""
+    parsing = {m for m in SOURCES if IMPORTS[m] & {"argparse", "bert_jax.flags"}}
+    assert parsing - COMMAND_MODULES - FRONT_ENDS - {"bert_jax.flags"} == set()
+
+
+def test_no_library_module_imports_a_command_module():
+    """A job (the pretraining job converting raw text, say) imports the library, never
+    a command's module."""
+    importers = {m for m in set(SOURCES) - COMMAND_MODULES - FRONT_ENDS
+                 if _internal(m) & COMMAND_MODULES}
+    assert importers == set()
 
 
 # Modules that read or write run paths (input files, workdirs, model directories, outputs):
@@ -302,7 +328,8 @@ RUN_PATH_MODULES = sorted(
     or m in ("bert_jax.pretrain.job", "bert_jax.train.checkpoint", "bert_jax.weights.pretrained",
              "bert_jax.train.metrics_writer", "bert_jax.host.atomic", "bert_jax.serve.embed",
              "bert_jax.serve.export",
-             "bert_jax.weights.cli", "bert_jax.data.pipeline", "bert_jax.data.corpus",
+             "bert_jax.weights.cli", "bert_jax.weights.convert", "bert_jax.serve.cli",
+             "bert_jax.data.cli", "bert_jax.data.pipeline", "bert_jax.data.corpus",
              "bert_jax.pretrain.inputs", "bert_jax.data.build_vocab",
              "bert_jax.data.create_pretraining_data", "bert_jax.data.tfrecord"))
 OS_FILE_FUNCTIONS = {"makedirs", "mkdir", "remove", "unlink", "rename", "replace", "listdir",

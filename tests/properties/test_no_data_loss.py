@@ -158,7 +158,7 @@ def test_write_text_replaces_a_file_whole_or_not_at_all(tmp_path):
 
 
 def test_the_python_entry_points_refuse_another_kind_of_workdir(tmp_path):
-    from bert_jax.finetune.cli import run_finetune
+    from bert_jax.finetune.selection import run_finetune
     from bert_jax.pretrain import job
     from bert_jax.train.config_loader import load_config
 

@@ -336,13 +336,14 @@ def test_pretraining_rows_use_the_family_special_tokens(family_dirs, tmp_path):
     tf = pytest.importorskip("tensorflow")
     import glob
 
-    from bert_jax.data import create_pretraining_data, tfrecord
+    from bert_jax.data import cli as data_cli
+    from bert_jax.data import tfrecord
     tokenizer, _ = read_hf_tokenizer(family_dirs["roberta"])
     tokenizer.save(str(tmp_path / "tokenizer"))
     text = tmp_path / "in.txt"
     text.write_text("\n\n".join("\n".join(LINES[i:i + 3]) for i in (0, 3, 8)) + "\n",
                     encoding="utf-8")
-    assert create_pretraining_data.main([
+    assert data_cli.create_data_main([
         "--input", str(text), "--output", str(tmp_path / "out"), "--tokenizer",
         str(tmp_path / "tokenizer"), "--num_shards", "1", "--dupe_factor", "2",
         "--max_seq_length", "32", "--num_workers", "1", "--no_progress",

@@ -10,7 +10,8 @@ import unicodedata
 
 import pytest
 
-from bert_jax.data import build_vocab, corpus
+from bert_jax.data import cli as data_cli
+from bert_jax.data import corpus
 from bert_jax.tokenization import (
     DEFAULT_VOCAB,
     SentencePieceTokenizer,
@@ -189,8 +190,8 @@ def test_clear_errors(tmp_path):
 def sentencepiece_dir(request, tmp_path_factory):
     out = tmp_path_factory.mktemp(request.param)
     files = sorted(glob.glob(corpus.DEFAULT_CORPUS))[:1]
-    assert build_vocab.main(["--input", *files, "--vocab_size", "1000", "--type", request.param,
-                       "--output", str(out)]) == 0
+    assert data_cli.train_tokenizer_main(["--input", *files, "--vocab_size", "1000", "--type",
+                                          request.param, "--output", str(out)]) == 0
     return str(out)
 
 
@@ -228,8 +229,9 @@ def test_tokenize_cli(minilm_vocab):
 def test_train_wordpiece_cli(tmp_path):
     sample = tmp_path / "sample.txt"
     sample.write_text("\n".join(corpus_lines(1000)))
-    assert build_vocab.main(["--input", str(sample), "--type", "wordpiece", "--vocab_size", "600",
-                       "--output", str(tmp_path / "wp")]) == 0
+    assert data_cli.train_tokenizer_main(["--input", str(sample), "--type", "wordpiece",
+                                          "--vocab_size", "600", "--output",
+                                          str(tmp_path / "wp")]) == 0
     tok = load_tokenizer(str(tmp_path / "wp"))
     assert tok.vocab_size == 600 and tok.id_to_token(4) == "[MASK]"
     assert tok.encode("the jury said").tokens[0] == "the"

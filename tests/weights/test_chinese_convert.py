@@ -69,7 +69,7 @@ def google_chinese(tmp_path_factory):
 def test_chinese_checkpoint_converts_embeds_and_finetunes(google_chinese, tmp_path):
     model, google = google_chinese
     out = tmp_path / "converted"
-    assert cli.main(["--from_tf1", str(google), "--output", str(out)]) == 0
+    assert cli.convert_main(["--from_tf1", str(google), "--output", str(out)]) == 0
     loaded = pretrained.load(out)
     assert loaded.config.vocab_size == len(VOCAB)
 

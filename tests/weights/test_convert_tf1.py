@@ -60,7 +60,7 @@ def test_tf1_checkpoint_matches_transformers(reference, tmp_path):
     model, variables = reference
     google = write_google_dir(tmp_path / "uncased_L-2_H-32_A-4", variables)
     out = tmp_path / "converted"
-    assert cli.main(["--from_tf1", str(google), "--output", str(out)]) == 0
+    assert cli.convert_main(["--from_tf1", str(google), "--output", str(out)]) == 0
 
     loaded = pretrained.load(out)
     assert loaded.config.vocab_size == 40 and set(loaded.params) == {"bert", "mlm", "nsp"}
@@ -85,7 +85,7 @@ def _convert_fails(tmp_path, variables, match):
     google = write_google_dir(tmp_path / "google", variables)
     out = tmp_path / "out"
     with pytest.raises((CheckpointMismatchError, FileNotFoundError), match=match):
-        cli.main(["--from_tf1", str(google), "--output", str(out)])
+        cli.convert_main(["--from_tf1", str(google), "--output", str(out)])
     assert not out.exists()
     return google
 
@@ -113,7 +113,7 @@ def test_missing_index_file_is_reported(reference, tmp_path):
     os.remove(google / "bert_model.ckpt.index")
     with pytest.raises(FileNotFoundError, match=r"bert_model\.ckpt\.data-00000-of-00001 is "
                                                 r"there but its \.index file is missing"):
-        cli.main(["--from_tf1", str(google), "--output", str(tmp_path / "out")])
+        cli.convert_main(["--from_tf1", str(google), "--output", str(tmp_path / "out")])
     assert not (tmp_path / "out").exists()
 
 
@@ -123,7 +123,7 @@ def test_truncated_data_shard_names_the_variable(reference, tmp_path):
     with open(google / "bert_model.ckpt.data-00000-of-00001", "r+b") as f:
         f.truncate(1000)
     with pytest.raises(CheckpointMismatchError, match=r"cannot read variable bert/\S+ from "):
-        cli.main(["--from_tf1", str(google), "--output", str(tmp_path / "out")])
+        cli.convert_main(["--from_tf1", str(google), "--output", str(tmp_path / "out")])
     assert not (tmp_path / "out").exists()
 
 
@@ -136,7 +136,7 @@ def test_run_classifier_checkpoint_converts_with_its_head(reference, tmp_path):
     variables["output_weights"] = 0.1 * rng.standard_normal((3, 32), np.float32)
     variables["output_bias"] = 0.1 * rng.standard_normal(3, np.float32)
     google = write_google_dir(tmp_path / "google", variables)
-    assert cli.main(["--from_tf1", str(google), "--output", str(tmp_path / "out")]) == 0
+    assert cli.convert_main(["--from_tf1", str(google), "--output", str(tmp_path / "out")]) == 0
 
     loaded = pretrained.load(tmp_path / "out")
     assert loaded.task["kind"] == "classification" and loaded.task["num_labels"] == 3
@@ -166,7 +166,8 @@ def test_the_case_of_the_vocabulary_can_be_set(reference, tmp_path, capsys, flag
     one warning line."""
     _, variables = reference
     google = write_google_dir(tmp_path / "uncased_L-2_H-32_A-4", variables)
-    assert cli.main(["--from_tf1", str(google), "--output", str(tmp_path / "out"), flag]) == 0
+    assert cli.convert_main(["--from_tf1", str(google), "--output", str(tmp_path / "out"),
+                             flag]) == 0
     tokenizer = load_tokenizer(pretrained.load(tmp_path / "out").tokenizer_dir)
     assert tokenizer.do_lower_case is lower
     err = capsys.readouterr().err

@@ -9,7 +9,7 @@ import pytest
 from bert_jax.models.config import BertConfig
 from bert_jax.models.heads import BertForPreTraining
 from bert_jax.tokenization import WordPieceTokenizer, load_tokenizer
-from bert_jax.weights import extend_vocab, pretrained
+from bert_jax.weights import cli, pretrained
 
 CONFIG = BertConfig(vocab_size=30, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                     intermediate_size=64, max_position_embeddings=32)
@@ -34,7 +34,7 @@ def _run(model_dir, tmp_path, tokens):
     tokens_file = tmp_path / "tokens.txt"
     tokens_file.write_text("\n".join(tokens) + "\n")
     out = tmp_path / "extended"
-    assert extend_vocab.main(["--model", str(model_dir), "--add_tokens", str(tokens_file),
+    assert cli.extend_vocab_main(["--model", str(model_dir), "--add_tokens", str(tokens_file),
                               "--output", str(out)]) == 0
     return pretrained.load(out)
 

@@ -61,9 +61,10 @@ def test_hf_round_trip_is_bit_exact(tmp_path):
     original.save_pretrained(tmp_path / "hf")
     WordPieceTokenizer(VOCAB).save(str(tmp_path / "hf"))
 
-    assert cli.main(["--from_hf", str(tmp_path / "hf"), "--output", str(tmp_path / "ours")]) == 0
-    assert cli.main(["--model", str(tmp_path / "ours"),
-                     "--to_hf", str(tmp_path / "back")]) == 0
+    assert cli.convert_main(["--from_hf", str(tmp_path / "hf"), "--output",
+                             str(tmp_path / "ours")]) == 0
+    assert cli.convert_main(["--model", str(tmp_path / "ours"),
+                             "--to_hf", str(tmp_path / "back")]) == 0
 
     before = load_file(tmp_path / "hf" / "model.safetensors")
     after = load_file(tmp_path / "back" / "model.safetensors")
@@ -109,8 +110,8 @@ def test_fine_tuned_heads_load_in_transformers(tmp_path, kind, architecture):
             "span": {"name": "squad", "family": "squad"}}[kind]
     pretrained.save(tmp_path / "ours", CONFIG, params, tokenizer=WordPieceTokenizer(VOCAB),
                     task=task)
-    assert cli.main(["--model", str(tmp_path / "ours"),
-                     "--to_hf", str(tmp_path / "hf")]) == 0
+    assert cli.convert_main(["--model", str(tmp_path / "ours"),
+                             "--to_hf", str(tmp_path / "hf")]) == 0
 
     model = load_hf(tmp_path / "hf")
     assert type(model).__name__ == architecture
@@ -132,15 +133,15 @@ def test_mean_pooled_classifier_is_not_exported_as_a_pooler_classifier(tmp_path)
                     task={"family": "classification", "label_names": ["a", "b"],
                           "config": {"pooling": "mean"}})
     with pytest.raises(ValueError, match="reads mean-pooled states, but transformers'"):
-        cli.main(["--model", str(tmp_path / "ours"), "--to_hf", str(tmp_path / "hf")])
+        cli.convert_main(["--model", str(tmp_path / "ours"), "--to_hf", str(tmp_path / "hf")])
     assert not (tmp_path / "hf").exists()
 
 
 def test_minilm_export_loads_and_embeds_the_same(tmp_path, minilm_dir):
     source = minilm_dir
-    assert cli.main(["--from_hf", source, "--output", str(tmp_path / "ours")]) == 0
-    assert cli.main(["--model", str(tmp_path / "ours"),
-                     "--to_hf", str(tmp_path / "hf")]) == 0
+    assert cli.convert_main(["--from_hf", source, "--output", str(tmp_path / "ours")]) == 0
+    assert cli.convert_main(["--model", str(tmp_path / "ours"),
+                             "--to_hf", str(tmp_path / "hf")]) == 0
 
     exported = load_hf(tmp_path / "hf")
     original = transformers.AutoModel.from_pretrained(source).eval()
@@ -188,8 +189,8 @@ def test_multiple_choice_matches_transformers_and_exports_back(tmp_path):
 
     pretrained.save(tmp_path / "ours", CONFIG, params, tokenizer=WordPieceTokenizer(VOCAB),
                     task={"name": "swag", "kind": "multiple_choice"})
-    assert cli.main(["--model", str(tmp_path / "ours"),
-                     "--to_hf", str(tmp_path / "hf")]) == 0
+    assert cli.convert_main(["--model", str(tmp_path / "ours"),
+                             "--to_hf", str(tmp_path / "hf")]) == 0
     exported = load_hf(tmp_path / "hf")
     assert type(exported).__name__ == "BertForMultipleChoice"
     after = load_file(tmp_path / "hf" / "model.safetensors")
@@ -206,16 +207,17 @@ def test_a_model_without_a_tokenizer_exports_its_weights_and_a_broken_one_is_nam
     transformers.BertForPreTraining(transformers.BertConfig(**to_google_dict(CONFIG))) \
         .save_pretrained(hf)
     WordPieceTokenizer(VOCAB).save(str(hf))
-    assert cli.main(["--from_hf", str(hf), "--output", str(tmp_path / "ours")]) == 0
+    assert cli.convert_main(["--from_hf", str(hf), "--output", str(tmp_path / "ours")]) == 0
     vocab = tmp_path / "ours" / "vocab.txt"
     vocab.unlink()
 
-    assert cli.main(["--model", str(tmp_path / "ours"), "--to_hf", str(tmp_path / "a")]) == 0
+    assert cli.convert_main(["--model", str(tmp_path / "ours"), "--to_hf",
+                             str(tmp_path / "a")]) == 0
     assert "no tokenizer in" in capsys.readouterr().out
     assert (tmp_path / "a" / "model.safetensors").exists()
     assert not (tmp_path / "a" / "vocab.txt").exists()
 
     vocab.write_text("hello\nworld\n")  # no special tokens: an error, not "no tokenizer"
     with pytest.raises(TokenizerError, match=r"\[CLS\]"):
-        cli.main(["--model", str(tmp_path / "ours"), "--to_hf", str(tmp_path / "b")])
+        cli.convert_main(["--model", str(tmp_path / "ours"), "--to_hf", str(tmp_path / "b")])
     assert not (tmp_path / "b").exists()
