@@ -4,10 +4,10 @@ outputs on the teacher's labeled data, through the fine-tuning loop (`job`).
     loss = alpha * task loss + (1 - alpha) * soft loss
            + hidden_weight * hidden-state MSE + attention_weight * attention MSE
 
-The soft loss is Hinton et al.'s T^2 * KL(softmax(teacher/T) || softmax(student/T))
-per example (classification; over the choices in multiple choice), per labeled token
-(tagging) or over start and end positions (span QA, their mean); regression uses the
-MSE to the teacher's score.
+The soft loss is the task's (`Task.soft_loss`): Hinton et al.'s
+T^2 * KL(softmax(teacher/T) || softmax(student/T)) per example (classification; over the
+choices in multiple choice), per labeled token (tagging) or over start and end positions
+(span QA, their mean); regression uses the MSE to the teacher's score.
 The teacher runs in eval mode inside the jitted train step, its parameters a
 non-trained input of every step: that works unchanged with packing, length
 bucketing and every task's output shape, and gives the hidden states and attention
@@ -36,16 +36,11 @@ import functools
 
 import flax.linen as nn
 import jax
-import jax.numpy as jnp
 import ml_collections
 
 from bert_jax.errors import UserError
 from bert_jax.finetune import inference, job, model_source, schedule, selection, tasks
 from bert_jax.finetune.objective import Objective
-from bert_jax.finetune.tasks.classification import ClassificationTask
-from bert_jax.finetune.tasks.multiple_choice import MultipleChoiceTask
-from bert_jax.finetune.tasks.squad import SquadTask
-from bert_jax.finetune.tasks.tagging import TaggingTask
 from bert_jax.host import outputs, paths, workdir_kind
 from bert_jax.models import layer_layout, losses, matching
 from bert_jax.models.matching import PROJECTION, StudentWithProjection
@@ -152,28 +147,6 @@ def student_source(config, teacher: pretrained.Pretrained) -> model_source.Model
 
 # --- the loss ---------------------------------------------------------------------------
 
-def soft_loss(task, student, teacher, batch, temperature):
-    """The student's distance to the teacher's outputs (see the module docstring), as
-    (weighted sum, weight)."""
-    if isinstance(task, ClassificationTask):
-        weights = batch["example_weights"]
-        if task.is_regression:
-            return losses.regression_loss(student[..., 0], teacher[..., 0].astype(jnp.float32),
-                                          weights)
-        return losses.distillation_kl(student, teacher, temperature, weights)
-    if isinstance(task, TaggingTask):
-        weights = batch["label_weights"] * task._row_weights(batch)
-        return losses.distillation_kl(student, teacher, temperature, weights)
-    if isinstance(task, MultipleChoiceTask):  # a distribution over each example's choices
-        return losses.distillation_kl(student, teacher, temperature, batch["example_weights"])
-    if isinstance(task, SquadTask):
-        weights = batch["example_weights"]
-        start, weight = losses.distillation_kl(student[0], teacher[0], temperature, weights)
-        end, _ = losses.distillation_kl(student[1], teacher[1], temperature, weights)
-        return (start + end) / 2, weight
-    raise UserError(f"task {task.name!r} cannot be distilled")
-
-
 def coefficients(settings: dict) -> dict[str, float]:
     """The distillation loss as a sum of `distill_loss`'s term means (module docstring)."""
     out = {"task_loss": settings["alpha"], "soft_loss": 1 - settings["alpha"]}
@@ -208,7 +181,7 @@ def distill_loss(params, batch, teacher_params, dropout_key, *, model, task, rul
         (student, student_vars), (teacher, teacher_vars) = student, teacher
     terms = task.loss(student, batch)
     terms["task_loss"] = terms.pop("loss")
-    terms["soft_loss"] = soft_loss(task, student, teacher, batch, settings["temperature"])
+    terms["soft_loss"] = task.soft_loss(student, teacher, batch, settings["temperature"])
     if match:
         mask = inputs["input_mask"]
         mask = mask.reshape(-1, mask.shape[-1])  # multiple choice: [B, C, L] -> [B * C, L]
@@ -233,8 +206,7 @@ def distill(config, teacher: pretrained.Pretrained, workdir: str) -> dict:
         raise UserError(f"task mismatch: the teacher was fine-tuned on "
                         f"{teacher.task['name']!r}, the config asks for {config.task!r}")
     teacher_task = tasks.from_spec(teacher.task, teacher_config)
-    if getattr(teacher_task, "use_crf", False):
-        raise UserError("a CRF tagger cannot be distilled (no per-token distribution)")
+    teacher_task.check_distillable()
     source = student_source(config, teacher)
     teacher_model = teacher_task.model(teacher.config)
     matching.check_matching(source.config, teacher.config, hidden_weight=config.hidden_weight,

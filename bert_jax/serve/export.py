@@ -12,7 +12,8 @@ EXPORT_DIR/
 
 Both artifacts take int32 [batch, length] `input_ids`, `input_mask`, `segment_ids`
 with any batch and any length up to max_position_embeddings, and return a dict of
-task outputs (see `OUTPUTS`). docs/serving.md shows how to call them.
+outputs of the model's head (`bert_jax.models.task_heads.HEADS`). docs/serving.md shows
+how to call them.
 """
 
 from __future__ import annotations
@@ -31,9 +32,9 @@ from jax import export as jax_export
 from bert_jax.errors import UserError
 from bert_jax.host import paths
 from bert_jax.host.atomic import atomic_directory
-from bert_jax.models import heads, jax_compat
+from bert_jax.models import jax_compat, task_heads
 from bert_jax.models.config import check_inputs_fit
-from bert_jax.models.encoder import BertModel, mean_pool
+from bert_jax.models.encoder import BertModel
 from bert_jax.weights import pretrained
 
 SERVING_FILE = "serving.json"
@@ -42,72 +43,38 @@ SAVED_MODEL_DIR = "saved_model"
 # Lowered for all three so one artifact serves on any backend (lowering needs no device).
 DEFAULT_PLATFORMS = ("cpu", "cuda", "tpu")
 
-# What each task kind returns; B batch, L length, C labels, H hidden size.
-OUTPUTS = {
-    "classification": {"logits": "float32 [B, C]", "probabilities": "float32 [B, C]",
-                       "label_ids": "int32 [B]"},
-    "regression": {"predictions": "float32 [B]"},
-    "tagging": {"logits": "float32 [B, L, C]", "label_ids": "int32 [B, L]"},
-    "span": {"start_logits": "float32 [B, L]", "end_logits": "float32 [B, L]"},
-    "encoder": {"sequence_output": "float32 [B, L, H]", "pooled_output": "float32 [B, H]",
-                "mean_embedding": "float32 [B, H] (masked mean of sequence_output)"},
-}
 def serving_function(model: pretrained.Pretrained
                      ) -> tuple[str, dict[str, Any], Callable[..., dict[str, jax.Array]]]:
     """(kind, params, fn) where fn(params, input_ids, input_mask, segment_ids) returns the
-    task's output dict (see OUTPUTS); params holds only what fn uses."""
-    kind = pretrained.task_kind(model.task, model.params)
+    outputs of the model's head (`task_heads.HEADS[kind].outputs`); params holds only what
+    fn uses."""
+    head = model.head
+    kind = head.entry
     # BERT's einsum attention: the artifact serves several platforms, and a fused
     # attention traced on a GPU would embed a cuDNN call the others cannot run.
     config, params = model.config.replace(attention_impl="einsum"), model.params
-    if any(k.startswith("crf_") for k in params):
-        raise UserError("exporting a CRF tagging head is not supported yet (its Viterbi "
-                        "decoding needs word boundaries); export the emissions by removing "
-                        "the crf_* parameters")
+    if kind.serve is None:
+        raise UserError(kind.not_served or f"exporting {head.kind!r} models is not supported")
     encoder = dict(params["bert"])
-    if kind in ("tagging", "span"):
+    if not kind.keeps_pooler:
         encoder.pop("pooler", None)  # these heads run BertModel without the pooler
-    head = {"classification": "classifier", "regression": "classifier",
-            "tagging": "classifier", "span": "qa_outputs"}.get(kind)
-    if kind == "encoder":
+    if kind.param is None:
         module, params = BertModel(config, add_pooling_layer="pooler" in encoder), encoder
-    elif head in params:
-        num_labels = int(np.shape(params[head]["kernel"])[-1])
-        pooling = pretrained.classifier_pooling(model.task)
-        module = {"classification": heads.BertForSequenceClassification(config, num_labels,
-                                                                        pooling),
-                  "regression": heads.BertForSequenceClassification(config, 1, pooling),
-                  "tagging": heads.BertForTokenClassification(config, num_labels),
-                  "span": heads.BertForQuestionAnswering(config)}[kind]
-        params = {"bert": encoder, head: params[head]}
+    elif kind.param in params:
+        module = kind.module(config, head)
+        params = {"bert": encoder, kind.param: params[kind.param]}
     else:
-        raise UserError(f"cannot export a {kind!r} model: its parameters have no {head} head"
-                        if head else f"exporting {kind!r} models is not supported")
-
-    def outputs(raw, input_mask):
-        if kind == "classification":
-            return {"logits": raw, "probabilities": jax.nn.softmax(raw, axis=-1),
-                    "label_ids": jnp.argmax(raw, axis=-1).astype(jnp.int32)}
-        if kind == "regression":
-            return {"predictions": raw[:, 0]}
-        if kind == "tagging":
-            return {"logits": raw, "label_ids": jnp.argmax(raw, axis=-1).astype(jnp.int32)}
-        if kind == "span":
-            return {"start_logits": raw[0], "end_logits": raw[1]}
-        out = {"sequence_output": raw.sequence_output,
-               "mean_embedding": mean_pool(raw.sequence_output, input_mask)}
-        if raw.pooled_output is not None:
-            out["pooled_output"] = raw.pooled_output
-        return out
+        raise UserError(f"cannot export a {head.kind!r} model: its parameters have no "
+                        f"{kind.param} head")
 
     def fn(params, input_ids, input_mask, segment_ids):
         raw = module.apply({"params": params}, input_ids, input_mask, segment_ids)
         # float32 outputs whatever the compute dtype (bf16 models serve the same API).
         return jax.tree.map(lambda x: x.astype(jnp.float32)
                             if jnp.issubdtype(x.dtype, jnp.floating) else x,
-                            outputs(raw, input_mask))
+                            kind.serve(raw, input_mask))
 
-    return kind, params, fn
+    return head.kind, params, fn
 
 
 def _symbolic_inputs(max_length: int):
@@ -428,7 +395,7 @@ def export(workdir: str, out: str, formats=("jax", "savedmodel"), platforms=DEFA
             "max_seq_length": max_seq_length, "truncation": truncation,
             "max_length": max_length,
             "inputs": {k: "int32 [B, L]" for k in ("input_ids", "input_mask", "segment_ids")},
-            "outputs": {k: v for k, v in OUTPUTS[kind].items()
+            "outputs": {k: v for k, v in task_heads.HEADS[kind].outputs.items()
                         if k != "pooled_output" or "pooler" in params.get("bert", params)},
             "platforms": list(platforms), "files": {}}
     with atomic_directory(out, overwrite, local=True) as tmp:  # TensorFlow writes locally
@@ -439,7 +406,7 @@ def export(workdir: str, out: str, formats=("jax", "savedmodel"), platforms=DEFA
         if "savedmodel" in formats:
             export_saved_model(fn, params, tokenizer, paths.join(tmp, SAVED_MODEL_DIR),
                                max_length, max_seq_length, labels, platforms, truncation,
-                               tagging=kind == "tagging")
+                               tagging=task_heads.HEADS[kind].tags_words)
             spec["files"]["savedmodel"] = SAVED_MODEL_DIR
         paths.write_text(paths.join(tmp, SERVING_FILE), json.dumps(spec, indent=2))
     return spec

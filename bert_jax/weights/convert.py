@@ -53,17 +53,12 @@ def from_tf1(google_dir: str, out: str, overwrite: bool = False,
 def hf_architecture(params: dict[str, Any], task: dict[str, Any] | None
                     ) -> tuple[str, bool]:
     """The transformers class that holds exactly these heads: (name, whether it has the
-    pooler). A classifier on pooled vs per-token states is told apart by the task
-    (see `bert_jax.weights.pretrained.task_kind`)."""
-    kind = pretrained.task_kind(task, params)
-    if kind == "span":
-        return "BertForQuestionAnswering", False
-    if kind == "tagging":
-        return "BertForTokenClassification", False
-    if kind == "multiple_choice":
-        return "BertForMultipleChoice", True
-    if kind in ("classification", "regression"):
-        return "BertForSequenceClassification", True
+    pooler). A task head's class is its kind's (`task_heads.HEADS`, the kind the task
+    record states: `bert_jax.weights.pretrained.task_head`); a bare encoder's follows its
+    pretraining heads."""
+    kind = pretrained.task_head(task, params).entry
+    if kind.hf_class:
+        return kind.hf_class, kind.keeps_pooler
     if "mlm" in params:
         return ("BertForPreTraining", True) if "nsp" in params else ("BertForMaskedLM", False)
     if "nsp" in params:
@@ -126,19 +121,17 @@ def _roberta_or_distilbert_architecture(params: dict[str, Any], architecture: st
 
 def _hf_task_config(task: dict[str, Any] | None, params: dict[str, Any]) -> dict[str, Any]:
     """HF config fields of a fine-tuned head: labels and problem type."""
-    kind = pretrained.task_kind(task, params)
-    if "classifier" not in params or kind == "multiple_choice":
+    head = pretrained.task_head(task, params)
+    if not head.entry.hf_labels or head.entry.param not in params:
         return {}
-    num_labels = int(params["classifier"]["kernel"].shape[-1])
+    num_labels = int(params[head.entry.param]["kernel"].shape[-1])
     labels = pretrained.label_names(task)
     if not labels or len(labels) != num_labels:
         labels = [f"LABEL_{i}" for i in range(num_labels)]
     out = {"id2label": dict(enumerate(labels)),
            "label2id": {name: i for i, name in enumerate(labels)}}
-    if kind == "regression":
-        out["problem_type"] = "regression"
-    elif kind == "classification":
-        out["problem_type"] = "single_label_classification"
+    if head.entry.hf_problem_type:
+        out["problem_type"] = head.entry.hf_problem_type
     return out
 
 
@@ -150,7 +143,7 @@ def to_hf(checkpoint: str, out: str, overwrite: bool = False) -> list[str]:
     model = pretrained.load(checkpoint)
     params = dict(model.params)
     architecture, keeps_pooler = hf_architecture(params, model.task)
-    pooling = pretrained.classifier_pooling(model.task)
+    pooling = model.head.pooling or "pooler"
     if architecture == "BertForSequenceClassification" and pooling != "pooler":
         raise UserError(f"{checkpoint}: the classifier reads {pooling}-pooled states, but "
                         "transformers' sequence classifiers read the first token; "

@@ -21,6 +21,7 @@ from bert_jax.errors import CheckpointError
 from bert_jax.host import paths
 from bert_jax.models import layer_layout
 from bert_jax.models.config import ROBERTA_TYPES, BertConfig, ConfigError
+from bert_jax.models.task_heads import Head
 from bert_jax.weights.config_json import from_hf_dict, read_config_file, to_hf_dict
 
 # Per model type: the encoder's prefix, the heads' prefixes, the tensors HF writes that
@@ -603,7 +604,7 @@ def hf_task(hf_dir: str) -> dict[str, Any] | None:
     architectures = json.loads(paths.read_text(paths.join(hf_dir, "config.json"))).get(
         "architectures") or []
     multiple_choice = any(str(a).endswith("ForMultipleChoice") for a in architectures)
-    return {"kind": "multiple_choice"} if multiple_choice else None
+    return Head("multiple_choice", 1).record() if multiple_choice else None
 
 
 def hf_tokenizer(hf_dir: str):

@@ -34,13 +34,12 @@ _EXAMPLE_SHAPE = (1, 8)
 
 
 def _head(model: pretrained.Pretrained, num_labels: int) -> dict | None:
-    """The saved classifier's weights when `model` is a sequence classifier (or regressor)
-    with `num_labels` outputs: a fine-tuned model keeps its head."""
-    head = model.params.get("classifier")
-    kind = pretrained.task_kind(model.task, model.params)
-    if head is None or kind not in ("classification", "regression"):
+    """The saved classifier's weights when `model`'s head is a sequence classifier (or
+    regressor) with `num_labels` outputs: a fine-tuned model keeps its head."""
+    head = model.head
+    if not head.entry.classifies_sequences or head.num_labels != num_labels:
         return None
-    return head if np.shape(head["kernel"])[-1] == num_labels else None
+    return model.params.get(head.entry.param)
 
 
 def nnx_module(path: str | os.PathLike | pretrained.ModelRef | pretrained.Pretrained, *,
@@ -65,7 +64,7 @@ def nnx_module(path: str | os.PathLike | pretrained.ModelRef | pretrained.Pretra
         linen = BertModel(model.config, add_pooling_layer="pooler" in encoder)
     else:
         linen = BertForSequenceClassification(
-            model.config, num_labels, pooling or pretrained.classifier_pooling(model.task))
+            model.config, num_labels, pooling or model.head.pooling or "pooler")
     ids = np.zeros(_EXAMPLE_SHAPE, np.int32)
     with nnx.use_eager_sharding(False):
         # The variables' shapes and names without computing them: the values come next.

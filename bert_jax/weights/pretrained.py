@@ -16,7 +16,7 @@ once into the cache beside it (`local_path`). Writes are atomic: a failed conver
 leaves nothing at the destination.
 
 Also here, because every reader of a model directory needs them: the task metadata
-(`task_kind`, `label_names`, `classifier_pooling`) and `init_params`, which fits loaded
+(`task_head`, `label_names`) and `init_params`, which fits loaded
 numpy weights to a model, in either layer layout (`bert_jax.models.layer_layout`), and places
 them on its mesh.
 """
@@ -43,7 +43,7 @@ from bert_jax.host.workdir_kind import (
     RESULTS_FILE,
     WORKDIR_MODEL_DIR,
 )
-from bert_jax.models import matching
+from bert_jax.models import matching, task_heads
 from bert_jax.models.config import BertConfig, ConfigError, check_inputs_fit
 from bert_jax.models.layer_layout import encoder_of, match_layout, to_unscanned
 from bert_jax.tokenization import has_tokenizer, load_tokenizer
@@ -62,6 +62,11 @@ class Pretrained:
     params: dict[str, Any]
     task: dict[str, Any] | None
     tokenizer_dir: str
+
+    @property
+    def head(self) -> task_heads.Head:
+        """Its head, as its task record states it (`task_head`)."""
+        return task_head(self.task, self.params)
 
 
 # --- writing ----------------------------------------------------------------------------
@@ -360,15 +365,22 @@ def local_path(path: str | os.PathLike) -> str:
 
 # --- task metadata ----------------------------------------------------------------------
 
+# Older records name a fine-tuning family instead of a head kind.
 _FAMILY_KINDS = {"classification": "classification", "tagging": "tagging", "squad": "span"}
 
 
-def task_kind(task: dict[str, Any] | None, params: dict[str, Any]) -> str:
-    """classification | regression | tagging | span | multiple_choice | encoder.
+def task_head(task: dict[str, Any] | None, params: dict[str, Any]) -> task_heads.Head:
+    """The head of a model with this task record and these parameters: the one the record
+    states (`task_heads.Head.from_record`), or for a record without one (fine-tuned by 0.1
+    or 0.2, converted, or none) the head inferred here, the one place that reads it back
+    from the record's other entries and the parameters."""
+    return task_heads.Head.from_record(task) or _inferred_head(task or {}, params)
 
-    Reads `task["kind"]` or the fine-tuning `task["family"]`; without a task, the head in
-    `params` decides (a classifier with a pooler is a sequence classifier)."""
-    task = task or {}
+
+def _inferred_head(task: dict[str, Any], params: dict[str, Any]) -> task_heads.Head:
+    """An older record's `kind` or fine-tuning `family` (a tagger with `crf`); without
+    either, the head in `params` (a classifier with a pooler is a sequence classifier).
+    The width of the head's output layer gives its labels (one: a regression)."""
     kind = task.get("kind") or _FAMILY_KINDS.get(task.get("family"))
     if kind is None:
         if "qa_outputs" in params:
@@ -376,16 +388,17 @@ def task_kind(task: dict[str, Any] | None, params: dict[str, Any]) -> str:
         elif "classifier" in params:
             kind = "classification" if "pooler" in params["bert"] else "tagging"
         else:
-            return "encoder"
-    if kind == "classification" and "classifier" in params and \
-            np.shape(params["classifier"]["kernel"])[-1] == 1:
-        return "regression"
-    return kind
-
-
-def classifier_pooling(task: dict[str, Any] | None) -> str:
-    """The sequence classifier's pooling as fine-tuning recorded it (older runs: pooler)."""
-    return ((task or {}).get("config") or {}).get("pooling", "pooler")
+            kind = task_heads.ENCODER
+    if kind == "tagging" and task.get("crf"):
+        kind = "crf_tagging"
+    param = task_heads.Head(kind).entry.param
+    num_labels = int(np.shape(params[param]["kernel"])[-1]) if param in params else None
+    if kind == "classification" and num_labels == 1:
+        kind = "regression"
+    pooling = None
+    if task_heads.HEADS[kind].classifies_sequences:  # older runs: the pooler
+        pooling = (task.get("config") or {}).get("pooling", "pooler")
+    return task_heads.Head(kind, num_labels, pooling)
 
 
 def label_names(task: dict[str, Any] | None) -> list[str] | None:

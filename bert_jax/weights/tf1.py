@@ -19,6 +19,7 @@ import numpy as np
 
 from bert_jax.errors import UserError
 from bert_jax.models.config import BertConfig
+from bert_jax.models.task_heads import Head
 from bert_jax.weights import hf
 from bert_jax.weights.config_json import read_config_file
 from bert_jax.weights.hf import CheckpointMismatchError
@@ -154,13 +155,14 @@ def params_from_tf1(variables: Mapping[str, np.ndarray], config: BertConfig) -> 
 
 
 def task_of(params: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The task a fine-tuned TF1 checkpoint was trained for, from its head."""
+    """The task a fine-tuned TF1 checkpoint was trained for, from its head (run_squad's or
+    run_classifier's: Google's releases have no other), recorded with the head."""
     if "qa_outputs" in params:
-        return {"name": "squad", "kind": "span", "num_labels": 2}
+        return {"name": "squad", "num_labels": 2, **Head("span", 2).record()}
     if "classifier" in params:
         n = int(np.shape(params["classifier"]["kernel"])[-1])
-        return {"name": "classifier", "kind": "regression" if n == 1 else "classification",
-                "num_labels": n}
+        head = Head("regression" if n == 1 else "classification", n, "pooler")
+        return {"name": "classifier", "num_labels": n, **head.record()}
     return None
 
 

@@ -217,7 +217,7 @@ def test_export_to_transformers_gives_the_same_logits_and_converts_back(finetune
 
     assert convert_cli.convert_main(["--from_hf", hf_dir, "--output", back]) == 0
     converted, saved = pretrained.load(back), pretrained.load(os.path.join(workdir, "best"))
-    assert pretrained.task_kind(converted.task, converted.params) == "multiple_choice"
+    assert converted.head.kind == "multiple_choice"
     for (path, a), (_, b) in zip(pretrained._flat(converted.params).items(),
                                  pretrained._flat(saved.params).items()):
         np.testing.assert_array_equal(a, b, err_msg=path)

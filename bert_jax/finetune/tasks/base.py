@@ -16,6 +16,8 @@ import flax.linen as nn
 import jax
 import numpy as np
 
+from bert_jax.errors import UserError
+from bert_jax.models import task_heads
 from bert_jax.models.config import BertConfig
 
 Array = jax.Array
@@ -60,9 +62,16 @@ class Task:
     def restore_spec(self, spec: dict[str, Any]) -> None:
         """The inverse of `spec()` for what `prepare` decided."""
 
+    def head(self) -> task_heads.Head:
+        """The head this task trains (a kind of `task_heads.HEADS` and its settings),
+        recorded with the saved model (`spec`): export, conversion to Hugging Face and the
+        NNX bridge read it there."""
+        raise NotImplementedError
+
     def spec(self) -> dict[str, Any]:
-        """JSON description saved with the model; `from_spec` rebuilds the task from it."""
-        return {"name": self.name}
+        """JSON description saved with the model: the name, the head (`head`) and what
+        `prepare` decided; `from_spec` rebuilds the task from it."""
+        return {"name": self.name, **self.head().record()}
 
     def featurize(self, examples: list[Example], tokenizer, max_seq_length: int, *,
                   training: bool) -> list[Feature]:
@@ -81,7 +90,10 @@ class Task:
 
     # --- model (device) ---
     def model(self, config: BertConfig) -> nn.Module:
-        raise NotImplementedError
+        """The network: the head's kind's model (`task_heads.HEADS`) unless the task builds
+        its own."""
+        head = self.head()
+        return head.entry.module(config, head)
 
     def model_inputs(self, batch: dict[str, Array]) -> dict[str, Array]:
         keys = ("input_ids", "input_mask", "segment_ids", "position_ids", "example_ids")
@@ -91,6 +103,16 @@ class Task:
         """The training loss and metrics to log from the model outputs of a training
         batch, each a (weighted sum, weight) pair (`bert_jax.models.losses`): {"loss": ..., ...}."""
         raise NotImplementedError
+
+    def check_distillable(self) -> None:
+        """Raises UserError, before a distillation starts, when a student cannot learn this
+        task's outputs."""
+
+    def soft_loss(self, student: Any, teacher: Any, batch: dict[str, Array],
+                  temperature: float) -> tuple[Array, Array]:
+        """Distillation's distance from the student's model outputs to the teacher's on a
+        training batch (`bert_jax.finetune.distill`), as (weighted sum, weight)."""
+        raise UserError(f"task {self.name!r} cannot be distilled")
 
     def eval_outputs(self, outputs: Any, batch: dict[str, Array]) -> dict[str, Array]:
         """What the eval step returns per feature: arrays [B, ...]."""

@@ -18,7 +18,7 @@ from bert_jax.errors import UserError
 from bert_jax.finetune import files
 from bert_jax.finetune.tasks import metrics
 from bert_jax.finetune.tasks.base import Task
-from bert_jax.models import heads, losses
+from bert_jax.models import heads, losses, task_heads
 from bert_jax.models.config import check_choice
 from bert_jax.tokenization.text_io import encode_pair, head_fraction
 
@@ -52,8 +52,12 @@ class ClassificationTask(Task):
     def num_labels(self) -> int:
         return 1 if self.is_regression else len(self.label_names)
 
+    def head(self):
+        return task_heads.Head("regression" if self.is_regression else "classification",
+                               self.num_labels, self.pooling)
+
     def spec(self) -> dict[str, Any]:
-        return {"name": self.name, "family": "classification", "label_names": self.label_names,
+        return {**super().spec(), "family": "classification", "label_names": self.label_names,
                 "num_labels": self.num_labels, "metric": self.metric}
 
     def restore_spec(self, spec: dict[str, Any]) -> None:
@@ -114,9 +118,6 @@ class ClassificationTask(Task):
             examples.append({"text_a": a, "text_b": b, "label": None, "idx": i})
         return examples
 
-    def model(self, config):
-        return heads.BertForSequenceClassification(config, self.num_labels, self.pooling)
-
     def model_inputs(self, batch):
         inputs = super().model_inputs(batch)
         if "cls_positions" in batch:  # packed rows
@@ -129,6 +130,14 @@ class ClassificationTask(Task):
             return {"loss": losses.regression_loss(outputs[..., 0], batch["label"], weights)}
         return {"loss": losses.weighted_cross_entropy(outputs, batch["label"], weights),
                 "accuracy": losses.weighted_accuracy(outputs, batch["label"], weights)}
+
+    def soft_loss(self, student, teacher, batch, temperature):
+        """KL between the label distributions; a regression's MSE to the teacher's score."""
+        weights = batch["example_weights"]
+        if self.is_regression:
+            return losses.regression_loss(student[..., 0], teacher[..., 0].astype(jnp.float32),
+                                          weights)
+        return losses.distillation_kl(student, teacher, temperature, weights)
 
     def eval_outputs(self, outputs, batch):
         if self.is_regression:

@@ -21,7 +21,7 @@ from bert_jax.errors import UserError
 from bert_jax.finetune import files
 from bert_jax.finetune.tasks import metrics
 from bert_jax.finetune.tasks.base import Task, register
-from bert_jax.models import heads, losses
+from bert_jax.models import losses, task_heads
 from bert_jax.tokenization.text_io import encode_pair, head_fraction
 
 _SPLIT_KEYS = {"train": "train_file", "validation": "validation_file", "test": "test_file"}
@@ -81,8 +81,11 @@ class MultipleChoiceTask(Task):
         self.ending_columns = column_names(config.ending_columns)
         self.label_column = config.label_column
 
+    def head(self):
+        return task_heads.Head("multiple_choice", 1)  # a score per choice
+
     def spec(self):
-        return {"name": self.name, "family": "multiple_choice", "kind": "multiple_choice"}
+        return {**super().spec(), "family": "multiple_choice"}
 
     @property
     def test_split(self):
@@ -198,9 +201,6 @@ class MultipleChoiceTask(Task):
         return features
 
     # --- model ---
-    def model(self, config):
-        return heads.BertForMultipleChoice(config)
-
     def model_inputs(self, batch):
         return {k: batch[k] for k in ("input_ids", "input_mask", "segment_ids")}
 
@@ -208,6 +208,10 @@ class MultipleChoiceTask(Task):
         labels, weights = batch["label"], batch["example_weights"]
         return {"loss": losses.weighted_cross_entropy(outputs, labels, weights),
                 "accuracy": losses.weighted_accuracy(outputs, labels, weights)}
+
+    def soft_loss(self, student, teacher, batch, temperature):
+        """KL between the distributions over each example's choices."""
+        return losses.distillation_kl(student, teacher, temperature, batch["example_weights"])
 
     def eval_outputs(self, outputs, batch):
         return {"probabilities": jax.nn.softmax(outputs.astype(jnp.float32), axis=-1)}

@@ -21,7 +21,7 @@ from bert_jax.errors import UserError
 from bert_jax.finetune import files
 from bert_jax.finetune.tasks import metrics
 from bert_jax.finetune.tasks.base import Task, register
-from bert_jax.models import heads, losses
+from bert_jax.models import losses, task_heads
 
 
 def read_squad_json(path: str) -> list[dict]:
@@ -106,8 +106,11 @@ class SquadTask(Task):
     def is_labeled(self, example):
         return example.get("answers") is not None
 
+    def head(self):
+        return task_heads.Head("span", 2)  # start and end scores
+
     def spec(self):
-        return {"name": self.name, "family": "squad", "version_2_with_negative": self.version_2}
+        return {**super().spec(), "family": "squad", "version_2_with_negative": self.version_2}
 
     def read_inputs(self, path):
         if path.endswith(".json"):
@@ -176,9 +179,6 @@ class SquadTask(Task):
                 })
         return features
 
-    def model(self, config):
-        return heads.BertForQuestionAnswering(config)
-
     def model_inputs(self, batch):
         return {k: batch[k] for k in ("input_ids", "input_mask", "segment_ids")}
 
@@ -186,6 +186,13 @@ class SquadTask(Task):
         start, end = outputs
         return {"loss": losses.span_loss(start, end, batch["start_position"],
                                          batch["end_position"], batch["example_weights"])}
+
+    def soft_loss(self, student, teacher, batch, temperature):
+        """The mean of the KLs between the start and between the end distributions."""
+        weights = batch["example_weights"]
+        start, weight = losses.distillation_kl(student[0], teacher[0], temperature, weights)
+        end, _ = losses.distillation_kl(student[1], teacher[1], temperature, weights)
+        return (start + end) / 2, weight
 
     def eval_outputs(self, outputs, batch):
         start, end = outputs

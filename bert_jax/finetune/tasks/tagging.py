@@ -36,7 +36,7 @@ from bert_jax.finetune import files
 from bert_jax.finetune.tasks import crf, metrics, tag_schemes
 from bert_jax.finetune.tasks.base import Task, register
 from bert_jax.host import paths
-from bert_jax.models import heads, losses
+from bert_jax.models import heads, losses, task_heads
 from bert_jax.tokenization.text_io import (
     rewrite_tags,
     tagged_entities,
@@ -171,8 +171,12 @@ class TaggingTask(Task):
         self.entity_level = self.scheme is not None
         self.selection_metric = "f1" if self.entity_level else "token_accuracy"
 
+    def head(self):
+        return task_heads.Head("crf_tagging" if self.use_crf else "tagging",
+                               len(self.label_names))
+
     def spec(self):
-        return {"name": self.name, "family": "tagging", "label_names": self.label_names,
+        return {**super().spec(), "family": "tagging", "label_names": self.label_names,
                 "num_labels": len(self.label_names), "crf": self.use_crf,
                 "tag_scheme": self.scheme}
 
@@ -266,15 +270,24 @@ class TaggingTask(Task):
             # Sentence log-likelihoods per word (the words of the batch).
             return {"loss": (jnp.sum(nll * batch["example_weights"]),
                              jnp.sum(mask).astype(jnp.float32))}
-        weights = weights * self._row_weights(batch)
+        weights = weights * self.row_weights(batch)
         return {"loss": losses.weighted_cross_entropy(outputs, batch["label_ids"], weights),
                 "token_accuracy": losses.weighted_accuracy(outputs, batch["label_ids"], weights)}
 
     @staticmethod
-    def _row_weights(batch):
+    def row_weights(batch):
         """[B, 1] example weights for unpacked rows; packed rows' filler has no labels."""
         w = batch["example_weights"]
         return w[:, None] if w.ndim == 1 else 1.0
+
+    def check_distillable(self):
+        if self.use_crf:
+            raise UserError("a CRF tagger cannot be distilled (no per-token distribution)")
+
+    def soft_loss(self, student, teacher, batch, temperature):
+        """KL between the tag distributions of each labeled token."""
+        weights = batch["label_weights"] * self.row_weights(batch)
+        return losses.distillation_kl(student, teacher, temperature, weights)
 
     def eval_outputs(self, outputs, batch):
         if not self.use_crf:  # the probabilities are what an ensemble averages
