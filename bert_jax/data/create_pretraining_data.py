@@ -41,8 +41,6 @@ own, so a row mixes entities and words under the same budget. A share
 carry `unit_start` (int64 [L]) for the pipeline's dynamic masking.
 """
 import contextlib
-import fnmatch
-import hashlib
 import itertools
 import json
 import logging
@@ -55,6 +53,7 @@ from typing import List, Optional, Sequence
 from bert_jax.data import (
     chinese_words,
     corpus,
+    data_record,
     example_maker,
     shard_parts,
     tfds_source,
@@ -64,18 +63,16 @@ from bert_jax.data.data_stats import Stats
 from bert_jax.data.example_maker import LONG_LINE, examples_from_texts  # noqa: F401 (API)
 from bert_jax.data.options import DataOptions
 from bert_jax.errors import UserError, check_positive
-from bert_jax.host import paths, workdir_kind
+from bert_jax.host import paths
+from bert_jax.host.folders import DATA_FOLDER
 from bert_jax.tokenization import chars, load_tokenizer
 from bert_jax.tokenization.base import uncovered_text_warning
 
-SUMMARY_FILE = workdir_kind.DATA_SUMMARY  # beside the TFRecords; pretraining reads its vocabulary
-PARTS_DIR = "parts"  # a run on several hosts: each host's parts, until `assemble`
 log = logging.getLogger(__name__)
 
 
 def shard_paths(output_dir: str, num_shards: int) -> List[str]:
-    return [paths.join(output_dir, f"pretrain-{i:05d}-of-{num_shards:05d}.tfrecord")
-            for i in range(num_shards)]
+    return [paths.join(output_dir, DATA_FOLDER.shard(i, num_shards)) for i in range(num_shards)]
 
 
 def _cjk_share(path: str, codec: str, lines: int = 1000) -> float:
@@ -121,20 +118,14 @@ def _text_files(inputs: Sequence[str], codec: str) -> List[str]:
     return files + by_name
 
 
-# The names create-data writes, replaces or removes in its output folder.
-_OUTPUT_NAMES = ("pretrain-*-of-*.tfrecord", SUMMARY_FILE, ".tmp-*")
-
-
 def _check_inputs_apart(files: Sequence[str], output_files: Sequence[str]) -> None:
     """Refuses an input that this run would overwrite or remove: a file in the output
     folder under one of the names create-data writes there (a text file named like a
-    shard is read, then removed as an earlier run's shard)."""
+    shard is read, then removed as an earlier run's shard: `DATA_FOLDER.replaced`)."""
     folders = {paths.dirname(paths.abspath(p)) for p in output_files}
     for path in files:
         full = paths.abspath(path)
-        name = paths.basename(full)
-        if paths.dirname(full) in folders and any(fnmatch.fnmatch(name, pattern)
-                                                  for pattern in _OUTPUT_NAMES):
+        if paths.dirname(full) in folders and DATA_FOLDER.is_replaced(paths.basename(full)):
             raise UserError(f"input {path} is in the output folder under a name create-data "
                             "writes there (it would be overwritten or removed): move it, or "
                             "choose another --output")
@@ -156,16 +147,12 @@ def _warn_about(total: Stats, files: Sequence[str], options: DataOptions) -> Non
 
 def _plan(files, references, vocab, do_lower_case, options: DataOptions,
           num_shards: int) -> dict:
-    """What the parts are made from and with; its `key` tells a finished part of this run
-    from one of another (a resumed run keeps the first, remakes the second)."""
+    """What the parts are made from and with: the data's `record` (`data_record`), whose
+    key tells a finished part of this run from one of another (a resumed run keeps the
+    first, remakes the second)."""
     fingerprint = load_tokenizer(vocab, do_lower_case).fingerprint()
-    run = dict(options=options.create_data_fields(), record_setup=options.record_setup(),
-               vocab=paths.abspath(vocab), vocab_fingerprint=fingerprint)
-    made_from = dict(run, num_shards=num_shards, references=list(references),
-                     files=[tfds_source.identity(f) if tfds_source.is_tfds(f)
-                            else [paths.abspath(f), paths.getsize(f)] for f in files])
-    key = hashlib.sha256(json.dumps(made_from, sort_keys=True).encode()).hexdigest()[:16]
-    return dict(plan=key, num_files=len(files), run=run)
+    record = data_record.make_record(options, vocab, fingerprint, files, num_shards, references)
+    return dict(plan=data_record.record_key(record), num_files=len(files), record=record)
 
 
 @contextlib.contextmanager
@@ -231,7 +218,8 @@ def create_pretraining_data(inputs: Sequence[str], output_files: Sequence[str], 
 
     Each worker converts whole input files into parts and then assembles whole shards
     (`shard_parts`): the bytes are the same for a seed whatever `num_workers`.
-    `summary_path`: where to write summary.json once the shards are in place.
+    `summary_path`: where to write summary.json once the shards are in place; the
+    record of what they were made with (`data_record`) goes beside it, last.
     `parts_dir`: a folder that keeps finished parts, so a stopped run resumes there
     (default: a temporary folder, removed). With `num_hosts` > 1 this process converts
     the files of index % num_hosts == host_index into `parts_dir` and writes no shard:
@@ -311,7 +299,8 @@ def _total(metas: Sequence[dict]) -> Stats:
 def _assemble(metas: Sequence[dict], parts_dir: str, output_files: Sequence[str], run_map,
               summary_path: Optional[str]) -> None:
     """The shards from the parts (`metas`, in input order), renamed into place together,
-    then summary.json; refuses a data set with no row (it would only fail later)."""
+    then summary.json and the data's record beside it; refuses a data set with no row
+    (it would only fail later)."""
     total = _total(metas)
     if not total.instances:
         raise UserError(
@@ -333,14 +322,17 @@ def _assemble(metas: Sequence[dict], parts_dir: str, output_files: Sequence[str]
         for tmp in temporary:
             paths.remove(tmp)
     if summary_path:
-        summary = dict(total.summary(), **metas[0]["run"], output_files=list(output_files))
+        summary = dict(total.summary(), output_files=list(output_files))
         paths.write_text(summary_path, json.dumps(summary, indent=2))
+        data_record.write_record(paths.dirname(summary_path),
+                                 data_record.record_of_part(metas[0]))
 
 
 def assemble(output_dir: str, num_shards: int, num_workers: int = 1) -> Stats:
     """Assembles the parts that `num_hosts` runs wrote into OUTPUT/parts (every file's
-    part must be there) into the shards and summary.json, then removes the parts."""
-    parts_dir = paths.join(output_dir, PARTS_DIR)
+    part must be there) into the shards, summary.json and the data's record, then removes
+    the parts."""
+    parts_dir = paths.join(output_dir, DATA_FOLDER.parts)
     metas = [json.loads(paths.read_text(p))
              for p in paths.glob(paths.join(parts_dir, "part-*.json"))]
     if not metas:
@@ -360,10 +352,10 @@ def assemble(output_dir: str, num_shards: int, num_workers: int = 1) -> Stats:
         raise UserError(f"the parts were made for {len(metas[0]['counts'])} shards: "
                         f"give --num_shards {len(metas[0]['counts'])}")
     output_files = shard_paths(output_dir, num_shards)
-    with _workers(num_workers, num_shards, (metas[0]["run"]["vocab"], None,
-                                            DataOptions())) as run_map:
+    tokenizer = data_record.record_of_part(metas[0])["tokenizer"]
+    with _workers(num_workers, num_shards, (tokenizer, None, DataOptions())) as run_map:
         _assemble(metas, parts_dir, output_files, run_map,
-                  paths.join(output_dir, SUMMARY_FILE))
+                  paths.join(output_dir, DATA_FOLDER.summary))
     paths.rmtree(parts_dir)
     return _total(metas)
 
@@ -383,7 +375,7 @@ def remove_stale_shards(output_dir: str, output_files: Sequence[str]) -> List[st
     (`pretrain-*-of-*.tfrecord` that this run did not write): a glob over the directory
     would train on both sets. Returns their paths."""
     keep = {paths.abspath(p) for p in output_files}
-    stale = [p for p in paths.glob(paths.join(output_dir, "pretrain-*-of-*.tfrecord"))
+    stale = [p for p in paths.glob(paths.join(output_dir, DATA_FOLDER.shards))
              if paths.abspath(p) not in keep]
     for path in stale:
         paths.remove(path)
@@ -400,4 +392,3 @@ def remove_stale_temporaries(output_dir: str) -> List[str]:
         else:
             paths.remove(path)
     return stale
-

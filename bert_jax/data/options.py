@@ -3,8 +3,8 @@
 Fields carry the run config's key names (`whole_word_masking`, `seed`, `packing`, ...);
 Google's flag spellings (`do_whole_word_mask`, `random_seed`) live only at the command
 line of tools/create_pretraining_data.py. create-data reads the example and masking
-fields, the pipeline those and its batching fields; `record_setup` is what a set of
-TFRecords bakes in, recorded beside them and compared by pretraining.
+fields, the pipeline those and its batching fields; what a set of TFRecords was made
+with is recorded beside them under these names (`bert_jax.data.data_record`).
 """
 from __future__ import annotations
 
@@ -98,33 +98,3 @@ class DataOptions:
         """The options of a pretraining run config: every CONFIG_FIELDS field its value,
         create-data's fields at their defaults (`pipeline`: the batching fields)."""
         return cls(**{**{name: config[name] for name in CONFIG_FIELDS}, **pipeline})
-
-    def record_setup(self) -> dict:
-        """What TFRecords made with these options bake in (see `setup_mismatch`)."""
-        return {"max_seq_length": self.max_seq_length,
-                "next_sentence_prediction": self.next_sentence_prediction,
-                "sentence_order_prediction": self.sentence_order_prediction,
-                "static_masks": not self.dynamic_masking,
-                "max_predictions_per_seq": self.max_predictions_per_seq,
-                "masked_lm_prob": self.masked_lm_prob,
-                "whole_word_masking": self.whole_units,
-                "knowledge_masking": self.knowledge_masking,
-                "knowledge_masking_prob": self.knowledge_masking_prob}
-
-    def setup_mismatch(self, made: dict) -> tuple | None:
-        """(key, the records' value, this run's) for the first setting of the records'
-        `made` (a `record_setup`) this run would train on wrongly; None when they fit.
-        With dynamic masking the records' masks are not used, only their rows and units;
-        masked_lm_prob is not compared (a run takes the records' static masks as made)."""
-        want = self.record_setup()
-        keys = ["max_seq_length", "next_sentence_prediction", "sentence_order_prediction"]
-        if not self.dynamic_masking:
-            keys += ["static_masks", "max_predictions_per_seq", "whole_word_masking",
-                     "knowledge_masking"]
-            keys += ["knowledge_masking_prob"] if self.knowledge_masking != "none" else []
-        elif self.knowledge_masking != "none":  # the records must carry the units
-            keys.append("knowledge_masking")
-        for key in keys:
-            if key in made and made[key] != want[key]:
-                return key, made[key], want[key]
-        return None

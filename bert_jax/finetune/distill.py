@@ -41,7 +41,7 @@ import ml_collections
 from bert_jax.errors import UserError
 from bert_jax.finetune import inference, job, model_source, schedule, selection, tasks
 from bert_jax.finetune.objective import Objective
-from bert_jax.host import outputs, paths, workdir_kind
+from bert_jax.host import folders, outputs, paths
 from bert_jax.models import layer_layout, losses, matching
 from bert_jax.models.matching import PROJECTION, StudentWithProjection
 from bert_jax.tokenization import load_tokenizer
@@ -198,7 +198,7 @@ def distill_loss(params, batch, teacher_params, dropout_key, *, model, task, rul
 def distill(config, teacher: pretrained.Pretrained, workdir: str) -> dict:
     """Distils `teacher` into the student `config` names; writes and returns what a
     fine-tuning run does (WORKDIR/best, eval_results.json)."""
-    outputs.check_workdir(workdir, workdir_kind.DISTILLATION,
+    outputs.check_workdir(workdir, folders.DISTILLATION,
                           {"--teacher": teacher.tokenizer_dir, "--student": config.init_from})
     check_distillation_config(config)
     teacher_config = inference.saved_config(teacher.task)

@@ -15,7 +15,7 @@ from typing import Sequence
 from bert_jax.errors import UserError
 from bert_jax.finetune import inference
 from bert_jax.host import paths
-from bert_jax.weights import pretrained
+from bert_jax.host.folders import FINETUNING_WORKDIR
 
 
 def member_dirs(dirs: Sequence[str], expand_seeds: bool) -> list[str]:
@@ -23,13 +23,14 @@ def member_dirs(dirs: Sequence[str], expand_seeds: bool) -> list[str]:
     multi-seed workdir stands for every seed run of its selected setting."""
     out = []
     for path in dirs:
-        results = paths.join(path, pretrained.RESULTS_FILE)
+        results = paths.join(path, FINETUNING_WORKDIR.results)
         summary = {}
         if expand_seeds and paths.exists(results):
             summary = json.loads(paths.read_text(results))
         if summary.get("seeds"):
             setting = paths.dirname(summary["best_run"])
-            out += [paths.join(path, setting, f"seed_{seed}") for seed in summary["seeds"]]
+            out += [paths.join(path, setting, FINETUNING_WORKDIR.seed_dir(seed))
+                    for seed in summary["seeds"]]
         else:
             out.append(path)
     return out

@@ -22,15 +22,13 @@ from bert_jax.errors import UserError
 from bert_jax.finetune import files, packing, tasks
 from bert_jax.finetune.tasks import base as task_base
 from bert_jax.host import paths
-from bert_jax.host.workdir_kind import PREDICTIONS_DIR
+from bert_jax.host.folders import FINETUNING_WORKDIR
 from bert_jax.models.config import check_inputs_fit
 from bert_jax.tokenization import load_tokenizer
 from bert_jax.train import multihost
 from bert_jax.train.config_loader import build_config, read_config
 from bert_jax.train.sharding import Partitioner
 from bert_jax.weights import pretrained
-
-EVALUATE_RESULTS_FILE = "evaluate_results.json"  # written by `bert-jax evaluate`
 
 
 def predict_step(params, batch, *, model, task, rules):
@@ -88,8 +86,8 @@ class Progress:
 def remove_outputs(workdir: str) -> None:
     """Deletes WORKDIR's test predictions and results files (a run about to train: an
     earlier run's would pass for its own)."""
-    paths.rmtree(paths.join(workdir, PREDICTIONS_DIR), missing_ok=True)
-    for name in (pretrained.RESULTS_FILE, EVALUATE_RESULTS_FILE):
+    paths.rmtree(paths.join(workdir, FINETUNING_WORKDIR.predictions), missing_ok=True)
+    for name in (FINETUNING_WORKDIR.results, FINETUNING_WORKDIR.evaluate_results):
         if paths.exists(paths.join(workdir, name)):
             paths.remove(paths.join(workdir, name))
 
@@ -112,7 +110,8 @@ def predict_test(task, test_sets: dict[str, list], tokenizer, params, eval_fn, c
         outputs = predict_features(task, params, features, eval_fn, config, partitioner)
         records = task.predict(examples, features, outputs)
         if multihost.is_primary():
-            files.write_jsonl(paths.join(workdir, PREDICTIONS_DIR, f"{split}.jsonl"), records)
+            files.write_jsonl(paths.join(workdir, FINETUNING_WORKDIR.predictions,
+                                         f"{split}.jsonl"), records)
             task.write_test_predictions(records, split, workdir)
         if examples and all(task.is_labeled(ex) for ex in examples):
             out[split] = task.evaluate(examples, features, outputs)

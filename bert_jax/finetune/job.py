@@ -25,18 +25,15 @@ from bert_jax.errors import UserError
 from bert_jax.finetune import inference, keeping, model_source, schedule, task_data, tasks
 from bert_jax.finetune.objective import Objective, compiled_steps
 from bert_jax.host import paths
+from bert_jax.host.folders import FINETUNING_WORKDIR
 from bert_jax.models.config import check_inputs_fit
 from bert_jax.train import checkpoint, lifecycle, multihost, optim, sharding, train_loop
 from bert_jax.train.run_config import derive
 from bert_jax.train.train_state import StatePlan
-from bert_jax.weights import pretrained
 
 log = logging.getLogger("bert_jax.finetune")
 
 KEEP_CHECKPOINTS = 2  # training checkpoints kept for resuming (removed when the run ends)
-# An earlier run's logs, which a fresh run replaces at once: moved to WORKDIR/previous/
-# (`workdir_kind.set_aside`); its model and results follow at the first keep (`keeping`).
-EARLIER_RUN = [checkpoint.CHECKPOINTS_DIR, "metrics.jsonl", "tensorboard"]
 
 
 def finetune(config, workdir: str) -> dict[str, Any]:
@@ -142,7 +139,7 @@ class Finetuning:
                                                   self.source.tokenizer, kept_params,
                                                   eval_fn, config, self.partitioner, workdir))
         if multihost.is_primary():
-            paths.write_text(paths.join(workdir, pretrained.RESULTS_FILE),
+            paths.write_text(paths.join(workdir, FINETUNING_WORKDIR.results),
                              json.dumps(results, indent=2))
             paths.rmtree(job.ckpt.directory, missing_ok=True)  # the run is complete
         multihost.sync("finetune_results_written")
@@ -167,7 +164,7 @@ class Finetuning:
         except checkpoint.IncompatibleCheckpointError as e:
             log.warning("%s: starting over", e)
             restored = None
-        aside = job.start_over(EARLIER_RUN) if restored is None else None
+        aside = job.start_over(FINETUNING_WORKDIR.earlier_run) if restored is None else None
         kept = keeping.Kept(**restored.meta["kept"]) if restored else keeping.Kept(aside=aside)
         if kept.epoch is not None:  # a resumed run's own, from a stop as it finished
             inference.remove_outputs(job.workdir)

@@ -16,8 +16,9 @@ from typing import Any
 import jax
 from jax.experimental import multihost_utils
 
-from bert_jax.finetune.inference import EVALUATE_RESULTS_FILE, evaluate_sets, remove_outputs
-from bert_jax.host import paths, workdir_kind
+from bert_jax.finetune.inference import evaluate_sets, remove_outputs
+from bert_jax.host import folders, paths
+from bert_jax.host.folders import FINETUNING_WORKDIR
 from bert_jax.train import multihost
 from bert_jax.weights import pretrained
 
@@ -50,28 +51,23 @@ class Kept:
         shardings = jax.tree.map(lambda x: x.sharding, state.params)
         if self.params is not None:
             return jax.device_put(self.params, shardings)
-        saved = pretrained.read_model_dir(paths.join(workdir, pretrained.BEST_DIR)).params
+        saved = pretrained.read_model_dir(paths.join(workdir, FINETUNING_WORKDIR.best)).params
         target = {k: v for k, v in state.params.items() if k not in unsaved}
         params = pretrained.init_params(target, saved, {k: shardings[k] for k in target},
-                                        source=f"{workdir}/{pretrained.BEST_DIR}")
+                                        source=f"{workdir}/{FINETUNING_WORKDIR.best}")
         return {**params, **{k: state.params[k] for k in unsaved if k in state.params}}
-
-
-# An earlier run's model and results, which this run's first kept model replaces.
-EARLIER_RESULTS = [pretrained.BEST_DIR, pretrained.RESULTS_FILE, EVALUATE_RESULTS_FILE,
-                   workdir_kind.PREDICTIONS_DIR, "glue_submission"]
 
 
 def set_aside_earlier_results(workdir: str, kept: Kept) -> str | None:
     """Before this run's first kept model (`kept.epoch` None): moves an earlier run's
-    EARLIER_RESULTS into `kept.aside` (or a new WORKDIR/previous/TIME); returns where,
-    or None when there was nothing."""
+    results (`FINETUNING_WORKDIR.earlier_results`) into `kept.aside` (or a new
+    WORKDIR/previous/TIME); returns where, or None when there was nothing."""
     if kept.epoch is not None:
         return None
     if paths.is_remote(workdir):  # a bucket cannot move them: they would pass for this run's
         remove_outputs(workdir)
         return None
-    aside = workdir_kind.set_aside(workdir, EARLIER_RESULTS, into=kept.aside)
+    aside = folders.set_aside(workdir, FINETUNING_WORKDIR.earlier_results, into=kept.aside)
     kept.aside = aside or kept.aside
     return aside
 
@@ -106,7 +102,7 @@ def keeper(config, workdir: str, data, eval_fn, batches, kept: Kept, plan, sourc
             return
         # Host copies on every process (the parameters may span processes).
         params = multihost_utils.process_allgather(loop.state.params, tiled=True)
-        loop.guard.check_params(params, f"{workdir}/{pretrained.BEST_DIR}")
+        loop.guard.check_params(params, f"{workdir}/{FINETUNING_WORKDIR.best}")
         if multihost.is_primary():
             aside = set_aside_earlier_results(workdir, kept)
             if aside:
@@ -115,7 +111,7 @@ def keeper(config, workdir: str, data, eval_fn, batches, kept: Kept, plan, sourc
         kept.update(main, batches.epoch + 1, scores, params)
         if multihost.is_primary():
             saved = {k: v for k, v in params.items() if k not in unsaved}
-            pretrained.save(paths.join(workdir, pretrained.BEST_DIR), bert_config, saved,
+            pretrained.save(paths.join(workdir, FINETUNING_WORKDIR.best), bert_config, saved,
                             tokenizer=source.tokenizer, task=spec, overwrite=True)
     return keep
 

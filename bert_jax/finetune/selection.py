@@ -28,9 +28,9 @@ import numpy as np
 
 from bert_jax.errors import UserError
 from bert_jax.host import folders, outputs, paths
+from bert_jax.host.folders import FINETUNING_WORKDIR
 from bert_jax.train import multihost
 from bert_jax.train.run_config import FINETUNE, SWEEP_KEYS, derive
-from bert_jax.weights import pretrained
 
 # config key -> (short name in directory names, the type of its values): the schema's.
 GRID = {name: (tag, next(type(k.default) for k in FINETUNE if k.name == name))
@@ -102,7 +102,7 @@ def summarize_seeds(runs: dict[int, dict]) -> dict:
     selection metric on the selection split; ties keep the earlier seed)."""
     best_seed = max(runs, key=lambda s: score(runs[s]))
     return {"seeds": list(runs), "runs": runs, "best_seed": best_seed,
-            "best_run": f"seed_{best_seed}", **mean_std(list(runs.values()))}
+            "best_run": FINETUNING_WORKDIR.seed_dir(best_seed), **mean_std(list(runs.values()))}
 
 
 def run_finetune(config, workdir: str) -> dict:
@@ -137,7 +137,7 @@ def run_grid(config, workdir: str) -> dict:
         runs = {}
         for seed in seeds:
             runs[seed] = session.run(derive(one, seed=seed),
-                                     paths.join(setting_dir, f"seed_{seed}"))
+                                     paths.join(setting_dir, FINETUNING_WORKDIR.seed_dir(seed)))
         seeds_summary = summarize_seeds(runs)
         summaries.append({**setting, "run_dir": name,
                           "best_run": paths.join(name, seeds_summary["best_run"]),
@@ -177,7 +177,8 @@ def _summary(summaries: list[dict], grid: dict, seeds: list[int]) -> dict:
 
 def _write(workdir: str, summary: dict) -> None:
     paths.makedirs(workdir)
-    paths.write_text(paths.join(workdir, pretrained.RESULTS_FILE), json.dumps(summary, indent=2))
+    paths.write_text(paths.join(workdir, FINETUNING_WORKDIR.results),
+                     json.dumps(summary, indent=2))
 
 
 def _print(summary: dict) -> None:

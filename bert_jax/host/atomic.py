@@ -6,7 +6,7 @@ import contextlib
 import os
 import tempfile
 
-from bert_jax.host import paths, workdir_kind
+from bert_jax.host import folders, paths
 
 
 @contextlib.contextmanager
@@ -20,7 +20,7 @@ def atomic_directory(path: str | os.PathLike, overwrite: bool = False, *,
     are uploaded when the block succeeds."""
     path = paths.abspath(path)
     if overwrite:  # never replace a training run's workdir (local or in a bucket)
-        workdir_kind.check_kind(path, workdir_kind.MODEL)
+        folders.check_kind(path, folders.MODEL)
     if paths.exists(path) and not overwrite:
         raise FileExistsError(f"{path} exists; pass --overwrite (overwrite=True) to replace it")
     if local and paths.is_remote(path):

@@ -4,7 +4,7 @@ may replace what it reads, or another job's files.
 Paths are compared after resolving symlinks and relative spellings (`a/../b`, `./b`);
 URLs (gs://...) as written; `hf:` names never clash. A file output (predict's JSONL,
 embed's .npy, evaluate's JSON) may not be an input, an existing folder, or an existing
-file of a model directory, run folder or data folder (`workdir_kind`) other than one of
+file of a model directory, run folder or data folder (`folders`) other than one of
 its own kind beside the run's files; a folder output (a tokenizer, a model, an export)
 may not be, or hold, an input, and holds only its own kind of job (`check_kind`). Both
 must be writable: `check_file` and `check_folder` say so at once, not after the work.
@@ -17,7 +17,7 @@ import os
 from collections.abc import Iterable, Mapping
 
 from bert_jax.errors import UserError
-from bert_jax.host import paths, workdir_kind
+from bert_jax.host import folders, paths
 
 Inputs = Mapping[str, "str | Iterable[str] | None"]
 
@@ -57,10 +57,10 @@ def refuse_inputs(flag: str, output: str, inputs: Inputs, *, folder: bool) -> No
 
 def artifact_around(path: str) -> tuple[str, str] | None:
     """(folder, kind) of the nearest folder at or above `path` that holds a job's results
-    or a model (`workdir_kind.kind_of`), or None. For URLs only `path`'s own folder."""
+    or a model (`folders.kind_of`), or None. For URLs only `path`'s own folder."""
     folder = resolved(path)
     while True:
-        kind = workdir_kind.kind_of(folder)
+        kind = folders.kind_of(folder)
         if kind is not None:
             return folder, kind
         parent = paths.dirname(folder)
@@ -107,9 +107,7 @@ def check_file(flag: str, output: str, inputs: Inputs, *, suffixes: tuple[str, .
 
 def _named_file(path: str) -> bool:
     """Whether `path` has a name that a job's folder uses for its own files."""
-    return paths.basename(path) in {
-        workdir_kind.JOB_FILE, workdir_kind.MODEL_FILE, workdir_kind.RESULTS_FILE,
-        workdir_kind.DATA_SUMMARY}
+    return paths.basename(path) in folders.OWN_FILES
 
 
 def check_folder(flag: str, output: str, inputs: Inputs, kind: str | None) -> None:
@@ -126,10 +124,10 @@ def check_folder(flag: str, output: str, inputs: Inputs, kind: str | None) -> No
             folder, found = around
             where = "is" if folder == resolved(output) else f"lies inside {folder}, which is"
             raise UserError(f"{flag} {output} {where} a {found} folder "
-                            f"({workdir_kind.COMMANDS[found]}) whose files this would replace "
+                            f"({folders.COMMANDS[found]}) whose files this would replace "
                             "or mix with; write into a folder of its own")
     else:
-        workdir_kind.check_kind(output, kind)
+        folders.check_kind(output, kind)
     check_writable(flag, output)
 
 
@@ -146,10 +144,10 @@ class CheckedWorkdir(str):
 def check_workdir(workdir: str, kind: str, inputs: Inputs | None = None) -> CheckedWorkdir:
     """`workdir`, checked: raises UserError when a job of `kind` (pretraining, fine-tuning,
     distillation) may not write into it: it is one of the run's `inputs` (`--init_from`,
-    `--teacher`), or holds another kind of job's results (`workdir_kind.check_kind`). A
+    `--teacher`), or holds another kind of job's results (`folders.check_kind`). A
     CheckedWorkdir of `kind` (checked where its command started) comes back as it is."""
     if isinstance(workdir, CheckedWorkdir) and workdir.kind == kind:
         return workdir
     refuse_inputs("the output folder", workdir, inputs or {}, folder=False)
-    workdir_kind.check_kind(workdir, kind)
+    folders.check_kind(workdir, kind)
     return CheckedWorkdir(workdir, kind)

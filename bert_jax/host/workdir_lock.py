@@ -24,7 +24,7 @@ import threading
 import time
 
 from bert_jax.errors import WorkdirBusyError
-from bert_jax.host import outputs, workdir_kind
+from bert_jax.host import folders, outputs
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +115,7 @@ class WorkdirLock:
 
     def __init__(self, workdir: str, command: str, files: type[LockFiles] = LockFiles,
                  kind: str | None = None):
-        self.kind = kind  # recorded in the workdir once the lock is held (`workdir_kind`)
+        self.kind = kind  # recorded in the workdir once the lock is held (`folders`)
         self.workdir = os.path.abspath(workdir)
         self.path = os.path.join(self.workdir, LOCK_FILE)
         self.files = files
@@ -139,7 +139,7 @@ class WorkdirLock:
                 self._heartbeat.fork_safe = True
                 self._heartbeat.start()
                 if self.kind is not None:
-                    self._marked = workdir_kind.mark(self.workdir, self.kind,
+                    self._marked = folders.mark(self.workdir, self.kind,
                                                      self.owner["command"])
                 return
             found = self.files.read(self.path)
@@ -186,7 +186,7 @@ class WorkdirLock:
             self._heartbeat.join()
             found = self.files.read(self.path)
             if found is not None and found[0] == self._text:
-                workdir_kind.unmark_if_idle(self.workdir, self._marked, LOCK_FILE)
+                folders.unmark_if_idle(self.workdir, self._marked, LOCK_FILE)
                 self.files.delete(self.path)
         self._remove_created_workdir()
 
@@ -205,7 +205,7 @@ class WorkdirLock:
 def hold(workdir: str, command: str, primary: bool = True, *, kind: str | None = None,
          inputs: dict[str, str] | None = None):
     """The context that holds `workdir`'s lock for a run (`primary`: the process that
-    writes; the others share its lock). With `kind` (a `workdir_kind` job kind) it first
+    writes; the others share its lock). With `kind` (a `folders` job kind) it first
     refuses a workdir of another kind or one of `inputs` ({flag: path}), and records
     `kind` once the lock is held. Paths with a scheme (gs://) are not locked yet."""
     if kind is not None:

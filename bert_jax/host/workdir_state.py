@@ -3,33 +3,27 @@
 no model yet and what to do (an interrupted run: rerun it; a running one: wait), and the
 one-line note that a running fine-tune is read from the model it has kept so far.
 
-`workdir_kind` says which job a folder belongs to; `workdir_lock` whether a run holds it.
+`folders` says which job a folder belongs to; `workdir_lock` whether a run holds it.
 """
 
 from __future__ import annotations
 
-from bert_jax.host import paths, workdir_kind, workdir_lock
-from bert_jax.host.workdir_kind import (
-    BEST_DIR,
-    CHECKPOINTS_DIR,
+from bert_jax.host import folders, paths, workdir_lock
+from bert_jax.host.folders import (
     DATA,
     DISTILLATION,
     FINETUNING,
-    MODEL_FILE,
+    FINETUNING_WORKDIR,
+    MODEL_DIRECTORY,
     PRETRAINING,
-    WORKDIR_MODEL_DIR,
+    PRETRAINING_WORKDIR,
+    TRAINING_WORKDIR,
 )
 
 # What a folder must hold to be read as a model, for the unknown-folder line.
-MODEL_KINDS = (f"a model directory holds {MODEL_FILE}, a pretraining workdir checkpoints/, "
-               f"a fine-tuning workdir {BEST_DIR}/")
-
-
-def checkpoint_steps(workdir: str) -> list[int]:
-    """The steps of the finished checkpoints under WORKDIR/checkpoints, ascending."""
-    directory = paths.join(workdir, CHECKPOINTS_DIR)
-    names = paths.listdir(directory) if paths.isdir(directory) else []
-    return sorted(int(n) for n in names if n.isdigit())
+MODEL_KINDS = (f"a model directory holds {MODEL_DIRECTORY.config}, a pretraining workdir "
+               f"{PRETRAINING_WORKDIR.checkpoints}/, a fine-tuning workdir "
+               f"{FINETUNING_WORKDIR.best}/")
 
 
 def no_model_message(path: str) -> str:
@@ -39,11 +33,11 @@ def no_model_message(path: str) -> str:
     if not paths.isdir(path):
         return (f"{path}: no such directory (a model is a model directory, a pretraining or "
                 "fine-tuning workdir, or hf:ORG/NAME)")
-    kind = workdir_kind.kind_of(path)
+    kind = folders.kind_of(path)
     owner = workdir_lock.live_owner(path)
-    steps = checkpoint_steps(path)
+    steps = TRAINING_WORKDIR.checkpoint_steps(path)
     if kind in (FINETUNING, DISTILLATION, PRETRAINING):
-        command = workdir_kind.COMMANDS[kind]
+        command = folders.COMMANDS[kind]
         keeps = ("it keeps a model at its first evaluation" if kind != PRETRAINING
                  else "it is read from its first checkpoint")
         if owner is not None:
@@ -52,9 +46,10 @@ def no_model_message(path: str) -> str:
                     f"wait: {keeps}")
         where = f"at step {steps[-1]}" if steps else "before its first checkpoint"
         if kind == PRETRAINING and steps:  # checkpoints without model/: a damaged workdir
-            return (f"{path} is a pretraining workdir whose model files "
-                    f"({WORKDIR_MODEL_DIR}/{MODEL_FILE}) are missing; rerun `{command} "
-                    f"--workdir {path}` with its config to write them")
+            model_file = f"{PRETRAINING_WORKDIR.model}/{MODEL_DIRECTORY.config}"
+            return (f"{path} is a pretraining workdir whose model files ({model_file}) are "
+                    f"missing; rerun `{command} --workdir {path}` with its config to write "
+                    "them")
         resumes = f" (it resumes from step {steps[-1]})" if steps else ""
         return (f"{path} is a {kind} run interrupted {where}, before it kept a model; rerun "
                 f"the same `{command} --workdir {path}` command to finish it{resumes}")

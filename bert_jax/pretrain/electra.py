@@ -29,6 +29,7 @@ from jax.experimental import multihost_utils
 
 from bert_jax.errors import UserError
 from bert_jax.host import paths
+from bert_jax.host.folders import PRETRAINING_WORKDIR
 from bert_jax.models import losses
 from bert_jax.models.config import BertConfig
 from bert_jax.models.encoder import BertModel, gather_positions
@@ -41,8 +42,6 @@ from bert_jax.weights import pretrained
 # The embedding parameters the generator reads from the discriminator's.
 SHARED_EMBEDDINGS = ("word_embeddings", "position_embeddings", "token_type_embeddings",
                      "layer_norm")
-# Where a run writes its generator as a model directory with each checkpoint.
-GENERATOR_DIR = "generator"
 # The model's optional inputs, passed through when the batch has them (packed rows).
 _OPTIONAL_INPUTS = ("position_ids", "example_ids")
 
@@ -238,7 +237,7 @@ def with_generator(checkpoint_meta: Callable[[Any], dict], model: Any, workdir: 
     not an `Electra`): `checkpoint_meta` itself."""
     if not isinstance(model, Electra):
         return checkpoint_meta
-    path = paths.join(workdir, GENERATOR_DIR)
+    path = paths.join(workdir, PRETRAINING_WORKDIR.generator)
 
     def meta_and_generator(loop) -> dict:
         # Host copies on every process (the parameters may span processes); the

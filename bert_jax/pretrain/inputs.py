@@ -8,22 +8,20 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import json
 import logging
 from typing import Callable
 
 import ml_collections
 
-from bert_jax.data import corpus, tfds_source, tfrecord
+from bert_jax.data import corpus, data_record, tfds_source, tfrecord
 from bert_jax.data.options import DataOptions
 from bert_jax.data.pipeline import check_record_shapes, make_pretrain_iterator
 from bert_jax.errors import UserError
 from bert_jax.host import compile_cache, paths
+from bert_jax.host.folders import DATA_FOLDER, PRETRAINING_WORKDIR
 
 log = logging.getLogger(__name__)
-
-DATA_OPTIONS_FILE = "options.json"  # the data_options a converted directory was made with
 
 
 def is_tfrecord(path: str) -> bool:
@@ -121,40 +119,35 @@ def check_eval_fraction(config: ml_collections.ConfigDict) -> None:
 
 def check_records_made_for(files: list[str], tokenizer_path: str, vocabulary: str,
                            options: DataOptions) -> None:
-    """Refuses TFRecords whose create-data summary.json records another vocabulary
-    (fingerprint) than the run's `vocabulary` (their token ids would mean other words),
-    or a setup the run's `options` would train on wrongly (`DataOptions.setup_mismatch`).
-    Records without that record (made elsewhere, or before it existed) get one warning
-    line."""
-    from bert_jax.data.create_pretraining_data import SUMMARY_FILE
+    """Refuses TFRecords whose record (`data_record`: create-data's options.json, or an
+    earlier release's summary.json) names another vocabulary (fingerprint) than the run's
+    `vocabulary` (their token ids would mean other words), or a setup the run's `options`
+    would train on wrongly (`data_record.setup_mismatch`). Records without that record
+    (made elsewhere, or before it existed) get one warning line."""
     unchecked = []
     for directory in sorted({paths.dirname(f) for f in files
                              if not tfds_source.is_tfds(f) and is_tfrecord(f)}):
-        try:
-            summary = json.loads(paths.read_text(paths.join(directory, SUMMARY_FILE)))
-        except (OSError, ValueError):
-            summary = None
-        summary = summary if isinstance(summary, dict) else {}
-        made_with = summary.get("vocab_fingerprint")
+        record, source = data_record.read_record(directory) or ({}, DATA_FOLDER.record)
+        made_with = record.get("vocabulary")
         if made_with and made_with != vocabulary:
             raise UserError(
                 f"the TFRecords in {directory} were made with the vocabulary "
-                f"{summary.get('vocab', '?')} (its {SUMMARY_FILE}), not this run's "
+                f"{record.get('tokenizer', '?')} (its {source}), not this run's "
                 f"{tokenizer_path}: make them again with create-data --tokenizer "
-                f"{tokenizer_path}, or pretrain with --config.tokenizer={summary.get('vocab')}")
-        if not isinstance(summary.get("record_setup"), dict):
+                f"{tokenizer_path}, or pretrain with --config.tokenizer={record.get('tokenizer')}")
+        if not data_record.has_setup(record):
             unchecked.append(directory)
             continue
-        mismatch = options.setup_mismatch(summary["record_setup"])
+        mismatch = data_record.setup_mismatch(options, record)
         if mismatch:
             key, made, want = mismatch
             raise UserError(
                 f"the TFRecords in {directory} were made with {key} {made} (its "
-                f"{SUMMARY_FILE}) but this run has {key} {want}: {_SETUP_ADVICE[key]}")
+                f"{source}) but this run has {key} {want}: {_SETUP_ADVICE[key]}")
     if unchecked:
         log.warning("input_files: the TFRecords in %s have no record of the settings that "
                     "made them (a %s from bert-jax create-data): their vocabulary and "
-                    "masking setup cannot be checked", ", ".join(unchecked), SUMMARY_FILE)
+                    "masking setup cannot be checked", ", ".join(unchecked), DATA_FOLDER.record)
 
 
 _SETUP_ADVICE = {
@@ -163,8 +156,8 @@ _SETUP_ADVICE = {
                                 "them again (create-data --no_next_sentence_prediction)",
     "sentence_order_prediction": "set --config.sentence_order_prediction to theirs, or make "
                                  "them again (create-data --sentence_order_prediction)",
-    "static_masks": "they have no masks (create-data --dynamic_masking): set "
-                    "--config.dynamic_masking=True",
+    "dynamic_masking": "they have no masks (create-data --dynamic_masking): set "
+                       "--config.dynamic_masking=True",
     "max_predictions_per_seq": "set --config.max_predictions_per_seq to theirs, or "
                                "--config.dynamic_masking=True to mask them anew",
     "whole_word_masking": "their static masks are as made: set --config.whole_word_masking "
@@ -183,50 +176,15 @@ def data_cache_dir() -> str:
     return paths.join(compile_cache.cache_root(), "data")
 
 
-def data_options(config: ml_collections.ConfigDict, files: list[str], vocabulary: str,
-                 num_shards: int) -> dict:
-    """What converted text depends on; recorded next to the TFRecords and compared on
-    reuse. Files are named by path, size and mtime (the embedded corpus by name and size,
-    identical wherever it is installed)."""
-    embedded = not config.input_files
-    return {"format": 1, "vocabulary": vocabulary, "max_seq_length": config.max_seq_length,
-            "max_predictions_per_seq": config.max_predictions_per_seq,
-            "whole_word_masking": config.whole_word_masking,
-            # Only when not BERT's 15%: data converted before the option existed stays valid.
-            **({"masked_lm_prob": config.masked_lm_prob} if config.masked_lm_prob != 0.15 else {}),
-            "static_masking": not config.dynamic_masking, "seed": config.seed,
-            "next_sentence_prediction": config.next_sentence_prediction,
-            # Only when on: data converted before the option existed stays valid.
-            **({"sentence_order_prediction": True} if config.sentence_order_prediction
-               else {}),
-            **({"knowledge_masking": config.knowledge_masking,
-                "knowledge_masking_prob": config.knowledge_masking_prob}
-               if config.knowledge_masking != "none" else {}),
-            "num_shards": num_shards,
-            # Only when not BERT's 5: data converted before the key existed stays valid.
-            **({"dupe_factor": config.dupe_factor} if config.dupe_factor != 5 else {}),
-            "inputs": [tfds_source.identity(f) if tfds_source.is_tfds(f)
-                       else [paths.basename(f), paths.getsize(f)] if embedded
-                       else [paths.abspath(f), paths.getsize(f), paths.mtime_ns(f)]
-                       for f in files]}
-
-
-def _read_options(directory: str) -> dict | None:
-    try:
-        return json.loads(paths.read_text(paths.join(directory, DATA_OPTIONS_FILE)))
-    except (OSError, ValueError):
-        return None
-
-
 def prepare_input_files(config: ml_collections.ConfigDict, options: DataOptions,
                         files: list[str], workdir: str, tokenizer_path: str, vocabulary: str,
                         *, process_index: int, process_count: int,
                         message: Callable[[str], None] = log.info,
                         sync: Callable[[str], None] = lambda name: None) -> list[str]:
     """TFRecord patterns for the pipeline from the run's input `files` (`resolve_files`): they
-    themselves when they are TFRecords. Raw text is converted into a directory that
-    records the options it was made with (`data_options`, written last) and is reused
-    while they match: WORKDIR/data, or for the embedded corpus on a single process a
+    themselves when they are TFRecords. Raw text is converted into a data folder whose
+    record (`data_record`, written last) says what it was made from and with, reused
+    while that matches: WORKDIR/data, or for the embedded corpus on a single process a
     per-machine cache (`data_cache_dir`) shared by every workdir. Every local core
     converts (`create_pretraining_data` workers), and on several processes each its share
     of the files into WORKDIR/data/parts (which all must see), process 0 assembling the
@@ -239,13 +197,14 @@ def prepare_input_files(config: ml_collections.ConfigDict, options: DataOptions,
     if all(not tfds_source.is_tfds(f) and is_tfrecord(f) for f in files):
         return files
     num_shards = max(8, process_count)
-    made_with = data_options(config, files, vocabulary, num_shards)
-    key = hashlib.sha256(json.dumps(made_with, sort_keys=True).encode()).hexdigest()[:16]
+    key = data_record.record_key(data_record.make_record(options, tokenizer_path, vocabulary,
+                                                         files, num_shards))
     out_dir = (paths.join(data_cache_dir(), key)
                if not config.input_files and process_count == 1
-               else paths.join(workdir, "data"))
+               else paths.join(workdir, PRETRAINING_WORKDIR.data))
     shards = cpd.shard_paths(out_dir, num_shards)
-    if _read_options(out_dir) == made_with:
+    found = data_record.read_record(out_dir)
+    if found is not None and data_record.record_key(found[0]) == key:
         return shards
     workers = local_workers()
     if process_index == 0:
@@ -254,18 +213,17 @@ def prepare_input_files(config: ml_collections.ConfigDict, options: DataOptions,
                 + (" (options changed)" if paths.isdir(out_dir) else " (once)"))
         _warn_if_long(files, config.dupe_factor, workers * process_count, message)
         _clear(out_dir)
-    parts = paths.join(out_dir, cpd.PARTS_DIR)
+    parts = paths.join(out_dir, DATA_FOLDER.parts)
     cpd.create_pretraining_data(
         files, shards, tokenizer_path, options,
         num_workers=workers, progress=False, parts_dir=parts, host_index=process_index,
-        num_hosts=process_count, summary_path=paths.join(out_dir, cpd.SUMMARY_FILE))
+        num_hosts=process_count, summary_path=paths.join(out_dir, DATA_FOLDER.summary))
     if process_count > 1:
         sync("raw_text_parts_written")
         if process_index == 0:
             cpd.assemble(out_dir, num_shards, workers)
     if process_index == 0:
         paths.rmtree(parts, missing_ok=True)
-        paths.write_text(paths.join(out_dir, DATA_OPTIONS_FILE), json.dumps(made_with, indent=1))
     return shards
 
 
@@ -294,14 +252,13 @@ def _warn_if_long(files: list[str], dupe_factor: int, workers: int,
 
 
 def _clear(out_dir: str) -> None:
-    """Removes what a conversion with other options left in `out_dir` (its options file
-    first, so nothing reads it as complete); parts of other options are ignored, and the
-    parts of these options kept: a stopped conversion resumes from them."""
-    from bert_jax.data import create_pretraining_data as cpd
-    for name in (DATA_OPTIONS_FILE, cpd.SUMMARY_FILE):
+    """Removes what a conversion with other options left in `out_dir` (its record first,
+    so nothing reads it as complete); parts of other options are ignored, and the parts
+    of these options kept: a stopped conversion resumes from them."""
+    for name in (DATA_FOLDER.record, DATA_FOLDER.summary):
         if paths.exists(paths.join(out_dir, name)):
             paths.remove(paths.join(out_dir, name))
-    for shard in paths.glob(paths.join(out_dir, "pretrain-*-of-*.tfrecord")):
+    for shard in paths.glob(paths.join(out_dir, DATA_FOLDER.shards)):
         paths.remove(shard)
 
 

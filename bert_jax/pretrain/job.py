@@ -21,7 +21,7 @@ import jax
 import ml_collections
 
 from bert_jax.errors import UserError
-from bert_jax.host import outputs, paths, workdir_kind
+from bert_jax.host import folders, outputs, paths
 from bert_jax.models import matching
 from bert_jax.pretrain import distill, electra, inputs
 from bert_jax.pretrain.setup import Setup
@@ -101,7 +101,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     of the same state shapes) -> config.init_from (weights only) -> scratch. Raises
     preemption.Preempted after checkpointing the step where the command's watcher
     (`preemption.active`) says to stop (`lifecycle.Job.train`)."""
-    outputs.check_workdir(workdir, workdir_kind.PRETRAINING,  # once: the command's is checked
+    outputs.check_workdir(workdir, folders.PRETRAINING,  # once: the command's is checked
                           {"--config.init_from": config.init_from,
                            "--config.teacher": config.teacher})
     workdir = paths.abspath(workdir)
@@ -134,7 +134,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                        "--config.num_train_steps to continue); its last metrics follow")
         return {"train": writer.last("train"), "eval": writer.last("eval")}
     if multihost.is_primary():  # the workdir is then loadable as a model directory
-        pretrained.write_model_files(paths.join(workdir, pretrained.WORKDIR_MODEL_DIR),
+        pretrained.write_model_files(paths.join(workdir, folders.PRETRAINING_WORKDIR.model),
                                      bert_config, tokenizer=tokenizer)
     train_fn, eval_fn = run_setup.jit_steps(teacher, teacher_shardings)
     process = dict(process_index=jax.process_index(), process_count=jax.process_count())

@@ -49,7 +49,7 @@ from jax.experimental import multihost_utils
 
 from bert_jax.errors import CheckpointError
 from bert_jax.host import library_log, paths
-from bert_jax.host.workdir_kind import CHECKPOINTS_DIR
+from bert_jax.host.folders import TRAINING_WORKDIR
 from bert_jax.train import run_config
 
 log = logging.getLogger(__name__)
@@ -155,7 +155,7 @@ class Checkpointer:
 
     def __init__(self, workdir: str, *, keep: int = 3, async_save: bool = True):
         self.workdir = paths.abspath(workdir)
-        self.directory = paths.join(self.workdir, CHECKPOINTS_DIR)
+        self.directory = paths.join(self.workdir, TRAINING_WORKDIR.checkpoints)
         self._options = ocp.CheckpointManagerOptions(
             max_to_keep=keep, enable_async_checkpointing=async_save, create=True)
         self.manager = ocp.CheckpointManager(self.directory, options=self._options)
@@ -402,8 +402,8 @@ def restore_from_path(path: str, target: Any, *, run: dict | None = None
     """An explicit resume source: a workdir, its checkpoints/ dir, or one step's dir;
     `run` is checked as in `Checkpointer.restore`."""
     path = paths.abspath(path)
-    if paths.isdir(paths.join(path, CHECKPOINTS_DIR)):
-        path = paths.join(path, CHECKPOINTS_DIR)
+    if paths.isdir(paths.join(path, TRAINING_WORKDIR.checkpoints)):
+        path = paths.join(path, TRAINING_WORKDIR.checkpoints)
     if paths.isdir(paths.join(path, STATE_ITEM)):
         directory, step = paths.dirname(path), int(paths.basename(path))
     else:
@@ -432,10 +432,7 @@ def restore_from_path(path: str, target: Any, *, run: dict | None = None
 
 def steps(workdir: str) -> list[int]:
     """The steps with a checkpoint directory under WORKDIR/checkpoints, ascending."""
-    directory = paths.join(paths.abspath(workdir), CHECKPOINTS_DIR)
-    if not paths.isdir(directory):
-        return []
-    return sorted(int(name) for name in paths.listdir(directory) if name.isdigit())
+    return TRAINING_WORKDIR.checkpoint_steps(paths.abspath(workdir))
 
 
 def read_params(step_dir: str) -> dict[str, Any]:
@@ -454,7 +451,7 @@ def latest_params(workdir: str) -> dict[str, Any]:
     """The params of WORKDIR's latest readable checkpoint (`read_params`); unreadable
     newer ones are skipped with a warning (and left in place). CheckpointError when none
     is readable."""
-    directory = paths.join(paths.abspath(workdir), CHECKPOINTS_DIR)
+    directory = paths.join(paths.abspath(workdir), TRAINING_WORKDIR.checkpoints)
     for step in reversed(steps(workdir)):
         try:
             return read_params(paths.join(directory, str(step)))

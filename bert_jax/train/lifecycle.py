@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterator
 import jax
 
 from bert_jax.errors import Interrupted
-from bert_jax.host import paths, workdir_kind
+from bert_jax.host import folders, paths
 from bert_jax.train import checkpoint, multihost, preemption, train_loop
 from bert_jax.train.metrics_writer import MetricsWriter
 from bert_jax.train.sharding import Partitioner
@@ -75,12 +75,12 @@ class Job:
 
     def start_over(self, earlier: list[str]) -> str | None:
         """Moves an earlier run's outputs (`earlier`: names in WORKDIR, its checkpoints
-        among them) into WORKDIR/previous/ (`workdir_kind.set_aside`) and opens empty
+        among them) into WORKDIR/previous/ (`folders.set_aside`) and opens empty
         checkpoints; returns where they went (None: there was nothing)."""
         self.ckpt.close()
         aside = None
         if multihost.is_primary():
-            aside = workdir_kind.set_aside(self.workdir, earlier)
+            aside = folders.set_aside(self.workdir, earlier)
             paths.rmtree(self.ckpt.directory, missing_ok=True)  # left only in a bucket
         multihost.sync("checkpoints_removed")
         self.ckpt = checkpoint.Checkpointer(self.workdir, keep=self.keep)

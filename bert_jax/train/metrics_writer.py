@@ -25,6 +25,7 @@ import numpy as np
 
 from bert_jax.data import tfrecord
 from bert_jax.host import paths
+from bert_jax.host.folders import TRAINING_WORKDIR
 
 _EVENT_FILES = itertools.count()
 
@@ -104,10 +105,10 @@ class MetricsWriter:
         self.replaced_earlier_run = False
         if self.enabled:
             paths.makedirs(workdir)
-            path = paths.join(workdir, "metrics.jsonl")
+            path = paths.join(workdir, TRAINING_WORKDIR.metrics)
             if not append:
                 self.replaced_earlier_run = paths.exists(path)
-                paths.rmtree(paths.join(workdir, "tensorboard"), missing_ok=True)
+                paths.rmtree(paths.join(workdir, TRAINING_WORKDIR.tensorboard), missing_ok=True)
                 paths.write_text(path, "")
             self._jsonl = paths.Appender(path)
             if tensorboard:
@@ -127,7 +128,7 @@ class MetricsWriter:
         if not self.enabled:
             return
         self._jsonl.close()
-        path = paths.join(self.workdir, "metrics.jsonl")
+        path = paths.join(self.workdir, TRAINING_WORKDIR.metrics)
         kept = [line for line in paths.read_text(path).splitlines(keepends=True)
                 if _step_of(line) is not None and _step_of(line) <= step]
         with paths.replacing(path) as f:
@@ -137,7 +138,7 @@ class MetricsWriter:
     def last(self, prefix: str) -> dict[str, float]:
         """The latest value of each `{prefix}/NAME` in metrics.jsonl: what a completed
         run, run again, returns."""
-        path = paths.join(self.workdir, "metrics.jsonl")
+        path = paths.join(self.workdir, TRAINING_WORKDIR.metrics)
         values = {}
         for line in paths.read_text(path).splitlines() if paths.exists(path) else ():
             if _step_of(line) is not None:
@@ -147,7 +148,8 @@ class MetricsWriter:
 
     def _event_file(self, prefix: str) -> _EventFile:
         if prefix not in self._tb:
-            self._tb[prefix] = _EventFile(paths.join(self.workdir, "tensorboard", prefix))
+            self._tb[prefix] = _EventFile(paths.join(self.workdir, TRAINING_WORKDIR.tensorboard,
+                                                     prefix))
         return self._tb[prefix]
 
     def write(self, step: int, metrics: Mapping[str, float], prefix: str = "train") -> None:

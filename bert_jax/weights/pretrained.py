@@ -34,22 +34,19 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from bert_jax.errors import CheckpointError, UserError
-from bert_jax.host import paths, workdir_kind, workdir_state
+from bert_jax.host import folders, paths, workdir_state
 from bert_jax.host.atomic import atomic_directory
-from bert_jax.host.workdir_kind import (
-    BEST_DIR,
-    CHECKPOINTS_DIR,
-    MODEL_FILE,
-    RESULTS_FILE,
-    WORKDIR_MODEL_DIR,
+from bert_jax.host.folders import (
+    FINETUNING_WORKDIR,
+    MODEL_DIRECTORY,
+    PRETRAINING_WORKDIR,
+    TRAINING_WORKDIR,
 )
 from bert_jax.models import matching, task_heads
 from bert_jax.models.config import BertConfig, ConfigError, check_inputs_fit
 from bert_jax.models.layer_layout import encoder_of, match_layout, to_unscanned
 from bert_jax.tokenization import has_tokenizer, load_tokenizer
 from bert_jax.train import checkpoint
-
-PARAMS_DIR = "params"
 
 
 @dataclasses.dataclass
@@ -81,7 +78,7 @@ def write_model_files(directory: str | os.PathLike, config: BertConfig, *, token
     if tokenizer is not None:
         tokenizer.save(directory)
         vocabulary = load_tokenizer(directory).fingerprint()  # as a later load reads it
-    paths.write_text(paths.join(directory, MODEL_FILE), json.dumps(
+    paths.write_text(paths.join(directory, MODEL_DIRECTORY.config), json.dumps(
         {"model": config.replace(scan_layers=False).to_dict(), "task": task,
          **({"vocabulary": vocabulary} if vocabulary else {})}, indent=2, sort_keys=True))
 
@@ -102,7 +99,7 @@ def save(path: str | os.PathLike, config: BertConfig, params: dict[str, Any], *,
         me = jax.process_index()
         checkpointer = ocp.StandardCheckpointer(multiprocessing_options=(
             ocp.options.MultiprocessingOptions(primary_host=me, active_processes={me})))
-        checkpointer.save(paths.join(tmp, PARAMS_DIR), params)
+        checkpointer.save(paths.join(tmp, MODEL_DIRECTORY.params), params)
         checkpointer.wait_until_finished()
         write_model_files(tmp, config, tokenizer=tokenizer, task=task)
         for name, text in (extra_files or {}).items():
@@ -131,14 +128,14 @@ def _read_model_file(model_file: str) -> dict[str, Any]:
 def read_model_dir(directory: str) -> Pretrained:
     """A model directory as it is on disk (no resolving: a job reading back what it
     wrote itself, such as a fine-tune's WORKDIR/best)."""
-    meta = _read_model_file(paths.join(directory, MODEL_FILE))
-    return Pretrained(meta["config"], read_model_params(paths.join(directory, PARAMS_DIR)),
-                      meta["task"], directory)
+    meta = _read_model_file(paths.join(directory, MODEL_DIRECTORY.config))
+    params = read_model_params(paths.join(directory, MODEL_DIRECTORY.params))
+    return Pretrained(meta["config"], params, meta["task"], directory)
 
 
 def read_model_config(workdir: str) -> BertConfig:
     """The model config a pretraining workdir recorded (WORKDIR/model/bert_jax.json)."""
-    path = paths.join(paths.abspath(workdir), WORKDIR_MODEL_DIR, MODEL_FILE)
+    path = paths.join(paths.abspath(workdir), PRETRAINING_WORKDIR.model, MODEL_DIRECTORY.config)
     if not paths.exists(path):
         raise CheckpointError(workdir_state.no_model_message(workdir))
     return _read_model_file(path)["config"]
@@ -155,18 +152,19 @@ def load_pretrained_from_workdir(workdir: str) -> Pretrained:
     params.pop("generator", None)
     # A distilled run's projection to its teacher's width is the run's, not the model's.
     params.pop(matching.PROJECTION, None)
-    return Pretrained(config, to_unscanned(params), None, paths.join(workdir, WORKDIR_MODEL_DIR))
+    return Pretrained(config, to_unscanned(params), None,
+                      paths.join(workdir, PRETRAINING_WORKDIR.model))
 
 
 def best_model_dir(workdir: str) -> str:
     """A fine-tuning workdir's WORKDIR/best, or for several runs (seeds, a grid: see
     `finetune.selection`) the selected run's."""
-    results = paths.join(workdir, RESULTS_FILE)
-    if not paths.isdir(paths.join(workdir, BEST_DIR)) and paths.exists(results):
+    results = paths.join(workdir, FINETUNING_WORKDIR.results)
+    if not paths.isdir(paths.join(workdir, FINETUNING_WORKDIR.best)) and paths.exists(results):
         best_run = json.loads(paths.read_text(results)).get("best_run")
         if best_run is not None:
-            return paths.join(workdir, best_run, BEST_DIR)
-    path = paths.join(workdir, BEST_DIR)
+            return paths.join(workdir, best_run, FINETUNING_WORKDIR.best)
+    path = paths.join(workdir, FINETUNING_WORKDIR.best)
     if not paths.isdir(path):
         raise FileNotFoundError(workdir_state.no_model_message(workdir))
     return path
@@ -179,7 +177,7 @@ class ModelRef:
     """A model the user pointed at, resolved (`open_model`) and its config read; its
     parameters are read by `load`.
 
-    path: as the user gave it (messages name it). kind: `workdir_kind.MODEL` (a model
+    path: as the user gave it (messages name it). kind: `folders.MODEL` (a model
     directory, also a Hub model's converted one or a fine-tuning workdir's kept model),
     `PRETRAINING` (a pretraining workdir: its latest checkpoint) or `FINETUNING` (the
     kept model of that workdir). directory: the model directory or pretraining workdir
@@ -193,15 +191,15 @@ class ModelRef:
 
     @property
     def tokenizer_dir(self) -> str:
-        return (paths.join(self.directory, WORKDIR_MODEL_DIR)
-                if self.kind == workdir_kind.PRETRAINING else self.directory)
+        return (paths.join(self.directory, PRETRAINING_WORKDIR.model)
+                if self.kind == folders.PRETRAINING else self.directory)
 
     def load(self) -> Pretrained:
         """The parameters (numpy, unrolled layers) with the config, task and tokenizer."""
-        if self.kind == workdir_kind.PRETRAINING:
+        if self.kind == folders.PRETRAINING:
             model = load_pretrained_from_workdir(self.directory)
         else:
-            params = read_model_params(paths.join(self.directory, PARAMS_DIR))
+            params = read_model_params(paths.join(self.directory, MODEL_DIRECTORY.params))
             model = Pretrained(self.config, params, self.task, self.directory)
         check_finite(model.params, self.path)
         check_tokenizer(model, self.path)
@@ -215,16 +213,16 @@ def resolve_model_dir(path: str) -> tuple[str, str]:
     path = paths.abspath(local_path(path))
     if not paths.isdir(path):
         raise FileNotFoundError(workdir_state.no_model_message(path))
-    if paths.exists(paths.join(path, MODEL_FILE)):
-        return path, workdir_kind.MODEL
-    kind = workdir_kind.kind_of(path)
-    if kind in (workdir_kind.FINETUNING, workdir_kind.DISTILLATION):
+    if paths.exists(paths.join(path, MODEL_DIRECTORY.config)):
+        return path, folders.MODEL
+    kind = folders.kind_of(path)
+    if kind in (folders.FINETUNING, folders.DISTILLATION):
         best = best_model_dir(path)
         _note_running(path, f"{best[len(path) + 1:]}/")  # best/ or seed_N/best/
-        return best, workdir_kind.FINETUNING
-    if paths.isdir(paths.join(path, CHECKPOINTS_DIR)):
+        return best, folders.FINETUNING
+    if paths.isdir(paths.join(path, TRAINING_WORKDIR.checkpoints)):
         _note_running(path, "its latest checkpoint")
-        return path, workdir_kind.PRETRAINING
+        return path, folders.PRETRAINING
     raise FileNotFoundError(workdir_state.no_model_message(path))
 
 
@@ -242,11 +240,11 @@ def open_model(path: str | os.PathLike) -> ModelRef:
     config, checks that there are parameters to read, reads none of them."""
     path = str(path)
     directory, kind = resolve_model_dir(path)
-    if kind == workdir_kind.PRETRAINING:
+    if kind == folders.PRETRAINING:
         if not checkpoint.steps(directory):
             raise CheckpointError(workdir_state.no_model_message(directory))
         return ModelRef(path, kind, directory, read_model_config(directory), None)
-    meta = _read_model_file(paths.join(directory, MODEL_FILE))
+    meta = _read_model_file(paths.join(directory, MODEL_DIRECTORY.config))
     return ModelRef(path, kind, directory, meta["config"], meta["task"])
 
 
@@ -281,7 +279,7 @@ def check_tokenizer(model: Pretrained, source: str) -> None:
         return
     tokenizer = load_tokenizer(directory)
     check_inputs_fit(model.config, source, vocab_size=tokenizer.vocab_size)
-    model_file = paths.join(directory, MODEL_FILE)
+    model_file = paths.join(directory, MODEL_DIRECTORY.config)
     recorded = (json.loads(paths.read_text(model_file)).get("vocabulary")
                 if paths.isfile(model_file) else None)
     if recorded and tokenizer.fingerprint() != recorded:
@@ -303,7 +301,7 @@ def model_config(path: str) -> BertConfig:
 
     if hub.hub_name(path) is not None:
         hf_dir, converted = hub.fetch(str(path))
-        if not paths.exists(paths.join(converted, MODEL_FILE)):
+        if not paths.exists(paths.join(converted, MODEL_DIRECTORY.config)):
             return hf.hf_config(paths.join(hf_dir, "config.json"))[0]
     return open_model(path).config
 
@@ -358,7 +356,7 @@ def local_path(path: str | os.PathLike) -> str:
     if hub.hub_name(path) is None:
         return str(path)
     hf_dir, converted = hub.fetch(str(path))
-    if not paths.exists(paths.join(converted, MODEL_FILE)):
+    if not paths.exists(paths.join(converted, MODEL_DIRECTORY.config)):
         convert_hf_dir(hf_dir, converted, overwrite=True)
     return converted
 

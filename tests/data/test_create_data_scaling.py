@@ -17,9 +17,10 @@ import numpy as np
 import pytest
 
 from bert_jax import cli
-from bert_jax.data import corpus, example_proto, shard_parts
 from bert_jax.data import cli as data_cli
+from bert_jax.data import corpus, example_proto, shard_parts
 from bert_jax.data import create_pretraining_data as cpd
+from bert_jax.host import folders
 
 from helpers import REPO
 
@@ -106,7 +107,7 @@ def test_host_shards_assembled_equal_one_run(texts, tmp_path, capsys):
     summary = json.loads((hosts / "summary.json").read_text())
     assert summary == json.loads((tmp_path / "one" / "summary.json").read_text()) | {
         "output_files": summary["output_files"]}
-    assert not (hosts / cpd.PARTS_DIR).exists()
+    assert not (hosts / folders.DATA_FOLDER.parts).exists()
 
 
 def test_assemble_before_every_host_is_done_names_the_missing_files(texts, tmp_path, capsys):

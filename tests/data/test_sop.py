@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from bert_jax import cli
-from bert_jax.data import corpus, instances
 from bert_jax.data import cli as data_cli
+from bert_jax.data import corpus, instances
 from bert_jax.data.options import DataOptions
 from bert_jax.data.pipeline import make_pretrain_iterator
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
@@ -79,7 +79,8 @@ def batches(directory, sop, nsp=True):
 
 def test_create_data_writes_sentence_order_labels(record_sets):
     summary = json.loads(open(f"{record_sets['sop']}/summary.json").read())
-    assert summary["options"]["sentence_order_prediction"] is True
+    assert json.loads(open(f"{record_sets['sop']}/options.json").read())[
+        "sentence_order_prediction"] is True
     assert summary["random_next"] == 0 and 0.4 < summary["swapped_fraction"] < 0.6
     rows = read_records(glob.glob(f"{record_sets['sop']}/*.tfrecord"), 64, 8)
     assert (rows["next_sentence_labels"] == -1).all()  # absent: these are not NSP labels
@@ -106,7 +107,7 @@ def test_sop_without_pairs_is_refused(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_albert_pretrains_with_sentence_order_prediction(tmp_path, text_corpus):  # noqa: F811
-    from bert_jax.pretrain.inputs import DATA_OPTIONS_FILE
+    from bert_jax.host.folders import DATA_FOLDER, PRETRAINING_WORKDIR
     from bert_jax.pretrain.job import train_and_evaluate
     from bert_jax.weights import pretrained
     model = ("{'preset': 'albert-base-v2', 'num_hidden_layers': 2, 'hidden_size': 32, "
@@ -119,5 +120,5 @@ def test_albert_pretrains_with_sentence_order_prediction(tmp_path, text_corpus):
     assert np.isfinite(result["eval"]["nsp_loss"])
     params = pretrained.load_pretrained_from_workdir(str(tmp_path)).params
     assert "nsp" in params and sorted(params["bert"]["encoder"]) == ["group_0"]
-    with open(tmp_path / "data" / DATA_OPTIONS_FILE) as f:
+    with open(tmp_path / PRETRAINING_WORKDIR.data / DATA_FOLDER.record) as f:
         assert json.load(f)["sentence_order_prediction"] is True

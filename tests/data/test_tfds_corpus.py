@@ -11,6 +11,7 @@ from bert_jax import cli
 from bert_jax.data import create_pretraining_data as cpd
 from bert_jax.data import tfds_source
 from bert_jax.data.options import DataOptions
+from bert_jax.host import folders
 from bert_jax.tokenization import DEFAULT_VOCAB
 
 tfds = pytest.importorskip("tensorflow_datasets")
@@ -39,7 +40,8 @@ def test_a_corpus_by_name_becomes_records_and_hosts_split_it(mocked, tmp_path):
     two = str(tmp_path / "two")
     for host in (0, 1):  # each host its pieces, then one assembly
         cpd.create_pretraining_data([WIKI], cpd.shard_paths(two, 2), DEFAULT_VOCAB, OPTIONS,
-                                    progress=False, parts_dir=os.path.join(two, cpd.PARTS_DIR),
+                                    progress=False,
+                                    parts_dir=os.path.join(two, folders.DATA_FOLDER.parts),
                                     host_index=host, num_hosts=2)
     cpd.assemble(two, 2)
     assert shards(two) == shards(one)

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from bert_jax import cli
+from bert_jax.host import folders
 from bert_jax.models.config import BertConfig
 from bert_jax.models.encoder import BertModel
 from bert_jax.models.heads import ElectraForPreTraining
@@ -166,7 +167,7 @@ def test_trains_with_finite_losses_and_saves_both_networks(run):
     model = pretrained.load(workdir)  # the discriminator
     assert model.config.model_type == "electra" and set(model.params) == {"bert",
                                                                           "discriminator"}
-    generator = pretrained.load(os.path.join(workdir, electra.GENERATOR_DIR))
+    generator = pretrained.load(os.path.join(workdir, folders.PRETRAINING_WORKDIR.generator))
     assert set(generator.params) == {"bert", "mlm"} and generator.config.hidden_size == 16
     np.testing.assert_array_equal(
         generator.params["bert"]["embeddings"]["word_embeddings"]["embedding"],
@@ -178,10 +179,10 @@ def test_resumes_exactly(run, text_corpus, tmp_path, capsys):  # noqa: F811
     resumed = str(tmp_path / "resumed")
     shutil.copytree(straight, resumed)
     shutil.rmtree(os.path.join(resumed, "checkpoints", "4"))
-    shutil.rmtree(os.path.join(resumed, electra.GENERATOR_DIR))
+    shutil.rmtree(os.path.join(resumed, folders.PRETRAINING_WORKDIR.generator))
     train_and_evaluate(small_config(text_corpus), resumed)
     assert "resumed from step 2 of" in capsys.readouterr().err
-    for sub in ("", electra.GENERATOR_DIR):
+    for sub in ("", folders.PRETRAINING_WORKDIR.generator):
         jax.tree.map(np.testing.assert_array_equal,
                      pretrained.load(os.path.join(resumed, sub)).params,
                      pretrained.load(os.path.join(straight, sub)).params)
@@ -201,7 +202,7 @@ def test_generator_is_written_with_each_checkpoint(run):
     """WORKDIR/generator is the latest checkpoint's (a stop's too: the SIGTERM test), and
     its temporary copy is gone."""
     workdir, _ = run
-    generator = pretrained.load(os.path.join(workdir, electra.GENERATOR_DIR))
+    generator = pretrained.load(os.path.join(workdir, folders.PRETRAINING_WORKDIR.generator))
     assert_same_params(generator.params, checkpoint_generator(workdir, 4))
     assert [n for n in os.listdir(workdir) if n.startswith(".tmp-")] == []
 
@@ -230,12 +231,13 @@ def test_sigterm_checkpoints_both_networks_and_the_rerun_resumes_exactly(run, te
     assert stopped, stderr[-3000:]
     step = int(stopped.group(1))
     assert 1 <= step < 4 and checkpoint.steps(workdir)[-1] == step
-    assert_same_params(pretrained.load(os.path.join(workdir, electra.GENERATOR_DIR)).params,
+    generator = os.path.join(workdir, folders.PRETRAINING_WORKDIR.generator)
+    assert_same_params(pretrained.load(generator).params,
                        checkpoint_generator(workdir, step))
     rerun = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert f"resumed from step {step} " in rerun.stderr, rerun.stderr[-3000:]
-    for sub in ("", electra.GENERATOR_DIR):
+    for sub in ("", folders.PRETRAINING_WORKDIR.generator):
         assert_same_params(pretrained.load(os.path.join(workdir, sub)).params,
                            pretrained.load(os.path.join(straight, sub)).params)
     assert comparable_metrics(workdir) == comparable_metrics(straight)
@@ -280,7 +282,7 @@ def test_export_reads_the_discriminator(run, tmp_path):
 def test_generator_fine_tunes_with_a_fresh_pooler(run, tmp_path, caplog):
     """The generator is an encoder too (without pooler: the classifier's starts fresh)."""
     workdir, _ = run
-    generator = os.path.join(workdir, electra.GENERATOR_DIR)
+    generator = os.path.join(workdir, folders.PRETRAINING_WORKDIR.generator)
     assert cli.main(["finetune", "--config", os.path.join(REPO, "configs", "finetune.py")
                      + ":spam", "--init_from", generator, "--workdir", str(tmp_path / "ft"),
                      "--config.max_seq_length=32", "--config.global_batch_size=8",
@@ -314,8 +316,8 @@ def test_converts_to_transformers_with_equal_outputs(run, tmp_path):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     workdir, _ = run
-    for source, out in ((workdir, "disc"), (os.path.join(workdir, electra.GENERATOR_DIR),
-                                            "gen")):
+    generator = os.path.join(workdir, folders.PRETRAINING_WORKDIR.generator)
+    for source, out in ((workdir, "disc"), (generator, "gen")):
         assert cli.main(["convert", "--model", source, "--to_hf", str(tmp_path / out)]) == 0
     disc = pretrained.load(workdir)
     ids, mask, segments = _inputs(disc.config.vocab_size)
@@ -330,7 +332,7 @@ def test_converts_to_transformers_with_equal_outputs(run, tmp_path):
                                                          segments)
     np.testing.assert_allclose(np.asarray(logits)[real], expected[real], atol=2e-4, rtol=2e-4)
 
-    gen = pretrained.load(os.path.join(workdir, electra.GENERATOR_DIR))
+    gen = pretrained.load(os.path.join(workdir, folders.PRETRAINING_WORKDIR.generator))
     theirs = transformers.ElectraForMaskedLM.from_pretrained(str(tmp_path / "gen")).eval()
     with torch.no_grad():
         expected = theirs(**torch_args).logits.numpy()

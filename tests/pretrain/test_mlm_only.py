@@ -17,8 +17,8 @@ from bert_jax.data import instances
 from bert_jax.data.options import DataOptions
 from bert_jax.data.pipeline import make_pretrain_iterator
 from bert_jax.finetune import job, model_source
+from bert_jax.host.folders import DATA_FOLDER
 from bert_jax.models import heads
-from bert_jax.pretrain.inputs import DATA_OPTIONS_FILE
 from bert_jax.pretrain.job import train_and_evaluate
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
 from bert_jax.train.model_config import run_bert_config
@@ -71,7 +71,7 @@ def test_create_data_without_nsp(tmp_path):
                                       "--no_next_sentence_prediction", "--num_workers", "1",
                                       "--no_progress"]) == 0
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["options"]["next_sentence_prediction"] is False
+    assert json.loads((out / DATA_FOLDER.record).read_text())["next_sentence_prediction"] is False
     assert summary["random_next"] == 0 and summary["masked_tokens"] > 0
     rows = read_records(cpd.shard_paths(str(out), 1), 64)
     tok = load_tokenizer(DEFAULT_VOCAB)
@@ -166,7 +166,7 @@ def test_mlm_only_run_has_no_nsp_head_or_metrics(mlm_run):
     assert result["eval"]["loss"] == result["eval"]["mlm_loss"]
     with open(os.path.join(workdir, "metrics.jsonl")) as f:
         assert "nsp" not in f.read()
-    with open(os.path.join(workdir, "data", DATA_OPTIONS_FILE)) as f:
+    with open(os.path.join(workdir, "data", DATA_FOLDER.record)) as f:
         assert json.load(f)["next_sentence_prediction"] is False
     params = pretrained.load(workdir).params
     assert set(params) == {"bert", "mlm"} and "pooler" in params["bert"]

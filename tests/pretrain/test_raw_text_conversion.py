@@ -10,6 +10,7 @@ import pytest
 
 from bert_jax.data import example_maker
 from bert_jax.data.options import DataOptions
+from bert_jax.host import folders
 from bert_jax.pretrain import inputs
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
 
@@ -56,7 +57,7 @@ def test_a_stopped_conversion_resumes_from_its_parts(tmp_path, corpus_files, mon
     monkeypatch.setattr(example_maker, "convert_file", stopped_at_the_third)
     with pytest.raises(KeyboardInterrupt):
         convert(tmp_path / "run", corpus_files)
-    assert not os.path.exists(tmp_path / "run" / "data" / inputs.DATA_OPTIONS_FILE)
+    assert not os.path.exists(tmp_path / "run" / "data" / folders.DATA_FOLDER.record)
     monkeypatch.setattr(example_maker, "convert_file", lambda task: calls.append(task[0])
                         or real(task))
     assert contents(convert(tmp_path / "run", corpus_files)) == whole
@@ -102,7 +103,7 @@ def test_dupe_factor_is_a_key_of_the_conversion(tmp_path, corpus_files, monkeypa
     files = convert(tmp_path / "one", corpus_files, dupe_factor=1)
     folder = os.path.dirname(files[0])
     one = json.load(open(os.path.join(folder, "summary.json")))
-    assert json.load(open(os.path.join(folder, inputs.DATA_OPTIONS_FILE)))["dupe_factor"] == 1
+    assert json.load(open(os.path.join(folder, folders.DATA_FOLDER.record)))["dupe_factor"] == 1
     assert 0 < one["instances"] < five["instances"] / 3
 
 

@@ -181,25 +181,25 @@ CASES = {
         PRETRAIN + ["--config.input_files={records}/*.tfrecord", "--config.max_seq_length=48"],
         "/pretrain-00000-of-00002.tfrecord was written with max_seq_length 32 but the run asks "
         "for 48: set --config.max_seq_length=32, or recreate the data"),
-    "pretrain records of another vocabulary": (  # issue 44: summary.json's fingerprint
+    "pretrain records of another vocabulary": (  # issue 44: the data record's fingerprint
         PRETRAIN + ["--config.input_files={other_vocab_records}/*.tfrecord"],
         "the TFRecords in {other_vocab_records} were made with the vocabulary /elsewhere/vocab "
-        "(its summary.json), not this run's "),
-    # issue 44: the masking setup create-data recorded in summary.json
+        "(its options.json), not this run's "),
+    # issue 44: the masking setup create-data recorded in options.json
     "pretrain static records made without whole words": (
         PRETRAIN + ["--config.input_files={records}/*.tfrecord", "--config.dynamic_masking=False",
                     "--config.whole_word_masking=True"],
-        "the TFRecords in {records} were made with whole_word_masking False (its summary.json) "
+        "the TFRecords in {records} were made with whole_word_masking False (its options.json) "
         "but this run has whole_word_masking True: their static masks are as made"),
     "pretrain NSP records without NSP": (
         PRETRAIN + ["--config.input_files={records}/*.tfrecord",
                     "--config.next_sentence_prediction=False"],
         "the TFRecords in {records} were made with next_sentence_prediction True (its "
-        "summary.json) but this run has next_sentence_prediction False: "),
+        "options.json) but this run has next_sentence_prediction False: "),
     "pretrain NSP records with SOP": (
         PRETRAIN + ["--config.input_files={records}/*.tfrecord",
                     "--config.sentence_order_prediction=True"],
-        "were made with sentence_order_prediction False (its summary.json) but this run has "
+        "were made with sentence_order_prediction False (its options.json) but this run has "
         "sentence_order_prediction True"),
     # issue 44: input files told apart by content, not by name
     "pretrain TFRecords mixed with text": (
@@ -361,12 +361,12 @@ def paths(tmp_path_factory, text_corpus):
                      "--num_shards", "2", "--num_workers", "1", "--no_progress"]) == 0
     values["other_vocab_records"] = str(root / "other_vocab_records")
     shutil.copytree(values["records"], values["other_vocab_records"])
-    summary_path = os.path.join(values["other_vocab_records"], "summary.json")
-    with open(summary_path) as f:
-        summary = json.load(f)
-    assert summary["vocab_fingerprint"] == load_tokenizer(DEFAULT_VOCAB).fingerprint()
-    with open(summary_path, "w") as f:
-        json.dump({**summary, "vocab": "/elsewhere/vocab", "vocab_fingerprint": "0" * 64}, f)
+    record_path = os.path.join(values["other_vocab_records"], "options.json")
+    with open(record_path) as f:
+        record = json.load(f)
+    assert record["vocabulary"] == load_tokenizer(DEFAULT_VOCAB).fingerprint()
+    with open(record_path, "w") as f:
+        json.dump({**record, "tokenizer": "/elsewhere/vocab", "vocabulary": "0" * 64}, f)
     with open(glob.glob(text_corpus)[0], "rb") as f:
         packed = gzip.compress(f.read())
     (root / "truncated.txt.gz").write_bytes(packed[:len(packed) // 2])
@@ -534,7 +534,7 @@ def test_a_glob_catching_summary_json_reads_only_the_tfrecords(paths, caplog):
     files = inputs.input_files(config)
     assert [os.path.basename(f) for f in files] == ["pretrain-00000-of-00002.tfrecord",
                                                     "pretrain-00001-of-00002.tfrecord"]
-    assert "skipping 1 file(s) that are not TFRecords or text: summary.json" \
+    assert "skipping 2 file(s) that are not TFRecords or text: options.json, summary.json" \
         in caplog.text
 
 
@@ -561,14 +561,16 @@ def test_records_made_before_the_setup_was_recorded_train_with_one_warning(paths
     from bert_jax.train.config_loader import load_config
     old = str(tmp_path / "old")
     shutil.copytree(paths["records"], old)
-    with open(os.path.join(old, "summary.json")) as f:
-        summary = json.load(f)
-    with open(os.path.join(old, "summary.json"), "w") as f:
-        json.dump({k: v for k, v in summary.items() if k != "record_setup"}, f)
+    with open(os.path.join(old, "options.json")) as f:
+        record = json.load(f)
+    os.remove(os.path.join(old, "options.json"))
+    with open(os.path.join(old, "summary.json"), "w") as f:  # before the setup was recorded
+        json.dump({"instances": 10, "vocab": record["tokenizer"],
+                   "vocab_fingerprint": record["vocabulary"]}, f)
     files = sorted(glob.glob(os.path.join(old, "*.tfrecord")))
     config = load_config(os.path.join(REPO, "configs", "pretrain.py") + ":tiny",
                          ["dynamic_masking=False", "whole_word_masking=True"])
-    inputs.check_records_made_for(files, DEFAULT_VOCAB, summary["vocab_fingerprint"],
+    inputs.check_records_made_for(files, DEFAULT_VOCAB, record["vocabulary"],
                                   DataOptions.from_config(config))
     warned = [r.getMessage() for r in caplog.records if "cannot be checked" in r.getMessage()]
     assert len(warned) == 1 and old in warned[0], caplog.text
@@ -677,7 +679,7 @@ def test_create_data_rerun_with_fewer_shards_removes_the_earlier_ones(paths, tmp
         assert cli.main(["create-data", "--input", paths["texts"], "--output", out,
                          "--num_shards", shards, "--num_workers", "1", "--no_progress"]) == 0
     assert "removed 3 shard(s) of an earlier run" in capsys.readouterr().err
-    assert sorted(os.listdir(out)) == ["pretrain-00000-of-00002.tfrecord",
+    assert sorted(os.listdir(out)) == ["options.json", "pretrain-00000-of-00002.tfrecord",
                                        "pretrain-00001-of-00002.tfrecord", "summary.json"]
 
 

@@ -27,7 +27,7 @@ import pytest
 from bert_jax import cli
 from bert_jax.errors import UserError
 from bert_jax.finetune import inference, tasks
-from bert_jax.host import library_log, workdir_kind
+from bert_jax.host import folders, library_log
 from bert_jax.host.workdir_lock import LOCK_FILE
 from bert_jax.models.config import BertConfig
 from bert_jax.train import checkpoint
@@ -44,7 +44,7 @@ def make_workdir(path, kind=None, steps=(), files=(), running=False):
     files, and with `running` a live lock (this test's own process)."""
     os.makedirs(path, exist_ok=True)
     if kind is not None:
-        (path / workdir_kind.JOB_FILE).write_text(json.dumps({"kind": kind}))
+        (path / folders.JOB_FILE).write_text(json.dumps({"kind": kind}))
     for step in steps:
         os.makedirs(path / "checkpoints" / str(step))
     for name in files:
@@ -65,23 +65,23 @@ def run_cli(args, capsys):
 
 FOLDERS = {
     "interrupted fine-tune": (
-        dict(kind=workdir_kind.FINETUNING, steps=(2, 4)),
+        dict(kind=folders.FINETUNING, steps=(2, 4)),
         "{w} is a fine-tuning run interrupted at step 4, before it kept a model; rerun the "
         "same `bert-jax finetune --workdir {w}` command to finish it (it resumes from step 4)"),
     "fine-tune stopped before a checkpoint": (
-        dict(kind=workdir_kind.FINETUNING, files=("metrics.jsonl",)),
+        dict(kind=folders.FINETUNING, files=("metrics.jsonl",)),
         "{w} is a fine-tuning run interrupted before its first checkpoint, before it kept a "
         "model; rerun the same `bert-jax finetune --workdir {w}` command to finish it"),
     "running fine-tune": (
-        dict(kind=workdir_kind.FINETUNING, steps=(2,), running=True),
+        dict(kind=folders.FINETUNING, steps=(2,), running=True),
         "{w} is a fine-tuning run still in progress (host " + socket.gethostname() +
         ", pid " + str(os.getpid()) + ", bert-jax finetune started 2026-11-29T01:00:00Z) "
         "that has no model to read yet; wait: it keeps a model at its first evaluation"),
     "pretraining workdir without its model files": (
-        dict(kind=workdir_kind.PRETRAINING, steps=(10,)),
+        dict(kind=folders.PRETRAINING, steps=(10,)),
         "{w} is a pretraining workdir whose model files (model/bert_jax.json) are missing"),
     "pretraining stopped before a checkpoint": (
-        dict(kind=workdir_kind.PRETRAINING, files=("model/bert_jax.json",)),
+        dict(kind=folders.PRETRAINING, files=("model/bert_jax.json",)),
         "{w} is a pretraining run interrupted before its first checkpoint, before it kept a "
         "model; rerun the same `bert-jax pretrain --workdir {w}` command"),
     "create-data output": (
@@ -113,7 +113,7 @@ def test_a_folder_without_a_model_is_named_with_the_next_step(case, command, tmp
 
 
 def test_a_running_fine_tune_is_read_with_a_note(tmp_path, caplog):
-    workdir = make_workdir(tmp_path / "w", kind=workdir_kind.FINETUNING, running=True)
+    workdir = make_workdir(tmp_path / "w", kind=folders.FINETUNING, running=True)
     pretrained.write_model_files(os.path.join(workdir, "best"), BertConfig(
         vocab_size=32, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
         intermediate_size=16))

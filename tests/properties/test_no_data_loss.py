@@ -10,7 +10,7 @@ import os
 import pytest
 
 from bert_jax.errors import UserError
-from bert_jax.host import workdir_kind, workdir_lock
+from bert_jax.host import folders, workdir_lock
 from bert_jax.host.atomic import atomic_directory
 
 
@@ -29,7 +29,7 @@ def make(root, *names):
 
 
 def test_older_workdirs_get_their_kind_from_what_they_hold(tmp_path):
-    kind_of = workdir_kind.kind_of
+    kind_of = folders.kind_of
     assert kind_of(str(tmp_path / "absent")) is None
     assert kind_of(make(tmp_path / "empty")) is None
     assert kind_of(make(tmp_path / "pre", "model/bert_jax.json", "checkpoints/20/",
@@ -40,10 +40,10 @@ def test_older_workdirs_get_their_kind_from_what_they_hold(tmp_path):
     assert kind_of(make(tmp_path / "m", "bert_jax.json", "params/")) == "model"
     data = make(tmp_path / "data", "summary.json", "pretrain-00000-of-00001.tfrecord")
     assert kind_of(data) == "create-data"
-    for kind in (workdir_kind.PRETRAINING, workdir_kind.FINETUNING):  # no run writes there
+    for kind in (folders.PRETRAINING, folders.FINETUNING):  # no run writes there
         with pytest.raises(UserError, match="holds a create-data run"):
-            workdir_kind.check_kind(data, kind)
-    workdir_kind.check_kind(data, workdir_kind.DATA)  # create-data may write it again
+            folders.check_kind(data, kind)
+    folders.check_kind(data, folders.DATA)  # create-data may write it again
     # Interrupted before the first result: the checkpoint's run config says which.
     ft = make(tmp_path / "ft_ckpt", "checkpoints/4/meta/metadata", "metrics.jsonl")
     with open(os.path.join(ft, "checkpoints/4/meta/metadata"), "w") as f:
@@ -57,27 +57,27 @@ def test_older_workdirs_get_their_kind_from_what_they_hold(tmp_path):
 
 def test_the_marker_decides_and_a_run_that_wrote_nothing_leaves_nothing(tmp_path):
     workdir = str(tmp_path / "w")
-    with workdir_lock.hold(workdir, "bert-jax finetune", kind=workdir_kind.FINETUNING):
+    with workdir_lock.hold(workdir, "bert-jax finetune", kind=folders.FINETUNING):
         pass
     assert not os.path.exists(workdir)  # made by the lock, nothing written: removed
-    with workdir_lock.hold(workdir, "bert-jax finetune", kind=workdir_kind.FINETUNING):
+    with workdir_lock.hold(workdir, "bert-jax finetune", kind=folders.FINETUNING):
         make(workdir, "metrics.jsonl")
-    assert json.load(open(os.path.join(workdir, workdir_kind.JOB_FILE)))["kind"] == "fine-tuning"
+    assert json.load(open(os.path.join(workdir, folders.JOB_FILE)))["kind"] == "fine-tuning"
     with pytest.raises(UserError, match="holds a fine-tuning run .bert-jax finetune."):
-        workdir_lock.hold(workdir, "bert-jax distill", kind=workdir_kind.DISTILLATION)
+        workdir_lock.hold(workdir, "bert-jax distill", kind=folders.DISTILLATION)
     with pytest.raises(UserError, match="holds a fine-tuning run"):
-        workdir_lock.hold(workdir, "bert-jax pretrain", kind=workdir_kind.PRETRAINING)
+        workdir_lock.hold(workdir, "bert-jax pretrain", kind=folders.PRETRAINING)
     with pytest.raises(UserError, match="is also --init_from"):
-        workdir_lock.hold(workdir, "bert-jax finetune", kind=workdir_kind.FINETUNING,
+        workdir_lock.hold(workdir, "bert-jax finetune", kind=folders.FINETUNING,
                           inputs={"--init_from": workdir + "/"})
-    assert sorted(os.listdir(workdir)) == [workdir_kind.JOB_FILE, "metrics.jsonl"]
+    assert sorted(os.listdir(workdir)) == [folders.JOB_FILE, "metrics.jsonl"]
 
 
 def test_a_run_that_fails_before_writing_leaves_an_older_workdir_as_it_was(tmp_path):
     workdir = make(tmp_path / "pre", "model/bert_jax.json", "metrics.jsonl")  # no marker
     with pytest.raises(RuntimeError):
-        with workdir_lock.hold(workdir, "bert-jax pretrain", kind=workdir_kind.PRETRAINING):
-            assert os.path.exists(os.path.join(workdir, workdir_kind.JOB_FILE))
+        with workdir_lock.hold(workdir, "bert-jax pretrain", kind=folders.PRETRAINING):
+            assert os.path.exists(os.path.join(workdir, folders.JOB_FILE))
             raise RuntimeError("a bad config")
     assert sorted(os.listdir(workdir)) == ["metrics.jsonl", "model"]
 
@@ -93,13 +93,13 @@ def test_overwriting_a_training_workdir_is_refused(tmp_path):
 def test_an_earlier_runs_results_are_moved_aside_not_deleted(tmp_path):
     workdir = make(tmp_path / "ft", "best/bert_jax.json", "eval_results.json", "checkpoints/",
                    "keep.txt")
-    aside = workdir_kind.set_aside(workdir, ["best", "eval_results.json", "checkpoints",
+    aside = folders.set_aside(workdir, ["best", "eval_results.json", "checkpoints",
                                              "predictions"])
     assert os.path.dirname(aside) == os.path.join(workdir, "previous")
     assert sorted(os.listdir(aside)) == ["best", "eval_results.json"]  # empty folders stay
     assert os.path.exists(os.path.join(aside, "best", "bert_jax.json"))
     assert sorted(os.listdir(workdir)) == ["checkpoints", "keep.txt", "previous"]
-    assert workdir_kind.set_aside(workdir, ["best"]) is None
+    assert folders.set_aside(workdir, ["best"]) is None
 
 
 def visible_files(directory):
@@ -139,7 +139,7 @@ def test_create_data_killed_mid_run_leaves_no_shard_and_keeps_the_earlier_run(tm
     from bert_jax import cli
     assert cli.main(args) == 0
     before = visible_files(out)
-    assert sorted(before) == ["pretrain-00000-of-00002.tfrecord",
+    assert sorted(before) == ["options.json", "pretrain-00000-of-00002.tfrecord",
                               "pretrain-00001-of-00002.tfrecord", "summary.json"]
     assert run().returncode == 137
     after = visible_files(out)

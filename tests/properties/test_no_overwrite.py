@@ -189,7 +189,8 @@ def test_a_folder_output_may_not_hold_a_file_input(tmp_path):
                          None)
 
 
-@pytest.mark.parametrize("name", ["pretrain-00000-of-00001.tfrecord", "summary.json"])
+@pytest.mark.parametrize("name", ["pretrain-00000-of-00001.tfrecord", "summary.json",
+                                  "options.json"])
 def test_create_data_refuses_an_input_it_would_replace(tmp_path, capsys, name):
     """A text input in the output folder under a name create-data writes or removes there
     (a shard's, the summary's) would be read and then lost: refused, the file unchanged."""

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from bert_jax.errors import CheckpointError
+from bert_jax.host import folders
 from bert_jax.models import layer_layout
 from bert_jax.tokenization import load_tokenizer
 from bert_jax.train import checkpoint
@@ -89,7 +90,7 @@ def test_workdir_loads_as_a_pretrained_model(tmp_path):
     vocab = tmp_path.parent / f"{tmp_path.name}-vocab.txt"  # as many tokens as embeddings
     vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
                                + [f"w{i}" for i in range(CONFIG.vocab_size - 5)]) + "\n")
-    pretrained.write_model_files(str(tmp_path / pretrained.WORKDIR_MODEL_DIR), CONFIG,
+    pretrained.write_model_files(str(tmp_path / folders.PRETRAINING_WORKDIR.model), CONFIG,
                                  tokenizer=load_tokenizer(str(vocab)))
     with checkpoint.Checkpointer(str(tmp_path)) as ckpt:
         ckpt.save(3, state, {"pipeline": None})

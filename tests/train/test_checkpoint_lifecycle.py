@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from bert_jax import cli
+from bert_jax.host import folders
 from bert_jax.train import checkpoint
 
 from helpers import REPO
@@ -32,7 +33,8 @@ def pretrain(workdir, input_files, *overrides):
 
 def params_at(workdir, step=None):
     step = step if step is not None else checkpoint.steps(str(workdir))[-1]
-    return checkpoint.read_params(os.path.join(workdir, checkpoint.CHECKPOINTS_DIR, str(step)))
+    return checkpoint.read_params(os.path.join(workdir, folders.TRAINING_WORKDIR.checkpoints,
+                                               str(step)))
 
 
 def logged_steps(workdir):

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from bert_jax.finetune import inference
-from bert_jax.host import workdir_kind
+from bert_jax.host import folders
 from bert_jax.pretrain.job import train_and_evaluate
 from bert_jax.train import checkpoint
 from bert_jax.train.config_loader import load_config
@@ -56,12 +56,12 @@ def assert_trees_equal(got, want, atol=0.0):
 
 def test_every_kind_of_folder_opens_as_a_model(release):
     workdir = pretrained.open_model("pretrain")
-    assert workdir.kind == workdir_kind.PRETRAINING
+    assert workdir.kind == folders.PRETRAINING
     assert workdir.config.hidden_size == 16 and workdir.task is None
     assert_trees_equal(workdir.load().params,
                        checkpoint.read_params(os.path.abspath("pretrain/checkpoints/4")))
     finetuned = pretrained.open_model("finetune")
-    assert finetuned.kind == workdir_kind.FINETUNING
+    assert finetuned.kind == folders.FINETUNING
     assert finetuned.directory == os.path.abspath("finetune/best")
     assert finetuned.task["name"] == "csv"
     assert_trees_equal(finetuned.load().params, pretrained.load("finetune/best").params)

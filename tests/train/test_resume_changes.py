@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from bert_jax.finetune import job
+from bert_jax.host import folders
 from bert_jax.train import checkpoint, preemption
 from bert_jax.weights import pretrained
 
@@ -58,7 +59,7 @@ def resume(stopped, name, *changes):
     with open(os.path.join(copy, "metrics.jsonl")) as f:
         rates = {r["step"]: r["train/learning_rate"] for r in map(json.loads, f)
                  if "train/learning_rate" in r}
-    return pretrained.load(os.path.join(copy, pretrained.BEST_DIR)).params, rates
+    return pretrained.load(os.path.join(copy, folders.FINETUNING_WORKDIR.best)).params, rates
 
 
 def largest_change(a, b) -> float:

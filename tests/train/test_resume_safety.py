@@ -216,7 +216,8 @@ def test_enospc_during_a_save_leaves_the_previous_one_and_resumes(tmp_path, text
 def test_converted_text_records_its_options_and_is_rebuilt_when_they_change(
         tmp_path, text_corpus):
     from bert_jax.data.options import DataOptions
-    from bert_jax.pretrain.inputs import DATA_OPTIONS_FILE, input_files, prepare_input_files
+    from bert_jax.host.folders import DATA_FOLDER
+    from bert_jax.pretrain.inputs import input_files, prepare_input_files
     from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
     vocabulary = load_tokenizer(DEFAULT_VOCAB).fingerprint()
 
@@ -225,7 +226,7 @@ def test_converted_text_records_its_options_and_is_rebuilt_when_they_change(
         files = prepare_input_files(config, DataOptions.from_config(config), input_files(config),
                                     str(tmp_path), DEFAULT_VOCAB, vocabulary, process_index=0,
                                     process_count=1)
-        options = json.load(open(os.path.join(os.path.dirname(files[0]), DATA_OPTIONS_FILE)))
+        options = json.load(open(os.path.join(os.path.dirname(files[0]), DATA_FOLDER.record)))
         return options, os.stat(files[0]).st_mtime_ns
 
     options, made = convert()
@@ -234,7 +235,7 @@ def test_converted_text_records_its_options_and_is_rebuilt_when_they_change(
     rebuilt, _ = convert(max_seq_length=48)
     assert rebuilt["max_seq_length"] == 48
     assert sorted(os.listdir(tmp_path / "data")) == sorted(
-        [DATA_OPTIONS_FILE, "summary.json"]
+        [DATA_FOLDER.record, "summary.json"]
         + [f"pretrain-{i:05d}-of-00008.tfrecord" for i in range(8)])
 
 

@@ -16,6 +16,7 @@ from bert_jax.finetune.tasks import glue_files
 from bert_jax.finetune.tasks.base import register
 from bert_jax.finetune.tasks.classification import ClassificationTask
 from bert_jax.host import paths
+from bert_jax.host.folders import FINETUNING_WORKDIR
 
 _NLI3 = ["entailment", "neutral", "contradiction"]
 _NLI2 = ["entailment", "not_entailment"]
@@ -97,7 +98,7 @@ class GlueTask(ClassificationTask):
 
     def write_test_predictions(self, records, split, workdir):
         """GLUE server format: `index<TAB>prediction`, sorted by index."""
-        path = paths.join(workdir, "glue_submission", self.glue.submissions[split])
+        path = paths.join(workdir, FINETUNING_WORKDIR.submissions, self.glue.submissions[split])
         paths.makedirs(paths.dirname(path))
         with paths.open(path, "w", encoding="utf-8") as f:
             f.write("index\tprediction\n")
