@@ -58,13 +58,12 @@ class Finetuning:
         schedule.check_finetuning_config(config)
         self.objective = objective or Objective()
         self.source = source or model_source.resolve_model(config)
-        self.task = tasks.get_task(config)
-        if config.packing and not self.task.supports_packing:  # before any data is read
-            raise UserError(f"task {self.task.name!r} does not support packing"
+        task = tasks.get_task(config)
+        if config.packing and not task.supports_packing:  # before any data is read
+            raise UserError(f"task {task.name!r} does not support packing"
                             + (" with a CRF" if config.crf else ""))
-        self.train_examples = self.task.load("train")
-        self.task.prepare(self.train_examples)
-        train_lengths = task_data.untruncated_lengths(self.task, self.train_examples,
+        self.training = task_data.TrainingSplit.read(task, lambda: tasks.get_task(self.config))
+        train_lengths = task_data.untruncated_lengths(task, self.training.examples,
                                                       self.source.tokenizer)
         self.config = task_data.resolve_max_seq_length(config, train_lengths,
                                                        self.source.config.max_positions)
@@ -82,8 +81,8 @@ class Finetuning:
         config = self.config
         key = seed if config.max_train_examples or config.max_eval_examples else None
         if key not in self._prepared:
-            self._prepared[key] = task_data.prepare(config, self.source, seed, self.task,
-                                                    self.train_examples,
+            self._prepared[key] = task_data.prepare(self.training, self.source,
+                                                    task_data.DataSettings.of(config), seed,
                                                     self.objective.wrap_model)
         return self._prepared[key]
 
@@ -103,7 +102,8 @@ class Finetuning:
                             f"--config.global_batch_size="
                             f"{inference.round_up(config.global_batch_size, multiple)}")
         data = self.prepared(int(config.seed))
-        plan = schedule.Plan.of(config, data, multiple)
+        plan = schedule.Plan.of(schedule.Batching.of(config), schedule.Optimization.of(config),
+                                data, multiple)
         run = checkpoint.run_description(config.to_dict(), self.source.config.to_dict(),
                                          self.source.tokenizer.fingerprint())
         job = lifecycle.Job(workdir, self.partitioner, keep=KEEP_CHECKPOINTS)
@@ -113,16 +113,17 @@ class Finetuning:
                                           plan.tx if frozen else plan.full_tx, shardings,
                                           self.partitioner, config.freeze if frozen else "",
                                           accum)
-        batches = schedule.EpochBatches(lambda epoch: schedule.train_batches(
-            data.task, data.train_features, config, epoch, int(config.seed), multiple,
-            plan.rows_per_batch), plan.num_epochs, skip=int(state.step))
+        batches = schedule.EpochBatches(lambda epoch: plan.train_batches(
+            data.task, data.train_features, epoch, int(config.seed)), plan.num_epochs,
+            skip=int(state.step))
         loop = job.loop(
             config, state, step_fn, self.partitioner.shard_full_batch, num_steps=plan.num_steps,
             schedule=plan.schedule, warmup_key="warmup_proportion",
             step_args=() if self.objective.extra is None else (self.objective.extra,),
             counted=("examples",))
         epoch_end = lambda loop: batches.epoch_ended or loop.is_last
-        unfreeze = schedule.unfreezer(config, data, plan, self.objective, self.partitioner)
+        unfreeze = schedule.unfreezer(data, plan, self.objective, self.partitioner,
+                                      config.rng_impl)
         keep = keeping.keeper(config, workdir, data, eval_fn, batches, kept, plan, self.source,
                               self.partitioner, self.objective.unsaved)
         actions = [train_loop.Every(0, unfreeze, at_end=False,

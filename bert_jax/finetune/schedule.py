@@ -36,23 +36,54 @@ def check_finetuning_config(config) -> None:
                         f"grad_accum_steps {config.grad_accum_steps}")
 
 
-def train_batches(task, features, config, epoch: int, seed: int, multiple: int,
-                  rows_per_batch: int):
-    batch_seed = seed * 1000 + epoch
-    if config.packing:
-        return packing.packed_batches(features, rows_per_batch, config.max_seq_length,
-                                      config.max_examples_per_row, task.sequence_keys,
-                                      shuffle_seed=batch_seed)
-    return packing.padded_batches(features, round_up(config.global_batch_size, multiple),
-                                  config.max_seq_length, task.sequence_keys,
-                                  bucketing=config.length_bucketing, shuffle_seed=batch_seed)
+def _of_config(cls, config):
+    """An options object of `cls` with the values of the config keys its fields name."""
+    return cls(**{field.name: config[field.name] for field in dataclasses.fields(cls)})
+
+
+@dataclasses.dataclass(frozen=True)
+class Batching:
+    """How a run's training batches are made: the config keys of the same names."""
+
+    global_batch_size: int
+    grad_accum_steps: int
+    max_seq_length: int
+    packing: bool
+    max_examples_per_row: int
+    length_bucketing: bool
+
+    @classmethod
+    def of(cls, config) -> "Batching":
+        return _of_config(cls, config)
+
+
+@dataclasses.dataclass(frozen=True)
+class Optimization:
+    """What a run trains, how and for how long: the config keys of the same names."""
+
+    num_train_epochs: float
+    learning_rate: float
+    warmup_proportion: float
+    optimizer: str
+    weight_decay: float
+    max_grad_norm: float
+    freeze: str
+    freeze_steps: int
+    freeze_epochs: float
+
+    @classmethod
+    def of(cls, config) -> "Optimization":
+        return _of_config(cls, config)
 
 
 @dataclasses.dataclass
 class Plan:
-    """A run's schedule: steps, epochs, the optimizer (and its frozen form) and the
-    learning rate at each update count."""
+    """A run's schedule: steps, epochs, the optimizer (and its frozen form), the
+    learning rate at each update count, and its training batches (`train_batches`)."""
 
+    batching: Batching
+    optimization: Optimization
+    multiple: int  # the batch rows' multiple: batch shards x accumulated micro-batches
     steps_per_epoch: int
     num_steps: int
     num_epochs: int
@@ -65,38 +96,55 @@ class Plan:
     hyperparams: dict  # what the optimizer state holds (`optim.set_hyperparams`)
 
     @classmethod
-    def of(cls, config, data, multiple: int) -> "Plan":
-        rows_per_batch = 0
-        if config.packing:
+    def of(cls, batching: Batching, optimization: Optimization, data,
+           multiple: int) -> "Plan":
+        rows_per_batch, opt = 0, optimization
+        if batching.packing:
             per_row, rows_per_batch = packing.packed_plan(
-                data.train_features, config.max_seq_length, config.max_examples_per_row,
-                config.global_batch_size, multiple)
+                data.train_features, batching.max_seq_length, batching.max_examples_per_row,
+                batching.global_batch_size, multiple)
             steps_per_epoch = math.ceil(len(data.train_features) / per_row / rows_per_batch)
         else:
             steps_per_epoch = math.ceil(len(data.train_features)
-                                        / round_up(config.global_batch_size, multiple))
-        num_steps = max(1, int(config.num_train_epochs * steps_per_epoch))
-        hyperparams = dict(learning_rate=config.learning_rate, num_train_steps=num_steps,
-                           warmup_steps=int(config.warmup_proportion * num_steps))
+                                        / round_up(batching.global_batch_size, multiple))
+        num_steps = max(1, int(opt.num_train_epochs * steps_per_epoch))
+        hyperparams = dict(learning_rate=opt.learning_rate, num_train_steps=num_steps,
+                           warmup_steps=int(opt.warmup_proportion * num_steps))
         full_tx, schedule = optim.make_optimizer(
-            **hyperparams, optimizer=config.optimizer, weight_decay=config.weight_decay,
-            max_grad_norm=config.max_grad_norm, injected=True)
+            **hyperparams, optimizer=opt.optimizer, weight_decay=opt.weight_decay,
+            max_grad_norm=opt.max_grad_norm, injected=True)
         dummy = jnp.ones((1, 8), jnp.int32)
         init_fn = lambda key: data.model.init({"params": key, "dropout": key}, dummy, dummy,
                                               dummy)["params"]
-        frozen_steps = count_frozen_steps(config, steps_per_epoch, num_steps)
+        frozen_steps = count_frozen_steps(opt, steps_per_epoch, num_steps)
         tx = full_tx
         if frozen_steps:
             shapes = nn.unbox(jax.eval_shape(init_fn, jax.random.key(0)))
-            tx = optim.freeze(full_tx, optim.frozen_mask(shapes, config.freeze))
-        return cls(steps_per_epoch, num_steps, math.ceil(config.num_train_epochs),
-                   rows_per_batch, frozen_steps, full_tx, tx, schedule, init_fn, hyperparams)
+            tx = optim.freeze(full_tx, optim.frozen_mask(shapes, opt.freeze))
+        return cls(batching, opt, multiple, steps_per_epoch, num_steps,
+                   math.ceil(opt.num_train_epochs), rows_per_batch, frozen_steps, full_tx, tx,
+                   schedule, init_fn, hyperparams)
 
     def frozen_at(self, step: int) -> bool:
         """Whether the state after `step` steps has the frozen optimizer state (the
         unfreezing follows step `frozen_steps`, unless that is the last)."""
         return bool(self.frozen_steps) and (step < self.frozen_steps
                                             or self.frozen_steps >= self.num_steps)
+
+    def train_batches(self, task, features, epoch: int, seed: int):
+        """The batches of `features` in `epoch` of a run of `seed`: padded (or bucketed)
+        rows, or packed ones."""
+        batching, batch_seed = self.batching, seed * 1000 + epoch
+        if batching.packing:
+            return packing.packed_batches(features, self.rows_per_batch,
+                                          batching.max_seq_length,
+                                          batching.max_examples_per_row, task.sequence_keys,
+                                          shuffle_seed=batch_seed)
+        return packing.padded_batches(features, round_up(batching.global_batch_size,
+                                                         self.multiple),
+                                      batching.max_seq_length, task.sequence_keys,
+                                      bucketing=batching.length_bucketing,
+                                      shuffle_seed=batch_seed)
 
 
 class EpochBatches:
@@ -128,16 +176,18 @@ class EpochBatches:
         return batch
 
 
-def count_frozen_steps(config, steps_per_epoch: int, num_steps: int) -> int:
-    """For how many steps `config.freeze` holds: `freeze_steps`, `freeze_epochs` epochs,
-    or the whole run when neither is set; 0 without patterns."""
-    if not config.freeze:
+def count_frozen_steps(optimization: Optimization, steps_per_epoch: int,
+                       num_steps: int) -> int:
+    """For how many steps `optimization.freeze` holds: `freeze_steps`, `freeze_epochs`
+    epochs, or the whole run when neither is set; 0 without patterns."""
+    opt = optimization
+    if not opt.freeze:
         return 0
-    if config.freeze_steps and config.freeze_epochs:
+    if opt.freeze_steps and opt.freeze_epochs:
         raise UserError("set freeze_steps or freeze_epochs, not both")
-    if config.freeze_epochs:
-        return min(num_steps, math.ceil(config.freeze_epochs * steps_per_epoch))
-    return min(num_steps, config.freeze_steps) if config.freeze_steps else num_steps
+    if opt.freeze_epochs:
+        return min(num_steps, math.ceil(opt.freeze_epochs * steps_per_epoch))
+    return min(num_steps, opt.freeze_steps) if opt.freeze_steps else num_steps
 
 
 def unfreeze(state, full_tx, init_fn, partitioner, rng_impl):
@@ -149,15 +199,16 @@ def unfreeze(state, full_tx, init_fn, partitioner, rng_impl):
     return state.replace(opt_state=opt_state), shardings
 
 
-def unfreezer(config, data, plan: Plan, objective, partitioner):
-    """The action that ends `config.freeze`'s hold: every parameter of `data`'s model
-    trains on, with the train step of `objective` compiled for the full optimizer."""
+def unfreezer(data, plan: Plan, objective, partitioner, rng_impl: str):
+    """The action that ends the hold of `plan`'s `freeze` patterns: every parameter of
+    `data`'s model trains on, with the train step of `objective` compiled for the full
+    optimizer."""
     def end_freezing(loop):
         if loop.step >= loop.num_steps:
             return
         loop.state, shardings = unfreeze(
-            loop.state, plan.full_tx, plan.init_fn, partitioner, config.rng_impl)
+            loop.state, plan.full_tx, plan.init_fn, partitioner, rng_impl)
         loop.step_fn, _ = compiled_steps(data, objective, plan.full_tx, shardings, partitioner,
-                                         "", config.grad_accum_steps)
-        loop.writer.message(f"step {loop.step}: unfreezing {config.freeze}")
+                                         "", plan.batching.grad_accum_steps)
+        loop.writer.message(f"step {loop.step}: unfreezing {plan.optimization.freeze}")
     return end_freezing

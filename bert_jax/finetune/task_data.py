@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any
+from typing import Any, Callable
 
 import flax.linen as nn
 import numpy as np
 
 from bert_jax.data import lengths
 from bert_jax.errors import UserError
-from bert_jax.finetune import tasks
 from bert_jax.host import paths
 from bert_jax.tokenization import chars
 from bert_jax.tokenization.base import uncovered_text_warning
@@ -37,37 +36,76 @@ class TaskData:
     compiled: dict = dataclasses.field(default_factory=dict)
 
 
-def prepare(config, source, seed: int, task, train_examples: list,
+@dataclasses.dataclass(frozen=True)
+class DataSettings:
+    """What reading and featurizing a task's data takes from the run config: the keys of
+    the same names."""
+
+    max_seq_length: int
+    max_train_examples: int
+    max_eval_examples: int
+    train_file: str
+    validation_file: str
+
+    @classmethod
+    def of(cls, config) -> "DataSettings":
+        return cls(**{field.name: config[field.name] for field in dataclasses.fields(cls)})
+
+
+@dataclasses.dataclass
+class TrainingSplit:
+    """A task's training split, read once (`read`), with the task prepared on all of it;
+    `new_task` builds another task of the run, for a subset, which reads its own labels."""
+
+    task: Any
+    examples: list
+    new_task: Callable[[], Any]
+
+    @classmethod
+    def read(cls, task, new_task: Callable[[], Any]) -> "TrainingSplit":
+        examples = task.load("train")
+        task.prepare(examples)
+        return cls(task, examples, new_task)
+
+    def subset(self, limit: int, seed: int) -> tuple[Any, list]:
+        """(task, examples): `limit` examples drawn with `seed` (0: all of them) and the
+        task prepared on them (the split's own for all of them)."""
+        examples = subsample(self.examples, limit, seed)
+        if examples is self.examples:
+            return self.task, examples
+        task = self.new_task()
+        task.prepare(examples)
+        return task, examples
+
+
+def prepare(split: TrainingSplit, source, settings: DataSettings, seed: int,
             wrap_model=None) -> TaskData:
-    """The task's data featurized with `source.tokenizer`: `train_examples` (the training
-    split, read once by the job, with `task` prepared on them) and the eval examples,
-    subsampled with `seed` when `max_train_examples`/`max_eval_examples` say so (a
-    training subset gets a task of its own, prepared on it); with the task's model on
-    `source.config` (wrapped by `wrap_model` if given). Reads and checks the test splits'
-    labels now, and warns about data that would teach nothing measurable."""
+    """The task's data featurized with `source.tokenizer`: the training `split` and the
+    eval examples, subsampled with `seed` when `settings.max_train_examples` /
+    `max_eval_examples` say so; with the task's model on `source.config` (wrapped by
+    `wrap_model` if given). Reads and checks the test splits' labels now, and warns about
+    data that would teach nothing measurable."""
     tokenizer = source.tokenizer
-    subset = subsample(train_examples, config.max_train_examples, seed)
-    if subset is not train_examples:  # its labels may differ from the whole split's
-        task = tasks.get_task(config)
-        task.prepare(subset)
-    train_features = task.featurize(subset, tokenizer, config.max_seq_length, training=True)
+    task, examples = split.subset(settings.max_train_examples, seed)
+    train_features = task.featurize(examples, tokenizer, settings.max_seq_length,
+                                    training=True)
     if not train_features:
         raise UserError(f"task {task.name!r}: no training features")
     _warn_if_uncovered(tokenizer, train_features, f"task {task.name!r}'s training data",
-                       subset)
-    warn_if_degenerate(config, task)
+                       examples)
+    warn_if_degenerate(task, settings.train_file, settings.validation_file)
     test_sets = {}
-    for split in task.test_splits:  # predicted after training; a bad file fails now
-        test_sets[split] = task.load(split)
+    for name in task.test_splits:  # predicted after training; a bad file fails now
+        test_sets[name] = task.load(name)
         try:
-            task.check_labels(test_sets[split])
+            task.check_labels(test_sets[name])
         except ValueError as e:
-            raise UserError(f"the {split} split: {e}") from e
+            raise UserError(f"the {name} split: {e}") from e
     model = task.model(source.config)
     if wrap_model is not None:
         model = wrap_model(model)
-    eval_sets = load_eval_sets(task, tokenizer, config.max_seq_length,
-                               config.max_eval_examples, seed)
+    eval_sets = load_eval_sets(task, tokenizer, settings.max_seq_length,
+                               settings.max_eval_examples, seed)
     return TaskData(task, train_features, eval_sets, test_sets, model)
 
 
@@ -116,14 +154,14 @@ def _warn_if_uncovered(tokenizer, features: list, what: str, examples: list) -> 
         log.warning(warning)
 
 
-def warn_if_degenerate(config, task) -> None:
+def warn_if_degenerate(task, train_file: str, validation_file: str) -> None:
     """Warns about training data that runs but teaches nothing measurable: a single
-    class, or a validation file with the training file's text."""
+    class, or a `validation_file` with the `train_file`'s text."""
     names = getattr(task, "label_names", None)
     if names is not None and len(names) == 1:
         log.warning("task %r: every training example has the label %r: the model can only "
                     "learn to predict it, and its accuracy says nothing", task.name, names[0])
-    train, dev = config.train_file, config.validation_file
+    train, dev = train_file, validation_file
     try:
         same = bool(train and dev) and paths.getsize(train) == paths.getsize(dev) and \
             paths.read_bytes(train) == paths.read_bytes(dev)

@@ -722,7 +722,7 @@ def test_silent_surprises_get_a_warning(paths, tmp_path, caplog):
                           f"validation_file={tmp_path / 'one.tsv'}"])
     task = tasks.get_task(config)
     task.prepare(task.load("train"))
-    task_data.warn_if_degenerate(config, task)
+    task_data.warn_if_degenerate(task, config.train_file, config.validation_file)
     assert "every training example has the label 'pos': the model can only learn" in caplog.text
     assert "one.tsv holds the training file's text" in caplog.text
     # Duplicate vocabulary entries.
