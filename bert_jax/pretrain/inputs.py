@@ -1,5 +1,5 @@
-"""A pretraining run's input: the files `config.input_files` names, globbed and checked
-once (`resolve_files`), raw text converted once into TFRecords (and reused while the options
+"""A pretraining run's input (`RunInput`): the files `config.input_files` names, globbed and
+checked once (`resolve_files`), raw text converted once into TFRecords (and reused while the options
 it was made with match), and each process's batches. No jax here: the run passes in its
 process index and count.
 """
@@ -11,8 +11,6 @@ import functools
 import json
 import logging
 from typing import Callable
-
-import ml_collections
 
 from bert_jax.data import corpus, data_record, tfds_source, tfrecord
 from bert_jax.data.options import DataOptions
@@ -53,12 +51,25 @@ def _shown(names: list[str]) -> str:
     return ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
 
 
-def input_files(config: ml_collections.ConfigDict) -> list[str]:
-    """The files config.input_files names (default: the embedded corpus), all TFRecords
-    or all text, told apart by content; JSON files among them (create-data's summary.json)
-    are skipped with a warning. Raises UserError when a pattern matches nothing, a file
-    is empty, or TFRecords and text are mixed."""
-    patterns = [p for p in config.input_files.split(",") if p] or [corpus.DEFAULT_CORPUS]
+@dataclasses.dataclass(frozen=True)
+class RunInput:
+    """What a pretraining run reads: the comma-separated `patterns` of config.input_files
+    (empty: the embedded corpus), the data `options` its examples are made with
+    (`Setup.data_options`), and its tokenizer's path and `vocabulary` (fingerprint), which
+    TFRecords must have been made for and raw text is converted with."""
+
+    patterns: str
+    options: DataOptions
+    tokenizer_path: str
+    vocabulary: str
+
+
+def input_files(patterns: str) -> list[str]:
+    """The files the comma-separated `patterns` name (none: the embedded corpus), all
+    TFRecords or all text, told apart by content; JSON files among them (create-data's
+    summary.json) are skipped with a warning. Raises UserError when a pattern matches
+    nothing, a file is empty, or TFRecords and text are mixed."""
+    patterns = [p for p in patterns.split(",") if p] or [corpus.DEFAULT_CORPUS]
     by_name = [p for p in patterns if tfds_source.is_tfds(p)]  # converted as text is
     if by_name:
         if len(by_name) < len(patterns):
@@ -90,30 +101,29 @@ def input_files(config: ml_collections.ConfigDict) -> list[str]:
     return files
 
 
-def resolve_files(config: ml_collections.ConfigDict, options: DataOptions,
-                  tokenizer_path: str, vocabulary: str) -> list[str]:
+def resolve_files(run_input: RunInput) -> list[str]:
     """The run's input files (`input_files`), globbed and checked once, before anything
     is written, for what reads them next (`prepare_input_files`): TFRecords must have
     rows and masked positions of the run's lengths (`check_record_shapes`, which reads
     their first records) and have been made for its vocabulary and setup
-    (`check_records_made_for`). options: the run's (`Setup.data_options`)."""
-    files = input_files(config)
+    (`check_records_made_for`)."""
+    files, options = input_files(run_input.patterns), run_input.options
     records = [f for f in files if not tfds_source.is_tfds(f) and is_tfrecord(f)]
     if records:
         check_record_shapes(records, options.max_seq_length, options.max_predictions_per_seq)
-    check_records_made_for(files, tokenizer_path, vocabulary, options)
+    check_records_made_for(files, run_input.tokenizer_path, run_input.vocabulary, options)
     return files
 
 
-def check_eval_fraction(config: ml_collections.ConfigDict) -> None:
+def check_eval_fraction(eval_fraction: float, eval_every_steps: int) -> None:
     """The held-out share must leave examples to train on (the schema allows 0 to 1), and
     be above 0 when the run evaluates (else it would stop at the first evaluation, after
     training)."""
-    if config.eval_fraction >= 1:
-        raise UserError(f"eval_fraction must be >= 0 and < 1, got {config.eval_fraction}")
-    if config.eval_every_steps and not config.eval_fraction:
+    if eval_fraction >= 1:
+        raise UserError(f"eval_fraction must be >= 0 and < 1, got {eval_fraction}")
+    if eval_every_steps and not eval_fraction:
         raise UserError(f"eval_fraction 0 holds out nothing to evaluate on every "
-                        f"eval_every_steps {config.eval_every_steps}: set --config.eval_fraction "
+                        f"eval_every_steps {eval_every_steps}: set --config.eval_fraction "
                         "(e.g. 0.01), or --config.eval_every_steps=0 to train without evaluation")
 
 
@@ -176,31 +186,32 @@ def data_cache_dir() -> str:
     return paths.join(compile_cache.cache_root(), "data")
 
 
-def prepare_input_files(config: ml_collections.ConfigDict, options: DataOptions,
-                        files: list[str], workdir: str, tokenizer_path: str, vocabulary: str,
-                        *, process_index: int, process_count: int,
+def prepare_input_files(run_input: RunInput, files: list[str], workdir: str, *,
+                        process_index: int, process_count: int,
                         message: Callable[[str], None] = log.info,
                         sync: Callable[[str], None] = lambda name: None) -> list[str]:
-    """TFRecord patterns for the pipeline from the run's input `files` (`resolve_files`): they
-    themselves when they are TFRecords. Raw text is converted into a data folder whose
-    record (`data_record`, written last) says what it was made from and with, reused
-    while that matches: WORKDIR/data, or for the embedded corpus on a single process a
-    per-machine cache (`data_cache_dir`) shared by every workdir. Every local core
+    """TFRecord patterns for the pipeline from the run's input `files` (`resolve_files` of
+    `run_input`): they themselves when they are TFRecords. Raw text is converted into a
+    data folder whose record (`data_record`, written last) says what it was made from and
+    with, reused while that matches: WORKDIR/data, or for the embedded corpus on a single
+    process a per-machine cache (`data_cache_dir`) shared by every workdir. Every local core
     converts (`create_pretraining_data` workers), and on several processes each its share
     of the files into WORKDIR/data/parts (which all must see), process 0 assembling the
     shards once `sync` (a barrier across processes) says all are done; the caller has
     every process wait for process 0 before reading them. The finished parts survive a
-    stop, so a preempted conversion resumes. options: the run's (`Setup.data_options`),
-    which conversion makes the examples with; `message` reports a conversion."""
+    stop, so a preempted conversion resumes. The run's data options are what conversion
+    makes the examples with; `message` reports a conversion."""
     # Imported when text is converted: it loads the tokenizers.
     from bert_jax.data import create_pretraining_data as cpd
     if all(not tfds_source.is_tfds(f) and is_tfrecord(f) for f in files):
         return files
     num_shards = max(8, process_count)
-    key = data_record.record_key(data_record.make_record(options, tokenizer_path, vocabulary,
-                                                         files, num_shards))
+    options, tokenizer_path = run_input.options, run_input.tokenizer_path
+    key = data_record.record_key(data_record.make_record(options, tokenizer_path,
+                                                         run_input.vocabulary, files,
+                                                         num_shards))
     out_dir = (paths.join(data_cache_dir(), key)
-               if not config.input_files and process_count == 1
+               if not run_input.patterns and process_count == 1
                else paths.join(workdir, PRETRAINING_WORKDIR.data))
     shards = cpd.shard_paths(out_dir, num_shards)
     found = data_record.read_record(out_dir)
@@ -211,7 +222,7 @@ def prepare_input_files(config: ml_collections.ConfigDict, options: DataOptions,
         message(f"converting {len(files)} text file(s) into {out_dir} with {workers} "
                 f"worker(s) on {process_count} process(es)"
                 + (" (options changed)" if paths.isdir(out_dir) else " (once)"))
-        _warn_if_long(files, config.dupe_factor, workers * process_count, message)
+        _warn_if_long(files, options.dupe_factor, workers * process_count, message)
         _clear(out_dir)
     parts = paths.join(out_dir, DATA_FOLDER.parts)
     cpd.create_pretraining_data(

@@ -115,8 +115,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                             teacher=teacher_ref and distill.teacher_bert_config(config,
                                                                                 teacher_ref))
     bert_config, partitioner = run_setup.bert_config, run_setup.partitioner
-    sources = inputs.resolve_files(config, run_setup.data_options, tokenizer_path,
-                                   tokenizer.fingerprint())
+    run_input = inputs.RunInput(config.input_files, run_setup.data_options, tokenizer_path,
+                                tokenizer.fingerprint())
+    sources = inputs.resolve_files(run_input)
     run = checkpoint.run_description(config.to_dict(), bert_config.to_dict(),
                                      tokenizer.fingerprint())
     teacher, teacher_params, teacher_shardings = _teacher(config, run_setup, run["vocabulary"],
@@ -138,8 +139,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                                      bert_config, tokenizer=tokenizer)
     train_fn, eval_fn = run_setup.jit_steps(teacher, teacher_shardings)
     process = dict(process_index=jax.process_index(), process_count=jax.process_count())
-    files = inputs.prepare_input_files(config, run_setup.data_options, sources, workdir,
-                                       tokenizer_path, run["vocabulary"], **process,
+    files = inputs.prepare_input_files(run_input, sources, workdir, **process,
                                        message=writer.message, sync=multihost.sync)
     multihost.sync("input_files_ready")
     reading = dict(global_batch_size=config.global_batch_size, **process)

@@ -133,7 +133,7 @@ def check_pretraining_config(config: ml_collections.ConfigDict, bert_config: Ber
     The input files are checked apart (`inputs.resolve_files`): compiling needs none;
     the data options' own rules where `Setup.build` makes them."""
     check_learning_rate(config.learning_rate, config.allow_zero_learning_rate)
-    inputs.check_eval_fraction(config)
+    inputs.check_eval_fraction(config.eval_fraction, config.eval_every_steps)
     if config.warmup_steps > config.num_train_steps:
         raise UserError(f"warmup_steps {config.warmup_steps} exceeds num_train_steps "
                         f"{config.num_train_steps}")

@@ -35,9 +35,14 @@ def corpus_files(tmp_path, text_corpus):  # noqa: F811
 def convert(workdir, corpus, process_index=0, process_count=1, messages=None, **overrides):
     config = small_config(corpus, **overrides)
     return inputs.prepare_input_files(
-        config, DataOptions.from_config(config), inputs.input_files(config), str(workdir),
-        DEFAULT_VOCAB, VOCABULARY, process_index=process_index, process_count=process_count,
+        run_input(config), inputs.input_files(config.input_files), str(workdir),
+        process_index=process_index, process_count=process_count,
         message=(messages.append if messages is not None else print))
+
+
+def run_input(config):
+    return inputs.RunInput(config.input_files, DataOptions.from_config(config), DEFAULT_VOCAB,
+                           VOCABULARY)
 
 
 def contents(files):
@@ -78,9 +83,8 @@ def test_two_processes_each_convert_their_share_to_the_same_records(tmp_path, co
     for index in (1, 0):  # process 1 first: process 0 assembles once both are done
         _CONVERTED.clear()
         files = inputs.prepare_input_files(
-            config, DataOptions.from_config(config), inputs.input_files(config),
-            str(tmp_path / "two"), DEFAULT_VOCAB, VOCABULARY, process_index=index,
-            process_count=2, message=print, sync=barriers.append)
+            run_input(config), inputs.input_files(config.input_files), str(tmp_path / "two"),
+            process_index=index, process_count=2, message=print, sync=barriers.append)
         assert sorted(_CONVERTED) == [index, index + 2]
     assert barriers == ["raw_text_parts_written"] * 2
     assert contents(files) == whole

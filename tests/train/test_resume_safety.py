@@ -217,15 +217,16 @@ def test_converted_text_records_its_options_and_is_rebuilt_when_they_change(
         tmp_path, text_corpus):
     from bert_jax.data.options import DataOptions
     from bert_jax.host.folders import DATA_FOLDER
-    from bert_jax.pretrain.inputs import input_files, prepare_input_files
+    from bert_jax.pretrain.inputs import RunInput, input_files, prepare_input_files
     from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
     vocabulary = load_tokenizer(DEFAULT_VOCAB).fingerprint()
 
     def convert(**overrides):
         config = small_config(text_corpus, **overrides)
-        files = prepare_input_files(config, DataOptions.from_config(config), input_files(config),
-                                    str(tmp_path), DEFAULT_VOCAB, vocabulary, process_index=0,
-                                    process_count=1)
+        run_input = RunInput(config.input_files, DataOptions.from_config(config),
+                             DEFAULT_VOCAB, vocabulary)
+        files = prepare_input_files(run_input, input_files(config.input_files), str(tmp_path),
+                                    process_index=0, process_count=1)
         options = json.load(open(os.path.join(os.path.dirname(files[0]), DATA_FOLDER.record)))
         return options, os.stat(files[0]).st_mtime_ns
 
