@@ -48,15 +48,30 @@ def make_eval_fn(model, task, partitioner: Partitioner, param_shardings):
                    out_shardings=partitioner.replicated)
 
 
-def predict_features(task, params, features, eval_fn, config, partitioner: Partitioner,
+@dataclasses.dataclass(frozen=True)
+class EvalBatching:
+    """How features are batched for the eval step: the config keys of the same names."""
+
+    eval_batch_size: int
+    max_seq_length: int
+    length_bucketing: bool
+
+    @classmethod
+    def of(cls, config) -> "EvalBatching":
+        return cls(config.eval_batch_size, config.max_seq_length, config.length_bucketing)
+
+
+def predict_features(task, params, features, eval_fn, batching: EvalBatching,
+                     partitioner: Partitioner,
                      progress: Callable[[int, int], None] | None = None) -> list[dict]:
     """Runs the eval step over `features`: one dict of numpy outputs per feature.
     `progress(done, total)` is called after each batch."""
-    batch_size = round_up(config.eval_batch_size, partitioner.batch_shards)
+    batch_size = round_up(batching.eval_batch_size, partitioner.batch_shards)
     outputs: list[dict | None] = [None] * len(features)
     done = 0
-    for batch in packing.padded_batches(features, batch_size, config.max_seq_length,
-                                        task.sequence_keys, bucketing=config.length_bucketing):
+    for batch in packing.padded_batches(features, batch_size, batching.max_seq_length,
+                                        task.sequence_keys,
+                                        bucketing=batching.length_bucketing):
         result = jax.device_get(eval_fn(params, partitioner.shard_full_batch(batch)))
         for row in np.flatnonzero(batch["example_weights"]):
             outputs[int(batch["feature_index"][row])] = {k: v[row] for k, v in result.items()}
@@ -92,22 +107,24 @@ def remove_outputs(workdir: str) -> None:
             paths.remove(paths.join(workdir, name))
 
 
-def evaluate_sets(task, params, eval_sets, eval_fn, config,
+def evaluate_sets(task, params, eval_sets, eval_fn, batching: EvalBatching,
                   partitioner: Partitioner) -> dict[str, dict]:
     return {split: task.evaluate(examples, features,
-                                 predict_features(task, params, features, eval_fn, config,
+                                 predict_features(task, params, features, eval_fn, batching,
                                                   partitioner))
             for split, (examples, features) in eval_sets.items()}
 
 
-def predict_test(task, test_sets: dict[str, list], tokenizer, params, eval_fn, config,
-                 partitioner: Partitioner, workdir: str) -> dict[str, Any]:
+def predict_test(task, test_sets: dict[str, list], tokenizer, params, eval_fn,
+                 batching: EvalBatching, partitioner: Partitioner,
+                 workdir: str) -> dict[str, Any]:
     """Predictions (and metrics, if labeled) for the test splits' examples (`test_sets`,
     {split: examples}): WORKDIR/predictions/SPLIT.jsonl and the task's submission files."""
     out = {}
     for split, examples in test_sets.items():
-        features = task.featurize(examples, tokenizer, config.max_seq_length, training=False)
-        outputs = predict_features(task, params, features, eval_fn, config, partitioner)
+        features = task.featurize(examples, tokenizer, batching.max_seq_length,
+                                  training=False)
+        outputs = predict_features(task, params, features, eval_fn, batching, partitioner)
         records = task.predict(examples, features, outputs)
         if multihost.is_primary():
             files.write_jsonl(paths.join(workdir, FINETUNING_WORKDIR.predictions,
@@ -137,7 +154,8 @@ class Finetuned:
     def outputs(self, features: list[dict]) -> list[dict]:
         with jax.set_mesh(self.partitioner.mesh):
             return predict_features(self.task, self.params, features, self.eval_fn,
-                                    self.config, self.partitioner, self.progress)
+                                    EvalBatching.of(self.config), self.partitioner,
+                                    self.progress)
 
     def predict_examples(self, examples: list[dict]) -> list[dict]:
         features = self.task.featurize(examples, self.tokenizer, self.config.max_seq_length,

@@ -138,7 +138,8 @@ class Finetuning:
             kept_params = kept.params_or_saved(workdir, loop.state, self.objective.unsaved)
             results.update(inference.predict_test(data.task, data.test_sets,
                                                   self.source.tokenizer, kept_params,
-                                                  eval_fn, config, self.partitioner, workdir))
+                                                  eval_fn, inference.EvalBatching.of(config),
+                                                  self.partitioner, workdir))
         if multihost.is_primary():
             paths.write_text(paths.join(workdir, FINETUNING_WORKDIR.results),
                              json.dumps(results, indent=2))

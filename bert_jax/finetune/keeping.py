@@ -16,7 +16,7 @@ from typing import Any
 import jax
 from jax.experimental import multihost_utils
 
-from bert_jax.finetune.inference import evaluate_sets, remove_outputs
+from bert_jax.finetune.inference import EvalBatching, evaluate_sets, remove_outputs
 from bert_jax.host import folders, paths
 from bert_jax.host.folders import FINETUNING_WORKDIR
 from bert_jax.train import multihost
@@ -91,8 +91,8 @@ def keeper(config, workdir: str, data, eval_fn, batches, kept: Kept, plan, sourc
             "max_seq_length": config.max_seq_length}
 
     def keep(loop):
-        scores = evaluate_sets(task, loop.state.params, data.eval_sets, eval_fn, config,
-                               partitioner)
+        scores = evaluate_sets(task, loop.state.params, data.eval_sets, eval_fn,
+                               EvalBatching.of(config), partitioner)
         for split, values in scores.items():
             loop.writer.write(loop.step, values, prefix=split)
         main = scores[task.eval_splits[0]][task.selection_metric]

@@ -212,7 +212,8 @@ def test_predict_over_many_rows_says_how_far_it_is(capsys, monkeypatch):
     eval_fn = jax.jit(lambda params, batch: {"first": batch["input_ids"][:, 1]})
     with jax.set_mesh(partitioner.mesh):
         outputs = inference.predict_features(types.SimpleNamespace(sequence_keys=()), None,
-                                             features, eval_fn, config, partitioner,
+                                             features, eval_fn,
+                                             inference.EvalBatching.of(config), partitioner,
                                              inference.Progress("predict"))
     assert [int(o["first"]) for o in outputs] == [5] * 40
     assert capsys.readouterr().err.splitlines() == [
