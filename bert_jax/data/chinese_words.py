@@ -14,6 +14,7 @@ words. Lines without CJK characters are not segmented at all.
 from typing import Callable, List, Optional, Sequence, Tuple
 
 from bert_jax.errors import UserError
+from bert_jax.host import encoding, paths
 from bert_jax.tokenization.chars import is_cjk
 
 SEGMENTERS = ("jieba", "none")
@@ -124,8 +125,8 @@ def jieba_entities() -> Callable[[str], List[Tuple[int, int]]]:
 
 def entity_list(path: str) -> Callable[[str], List[Tuple[int, int]]]:
     """Entity spans from a list file (one entity per line, UTF-8): leftmost-longest matches."""
-    with open(path, encoding="utf-8") as f:
-        names = {"".join(line.split()) for line in f} - {""}
+    text = encoding.decode(paths.read_bytes(path), path)
+    names = {"".join(line.split()) for line in text.splitlines()} - {""}
     if not names:
         raise UserError(f"{path}: the entity list is empty (one entity per line)")
     by_first = {}

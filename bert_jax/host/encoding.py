@@ -1,15 +1,17 @@
 """Decoding text files: UTF-8, or UTF-16/32 when a byte-order mark says so; any other
 bytes (Latin-1, cp1252, ...) are refused naming the file, the line and the byte rather
 than dropped or replaced. One place for every reader (corpus, fine-tuning files, embed,
-tokenize)."""
+tokenize) and JSON file (`read_json`)."""
 
 from __future__ import annotations
 
 import codecs
 import io
-from typing import IO, Iterator
+import json
+from typing import IO, Any, Iterator
 
 from bert_jax.errors import UserError
+from bert_jax.host import paths
 
 # Longest first: the UTF-32 LE mark begins with the UTF-16 LE one.
 _BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"),
@@ -68,6 +70,16 @@ def decode(data: bytes, path: str) -> str:
             raise UserError(f"{path}: not valid {codec.upper()} text after its byte-order "
                             f"mark (offset {e.start}): {e.reason}") from None
         raise not_utf8(path, data.count(b"\n", 0, e.start) + 1, data, e.start) from None
+
+
+def read_json(path: str) -> Any:
+    """A JSON file the user gave (a model's or a tokenizer's settings): one that is not
+    JSON, or not UTF-8, fails in one line naming the file and the line."""
+    text = decode(paths.read_bytes(path), path)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UserError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
 
 
 def decode_line(raw: bytes, path: str, line: int, start: int) -> str:

@@ -3,11 +3,10 @@
     tok = load_tokenizer(DEFAULT_VOCAB)        # a directory, vocab.txt or .model
     enc = tok.encode("Hello world")            # ids, tokens, offsets, word_ids
 """
-import json
 from typing import Optional
 
 from bert_jax import RESOURCES
-from bert_jax.host import paths
+from bert_jax.host import encoding, paths
 from bert_jax.tokenization.albert_text import AlbertNormalization
 from bert_jax.tokenization.base import (
     CONFIG_NAME,
@@ -48,7 +47,7 @@ def load_tokenizer(path: str, do_lower_case: Optional[bool] = None) -> Tokenizer
         config = {}
         config_path = paths.join(path, CONFIG_NAME)
         if paths.isfile(config_path):
-            config = json.loads(paths.read_text(config_path))
+            config = encoding.read_json(config_path)
         if config.get("type") == "tokenizers":
             return JsonTokenizer(paths.join(path, JSON_FILE), config.get("specials"))
         if config.get("type") == "sentencepiece" or paths.isfile(paths.join(path, SPM_FILE)):

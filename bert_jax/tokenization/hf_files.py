@@ -12,7 +12,7 @@ import json
 from typing import Any, Dict, List, Optional, Tuple
 
 from bert_jax.errors import UserError
-from bert_jax.host import paths
+from bert_jax.host import encoding, paths
 from bert_jax.tokenization.albert_text import AlbertNormalization
 from bert_jax.tokenization.base import Tokenizer, TokenizerError
 from bert_jax.tokenization.json_tokenizer import JSON_FILE, JsonTokenizer
@@ -29,7 +29,7 @@ _CONFIG_KEYS = {"pad": ("pad_token",), "unk": ("unk_token",), "cls": ("cls_token
 
 
 def _read_json(path: str) -> Dict[str, Any]:
-    return json.loads(paths.read_text(path)) if paths.exists(path) else {}
+    return encoding.read_json(path) if paths.exists(path) else {}
 
 
 def _token_name(value) -> Optional[str]:

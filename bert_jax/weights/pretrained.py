@@ -34,7 +34,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from bert_jax.errors import CheckpointError, UserError
-from bert_jax.host import folders, paths, workdir_state
+from bert_jax.host import encoding, folders, paths, workdir_state
 from bert_jax.host.atomic import atomic_directory
 from bert_jax.host.folders import (
     FINETUNING_WORKDIR,
@@ -118,7 +118,7 @@ def read_model_params(directory: str | os.PathLike) -> dict[str, Any]:
 
 
 def _read_model_file(model_file: str) -> dict[str, Any]:
-    meta = json.loads(paths.read_text(model_file))
+    meta = encoding.read_json(model_file)
     try:
         return {"config": BertConfig.from_dict(meta["model"]), "task": meta.get("task")}
     except (KeyError, TypeError) as e:
@@ -161,7 +161,7 @@ def best_model_dir(workdir: str) -> str:
     `finetune.selection`) the selected run's."""
     results = paths.join(workdir, FINETUNING_WORKDIR.results)
     if not paths.isdir(paths.join(workdir, FINETUNING_WORKDIR.best)) and paths.exists(results):
-        best_run = json.loads(paths.read_text(results)).get("best_run")
+        best_run = encoding.read_json(results).get("best_run")
         if best_run is not None:
             return paths.join(workdir, best_run, FINETUNING_WORKDIR.best)
     path = paths.join(workdir, FINETUNING_WORKDIR.best)
@@ -280,7 +280,7 @@ def check_tokenizer(model: Pretrained, source: str) -> None:
     tokenizer = load_tokenizer(directory)
     check_inputs_fit(model.config, source, vocab_size=tokenizer.vocab_size)
     model_file = paths.join(directory, MODEL_DIRECTORY.config)
-    recorded = (json.loads(paths.read_text(model_file)).get("vocabulary")
+    recorded = (encoding.read_json(model_file).get("vocabulary")
                 if paths.isfile(model_file) else None)
     if recorded and tokenizer.fingerprint() != recorded:
         raise UserError(f"{source}: the tokenizer in {directory} is not the one the model was "

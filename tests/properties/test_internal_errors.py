@@ -160,3 +160,29 @@ def test_the_original_tool_names_a_missing_input_file(tool, tmp_path, capsys):
     err = _last_line(capsys.readouterr().err)
     assert ": error: " in err and missing in err and "internal error" not in err, err
     assert err.count("\n") == 1, err
+
+
+def test_files_that_are_not_json_or_not_utf8_are_the_users_to_fix(text_file, tmp_path,
+                                                                  capsys):
+    """Converted where they enter our code: a tokenizer's or a model's settings that are
+    not JSON, an entity list that is not UTF-8."""
+    tokenizer = tmp_path / "tokenizer"
+    tokenizer.mkdir()
+    (tokenizer / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nword\n")
+    (tokenizer / "tokenizer_config.json").write_text("{not json")
+    assert cli.main(["tokenize", "--tokenizer", str(tokenizer)]) == 2
+    assert capsys.readouterr().err == (
+        f"bert-jax tokenize: error: {tokenizer}/tokenizer_config.json:1: not valid JSON "
+        "(Expecting property name enclosed in double quotes)\n")
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "bert_jax.json").write_text("{not json")
+    assert cli.main(["embed", "--model", str(tmp_path / "model"), "--input", text_file,
+                     "--output", str(tmp_path / "v.npy")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("bert-jax embed: error: ") and "bert_jax.json:1: not valid JSON" in err
+    (tmp_path / "entities.txt").write_bytes("caf\xe9\n".encode("latin-1"))
+    assert cli.main(_create_data(text_file, tmp_path / "out") + [
+        "--knowledge_masking", "entity", "--entity_file", str(tmp_path / "entities.txt")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"bert-jax create-data: error: {tmp_path / 'entities.txt'}:1: not "
+                          "UTF-8 text (byte 0xe9 at offset 3)"), err
