@@ -36,14 +36,6 @@ def read_text_file(path: str) -> str:
     return encoding.decode(paths.read_bytes(path), path)
 
 
-def read_json(path: str) -> Any:
-    """One JSON document; a syntax error names the file and the line."""
-    try:
-        return json.loads(read_text_file(path))
-    except json.JSONDecodeError as e:
-        raise UserError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
-
-
 class Row(dict):
     """A table row that knows its line in the file (for error messages)."""
 

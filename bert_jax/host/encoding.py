@@ -75,6 +75,8 @@ def decode(data: bytes, path: str) -> str:
 def read_json(path: str) -> Any:
     """A JSON file the user gave (a model's or a tokenizer's settings): one that is not
     JSON, or not UTF-8, fails in one line naming the file and the line."""
+    if not paths.exists(path):
+        raise FileNotFoundError(f"no such file: {path}")
     text = decode(paths.read_bytes(path), path)
     try:
         return json.loads(text)

@@ -21,12 +21,13 @@ from bert_jax.errors import UserError
 from bert_jax.finetune import files
 from bert_jax.finetune.tasks import metrics
 from bert_jax.finetune.tasks.base import Task, register
+from bert_jax.host import encoding
 from bert_jax.models import losses, task_heads
 
 
 def read_squad_json(path: str) -> list[dict]:
     """Examples of an official SQuAD JSON file ({'data': [{'paragraphs': [...]}]})."""
-    return squad_examples(files.read_json(path), path)
+    return squad_examples(encoding.read_json(path), path)
 
 
 def squad_examples(data, path: str) -> list[dict]:
@@ -115,7 +116,7 @@ class SquadTask(Task):
     def read_inputs(self, path):
         if path.endswith(".json"):
             try:
-                data = files.read_json(path)
+                data = encoding.read_json(path)
             except ValueError:
                 data = None  # JSON lines named .json
             if isinstance(data, dict) and "data" in data:
