@@ -60,7 +60,7 @@ def worker(args) -> list[float]:
     import jax
 
     from bert_jax.models.heads import BertForPreTraining
-    from bert_jax.pretrain.steps import dummy_inputs, jit_steps
+    from bert_jax.pretrain.steps import BertPretraining, dummy_inputs, jit_steps
     from bert_jax.train import sharding
     from bert_jax.train.optim import make_optimizer
     from bert_jax.train.train_state import StatePlan
@@ -76,7 +76,8 @@ def worker(args) -> list[float]:
     init_fn = lambda key: model.init(key, *dummy_inputs(1, 128, 20))["params"]
     plan = StatePlan.build(init_fn, tx, partitioner, rng_impl="unsafe_rbg")
     state = plan.create(0)
-    train, _ = jit_steps(model, tx, partitioner, plan.shardings)
+    train, _ = jit_steps(BertPretraining(model, partitioner.rules), tx, partitioner,
+                         plan.shardings)
     order = np.random.default_rng(0).permutation(len(data["input_ids"]))
     losses = []
     for step in range(args.steps):

@@ -178,7 +178,7 @@ def jax_step_parts(args, device, accelerator):
     """bert_jax's train step for one case on `device`: (train, state plan, partitioner,
     host batch, examples in it)."""
     from bert_jax.models.heads import BertForPreTraining
-    from bert_jax.pretrain.steps import dummy_inputs, jit_steps
+    from bert_jax.pretrain.steps import BertPretraining, dummy_inputs, jit_steps
     from bert_jax.train import sharding
     from bert_jax.train.optim import make_optimizer
     from bert_jax.train.train_state import StatePlan
@@ -190,7 +190,8 @@ def jax_step_parts(args, device, accelerator):
     init_fn = lambda key: model.init(
         key, *dummy_inputs(1, args.seq_len, args.predictions))["params"]
     plan = StatePlan.build(init_fn, tx, partitioner, rng_impl)
-    train, _ = jit_steps(model, tx, partitioner, plan.shardings)
+    train, _ = jit_steps(BertPretraining(model, partitioner.rules), tx, partitioner,
+                         plan.shardings)
     if args.packed:
         batch, examples = packed_batch(config.vocab_size, args.batch, args.seq_len,
                                        args.predictions)

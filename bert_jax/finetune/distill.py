@@ -40,7 +40,7 @@ import ml_collections
 
 from bert_jax.errors import UserError
 from bert_jax.finetune import inference, job, model_source, schedule, selection, tasks
-from bert_jax.finetune.objective import Objective
+from bert_jax.finetune.objective import TaskObjective
 from bert_jax.host import folders, outputs, paths
 from bert_jax.models import layer_layout, losses, matching
 from bert_jax.models.matching import PROJECTION, StudentWithProjection
@@ -158,7 +158,7 @@ def coefficients(settings: dict) -> dict[str, float]:
 
 def distill_loss(params, batch, teacher_params, dropout_key, *, model, task, rules,
                  teacher_model, settings):
-    """The trainer's `Objective.loss` for distillation: {name: (weighted sum, weight)}
+    """The trainer's `TaskObjective.loss` for distillation: {name: (weighted sum, weight)}
     of the task loss (`task_loss`), the soft loss and the matching losses, which
     `coefficients(settings)` weigh."""
     inputs = task.model_inputs(batch)
@@ -217,7 +217,7 @@ def distill(config, teacher: pretrained.Pretrained, workdir: str) -> dict:
                                               "attention_weight")}
     width = teacher.config.hidden_size
     projected = config.hidden_weight > 0 and source.config.hidden_size != width
-    objective = Objective(
+    objective = TaskObjective(
         loss=functools.partial(distill_loss, teacher_model=teacher_model, settings=settings),
         coefficients=coefficients(settings),
         extra=teacher_params, extra_shardings=teacher_shardings,

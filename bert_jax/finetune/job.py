@@ -23,7 +23,7 @@ import jax
 from bert_jax.data import lengths
 from bert_jax.errors import UserError
 from bert_jax.finetune import inference, keeping, model_source, schedule, task_data, tasks
-from bert_jax.finetune.objective import Objective, compiled_steps
+from bert_jax.finetune.objective import TaskObjective, compiled_steps
 from bert_jax.host import paths
 from bert_jax.host.folders import FINETUNING_WORKDIR
 from bert_jax.models.config import check_inputs_fit
@@ -53,10 +53,10 @@ class Finetuning:
     that split (`task_data.resolve_max_seq_length`). Data is featurized once, or once per
     seed when `max_train_examples`/`max_eval_examples` draw a seed-dependent subset."""
 
-    def __init__(self, config, objective: Objective | None = None,
+    def __init__(self, config, objective: TaskObjective | None = None,
                  source: model_source.ModelSource | None = None):
         schedule.check_finetuning_config(config)
-        self.objective = objective or Objective()
+        self.objective = objective or TaskObjective()
         self.source = source or model_source.resolve_model(config)
         task = tasks.get_task(config)
         if config.packing and not task.supports_packing:  # before any data is read
@@ -116,11 +116,10 @@ class Finetuning:
         batches = schedule.EpochBatches(lambda epoch: plan.train_batches(
             data.task, data.train_features, epoch, int(config.seed)), plan.num_epochs,
             skip=int(state.step))
-        loop = job.loop(
-            config, state, step_fn, self.partitioner.shard_full_batch, num_steps=plan.num_steps,
-            schedule=plan.schedule, warmup_key="warmup_proportion",
-            step_args=() if self.objective.extra is None else (self.objective.extra,),
-            counted=("examples",))
+        loop = job.loop(config, state, step_fn, self.partitioner.shard_full_batch,
+                        self.objective, num_steps=plan.num_steps, warmup_key="warmup_proportion",
+                        log_options=train_loop.LogOptions(config.log_every_steps, plan.schedule,
+                                                          counted=("examples",)))
         epoch_end = lambda loop: batches.epoch_ended or loop.is_last
         unfreeze = schedule.unfreezer(data, plan, self.objective, self.partitioner,
                                       config.rng_impl)
@@ -129,9 +128,9 @@ class Finetuning:
         actions = [train_loop.Every(0, unfreeze, at_end=False,
                                     when=lambda loop: loop.step == plan.frozen_steps),
                    train_loop.Every(0, keep, when=epoch_end)]
-        job.train(loop, batches, actions, checkpoint_every=config.checkpoint_every_steps,
-                  checkpoint_meta=lambda loop: {**run, "kept": kept.summary()},
-                  checkpoint_when=epoch_end)
+        job.train(loop, batches, actions, checkpointing=lifecycle.Checkpointing(
+            config.checkpoint_every_steps, lambda loop: {**run, "kept": kept.summary()},
+            when=epoch_end))
         with jax.set_mesh(self.partitioner.mesh):
             results = keeping.run_results(config, data.task, plan, loop, kept,
                                           self.length_coverage)

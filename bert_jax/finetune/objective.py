@@ -1,18 +1,19 @@
-"""What fine-tuning minimises (`Objective`: the task loss, or distillation's), and the
-train and eval steps compiled for a task's data: `train_step.train_step` of the objective's
-loss, counting the examples each batch holds."""
+"""What fine-tuning minimises (`TaskObjective`: the task loss, or distillation's), bound to a
+task's model as a `train.objective.Objective`, and the train and eval steps compiled for a
+task's data: `train_step.train_step` of the objective, counting the examples each batch
+holds, and the task's predictions."""
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Any
 
 import flax.linen as nn
 import jax.numpy as jnp
 
 from bert_jax.finetune import task_data
-from bert_jax.finetune.inference import make_eval_fn
+from bert_jax.finetune.inference import predict_step
+from bert_jax.train import objective as objectives
 from bert_jax.train import train_step
 from bert_jax.train.sharding import Partitioner
 
@@ -26,15 +27,19 @@ def task_loss(params, batch, extra, dropout_key, *, model, task, rules):
     return task.loss(outputs, batch)
 
 
-@dataclasses.dataclass
-class Objective:
+@dataclasses.dataclass(frozen=True)
+class TaskObjective:
     """What the train step minimises: `loss(params, batch, extra, dropout_key, *, model,
     task, rules)` -> {name: (weighted sum, weight)}, of whose means `coefficients`
     weigh the ones trained on, and `extra`, an input of every step that is not
     trained (a distillation teacher's parameters), placed with `extra_shardings`.
     `describe` names it in the run's log. `wrap_model` (task model -> model) adds
     parameters that the objective trains with the model, at the top level of its tree
-    (a TinyBERT projection), and `unsaved` names those left out of the saved model."""
+    (a TinyBERT projection), and `unsaved` names those left out of the saved model.
+
+    `bound(model, task, rules)` is the `train.objective.Objective` of a task's model:
+    evaluation is the task's predictions (`inference.predict_step`), which its metric
+    reads; checkpoints save nothing beside the state."""
 
     loss: Any = task_loss
     coefficients: dict = dataclasses.field(default_factory=lambda: {"loss": 1.0})
@@ -43,23 +48,41 @@ class Objective:
     describe: str = "fine-tuning"
     wrap_model: Any = None
     unsaved: tuple = ()
+    model: Any = None  # the task's model, task and axis rules, once `bound`
+    task: Any = None
+    rules: tuple = ()
+
+    def bound(self, model, task, rules: tuple) -> "TaskObjective":
+        return dataclasses.replace(self, model=model, task=task, rules=rules)
+
+    @property
+    def eval_coefficients(self) -> dict[str, float]:
+        return {}  # the eval step gives predictions, not sums
+
+    def loss_terms(self, params, batch: dict, extra, dropout_key) -> dict:
+        return self.loss(params, batch, extra, dropout_key, model=self.model, task=self.task,
+                         rules=self.rules)
+
+    def eval_step(self, params, batch: dict) -> dict:
+        return predict_step(params, batch, model=self.model, task=self.task, rules=self.rules)
+
+    def models_beside(self, params) -> dict:
+        return {}
 
 
-def compiled_steps(data: task_data.TaskData, objective: Objective, tx, shardings,
+def compiled_steps(data: task_data.TaskData, objective: TaskObjective, tx, shardings,
                    partitioner: Partitioner, frozen: str = "", grad_accum_steps: int = 1):
     """(train step, eval step) of `data`'s model and `objective`, jitted once per set of
     `frozen` patterns and accumulation count: later runs pass states whose optimizer
     hyperparameters differ but whose structure and shardings are the same."""
     key = (frozen, grad_accum_steps)
     if key not in data.compiled:
-        loss_fn = functools.partial(objective.loss, model=data.model, task=data.task,
-                                    rules=partitioner.rules)
-        step_fn = train_step.jit_train_step(
-            loss_fn, objective.coefficients, tx, shardings, partitioner,
-            grad_accum_steps=grad_accum_steps, extra_shardings=objective.extra_shardings,
-            counts=count_examples)
-        data.compiled[key] = (step_fn, make_eval_fn(data.model, data.task, partitioner,
-                                                    shardings.params))
+        bound = objective.bound(data.model, data.task, partitioner.rules)
+        step_fn = train_step.jit_train_step(bound, tx, shardings, partitioner,
+                                            grad_accum_steps=grad_accum_steps,
+                                            counts=count_examples)
+        data.compiled[key] = (step_fn, objectives.jit_eval_step(bound, shardings.params,
+                                                                partitioner))
     return data.compiled[key]
 
 

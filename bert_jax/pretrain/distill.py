@@ -25,6 +25,7 @@ uninterrupted one does.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -34,6 +35,7 @@ from bert_jax.errors import UserError
 from bert_jax.models import losses, matching
 from bert_jax.models.config import BertConfig, check_inputs_fit
 from bert_jax.models.heads import BertForPreTraining
+from bert_jax.pretrain.steps import BertPretraining, apply_model
 from bert_jax.train import sharding
 from bert_jax.train.model_config import run_bert_config
 from bert_jax.weights import pretrained
@@ -106,6 +108,49 @@ class MlmTeacher:
                                                         self.attention_weight)) if weight > 0)
 
 
+@dataclasses.dataclass(frozen=True)
+class MlmDistillation:
+    """Pretraining distillation as an objective (`train.objective.Objective`): the
+    student's BERT objective (`steps.BertPretraining`) with the `teacher`'s terms beside
+    its own (the module docstring's loss). extra: the teacher's parameters, a step input
+    placed with `extra_shardings`. Evaluated as the student's objective is (the teacher
+    does not run)."""
+
+    student: BertPretraining
+    teacher: MlmTeacher
+    extra: Any
+    extra_shardings: Any
+
+    @property
+    def coefficients(self) -> dict[str, float]:
+        nsp = {"nsp_loss": 1.0} if self.student.model.next_sentence_prediction else {}
+        return {**self.teacher.coefficients(), **nsp}
+
+    @property
+    def eval_coefficients(self) -> dict[str, float]:
+        return self.student.eval_coefficients
+
+    def loss_terms(self, params, batch: dict, extra, dropout_key) -> dict:
+        """The student's terms, then the teacher's (`MlmTeacher.loss_terms`, of the
+        teacher's parameters `extra`); dropout on when `dropout_key` is given."""
+        model = self.student.model
+        with nn.logical_axis_rules(self.student.rules):
+            out, captured = apply_model(model, params, batch, rng=dropout_key,
+                                        capture=self.teacher.capture)
+            terms = losses.pretraining_loss(out.mlm_logits, out.nsp_logits, batch)
+            states = None if captured is None else \
+                matching.captured_states(captured["intermediates"], model.config)
+            terms.update(self.teacher.loss_terms(extra, batch, out.mlm_logits, states,
+                                                 params.get(matching.PROJECTION)))
+            return terms
+
+    def eval_step(self, params, batch: dict) -> dict:
+        return self.student.eval_step(params, batch)
+
+    def models_beside(self, params) -> dict:
+        return {}
+
+
 def _encoder(model: BertForPreTraining, input_ids, input_mask, segment_ids, position_ids=None,
              example_ids=None, *, deterministic: bool = True):
     """`model`'s encoder alone (`Module.apply`'s `method`): the states of a teacher whose
@@ -152,13 +197,13 @@ def init_model(model: BertForPreTraining, config, teacher: BertConfig | None) ->
     return matching.StudentWithProjection(model, teacher.hidden_size)
 
 
-def load_mlm_teacher(config, teacher: pretrained.ModelRef, student: BertConfig,
-                     fingerprint: str, *, partitioner: sharding.Partitioner):
-    """(MlmTeacher, its parameters placed by `partitioner`, their shardings) of a pretraining
-    run's teacher (`open_teacher`), with the run's loss settings (checked with the
-    config). The teacher computes as `teacher_bert_config`; `fingerprint` is the run's
-    tokenizer's, which the teacher's must equal; `student`'s vocabulary must fit the
-    teacher's."""
+def load_distillation(config, teacher: pretrained.ModelRef, student: BertPretraining,
+                      fingerprint: str, *, partitioner: sharding.Partitioner) -> MlmDistillation:
+    """The objective of a pretraining run that distils `teacher` (`open_teacher`) into
+    `student`, with the run's loss settings (checked with the config) and the teacher's
+    parameters placed by `partitioner`. The teacher computes as `teacher_bert_config`;
+    `fingerprint` is the run's tokenizer's, which the teacher's must equal; the
+    student's vocabulary must fit the teacher's."""
     from bert_jax.tokenization import load_tokenizer
     path = config.teacher
     loaded = pretrained.load(teacher)
@@ -170,7 +215,7 @@ def load_mlm_teacher(config, teacher: pretrained.ModelRef, student: BertConfig,
                         "from this run's tokenizer; set --config.tokenizer to the teacher's")
     bert_config = teacher_bert_config(config, teacher)
     check_inputs_fit(bert_config, f"teacher {path}", max_seq_length=config.max_seq_length,
-                     vocab_size=student.vocab_size)
+                     vocab_size=student.model.config.vocab_size)
     model = BertForPreTraining(bert_config, next_sentence_prediction=False)
     ids = jnp.zeros((1, config.max_seq_length), jnp.int32)
     positions = jnp.zeros((1, config.max_predictions_per_seq), jnp.int32)
@@ -182,4 +227,5 @@ def load_mlm_teacher(config, teacher: pretrained.ModelRef, student: BertConfig,
                                     source=f"teacher {path}")
     settings = {k: float(config[k]) for k in ("temperature", "alpha", "hidden_weight",
                                               "attention_weight")}
-    return MlmTeacher(model, **settings, mlm_head=mlm_head), params, shardings
+    return MlmDistillation(student, MlmTeacher(model, **settings, mlm_head=mlm_head), params,
+                           shardings)

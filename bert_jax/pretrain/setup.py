@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Sequence
+from typing import Sequence
 
-import flax.linen as nn
 import jax
 import ml_collections
 import optax
@@ -18,9 +17,12 @@ from bert_jax.data.options import DataOptions
 from bert_jax.errors import UserError, check_divisible, check_learning_rate
 from bert_jax.models import matching
 from bert_jax.models.config import BertConfig, check_inputs_fit
+from bert_jax.models.electra import ElectraNetworks
 from bert_jax.models.heads import BertForPreTraining
-from bert_jax.pretrain import distill, electra, inputs
-from bert_jax.pretrain.steps import dummy_inputs, jit_steps
+from bert_jax.pretrain import distill, inputs
+from bert_jax.pretrain.electra import Electra
+from bert_jax.pretrain.steps import BertPretraining, dummy_inputs, jit_steps
+from bert_jax.train import objective as objectives
 from bert_jax.train import perf, run_config, sharding
 from bert_jax.train.model_config import run_bert_config
 from bert_jax.train.optim import make_optimizer
@@ -30,13 +32,16 @@ from bert_jax.train.train_state import StatePlan
 @dataclasses.dataclass(frozen=True)
 class Setup:
     """What a pretraining config builds before it touches data, a workdir or a device:
-    the model, optimizer and schedule, the partitioner, the TrainState's sharded layout
-    and the jitted steps. `bert-jax pretrain` runs it; `bert-jax compile` compiles it for a
-    TPU slice or GPU hosts (`bert_jax.aot.compile`)."""
+    the objective (BERT's or ELECTRA's; a distillation teacher's joins it in
+    `distill.load_distillation`), the networks it trains (`network_configs`, the
+    discriminator's first), optimizer and schedule, the partitioner, the TrainState's
+    sharded layout and the jitted steps. `bert-jax pretrain` runs it; `bert-jax compile`
+    compiles it for a TPU slice or GPU hosts (`bert_jax.aot.compile`)."""
 
     config: ml_collections.ConfigDict
     bert_config: BertConfig
-    model: nn.Module | electra.Electra  # the objective's (`model.init` builds the params)
+    objective: BertPretraining | Electra
+    network_configs: tuple[BertConfig, ...]
     tx: optax.GradientTransformation
     schedule: optax.Schedule
     partitioner: sharding.Partitioner
@@ -71,11 +76,13 @@ class Setup:
             matching.check_matching(bert_config, teacher, hidden_weight=config.hidden_weight,
                                     attention_weight=config.attention_weight, same_heads=True)
         if config.objective == "electra":
-            model = electra.Electra.build(bert_config, config.generator_size,
-                                          config.disc_weight)
+            model = ElectraNetworks.build(bert_config, config.generator_size)
+            objective = Electra(model, float(config.disc_weight), partitioner.rules)
             bert_config = model.discriminator.config
+            network_configs = (bert_config, model.generator.config)
         else:
             model = BertForPreTraining(bert_config, config.next_sentence_prediction)
+            objective, network_configs = BertPretraining(model, partitioner.rules), (bert_config,)
         tx, schedule = make_optimizer(
             learning_rate=config.learning_rate, num_train_steps=config.num_train_steps,
             warmup_steps=config.warmup_steps, optimizer=config.optimizer,
@@ -86,27 +93,21 @@ class Setup:
         trained = model if teacher is None else distill.init_model(model, config, teacher)
         init_fn = lambda key: trained.init(key, *dummy)["params"]
         state_plan = StatePlan.build(init_fn, tx, partitioner, config.rng_impl)
-        return cls(config, bert_config, model, tx, schedule, partitioner, state_plan,
-                   data_options)
+        return cls(config, bert_config, objective, network_configs, tx, schedule, partitioner,
+                   state_plan, data_options)
 
-    def jit_steps(self, teacher: distill.MlmTeacher | None = None,
-                  teacher_shardings: Any = None):
-        """(train_step, eval_step) of this run (`jit_steps`, `electra.jit_electra_steps`)."""
-        if isinstance(self.model, electra.Electra):
-            return electra.jit_electra_steps(self.model, self.tx, self.partitioner,
-                                     self.state_plan.shardings, self.config.grad_accum_steps)
-        return jit_steps(self.model, self.tx, self.partitioner, self.state_plan.shardings,
-                         self.config.grad_accum_steps, teacher, teacher_shardings)
+    def jit_steps(self, objective: objectives.Objective | None = None):
+        """(train_step, eval_step) of `objective` (default: this run's own), over this
+        run's optimizer and state layout (`steps.jit_steps`)."""
+        return jit_steps(objective or self.objective, self.tx, self.partitioner,
+                         self.state_plan.shardings, self.config.grad_accum_steps)
 
     def model_flops_per_step(self) -> float:
         """The model FLOPs of one training step (`perf.train_flops_per_example` of the
         global batch), ELECTRA's generator included."""
-        configs = [self.bert_config]
-        if isinstance(self.model, electra.Electra):
-            configs.append(self.model.generator.config)
         c = self.config
         return c.global_batch_size * sum(perf.train_flops_per_example(
-            b, c.max_seq_length, c.max_predictions_per_seq) for b in configs)
+            b, c.max_seq_length, c.max_predictions_per_seq) for b in self.network_configs)
 
     def abstract_batch(self) -> dict:
         """The global batch as sharded `jax.ShapeDtypeStruct`s, shaped as the pipeline

@@ -6,8 +6,8 @@ actions) over this one skeleton:
     restored = job.restore(target, run)          # WORKDIR's checkpoint, or None
     job.open_metrics(total_steps, restored)      # metrics.jsonl from the restored step on
     state = restored.state if restored else ...  # the job's own fresh state
-    loop = job.loop(config, state, step_fn, place, num_steps=..., schedule=...)
-    job.train(loop, batches, actions, checkpoint_every=..., checkpoint_meta=...)
+    loop = job.loop(config, state, step_fn, place, objective, num_steps=..., log_options=...)
+    job.train(loop, batches, actions, checkpointing=Checkpointing(every=..., meta=...))
 
 `train` runs the loop under the mesh, Ctrl-C and the preemption watcher, checkpoints on
 its cadence and when stopped early, and closes the checkpoints and metrics; a stop
@@ -27,6 +27,7 @@ from bert_jax.errors import Interrupted
 from bert_jax.host import folders, paths
 from bert_jax.train import checkpoint, multihost, preemption, train_loop
 from bert_jax.train.metrics_writer import MetricsWriter
+from bert_jax.train.objective import Objective
 from bert_jax.train.sharding import Partitioner
 
 log = logging.getLogger("bert_jax.train.lifecycle")
@@ -37,6 +38,20 @@ def divergence_levers(warmup_key: str) -> str:
     return (f"a lower --config.learning_rate, a longer warmup (--config.{warmup_key}), "
             "--config.compute_dtype=float32 instead of bfloat16, or gradient clipping "
             "(--config.max_grad_norm=1.0).")
+
+
+@dataclasses.dataclass(frozen=True)
+class Checkpointing:
+    """When a run checkpoints and what each checkpoint writes: every `every` steps (0:
+    never by count), when `when(loop)` holds, at the last step and at any stop, the state
+    with `meta(loop)` (JSON) beside it, after the save steps `beside` (each `step(loop)`,
+    run by every process: what the checkpoint carries beside the state, such as the
+    objective's `models_beside`)."""
+
+    every: int
+    meta: Callable[[train_loop.Loop], dict]
+    when: Callable[[train_loop.Loop], bool] | None = None
+    beside: tuple[Callable[[train_loop.Loop], None], ...] = ()
 
 
 @dataclasses.dataclass
@@ -97,28 +112,30 @@ class Job:
             self.writer.message(f"resumed from step {restored.step} of {restored.source}")
         return self.writer
 
-    def loop(self, config, state, step_fn: Callable, place: Callable, *, num_steps: int,
-             schedule: Callable[[int], Any], warmup_key: str, **options) -> train_loop.Loop:
-        """The training loop from `state`, with the run's non-finite policy
-        (`on_nonfinite`, `max_consecutive_nonfinite`), log cadence and save-error check;
-        `options` are the job's own (`train_loop.Loop`)."""
+    def loop(self, config, state, step_fn: Callable, place: Callable, objective: Objective, *,
+             num_steps: int, log_options: train_loop.LogOptions,
+             warmup_key: str) -> train_loop.Loop:
+        """The training loop from `state` with the jitted `step_fn` of `objective` (given
+        its `extra` input, if any, at every step), the run's non-finite policy
+        (`on_nonfinite`, `max_consecutive_nonfinite`; `warmup_key` names the warmup in
+        its message), what it logs (`log_options`) and the save-error check."""
         guard = train_loop.NonFiniteGuard(config.max_consecutive_nonfinite,
                                           stop_at_first=config.on_nonfinite == "stop",
                                           levers=divergence_levers(warmup_key), log=log)
-        return train_loop.Loop(state, step_fn, place, num_steps=num_steps, writer=self.writer,
-                               guard=guard, learning_rate=schedule,
-                               log_every=config.log_every_steps, on_step=self.ckpt.check,
-                               **options)
+        return train_loop.Loop(state, step_fn, place, num_steps=num_steps, log=log_options,
+                               writer=self.writer, guard=guard, on_step=self.ckpt.check,
+                               step_args=() if objective.extra is None else (objective.extra,))
 
     def train(self, loop: train_loop.Loop, batches: Iterator[dict], actions=(), *,
-              checkpoint_every: int, checkpoint_meta: Callable[[train_loop.Loop], dict],
-              checkpoint_when: Callable[[train_loop.Loop], bool] | None = None) -> None:
-        """Runs `loop` to its last step or a stop, checkpointing every `checkpoint_every`
-        steps (and when `checkpoint_when`, and at any stop) with `checkpoint_meta(loop)`;
-        then closes the checkpoints and metrics. Raises Interrupted (Ctrl-C) or
-        preemption.Preempted (SIGTERM) once the stop's checkpoint is written."""
-        save = train_loop.Every(checkpoint_every, lambda loop: self.ckpt.save(
-            loop.step, loop.state, checkpoint_meta(loop)), when=checkpoint_when)
+              checkpointing: Checkpointing) -> None:
+        """Runs `loop` to its last step or a stop, checkpointing as `checkpointing` says
+        (and at any stop); then closes the checkpoints and metrics. Raises Interrupted
+        (Ctrl-C) or preemption.Preempted (SIGTERM) once the stop's checkpoint is written."""
+        def save(loop: train_loop.Loop) -> None:
+            for step in checkpointing.beside:
+                step(loop)
+            self.ckpt.save(loop.step, loop.state, checkpointing.meta(loop))
+        save = train_loop.Every(checkpointing.every, save, when=checkpointing.when)
         with jax.set_mesh(self.partitioner.mesh), preemption.interrupt_request(log) as stop, \
                 self.ckpt.saves_finished():
             reason = loop.run(batches, actions, checkpoint=save, watcher=preemption.active(),

@@ -1,6 +1,7 @@
 """The one training loop that pretraining, fine-tuning and distillation run.
 
-    loop = Loop(state, step_fn, place, num_steps=..., writer=..., guard=..., ...)
+    loop = Loop(state, step_fn, place, num_steps=..., log=LogOptions(...), writer=...,
+                guard=...)
     reason = loop.run(batches, actions, checkpoint=Every(n, save), watcher=..., stop=...)
 
 Each step calls the jitted `step_fn(state, global batch, *step_args) -> (state, metrics)`
@@ -49,29 +50,40 @@ class Every:
                     or (self.when is not None and self.when(loop)))
 
 
+@dataclasses.dataclass(frozen=True)
+class LogOptions:
+    """What the loop logs, and how often.
+
+    every: steps between log lines; learning_rate: the optimizer's schedule (update
+    count -> rate); per_step: amounts each step processes, logged per second (e.g.
+    {"tokens": B * L}); counted: metric names summed rather than averaged and logged per
+    second (e.g. "examples" of varying batches); flops_per_step and peak_flops give
+    `mfu`; progress: metric names printed on the progress line (None: all)."""
+
+    every: int
+    learning_rate: Callable[[int], Any]
+    per_step: dict = dataclasses.field(default_factory=dict)
+    counted: tuple = ()
+    flops_per_step: float = 0.0
+    peak_flops: float = 0.0
+    progress: tuple | None = None
+
+
 class Loop:
     """A training run from `state` (at `int(state.step)`) to `num_steps`.
 
     place: a host batch -> the step's global arrays; step_args: further step inputs
-    (a teacher's parameters); learning_rate: the optimizer's schedule (update count ->
-    rate); log_every: steps between log lines; per_step: amounts each step processes,
-    logged per second (e.g. {"tokens": B * L}); counted: metric names summed rather than
-    averaged and logged per second (e.g. "examples" of varying batches); flops_per_step
-    and peak_flops give `mfu`; progress: metric names printed on the progress line
-    (None: all); on_step: called after each step (a background save's error check).
+    (a teacher's parameters); log: what is logged (`LogOptions`) to `writer`; guard:
+    the `NonFiniteGuard` of the logged steps; on_step: called after each step (a
+    background save's error check).
     """
 
-    def __init__(self, state, step_fn: Callable, place: Callable, *, num_steps: int, writer,
-                 guard, learning_rate: Callable[[int], Any], log_every: int,
-                 step_args: tuple = (), per_step: dict | None = None, counted: tuple = (),
-                 flops_per_step: float = 0.0, peak_flops: float = 0.0,
-                 progress: tuple | None = None, on_step: Callable[[], None] | None = None):
+    def __init__(self, state, step_fn: Callable, place: Callable, *, num_steps: int,
+                 log: LogOptions, writer, guard, step_args: tuple = (),
+                 on_step: Callable[[], None] | None = None):
         self.state, self.step_fn, self.place, self.step_args = state, step_fn, place, step_args
-        self.num_steps, self.writer, self.guard = num_steps, writer, guard
-        self.learning_rate, self.log_every = learning_rate, log_every
-        self.per_step, self.counted = per_step or {}, counted
-        self.flops_per_step, self.peak_flops = flops_per_step, peak_flops
-        self.progress_keys, self.on_step = progress, on_step
+        self.num_steps, self.log, self.writer, self.guard = num_steps, log, writer, guard
+        self.on_step = on_step
         self.step = int(state.step)
         self.start_step = self.step
         # The optimizer's update count: steps minus the non-finite ones it skipped.
@@ -80,7 +92,7 @@ class Loop:
         self.last: dict = {}
         self.train_seconds = 0.0  # stepping time, first step and actions excluded
         self.first_step_seconds = 0.0
-        self.totals = {name: 0.0 for name in counted}  # over the timed steps
+        self.totals = {name: 0.0 for name in log.counted}  # over the timed steps
         self._timer = None  # (start time, step) of the steps being timed
         self._logged_seconds = 0.0
 
@@ -99,7 +111,7 @@ class Loop:
             if batch is None:  # the data ended first (a fine-tuning epoch packed tighter)
                 break
             self._one_step(batch)
-            if self.step % self.log_every == 0 or self.is_last:
+            if self.step % self.log.every == 0 or self.is_last:
                 self.flush()
             due = [action for action in actions if action.due(self)]
             if due:
@@ -152,28 +164,28 @@ class Loop:
             nonfinite = bool(m.pop("nonfinite"))
             self.guard.check(first + i + 1, float(m["loss"]), float(m["grad_norm"]),
                              not nonfinite)
-            rates.append(float(self.learning_rate(self.updates)))
+            rates.append(float(self.log.learning_rate(self.updates)))
             self.updates += not nonfinite
         # The process's first step (it may compile) counts only in first_step_seconds.
         timed = [m for i, m in enumerate(fetched) if first + i != self.start_step]
-        counts = {k: sum(float(m[k]) for m in timed) for k in self.counted}
+        counts = {k: sum(float(m[k]) for m in timed) for k in self.log.counted}
         mean = {k: float(np.mean([m[k] for m in fetched])) for k in fetched[0]
-                if k not in self.counted}
+                if k not in self.log.counted}
         mean["learning_rate"] = float(np.mean(rates))
         seconds = max(self.train_seconds - self._logged_seconds, 1e-9)
         self._logged_seconds = self.train_seconds
         for k, v in counts.items():
             self.totals[k] += v
         mean.update({f"{k}_per_second": v * len(timed) / seconds
-                     for k, v in self.per_step.items()})
+                     for k, v in self.log.per_step.items()})
         mean.update({f"{k}_per_second": v / seconds for k, v in counts.items()})
-        if self.flops_per_step and self.peak_flops:
-            mean["mfu"] = self.flops_per_step * len(timed) / seconds / self.peak_flops
+        if self.log.flops_per_step and self.log.peak_flops:
+            mean["mfu"] = self.log.flops_per_step * len(timed) / seconds / self.log.peak_flops
         mean["nonfinite_steps"] = float(self.step - self.updates)
         self.writer.write(self.step, mean, prefix="train")
         self.writer.progress(self.step, {k: v for k, v in mean.items()
-                                         if self.progress_keys is None
-                                         or k in self.progress_keys}, final=self.is_last)
+                                         if self.log.progress is None
+                                         or k in self.log.progress}, final=self.is_last)
         self.last = mean
         return mean
 

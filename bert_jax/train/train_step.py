@@ -6,8 +6,8 @@ follow the same rules:
 - `apply_gradients`: the one update rule, which skips any step whose loss or global
   gradient norm is not finite (params and optimizer state unchanged, the skip counted
   in `TrainState.nonfinite_steps`; `train_loop.NonFiniteGuard` watches the skips);
-- `train_step` / `jit_train_step`: a job's loss function through both, jitted over the
-  run's shardings.
+- `train_step` / `jit_train_step`: a job's objective (`train.objective.Objective`)
+  through both, jitted over the run's shardings.
 
 Starting from loaded weights is `bert_jax.weights.pretrained.init_params`.
 """
@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import optax
 
 from bert_jax.models import losses
+from bert_jax.train.objective import Objective
 from bert_jax.train.sharding import Partitioner
 from bert_jax.train.train_state import TrainState
 
@@ -110,38 +111,38 @@ def apply_gradients(state: TrainState, grads: Any, loss: jax.Array,
     return new_state, grad_norm, finite
 
 
-def train_step(state: TrainState, batch: dict, extra: Any = None, *, loss_fn: Callable,
-               coefficients: dict[str, float], tx: optax.GradientTransformation,
-               grad_accum_steps: int = 1,
+def train_step(state: TrainState, batch: dict, extra: Any = None, *, objective: Objective,
+               tx: optax.GradientTransformation, grad_accum_steps: int = 1,
                counts: Callable[[dict], dict] | None = None) -> tuple[TrainState, dict]:
     """The one optimizer update of every job: (TrainState, global batch {key: [B, ...]},
     extra) -> (next TrainState, metrics of scalars).
 
-    loss_fn(params, batch, extra, dropout_key) -> {name: (weighted sum, weight)}, of
-    whose means `coefficients` weigh the trained loss; `extra` is a step input that is
+    The loss is `objective`'s (`train.objective.Objective`): its `loss_terms`, of whose
+    means its `coefficients` weigh the trained loss; `extra` is its step input that is
     not trained (a distillation teacher's parameters). With grad_accum_steps = k the
     batch runs as k sequential micro-batches and gives the whole batch's update
     (`objective_and_grads`); a non-finite loss or gradient norm skips it
     (`apply_gradients`). Dropout keys come from `state.step_rng()`. `counts(batch)`:
     further metrics of the batch itself (examples in it)."""
-    terms_fn = lambda params, micro_batch, key: loss_fn(params, micro_batch, extra, key)
-    loss, grads, metrics = objective_and_grads(terms_fn, coefficients, state.params, batch,
-                                               state.step_rng(), grad_accum_steps)
+    terms_fn = lambda params, micro_batch, key: objective.loss_terms(params, micro_batch,
+                                                                      extra, key)
+    loss, grads, metrics = objective_and_grads(terms_fn, objective.coefficients, state.params,
+                                               batch, state.step_rng(), grad_accum_steps)
     state, grad_norm, finite = apply_gradients(state, grads, loss, tx)
     metrics.update(loss=loss, grad_norm=grad_norm, nonfinite=~finite,
                    **(counts(batch) if counts is not None else {}))
     return state, metrics
 
 
-def jit_train_step(loss_fn: Callable, coefficients: dict[str, float],
-                   tx: optax.GradientTransformation, shardings: TrainState,
-                   partitioner: Partitioner, *, grad_accum_steps: int = 1,
-                   extra_shardings: Any = None, counts: Callable[[dict], dict] | None = None):
-    """`train_step` jitted with the state's `shardings` (donated), the batch's sharding on
-    `partitioner`'s mesh and, when given, the extra input's (the step then takes it as a
-    third argument); metrics come back replicated."""
-    step = functools.partial(train_step, loss_fn=loss_fn, coefficients=coefficients, tx=tx,
+def jit_train_step(objective: Objective, tx: optax.GradientTransformation,
+                   shardings: TrainState, partitioner: Partitioner, *,
+                   grad_accum_steps: int = 1, counts: Callable[[dict], dict] | None = None):
+    """`train_step` of `objective` jitted with the state's `shardings` (donated), the
+    batch's sharding on `partitioner`'s mesh and, when the objective has an extra input,
+    its `extra_shardings` (the step then takes it as a third argument); metrics come
+    back replicated."""
+    step = functools.partial(train_step, objective=objective, tx=tx,
                              grad_accum_steps=grad_accum_steps, counts=counts)
-    extra = () if extra_shardings is None else (extra_shardings,)
+    extra = () if objective.extra is None else (objective.extra_shardings,)
     return jax.jit(step, in_shardings=(shardings, partitioner.batch_sharding, *extra),
                    out_shardings=(shardings, partitioner.replicated), donate_argnums=0)

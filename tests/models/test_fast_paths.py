@@ -264,7 +264,8 @@ def test_fast_variants_load_and_run_a_step_when_shrunk(variant):
         key, *pretrain_steps.dummy_inputs(1, length, predictions))["params"]
     plan = StatePlan.build(init_fn, tx, partitioner, config.rng_impl)
     state = plan.create(0)
-    step, _ = pretrain_steps.jit_steps(model, tx, partitioner, plan.shardings)
+    step, _ = pretrain_steps.jit_steps(pretrain_steps.BertPretraining(model, partitioner.rules),
+                                       tx, partitioner, plan.shardings)
     rng = np.random.default_rng(0)
     batch = {"input_ids": rng.integers(1, 100, (8, length)).astype(np.int32),
              "input_mask": np.ones((8, length), np.int32),

@@ -1,7 +1,8 @@
 """ELECTRA's replaced-token detection as a pretraining objective (`objective='electra'`,
-bert_jax/pretrain/electra.py): the generator's shape, the loss terms, a run that trains,
-resumes exactly, fine-tunes and converts to transformers' ElectraForPreTraining /
-ElectraForMaskedLM with equal outputs, and the published recipes."""
+bert_jax/pretrain/electra.py; its networks in bert_jax/models/electra.py): the generator's
+shape, the loss terms, a run that trains, resumes exactly, fine-tunes and converts to
+transformers' ElectraForPreTraining / ElectraForMaskedLM with equal outputs, and the
+published recipes."""
 
 import json
 import os
@@ -16,6 +17,7 @@ import pytest
 
 from bert_jax import cli
 from bert_jax.host import folders
+from bert_jax.models import electra as networks
 from bert_jax.models.config import BertConfig
 from bert_jax.models.encoder import BertModel
 from bert_jax.models.heads import ElectraForPreTraining
@@ -64,11 +66,11 @@ def test_generator_has_electras_published_shapes():
                        num_attention_heads=16, intermediate_size=4096)
     shape = lambda c: (c.hidden_size, c.intermediate_size, c.num_attention_heads,
                        c.num_hidden_layers, c.embedding_size)
-    assert shape(electra.generator_config(small, 0.25)) == (64, 256, 1, 12, 128)
-    assert shape(electra.generator_config(base, 1 / 3)) == (256, 1024, 4, 12, 768)
-    assert shape(electra.generator_config(large, 0.25)) == (256, 1024, 4, 24, 1024)
-    assert electra.generator_config(large, 1.0).embedding_size is None  # no projection
-    assert electra.discriminator_config(BertConfig()).model_type == "electra"
+    assert shape(networks.generator_config(small, 0.25)) == (64, 256, 1, 12, 128)
+    assert shape(networks.generator_config(base, 1 / 3)) == (256, 1024, 4, 12, 768)
+    assert shape(networks.generator_config(large, 0.25)) == (256, 1024, 4, 24, 1024)
+    assert networks.generator_config(large, 1.0).embedding_size is None  # no projection
+    assert networks.discriminator_config(BertConfig()).model_type == "electra"
 
 
 @pytest.mark.parametrize("variant, expected", [
@@ -98,7 +100,7 @@ def _model(generator_size=0.25):
     config = BertConfig(model_type="electra", vocab_size=50, hidden_size=32, embedding_size=16,
                         num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
                         max_position_embeddings=16)
-    model = electra.Electra.build(config, generator_size, disc_weight=50.0)
+    model = electra.Electra(networks.ElectraNetworks.build(config, generator_size), 50.0)
     ids = np.arange(2 * 12).reshape(2, 12) % 45 + 5
     batch = {"input_ids": ids.astype(np.int32), "input_mask": np.ones((2, 12), np.int32),
              "segment_ids": np.zeros((2, 12), np.int32),
@@ -107,7 +109,7 @@ def _model(generator_size=0.25):
              "masked_lm_weights": np.array([[1, 1, 0], [1, 1, 1]], np.float32)}
     batch["input_mask"][0, 10:] = 0
     params = jax.tree.map(lambda x: x.unbox() if hasattr(x, "unbox") else x,
-                          model.init(jax.random.key(0), *(batch[k] for k in (
+                          model.networks.init(jax.random.key(0), *(batch[k] for k in (
                               "input_ids", "input_mask", "segment_ids",
                               "masked_lm_positions")))["params"],
                           is_leaf=lambda x: hasattr(x, "unbox"))
@@ -118,7 +120,7 @@ def test_generator_shares_the_discriminators_embeddings_and_both_losses_train_th
     model, params, batch = _model()
     assert set(params) == {"bert", "discriminator", "generator"}
     assert set(params["generator"]["bert"]["embeddings"]) == {"projection"}  # E 16 -> H 8
-    full = electra.Electra.full_generator(params)
+    full = networks.full_generator(params)
     assert full["bert"]["embeddings"]["word_embeddings"] is \
         params["bert"]["embeddings"]["word_embeddings"]
 
@@ -138,7 +140,7 @@ def test_labels_mark_the_replaced_real_tokens_only():
     """Labels: the discriminator's input differs from the original text, at masked
     positions only; the replaced share counts real tokens; the same key samples the same."""
     model, params, batch = _model()
-    gen_logits, disc_logits, labels = model._outputs(params, batch, None, jax.random.key(3))
+    gen_logits, disc_logits, labels = model.networks.forward(params, batch, None, jax.random.key(3))
     assert gen_logits.shape == (2, 3, 50) and disc_logits.shape == labels.shape == (2, 12)
     masked = np.zeros((2, 12), bool)
     masked[0, [1, 4]] = masked[1, [2, 3, 7]] = True
@@ -191,7 +193,7 @@ def test_resumes_exactly(run, text_corpus, tmp_path, capsys):  # noqa: F811
 def checkpoint_generator(workdir, step):
     """The generator in WORKDIR's checkpoint of `step`, as a model directory holds it."""
     params = checkpoint.read_params(os.path.join(workdir, "checkpoints", str(step)))
-    return to_unscanned(electra.Electra.full_generator(params))
+    return to_unscanned(networks.full_generator(params))
 
 
 def assert_same_params(got, expected):
@@ -337,7 +339,7 @@ def test_converts_to_transformers_with_equal_outputs(run, tmp_path):
     with torch.no_grad():
         expected = theirs(**torch_args).logits.numpy()
     every = np.broadcast_to(np.arange(20, dtype=np.int32), ids.shape)
-    logits = electra.Generator(gen.config).apply({"params": gen.params}, ids, mask, segments,
+    logits = networks.Generator(gen.config).apply({"params": gen.params}, ids, mask, segments,
                                                  every)
     np.testing.assert_allclose(np.asarray(logits)[real], expected[real], atol=2e-4, rtol=2e-4)
 

@@ -39,6 +39,13 @@ def pretraining_batch(rng, batch=4, length=16, predictions=3, vocab=64):
             "next_sentence_labels": rng.integers(0, 2, (batch,)).astype(np.int32)}
 
 
+def distillation(student, teacher):
+    """The distillation objective of `student` (a BertForPreTraining) and `teacher`, whose
+    parameters each call passes; without dropout when called with no key."""
+    return distill.MlmDistillation(pretrain_steps.BertPretraining(student), teacher,
+                                   extra=None, extra_shardings=None)
+
+
 def log_softmax(x):
     x = x - x.max(-1, keepdims=True)
     return x - np.log(np.exp(x).sum(-1, keepdims=True))
@@ -53,10 +60,9 @@ def test_the_loss_is_alpha_mlm_plus_the_soft_kl_over_masked_positions():
     # Sharper teacher distributions: a KL far from 0, where its direction shows.
     teacher_params = jax.tree.map(lambda x: 5 * x, teacher_params)
     teacher = distill.MlmTeacher(teacher_model, temperature=2.0, alpha=0.3)
-    loss, metrics = train_step.combine(
-        pretrain_steps.forward(student, params, batch, teacher=teacher,
-                               teacher_params=teacher_params),
-        pretrain_steps.loss_coefficients(student, teacher))
+    objective = distillation(student, teacher)
+    loss, metrics = train_step.combine(objective.loss_terms(params, batch, teacher_params, None),
+                                       objective.coefficients)
 
     # The reference, written out from the definition.
     positions = batch["masked_lm_positions"]
@@ -80,8 +86,8 @@ def test_the_loss_is_alpha_mlm_plus_the_soft_kl_over_masked_positions():
     # A teacher with the student's own weights: the soft loss vanishes.
     same = distill.MlmTeacher(heads.BertForPreTraining(config, False), 2.0, 0.3)
     teacher_params = {k: v for k, v in params.items() if k != "nsp"}
-    _, metrics = train_step.combine(pretrain_steps.forward(student, params, batch, teacher=same,
-                                                           teacher_params=teacher_params), {})
+    _, metrics = train_step.combine(
+        distillation(student, same).loss_terms(params, batch, teacher_params, None), {})
     assert abs(float(metrics["soft_loss"])) < 1e-6
 
 
@@ -94,9 +100,8 @@ def test_micro_batch_sums_and_weights_add_up_to_the_whole_batch():
     batch = pretraining_batch(np.random.default_rng(1))
     student, params = init(config, 0)
     teacher_model, teacher_params = init(config, 2, nsp=False)
-    teacher = distill.MlmTeacher(teacher_model, 1.0, 0.5)
-    terms = lambda b: pretrain_steps.forward(student, params, b, teacher=teacher,
-                                       teacher_params=teacher_params)
+    objective = distillation(student, distill.MlmTeacher(teacher_model, 1.0, 0.5))
+    terms = lambda b: objective.loss_terms(params, b, teacher_params, None)
     whole = terms(batch)
     halves = [terms({k: v[i:i + 2] for k, v in batch.items()}) for i in (0, 2)]
     for name, (total, weight) in whole.items():

@@ -7,7 +7,7 @@ import pytest
 
 from bert_jax.models.heads import BertForPreTraining
 from bert_jax.models.presets import preset
-from bert_jax.pretrain.steps import dummy_inputs, jit_steps
+from bert_jax.pretrain.steps import BertPretraining, dummy_inputs, jit_steps
 from bert_jax.train import sharding
 from bert_jax.train.optim import make_optimizer
 from bert_jax.train.train_state import StatePlan
@@ -42,7 +42,8 @@ def run(mesh_shape, steps=3, devices=None, config=CONFIG, grad_accum_steps=1):
     init_fn = lambda key: model.init(key, *dummy_inputs(2, LENGTH, PREDICTIONS))["params"]
     plan = StatePlan.build(init_fn, tx, partitioner)
     state = plan.create(0)
-    train, _ = jit_steps(model, tx, partitioner, plan.shardings, grad_accum_steps)
+    train, _ = jit_steps(BertPretraining(model, partitioner.rules), tx, partitioner,
+                         plan.shardings, grad_accum_steps)
     losses = []
     with jax.set_mesh(partitioner.mesh):
         for batch in synthetic_batches(steps):

@@ -27,7 +27,7 @@ class Writer:
         pass
 
 
-def make_loop(bad_steps=(), stop_at_first=False, **options):
+def make_loop(bad_steps=(), stop_at_first=False, log_every=1):
     """A loop of 6 steps whose step `s` (1-based) is non-finite when s is in `bad_steps`."""
     def step_fn(state, batch):
         step = int(state.step) + 1
@@ -39,8 +39,7 @@ def make_loop(bad_steps=(), stop_at_first=False, **options):
                                       log=logging.getLogger("test"))
     return train_loop.Loop(State(jnp.int32(0), jnp.int32(0)), step_fn, lambda b: b,
                            num_steps=6, writer=Writer(), guard=guard,
-                           learning_rate=lambda count: 10.0 * count,
-                           **{"log_every": 1, **options})
+                           log=train_loop.LogOptions(log_every, lambda count: 10.0 * count))
 
 
 def batches():
