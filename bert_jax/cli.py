@@ -220,5 +220,6 @@ def _report_bug(prog: str, error: BaseException) -> str:
         traceback.print_exception(error, file=f)
     return path
 
+
 if __name__ == "__main__":
     sys.exit(main())
