@@ -49,6 +49,7 @@ def create_data(out_dir: str, smoke: bool) -> list[str]:
     from bert_jax.data import corpus, data_stats
     from bert_jax.data import create_pretraining_data as cpd
     from bert_jax.data.options import DataOptions
+    from bert_jax.host.folders import DATA_FOLDER
     from bert_jax.tokenization import DEFAULT_VOCAB
     outputs = cpd.shard_paths(out_dir, 8)
     if all(os.path.exists(p) for p in outputs):
@@ -60,7 +61,7 @@ def create_data(out_dir: str, smoke: bool) -> list[str]:
                           dupe_factor=1 if smoke else 2, dynamic_masking=True)
     stats = cpd.create_pretraining_data(files, outputs, DEFAULT_VOCAB, options,
                                         num_workers=os.cpu_count() or 1,
-                                        summary_path=os.path.join(out_dir, "summary.json"))
+                                        summary_path=os.path.join(out_dir, DATA_FOLDER.summary))
     print("\n".join(data_stats.readable_summary(stats)))
     return outputs
 
@@ -102,10 +103,12 @@ def read_jsonl(path: str) -> list[dict]:
 def plot(workdir: str, pretrain_dir: str, runs: dict[str, str]) -> str:
     """Pretraining MLM accuracy and loss, and fine-tuning validation accuracy per epoch."""
     import matplotlib
+
+    from bert_jax.host.folders import TRAINING_WORKDIR
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, (mlm, ft) = plt.subplots(1, 2, figsize=(11, 4))
-    rows = read_jsonl(os.path.join(pretrain_dir, "metrics.jsonl"))
+    rows = read_jsonl(os.path.join(pretrain_dir, TRAINING_WORKDIR.metrics))
     for key, style in (("train/mlm_accuracy", "-"), ("eval/mlm_accuracy", "o-")):
         points = [(r["step"], r[key]) for r in rows if key in r]
         if points:
@@ -113,7 +116,8 @@ def plot(workdir: str, pretrain_dir: str, runs: dict[str, str]) -> str:
     mlm.set(title="tiny BERT pretraining", xlabel="step", ylabel="MLM accuracy")
     mlm.legend()
     for name, run_dir in runs.items():
-        points = [(r["step"], v) for r in read_jsonl(os.path.join(run_dir, "metrics.jsonl"))
+        rows = read_jsonl(os.path.join(run_dir, TRAINING_WORKDIR.metrics))
+        points = [(r["step"], v) for r in rows
                   for k, v in r.items() if k.startswith("validation/") and "accuracy" in k]
         if points:
             ft.plot(*zip(*points), "o-", label=name)

@@ -36,6 +36,7 @@ from bert_jax.finetune import files
 from bert_jax.finetune.tasks import crf, metrics, tag_schemes
 from bert_jax.finetune.tasks.base import Task, register
 from bert_jax.host import paths
+from bert_jax.host.folders import FINETUNING_WORKDIR
 from bert_jax.models import heads, losses, task_heads
 from bert_jax.tokenization.text_io import (
     rewrite_tags,
@@ -354,7 +355,7 @@ class TaggingTask(Task):
     def write_test_predictions(self, records, split, workdir):
         """WORKDIR/predictions/SPLIT.conll: `word<TAB>predicted tag` lines, a blank line
         after each sentence, the training file's layout and tag scheme."""
-        path = paths.join(workdir, "predictions", f"{split}.conll")
+        path = paths.join(workdir, FINETUNING_WORKDIR.predictions, f"{split}.conll")
         paths.makedirs(paths.dirname(path))
         paths.write_text(path, "".join(
             "".join(f"{w}\t{t}\n" for w, t in zip(record["words"], record["tags"])) + "\n"
