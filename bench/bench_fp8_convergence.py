@@ -6,8 +6,8 @@ fast numerics and with `compute_dtype=fp8`, same data, same initial weights.
         [--model bert-base --batch 64 --steps 300 --learning_rate 1e-4]
 
 `--prepare` runs `bert-jax create-data` on the embedded corpus (seq 128, 20 predictions,
-static masks, 3 copies) and stores its rows as one compressed .npz (12 MB), so the
-measuring machine needs neither tensorflow nor the corpus (carry the file to it). The run
+static masks, 3 copies) and stores its rows as one compressed .npz (12 MB), so the GPU
+machine that measures needs neither tensorflow nor the corpus (copy the file to it). The run
 then trains each side in its own process over the same rows in the same order and prints
 the mean loss of each window of 25 steps for both sides, their relative gap, and one JSON
 line.
