@@ -3,7 +3,9 @@ and the MLM-only comparison."""
 
 import numpy as np
 
+from bert_jax.models.config import BertConfig
 from bert_jax.models.heads import BertForPreTraining
+from bert_jax.weights.config_json import to_hf_dict
 
 TOL = 1e-4
 
@@ -54,3 +56,19 @@ def assert_mlm_model_matches(config, params, ids, mask, hidden, logits, segments
                                atol=TOL, rtol=TOL)
 
 
+ALBERT = BertConfig(model_type="albert", vocab_size=99, embedding_size=16, hidden_size=32,
+                    num_hidden_layers=3, num_attention_heads=4, intermediate_size=37,
+                    max_position_embeddings=64, hidden_act="gelu_new")
+
+
+def albert_reference(config: BertConfig, cls=None, seed: int = 1, **hf_fields):
+    """A transformers ALBERT of `config` (AlbertForPreTraining unless `cls`) with random
+    weights of a useful scale."""
+    import torch
+    import transformers
+
+    torch.manual_seed(seed)
+    hf_config = transformers.AlbertConfig(**to_hf_dict(config), attn_implementation="eager",
+                                          **hf_fields)
+    model = (cls or transformers.AlbertForPreTraining)(hf_config)
+    return scale_weights(model).eval()

@@ -20,24 +20,15 @@ from bert_jax.models.presets import preset
 from bert_jax.weights import hf, pretrained
 from bert_jax.weights.config_json import to_hf_dict
 
+from helpers.parity import TOL, padded_batch, state_dict_numpy  # noqa: E402
+
 torch = pytest.importorskip("torch", reason="the PyTorch reference needs the test extras")
 transformers = pytest.importorskip("transformers")
-from helpers.parity import TOL, padded_batch, scale_weights, state_dict_numpy  # noqa: E402
+from helpers.parity import ALBERT, albert_reference  # noqa: E402
 
-ALBERT = BertConfig(model_type="albert", vocab_size=99, embedding_size=16, hidden_size=32,
-                    num_hidden_layers=3, num_attention_heads=4, intermediate_size=37,
-                    max_position_embeddings=64, hidden_act="gelu_new")
 # Two groups of two layers, each group applied twice: every sharing path at once.
 GROUPED = ALBERT.replace(num_hidden_layers=4, num_hidden_groups=2, inner_group_num=2,
                          hidden_act="gelu")
-
-
-def reference(config: BertConfig, cls=None, seed: int = 1, **hf_fields):
-    torch.manual_seed(seed)
-    hf_config = transformers.AlbertConfig(**to_hf_dict(config), attn_implementation="eager",
-                                          **hf_fields)
-    model = (cls or transformers.AlbertForPreTraining)(hf_config)
-    return scale_weights(model).eval()
 
 
 def torch_inputs(ids, mask, segments):
@@ -50,7 +41,7 @@ def torch_inputs(ids, mask, segments):
 @pytest.mark.parametrize("scan", [False, True], ids=["unrolled", "scanned"])
 def test_pretraining_outputs_match_transformers(config, scan):
     config = config.replace(scan_layers=scan)
-    ref = reference(config)
+    ref = albert_reference(config)
     ids, mask, segments = padded_batch(config.vocab_size, [17, 9, 3], 24)
     with torch.no_grad():
         expected = ref(**torch_inputs(ids, mask, segments), output_hidden_states=True,
@@ -115,7 +106,7 @@ def test_albert_fields_are_checked():
     ("AlbertForQuestionAnswering", BertForQuestionAnswering, {}),
 ])
 def test_task_heads_match_transformers(cls, ours, kwargs):
-    ref = reference(ALBERT, getattr(transformers, cls), seed=3, **kwargs)
+    ref = albert_reference(ALBERT, getattr(transformers, cls), seed=3, **kwargs)
     ids, mask, segments = padded_batch(ALBERT.vocab_size, [12, 5], 12, seed=2)
     with torch.no_grad():
         expected = ref(**torch_inputs(ids, mask, segments))
@@ -129,7 +120,7 @@ def test_task_heads_match_transformers(cls, ours, kwargs):
 
 
 def test_state_dict_round_trip_and_transformers_reads_ours(tmp_path):
-    ref = reference(ALBERT, transformers.AlbertForMaskedLM, seed=5)
+    ref = albert_reference(ALBERT, transformers.AlbertForMaskedLM, seed=5)
     state = state_dict_numpy(ref)
     params = hf.params_from_hf(state, ALBERT)
     back = hf.params_to_hf(params, ALBERT)
@@ -156,7 +147,7 @@ def test_convert_embed_and_back_to_transformers(tmp_path):
     reads with the same outputs."""
     from bert_jax import cli
 
-    ref = reference(ALBERT, seed=7)
+    ref = albert_reference(ALBERT, seed=7)
     hf_dir, model_dir, back = tmp_path / "hf", tmp_path / "model", tmp_path / "back"
     ref.save_pretrained(hf_dir)
     words = [f"w{i}" for i in range(ALBERT.vocab_size - len(SPECIALS))]
@@ -187,7 +178,7 @@ def test_convert_embed_and_back_to_transformers(tmp_path):
 def test_an_empty_spiece_model_is_refused_in_one_line(tmp_path, capsys):
     from bert_jax import cli
 
-    reference(ALBERT, transformers.AlbertModel).save_pretrained(tmp_path / "hf")
+    albert_reference(ALBERT, transformers.AlbertModel).save_pretrained(tmp_path / "hf")
     (tmp_path / "hf" / "spiece.model").write_bytes(b"")
     assert cli.main(["convert", "--from_hf", str(tmp_path / "hf"), "--output",
                      str(tmp_path / "out")]) == 2

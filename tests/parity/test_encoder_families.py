@@ -134,9 +134,9 @@ def test_to_hf_reloads_in_transformers_to_the_same_outputs(family, tmp_path):
     """`convert --from_hf` of a transformers-saved MaskedLM with its tokenizer files, then
     `--to_hf`: transformers loads the family's class back to the same logits, with
     tokenizer files that give its ids and a model_max_length of the positions served."""
-    from test_family_tokenizers import family_files
-
     from bert_jax import cli
+
+    from helpers.tokenizers import family_files
 
     vocab_size = TOKENIZER_SIZES[family]
     ref = reference(family, "ForMaskedLM", seed=3, vocab_size=vocab_size)
@@ -184,12 +184,11 @@ def test_the_published_names_load_with_their_tokenizers(tmp_path, monkeypatch):
     hf:distilbert/distilbert-base-uncased (small random models with their families'
     tokenizer files) through the local Hub server: the weights as converted, and the
     tokenizer to transformers' ids."""
-    from test_family_tokenizers import family_files
-
     from bert_jax.tokenization import load_tokenizer
     from bert_jax.weights import pretrained
 
     from helpers.hub_server import HubServer, Repo
+    from helpers.tokenizers import family_files
 
     names = {"FacebookAI/roberta-base": "roberta-json",
              "FacebookAI/xlm-roberta-base": "xlm-roberta",

@@ -320,10 +320,10 @@ def test_the_published_names_load_to_transformers_outputs_and_ids(tmp_path, hub)
     (small random models with their published config.json and tokenizer kinds) load to
     transformers' MLM logits on the same files, and their tokenizers to its ids and
     special tokens."""
-    from test_modernbert import bpe_tokenizer_json
-
     from bert_jax.tokenization import load_tokenizer
     from bert_jax.weights import pretrained
+
+    from helpers.tokenizers import bpe_tokenizer_json
 
     models, repos = {}, {}
     for name, config_json, seed in (("EuroBERT/EuroBERT-210m", None, 4),

@@ -16,6 +16,7 @@ transformers = pytest.importorskip("transformers")
 
 from helpers.parity import TOL, assert_mlm_model_matches, scale_weights  # noqa: E402
 from helpers.parity import state_dict_numpy as state_dict  # noqa: E402
+from helpers.tokenizers import bpe_tokenizer_json  # noqa: E402
 
 SIZES = [
     # 4 layers, a global one every 2nd, a 16-token window: rows of 40 tokens reach past it.
@@ -128,22 +129,6 @@ def test_tokenizer_json_gives_transformers_ids(tmp_path):
         theirs.convert_tokens_to_ids(["[CLS]", "[SEP]", "[MASK]", "[PAD]"]))
     ours.save(str(tmp_path / "saved"))
     assert load_tokenizer(str(tmp_path / "saved")).encode_ids(texts) == ours.encode_ids(texts)
-
-
-def bpe_tokenizer_json(path, vocab_size=128):
-    """A byte-level BPE tokenizer.json with BERT's special tokens, filled up to
-    `vocab_size` with unused tokens (ModernBERT's kind: 50368 ids, 83 of them unused)."""
-    from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers, trainers
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.train_from_iterator(["the cat sat on the mat", "a dog ran far away"] * 10,
-                            trainers.BpeTrainer(vocab_size=vocab_size - 10, special_tokens=[
-                                "[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"]))
-    unused = vocab_size - tok.get_vocab_size(with_added_tokens=True)
-    tok.add_special_tokens([AddedToken(f"[unused{i}]", special=True) for i in range(unused)])
-    assert tok.get_vocab_size(with_added_tokens=True) == vocab_size
-    tok.save(str(path))
 
 
 def test_a_modernbert_on_the_hub_converts_with_its_tokenizer_json(tmp_path, monkeypatch):

@@ -56,11 +56,11 @@ sys.exit(cli.main(argv))
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
     """A fine-tuned classifier (WORKDIR/best) and a text file to run it on."""
-    from test_export import CONFIG, LABELS, VOCAB, random_params
-
     from bert_jax.models import heads
     from bert_jax.tokenization import WordPieceTokenizer
     from bert_jax.weights import pretrained
+
+    from helpers.export import CONFIG, LABELS, VOCAB, random_params
     root = tmp_path_factory.mktemp("stopping")
     task = {"name": "csv", "family": "classification", "label_names": LABELS,
             "metric": "accuracy", "num_labels": len(LABELS), "max_seq_length": 24,

@@ -15,27 +15,15 @@ import pytest
 
 from bert_jax import cli
 from bert_jax.models import heads
-from bert_jax.models.config import BertConfig
 from bert_jax.models.encoder import BertModel
 from bert_jax.serve import export
 from bert_jax.tokenization import WordPieceTokenizer, text_io
 from bert_jax.weights import pretrained
 
-CONFIG = BertConfig(vocab_size=32, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                    intermediate_size=64, max_position_embeddings=40)
-VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "on", "mat",
-         "dog", "ran", "a", "##s", "big", "red", "hat", "and", "old", "man", "saw", "it",
-         ".", ",", "!", "new", "day", "good", "bad", "film", "was", "very"]
-LABELS = ["negative", "positive", "neutral"]
+from helpers.export import CONFIG, LABELS, VOCAB, random_params, reload_saved_model_texts
+
 TEXTS = ["the film was very good !", "a bad day"]
 PAIRS = ["the cat sat on the mat .", "dogs ran"]
-
-
-def random_params(module, seed=0):
-    shapes = nn.unbox(jax.eval_shape(module.init, jax.random.key(0), np.zeros((1, 4), np.int32)))
-    rng = np.random.default_rng(seed)
-    return jax.tree.map(lambda s: 0.1 * rng.standard_normal(s.shape, np.float32),
-                        shapes["params"])
 
 
 def encode(texts, pairs):
@@ -222,25 +210,6 @@ def test_other_heads_export(tmp_path, kind):
         np.testing.assert_allclose(out["end_logits"], want[1], atol=1e-5)
 
 
-def _reload_saved_model_texts(directory, texts, tmp_path):
-    """serve_text on `texts` in a fresh process: {output name: numpy}."""
-    (tmp_path / "texts.json").write_text(json.dumps(texts))
-    script = tmp_path / "texts.py"
-    script.write_text(textwrap.dedent("""
-        import json, sys, numpy as np, tensorflow as tf, tensorflow_text
-        model = tf.saved_model.load(sys.argv[1] + "/saved_model")
-        with open(sys.argv[3], encoding="utf-8") as f:
-            texts = json.load(f)
-        out = model.signatures["serve_text"](text=tf.constant(texts))
-        np.savez(sys.argv[2], **{k: v.numpy().astype(bytes) if v.dtype == tf.string
-                                 else v.numpy() for k, v in out.items()})
-    """))
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    subprocess.run([sys.executable, str(script), str(directory), str(tmp_path / "out.npz"),
-                    str(tmp_path / "texts.json")], check=True, env=env, timeout=300)
-    return dict(np.load(tmp_path / "out.npz"))
-
-
 def test_head_tail_truncation_in_graph_equals_python():
     import tensorflow as tf
 
@@ -277,7 +246,7 @@ def test_saved_model_truncates_like_fine_tuning(tmp_path):
     # 6 tokens of room: int(6 / 4) = 1 from the start, 5 from the end.
     assert ids[0].tolist() == [2, *(words[w] for w in "the and saw a new hat".split()), 3]
     np.testing.assert_array_equal(
-        _reload_saved_model_texts(tmp_path / "out", texts, tmp_path)["input_ids"], ids)
+        reload_saved_model_texts(tmp_path / "out", texts, tmp_path)["input_ids"], ids)
 
 
 @pytest.mark.slow
@@ -293,7 +262,7 @@ def test_sentencepiece_tokenizer_in_saved_model(tmp_path):
                     task={"family": "classification", "label_names": ["x", "y"]})
     export.export(str(tmp_path / "model"), str(tmp_path / "out"), platforms=("cpu",))
     texts = ["In the beginning God created the heaven and the earth.", "Jesus wept."]
-    out = _reload_saved_model_texts(tmp_path / "out", texts, tmp_path)
+    out = reload_saved_model_texts(tmp_path / "out", texts, tmp_path)
     served = export.ServedModel(str(tmp_path / "out"))
     ids, mask, _ = served.encode(texts)
     np.testing.assert_array_equal(out["input_ids"], ids)
@@ -309,7 +278,7 @@ def test_minilm_serving_keeps_its_similarity(tmp_path, minilm_dir):
     texts = ["A man is eating food.", "A man is eating a piece of bread."]
     cosine = lambda e: e[0] @ e[1] / np.linalg.norm(e[0]) / np.linalg.norm(e[1])
     by_jax = export.ServedModel(str(tmp_path / "out")).predict_texts(texts)["mean_embedding"]
-    by_tf = _reload_saved_model_texts(tmp_path / "out", texts, tmp_path)["mean_embedding"]
+    by_tf = reload_saved_model_texts(tmp_path / "out", texts, tmp_path)["mean_embedding"]
     assert abs(cosine(by_jax) - 0.755) < 1e-3 and abs(cosine(by_tf) - 0.755) < 1e-3
 
 

@@ -197,8 +197,7 @@ def test_a_missing_special_piece_is_named(tmp_path, specials, missing):
 def _albert_hf_dir(directory, spiece, seed=3):
     """A random transformers AlbertForMaskedLM saved with `spiece` and no vocab.txt."""
     torch = pytest.importorskip("torch", reason="the PyTorch reference needs the test extras")
-    from test_albert import ALBERT
-    from test_albert import reference as albert_reference
+    from helpers.parity import ALBERT, albert_reference
 
     config = ALBERT.replace(vocab_size=2000)
     model = albert_reference(config, transformers.AlbertForMaskedLM, seed=seed)
@@ -253,11 +252,11 @@ def test_convert_refuses_a_spiece_model_without_mask(tmp_path, capsys):
 def test_saved_model_tokenizes_as_albert(hf_tokenizer_dir, tmp_path):
     """An exported ALBERT-tokenized classifier: the SavedModel's serve_text, reloaded in a
     fresh process, gives the ids of the Python tokenizer (preprocessing and split in-graph)."""
-    from test_albert import ALBERT
-    from test_export import _reload_saved_model_texts, random_params
-
     from bert_jax.models import heads
     from bert_jax.serve import export
+
+    from helpers.export import random_params, reload_saved_model_texts
+    from helpers.parity import ALBERT
 
     tok = SentencePieceTokenizer(str(hf_tokenizer_dir / "spiece.model"), AlbertNormalization())
     config = ALBERT.replace(vocab_size=tok.vocab_size)
@@ -266,7 +265,7 @@ def test_saved_model_tokenizes_as_albert(hf_tokenizer_dir, tmp_path):
                     task={"family": "classification", "label_names": ["x", "y"]})
     export.export(str(tmp_path / "model"), str(tmp_path / "out"), platforms=("cpu",))
     texts = [t for t in TEXTS if t]
-    out = _reload_saved_model_texts(tmp_path / "out", texts, tmp_path)
+    out = reload_saved_model_texts(tmp_path / "out", texts, tmp_path)
     for row, text in zip(out["input_ids"], texts):
         expected = encode_pair(tok, text, None, 64)[0]
         assert row.tolist() == expected + [0] * (len(row) - len(expected)), text

@@ -147,7 +147,7 @@ def test_convert_and_embed_take_a_name(server, models, tmp_path, capsys):
 
 def test_finetune_from_a_name_on_glue_files_and_offline_exit_2(server, tmp_path, monkeypatch,
                                                                capsys):
-    from test_glue_files import PUBLISHED
+    from helpers.glue import PUBLISHED
     for name, text in PUBLISHED["MRPC"].items():
         (tmp_path / "glue_data" / "MRPC").mkdir(parents=True, exist_ok=True)
         (tmp_path / "glue_data" / "MRPC" / name).write_text(text, encoding="utf-8")
