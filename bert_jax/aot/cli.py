@@ -1,5 +1,6 @@
-"""`bert-jax compile` (`bert_jax.aot.compile`): flags, the search over mesh splits, remat
-and accumulation (`bert_jax.aot.search`), what is printed."""
+"""`bert-jax compile` (`bert_jax.aot.compile`): flags, the search, what is printed.
+
+The search runs over mesh splits, remat and accumulation (`bert_jax.aot.search`)."""
 
 from __future__ import annotations
 
@@ -18,8 +19,10 @@ from bert_jax.train.config_loader import load_config
 
 
 def compile_main(argv: list[str]) -> int:
-    """`bert-jax compile`: parses `argv`, then compiles the step (or, with --search, each
-    candidate) and reports; a config that does not fit raises `aot_compile.DoesNotFit`."""
+    """`bert-jax compile`: parses `argv`, then compiles the step and reports.
+
+    With --search it compiles each candidate; a config that does not fit raises
+    `aot_compile.DoesNotFit`."""
     parser = flags.ArgumentParser(
         prog="bert-jax compile", description=aot_compile.__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,

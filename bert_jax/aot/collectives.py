@@ -50,9 +50,10 @@ def _sizes(text: str) -> list[float]:
 
 
 def _buffer_bytes(kind: str, start: bool, result: str, group: int) -> float:
-    """S, the whole buffer a collective covers, from its result type (compiled HLO does
-    not print operand shapes). Async -start ops return (operands..., results...), plus
-    two u32 scalars for collective-permute."""
+    """S, the whole buffer a collective covers, from its result type.
+
+    Compiled HLO does not print operand shapes. Async -start ops return (operands..., results...),
+    plus two u32 scalars for collective-permute."""
     sizes = _sizes(result)
     if kind == "collective-permute":
         return sizes[0] if start else sum(sizes)
@@ -91,9 +92,11 @@ def _groups(line: str, num_devices: int) -> list[list[int]]:
 
 
 def _trip_count(line: str, comps: dict[str, list[str]]) -> int:
-    """How often a while loop runs: XLA's known_trip_count when the backend kept it,
-    else the bound its condition compares the counter with (loops count 0, 1, ... < N,
-    or by the step the body adds: libtpu unrolls its decomposed collectives by 2)."""
+    """How often a while loop runs.
+
+    XLA's known_trip_count when the backend kept it, else the bound its condition compares the
+    counter with (loops count 0, 1, ... < N, or by the step the body adds: libtpu unrolls its
+    decomposed collectives by 2)."""
     trip = _TRIP.search(line)
     if trip:
         return int(trip.group(1))
@@ -110,8 +113,9 @@ def _trip_count(line: str, comps: dict[str, list[str]]) -> int:
 
 
 def _counter_step(body: list[str]) -> int:
-    """What a loop body adds to its counter (the first element of the tuple it
-    returns), when that is a constant; else 1."""
+    """What a loop body adds to its counter when that is a constant; else 1.
+
+    The counter is the first element of the tuple the body returns."""
     def defining(name: str, op: str) -> str:
         pattern = re.compile(rf"\s*%{re.escape(name)} = \S+ {op}\(")
         return next((op for op in body if pattern.match(op)), "")
@@ -143,12 +147,12 @@ def _computations(hlo_text: str) -> dict[str, list[str]]:
 
 def collective_bytes(hlo_text: str, num_devices: int, num_slices: int = 1,
                      slice_of: Callable[[int], int] = lambda i: 0) -> dict[str, float]:
-    """{kind: bytes per chip per step} (kinds with `ACROSS` appended for collectives that
-    span slices). A multi-slice program (libtpu's Megascale) holds each slice's own
-    collectives over its `num_devices` chips, and sends the cross-slice parts to the
-    host as `send`s tagged with their transfer type (over `num_slices` slices);
-    `slice_of(i)`, for programs whose device groups themselves span slices: the slice of
-    the program's i-th device."""
+    """{kind: bytes per chip per step}, `ACROSS` appended to kinds of collectives that span slices.
+
+    A multi-slice program (libtpu's Megascale) holds each slice's own collectives over its
+    `num_devices` chips, and sends the cross-slice parts to the host as `send`s tagged with their
+    transfer type (over `num_slices` slices); `slice_of(i)`, for programs whose device groups
+    themselves span slices: the slice of the program's i-th device."""
     comps = _computations(hlo_text)
     memo: dict[str, collections.Counter] = {}
 

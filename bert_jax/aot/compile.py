@@ -1,7 +1,8 @@
-"""`bert-jax compile`: a pretraining run's exact train step compiled for a TPU slice or
-for GPU hosts on any machine (no accelerator needed; the `tpu` extra brings libtpu, the
-`gpu-compile` extra jax's CUDA plugin and cuDNN), to check before paying for the slice or
-the hosts that it fits, and what it computes and communicates.
+"""`bert-jax compile`: a pretraining run's exact train step compiled for a TPU slice or GPU hosts.
+
+It runs on any machine (no accelerator needed; the `tpu` extra brings libtpu, the `gpu-compile`
+extra jax's CUDA plugin and cuDNN), to check before paying for the slice or the hosts that it fits,
+and what it computes and communicates.
 
     bert-jax compile --config configs/pretrain.py:tpu_large --topology v4-128 \
         [--num_slices 2] [--config.KEY=VALUE ...]
@@ -51,9 +52,10 @@ class DoesNotFit(UserError):
 
 
 def _vocab_size(config) -> int:
-    """The model's vocab_size if the config sets one, else the run's vocabulary's (as
-    pretraining picks it: config.tokenizer, init_from's, or the bundled vocabulary), read
-    without converting or loading a model."""
+    """The model's vocab_size if the config sets one, else the run's vocabulary's.
+
+    The vocabulary is the one pretraining picks (config.tokenizer, init_from's, or the bundled
+    vocabulary), read without converting or loading a model."""
     model = config.model
     if not isinstance(model, str) and "vocab_size" in model:
         return int(model["vocab_size"])
@@ -69,8 +71,9 @@ def resolve_topology(name: str):
 
 
 def topology_devices(topology, num_slices: int = 1) -> list:
-    """The devices of `num_slices` slices of `topology` (a TPU slice or GPU hosts), for
-    compiling only."""
+    """The devices of `num_slices` slices of `topology`, for compiling only.
+
+    `topology` is a TPU slice or GPU hosts."""
     from jax.experimental import topologies as jax_topologies
     if num_slices < 1:
         raise UserError(f"--num_slices must be at least 1, got {num_slices}")
@@ -95,10 +98,11 @@ def _shortfall_from_error(error: Exception) -> float | None:
 
 def compile_step(config, topology, num_slices: int = 1,
                  hlo_out: str = "", progress=lambda line: None) -> dict:
-    """Compiles `config`'s train step for `num_slices` slices of `topology`; returns the
-    report (the JSON's fields, plus 'details' for the printout). Raises DoesNotFit when
-    XLA refuses for memory. `progress(line)` is told each phase as it starts (the
-    compile itself can take minutes in silence)."""
+    """Compiles `config`'s train step for `num_slices` slices of `topology`; returns the report.
+
+    The report holds the JSON's fields, plus 'details' for the printout. Raises DoesNotFit when XLA
+    refuses for memory. `progress(line)` is told each phase as it starts (the compile itself can
+    take minutes in silence)."""
     if config.teacher:
         raise UserError("compile does not build distillation runs (config.teacher) yet")
     progress(f"building the model and its sharding over {topology.name}"
@@ -139,11 +143,12 @@ def compile_step(config, topology, num_slices: int = 1,
 
 @contextlib.contextmanager
 def cudnn_checks_for(topology):
-    """jax's cuDNN attention asks the local default backend for the GPU's compute
-    capability, which on a machine without a GPU answers "none": packed rows (Hopper and
-    later) would be refused when compiling for H100s here. While compiling for GPU hosts
-    the check answers for their GPU. (A private jax function, `jax_compat.cudnn_attention`:
-    where it is gone, nothing is changed.)"""
+    """Makes jax's cuDNN check answer for the target GPU hosts' GPU while compiling for them.
+
+    jax's cuDNN attention asks the local default backend for the GPU's compute capability, which on
+    a machine without a GPU answers "none": packed rows (Hopper and later) would be refused when
+    compiling for H100s here. While compiling for GPU hosts the check answers for their GPU. (A
+    private jax function, `jax_compat.cudnn_attention`: where it is gone, nothing is changed.)"""
     try:
         cudnn_attention = jax_compat.cudnn_attention()
     except ImportError:
@@ -211,9 +216,10 @@ _FUSED_ATTENTION = {"tpu": "Pallas splash attention", "gpu": "cuDNN flash attent
 
 
 def _capacity_note(topology) -> str:
-    """For GPUs: what the capacity is, and that a run needs more than XLA's plan (cuBLAS
-    workspaces, autotuning): measured on H200s, bert-base and bert-large steps peaked
-    13-14% above their plans (docs/results.md)."""
+    """For GPUs: what the capacity is, and that a run needs more than XLA's plan.
+
+    cuBLAS workspaces and autotuning take more: measured on H200s, bert-base and bert-large steps
+    peaked 13-14% above their plans (docs/results.md)."""
     if topology.platform == "tpu":
         return ""
     total = topology.gpu.memory_mib * gpu_hosts.MIB / GIB
@@ -222,16 +228,18 @@ def _capacity_note(topology) -> str:
 
 
 def planned_bytes(compiled) -> int:
-    """One device's memory in XLA's plan for `compiled`: arguments + outputs - donated
-    aliases + temporaries."""
+    """One device's memory in XLA's plan for `compiled`.
+
+    That is arguments + outputs - donated aliases + temporaries."""
     memory = compiled.memory_analysis()
     return (memory.argument_size_in_bytes + memory.output_size_in_bytes
             - memory.alias_size_in_bytes + memory.temp_size_in_bytes)
 
 
 def _fused_attention_calls(hlo_text: str) -> int:
-    """Fused attention kernels in the compiled step, forward and backward: Pallas splash
-    attention on TPU (packed rows), cuDNN's flash attention on GPU."""
+    """Fused attention kernels in the compiled step, forward and backward.
+
+    Pallas splash attention on TPU (packed rows), cuDNN's flash attention on GPU."""
     return sum(('custom_call_target="tpu_custom_call"' in line and "%splash" in line)
                or 'custom_call_target="__cudnn$fmha' in line
                for line in hlo_text.splitlines())

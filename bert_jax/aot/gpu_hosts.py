@@ -1,7 +1,8 @@
-"""NVIDIA GPU hosts as users write them (`h100-8`: one host of 8 H100s, `h200-16`: two
-hosts of 8, `a100-1`: one GPU) -> the arguments of
-`jax.experimental.topologies.get_topology_desc` that make XLA's compile-only CUDA client
-(jax's CUDA plugin; no GPU needed), and each GPU's memory. Imports no JAX.
+"""NVIDIA GPU hosts as users write them -> XLA's compile-only CUDA client, and each GPU's memory.
+
+Names such as `h100-8` (one host of 8 H100s), `h200-16` (two hosts of 8) and `a100-1` (one GPU)
+become the arguments of `jax.experimental.topologies.get_topology_desc` that make the compile-only
+client (jax's CUDA plugin; no GPU needed). Imports no JAX.
 
 XLA needs a description of the GPU it compiles for (its GpuTargetConfig): the compute
 capability picks the kernels it may emit, the SM count, clock and memory bandwidth feed
@@ -54,8 +55,9 @@ GPUS = {
 
 @dataclasses.dataclass(frozen=True)
 class GpuHosts:
-    """`chips` GPUs of one kind, GPUS_PER_HOST to a host; the same interface as a TPU
-    slice (`bert_jax.aot.tpu_slices.Topology`)."""
+    """`chips` GPUs of one kind, GPUS_PER_HOST to a host.
+
+    The same interface as a TPU slice (`bert_jax.aot.tpu_slices.Topology`)."""
 
     platform = "gpu"
     name: str
@@ -102,8 +104,9 @@ def resolve_hosts(name: str, environ=os.environ) -> GpuHosts:
 
 
 def memory_fraction(environ=os.environ) -> float:
-    """The share of each GPU's memory a JAX process takes, as the run's environment sets
-    it (XLA_PYTHON_CLIENT_MEM_FRACTION, default 0.75)."""
+    """The share of each GPU's memory a JAX process takes, as the run's environment sets it.
+
+    That is XLA_PYTHON_CLIENT_MEM_FRACTION, default 0.75."""
     value = environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION", "")
     try:
         fraction = float(value) if value else DEFAULT_MEM_FRACTION
@@ -115,8 +118,9 @@ def memory_fraction(environ=os.environ) -> float:
 
 
 def installed_cuda() -> tuple[int, tuple[int, int, int]]:
-    """(CUDA major version of jax's CUDA plugin, cuDNN version) installed here; UserError
-    saying what to install otherwise. XLA builds cuDNN's attention graphs with the local
+    """(CUDA major version of jax's CUDA plugin, cuDNN version) installed here.
+
+    UserError saying what to install otherwise. XLA builds cuDNN's attention graphs with the local
     cuDNN, so the target is described with its version."""
     for cuda in (13, 12):
         try:

@@ -1,5 +1,6 @@
-"""`bert-jax compile --search`: which mesh, remat policy and accumulation fit a TPU slice
-or GPU hosts.
+"""`bert-jax compile --search`: which mesh, remat policy and accumulation fit.
+
+The search runs for a TPU slice or GPU hosts.
 
 For the config's model, sequence length, global batch and topology, each mesh split
 (data parallel, FSDP, FSDP with 2-way tensor parallelism) climbs a ladder of cheaper
@@ -69,8 +70,9 @@ def _case_overrides(mesh: dict, step: dict) -> list[str]:
 
 
 def run_case(config_arg: str, overrides: list[str], topology: str, num_slices: int) -> dict:
-    """One `bert-jax compile` in a subprocess, or its cached result: the report, or
-    {'fits': False, 'error': ...} when it was refused."""
+    """One `bert-jax compile` in a subprocess, or its cached result.
+
+    The result is the report, or {'fits': False, 'error': ...} when it was refused."""
     config = load_config(config_arg, overrides)
     key = hashlib.sha256(json.dumps([config.to_dict(), topology, num_slices, _versions()],
                                     sort_keys=True, default=str).encode()).hexdigest()[:20]
@@ -98,8 +100,9 @@ def run_case(config_arg: str, overrides: list[str], topology: str, num_slices: i
 
 def search(config_arg: str, overrides: list[str], topology: str, num_slices: int = 1,
            workers: int = 2, headroom: float = 0.10, log=print) -> list[dict]:
-    """Every case tried: {'mesh', 'remat_policy', 'grad_accum_steps', 'report'}; each
-    mesh stops at its first case that fits with `headroom`."""
+    """Every case tried: {'mesh', 'remat_policy', 'grad_accum_steps', 'report'}.
+
+    Each mesh stops at its first case that fits with `headroom`."""
     config = load_config(config_arg, overrides)
     lock, rows = threading.Lock(), []
 
@@ -138,8 +141,9 @@ def _summary(report: dict) -> str:
 
 
 def recommend(rows: list[dict], headroom: float = 0.10) -> dict | None:
-    """The case that fits with `headroom`, with the least communication, then the fewest
-    micro-batches; None when none does."""
+    """The case that fits with `headroom`, with the least communication; None when none does.
+
+    Ties go to the fewest micro-batches."""
     fitting = [r for r in rows if _fits(r["report"], headroom)]
     return min(fitting, key=lambda r: (_comm(r["report"]), r["grad_accum_steps"]),
                default=None)

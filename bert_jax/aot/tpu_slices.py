@@ -1,6 +1,7 @@
-"""TPU slice names as users write them (`v4-128`, `v5e-16` / `v5litepod-16`, `v5p-128`,
-`v6e-64`) -> the arguments of `jax.experimental.topologies.get_topology_desc`, and each
-generation's HBM per chip.
+"""TPU slice names as users write them -> XLA's topology arguments, and HBM per chip.
+
+Names such as `v4-128`, `v5e-16` / `v5litepod-16`, `v5p-128` and `v6e-64` become the arguments of
+`jax.experimental.topologies.get_topology_desc`; each generation has its HBM per chip.
 
 Names follow Cloud TPU: v4 and v5p count TensorCores (two per chip: `v4-8` is 4 chips),
 v5e and v6e count chips. Chips sit 4 to a host (2x2x1), except single-host v5e/v6e
