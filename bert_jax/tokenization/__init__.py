@@ -36,10 +36,11 @@ def has_tokenizer(directory: str) -> bool:
 
 
 def load_tokenizer(path: str, do_lower_case: Optional[bool] = None) -> Tokenizer:
-    """Loads a tokenizer from a directory written by `Tokenizer.save`, a bare
-    BERT `vocab.txt` (uncased unless `do_lower_case=False`), a SentencePiece
-    `.model` file or a Hugging Face `tokenizer.json`. An explicit `do_lower_case` overrides
-    a directory's config.
+    """Loads a tokenizer from a directory, a vocabulary file or a tokenizer.json.
+
+    The source is a directory written by `Tokenizer.save`, a bare BERT `vocab.txt` (uncased unless
+    `do_lower_case=False`), a SentencePiece `.model` file or a Hugging Face `tokenizer.json`. An
+    explicit `do_lower_case` overrides a directory's config.
     """
     if path.endswith(JSON_FILE) and paths.isfile(path):
         return JsonTokenizer(path)

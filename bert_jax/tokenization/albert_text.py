@@ -1,5 +1,6 @@
-"""ALBERT's text handling around its SentencePiece model, as Google's ALBERT code and
-transformers' (sentencepiece-based) `AlbertTokenizer` do it:
+"""ALBERT's text handling around its SentencePiece model.
+
+It is done as Google's ALBERT code and transformers' (sentencepiece-based) `AlbertTokenizer` do it:
 
 - before SentencePiece: lower-casing character by character (`do_lower_case`; transformers
   does it before ALBERT's own steps, so a final Σ stays σ), whitespace runs collapsed to one
@@ -40,8 +41,10 @@ class AlbertNormalization:
         return text.lower() if self.do_lower_case else text
 
     def normalize_with_spans(self, text: str) -> Tuple[str, List[int], List[int]]:
-        """(`normalize(text)`, starts, ends): character i of the normalized text comes from
-        the original characters `text[starts[i]:ends[i]]` (slower than `normalize`)."""
+        """(`normalize(text)`, starts, ends), slower than `normalize`.
+
+        Character i of the normalized text comes from the original characters
+        `text[starts[i]:ends[i]]`."""
         if self.do_lower_case:
             text, starts, ends = _per_char(text, list(range(len(text))),
                                            list(range(1, len(text) + 1)), str.lower)
@@ -109,8 +112,10 @@ def _per_char(text: str, starts: List[int], ends: List[int], fn):
 
 
 def _strip_accents(ch: str) -> str:
-    """NFKD without combining marks. Per character equals the whole text's NFKD here:
-    canonical reordering only moves the marks that are dropped."""
+    """NFKD without combining marks.
+
+    Per character equals the whole text's NFKD here: canonical reordering only moves the marks that
+    are dropped."""
     return "".join(c for c in unicodedata.normalize("NFKD", ch) if not unicodedata.combining(c))
 
 
@@ -137,10 +142,10 @@ def _re2_class(codepoints: Tuple[int, ...]) -> str:
 
 
 def digit_comma_splits(sp) -> Dict[int, List[str]]:
-    """{piece id: the pieces it becomes} for every piece of SentencePiece processor `sp`
-    that ends in a digit and ",": the digits encoded on their own (without the leading
-    "▁" unless the piece had one) and then ",". Depends on the piece alone, so it is a
-    table."""
+    """{piece id: the pieces it becomes} for each piece of `sp` that ends in a digit and ",".
+
+    `sp` is a SentencePiece processor. The digits are encoded on their own (without the leading "▁"
+    unless the piece had one) and then ",". Depends on the piece alone, so it is a table."""
     splits = {}
     for index in range(sp.get_piece_size()):
         piece = sp.id_to_piece(index)

@@ -51,10 +51,10 @@ Slot = Tuple[Union[str, int], int]
 
 @dataclasses.dataclass(frozen=True)
 class PairFormat:
-    """Where a model family puts its special tokens around one text (`single`) or two
-    (`pair`), and the segment ids: BERT's `[CLS] A [SEP] B [SEP]` with segments 0/1,
-    RoBERTa's `<s> A </s></s> B </s>` all segment 0, or what a tokenizer.json's
-    post-processor says."""
+    """Where a model family puts its special tokens around one text or two, and the segment ids.
+
+    `single` holds one text, `pair` two: BERT's `[CLS] A [SEP] B [SEP]` with segments 0/1, RoBERTa's
+    `<s> A </s></s> B </s>` all segment 0, or what a tokenizer.json's post-processor says."""
     single: Tuple[Slot, ...]
     pair: Tuple[Slot, ...]
 
@@ -78,16 +78,19 @@ class PairFormat:
         return [slot for slot, _ in self.single].index("A")
 
     def second_start(self, a_length: int) -> int:
-        """The position of a pair row's first token of the second text, after a first
-        text of `a_length` tokens (`a_length + 2` after BERT's `[CLS] a [SEP]`)."""
+        """The position of a pair row's first token of the second text.
+
+        It follows a first text of `a_length` tokens (`a_length + 2` after BERT's
+        `[CLS] a [SEP]`)."""
         slots = [slot for slot, _ in self.pair]
         before = slots[:slots.index("B")]
         return sum(a_length if slot == "A" else 1 for slot in before)
 
     def build(self, a: Sequence[int], b: Optional[Sequence[int]] = None
               ) -> Tuple[List[int], List[int]]:
-        """(input_ids, segment_ids) of the row: texts' ids `a` (and `b`) with the special
-        tokens around them."""
+        """(input_ids, segment_ids) of the row.
+
+        The texts' ids `a` (and `b`) with the special tokens around them."""
         ids, segments = [], []
         for slot, segment in (self.single if b is None else self.pair):
             tokens = a if slot == "A" else b if slot == "B" else [slot]
@@ -96,8 +99,10 @@ class PairFormat:
         return ids, segments
 
     def tf_build(self, pieces):
-        """`build` in TF ops: the texts' ids, int RaggedTensors [B, (tokens)] (one or two)
-        -> (input_ids, segment_ids) RaggedTensors [B, (length)] int32."""
+        """`build` in TF ops.
+
+        The texts' ids, int RaggedTensors [B, (tokens)] (one or two) -> (input_ids, segment_ids)
+        RaggedTensors [B, (length)] int32."""
         import tensorflow as tf
         template = self.single if len(pieces) == 1 else self.pair
         like = tf.RaggedTensor.from_tensor(tf.zeros([pieces[0].nrows(), 1], tf.int32))
@@ -142,9 +147,10 @@ class Tokenizer(abc.ABC):
         """Writes the files `load_tokenizer(directory)` reads back."""
 
     def fingerprint(self) -> str:
-        """sha256 hex of what decides the ids: the tokens in id order and the casing (and
-        ALBERT's preprocessing).
-        Checkpoints and converted data record it so a different vocabulary is noticed."""
+        """sha256 hex of what decides the ids.
+
+        That is the tokens in id order and the casing (and ALBERT's preprocessing). Checkpoints and
+        converted data record it so a different vocabulary is noticed."""
         digest = hashlib.sha256(f"{type(self).__name__} {self.fingerprint_options()}\n".encode())
         for index in range(self.vocab_size):
             digest.update(self.id_to_token(index).encode("utf-8") + b"\n")
@@ -160,17 +166,19 @@ class Tokenizer(abc.ABC):
 
     @abc.abstractmethod
     def tf_module(self):
-        """The tensorflow-text tokenizer behind `tf_tokenize` (a tf.Module, built once):
-        a SavedModel that embeds the tokenizer must track it."""
+        """The tensorflow-text tokenizer behind `tf_tokenize` (a tf.Module, built once).
+
+        A SavedModel that embeds the tokenizer must track it."""
 
     @abc.abstractmethod
     def word_start_table(self) -> np.ndarray:
         """bool [vocab_size]: True where a token can start a word (whole-word masking)."""
 
     def special_id(self, kind: str) -> int:
-        """The id of special token `kind` ('pad', 'unk', 'cls', 'sep' or 'mask'): BERT's
-        [PAD]-style name here; tokenizers whose special tokens are named otherwise
-        override this."""
+        """The id of special token `kind` ('pad', 'unk', 'cls', 'sep' or 'mask').
+
+        BERT's [PAD]-style name here; tokenizers whose special tokens are named otherwise override
+        this."""
         return self.token_to_id(f"[{kind.upper()}]")
 
     @property
@@ -200,14 +208,16 @@ class Tokenizer(abc.ABC):
 
     @property
     def pair_format(self) -> PairFormat:
-        """How rows are built around texts: BERT's `[CLS] A [SEP] B [SEP]` here;
+        """How rows are built around texts: BERT's `[CLS] A [SEP] B [SEP]` here.
+
         RoBERTa-family and tokenizer.json tokenizers override this."""
         return PairFormat.bert(self.cls_id, self.sep_id)
 
     def build_inputs(self, a: Sequence[int], b: Optional[Sequence[int]] = None
                      ) -> Tuple[List[int], List[int]]:
-        """(input_ids, segment_ids) of one row: the family's special tokens around the ids
-        of one text `a` or of two, as transformers' `tokenizer(a, b)` builds them."""
+        """(input_ids, segment_ids) of one row, as transformers' `tokenizer(a, b)` builds them.
+
+        The family's special tokens go around the ids of one text `a` or of two."""
         return self.pair_format.build(a, b)
 
     def convert_ids_to_tokens(self, ids: Sequence[int]) -> List[str]:
@@ -219,9 +229,11 @@ UNKNOWN_SHARE_WARNING = 0.05
 
 
 def uncovered_text_warning(unknown: int, tokens: int, what: str, cjk_share: float = 0.0) -> str:
-    """A warning line when more than UNKNOWN_SHARE_WARNING of `what`'s `tokens` are [UNK]
-    (text in a script the vocabulary lacks); else ''. `cjk_share`: the text's share of
-    CJK ideographs (`chars.cjk_share`); only mostly-CJK text is told about Chinese."""
+    """A warning line when too many of `what`'s `tokens` are [UNK]; else ''.
+
+    Too many is more than UNKNOWN_SHARE_WARNING (text in a script the vocabulary lacks).
+    `cjk_share`: the text's share of CJK ideographs (`chars.cjk_share`); only mostly-CJK text is
+    told about Chinese."""
     if not tokens or unknown / tokens <= UNKNOWN_SHARE_WARNING:
         return ""
     return (f"{unknown / tokens:.0%} of the tokens of {what} are [UNK]: the vocabulary does "

@@ -1,6 +1,7 @@
-"""Character classes as BERT's tokenizer defines them, shared by the tokenizer, Chinese
-word segmentation, the tagging text splitter and the QA metrics: each CJK ideograph and
-each punctuation character is a word of its own."""
+"""Character classes as BERT's tokenizer defines them.
+
+Shared by the tokenizer, Chinese word segmentation, the tagging text splitter and the QA metrics:
+each CJK ideograph and each punctuation character is a word of its own."""
 
 from __future__ import annotations
 

@@ -49,8 +49,9 @@ def config_specials(settings: Dict[str, Any]) -> Dict[str, str]:
 
 
 def byte_level_bpe(vocab_json: str, merges_txt: str) -> str:
-    """tokenizer.json text of RoBERTa's byte-level BPE files, built as transformers'
-    RobertaTokenizer builds it (no prefix space, `<s> A </s></s> B </s>`)."""
+    """tokenizer.json text of RoBERTa's byte-level BPE files.
+
+    Built as transformers' RobertaTokenizer builds it: no prefix space, `<s> A </s></s> B </s>`."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
 
     vocab = json.loads(paths.read_text(vocab_json))
@@ -72,8 +73,9 @@ def byte_level_bpe(vocab_json: str, merges_txt: str) -> str:
 
 
 def read_hf_tokenizer(hf_dir: str) -> Tuple[Tokenizer, str]:
-    """(tokenizer, the file it came from) of an HF model directory, as transformers'
-    AutoTokenizer reads it (see the module docstring for the order)."""
+    """(tokenizer, the file it came from) of an HF model directory, as AutoTokenizer reads it.
+
+    The order is transformers' AutoTokenizer's (see the module docstring)."""
     settings = _read_json(paths.join(hf_dir, HF_CONFIG))
     model_type = _read_json(paths.join(hf_dir, "config.json")).get("model_type")
     file = lambda name: paths.join(hf_dir, name)  # noqa: E731
@@ -106,9 +108,10 @@ def read_hf_tokenizer(hf_dir: str) -> Tuple[Tokenizer, str]:
 
 def write_hf_tokenizer(tokenizer: Tokenizer, directory: str,
                        settings: Dict[str, Any]) -> List[str]:
-    """Writes the tokenizer's own files in `directory` and a tokenizer_config.json of
-    `settings` (model_max_length, ...) plus the class and special tokens transformers
-    needs. Returns notes for the user (what could not be written)."""
+    """Writes the tokenizer's own files and a tokenizer_config.json in `directory`.
+
+    The config holds `settings` (model_max_length, ...) plus the class and special tokens
+    transformers needs. Returns notes for the user (what could not be written)."""
     names = {f"{kind}_token": tokenizer.id_to_token(i)
              for kind, i in tokenizer.special_ids().items()}
     settings = dict(settings)

@@ -1,6 +1,7 @@
-"""A Hugging Face `tokenizer.json` (the `tokenizers` library's format: RoBERTa's and
-ModernBERT's byte-level BPE, XLM-R's and CamemBERT's Unigram, EuroBERT's Llama-3 BPE, and
-most models published since) behind the bert_jax tokenizer interface.
+"""A Hugging Face `tokenizer.json` behind the bert_jax tokenizer interface.
+
+That is the `tokenizers` library's format: RoBERTa's and ModernBERT's byte-level BPE, XLM-R's and
+CamemBERT's Unigram, EuroBERT's Llama-3 BPE, and most models published since.
 
 The ids are the `tokenizers` library's own, without the special tokens its post-processor
 would add; `pair_format` reads that post-processor, so rows are built as transformers
@@ -33,9 +34,11 @@ class JsonTokenizer(base.Tokenizer):
 
     def __init__(self, path: str, specials: Optional[Dict[str, str]] = None,
                  text: Optional[str] = None):
-        """`path`: the tokenizer.json (or, with `text`, where its text came from);
-        `specials`: {kind: token} naming special tokens ('pad', 'unk', 'cls', 'sep',
-        'mask') that differ from the usual names."""
+        """Reads the tokenizer.json at `path`, or `text` if given.
+
+        `path`: the tokenizer.json (or, with `text`, where its text came from); `specials`: {kind:
+        token} naming special tokens ('pad', 'unk', 'cls', 'sep', 'mask') that differ from the usual
+        names."""
         from tokenizers import Tokenizer as RustTokenizer
 
         if text is None and not paths.isfile(path):
@@ -66,9 +69,11 @@ class JsonTokenizer(base.Tokenizer):
         self._tf_tokenizer = None
 
     def _read_pair_format(self, processor: Optional[dict]) -> base.PairFormat:
-        """The rows the post-processor builds: a TemplateProcessing's templates,
-        RobertaProcessing's `<s> A </s></s> B </s>`, BertProcessing's (and, without a
-        post-processor that adds tokens, BERT's) `[CLS] A [SEP] B [SEP]`."""
+        """The rows the post-processor builds.
+
+        A TemplateProcessing's templates, RobertaProcessing's `<s> A </s></s> B </s>`,
+        BertProcessing's (and, without a post-processor that adds tokens, BERT's)
+        `[CLS] A [SEP] B [SEP]`."""
         kind = (processor or {}).get("type")
         if kind == "Sequence":
             found = [p for p in processor["processors"] if p.get("type") in (
@@ -146,8 +151,9 @@ class JsonTokenizer(base.Tokenizer):
                                   "ids in; the tokenizer files are written beside it)")
 
     def tf_tokenize(self, texts):
-        """tf.string [N] -> RaggedTensor [N, None] int32, through the `tokenizers` library
-        in a tf.py_function (host Python, not a graph op)."""
+        """tf.string [N] -> RaggedTensor [N, None] int32, through the `tokenizers` library.
+
+        It runs in a tf.py_function (host Python, not a graph op)."""
         import tensorflow as tf
 
         def run(batch):

@@ -164,8 +164,9 @@ class SentencePieceTokenizer(base.Tokenizer):
         return base.Encoding(ids, tokens, offsets, word_ids)
 
     def _split(self, index: int, piece: str, start: int, end: int):
-        """(id, piece, span) of the piece, or of the pieces ALBERT's digit-comma split makes
-        of it: each digit piece over its characters, the "," over the last."""
+        """(id, piece, span) of the piece, or of the pieces ALBERT's digit-comma split makes of it.
+
+        Each digit piece spans its characters, the "," the last."""
         if index not in self._splits:
             yield index, piece, (start, end)
             return
@@ -200,8 +201,9 @@ class SentencePieceTokenizer(base.Tokenizer):
         return self._tf_tokenizer
 
     def tf_tokenize(self, texts):
-        """tf.string [N] -> RaggedTensor [N, None] int32, via tensorflow-text (ALBERT's
-        preprocessing and digit-comma split as TF ops)."""
+        """tf.string [N] -> RaggedTensor [N, None] int32, via tensorflow-text.
+
+        ALBERT's preprocessing and digit-comma split run as TF ops."""
         import tensorflow as tf
         if self.albert is not None:
             texts = self.albert.tf_normalize(texts)

@@ -1,6 +1,7 @@
-"""Raw text to token inputs and tags back to text: the host-side pieces that fine-tuning
-and the serving exports (`bert_jax.serve.export`) share, so that neither imports the other.
-No jax here.
+"""Raw text to token inputs and tags back to text.
+
+The host-side pieces that fine-tuning and the serving exports (`bert_jax.serve.export`) share, so
+that neither imports the other. No jax here.
 
 - pairs: `[CLS] a [SEP] (b [SEP])`, or the model family's own format, with longest-first
   truncation (`encode_pair`);
@@ -36,9 +37,10 @@ def head_fraction(truncation: str) -> float:
 
 
 def pair_lengths(len_a: int, len_b: int, max_tokens: int) -> tuple[int, int]:
-    """Longest-first truncation of two texts, as transformers' `longest_first` (the
-    tokenizers library): the shorter text keeps up to half of `max_tokens` (rounded down),
-    the longer the rest; on a tie the first counts as the shorter."""
+    """Longest-first truncation of two texts, as transformers' `longest_first`.
+
+    As the tokenizers library does it, the shorter text keeps up to half of `max_tokens` (rounded
+    down), the longer the rest; on a tie the first counts as the shorter."""
     if len_a + len_b <= max_tokens:
         return len_a, len_b
     kept_short = min(len_a, len_b, max_tokens // 2)
@@ -48,8 +50,9 @@ def pair_lengths(len_a: int, len_b: int, max_tokens: int) -> tuple[int, int]:
 
 def truncate_pair(a: list, b: list | None, max_tokens: int, head: float = 1.0
                   ) -> tuple[list, list | None]:
-    """Longest-first truncation (`pair_lengths`); one text is cut to `max_tokens`. Each
-    cut list keeps `head` of its length from its start and the rest from its end."""
+    """Longest-first truncation (`pair_lengths`); one text is cut to `max_tokens`.
+
+    Each cut list keeps `head` of its length from its start and the rest from its end."""
     if b is None:
         return keep_head_tail(a, min(len(a), max_tokens), head), None
     len_a, len_b = pair_lengths(len(a), len(b), max_tokens)
@@ -65,9 +68,10 @@ def keep_head_tail(tokens: list, length: int, head: float) -> list:
 
 def encode_pair(tokenizer, text_a: str, text_b: str | None, max_seq_length: int,
                 truncation: str = "head") -> tuple[list[int], list[int]]:
-    """(input_ids, segment_ids) of one text or a pair in the model family's format
-    (`[CLS] a [SEP] b [SEP]` with segments 0/1 for BERT, `<s> a </s></s> b </s>` all 0 for
-    RoBERTa: `tokenizer.build_inputs`), at most `max_seq_length` ids."""
+    """(input_ids, segment_ids) of one text or a pair in the model family's format.
+
+    That is `[CLS] a [SEP] b [SEP]` with segments 0/1 for BERT, `<s> a </s></s> b </s>` all 0 for
+    RoBERTa (`tokenizer.build_inputs`); at most `max_seq_length` ids."""
     a = tokenizer.encode(text_a).ids
     b = None if text_b is None else tokenizer.encode(text_b).ids
     a, b = truncate_pair(a, b, max_seq_length - tokenizer.pair_format.num_added(b is not None),
@@ -76,11 +80,12 @@ def encode_pair(tokenizer, text_a: str, text_b: str | None, max_seq_length: int,
 
 
 def split_words(text: str) -> tuple[list[str], list[tuple[int, int]]]:
-    """Words of raw text as character-level CoNLL splits them, and their (start, end)
-    character spans in `text`. In a text with a CJK character every non-space character
-    is a word, digits and Latin letters included (Chinese NER corpora put one character
-    per line, so an entity may start anywhere in `992XR`); in other texts each
-    punctuation character is a word and other runs end at whitespace."""
+    """Words of raw text as character-level CoNLL splits them, and their character spans.
+
+    The spans are (start, end) in `text`. In a text with a CJK character every non-space character
+    is a word, digits and Latin letters included (Chinese NER corpora put one character per line, so
+    an entity may start anywhere in `992XR`); in other texts each punctuation character is a word
+    and other runs end at whitespace."""
     chars = any(is_cjk(ord(ch)) for ch in text)
     words, spans, start = [], [], None
     for i, ch in enumerate(text + " "):
@@ -103,8 +108,9 @@ _PREDICATES = {"cjk": lambda ch: is_cjk(ord(ch)), "punctuation": is_punctuation,
 
 @functools.cache
 def _regex_class(kind: str) -> str:
-    """RE2 class of the characters `split_words` tests with `_PREDICATES[kind]`, read
-    from the same Python predicates: RE2's Unicode tables are not Python's."""
+    """RE2 class of the characters `split_words` tests with `_PREDICATES[kind]`.
+
+    It is read from the same Python predicates: RE2's Unicode tables are not Python's."""
     size = sys.maxunicode + 1
     flags = np.fromiter(map(_PREDICATES[kind], map(chr, range(size))), bool, size)
     edges = np.flatnonzero(np.diff(np.concatenate([[False], flags, [False]])))
@@ -113,9 +119,10 @@ def _regex_class(kind: str) -> str:
 
 
 def tf_split_words(texts):
-    """`split_words` in TF ops: tf.string [B] -> (words, starts, ends), RaggedTensors
-    [B, (words)] of strings and of int32 character (code point) offsets into each text.
-    Works per character (tensorflow-text's regex_split stops at a NUL)."""
+    """`split_words` in TF ops: tf.string [B] -> (words, starts, ends).
+
+    RaggedTensors [B, (words)] of strings and of int32 character (code point) offsets into each
+    text. Works per character (tensorflow-text's regex_split stops at a NUL)."""
     import tensorflow as tf
     chars = tf.strings.unicode_split(texts, "UTF-8")
     flat = chars.flat_values
@@ -145,10 +152,11 @@ def tf_split_words(texts):
 
 def word_tag_records(texts: list[str], outputs: dict, scheme: str | None = None
                      ) -> list[dict]:
-    """The SavedModel `serve_text` outputs of a tagging model (numpy arrays) as the
-    records `ServedModel.tag_texts` returns: {'words', 'tags', 'offsets', 'entities'}
-    per text; `scheme`, the model's tag scheme (serving.json's task `tag_scheme`),
-    rewrites the tags well formed in it as `tag_texts` does."""
+    """A tagging SavedModel's `serve_text` outputs as the records `ServedModel.tag_texts` returns.
+
+    The outputs are numpy arrays; the records are {'words', 'tags', 'offsets', 'entities'} per text.
+    `scheme`, the model's tag scheme (serving.json's task `tag_scheme`), rewrites the tags well
+    formed in it as `tag_texts` does."""
     missing = [k for k in ("num_words", "word_starts", "word_ends", "word_tags")
                if k not in outputs]
     if missing:
@@ -176,8 +184,9 @@ def text_example(text: str) -> dict:
 
 
 def tagged_entities(text: str, spans: list[tuple[int, int]], tags: list[str]) -> list[dict]:
-    """[{'type', 'start', 'end', 'text'}] in order: the entities of a BIO/IOBES tag
-    sequence as character spans [start, end) of `text` (`spans`: each word's)."""
+    """[{'type', 'start', 'end', 'text'}] in order: the entities of a BIO/IOBES tag sequence.
+
+    Each is a character span [start, end) of `text` (`spans`: each word's)."""
     found = sorted(entities([tags]), key=lambda e: e[1])
     return [{"type": type_, "start": spans[first][0], "end": spans[last][1],
              "text": text[spans[first][0]:spans[last][1]]}
@@ -186,8 +195,9 @@ def tagged_entities(text: str, spans: list[tuple[int, int]], tags: list[str]) ->
 
 def encode_entities(spans: Iterable[tuple[str, int, int]], length: int, scheme: str
                     ) -> list[str]:
-    """Tags of `length` words in `scheme` (IOB2, IOB1, IOBES, BILOU or BMES) for
-    entities (type, first, last) that do not overlap."""
+    """Tags of `length` words in `scheme` for entities (type, first, last) that do not overlap.
+
+    `scheme` is IOB2, IOB1, IOBES, BILOU or BMES."""
     tags = ["O"] * length
     previous: tuple[str, int] | None = None  # (type, last) of the entity before
     for type_, first, last in sorted(spans, key=lambda e: e[1]):
@@ -204,16 +214,19 @@ def encode_entities(spans: Iterable[tuple[str, int, int]], length: int, scheme: 
 
 
 def rewrite_tags(tags: Sequence[str], scheme: str | None) -> list[str]:
-    """A predicted tag sequence's entities (seqeval's chunking) written well formed in
-    `scheme`; tags unchanged when the scheme is None (not an NER tag set)."""
+    """A predicted tag sequence's entities (seqeval's chunking) written well formed in `scheme`.
+
+    Tags unchanged when the scheme is None (not an NER tag set)."""
     if scheme is None:
         return list(tags)
     return encode_entities([e for e in entities([tags]) if e[0] != "_"], len(tags), scheme)
 
 
 def word_token_spans(tokenizer, words: list[str]):
-    """Tokenizes the words joined by spaces: (token ids, start and end token index of
-    each word; start == end for a word that produced no token)."""
+    """Tokenizes the words joined by spaces.
+
+    Returns (token ids, start and end token index of each word; start == end for a word that
+    produced no token)."""
     char_to_word = np.repeat(np.arange(len(words)), [len(w) + 1 for w in words])
     text = " ".join(words)
     encoding = tokenizer.encode(text)
@@ -231,9 +244,11 @@ IOBES_PREFIX = {"L": "E", "U": "S", "M": "I"}
 
 
 def _split_tag(tag: str) -> tuple[str, str]:
-    """'B-PER' -> ('B', 'PER'), 'M-PER' -> ('I', 'PER') (IOBES prefixes); 'O' -> ('O', '_');
-    a bare type 'PER' -> ('P', 'ER') exactly like seqeval, so a tag set without prefixes
-    should use token accuracy."""
+    """A tag's (prefix, type).
+
+    'B-PER' -> ('B', 'PER'), 'M-PER' -> ('I', 'PER') (IOBES prefixes); 'O' -> ('O', '_'); a bare
+    type 'PER' -> ('P', 'ER') exactly like seqeval, so a tag set without prefixes should use token
+    accuracy."""
     if tag in ("O", ""):
         return "O", "_"
     prefix = IOBES_PREFIX.get(tag[0], tag[0]) if tag[1:2] == "-" else tag[0]
@@ -257,8 +272,9 @@ def _chunk_starts(prev_tag, tag, prev_type, type_) -> bool:
 
 
 def entities(sequences: Iterable[Sequence[str]]) -> set[tuple[str, int, int]]:
-    """The (type, first, last) token spans of the entities in IOB2/IOB1/IOBES/BILOU/BMES
-    tag sequences.
+    """The (type, first, last) token spans of the entities in tag sequences.
+
+    The tag sequences are IOB2/IOB1/IOBES/BILOU/BMES.
 
     seqeval's default (lenient, conlleval-like) chunking, BILOU and BMES read as the
     IOBES they spell (`IOBES_PREFIX`): an `I-X` after `O` or after a different type

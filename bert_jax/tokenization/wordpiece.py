@@ -73,8 +73,9 @@ def read_vocab(path: str) -> List[str]:
 
 
 def _warn_duplicates(tokens: List[str], path: str) -> None:
-    """One warning naming the repeated tokens of a vocabulary (with their lines): the text
-    never produces the earlier ids, so they are most likely a mistake in the file."""
+    """One warning naming the repeated tokens of a vocabulary, with their lines.
+
+    The text never produces the earlier ids, so they are most likely a mistake in the file."""
     first: Dict[str, int] = {}
     repeats = []
     for line, token in enumerate(tokens, 1):
