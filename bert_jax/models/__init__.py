@@ -1,2 +1,3 @@
-"""The network: the encoder, its heads and configuration, attention, losses. Pure Flax; imports
-nothing of bert_jax above it."""
+"""The network: the encoder, its heads and configuration, attention, losses.
+
+Pure Flax; imports nothing of bert_jax above it."""

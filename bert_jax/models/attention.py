@@ -31,8 +31,9 @@ Array = jax.Array
 
 @flax.struct.dataclass
 class PackedSegments:
-    """Packed rows in the form of cuDNN's packed ("ragged") attention: per row, the
-    length and start of each of up to M examples ([B, M] and [B, M + 1], -1 past the
+    """Packed rows in the form of cuDNN's packed ("ragged") attention.
+
+    Per row, the length and start of each of up to M examples ([B, M] and [B, M + 1], -1 past the
     row's last example), and which tokens are real ([B, L])."""
 
     lengths: Array
@@ -42,12 +43,13 @@ class PackedSegments:
 
 @flax.struct.dataclass
 class AttentionMask:
-    """Which keys each query may attend to, in one of four forms: `dense`, a boolean
-    [B, 1, Lq or 1, Lk] (`attention_mask`); `lengths`, int32 [B] real tokens per
-    right-padded row (the form cuDNN's fused attention takes; it rejects a dense
-    [B, 1, 1, L] mask); `packed`, the examples of packed rows (`PackedSegments`, for
-    cuDNN); `example_ids` [B, L] of packed rows (for splash attention on TPU).
-    `positions` [B, L]: each token's position, for rotary models (None otherwise)."""
+    """Which keys each query may attend to, in one of four forms.
+
+    `dense`, a boolean [B, 1, Lq or 1, Lk] (`attention_mask`); `lengths`, int32 [B] real tokens per
+    right-padded row (the form cuDNN's fused attention takes; it rejects a dense [B, 1, 1, L] mask);
+    `packed`, the examples of packed rows (`PackedSegments`, for cuDNN); `example_ids` [B, L] of
+    packed rows (for splash attention on TPU). `positions` [B, L]: each token's position, for rotary
+    models (None otherwise)."""
 
     dense: Array | None = None
     lengths: Array | None = None
@@ -56,8 +58,9 @@ class AttentionMask:
     positions: Array | None = None
 
     def for_first_query(self) -> AttentionMask:
-        """The mask of a layer that computes position 0 ([CLS]) alone: a dense mask's
-        per-query rows (packed rows) cut to the first."""
+        """The mask of a layer that computes position 0 ([CLS]) alone.
+
+        A dense mask's per-query rows (packed rows) are cut to the first."""
         return self if self.dense is None else self.replace(dense=self.dense[:, :, :1])
 
 
@@ -76,10 +79,11 @@ def attention_mask(input_mask: Array, example_ids: Array | None = None) -> Array
 
 
 def packed_segments(example_ids: Array, max_examples: int) -> PackedSegments:
-    """example_ids [B, L] (1..k on each row's consecutive examples, 0 on the padding at
-    the end) as PackedSegments of M = max_examples + 1 slots: the examples, then the
-    padding as a segment of its own, so that cuDNN defines every row of its output and
-    gradients (rows it leaves outside every segment come back undefined, NaN in its
+    """example_ids [B, L] as PackedSegments of M = max_examples + 1 slots.
+
+    example_ids are 1..k on each row's consecutive examples, 0 on the padding at the end. The slots
+    hold the examples, then the padding as a segment of its own, so that cuDNN defines every row of
+    its output and gradients (rows it leaves outside every segment come back undefined, NaN in its
     backward pass)."""
     slot = jnp.where(example_ids > 0, example_ids, max_examples + 1)
     member = slot[:, :, None] == jnp.arange(1, max_examples + 2)  # [B, L, M]
@@ -96,16 +100,18 @@ def packed_segments(example_ids: Array, max_examples: int) -> PackedSegments:
 
 
 def fused_path(config: BertConfig, output_attentions: bool) -> bool:
-    """Whether attention takes `fused_attention`: attention_impl "fused", unless the
-    attention probabilities are asked for (only the einsum path has them)."""
+    """Whether attention takes `fused_attention`: attention_impl "fused", no probabilities asked.
+
+    Only the einsum path has the attention probabilities."""
     return config.attention_impl == "fused" and not output_attentions
 
 
 def make_mask(config: BertConfig, input_mask: Array, example_ids: Array | None,
               position_ids: Array | None, *, fused: bool, pooled_only: bool,
               max_examples: int | None) -> AttentionMask:
-    """The mask in the form the attention path of this trace takes, with the positions
-    for rotary models (0..L-1 in every row when `position_ids` is None).
+    """The mask in the form the attention path of this trace takes, with the positions.
+
+    The positions are for rotary models, and are 0..L-1 in every row when `position_ids` is None.
     `max_examples`: at most this many examples in a packed row (default L)."""
     mask = _mask_form(config, input_mask, example_ids, fused=fused, pooled_only=pooled_only,
                       max_examples=max_examples)
@@ -138,8 +144,9 @@ def cudnn_available(dtype) -> bool:
 
 
 def cudnn_packed_available(dtype) -> bool:
-    """Whether packed rows can take cuDNN's packed attention in this trace: jax's cuDNN
-    module has it for Hopper and later GPUs only (asked as jax asks it), so an A100
+    """Whether packed rows can take cuDNN's packed attention in this trace.
+
+    jax's cuDNN module has it for Hopper and later GPUs only (asked as jax asks it), so an A100
     takes the dense mask."""
     if not cudnn_available(dtype):
         return False
@@ -149,11 +156,11 @@ def cudnn_packed_available(dtype) -> bool:
 def fused_attention(q: Array, k: Array, v: Array, mask: AttentionMask,
                     window: int | None = None) -> Array:
     """softmax(q k^T / sqrt(D)) v with no dropout: [B, L, N, D] x3 -> [B, L, N, D].
-    cuDNN flash attention on GPU in bf16/fp16 for right-padded rows (given as lengths,
-    through `jax.nn.dot_product_attention`) and for packed rows (`mask.packed`); Pallas
-    splash attention for packed rows on TPU (`mask.example_ids`); XLA's implementation
-    elsewhere. Padded query rows attend to the real keys, as in the einsum path; in
-    packed rows through cuDNN they are zeros.
+
+    cuDNN flash attention on GPU in bf16/fp16 for right-padded rows (given as lengths, through
+    `jax.nn.dot_product_attention`) and for packed rows (`mask.packed`); Pallas splash attention for
+    packed rows on TPU (`mask.example_ids`); XLA's implementation elsewhere. Padded query rows
+    attend to the real keys, as in the einsum path; in packed rows through cuDNN they are zeros.
 
     `window`: keys at most this far from the query (a sliding-window layer). Splash
     attention takes it as a local mask (its blocks outside the band are skipped); cuDNN
@@ -171,8 +178,9 @@ def fused_attention(q: Array, k: Array, v: Array, mask: AttentionMask,
 
 def packed_cudnn_attention(q: Array, k: Array, v: Array, packed: PackedSegments) -> Array:
     """cuDNN's packed attention: each example attends within itself, no [L, L] mask.
-    jax exposes the segment offsets only in its cuDNN module, not in
-    `jax.nn.dot_product_attention` (which takes one length per row)."""
+
+    jax exposes the segment offsets only in its cuDNN module, not in `jax.nn.dot_product_attention`
+    (which takes one length per row)."""
     cudnn = jax_compat.cudnn_attention()
     out = cudnn.dot_product_attention(
         q, k, v, q_seqlen=packed.lengths, kv_seqlen=packed.lengths, q_offsets=packed.starts,
@@ -183,8 +191,9 @@ def packed_cudnn_attention(q: Array, k: Array, v: Array, packed: PackedSegments)
 
 
 def rotate(x: Array, positions: Array, theta) -> Array:
-    """Rotary position embedding of x [B, L, N, D] at positions [B, L] with base `theta`,
-    in float32, pairing dimension i with i + D/2 (transformers' `rotate_half`)."""
+    """Rotary position embedding of x [B, L, N, D] at positions [B, L] with base `theta`.
+
+    In float32; dimension i is paired with i + D/2 (transformers' `rotate_half`)."""
     d = x.shape[-1]
     inv_freq = 1.0 / (theta ** (jnp.arange(0, d, 2, dtype=jnp.float32) / d))
     angles = positions.astype(jnp.float32)[..., None] * inv_freq  # [B, L, D/2]
@@ -195,8 +204,9 @@ def rotate(x: Array, positions: Array, theta) -> Array:
 
 
 def window_mask(queries: int, keys: int, window: int, is_local) -> Array:
-    """[Lq, Lk]: the keys within `window` positions of each query, every key where the
-    (traced) `is_local` is false."""
+    """[Lq, Lk]: the keys within `window` positions of each query.
+
+    Every key where the (traced) `is_local` is false."""
     band = jnp.abs(jnp.arange(queries)[:, None] - jnp.arange(keys)[None, :]) <= window
     return band if isinstance(is_local, bool) else band | ~is_local
 
@@ -204,9 +214,10 @@ def window_mask(queries: int, keys: int, window: int, is_local) -> Array:
 def attend(config: BertConfig, q: Array, k: Array, v: Array, mask: AttentionMask, *,
            fused: bool, is_local, deterministic: bool) -> tuple[Array, Array | None]:
     """(context [B, Lq, N, D], probabilities [B, N, Lq, Lk] or None when `fused`).
-    `is_local`: whether the layer sees only the keys within local_attention / 2 of each
-    query (static or traced, `layer_kind`). The einsum path's dropout is a submodule of
-    the caller: call inside a module's compact `__call__`."""
+
+    `is_local`: whether the layer sees only the keys within local_attention / 2 of each query
+    (static or traced, `layer_kind`). The einsum path's dropout is a submodule of the caller: call
+    inside a module's compact `__call__`."""
     window = config.local_attention // 2
     if fused:
         if isinstance(is_local, bool):
@@ -225,14 +236,15 @@ def attend(config: BertConfig, q: Array, k: Array, v: Array, mask: AttentionMask
 
 
 class SelfAttention(nn.Module):
-    """Multi-head self-attention. "einsum" (`fused=False`): BERT's own, softmax in
-    float32, large-negative masking, dropout on the probabilities, which it returns.
-    `fused=True`: `fused_attention`, no dropout, returns None for the probabilities.
-    Rotary models rotate the queries and keys by `mask.positions`; a local layer
-    (`layer_kind`) sees the keys within local_attention / 2 of each query. With fewer
-    key/value heads K than query heads N (grouped-query attention), the keys and values
-    are projected to K heads ("kv_heads", replicated: small) and each is repeated for its
-    N / K query heads, which then shard as heads do."""
+    """Multi-head self-attention.
+
+    "einsum" (`fused=False`): BERT's own, softmax in float32, large-negative masking, dropout on the
+    probabilities, which it returns. `fused=True`: `fused_attention`, no dropout, returns None for
+    the probabilities. Rotary models rotate the queries and keys by `mask.positions`; a local layer
+    (`layer_kind`) sees the keys within local_attention / 2 of each query. With fewer key/value
+    heads K than query heads N (grouped-query attention), the keys and values are projected to K
+    heads ("kv_heads", replicated: small) and each is repeated for its N / K query heads, which then
+    shard as heads do."""
 
     config: BertConfig
     fused: bool = False
@@ -240,8 +252,10 @@ class SelfAttention(nn.Module):
     @nn.compact
     def __call__(self, x, mask: AttentionMask, deterministic: bool, queries=None,
                  layer_index=0):
-        """queries: the states the queries come from (default x; [B, 1, H] for a last
-        layer that only [CLS] is read from), keys and values always from x."""
+        """Attends from `queries` (default x) to the keys and values of x.
+
+        queries: the states the queries come from (default x; [B, 1, H] for a last layer that only
+        [CLS] is read from), keys and values always from x."""
         c = self.config
         queries = x if queries is None else queries
         def project(heads, axis, name, states):

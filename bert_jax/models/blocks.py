@@ -1,6 +1,8 @@
-"""The encoder's building blocks: initializers, the norm, the projections (float8 or not),
-the feed-forward, and where a layer sits in the stack. A family's choice of norm or
-feed-forward is made in the one function that builds it (`layer_norm`, `feed_forward`).
+"""The encoder's building blocks.
+
+Initializers, the norm, the projections (float8 or not), the feed-forward, and where a layer sits in
+the stack. A family's choice of norm or feed-forward is made in the one function that builds it
+(`layer_norm`, `feed_forward`).
 """
 
 from __future__ import annotations
@@ -31,9 +33,11 @@ def zeros_init(axes):
 
 
 def layer_norm(config: BertConfig, name: str, axis: str = "embed") -> nn.Module:
-    """The encoder's norm: LayerNorm, with a bias unless `norm_bias=False`, or RMSNorm
-    (`norm_type="rms_norm"`, a scale only). `axis`: the logical name of the normalised
-    dimension ("factor_embed" for ALBERT's embedding width)."""
+    """The encoder's norm: LayerNorm or RMSNorm.
+
+    LayerNorm has a bias unless `norm_bias=False`; RMSNorm (`norm_type="rms_norm"`) a scale only.
+    `axis`: the logical name of the normalised dimension ("factor_embed" for ALBERT's embedding
+    width)."""
     # Statistics are computed in float32 whatever the compute dtype.
     scale_init = nn.with_logical_partitioning(nn.initializers.ones_init(), (axis,))
     if config.norm_type == "rms_norm":
@@ -45,16 +49,20 @@ def layer_norm(config: BertConfig, name: str, axis: str = "embed") -> nn.Module:
 
 
 def matmul(config: BertConfig):
-    """The encoder layers' dot_general: float8 with current scaling when `config.fp8`
-    (bert_jax/models/fp8.py), else XLA's in the compute dtype."""
+    """The encoder layers' dot_general.
+
+    float8 with current scaling when `config.fp8` (bert_jax/models/fp8.py), else XLA's in the
+    compute dtype."""
     return fp8_dot_general if config.fp8 else jax.lax.dot_general
 
 
 class Projection(nn.Module):
-    """`x @ kernel + bias` as an einsum over a kernel of named axes, e.g. [H, N, D] for the
-    query heads: the parameters of flax's `nn.Einsum` ("kernel", "bias"), with the
-    encoder's matmul (`matmul`). Not nn.DenseGeneral: that initialises a flat 2-D kernel
-    and would apply the 3-axis logical constraint to it when traced under a mesh."""
+    """`x @ kernel + bias` as an einsum over a kernel of named axes.
+
+    The axes are e.g. [H, N, D] for the query heads. The parameters of flax's `nn.Einsum`
+    ("kernel", "bias"), with the encoder's matmul (`matmul`). Not nn.DenseGeneral: that initialises
+    a flat 2-D kernel and would apply the 3-axis logical constraint to it when traced under a
+    mesh."""
 
     config: BertConfig
     einsum_str: str
@@ -77,9 +85,10 @@ class Projection(nn.Module):
 
 
 def feed_forward(config: BertConfig, x: Array) -> Array:
-    """BERT's feed-forward act(x W_in) W_out, or with `gated_mlp` GeGLU's
-    (act(x W_in) * x W_gate) W_out. Called inside a layer's compact `__call__`: its dense
-    layers (`intermediate`, `gate`, `output`) are that layer's parameters."""
+    """BERT's feed-forward act(x W_in) W_out, or GeGLU's (act(x W_in) * x W_gate) W_out.
+
+    GeGLU's with `gated_mlp`. Called inside a layer's compact `__call__`: its dense layers
+    (`intermediate`, `gate`, `output`) are that layer's parameters."""
     c = config
     dense = functools.partial(nn.Dense, dtype=c.dtype, param_dtype=c.param_dtype,
                               dot_general=matmul(c), use_bias=c.use_bias)
@@ -96,8 +105,10 @@ def feed_forward(config: BertConfig, x: Array) -> Array:
 
 
 def layer_kind(config: BertConfig, layer_index) -> tuple[Any, Any]:
-    """(is_first, is_local) of layer `layer_index`: Python bools for an unrolled layer's
-    static index, traced booleans for the index a scan passes in."""
+    """(is_first, is_local) of layer `layer_index`.
+
+    Python bools for an unrolled layer's static index, traced booleans for the index a scan passes
+    in."""
     if isinstance(layer_index, int):
         return layer_index == 0, config.is_local_layer(layer_index)
     local = (layer_index % config.global_attn_every_n_layers != 0) & (config.local_attention > 0)

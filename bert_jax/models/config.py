@@ -217,8 +217,9 @@ class BertConfig:
 
     @property
     def max_positions(self) -> int:
-        """The longest row the position table serves: max_position_embeddings less the
-        rows before position 0 (`position_offset`)."""
+        """The longest row the position table serves.
+
+        max_position_embeddings less the rows before position 0 (`position_offset`)."""
         return self.max_position_embeddings - self.position_offset
 
     @property
@@ -226,32 +227,35 @@ class BertConfig:
         return self.position_embedding_type == "rotary"
 
     def is_local_layer(self, index: int) -> bool:
-        """Whether layer `index` attends through the sliding window (ModernBERT's pattern:
-        global on multiples of global_attn_every_n_layers)."""
+        """Whether layer `index` attends through the sliding window.
+
+        ModernBERT's pattern: global on multiples of global_attn_every_n_layers."""
         return self.local_attention > 0 and index % self.global_attn_every_n_layers != 0
 
     @property
     def embedding_width(self) -> int:
-        """The width of the token embeddings: `embedding_size` (ALBERT, ELECTRA), else
-        hidden_size."""
+        """The token embeddings' width: `embedding_size` (ALBERT, ELECTRA), else hidden_size."""
         return self.embedding_size or self.hidden_size
 
     @property
     def factorized_embeddings(self) -> bool:
-        """Whether the token embeddings have a width of their own (`embedding_size`),
-        projected to hidden_size after their LayerNorm (ALBERT)."""
+        """Whether the token embeddings have a width of their own (`embedding_size`).
+
+        They are projected to hidden_size after their LayerNorm (ALBERT)."""
         return self.embedding_size is not None
 
     @property
     def shares_layers(self) -> bool:
-        """Whether the layers are groups applied several times with one set of parameters
-        (ALBERT's `num_hidden_groups` of `inner_group_num` layers)."""
+        """Whether the layers are groups applied several times with one set of parameters.
+
+        ALBERT's `num_hidden_groups` of `inner_group_num` layers."""
         return self.model_type == "albert"
 
     @property
     def depth(self) -> int:
-        """Transformer layers applied, each giving a hidden state: num_hidden_layers,
-        times inner_group_num for ALBERT."""
+        """Transformer layers applied, each giving a hidden state.
+
+        num_hidden_layers, times inner_group_num for ALBERT."""
         return self.num_hidden_layers * self.inner_group_num
 
     def replace(self, **changes) -> "BertConfig":
@@ -272,9 +276,10 @@ class BertConfig:
 
 def check_inputs_fit(config: BertConfig, source: str, *, max_seq_length: int | None = None,
                      vocab_size: int | None = None) -> None:
-    """Raises ConfigError when inputs would index past the model's tables, which gives
-    NaN instead of an error: `max_seq_length` positions, a tokenizer of `vocab_size`
-    ids. `source` names the model (a path or preset)."""
+    """Raises ConfigError when inputs would index past the model's tables.
+
+    That gives NaN instead of an error: `max_seq_length` positions, a tokenizer of `vocab_size` ids.
+    `source` names the model (a path or preset)."""
     if max_seq_length is not None and max_seq_length > config.max_positions:
         offset = (f" less position_offset {config.position_offset}"
                   if config.position_offset else "")

@@ -28,8 +28,9 @@ _LEVELS = 1 << 16
 
 
 def _counters(shape: tuple[int, ...]) -> tuple[Array, Array]:
-    """Two uint32 words that are unique per element: its index along the first axis and
-    its flat index within the rest."""
+    """Two uint32 words that are unique per element.
+
+    Its index along the first axis and its flat index within the rest."""
     lead = jax.lax.broadcasted_iota(jnp.uint32, shape, 0)
     rest = jnp.zeros(shape, jnp.uint32)
     stride = 1
@@ -59,8 +60,9 @@ def keep_mask(key: Array, shape: tuple[int, ...], rate: float) -> tuple[Array, f
 
 
 class Dropout(nn.Module):
-    """Inverted dropout with keys from the "dropout" collection; identity when
-    `deterministic` or at rate 0."""
+    """Inverted dropout with keys from the "dropout" collection.
+
+    Identity when `deterministic` or at rate 0."""
 
     rate: float
 

@@ -1,7 +1,8 @@
-"""ELECTRA's two networks for replaced-token detection (Clark et al., 2020): a small
-generator (an encoder with an MLM head) that fills the masked positions with tokens
-sampled from its softmax, and the discriminator (`heads.ElectraForPreTraining`) that reads
-the result. The loss on them is the pretraining objective's (`bert_jax.pretrain.electra`).
+"""ELECTRA's two networks for replaced-token detection (Clark et al., 2020).
+
+A small generator (an encoder with an MLM head) that fills the masked positions with tokens sampled
+from its softmax, and the discriminator (`heads.ElectraForPreTraining`) that reads the result. The
+loss on them is the pretraining objective's (`bert_jax.pretrain.electra`).
 
 The generator has the discriminator's depth and `generator_size` of its width (hidden
 size; FFN 4x hidden and one head per 64 dimensions, as google-research/electra builds it),
@@ -35,10 +36,11 @@ _OPTIONAL_INPUTS = ("position_ids", "example_ids")
 
 
 def generator_config(discriminator: BertConfig, size: float) -> BertConfig:
-    """The generator of a discriminator: the same depth, `size` of its hidden size
-    (rounded), FFN 4x that and one attention head per 64 dimensions (at least one), with
-    the discriminator's embedding width (projected when it differs from the hidden size).
-    ELECTRA-Small 256 -> 64 (1/4), Base 768 -> 256 (1/3), Large 1024 -> 256 (1/4)."""
+    """The generator of a discriminator: the same depth, `size` of its hidden size (rounded).
+
+    FFN 4x that and one attention head per 64 dimensions (at least one), with the discriminator's
+    embedding width (projected when it differs from the hidden size). ELECTRA-Small 256 -> 64 (1/4),
+    Base 768 -> 256 (1/3), Large 1024 -> 256 (1/4)."""
     hidden = int(round(discriminator.hidden_size * size))
     if hidden < 1:
         raise UserError(f"generator_size {size} leaves the generator no hidden units "
@@ -51,8 +53,10 @@ def generator_config(discriminator: BertConfig, size: float) -> BertConfig:
 
 
 def discriminator_config(config: BertConfig) -> BertConfig:
-    """`config` as an ELECTRA discriminator's: a BERT config becomes model_type "electra"
-    (the same network; its classification head's gelu); other families are refused."""
+    """`config` as an ELECTRA discriminator's; other families are refused.
+
+    A BERT config becomes model_type "electra" (the same network; its classification head's
+    gelu)."""
     if config.model_type == "electra":
         return config
     if config.model_type != "bert":
@@ -63,9 +67,10 @@ def discriminator_config(config: BertConfig) -> BertConfig:
 
 
 class Generator(nn.Module):
-    """The generator: an encoder (no pooler) and an MLM head at the masked positions,
-    [B, L] ids -> logits [B, P, V]. Called with its full parameters (`full_generator`),
-    the shared embeddings included."""
+    """The generator: an encoder (no pooler) and an MLM head at the masked positions.
+
+    [B, L] ids -> logits [B, P, V]. Called with its full parameters (`full_generator`), the shared
+    embeddings included."""
 
     config: BertConfig
 
@@ -82,7 +87,8 @@ class Generator(nn.Module):
 
 
 def full_generator(params: dict) -> dict:
-    """The generator's parameters with the discriminator's embedding tables in place:
+    """The generator's parameters with the discriminator's embedding tables in place.
+
     {"bert", "mlm"}, what `Generator` (and an ElectraForMaskedLM) reads."""
     gen, shared = params["generator"], params["bert"]["embeddings"]
     embeddings = {**{k: v for k, v in shared.items() if k in SHARED_EMBEDDINGS},
@@ -92,8 +98,9 @@ def full_generator(params: dict) -> dict:
 
 @dataclasses.dataclass(frozen=True)
 class ElectraNetworks:
-    """The discriminator and its generator, initialised and applied as one parameter tree
-    (the module docstring's)."""
+    """The discriminator and its generator, initialised and applied as one parameter tree.
+
+    The tree is the module docstring's."""
 
     discriminator: ElectraForPreTraining
     generator: Generator
@@ -105,8 +112,9 @@ class ElectraNetworks:
 
     def init(self, key: jax.Array, input_ids, input_mask, segment_ids,
              masked_lm_positions) -> dict:
-        """{"params": the discriminator's and `generator` (less the shared tables)},
-        logically partitioned like `nn.Module.init`'s."""
+        """{"params": the discriminator's and `generator` (less the shared tables)}.
+
+        Logically partitioned like `nn.Module.init`'s."""
         disc_key, gen_key = jax.random.split(key)
         params = dict(self.discriminator.init(disc_key, input_ids, input_mask,
                                               segment_ids)["params"])
@@ -120,10 +128,11 @@ class ElectraNetworks:
 
     def forward(self, params: dict, batch: dict, rng: jax.Array | None,
                 sample_key: jax.Array) -> tuple:
-        """(generator logits [B, P, V], discriminator logits [B, L] float32, labels [B, L]:
-        1 where the discriminator's input, the masked positions filled with tokens sampled
-        with `sample_key` (not differentiated), differs from the original text); dropout
-        when `rng` is given."""
+        """(generator logits [B, P, V], discriminator logits [B, L] float32, labels [B, L]).
+
+        labels: 1 where the discriminator's input, the masked positions filled with tokens sampled
+        with `sample_key` (not differentiated), differs from the original text. Dropout when `rng`
+        is given."""
         extra = {k: batch[k] for k in _OPTIONAL_INPUTS if k in batch}
         train = rng is not None
         gen_rng, disc_rng = jax.random.split(rng) if train else (None, None)
@@ -147,8 +156,9 @@ class ElectraNetworks:
 
 def _put(ids: jax.Array, positions: jax.Array, weights: jax.Array,
          values: jax.Array) -> jax.Array:
-    """ids [B, L] with values [B, P] at positions [B, P] where weights > 0 (padding
-    predictions, weight 0, leave their position as it is)."""
+    """ids [B, L] with values [B, P] at positions [B, P] where weights > 0.
+
+    Padding predictions, weight 0, leave their position as it is."""
     ids = jnp.asarray(ids)
     rows = jnp.arange(ids.shape[0])[:, None]
     current = jnp.take_along_axis(ids, positions, axis=1)

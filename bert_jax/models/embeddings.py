@@ -1,6 +1,7 @@
-"""The encoder's input embeddings: word, position and token-type tables, each an option of
-the config (rotary models have no position table, `type_vocab_size=0` no token types,
-ALBERT's factorized embeddings a projection to the hidden size)."""
+"""The encoder's input embeddings: word, position and token-type tables.
+
+Each is an option of the config: rotary models have no position table, `type_vocab_size=0` no token
+types, ALBERT's factorized embeddings a projection to the hidden size."""
 
 from __future__ import annotations
 
@@ -18,9 +19,10 @@ Array = jax.Array
 
 
 def embedding_axis(config: BertConfig) -> str:
-    """The logical name of the token embeddings' width: a factorized width (ALBERT's E) is
-    "factor_embed" (its [E, H] projection shards H as "embed"; a mesh axis can shard one
-    dimension only)."""
+    """The logical name of the token embeddings' width.
+
+    A factorized width (ALBERT's E) is "factor_embed" (its [E, H] projection shards H as "embed"; a
+    mesh axis can shard one dimension only)."""
     return "factor_embed" if config.factorized_embeddings else "embed"
 
 
@@ -39,10 +41,11 @@ def one_hot_lookup(table: Array, ids: Array, dtype) -> Array:
 
 
 class Embeddings(nn.Module):
-    """Word + learned absolute position + token type embeddings, LayerNorm, dropout;
-    factorized embeddings (ALBERT) are of width `embedding_size`, then projected to
-    hidden_size. Rotary models have no position table (their positions act in
-    attention), `type_vocab_size=0` no token types.
+    """Word + learned absolute position + token type embeddings, LayerNorm, dropout.
+
+    Factorized embeddings (ALBERT) are of width `embedding_size`, then projected to hidden_size.
+    Rotary models have no position table (their positions act in attention), `type_vocab_size=0` no
+    token types.
 
     Only the word embeddings are a gather: with ~30k rows a one-hot matmul would
     cost more than a whole layer, and its gradient's scatter spreads over many rows
@@ -74,8 +77,9 @@ class Embeddings(nn.Module):
                                        bias_init=zeros_init(("embed",)))
 
     def __call__(self, input_ids, segment_ids, position_ids, deterministic: bool):
-        """position_ids None: 0..L-1 in every row, a slice of the table broadcast over the
-        batch (its gradient is a sum over the batch)."""
+        """position_ids None: 0..L-1 in every row, a slice of the table broadcast over the batch.
+
+        Its gradient is a sum over the batch."""
         c = self.config
         x = self.word_embeddings(input_ids)
         if not c.rotary:
@@ -103,6 +107,7 @@ class Embeddings(nn.Module):
         return one_hot_lookup(positions, position_ids + offset, self.config.dtype)
 
     def attend(self, x: Array) -> Array:
-        """Logits against the word embedding table (the tied MLM decoder): [..., E] -> [..., V]
-        (E = hidden_size but for factorized embeddings)."""
+        """Logits against the word embedding table (the tied MLM decoder).
+
+        [..., E] -> [..., V] (E = hidden_size but for factorized embeddings)."""
         return self.word_embeddings.attend(x)

@@ -1,5 +1,6 @@
-"""The BERT encoder as pure Flax linen modules: embeddings, a stack of layers (attention
-and feed-forward with residuals around them), a pooler.
+"""The BERT encoder as pure Flax linen modules.
+
+Embeddings, a stack of layers (attention and feed-forward with residuals around them), a pooler.
 
 Every parameter carries logical axis names (`vocab`, `embed`, `heads`, `kv`,
 `mlp`, `layers`, ...) and activations are constrained with `activation_*`
@@ -45,18 +46,20 @@ EMBED_AXES = ("activation_batch", "activation_length", "activation_embed")
 
 def post_norm(x, queries, attend: Callable, feed_forward: Callable, norms, dropout):
     """BERT's layer: each sublayer's output added to its input, then normalised.
-    `queries`: the positions computed (x, or [CLS]'s for a pooler-only last layer);
-    `norms`: (after attention, after the feed-forward). Returns (states, probabilities)."""
+
+    `queries`: the positions computed (x, or [CLS]'s for a pooler-only last layer); `norms`: (after
+    attention, after the feed-forward). Returns (states, probabilities)."""
     attn, probs = attend(x)
     x = nn.with_logical_constraint(norms[0](queries + dropout(attn)), EMBED_AXES)
     return norms[1](x + dropout(feed_forward(x))), probs
 
 
 def pre_norm(x, queries, attend: Callable, feed_forward: Callable, norms, dropout, is_first):
-    """ModernBERT's layer: each sublayer reads normalised states and its output is added
-    to its input. The first layer has no norm before attention when the embeddings are
-    normalised (`is_first`: static, or traced under a scan; False otherwise, as EuroBERT);
-    the parameter exists in every layer, so that scanned layers share one structure."""
+    """ModernBERT's layer: each sublayer reads normalised states, its output added to its input.
+
+    The first layer has no norm before attention when the embeddings are normalised (`is_first`:
+    static, or traced under a scan; False otherwise, as EuroBERT); the parameter exists in every
+    layer, so that scanned layers share one structure."""
     normed = pick(is_first, x, norms[0](x))
     attn, probs = attend(normed)
     x = nn.with_logical_constraint(queries + dropout(attn), EMBED_AXES)
@@ -64,10 +67,11 @@ def pre_norm(x, queries, attend: Callable, feed_forward: Callable, norms, dropou
 
 
 class Layer(nn.Module):
-    """One transformer layer: attention and feed-forward, normalised after (`post_norm`,
-    BERT) or before (`pre_norm`, ModernBERT). `layer_index`: the layer's place in the
-    stack (static unrolled, traced under `nn.scan`), which decides the sliding window and
-    the rotary base.
+    """One transformer layer: attention and feed-forward, normalised after or before.
+
+    After (`post_norm`, BERT) or before (`pre_norm`, ModernBERT). `layer_index`: the layer's place
+    in the stack (static unrolled, traced under `nn.scan`), which decides the sliding window and the
+    rotary base.
 
     Returns the new hidden states and, for `nn.scan`, the per-layer outputs
     (hidden states and attention probabilities) that the caller asked for.
@@ -112,8 +116,9 @@ _REMAT_POLICIES = {
 
 
 def _remat(module_cls, config: BertConfig, static_argnums: tuple[int, ...]):
-    """`module_cls` recomputed in the backward pass as `remat_policy` says (as is for
-    "none"). `static_argnums`: `deterministic`, and an unrolled layer's index."""
+    """`module_cls` recomputed in the backward pass as `remat_policy` says (as is for "none").
+
+    `static_argnums`: `deterministic`, and an unrolled layer's index."""
     if config.remat_policy == "none":
         return module_cls
     return nn.remat(module_cls, policy=_REMAT_POLICIES[config.remat_policy],
@@ -121,17 +126,18 @@ def _remat(module_cls, config: BertConfig, static_argnums: tuple[int, ...]):
 
 
 def _per_layer(extras, hidden_states: bool, attentions: bool):
-    """Each layer's (hidden states, probabilities) as (all hidden states, all
-    probabilities), None for what was not asked for."""
+    """Each layer's (hidden states, probabilities) as (all hidden states, all probabilities).
+
+    None for what was not asked for."""
     return (tuple(h for h, _ in extras) if hidden_states else None,
             tuple(p for _, p in extras) if attentions else None)
 
 
 class LayerGroup(nn.Module):
-    """ALBERT's group of `inner_group_num` layers (`layer_0`, ...), applied in turn; the
-    encoder applies a group several times with the same parameters. Returns the new
-    hidden states and, like `Layer`, the per-layer outputs asked for (tuples over the
-    group's layers)."""
+    """ALBERT's group of `inner_group_num` layers (`layer_0`, ...), applied in turn.
+
+    The encoder applies a group several times with the same parameters. Returns the new hidden
+    states and, like `Layer`, the per-layer outputs asked for (tuples over the group's layers)."""
 
     config: BertConfig
     output_hidden_states: bool = False
@@ -148,8 +154,9 @@ class LayerGroup(nn.Module):
 
 
 class Encoder(nn.Module):
-    """A stack of layers: unrolled (`layer_0`, `layer_1`, ...) or one `nn.scan` over
-    `layers` (parameters stacked on a leading `layers` axis; faster compiles).
+    """A stack of layers: unrolled (`layer_0`, `layer_1`, ...) or one `nn.scan` over `layers`.
+
+    Scanned, the parameters are stacked on a leading `layers` axis; faster compiles.
 
     Shared layers (ALBERT): `group_0` .. `group_{G-1}` (`LayerGroup`), each applied L/G
     times in a row with one set of parameters, whatever `scan_layers`; scanned, the L/G
@@ -229,8 +236,10 @@ class Encoder(nn.Module):
 
 @flax.struct.dataclass
 class BertOutput:
-    """sequence_output [B, L, H]; pooled_output [B, H] (None without a pooler);
-    hidden_states: L+1 arrays [B, L, H] (embeddings first); attentions: L arrays [B, N, L, L]."""
+    """The encoder's outputs.
+
+    sequence_output [B, L, H]; pooled_output [B, H] (None without a pooler); hidden_states: L+1
+    arrays [B, L, H] (embeddings first); attentions: L arrays [B, N, L, L]."""
 
     sequence_output: Array
     pooled_output: Array | None = None
@@ -278,8 +287,9 @@ class BertModel(nn.Module):
     def __call__(self, input_ids, input_mask=None, segment_ids=None, position_ids=None,
                  example_ids=None, *, max_examples: int | None = None,
                  deterministic: bool = True) -> BertOutput:
-        """max_examples: at most this many examples in a packed row (default L); packed
-        rows take cuDNN's attention on GPU with one slot per example."""
+        """max_examples: at most this many examples in a packed row (default L).
+
+        Packed rows take cuDNN's attention on GPU with one slot per example."""
         if input_mask is None:
             input_mask = jnp.ones_like(input_ids)
         if segment_ids is None:
@@ -322,8 +332,9 @@ def gather_positions(x: Array, positions: Array) -> Array:
 
 def mean_pool(states: Array, input_mask: Array | None, example_ids: Array | None = None,
               num_examples: int | None = None) -> Array:
-    """The masked mean of states [B, L, H] over each example's tokens: [B, H], or
-    [B, K, H] for packed rows (`example_ids` 1..K, `num_examples` K)."""
+    """The masked mean of states [B, L, H] over each example's tokens.
+
+    [B, H], or [B, K, H] for packed rows (`example_ids` 1..K, `num_examples` K)."""
     if example_ids is None:
         weights = (jnp.ones(states.shape[:2]) if input_mask is None else input_mask)[:, None]
     else:

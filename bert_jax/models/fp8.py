@@ -27,8 +27,10 @@ E5M2 = jnp.float8_e5m2    # gradients: more range
 
 
 def quantize(x: jax.Array, fp8_dtype) -> tuple[jax.Array, jax.Array]:
-    """(q, scale) with x ~= q * scale: q in `fp8_dtype`, scale a float32 scalar that maps
-    max|x| onto the format's largest finite value."""
+    """(q, scale) with x ~= q * scale.
+
+    q in `fp8_dtype`, scale a float32 scalar that maps max|x| onto the format's largest finite
+    value."""
     amax = jnp.max(jnp.abs(x)).astype(jnp.float32)
     # An all-zero (or non-finite) operand keeps scale 1: its product is what it is.
     scale = jnp.where((amax > 0) & jnp.isfinite(amax), amax / _largest(fp8_dtype), 1.0)
@@ -36,9 +38,10 @@ def quantize(x: jax.Array, fp8_dtype) -> tuple[jax.Array, jax.Array]:
 
 
 def cast(x: jax.Array, scale: jax.Array, fp8_dtype) -> jax.Array:
-    """x / scale in `fp8_dtype`, clipped: float8 e4m3fn has no infinity, an overflow
-    would become NaN. With a scale known before x (delayed scaling), XLA can do this in
-    the same pass that produces x."""
+    """x / scale in `fp8_dtype`, clipped.
+
+    float8 e4m3fn has no infinity, an overflow would become NaN. With a scale known before x
+    (delayed scaling), XLA can do this in the same pass that produces x."""
     largest = _largest(fp8_dtype)
     return jnp.clip(x.astype(jnp.float32) / scale, -largest, largest).astype(fp8_dtype)
 
@@ -48,10 +51,11 @@ def _largest(fp8_dtype) -> jax.Array:
 
 
 def scaled_product(q_lhs, q_rhs, scale, dimension_numbers, out_dtype):
-    """dot_general of two float8 operands, written in `out_dtype` and rescaled: on
-    Hopper one cuBLASLt FP8 GEMM (`__cublas$lt$matmul$f8`). Not the dequantize-then-dot
-    form: with XLA's default excess precision that one drops the float8 round trip and
-    multiplies in bf16. Not a float32 output: writing it costs more than FP8 saves."""
+    """dot_general of two float8 operands, written in `out_dtype` and rescaled.
+
+    On Hopper one cuBLASLt FP8 GEMM (`__cublas$lt$matmul$f8`). Not the dequantize-then-dot form:
+    with XLA's default excess precision that one drops the float8 round trip and multiplies in bf16.
+    Not a float32 output: writing it costs more than FP8 saves."""
     out = jax.lax.dot_general(q_lhs, q_rhs, dimension_numbers,
                               preferred_element_type=out_dtype)
     return out * scale.astype(out_dtype)
@@ -80,8 +84,9 @@ def _fp8_dot_bwd(dimension_numbers, out_dtype, residuals, g):
 
 def gradient_products(q_g, s_g, q_lhs, s_lhs, q_rhs, s_rhs, dimension_numbers, out_dtype,
                       grad_dtype):
-    """(d_lhs, d_rhs) of a float8 product from its quantized output gradient and operands
-    (x ~= q * s), each one FP8 GEMM, in `grad_dtype`: flax's transposes of a dot_general
+    """(d_lhs, d_rhs) of a float8 product, each one FP8 GEMM, in `grad_dtype`.
+
+    From its quantized output gradient and operands (x ~= q * s): flax's transposes of a dot_general
     (the same ones jax's own rule uses); shapes come from the quantized operands."""
     transpose = dict(dimension_numbers=dimension_numbers, precision=None,
                      preferred_element_type=out_dtype)
@@ -96,9 +101,10 @@ _fp8_dot.defvjp(_fp8_dot_fwd, _fp8_dot_bwd)
 
 def fp8_dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None,
                     **_unused):
-    """`jax.lax.dot_general` in float8 with current scaling; the result has
-    `preferred_element_type` or, by default, the operands' (promoted) dtype. `precision`
-    is ignored: the product's precision is float8's."""
+    """`jax.lax.dot_general` in float8 with current scaling.
+
+    The result has `preferred_element_type` or, by default, the operands' (promoted) dtype.
+    `precision` is ignored: the product's precision is float8's."""
     del precision
     dtype = jnp.result_type(lhs, rhs)
     return _fp8_dot(lhs.astype(dtype), rhs.astype(dtype), dimension_numbers,

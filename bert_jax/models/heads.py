@@ -1,5 +1,7 @@
-"""BERT with task heads: pretraining (MLM + NSP, or MLM only; ELECTRA's discriminator),
-classification/regression, token tagging, span question answering and multiple choice.
+"""BERT with task heads.
+
+Pretraining (MLM + NSP, or MLM only; ELECTRA's discriminator), classification/regression, token
+tagging, span question answering and multiple choice.
 
 Every model here owns a `bert` submodule (`BertModel`), so the encoder's
 parameters sit under `params['bert']` whatever the head, and a fine-tuning
@@ -34,11 +36,12 @@ def _dense(config: BertConfig, features: int, out_axis: str, name: str,
 
 
 class MaskedLMHead(nn.Module):
-    """Dense + activation + LayerNorm, then the decoder tied to the word
-    embeddings with its own output bias: [..., H] -> [..., V]. ALBERT's dense maps H to
-    the embedding width E, which its decoder reads. ModernBERT's is the same head with
-    the dense's bias as the encoder's (`use_bias`) and the LayerNorm's (`norm_bias`).
-    `mlm_transform=False` (EuroBERT): a linear decoder of its own, nothing before it."""
+    """Dense + activation + LayerNorm, then the tied decoder: [..., H] -> [..., V].
+
+    The decoder is tied to the word embeddings, with its own output bias. ALBERT's dense maps H to
+    the embedding width E, which its decoder reads. ModernBERT's is the same head with the dense's
+    bias as the encoder's (`use_bias`) and the LayerNorm's (`norm_bias`). `mlm_transform=False`
+    (EuroBERT): a linear decoder of its own, nothing before it."""
 
     config: BertConfig
 
@@ -65,8 +68,10 @@ class MaskedLMHead(nn.Module):
 
 @flax.struct.dataclass
 class PreTrainingOutput:
-    """mlm_logits [B, P, V] at `masked_lm_positions` (or [B, L, V] for every position);
-    nsp_logits [B, 2], or [B, K, 2] for packed rows; None for an MLM-only model."""
+    """The pretraining model's logits.
+
+    mlm_logits [B, P, V] at `masked_lm_positions` (or [B, L, V] for every position); nsp_logits
+    [B, 2], or [B, K, 2] for packed rows; None for an MLM-only model."""
 
     mlm_logits: Array
     nsp_logits: Array | None
@@ -74,12 +79,13 @@ class PreTrainingOutput:
 
 
 class BertForPreTraining(nn.Module):
-    """BERT's pretraining model. The MLM head runs only at the masked positions
-    when they are given, which saves most of the [B, L, V] decoder matmul.
-    `next_sentence_prediction=False`: MLM only, no `nsp` parameters (the pooler stays,
-    so the encoder's parameters are those of any BERT). For ALBERT the `nsp` head is its
-    sentence-order head (SOP), the same 2-way classifier on the pooled [CLS]: which task
-    it learns is the data's (`create-data --sentence_order_prediction`)."""
+    """BERT's pretraining model.
+
+    The MLM head runs only at the masked positions when they are given, which saves most of the
+    [B, L, V] decoder matmul. `next_sentence_prediction=False`: MLM only, no `nsp` parameters (the
+    pooler stays, so the encoder's parameters are those of any BERT). For ALBERT the `nsp` head is
+    its sentence-order head (SOP), the same 2-way classifier on the pooled [CLS]: which task it
+    learns is the data's (`create-data --sentence_order_prediction`)."""
 
     config: BertConfig
     next_sentence_prediction: bool = True
@@ -110,8 +116,9 @@ class BertForPreTraining(nn.Module):
 
 
 class ElectraDiscriminatorHead(nn.Module):
-    """ELECTRA's replaced-token detector: dense + activation + a dense to one logit per
-    token (positive: replaced), [..., H] -> [...]."""
+    """ELECTRA's replaced-token detector: [..., H] -> one logit per token, [...].
+
+    Dense + activation + a dense to the logit (positive: replaced)."""
 
     config: BertConfig
 
@@ -123,9 +130,10 @@ class ElectraDiscriminatorHead(nn.Module):
 
 
 class ElectraForPreTraining(nn.Module):
-    """ELECTRA's discriminator (transformers' ElectraForPreTraining): the encoder, no
-    pooler, and `ElectraDiscriminatorHead` on every position. Returns (logits [B, L],
-    the encoder's output). Its generator is `BertForPreTraining` without NSP."""
+    """ELECTRA's discriminator (transformers' ElectraForPreTraining).
+
+    The encoder, no pooler, and `ElectraDiscriminatorHead` on every position. Returns (logits
+    [B, L], the encoder's output). Its generator is `BertForPreTraining` without NSP."""
 
     config: BertConfig
 
@@ -147,11 +155,11 @@ CLASSIFIER_POOLINGS = ("pooler", "mean")
 
 
 class BertForSequenceClassification(nn.Module):
-    """Pooled sequence -> dropout -> dense: logits [B, num_labels] ([B, K, num_labels] for
-    packed rows); `num_labels=1` is regression. `pooling`: one of CLASSIFIER_POOLINGS.
-    With the pooler on unpacked rows the last layer computes [CLS] alone
-    (`BertModel.pooled_only`) unless `every_position` (for callers that capture every
-    layer's states, as distillation does)."""
+    """Pooled sequence -> dropout -> dense: logits [B, num_labels]; `num_labels=1` is regression.
+
+    [B, K, num_labels] for packed rows. `pooling`: one of CLASSIFIER_POOLINGS. With the pooler on
+    unpacked rows the last layer computes [CLS] alone (`BertModel.pooled_only`) unless
+    `every_position` (for callers that capture every layer's states, as distillation does)."""
 
     config: BertConfig
     num_labels: int
@@ -181,8 +189,10 @@ class BertForSequenceClassification(nn.Module):
 
 
 class BertForTokenClassification(nn.Module):
-    """Per-token logits [B, L, num_labels] from the last hidden states. `label_bias`: the
-    classifier's initial bias (e.g. the log frequencies of the labels), zeros if None."""
+    """Per-token logits [B, L, num_labels] from the last hidden states.
+
+    `label_bias`: the classifier's initial bias (e.g. the log frequencies of the labels), zeros if
+    None."""
 
     config: BertConfig
     num_labels: int
@@ -214,9 +224,11 @@ class BertForQuestionAnswering(nn.Module):
 
 
 class BertForMultipleChoice(nn.Module):
-    """Inputs [B, C, L] (C choices) -> logits [B, C]. Inputs [B, L] are one choice each
-    ([B, 1, L]): what the fine-tuning trainer's shape-only `init` passes. The last layer
-    computes [CLS] alone unless `every_position` (see BertForSequenceClassification)."""
+    """Inputs [B, C, L] (C choices) -> logits [B, C].
+
+    Inputs [B, L] are one choice each ([B, 1, L]): what the fine-tuning trainer's shape-only `init`
+    passes. The last layer computes [CLS] alone unless `every_position` (see
+    BertForSequenceClassification)."""
 
     config: BertConfig
     every_position: bool = False

@@ -28,8 +28,10 @@ def cudnn_attention() -> ModuleType:
 
 
 def export_stablehlo() -> ModuleType:
-    """The StableHLO dialect module whose `get_version_from_compatibility_requirement`
-    `jax.export` asks for the version to serialize (`jax._src.export._export.hlo`).
+    """The StableHLO dialect module `jax.export` asks for the version to serialize.
+
+    `jax.export` calls its `get_version_from_compatibility_requirement`
+    (`jax._src.export._export.hlo`).
 
     Needed by every supported jax (0.7.2 to 0.10.2) to write a version that TensorFlow
     can read: `jax.export` has no public setting for it. No public alternative."""
@@ -38,8 +40,9 @@ def export_stablehlo() -> ModuleType:
 
 
 def lowering_rules() -> dict[Any, Any]:
-    """jax's table of each primitive's lowering rule (`jax.interpreters.mlir._lowerings`,
-    an underscored name of a public module).
+    """jax's table of each primitive's lowering rule.
+
+    `jax.interpreters.mlir._lowerings`, an underscored name of a public module.
 
     Needed by every supported jax (0.7.2 to 0.10.2) to put back a rule replaced through the
     public `jax.interpreters.mlir.register_lowering`: jax has no public getter. No public

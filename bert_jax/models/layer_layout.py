@@ -1,7 +1,8 @@
-"""The two layouts of a parameter tree's encoder: unrolled `layer_i` (model directories,
-HF conversion) and scanned `layers` (`scan_layers=True`). Below `bert_jax.weights.pretrained`
-(which re-exports these) so the HF conversion can use them without reading model
-directories."""
+"""The two layouts of a parameter tree's encoder: unrolled `layer_i` and scanned `layers`.
+
+Unrolled for model directories and HF conversion, scanned with `scan_layers=True`. Below
+`bert_jax.weights.pretrained` (which re-exports these) so the HF conversion can use them without
+reading model directories."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ import numpy as np
 
 
 def to_scanned(params: dict[str, Any]) -> dict[str, Any]:
-    """Stacks `[bert/]encoder/layer_i` into `[bert/]encoder/layers` (no-op if already
-    scanned, and for ALBERT, whose shared `group_g` have one layout either way). Accepts
-    the params of a task model or of a bare `BertModel`."""
+    """Stacks `[bert/]encoder/layer_i` into `[bert/]encoder/layers`.
+
+    A no-op if already scanned, and for ALBERT, whose shared `group_g` have one layout either way.
+    Accepts the params of a task model or of a bare `BertModel`."""
     encoder = encoder_of(params)
     if "layers" in encoder or "layer_0" not in encoder:
         return params

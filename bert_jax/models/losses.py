@@ -27,6 +27,7 @@ def mean(pair: Pair) -> Array:
 
 def weighted_cross_entropy(logits: Array, labels: Array, weights: Array | None = None) -> Pair:
     """Cross-entropy summed with `weights`, and the weight sum.
+
     logits [..., C], labels [...] int, weights [...] (default all ones)."""
     weights = _weights(weights, labels.shape)
     losses = softmax_cross_entropy(logits.astype(jnp.float32), labels)
@@ -54,9 +55,11 @@ def weighted_accuracy(logits: Array, labels: Array, weights: Array | None = None
 
 
 def pretraining_loss(mlm_logits: Array, nsp_logits: Array | None, batch: dict) -> dict:
-    """BERT's loss terms, {name: (sum, weight)}: masked-LM cross-entropy and accuracy over
-    `masked_lm_weights`, and (unless nsp_logits is None: MLM only) next-sentence ones.
-    The training loss is mlm_loss + nsp_loss, each its own weighted mean.
+    """BERT's loss terms, {name: (sum, weight)}.
+
+    Masked-LM cross-entropy and accuracy over `masked_lm_weights`, and (unless nsp_logits is None:
+    MLM only) next-sentence ones. The training loss is mlm_loss + nsp_loss, each its own weighted
+    mean.
 
     mlm_logits [B, P, V] at `batch['masked_lm_positions']`; nsp_logits [B, 2], or
     [B, K, 2] for packed rows with `batch['next_sentence_weights']` [B, K].
@@ -80,8 +83,9 @@ def regression_loss(predictions: Array, targets: Array, weights: Array | None = 
 
 def span_loss(start_logits: Array, end_logits: Array, start_positions: Array,
               end_positions: Array, weights: Array | None = None) -> Pair:
-    """SQuAD loss: the mean of the start and end position cross-entropies per example,
-    summed with `weights` (logits [B, L])."""
+    """SQuAD loss: the mean of the start and end position cross-entropies per example.
+
+    Summed with `weights` (logits [B, L])."""
     start, weight = weighted_cross_entropy(start_logits, start_positions, weights)
     end, _ = weighted_cross_entropy(end_logits, end_positions, weights)
     return (start + end) / 2, weight
@@ -89,9 +93,10 @@ def span_loss(start_logits: Array, end_logits: Array, start_positions: Array,
 
 def distillation_kl(student_logits: Array, teacher_logits: Array, temperature: float,
                     weights: Array | None = None) -> Pair:
-    """Hinton et al.'s soft-target loss: T^2 * KL(softmax(teacher/T) || softmax(student/T))
-    over the last axis, summed with `weights` (logits [..., C], weights [...]). The T^2
-    keeps its gradients on the scale of the hard-label loss's as T changes."""
+    """Hinton et al.'s soft-target loss: T^2 * KL(softmax(teacher/T) || softmax(student/T)).
+
+    Over the last axis, summed with `weights` (logits [..., C], weights [...]). The T^2 keeps its
+    gradients on the scale of the hard-label loss's as T changes."""
     t = jnp.float32(temperature)
     teacher = jax.nn.log_softmax(teacher_logits.astype(jnp.float32) / t, axis=-1)
     student = jax.nn.log_softmax(student_logits.astype(jnp.float32) / t, axis=-1)
@@ -103,24 +108,27 @@ def distillation_kl(student_logits: Array, teacher_logits: Array, temperature: f
 # --- matching a teacher's states (TinyBERT; models/matching.py captures them) -----------
 
 def matched_layers(student_layers: int, teacher_layers: int) -> list[int]:
-    """The teacher layer (0-based) matched to each student layer: TinyBERT's uniform
-    mapping, student layer m <- teacher layer m * N / M counted from 1, so the last
-    layers meet (2 of 6 -> 2, 5)."""
+    """The teacher layer (0-based) matched to each student layer: TinyBERT's uniform mapping.
+
+    Student layer m <- teacher layer m * N / M counted from 1, so the last layers meet
+    (2 of 6 -> 2, 5)."""
     return [(j + 1) * teacher_layers // student_layers - 1 for j in range(student_layers)]
 
 
 def masked_mse(a: Array, b: Array, weights: Array) -> Pair:
-    """Mean squared difference over the trailing axes of `weights`-weighted rows, summed
-    over the rows with their weights: (sum, weight). a, b [*W, ...], weights [*W]."""
+    """Mean squared difference over the trailing axes of `weights`-weighted rows: (sum, weight).
+
+    Summed over the rows with their weights. a, b [*W, ...], weights [*W]."""
     err = jnp.square(a.astype(jnp.float32) - b.astype(jnp.float32))
     err = jnp.mean(err.reshape(*weights.shape, -1), axis=-1)
     return jnp.sum(err * weights), jnp.sum(weights)
 
 
 def comparable_attention(student_probs: list, teacher_probs: list) -> tuple[list, list]:
-    """Per-layer attention probabilities [B, heads, L, L] as compared: unchanged when the
-    head counts are equal, otherwise each model's mean over its heads ([B, 1, L, L]),
-    since no head of one model corresponds to a head of the other."""
+    """Per-layer attention probabilities [B, heads, L, L] as compared.
+
+    Unchanged when the head counts are equal, otherwise each model's mean over its heads
+    ([B, 1, L, L]), since no head of one model corresponds to a head of the other."""
     if student_probs[0].shape[1] == teacher_probs[0].shape[1]:
         return student_probs, teacher_probs
     mean_heads = lambda probs: [p.mean(axis=1, keepdims=True) for p in probs]
@@ -134,14 +142,14 @@ def _mean_over_layers(pairs: list[Pair]) -> Pair:
 
 def matching_losses(student: tuple, teacher: tuple, mask: Array, *, hidden: bool,
                     attention: bool, project=lambda h: h) -> dict[str, Pair]:
-    """TinyBERT's layer-by-layer losses, {"hidden_loss", "attention_loss": (sum, weight)}
-    (those asked for): the MSE of the embeddings (0 <- 0) and of each student layer's
-    output against its `matched_layers` teacher layer's, the student's through `project`
-    (to the teacher's width); the MSE of their attention probabilities
-    (`comparable_attention`). Each is the mean over the layers of the MSE over the
-    `mask`ed positions [B, L] (query rows for attention).
-    student, teacher: (hidden states [B, L, H] embeddings first, attention probabilities
-    [B, heads, L, L] per layer), as `matching.captured_states` gives them."""
+    """TinyBERT's layer-by-layer losses, {"hidden_loss", "attention_loss": (sum, weight)}.
+
+    Those asked for: the MSE of the embeddings (0 <- 0) and of each student layer's output against
+    its `matched_layers` teacher layer's, the student's through `project` (to the teacher's width);
+    the MSE of their attention probabilities (`comparable_attention`). Each is the mean over the
+    layers of the MSE over the `mask`ed positions [B, L] (query rows for attention). student,
+    teacher: (hidden states [B, L, H] embeddings first, attention probabilities [B, heads, L, L] per
+    layer), as `matching.captured_states` gives them."""
     (s_hidden, s_probs), (t_hidden, t_probs) = student, teacher
     pairs = matched_layers(len(s_probs), len(t_probs))
     mask = mask.astype(jnp.float32)

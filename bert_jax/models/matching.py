@@ -1,8 +1,9 @@
-"""Matching a teacher's internal states (TinyBERT, Jiao et al. 2020), shared by task
-distillation (`finetune.distill`) and general distillation in pretraining
-(`pretrain.distill`): what a forward pass captures, the hidden states and attention
-probabilities read from it, and the learned projection of a student's hidden states to
-a teacher of another width. The losses on them are `losses.matching_losses`."""
+"""Matching a teacher's internal states (TinyBERT, Jiao et al. 2020).
+
+Shared by task distillation (`finetune.distill`) and general distillation in pretraining
+(`pretrain.distill`): what a forward pass captures, the hidden states and attention probabilities
+read from it, and the learned projection of a student's hidden states to a teacher of another width.
+The losses on them are `losses.matching_losses`."""
 
 from __future__ import annotations
 
@@ -15,10 +16,11 @@ PROJECTION = "distill_projection"  # the projection's parameters: trained, never
 
 
 class StudentWithProjection(nn.Module):
-    """The student for training with a hidden-state projection to `teacher_width`: the
-    student's parameters at the top level (shared scope, so loading, evaluation and
-    saving see the student's own tree) plus PROJECTION's kernel [student width, teacher
-    width] and bias. Calls run the student alone."""
+    """The student for training with a hidden-state projection to `teacher_width`.
+
+    The student's parameters at the top level (shared scope, so loading, evaluation and saving see
+    the student's own tree) plus PROJECTION's kernel [student width, teacher width] and bias. Calls
+    run the student alone."""
 
     student: nn.Module
     teacher_width: int
@@ -35,8 +37,9 @@ class StudentWithProjection(nn.Module):
 
 
 def projector(projection: dict | None):
-    """hidden [..., student width] -> [..., teacher width] (float32) through PROJECTION's
-    parameters; the identity when there are none (equal widths)."""
+    """hidden [..., student width] -> [..., teacher width] (float32) via PROJECTION's parameters.
+
+    The identity when there are none (equal widths)."""
     if projection is None:
         return lambda hidden: hidden
     return lambda hidden: hidden.astype(jnp.float32) @ projection["kernel"] + projection["bias"]
@@ -54,9 +57,10 @@ CAPTURE = dict(capture_intermediates=is_captured, mutable=["intermediates"])
 
 
 def _layer_calls(encoder, c) -> list:
-    """(a layer's captured intermediates, which of its calls) for every applied layer, in
-    order. An ALBERT layer is called once per application of its group (flax keeps one
-    captured output per call)."""
+    """(a layer's captured intermediates, which of its calls) for every applied layer, in order.
+
+    An ALBERT layer is called once per application of its group (flax keeps one captured output per
+    call)."""
     if c.model_type != "albert":
         return [(encoder[f"layer_{i}"], 0) for i in range(c.num_hidden_layers)]
     repeats = c.num_hidden_layers // c.num_hidden_groups
@@ -65,9 +69,10 @@ def _layer_calls(encoder, c) -> list:
 
 
 def captured_states(intermediates, config) -> tuple[list, list]:
-    """(hidden states [B, L, H]: the embeddings' then each applied layer's; attention
-    probabilities [B, heads, L, L] per applied layer) from the intermediates a model
-    with a `bert` encoder captured (`CAPTURE`)."""
+    """(hidden states, attention probabilities) from the intermediates a model captured (`CAPTURE`).
+
+    Hidden states [B, L, H]: the embeddings' then each applied layer's; attention probabilities
+    [B, heads, L, L] per applied layer. The model has a `bert` encoder."""
     bert = intermediates["bert"]
     calls = _layer_calls(bert["encoder"], config)
     hidden = [bert["embeddings"]["__call__"][0]] + [layer["__call__"][r][0] for layer, r in calls]
@@ -76,9 +81,10 @@ def captured_states(intermediates, config) -> tuple[list, list]:
 
 def check_matching(student, teacher, *, hidden_weight: float, attention_weight: float,
                    same_heads: bool = False) -> None:
-    """UserError unless the student can learn the teacher's states that the weights ask
-    for: both capturable (`check_capturable`), and with `same_heads` (attention maps
-    compared head by head) as many heads."""
+    """UserError unless the student can learn the teacher's states that the weights ask for.
+
+    Both capturable (`check_capturable`), and with `same_heads` (attention maps compared head by
+    head) as many heads."""
     if not (hidden_weight > 0 or attention_weight > 0):
         return
     check_capturable(student, teacher, attention=attention_weight > 0)
@@ -90,8 +96,10 @@ def check_matching(student, teacher, *, hidden_weight: float, attention_weight: 
 
 
 def check_capturable(student, teacher, *, attention: bool) -> None:
-    """UserError unless both configs give their states to `captured_states`: unrolled
-    layers, and (attention: True) einsum attention, which returns its probabilities."""
+    """UserError unless both configs give their states to `captured_states`.
+
+    That takes unrolled layers, and (attention: True) einsum attention, which returns its
+    probabilities."""
     for who, c in (("student", student), ("teacher", teacher)):
         if c.scan_layers:
             raise UserError(f"hidden/attention matching needs unrolled layers; the {who} "

@@ -1,7 +1,8 @@
-"""The named model configs: BERT-base and -large, the 24 small BERTs, Google's Chinese and
-multilingual BERT-Base, ALBERT v2 and the Chinese ALBERTs, ModernBERT, and `tiny` (for
-tests and the demo). A run's `model` key names one (`preset`), optionally with fields
-changed."""
+"""The named model configs.
+
+BERT-base and -large, the 24 small BERTs, Google's Chinese and multilingual BERT-Base, ALBERT v2 and
+the Chinese ALBERTs, ModernBERT, and `tiny` (for tests and the demo). A run's `model` key names one
+(`preset`), optionally with fields changed."""
 
 from __future__ import annotations
 
@@ -24,9 +25,11 @@ def _albert(layers: int, hidden: int, heads: int, vocab: int, **fields) -> BertC
 
 def _modernbert(layers: int, hidden: int, heads: int, intermediate: int,
                 **fields) -> BertConfig:
-    """ModernBERT (answerdotai/ModernBERT-base, -large): rotary positions, pre-norm with a
-    final norm, GeGLU, no biases but the decoder's, a 128-token window with a global layer
-    every third, 8192 positions, OLMo's 50368-token vocabulary, no dropout."""
+    """ModernBERT (answerdotai/ModernBERT-base, -large).
+
+    Rotary positions, pre-norm with a final norm, GeGLU, no biases but the decoder's, a 128-token
+    window with a global layer every third, 8192 positions, OLMo's 50368-token vocabulary, no
+    dropout."""
     values = dict(
         model_type="modernbert", vocab_size=50368, hidden_size=hidden, num_hidden_layers=layers,
         num_attention_heads=heads, intermediate_size=intermediate, hidden_act="gelu",

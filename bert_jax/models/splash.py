@@ -1,5 +1,6 @@
-"""Packed rows through Pallas splash attention on TPU: each token attends to the tokens of
-its own example (segment ids), with no [L, L] mask in HBM.
+"""Packed rows through Pallas splash attention on TPU.
+
+Each token attends to the tokens of its own example (segment ids), with no [L, L] mask in HBM.
 
 The kernel is a Pallas call, which XLA's partitioner cannot split, so it runs under
 `jax.shard_map` over the mesh of the trace (`jax.set_mesh`): the batch and the heads
@@ -20,8 +21,9 @@ BLOCK = 128  # the kernel's default block size: the sequence must be a multiple 
 
 
 def mesh_platform() -> str | None:
-    """The platform of the mesh the current trace runs under (`jax.set_mesh`): TPU when
-    `bert-jax compile` targets a slice from a CPU machine. None without a mesh."""
+    """The platform of the mesh the current trace runs under (`jax.set_mesh`).
+
+    TPU when `bert-jax compile` targets a slice from a CPU machine. None without a mesh."""
     device = getattr(jax.sharding.get_abstract_mesh(), "abstract_device", None)
     return None if device is None else device.platform
 
@@ -37,10 +39,11 @@ def available(length: int) -> bool:
 
 
 def splash_attention(q, k, v, example_ids, window: int | None = None):
-    """softmax(q k^T / sqrt(D)) v within each example: q, k, v [B, L, N, D], example_ids
-    [B, L] (0 on padding, which attends to padding). Returns [B, L, N, D]. `window`: keys
-    at most this many positions from the query (a sliding-window layer): a LocalMask,
-    whose blocks outside the band the kernel skips."""
+    """softmax(q k^T / sqrt(D)) v within each example.
+
+    q, k, v [B, L, N, D], example_ids [B, L] (0 on padding, which attends to padding). Returns
+    [B, L, N, D]. `window`: keys at most this many positions from the query
+    (a sliding-window layer): a LocalMask, whose blocks outside the band the kernel skips."""
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as kernels
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as masks
 

@@ -32,10 +32,12 @@ ENCODER = "encoder"  # no task head: the bare encoder (and whatever pretraining 
 
 @dataclasses.dataclass(frozen=True)
 class Head:
-    """A model's head: its kind (a key of HEADS), the width of its output layer
-    (`num_labels`: the classes, 1 for a regression or for each row of multiple choice, 2 for
-    a span's start and end; None for the bare encoder) and the pooling a sequence
-    classifier reads (one of `heads.CLASSIFIER_POOLINGS`; None for other heads)."""
+    """A model's head: its kind, the width of its output layer and the pooling a classifier reads.
+
+    The kind is a key of HEADS; the width is `num_labels`: the classes, 1 for a regression or for
+    each row of multiple choice, 2 for a span's start and end; None for the bare encoder. The
+    pooling is the one a sequence classifier reads (one of `heads.CLASSIFIER_POOLINGS`; None for
+    other heads)."""
 
     kind: str
     num_labels: int | None = None
@@ -48,16 +50,19 @@ class Head:
 
     @classmethod
     def from_record(cls, task: dict[str, Any] | None) -> Head | None:
-        """The head a task record states; None for a record without one (written before
-        heads were recorded, or by a conversion that could not tell)."""
+        """The head a task record states; None for a record without one.
+
+        Such a record was written before heads were recorded, or by a conversion that could not
+        tell."""
         if not task or "head" not in task:
             return None
         return cls(task["kind"], **task["head"])
 
     @property
     def entry(self) -> HeadKind:
-        """What HEADS knows of its kind (an unknown kind, as a newer release may record,
-        names the known ones)."""
+        """What HEADS knows of its kind.
+
+        An unknown kind, as a newer release may record, raises a UserError naming the known ones."""
         if self.kind not in HEADS:
             raise UserError(f"the model's head is of kind {self.kind!r}, which this bert_jax "
                             f"does not know (it knows {', '.join(sorted(HEADS))})")
