@@ -36,9 +36,9 @@ class JsonTokenizer(base.Tokenizer):
                  text: Optional[str] = None):
         """Reads the tokenizer.json at `path`, or `text` if given.
 
-        `path`: the tokenizer.json (or, with `text`, where its text came from); `specials`: {kind:
-        token} naming special tokens ('pad', 'unk', 'cls', 'sep', 'mask') that differ from the usual
-        names."""
+        `path`: the tokenizer.json (or, with `text`, where its text came from); `specials`:
+        {kind: token} naming special tokens ('pad', 'unk', 'cls', 'sep', 'mask') that differ from
+        the usual names."""
         from tokenizers import Tokenizer as RustTokenizer
 
         if text is None and not paths.isfile(path):

@@ -39,8 +39,8 @@ def head_fraction(truncation: str) -> float:
 def pair_lengths(len_a: int, len_b: int, max_tokens: int) -> tuple[int, int]:
     """Longest-first truncation of two texts, as transformers' `longest_first`.
 
-    As the tokenizers library does it, the shorter text keeps up to half of `max_tokens` (rounded
-    down), the longer the rest; on a tie the first counts as the shorter."""
+    As the tokenizers library does it, the shorter text keeps up to half of `max_tokens`
+    (rounded down), the longer the rest; on a tie the first counts as the shorter."""
     if len_a + len_b <= max_tokens:
         return len_a, len_b
     kept_short = min(len_a, len_b, max_tokens // 2)
