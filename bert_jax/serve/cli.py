@@ -1,5 +1,7 @@
-"""The serving commands: `bert-jax embed` (`bert_jax.serve.embed`) and `bert-jax export`
-(`bert_jax.serve.export`): flags, checks of the inputs and outputs, what is printed."""
+"""The serving commands.
+
+`bert-jax embed` (`bert_jax.serve.embed`) and `bert-jax export` (`bert_jax.serve.export`): flags,
+checks of the inputs and outputs, what is printed."""
 
 from __future__ import annotations
 
@@ -30,8 +32,9 @@ def _read_lines(path: str) -> list[str]:
 
 
 def embed_main(argv: list[str]) -> int:
-    """`bert-jax embed`: parses `argv`, then writes one vector per input line (or per
-    token with --per_token)."""
+    """`bert-jax embed`: parses `argv`, then writes one vector per input line.
+
+    With --per_token, one vector per token."""
     parser = flags.ArgumentParser(prog="bert-jax embed", description=embed.__doc__,
                                   formatter_class=argparse.RawDescriptionHelpFormatter,
                                   deprecated={"--checkpoint": "--model"})
@@ -95,8 +98,9 @@ def embed_main(argv: list[str]) -> int:
 
 
 def _read_texts(path: str) -> list[str]:
-    """The lines of `path`, one input each (a blank line is an input, so that rows match
-    lines), refused when none has text."""
+    """The lines of `path`, one input each, refused when none has text.
+
+    A blank line is an input, so that rows match lines."""
     texts = _read_lines(path)
     if not texts:
         raise UserError(f"{path} has no lines: nothing to embed")

@@ -37,8 +37,9 @@ MIN_EMBED_SEQ_LENGTH = 3
 
 
 def encode_texts(tokenizer, texts: Sequence[str], max_seq_length: int):
-    """[CLS] text [SEP] ids (or the model family's own row, `<s> text </s>`), truncated
-    to `max_seq_length`: a list of int lists."""
+    """[CLS] text [SEP] ids, truncated to `max_seq_length`: a list of int lists.
+
+    For a model family with its own row, that row (`<s> text </s>`)."""
     body = max_seq_length - tokenizer.pair_format.num_added(False)
     return [tokenizer.build_inputs(tokenizer.encode(t).ids[:body])[0] for t in texts]
 
@@ -62,8 +63,9 @@ def _embed_batch(params, ids, mask, *, config: BertConfig, pooling: str, layer: 
 
 
 def _layer_index(flag: str, layer: int, config: BertConfig) -> int:
-    """`layer` as an index into hidden_states (0 the embeddings .. config.depth, the layers
-    applied); negative values count from the last."""
+    """`layer` as an index into hidden_states; negative values count from the last.
+
+    Index 0 is the embeddings, .. config.depth the layers applied."""
     n = config.depth
     if not -n - 1 <= layer <= n:
         raise UserError(f"{flag} {layer} is out of range for a model with {n} layers "
@@ -73,8 +75,10 @@ def _layer_index(flag: str, layer: int, config: BertConfig) -> int:
 
 def _tokenizer(model: pretrained.Pretrained, config: BertConfig, batch_size: int,
                max_seq_length: int):
-    """(tokenizer, max_seq_length capped at the model's positions) after checking the
-    batch size, the length and that the vocabulary fits the model."""
+    """The tokenizer and max_seq_length, after checking the inputs.
+
+    max_seq_length is capped at the model's positions; the checks are of the batch size, the length
+    and that the vocabulary fits the model."""
     check_positive("--batch_size", batch_size)
     if not isinstance(max_seq_length, int) or max_seq_length < MIN_EMBED_SEQ_LENGTH:
         raise UserError(f"--max_seq_length must be at least {MIN_EMBED_SEQ_LENGTH} ([CLS] text "
@@ -89,8 +93,9 @@ def _tokenizer(model: pretrained.Pretrained, config: BertConfig, batch_size: int
 
 
 def _encoder_params(model: pretrained.Pretrained, config: BertConfig, pooler: bool):
-    """The model's encoder weights as `BertModel(config)` takes them, on the default
-    device (`pretrained.init_params`)."""
+    """The model's encoder weights as `BertModel(config)` takes them.
+
+    They are on the default device (`pretrained.init_params`)."""
     ids = jnp.zeros((1, MIN_EMBED_SEQ_LENGTH), jnp.int32)
     target = jax.eval_shape(lambda: BertModel(config, add_pooling_layer=pooler).init(
         jax.random.key(0), ids, ids)["params"])
@@ -126,8 +131,9 @@ def embed_texts(model: pretrained.Pretrained, texts: Sequence[str], *, pooling: 
 
 
 def _batches(encoded: list[list[int]], batch_size: int, max_seq_length: int, run):
-    """(rows, float32 numpy run(ids, mask)) per batch of `encoded` (id lists): longest
-    first so each batch pads little, lengths bucketed, rows indices into `encoded`."""
+    """(rows, float32 numpy run(ids, mask)) per batch of `encoded` (id lists).
+
+    Longest first so each batch pads little, lengths bucketed, rows indices into `encoded`."""
     order = sorted(range(len(encoded)), key=lambda i: -len(encoded[i]))
     for start in range(0, len(order), batch_size):
         rows = order[start:start + batch_size]
@@ -155,9 +161,10 @@ def _token_batch(params, ids, mask, *, config: BertConfig, layers: tuple[int, ..
 def token_features(model: pretrained.Pretrained, texts: Sequence[str], *,
                    layers: Sequence[int] = (-1,), combine: str = "sum", batch_size: int = 32,
                    max_seq_length: int = 128, attention_impl: str | None = None) -> dict:
-    """Features of every token of every text, [CLS] and [SEP] included, in order (the
-    feature-based approach of the BERT paper, e.g. the sum or concatenation of the last
-    four layers for NER).
+    """Features of every token of every text, [CLS] and [SEP] included, in order.
+
+    This is the feature-based approach of the BERT paper, e.g. the sum or concatenation of the last
+    four layers for NER.
 
     layers: hidden states as in transformers' hidden_states (0 the embeddings, -1 the
     last layer); combine: how several layers make one vector (sum, concat or mean).

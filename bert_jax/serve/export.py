@@ -45,9 +45,10 @@ DEFAULT_PLATFORMS = ("cpu", "cuda", "tpu")
 
 def serving_function(model: pretrained.Pretrained
                      ) -> tuple[str, dict[str, Any], Callable[..., dict[str, jax.Array]]]:
-    """(kind, params, fn) where fn(params, input_ids, input_mask, segment_ids) returns the
-    outputs of the model's head (`task_heads.HEADS[kind].outputs`); params holds only what
-    fn uses."""
+    """(kind, params, fn): the function that serves the model's head.
+
+    fn(params, input_ids, input_mask, segment_ids) returns the outputs of the model's head
+    (`task_heads.HEADS[kind].outputs`); params holds only what fn uses."""
     head = model.head
     kind = head.entry
     # BERT's einsum attention: the artifact serves several platforms, and a fused
@@ -93,12 +94,13 @@ def export_jax(fn, params, path: str, max_length: int,
 
 @contextlib.contextmanager
 def stablehlo_for_tensorflow():
-    """While active, jax serializes StableHLO no newer than the installed TensorFlow's
-    own version. By default jax writes a version about a month old, and TensorFlow
-    releases lag jax's: tensorflow 2.21 (StableHLO 1.13.7) cannot read what jax 0.11.2
-    writes by default, and reads it written as 1.13.7. jax has no public setting for this,
-    so it wraps the version lookup jax's serializer calls; where jax has moved that,
-    jax's default stays and `check_tensorflow_runs` tells whether TensorFlow can run it."""
+    """While active, jax serializes StableHLO no newer than the installed TensorFlow's own version.
+
+    By default jax writes a version about a month old, and TensorFlow releases lag jax's: tensorflow
+    2.21 (StableHLO 1.13.7) cannot read what jax 0.11.2 writes by default, and reads it written as
+    1.13.7. jax has no public setting for this, so it wraps the version lookup jax's serializer
+    calls; where jax has moved that, jax's default stays and `check_tensorflow_runs` tells whether
+    TensorFlow can run it."""
     try:
         from tensorflow.compiler.mlir.stablehlo import stablehlo as tf_stablehlo
         jax_stablehlo = jax_compat.export_stablehlo()
@@ -132,10 +134,11 @@ def _plain_erf(x):
 
 @contextlib.contextmanager
 def erf_without_composites():
-    """While active, erf and erfc (the exact GELU) lower to plain StableHLO ops. jax 0.12
-    lowers them to a `stablehlo.composite` whose dynamically shaped decomposition
-    tensorflow 2.21 cannot refine ("operand ... has type 'tensor<1x2x64xf32>', but
-    decomposition has type 'tensor<?x?x64xf32>'"). The outputs stay within 1e-6."""
+    """While active, erf and erfc (the exact GELU) lower to plain StableHLO ops.
+
+    jax 0.12 lowers them to a `stablehlo.composite` whose dynamically shaped decomposition
+    tensorflow 2.21 cannot refine ("operand ... has type 'tensor<1x2x64xf32>', but decomposition has
+    type 'tensor<?x?x64xf32>'"). The outputs stay within 1e-6."""
     try:
         from jax.extend.core import primitives as special
         from jax.interpreters import mlir
@@ -158,10 +161,12 @@ def export_saved_model(fn, params, tokenizer, path: str, max_length: int,
                        max_seq_length: int, labels: list[str] | None,
                        platforms=DEFAULT_PLATFORMS, truncation: str = "head",
                        tagging: bool = False) -> None:
-    """A TF SavedModel: weights as tf.Variables (no 2 GB graph limit), the model as
-    StableHLO via jax2tf, WordPiece/SentencePiece tokenization via tensorflow-text.
-    The string signatures truncate to `max_seq_length` tokens as fine-tuning did;
-    a tagging model's `serve_text` also returns words and a tag per word (`serve_words`)."""
+    """A TF SavedModel.
+
+    Weights as tf.Variables (no 2 GB graph limit), the model as StableHLO via jax2tf,
+    WordPiece/SentencePiece tokenization via tensorflow-text. The string signatures truncate to
+    `max_seq_length` tokens as fine-tuning did; a tagging model's `serve_text` also returns words
+    and a tag per word (`serve_words`)."""
     import tensorflow as tf
     from jax.experimental import jax2tf
 
@@ -227,9 +232,11 @@ def _word_tagger(serve_ids, tokenizer, max_seq_length: int, label_table):
     special = tokenizer.special_ids()
 
     def serve_words(text):
-        """Tagging: text split into words as `text_io.split_words` does, each word's tokens
-        in a row truncated to max_seq_length (as `ServedModel.tag_texts`), one tag per
-        word: its first token's (a word with no token left gets the first label)."""
+        """Tagging: text split into words, one tag per word: its first token's.
+
+        Text is split as `text_io.split_words` does, each word's tokens in a row truncated to
+        max_seq_length (as `ServedModel.tag_texts`); a word with no token left gets the first
+        label."""
         words, starts, ends = tf_split_words(text)
         pieces = tokenizer.tf_tokenize(words.flat_values)  # [words, (pieces)]
         counts = tf.cast(pieces.row_lengths(), tf.int32)
@@ -257,9 +264,10 @@ def _word_tagger(serve_ids, tokenizer, max_seq_length: int, label_table):
 
 
 def check_tensorflow_runs(serve_ids) -> None:
-    """Runs the converted model once in TensorFlow (one row, two tokens) before the
-    SavedModel is written, so that a model TensorFlow cannot run (a jax much newer than
-    the installed tensorflow writes ops it does not know) fails here, not when served."""
+    """Runs the converted model once in TensorFlow before the SavedModel is written.
+
+    One row, two tokens: so that a model TensorFlow cannot run (a jax much newer than the installed
+    tensorflow writes ops it does not know) fails here, not when served."""
     import tensorflow as tf
     ids = tf.zeros([1, 2], tf.int32)
     try:
@@ -275,8 +283,10 @@ def check_tensorflow_runs(serve_ids) -> None:
 
 
 def truncated_lengths_tf(lengths: list, budget: int) -> list:
-    """In-graph `text_io.truncate_pair` lengths: one text's (or a pair's) lengths [B]
-    cut to `budget` tokens in all, longest first (`text_io.pair_lengths`)."""
+    """In-graph `text_io.truncate_pair` lengths.
+
+    One text's (or a pair's) lengths [B] cut to `budget` tokens in all, longest first
+    (`text_io.pair_lengths`)."""
     import tensorflow as tf
     if len(lengths) == 1:
         return [tf.minimum(lengths[0], budget)]
@@ -288,8 +298,10 @@ def truncated_lengths_tf(lengths: list, budget: int) -> list:
 
 
 def keep_head_tail_tf(pieces, lengths, head: float):
-    """In-graph `text_io.keep_head_tail`: each row of the ragged [B, (n)] `pieces`
-    cut to `lengths` [B] tokens, `head` of them from its start and the rest from its end."""
+    """In-graph `text_io.keep_head_tail`.
+
+    Each row of the ragged [B, (n)] `pieces` cut to `lengths` [B] tokens, `head` of them from its
+    start and the rest from its end."""
     import tensorflow as tf
     n = pieces.row_lengths()
     start = tf.cast(tf.cast(lengths, tf.float64) * head, tf.int64)  # int() in Python
@@ -299,8 +311,10 @@ def keep_head_tail_tf(pieces, lengths, head: float):
 
 
 class ServedModel:
-    """A reloaded `model.jaxexport`: `model(input_ids, input_mask, segment_ids)` on int
-    arrays [B, L], `model.predict_texts(texts, pairs)` with the exported tokenizer."""
+    """A reloaded `model.jaxexport`.
+
+    `model(input_ids, input_mask, segment_ids)` on int arrays [B, L],
+    `model.predict_texts(texts, pairs)` with the exported tokenizer."""
 
     def __init__(self, export_dir: str):
         self.spec = json.loads(paths.read_text(paths.join(export_dir, SERVING_FILE)))
@@ -322,8 +336,9 @@ class ServedModel:
 
     def encode(self, texts: list[str], pairs: list[str] | None = None
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """[CLS] text [SEP] (pair [SEP]) or the family's own rows, truncated as in
-        fine-tuning, padded to the longest."""
+        """[CLS] text [SEP] (pair [SEP]) or the family's own rows, truncated as in fine-tuning.
+
+        The rows are padded to the longest."""
         from bert_jax.tokenization import load_tokenizer
         from bert_jax.tokenization.text_io import encode_pair
 
@@ -346,11 +361,12 @@ class ServedModel:
         return self(*self.encode(texts, pairs))
 
     def tag_texts(self, texts: list[str]) -> list[dict]:
-        """Tagging models: {'words', 'tags', 'offsets', 'entities'} per raw text, split
-        as character-level CoNLL data is (each character of a Chinese text a word, see
-        `text_io.split_words`): one tag per word in the training scheme, each word's
-        character offsets, entities as character spans of the text. Words past
-        max_seq_length - 2 tokens get the first label (no windows)."""
+        """Tagging models: {'words', 'tags', 'offsets', 'entities'} per raw text.
+
+        Text is split as character-level CoNLL data is
+        (each character of a Chinese text a word, see `text_io.split_words`): one tag per word in
+        the training scheme, each word's character offsets, entities as character spans of the text.
+        Words past max_seq_length - 2 tokens get the first label (no windows)."""
         from bert_jax.tokenization import load_tokenizer, text_io
         if self.spec["kind"] != "tagging":
             raise ValueError(f"tag_texts needs a tagging model, this one is {self.spec['kind']}")
@@ -379,6 +395,7 @@ class ServedModel:
 def export(workdir: str, out: str, formats=("jax", "savedmodel"), platforms=DEFAULT_PLATFORMS,
            max_seq_length: int | None = None, overwrite: bool = False) -> dict[str, Any]:
     """Writes the serving artifacts of a fine-tuned workdir or model directory (atomic).
+
     Returns the serving.json contents."""
     from bert_jax.tokenization import load_tokenizer
 
