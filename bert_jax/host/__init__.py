@@ -1,2 +1,4 @@
-"""Host plumbing: run paths (local or gs://), atomic directories, text encodings, workdirs and
-their locks, the backends' environment. No JAX."""
+"""Host plumbing.
+
+Run paths (local or gs://), atomic directories, text encodings, workdirs and their locks, the
+backends' environment. No JAX."""

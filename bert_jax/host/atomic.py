@@ -12,12 +12,13 @@ from bert_jax.host import folders, paths
 @contextlib.contextmanager
 def atomic_directory(path: str | os.PathLike, overwrite: bool = False, *,
                      local: bool = False):
-    """Yields a temporary sibling of `path` to fill; it replaces `path` only when the
-    block succeeds, so a failed conversion or export leaves nothing behind. (In a bucket
-    the final move copies the objects: a run killed during it may leave a partial copy.)
-    local=True: the yielded directory is on local disk even for a `path` in a bucket
-    (for writers that only know local files, e.g. TensorFlow's SavedModel); its files
-    are uploaded when the block succeeds."""
+    """Yields a temporary sibling of `path` to fill.
+
+    It replaces `path` only when the block succeeds, so a failed conversion or export leaves nothing
+    behind. (In a bucket the final move copies the objects: a run killed during it may leave a
+    partial copy.) local=True: the yielded directory is on local disk even for a `path` in a bucket
+    (for writers that only know local files, e.g. TensorFlow's SavedModel); its files are uploaded
+    when the block succeeds."""
     path = paths.abspath(path)
     if overwrite:  # never replace a training run's workdir (local or in a bucket)
         folders.check_kind(path, folders.MODEL)

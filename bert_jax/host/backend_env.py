@@ -1,6 +1,6 @@
-"""The accelerator plugins' environment, set before JAX initialises its backends (the
-`bert-jax` CLI, the demo and the test suite call `configure_backends` first). Imports no
-JAX.
+"""The accelerator plugins' environment, set before JAX initialises its backends.
+
+The `bert-jax` CLI, the demo and the test suite call `configure_backends` first. Imports no JAX.
 
 - `--xla_tpu_spmd_rng_bit_generator_unsafe=true` in LIBTPU_INIT_ARGS: without it XLA does
   not partition RngBitGenerator, so the dropout bits of `rbg`/`unsafe_rbg` keys are
@@ -28,8 +28,9 @@ _GOOGLE_PCI_VENDOR = "0x1ae0"
 
 
 def tpu_attached() -> bool:
-    """Whether a TPU chip is on this machine's PCI bus (as jax's cloud_tpu_init checks),
-    or a TPU device node exists."""
+    """Whether a TPU chip is on this machine's PCI bus, or a TPU device node exists.
+
+    The bus is checked as jax's cloud_tpu_init checks it."""
     for vendor in glob.glob("/sys/bus/pci/devices/*/vendor"):
         try:
             with open(vendor, encoding="ascii") as f:

@@ -1,5 +1,6 @@
-"""bert_jax's cache directory, and the persistent JAX compilation cache in it (on by
-default for every `bert-jax` command).
+"""bert_jax's cache directory, and the persistent JAX compilation cache in it.
+
+The cache is on by default for every `bert-jax` command.
 
 The cache root is `$BERT_JAX_CACHE_DIR`, else `$XDG_CACHE_HOME/bert_jax`, else
 `~/.cache/bert_jax`; it holds `jax_compilation_cache/` and `data/` (the embedded corpus
@@ -29,9 +30,9 @@ def cache_root(environ: Mapping[str, str] = os.environ) -> str:
 
 
 def configure(environ: MutableMapping[str, str] = os.environ) -> str | None:
-    """Points JAX's persistent cache at CACHE_ROOT/jax_compilation_cache unless told
-    otherwise; returns the directory in use, or None when the cache is off. Call before
-    importing JAX."""
+    """Points JAX's persistent cache at CACHE_ROOT/jax_compilation_cache unless told otherwise.
+
+    Returns the directory in use, or None when the cache is off. Call before importing JAX."""
     if environ.get("JAX_COMPILATION_CACHE_DIR"):
         return environ["JAX_COMPILATION_CACHE_DIR"]
     if environ.get("BERT_JAX_COMPILATION_CACHE", "on").strip().lower() in OFF:

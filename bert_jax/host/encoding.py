@@ -1,7 +1,8 @@
-"""Decoding text files: UTF-8, or UTF-16/32 when a byte-order mark says so; any other
-bytes (Latin-1, cp1252, ...) are refused naming the file, the line and the byte rather
-than dropped or replaced. One place for every reader (corpus, fine-tuning files, embed,
-tokenize) and JSON file (`read_json`)."""
+"""Decoding text files.
+
+UTF-8, or UTF-16/32 when a byte-order mark says so; any other bytes (Latin-1, cp1252, ...) are
+refused naming the file, the line and the byte rather than dropped or replaced. One place for every
+reader (corpus, fine-tuning files, embed, tokenize) and JSON file (`read_json`)."""
 
 from __future__ import annotations
 
@@ -73,8 +74,9 @@ def decode(data: bytes, path: str) -> str:
 
 
 def read_json(path: str) -> Any:
-    """A JSON file the user gave (a model's or a tokenizer's settings): one that is not
-    JSON, or not UTF-8, fails in one line naming the file and the line."""
+    """A JSON file the user gave (a model's or a tokenizer's settings).
+
+    One that is not JSON, or not UTF-8, fails in one line naming the file and the line."""
     if not paths.exists(path):
         raise FileNotFoundError(f"no such file: {path}")
     text = decode(paths.read_bytes(path), path)

@@ -1,5 +1,6 @@
-"""What each kind of folder holds, how it is recognised and what a rerun may replace: the
-one description of the on-disk layout that every reader and writer uses.
+"""What each kind of folder holds, how it is recognised and what a rerun may replace.
+
+The one description of the on-disk layout that every reader and writer uses.
 
     PRETRAINING_WORKDIR   bert-jax pretrain        checkpoints/, model/, data/, generator/
     FINETUNING_WORKDIR    bert-jax finetune        checkpoints/, best/, eval_results.json, ...
@@ -43,9 +44,10 @@ COMMANDS = {PRETRAINING: "bert-jax pretrain", FINETUNING: "bert-jax finetune",
 
 @dataclasses.dataclass(frozen=True)
 class ModelDirectory:
-    """A model (`bert_jax.weights.pretrained`): what convert and export write, a
-    fine-tuning run's best/, a Hub model converted. Replaced whole or not at all
-    (`atomic.atomic_directory`); the tokenizer's own files lie beside these."""
+    """A model (`bert_jax.weights.pretrained`).
+
+    What convert and export write, a fine-tuning run's best/, a Hub model converted. Replaced whole
+    or not at all (`atomic.atomic_directory`); the tokenizer's own files lie beside these."""
 
     kind: str = MODEL
     config: str = "bert_jax.json"  # {"model": BertConfig fields, "task": {...} or null}
@@ -57,9 +59,10 @@ class ModelDirectory:
 
 @dataclasses.dataclass(frozen=True)
 class RunWorkdir:
-    """What every training run writes in its workdir (kind None: any run's, which is
-    what `bert_jax.train` knows); `earlier_run`: the logs and checkpoints of a finished
-    or other run, which a fresh start sets aside."""
+    """What every training run writes in its workdir.
+
+    kind None: any run's, which is what `bert_jax.train` knows. `earlier_run`: the logs and
+    checkpoints of a finished or other run, which a fresh start sets aside."""
 
     kind: str | None = None
     checkpoints: str = "checkpoints"  # one folder per step (`bert_jax.train.checkpoint`)
@@ -79,9 +82,10 @@ class RunWorkdir:
 
 @dataclasses.dataclass(frozen=True)
 class PretrainingWorkdir(RunWorkdir):
-    """`bert-jax pretrain`'s workdir. Each run rewrites model/ (before its first step),
-    generator/ (with each checkpoint) and data/ (when its options change); checkpoints are
-    resumed, never replaced."""
+    """`bert-jax pretrain`'s workdir.
+
+    Each run rewrites model/ (before its first step), generator/ (with each checkpoint) and data/
+    (when its options change); checkpoints are resumed, never replaced."""
 
     kind: str = PRETRAINING
     model: str = "model"          # a model directory without params: config and tokenizer
@@ -98,9 +102,10 @@ class PretrainingWorkdir(RunWorkdir):
 
 @dataclasses.dataclass(frozen=True)
 class FinetuningWorkdir(RunWorkdir):
-    """`bert-jax finetune`'s (and distill's) workdir: a fresh run sets aside the
-    `earlier_run` when it starts and the `earlier_results` when it keeps its first
-    model. Several runs (seeds, a grid) each have a folder of this layout below it."""
+    """`bert-jax finetune`'s (and distill's) workdir.
+
+    A fresh run sets aside the `earlier_run` when it starts and the `earlier_results` when it keeps
+    its first model. Several runs (seeds, a grid) each have a folder of this layout below it."""
 
     kind: str = FINETUNING
     best: str = "best"                          # the kept model (a model directory)
@@ -125,8 +130,10 @@ class FinetuningWorkdir(RunWorkdir):
 
 @dataclasses.dataclass(frozen=True)
 class DataFolder:
-    """Pretraining data: create-data's output, or raw text a pretraining run converted
-    (WORKDIR/data). A rerun replaces its `replaced` names (other files stay)."""
+    """Pretraining data.
+
+    Create-data's output, or raw text a pretraining run converted (WORKDIR/data). A rerun replaces
+    its `replaced` names (other files stay)."""
 
     kind: str = DATA
     record: str = "options.json"   # what the data was made with (`bert_jax.data.data_record`)
@@ -195,8 +202,10 @@ def _checkpoint_has_task(directory: str) -> bool:
 
 
 def check_kind(workdir: str, kind: str) -> None:
-    """Raises UserError when a job of `kind` may not write into `workdir`: it holds
-    another kind of job's results. (Against the run's inputs too: `outputs.check_workdir`.)"""
+    """Raises UserError when a job of `kind` may not write into `workdir`.
+
+    It holds another kind of job's results. (Against the run's inputs too:
+    `outputs.check_workdir`.)"""
     found = kind_of(workdir)
     if found is None or found == kind:
         return
@@ -208,9 +217,10 @@ def check_kind(workdir: str, kind: str) -> None:
 
 
 def mark(workdir: str, kind: str, command: str) -> frozenset | None:
-    """Records `kind` in `workdir` unless it is recorded already (call after `check_kind`);
-    returns the names the workdir held before (for `unmark_if_idle`), or None when it
-    wrote nothing."""
+    """Records `kind` in `workdir` unless it is recorded already (call after `check_kind`).
+
+    Returns the names the workdir held before (for `unmark_if_idle`), or None when it wrote
+    nothing."""
     path = paths.join(workdir, JOB_FILE)
     if paths.exists(path):
         return None
@@ -220,9 +230,10 @@ def mark(workdir: str, kind: str, command: str) -> frozenset | None:
 
 
 def unmark_if_idle(workdir: str, before: frozenset | None, ignore: str) -> None:
-    """Removes the marker `mark` wrote when the run added nothing to the workdir (it
-    failed before writing): a bad command leaves a folder as it was. `ignore`: the
-    lock file."""
+    """Removes the marker `mark` wrote when the run added nothing to the workdir.
+
+    That is, it failed before writing: a bad command leaves a folder as it was. `ignore`: the lock
+    file."""
     if before is None:
         return
     try:
@@ -233,10 +244,12 @@ def unmark_if_idle(workdir: str, before: frozenset | None, ignore: str) -> None:
 
 
 def set_aside(workdir: str, names: Collection[str], into: str | None = None) -> str | None:
-    """Moves those of `names` that exist in `workdir` (an earlier run's results, which a
-    fresh run would replace) into WORKDIR/previous/TIME/ (or `into`, a folder an earlier
-    call returned, where none of them is yet); returns that folder, or None when there
-    was nothing to move. Nothing is deleted: the user removes it when done."""
+    """Moves an earlier run's results out of the way, into WORKDIR/previous/TIME/.
+
+    Those of `names` that exist in `workdir` (an earlier run's results, which a fresh run would
+    replace) go into WORKDIR/previous/TIME/ (or `into`, a folder an earlier call returned, where
+    none of them is yet); returns that folder, or None when there was nothing to move. Nothing is
+    deleted: the user removes it when done."""
     present = [n for n in names if os.path.lexists(os.path.join(workdir, n)) and not (
         os.path.isdir(os.path.join(workdir, n)) and not os.listdir(os.path.join(workdir, n)))]
     if not present or "://" in workdir:

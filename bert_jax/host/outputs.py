@@ -1,5 +1,6 @@
-"""One check of every command's output path before any work: nothing a command writes
-may replace what it reads, or another job's files.
+"""One check of every command's output path before any work.
+
+Nothing a command writes may replace what it reads, or another job's files.
 
 Paths are compared after resolving symlinks and relative spellings (`a/../b`, `./b`);
 URLs (gs://...) as written; `hf:` names never clash. A file output (predict's JSONL,
@@ -42,8 +43,10 @@ def _each_input(inputs: Inputs):
 
 
 def refuse_inputs(flag: str, output: str, inputs: Inputs, *, folder: bool) -> None:
-    """Raises UserError when `output` is one of `inputs` ({flag: path or paths}), or, for
-    a `folder` output (replaced or filled whole), holds one of them."""
+    """Raises UserError when `output` is one of `inputs` or holds one of them.
+
+    `inputs`: {flag: path or paths}. Holding one counts for a `folder` output
+    (replaced or filled whole)."""
     out = resolved(output)
     for input_flag, path in _each_input(inputs):
         source = resolved(path)
@@ -56,8 +59,9 @@ def refuse_inputs(flag: str, output: str, inputs: Inputs, *, folder: bool) -> No
 
 
 def artifact_around(path: str) -> tuple[str, str] | None:
-    """(folder, kind) of the nearest folder at or above `path` that holds a job's results
-    or a model (`folders.kind_of`), or None. For URLs only `path`'s own folder."""
+    """(folder, kind) of the nearest folder at or above `path` holding a job's results or a model.
+
+    The kind is `folders.kind_of`'s; None when there is none. For URLs only `path`'s own folder."""
     folder = resolved(path)
     while True:
         kind = folders.kind_of(folder)
@@ -70,8 +74,10 @@ def artifact_around(path: str) -> tuple[str, str] | None:
 
 
 def check_writable(flag: str, output: str) -> None:
-    """Raises UserError when `output` cannot be created: its nearest existing folder is
-    not writable, or something on its way is a file. (URLs: not checked here.)"""
+    """Raises UserError when `output` cannot be created.
+
+    Its nearest existing folder is not writable, or something on its way is a file.
+    (URLs: not checked here.)"""
     if paths.is_remote(output):
         return
     folder = os.path.dirname(os.path.abspath(output))
@@ -87,10 +93,11 @@ def check_writable(flag: str, output: str) -> None:
 
 def check_file(flag: str, output: str, inputs: Inputs, *, suffixes: tuple[str, ...] = ()
                ) -> None:
-    """Raises UserError, before any work, when the file `output` may not be written:
-    it is an input, an existing folder, an existing file inside a model, run or data
-    folder (except, directly in that folder, one ending in `suffixes`: what this
-    command writes), or not writable."""
+    """Raises UserError, before any work, when the file `output` may not be written.
+
+    It is an input, an existing folder, an existing file inside a model, run or data folder (except,
+    directly in that folder, one ending in `suffixes`: what this command writes), or not
+    writable."""
     refuse_inputs(flag, output, inputs, folder=False)
     if paths.isdir(output):
         raise UserError(f"{flag} {output} is a folder; name a file to write")
@@ -111,10 +118,11 @@ def _named_file(path: str) -> bool:
 
 
 def check_folder(flag: str, output: str, inputs: Inputs, kind: str | None) -> None:
-    """Raises UserError, before any work, when the folder `output` may not be written:
-    it is or holds an input, holds another kind of job than `kind` (`check_kind`); with
-    kind None (a tokenizer) when it is or lies inside any model, run or data folder; or
-    when it is not writable."""
+    """Raises UserError, before any work, when the folder `output` may not be written.
+
+    It is or holds an input, holds another kind of job than `kind` (`check_kind`); with kind None
+    (a tokenizer) when it is or lies inside any model, run or data folder; or when it is not
+    writable."""
     refuse_inputs(flag, output, inputs, folder=True)
     if paths.isfile(output):
         raise UserError(f"{flag} {output} is a file; name a folder to write")
@@ -132,8 +140,10 @@ def check_folder(flag: str, output: str, inputs: Inputs, kind: str | None) -> No
 
 
 class CheckedWorkdir(str):
-    """A workdir that `check_workdir` let a job of `kind` write into: the check's result,
-    which a command passes on to its job (`job_cli.run_job`), so that it is checked once."""
+    """A workdir that `check_workdir` let a job of `kind` write into.
+
+    The check's result, which a command passes on to its job (`job_cli.run_job`), so that it is
+    checked once."""
 
     def __new__(cls, workdir: str, kind: str):
         checked = super().__new__(cls, workdir)
@@ -142,10 +152,12 @@ class CheckedWorkdir(str):
 
 
 def check_workdir(workdir: str, kind: str, inputs: Inputs | None = None) -> CheckedWorkdir:
-    """`workdir`, checked: raises UserError when a job of `kind` (pretraining, fine-tuning,
-    distillation) may not write into it: it is one of the run's `inputs` (`--init_from`,
-    `--teacher`), or holds another kind of job's results (`folders.check_kind`). A
-    CheckedWorkdir of `kind` (checked where its command started) comes back as it is."""
+    """`workdir`, checked.
+
+    Raises UserError when a job of `kind` (pretraining, fine-tuning, distillation) may not write
+    into it: it is one of the run's `inputs` (`--init_from`, `--teacher`), or holds another kind of
+    job's results (`folders.check_kind`). A CheckedWorkdir of `kind`
+    (checked where its command started) comes back as it is."""
     if isinstance(workdir, CheckedWorkdir) and workdir.kind == kind:
         return workdir
     refuse_inputs("the output folder", workdir, inputs or {}, folder=False)

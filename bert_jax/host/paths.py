@@ -1,5 +1,7 @@
-"""Run paths: every file bert_jax reads or writes for a run goes through this module, so a
-path may be local or a URL of any scheme etils.epath knows (`gs://bucket/run`, s3://, ...).
+"""Run paths.
+
+Every file bert_jax reads or writes for a run goes through this module, so a path may be local or a
+URL of any scheme etils.epath knows (`gs://bucket/run`, s3://, ...).
 
 Local paths behave exactly as with `os`, `glob` and `open`. Remote paths use
 `etils.epath`, the layer Orbax saves checkpoints with, over fsspec (gcsfs for gs://):
@@ -33,9 +35,10 @@ EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
 
 
 def configure_storage() -> None:
-    """Points every storage layer at $STORAGE_EMULATOR_HOST when set, and makes epath use
-    fsspec for gs:// even where TensorFlow is installed. Runs at import (before the
-    layers read their settings); call again after changing the variable in-process."""
+    """Points every storage layer at $STORAGE_EMULATOR_HOST when set.
+
+    It also makes epath use fsspec for gs:// even where TensorFlow is installed. Runs at import
+    (before the layers read their settings); call again after changing the variable in-process."""
     os.environ["EPATH_USE_TF"] = "false"  # epath caches this on its first remote path
     emulator = os.environ.get(EMULATOR_ENV, "")
     if not emulator or emulator == "default":
@@ -108,8 +111,9 @@ def listdir(path: str | os.PathLike) -> list[str]:
 
 
 def makedirs(path: str | os.PathLike) -> None:
-    """Creates the directory and its parents (a no-op for URLs, whose directories appear
-    with their first object)."""
+    """Creates the directory and its parents.
+
+    A no-op for URLs, whose directories appear with their first object."""
     if not is_remote(path):
         os.makedirs(path, exist_ok=True)
 
@@ -128,8 +132,9 @@ def glob(pattern: str) -> list[str]:
 
 
 def free_space(path: str | os.PathLike) -> int | None:
-    """Free bytes on the filesystem holding `path`; None for URLs (a bucket has no such
-    limit) or when it cannot be read."""
+    """Free bytes on the filesystem holding `path`.
+
+    None for URLs (a bucket has no such limit) or when it cannot be read."""
     if is_remote(path):
         return None
     try:
@@ -150,8 +155,10 @@ def mtime_ns(path: str | os.PathLike) -> int:
 
 
 def open(path: str | os.PathLike, mode: str = "r", encoding: str | None = None) -> IO:  # noqa: A001
-    """A file object: the builtin `open` for local paths; for URLs a streamed read, or a
-    write that appears as one object on close. Modes r, w, rb, wb (no append: `Appender`)."""
+    """A file object.
+
+    The builtin `open` for local paths; for URLs a streamed read, or a write that appears as one
+    object on close. Modes r, w, rb, wb (no append: `Appender`)."""
     if not is_remote(path):
         return builtins.open(path, mode, encoding=encoding)
     if "a" in mode or "+" in mode:
@@ -163,9 +170,10 @@ def open(path: str | os.PathLike, mode: str = "r", encoding: str | None = None) 
 
 @contextlib.contextmanager
 def replacing(path: str | os.PathLike, mode: str = "w"):
-    """Yields a file whose content replaces `path` whole when the block succeeds (written
-    beside it, then renamed; for a URL kept in memory, then written as one object: a
-    remote file object would upload a partial content when an error closes it)."""
+    """Yields a file whose content replaces `path` whole when the block succeeds.
+
+    It is written beside it, then renamed; for a URL kept in memory, then written as one object: a
+    remote file object would upload a partial content when an error closes it."""
     path = os.fspath(path)
     if is_remote(path):
         buffer = io.BytesIO() if "b" in mode else io.StringIO()
@@ -221,8 +229,9 @@ def rmtree(path: str | os.PathLike, missing_ok: bool = False) -> None:
 
 
 def move(src: str | os.PathLike, dst: str | os.PathLike) -> None:
-    """Renames `src` (a file or directory) to `dst`, which must not exist: atomic on a local
-    filesystem; on an object store a copy of every object, then their removal."""
+    """Renames `src` (a file or directory) to `dst`, which must not exist.
+
+    Atomic on a local filesystem; on an object store a copy of every object, then their removal."""
     if not is_remote(src):
         os.replace(src, dst)
     elif isdir(src):
@@ -258,9 +267,10 @@ _WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO
 
 
 def in_user_terms(error: OSError, tmp: str, path: str) -> OSError:
-    """`error` naming `path` where it names `tmp`, its `temporary_sibling` (or a file under
-    it), or where a write error names no file: the user never gave the temporary name.
-    The same type and errno; `error` itself when nothing needs renaming."""
+    """`error` naming `path` instead of `tmp`: the user never gave the temporary name.
+
+    That is where it names `tmp`, its `temporary_sibling` (or a file under it), or where a write
+    error names no file. The same type and errno; `error` itself when nothing needs renaming."""
     def rename(name):
         if isinstance(name, str) and (name == tmp or name.startswith(tmp + "/")):
             return path + name[len(tmp):]
@@ -277,9 +287,10 @@ def in_user_terms(error: OSError, tmp: str, path: str) -> OSError:
 
 
 class Appender:
-    """An append-only log (text or, with binary=True, bytes): a local file opened for
-    append; on an object store the content so far, rewritten whole at each `flush`
-    (objects cannot be appended; a killed run keeps the last flushed version)."""
+    """An append-only log (text or, with binary=True, bytes).
+
+    A local file opened for append; on an object store the content so far, rewritten whole at each
+    `flush` (objects cannot be appended; a killed run keeps the last flushed version)."""
 
     def __init__(self, path: str | os.PathLike, *, binary: bool = False):
         self.path, self.binary = os.fspath(path), binary

@@ -12,9 +12,10 @@ import sys
 
 
 def import_quietly() -> None:
-    """Imports TensorFlow with file descriptor 2 closed: its C++ start-up lines (oneDNN,
-    'could not find cuda drivers') are written before any log level applies. Commands
-    call it first, and so do the processes they spawn."""
+    """Imports TensorFlow with file descriptor 2 closed.
+
+    Its C++ start-up lines (oneDNN, 'could not find cuda drivers') are written before any log level
+    applies. Commands call it first, and so do the processes they spawn."""
     if "tensorflow" in sys.modules:
         return
     sys.stderr.flush()

@@ -1,6 +1,8 @@
-"""One writer per workdir: `bert-jax pretrain | finetune | distill` hold WORKDIR/LOCK_FILE
-while they run, so a second run on a busy workdir stops (WorkdirBusyError, naming the
-other run's host and process) instead of interleaving checkpoints or replacing results.
+"""One writer per workdir.
+
+`bert-jax pretrain | finetune | distill` hold WORKDIR/LOCK_FILE while they run, so a second run on a
+busy workdir stops (WorkdirBusyError, naming the other run's host and process) instead of
+interleaving checkpoints or replacing results.
 
 The lock is a small JSON file (host, pid, start time, command) created atomically with
 create-exclusive, and its modification time is a heartbeat, renewed every
@@ -96,8 +98,9 @@ def describe_owner(owner: dict) -> str:
 
 
 def live_owner(workdir: str) -> dict | None:
-    """The run that holds `workdir`'s lock now ({"host", "pid", "command", "started"}), or
-    None: no lock, or a stale one (see WorkdirLock._stale_reason)."""
+    """The run that holds `workdir`'s lock now ({"host", "pid", "command", "started"}), or None.
+
+    No lock, or a stale one (see WorkdirLock._stale_reason)."""
     found = LockFiles.read(os.path.join(workdir, LOCK_FILE))
     if found is None:
         return None
@@ -128,8 +131,9 @@ class WorkdirLock:
         self._heartbeat: threading.Thread | None = None
 
     def acquire(self) -> None:
-        """Takes the lock (a stale one with a warning); raises WorkdirBusyError when a
-        live run holds it."""
+        """Takes the lock (a stale one with a warning).
+
+        Raises WorkdirBusyError when a live run holds it."""
         self._created_workdir = self.files.make_directory(self.workdir)
         for _ in range(3):  # a lock released or taken over between our calls: look again
             if self.files.create_exclusive(self.path, self._text):
@@ -179,8 +183,9 @@ class WorkdirLock:
                 self.files.touch(self.path)
 
     def release(self) -> None:
-        """Removes the lock if it is still this run's, and the workdir if acquire made it
-        and nothing else was written there."""
+        """Removes the lock if it is still this run's.
+
+        It also removes the workdir if acquire made it and nothing else was written there."""
         self._stop.set()
         if self._heartbeat is not None:
             self._heartbeat.join()
@@ -204,10 +209,12 @@ class WorkdirLock:
 
 def hold(workdir: str, command: str, primary: bool = True, *, kind: str | None = None,
          inputs: dict[str, str] | None = None):
-    """The context that holds `workdir`'s lock for a run (`primary`: the process that
-    writes; the others share its lock). With `kind` (a `folders` job kind) it first
-    refuses a workdir of another kind or one of `inputs` ({flag: path}), and records
-    `kind` once the lock is held. Paths with a scheme (gs://) are not locked yet."""
+    """The context that holds `workdir`'s lock for a run.
+
+    `primary`: the process that writes; the others share its lock. With `kind`
+    (a `folders` job kind) it first refuses a workdir of another kind or one of `inputs`
+    ({flag: path}), and records `kind` once the lock is held. Paths with a scheme (gs://) are not
+    locked yet."""
     if kind is not None:
         outputs.check_workdir(workdir, kind, inputs)
     if not primary or "://" in workdir:

@@ -1,7 +1,9 @@
-"""What a folder given as a model holds now, in words, for the commands that read a model
-(predict, evaluate, embed, export, convert, distill, fine-tuning's --model): why it holds
-no model yet and what to do (an interrupted run: rerun it; a running one: wait), and the
-one-line note that a running fine-tune is read from the model it has kept so far.
+"""What a folder given as a model holds now, in words.
+
+It is for the commands that read a model (predict, evaluate, embed, export, convert, distill,
+fine-tuning's --model): why it holds no model yet and what to do (an interrupted run: rerun it; a
+running one: wait), and the one-line note that a running fine-tune is read from the model it has
+kept so far.
 
 `folders` says which job a folder belongs to; `workdir_lock` whether a run holds it.
 """
@@ -27,9 +29,10 @@ MODEL_KINDS = (f"a model directory holds {MODEL_DIRECTORY.config}, a pretraining
 
 
 def no_model_message(path: str) -> str:
-    """One line for a folder `path` that holds no model to read: what it is (a run still
-    going, one interrupted before it kept a model, data, an empty or unknown folder) and
-    the next step."""
+    """One line for a folder `path` that holds no model to read.
+
+    What it is (a run still going, one interrupted before it kept a model, data, an empty or unknown
+    folder) and the next step."""
     if not paths.isdir(path):
         return (f"{path}: no such directory (a model is a model directory, a pretraining or "
                 "fine-tuning workdir, or hf:ORG/NAME)")
@@ -63,9 +66,9 @@ def no_model_message(path: str) -> str:
 
 
 def running_note(workdir: str, kept: str) -> str | None:
-    """The note for a reader of a workdir that a run is still writing, or None when none
-    is: it is read from what the run has `kept` so far ("best/", "its latest
-    checkpoint")."""
+    """The note for a reader of a workdir that a run is still writing, or None when none is.
+
+    It is read from what the run has `kept` so far ("best/", "its latest checkpoint")."""
     owner = workdir_lock.live_owner(workdir)
     if owner is None:
         return None
