@@ -1,6 +1,7 @@
-"""The weights package's commands: `bert-jax convert` (`bert_jax.weights.convert`) and
-`bert-jax extend-vocab` (`bert_jax.weights.extend_vocab`): flags, output checks, what is
-printed."""
+"""The weights package's commands.
+
+`bert-jax convert` (`bert_jax.weights.convert`) and `bert-jax extend-vocab`
+(`bert_jax.weights.extend_vocab`): flags, output checks, what is printed."""
 
 from __future__ import annotations
 

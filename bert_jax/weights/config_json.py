@@ -1,6 +1,7 @@
-"""Model configs in the files other implementations write: Google's `bert_config.json`
-(TF1 checkpoints) and Hugging Face's `config.json`, one reader and writer per model type,
-beside the weight converters (`bert_jax.weights.tf1`, `bert_jax.weights.hf`).
+"""Model configs in the files other implementations write.
+
+Google's `bert_config.json` (TF1 checkpoints) and Hugging Face's `config.json`, one reader and
+writer per model type, beside the weight converters (`bert_jax.weights.tf1`, `bert_jax.weights.hf`).
 
 A family that transformers names differently from us (ModernBERT's `hidden_activation`,
 `norm_eps`, ...) maps its names here; the model reads only BertConfig's options.
@@ -50,8 +51,9 @@ def to_hf_dict(config: BertConfig) -> dict[str, Any]:
 
 
 def from_hf_dict(values: dict[str, Any], source: str = "config.json") -> BertConfig:
-    """transformers' config.json (`model_type` bert when absent) as a BertConfig; `source`
-    names the file in errors."""
+    """transformers' config.json (`model_type` bert when absent) as a BertConfig.
+
+    `source` names the file in errors."""
     model_type = values.get("model_type", "bert")
     if model_type not in _HF_FAMILIES:
         raise ConfigError(f"{source}: model_type is {model_type!r}, expected one of "
@@ -60,8 +62,10 @@ def from_hf_dict(values: dict[str, Any], source: str = "config.json") -> BertCon
 
 
 def read_config_file(path: str | os.PathLike) -> BertConfig:
-    """Reads Google's `bert_config.json`, HF's `config.json` or our own saved config
-    (BertConfig's fields, as a model directory's metadata holds them)."""
+    """Reads a model's config file as a BertConfig.
+
+    Google's `bert_config.json`, HF's `config.json` or our own saved config (BertConfig's fields, as
+    a model directory's metadata holds them)."""
     try:
         with open(path, encoding="utf-8") as f:
             values = json.load(f)
@@ -151,9 +155,10 @@ _MODERNBERT_FIELDS = {"vocab_size": ("vocab_size", int, 50368),
 
 
 def _modernbert_from_hf(values: dict[str, Any], source: str) -> dict[str, Any]:
-    """transformers' ModernBertConfig (config.json) as our fields. Refuses what the model
-    cannot express: biases on some dense layers only, an untied or bias-less decoder, a
-    layer pattern other than a global layer every n, rope scaling."""
+    """transformers' ModernBertConfig (config.json) as our fields.
+
+    Refuses what the model cannot express: biases on some dense layers only, an untied or bias-less
+    decoder, a layer pattern other than a global layer every n, rope scaling."""
     out = {"model_type": "modernbert", "type_vocab_size": 0, "position_embedding_type": "rotary",
            "pre_norm": True, "final_norm": True, "gated_mlp": True}
     out.update(_renamed_fields(values, _MODERNBERT_FIELDS, source))
@@ -221,10 +226,12 @@ _EUROBERT_IDS = {"bos_token_id": 128000, "eos_token_id": 128001, "pad_token_id":
 
 
 def _eurobert_from_hf(values: dict[str, Any], source: str) -> dict[str, Any]:
-    """transformers' EuroBertConfig as our fields: a pre-norm RMSNorm encoder with SwiGLU,
-    rotary positions and grouped-query attention, no token types, no embedding norm, a
-    plain untied MLM decoder. Refuses what the model cannot express: biases on some dense
-    layers only, a head size other than hidden / heads, a tied decoder, rope scaling."""
+    """transformers' EuroBertConfig as our fields.
+
+    A pre-norm RMSNorm encoder with SwiGLU, rotary positions and grouped-query attention, no token
+    types, no embedding norm, a plain untied MLM decoder. Refuses what the model cannot express:
+    biases on some dense layers only, a head size other than hidden / heads, a tied decoder, rope
+    scaling."""
     out = {"model_type": "eurobert", "type_vocab_size": 0, "position_embedding_type": "rotary",
            "pre_norm": True, "final_norm": True, "gated_mlp": True, "norm_type": "rms_norm",
            "norm_bias": False, "embedding_norm": False, "mlm_transform": False,
@@ -278,8 +285,10 @@ _ELECTRA_FIELDS = {name: (name, kind, default) for name, kind, default in (
 
 
 def _electra_from_hf(values: dict[str, Any], source: str) -> dict[str, Any]:
-    """transformers' ElectraConfig: BERT's fields plus `embedding_size`, factorized (an
-    `embeddings_project` to hidden_size) only where it differs from hidden_size."""
+    """transformers' ElectraConfig.
+
+    BERT's fields plus `embedding_size`, factorized (an `embeddings_project` to hidden_size) only
+    where it differs from hidden_size."""
     position_type = values.get("position_embedding_type", "absolute")
     if position_type != "absolute":
         raise ConfigError(f"{source}: position_embedding_type {position_type!r} is not "
@@ -307,8 +316,10 @@ ROBERTA_CLASSES = {"roberta": "Roberta", "xlm-roberta": "XLMRoberta", "camembert
 
 
 def _roberta_from_hf(values: dict[str, Any], source: str) -> dict[str, Any]:
-    """transformers' RobertaConfig (and XLM-R's, CamemBERT's): BERT's fields; positions
-    counted after the padding id (`pad_token_id` 1: position i reads row i + 2)."""
+    """transformers' RobertaConfig (and XLM-R's, CamemBERT's).
+
+    BERT's fields; positions counted after the padding id (`pad_token_id` 1: position i reads row i
+    + 2)."""
     pad = values.get("pad_token_id", 1)
     if not isinstance(pad, int) or isinstance(pad, bool) or pad < 0:
         raise ConfigError(f"{source}: pad_token_id should be a non-negative int, got {pad!r}")
@@ -339,9 +350,11 @@ _DISTILBERT_FIELDS = {"vocab_size": ("vocab_size", int, 30522),
 
 
 def _distilbert_from_hf(values: dict[str, Any], source: str) -> dict[str, Any]:
-    """transformers' DistilBertConfig: BERT's encoder without token types or pooler (its
-    sequence classifier's `pre_classifier` + ReLU is our pooler with relu). Sinusoidal
-    positions are stored in the position table, so they load as a learned one."""
+    """transformers' DistilBertConfig.
+
+    BERT's encoder without token types or pooler (its sequence classifier's `pre_classifier` + ReLU
+    is our pooler with relu). Sinusoidal positions are stored in the position table, so they load as
+    a learned one."""
     return {"model_type": "distilbert", "type_vocab_size": 0, "layer_norm_eps": 1e-12,
             "pooler_act": "relu", **_renamed_fields(values, _DISTILBERT_FIELDS, source)}
 

@@ -27,15 +27,18 @@ def _google_do_lower_case(google_dir: str) -> bool:
 
 
 def from_hf(hf_dir: str, out: str, overwrite: bool = False) -> pretrained.Pretrained:
-    """Converts an HF BERT or ALBERT directory, or a Hub model by name (`hf:ORG/NAME`), to
-    a model directory (`bert_jax.weights.pretrained.convert_hf_dir`)."""
+    """Converts an HF BERT or ALBERT directory, or a Hub model by name, to a model directory.
+
+    A Hub model is named `hf:ORG/NAME`; see `bert_jax.weights.pretrained.convert_hf_dir`."""
     return pretrained.convert_hf_dir(hf_dir, out, overwrite)
 
 
 def from_tf1(google_dir: str, out: str, overwrite: bool = False,
              do_lower_case: bool | None = None) -> pretrained.Pretrained:
-    """Converts a Google TF1 BERT directory (checkpoint, bert_config.json, vocab.txt),
-    with its MLM/NSP heads or a run_classifier / run_squad head, to a model directory."""
+    """Converts a Google TF1 BERT directory to a model directory.
+
+    The directory holds the checkpoint, bert_config.json and vocab.txt; the model keeps its MLM/NSP
+    heads or a run_classifier / run_squad head."""
     from bert_jax.weights import hf, tf1
 
     config, params = tf1.load_tf1_dir(google_dir)
@@ -52,10 +55,10 @@ def from_tf1(google_dir: str, out: str, overwrite: bool = False,
 
 def hf_architecture(params: dict[str, Any], task: dict[str, Any] | None
                     ) -> tuple[str, bool]:
-    """The transformers class that holds exactly these heads: (name, whether it has the
-    pooler). A task head's class is its kind's (`task_heads.HEADS`, the kind the task
-    record states: `bert_jax.weights.pretrained.task_head`); a bare encoder's follows its
-    pretraining heads."""
+    """The transformers class that holds exactly these heads: (name, whether it has the pooler).
+
+    A task head's class is its kind's (`task_heads.HEADS`, the kind the task record states:
+    `bert_jax.weights.pretrained.task_head`); a bare encoder's follows its pretraining heads."""
     kind = pretrained.task_head(task, params).entry
     if kind.hf_class:
         return kind.hf_class, kind.keeps_pooler
@@ -68,8 +71,10 @@ def hf_architecture(params: dict[str, Any], task: dict[str, Any] | None
 
 def _modernbert_architecture(params: dict[str, Any], checkpoint: str,
                              family: str = "ModernBert") -> tuple[str, bool]:
-    """transformers' ModernBert* (EuroBert*) class for the modern encoder: the encoder with
-    or without the MLM head (its task heads differ from ours: a head before the classifier)."""
+    """transformers' ModernBert* (EuroBert*) class for the modern encoder.
+
+    The encoder with or without the MLM head (its task heads differ from ours: a head before the
+    classifier)."""
     if any(k in params for k in ("classifier", "qa_outputs", "nsp")):
         raise UserError(f"{checkpoint}: transformers' {family} task classes put another "
                         "head before the classifier; export the encoder (or use "
@@ -79,9 +84,10 @@ def _modernbert_architecture(params: dict[str, Any], checkpoint: str,
 
 def _electra_architecture(params: dict[str, Any], architecture: str, checkpoint: str,
                           pooler_act: str) -> tuple[str, bool]:
-    """transformers' Electra* class for ELECTRA's heads (`architecture`: BERT's class for
-    them): the discriminator, the generator, the encoder, or a per-token/span head, or a
-    sequence classifier whose pooler is ELECTRA's (gelu) classification head."""
+    """transformers' Electra* class for ELECTRA's heads (`architecture`: BERT's class for them).
+
+    The discriminator, the generator, the encoder, or a per-token/span head, or a sequence
+    classifier whose pooler is ELECTRA's (gelu) classification head."""
     if "discriminator" in params:
         return "ElectraForPreTraining", False
     same = {"BertModel": "ElectraModel", "BertForMaskedLM": "ElectraForMaskedLM",
@@ -99,9 +105,10 @@ def _electra_architecture(params: dict[str, Any], architecture: str, checkpoint:
 def _roberta_or_distilbert_architecture(params: dict[str, Any], architecture: str,
                                         keeps_pooler: bool, config, checkpoint: str
                                         ) -> tuple[str, bool]:
-    """The Roberta* (XLMRoberta*, Camembert*) or DistilBert* class for BERT's class
-    `architecture`: the same heads, but no next-sentence head, and DistilBERT has no pooler
-    but its classifiers' `pre_classifier` (a ReLU: our pooler with pooler_act relu)."""
+    """The Roberta* (XLMRoberta*, Camembert*) or DistilBert* class for BERT's class `architecture`.
+
+    The same heads, but no next-sentence head, and DistilBERT has no pooler but its classifiers'
+    `pre_classifier` (a ReLU: our pooler with pooler_act relu)."""
     family = ROBERTA_CLASSES.get(config.model_type, "DistilBert")
     architecture = architecture.replace("ForPreTraining", "ForMaskedLM")
     if architecture == "BertForNextSentencePrediction":
@@ -136,8 +143,10 @@ def _hf_task_config(task: dict[str, Any] | None, params: dict[str, Any]) -> dict
 
 
 def to_hf(checkpoint: str, out: str, overwrite: bool = False) -> list[str]:
-    """Writes config.json, model.safetensors and the tokenizer files of a model directory
-    (or workdir) as an HF directory. Returns notes for the user (dropped tensors, ...)."""
+    """Writes a model directory (or workdir) as an HF directory.
+
+    That is config.json, model.safetensors and the tokenizer files. Returns notes for the user
+    (dropped tensors, ...)."""
     from bert_jax.weights.hf import save_hf_dir
 
     model = pretrained.load(checkpoint)
@@ -186,8 +195,9 @@ def to_hf(checkpoint: str, out: str, overwrite: bool = False) -> list[str]:
 
 
 def _special_token_ids(model: pretrained.Pretrained) -> dict[str, int]:
-    """The special token ids a ModernBERT's or EuroBERT's config.json names, the
-    tokenizer's (mmBERT's differ from ModernBERT's); none without a tokenizer."""
+    """The special token ids a ModernBERT's or EuroBERT's config.json names, the tokenizer's.
+
+    mmBERT's differ from ModernBERT's; none without a tokenizer."""
     from bert_jax.tokenization import has_tokenizer, load_tokenizer
 
     if not has_tokenizer(model.tokenizer_dir):
@@ -205,8 +215,9 @@ def _special_token_ids(model: pretrained.Pretrained) -> dict[str, int]:
 
 
 def _write_hf_tokenizer(model: pretrained.Pretrained, directory: str) -> list[str]:
-    """The tokenizer's files in its family's HF format (vocab.txt, spiece.model,
-    tokenizer.json, sentencepiece.bpe.model) and an HF tokenizer_config.json."""
+    """The tokenizer's files in its family's HF format and an HF tokenizer_config.json.
+
+    The format is vocab.txt, spiece.model, tokenizer.json or sentencepiece.bpe.model."""
     from bert_jax.tokenization import has_tokenizer, load_tokenizer
     from bert_jax.tokenization.hf_files import write_hf_tokenizer
 

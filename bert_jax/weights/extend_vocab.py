@@ -43,8 +43,9 @@ def placements(vocab: Sequence[str], new_tokens: Sequence[str]) -> tuple[dict[in
 
 
 def _normalise(token: str, tokenizer: WordPieceTokenizer) -> str:
-    """The form the tokenizer's matching sees: uncased vocabularies match lower case
-    without accents."""
+    """The form the tokenizer's matching sees.
+
+    Uncased vocabularies match lower case without accents."""
     token = token.strip()
     if tokenizer.do_lower_case and not token.startswith("["):
         token = "".join(c for c in unicodedata.normalize("NFD", token.lower())
@@ -99,8 +100,10 @@ def _check_single_pieces(tokenizer: WordPieceTokenizer, tokens: Sequence[str]) -
 
 def _grow_vocab_rows(params: dict[str, Any], count: int, stddev: float, seed: int
                      ) -> dict[str, Any]:
-    """Appends `count` truncated-normal rows to the word embeddings and zeros to the MLM
-    output bias; every other parameter is shared with the input tree."""
+    """Appends `count` rows to the word embeddings and to the MLM output bias.
+
+    The embeddings get truncated-normal rows, the bias zeros; every other parameter is shared with
+    the input tree."""
     if count == 0:
         return params
     embeddings = params["bert"]["embeddings"]
@@ -127,7 +130,8 @@ def _truncated_normal(rng: np.random.Generator, shape, stddev: float) -> np.ndar
 
 
 def read_token_file(path: str) -> list[str]:
-    """The tokens of a UTF-8 file, one a line (bytes that are not UTF-8: one line naming
-    them, `bert_jax.host.encoding`)."""
+    """The tokens of a UTF-8 file, one a line.
+
+    Bytes that are not UTF-8 fail in one line naming them (`bert_jax.host.encoding`)."""
     text = encoding.decode(paths.read_bytes(path), path)
     return [line.strip() for line in text.splitlines() if line.strip()]

@@ -1,6 +1,7 @@
-"""Hugging Face checkpoints of the BERT family (`config.json` + `model.safetensors` or
-`pytorch_model.bin`: BERT, ALBERT, ERNIE, RoBERTa, XLM-R, CamemBERT, DistilBERT, ELECTRA,
-ModernBERT, EuroBERT) to and from our parameter trees.
+"""Hugging Face checkpoints of the BERT family to and from our parameter trees.
+
+A checkpoint is `config.json` + `model.safetensors` or `pytorch_model.bin`, of BERT, ALBERT, ERNIE,
+RoBERTa, XLM-R, CamemBERT, DistilBERT, ELECTRA, ModernBERT or EuroBERT.
 
 The mapping is one table of (HF tensor name, our parameter path, layout). HF
 stores linear weights as [out, in]; we store kernels as [in, out], with the
@@ -114,8 +115,9 @@ def _layer_norm(hf, path, size, bias=True):
 
 
 def _entries(config: BertConfig, heads: Mapping[str, int]) -> list[_Entry]:
-    """The table for the encoder plus the given heads ({'mlm': V, 'nsp': 2, 'classifier': n,
-    'qa_outputs': 2})."""
+    """The table for the encoder plus the given heads.
+
+    Heads: {'mlm': V, 'nsp': 2, 'classifier': n, 'qa_outputs': 2}."""
     if config.model_type == "albert":
         return _albert_entries(config, heads)
     if config.model_type == "modernbert":
@@ -198,8 +200,10 @@ _DISTILBERT_LAYER = {"qkv": "attention", "projections": ("q_lin", "k_lin", "v_li
 
 
 def _distilbert_entries(config: BertConfig, heads: Mapping[str, int]) -> list[_Entry]:
-    """`_entries` for transformers' DistilBert* models: BERT's layers under other names,
-    the sequence classifier's `pre_classifier` as the pooler, `vocab_*` as the MLM head."""
+    """`_entries` for transformers' DistilBert* models.
+
+    BERT's layers under other names, the sequence classifier's `pre_classifier` as the pooler,
+    `vocab_*` as the MLM head."""
     h = config.hidden_size
     out = _learned_embeddings("distilbert.embeddings", config)
     for k in range(config.num_hidden_layers):
@@ -253,8 +257,9 @@ def _albert_entries(config: BertConfig, heads: Mapping[str, int]) -> list[_Entry
 
 
 def _modernbert_entries(config: BertConfig, heads: Mapping[str, int]) -> list[_Entry]:
-    """`_entries` for transformers' ModernBert* models, after `_split_fused`: its fused
-    `Wqkv` and `Wi` appear as the `Wq`, `Wk`, `Wv` and `Wi_in`, `Wi_gate` they hold."""
+    """`_entries` for transformers' ModernBert* models, after `_split_fused`.
+
+    Its fused `Wqkv` and `Wi` appear as the `Wq`, `Wk`, `Wv` and `Wi_in`, `Wi_gate` they hold."""
     h, n, d, i = (config.hidden_size, config.num_attention_heads, config.head_dim,
                   config.intermediate_size)
     bias, norm_bias = config.use_bias, config.norm_bias
@@ -283,9 +288,10 @@ def _modernbert_entries(config: BertConfig, heads: Mapping[str, int]) -> list[_E
 
 
 def _eurobert_entries(config: BertConfig, heads: Mapping[str, int]) -> list[_Entry]:
-    """`_entries` for transformers' EuroBert* models: Llama's names; its key and value
-    projections have num_key_value_heads heads, its MLP's activated `gate_proj` is our
-    `intermediate` and `up_proj` our `gate`."""
+    """`_entries` for transformers' EuroBert* models.
+
+    Llama's names; its key and value projections have num_key_value_heads heads, its MLP's activated
+    `gate_proj` is our `intermediate` and `up_proj` our `gate`."""
     h, n, kv, d, i = (config.hidden_size, config.num_attention_heads, config.kv_heads,
                       config.head_dim, config.intermediate_size)
     linear = lambda *a, **k: [e for e in _linear(*a, **k)
@@ -312,9 +318,10 @@ def _eurobert_entries(config: BertConfig, heads: Mapping[str, int]) -> list[_Ent
 
 
 def _electra_entries(config: BertConfig, heads: Mapping[str, int]) -> list[_Entry]:
-    """`_entries` for transformers' Electra* models: BERT's layers, embeddings of width E
-    with an `embeddings_project` to H where E differs, the discriminator's and the
-    generator's heads."""
+    """`_entries` for transformers' Electra* models.
+
+    BERT's layers, embeddings of width E with an `embeddings_project` to H where E differs, the
+    discriminator's and the generator's heads."""
     h, e, v = config.hidden_size, config.embedding_width, config.vocab_size
     emb, ours = "electra.embeddings", ("bert", "embeddings")
     out = [
@@ -351,9 +358,11 @@ def _electra_entries(config: BertConfig, heads: Mapping[str, int]) -> list[_Entr
 
 
 def _split_fused(state: Mapping[str, np.ndarray], config: BertConfig) -> dict[str, np.ndarray]:
-    """ModernBERT's fused tensors as separate ones (`_modernbert_entries`), and the first
-    layer's attention norm, which ModernBERT has not (an identity), as ones and zeros:
-    our layers all have one, layer 0 skips it (bert_jax.models.encoder.pre_norm)."""
+    """ModernBERT's fused tensors as separate ones, and its first layer's attention norm.
+
+    Separate as `_modernbert_entries` names them. ModernBERT has no attention norm in the first
+    layer (an identity), so it comes as ones and zeros: our layers all have one, layer 0 skips it
+    (bert_jax.models.encoder.pre_norm)."""
     state = dict(state)
     for name in [k for k in state if ".attn.Wqkv." in k or ".mlp.Wi." in k]:
         value = state.pop(name)
@@ -407,8 +416,10 @@ def _pooler_as_classifier_head(state: dict[str, np.ndarray], model_type: str
 
 def _normalise_names(state: Mapping[str, np.ndarray],
                      model_type: str = "bert") -> dict[str, np.ndarray]:
-    """HF names as BertFor* (AlbertFor*) writes them: `bert.` (`albert.`) before encoder
-    tensors, LayerNorm `weight`/`bias` (old checkpoints say `gamma`/`beta`)."""
+    """HF names as BertFor* (AlbertFor*) writes them.
+
+    `bert.` (`albert.`) before encoder tensors, LayerNorm `weight`/`bias`
+    (old checkpoints say `gamma`/`beta`)."""
     names = _NAMES[model_type]
     out = {}
     for name, value in state.items():
@@ -475,8 +486,9 @@ def params_from_hf(state: Mapping[str, np.ndarray], config: BertConfig) -> dict[
 
 
 def params_to_hf(params: Mapping[str, Any], config: BertConfig) -> dict[str, np.ndarray]:
-    """Our parameter tree (any layout, any heads) -> HF state dict with BertFor* (for ALBERT
-    AlbertFor*) names."""
+    """Our parameter tree (any layout, any heads) -> HF state dict with BertFor* names.
+
+    For ALBERT the names are AlbertFor*."""
     params = layer_layout.to_unscanned(dict(params))
     heads: dict[str, Any] = {k: True for k in ("mlm", "nsp", "qa_outputs", "discriminator")
                              if k in params}
@@ -524,9 +536,10 @@ _REFUSED = {"roberta-prelayernorm": "RoBERTa with LayerNorm before each sublayer
 
 
 def hf_config(path: str | os.PathLike) -> tuple[BertConfig, bool]:
-    """config.json as a BertConfig, and whether it is ERNIE's (`model_type: ernie`: a BERT
-    encoder under `ernie.` names, see `_ernie_as_bert`). The model types of `_REFUSED`
-    are refused in one line."""
+    """config.json as a BertConfig, and whether it is ERNIE's.
+
+    ERNIE's has `model_type: ernie`: a BERT encoder under `ernie.` names, see `_ernie_as_bert`. The
+    model types of `_REFUSED` are refused in one line."""
     try:
         with open(path, encoding="utf-8") as f:
             values = json.load(f)
@@ -542,9 +555,11 @@ def hf_config(path: str | os.PathLike) -> tuple[BertConfig, bool]:
 
 
 def _ernie_as_bert(state: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """ERNIE's tensors under BERT's names. ERNIE 2.0/3.0 (`use_task_id`) add a task-type
-    embedding to every token; transformers' ErnieModel uses task 0 unless given others, so
-    its row 0 is folded into every row of the token-type table: the same sums, exactly."""
+    """ERNIE's tensors under BERT's names.
+
+    ERNIE 2.0/3.0 (`use_task_id`) add a task-type embedding to every token; transformers' ErnieModel
+    uses task 0 unless given others, so its row 0 is folded into every row of the token-type table:
+    the same sums, exactly."""
     state = {("bert." + k[len("ernie."):] if k.startswith("ernie.") else k): v
              for k, v in state.items()}
     task = state.pop("bert.embeddings.task_type_embeddings.weight", None)
@@ -599,8 +614,10 @@ def wordpiece(vocab: str, do_lower_case: bool):
 
 
 def hf_task(hf_dir: str) -> dict[str, Any] | None:
-    """The head kind where the weights cannot tell it: a multiple-choice classifier
-    looks like a one-label sequence classifier, so config.json's `architectures` says."""
+    """The head kind where the weights cannot tell it.
+
+    A multiple-choice classifier looks like a one-label sequence classifier, so config.json's
+    `architectures` says."""
     architectures = json.loads(paths.read_text(paths.join(hf_dir, "config.json"))).get(
         "architectures") or []
     multiple_choice = any(str(a).endswith("ForMultipleChoice") for a in architectures)
@@ -608,8 +625,9 @@ def hf_task(hf_dir: str) -> dict[str, Any] | None:
 
 
 def hf_tokenizer(hf_dir: str):
-    """(tokenizer, its file) of an HF directory, as transformers reads it: BERT's
-    vocab.txt, ALBERT's spiece.model, a tokenizer.json, XLM-R's or CamemBERT's
+    """(tokenizer, its file) of an HF directory, as transformers reads it.
+
+    BERT's vocab.txt, ALBERT's spiece.model, a tokenizer.json, XLM-R's or CamemBERT's
     sentencepiece.bpe.model, RoBERTa's vocab.json + merges.txt (`tokenization.hf_files`)."""
     from bert_jax.tokenization.hf_files import read_hf_tokenizer
 

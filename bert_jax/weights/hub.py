@@ -1,5 +1,6 @@
-"""Models by name on the Hugging Face Hub: `hf:ORG/NAME[@REVISION]`, or a bare `ORG/NAME`
-where no such local path exists.
+"""Models by name on the Hugging Face Hub.
+
+`hf:ORG/NAME[@REVISION]`, or a bare `ORG/NAME` where no such local path exists.
 
 The `huggingface_hub` library fetches only the files a conversion reads (config.json,
 the tokenizer files, model.safetensors or else pytorch_model.bin) into its standard cache
@@ -41,8 +42,9 @@ def hub_name(path) -> str | None:
 
 
 def _offline() -> bool:
-    """HF_HUB_OFFLINE as huggingface_hub reads it, but now (the library reads it once, at
-    import)."""
+    """HF_HUB_OFFLINE as huggingface_hub reads it, but now.
+
+    The library reads it once, at import."""
     return os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE")
 
 
@@ -67,8 +69,9 @@ def _wanted(names: set[str], name: str) -> list[str]:
 
 
 def _download(repo: str, revision: str, name: str) -> str:
-    """Looks the revision up on the Hub and fetches the files at its commit; returns the
-    snapshot folder. Raises ConnectionError when the Hub cannot be reached."""
+    """Looks the revision up on the Hub and fetches the files at its commit.
+
+    Returns the snapshot folder. Raises ConnectionError when the Hub cannot be reached."""
     from huggingface_hub import HfApi, hf_hub_download
     from huggingface_hub.errors import (
         GatedRepoError,
@@ -108,16 +111,18 @@ def _download(repo: str, revision: str, name: str) -> str:
 
 
 def _unreachable(error: Exception) -> bool:
-    """A network failure (no route, refused, timeout, a 5xx from the Hub), as opposed to an
-    answer. huggingface_hub raises its HTTP client's own transport errors."""
+    """A network failure (no route, refused, timeout, a 5xx from the Hub), as opposed to an answer.
+
+    huggingface_hub raises its HTTP client's own transport errors."""
     from huggingface_hub.errors import HfHubHTTPError
     client = type(error).__module__.split(".")[0] in ("httpx", "httpx2", "httpcore")
     return client or isinstance(error, (ConnectionError, TimeoutError, HfHubHTTPError))
 
 
 def _cached(repo: str, revision: str, name: str, why: str) -> str:
-    """The cached snapshot of the revision (offline); one line saying how to get it if
-    it is not there."""
+    """The cached snapshot of the revision (offline).
+
+    One line saying how to get it if it is not there."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError
     try:
@@ -133,8 +138,9 @@ def _cached(repo: str, revision: str, name: str, why: str) -> str:
 
 
 def fetch(path: str) -> tuple[str, str]:
-    """(snapshot folder with the HF files, where their conversion belongs) of the Hub
-    model `path` names (`hub_name`)."""
+    """The snapshot folder with the HF files of the Hub model `path` names (`hub_name`).
+
+    It is where their conversion belongs."""
     name = hub_name(path)
     repo, _, revision = name.partition("@")
     revision = revision or "main"

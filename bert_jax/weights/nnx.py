@@ -34,8 +34,10 @@ _EXAMPLE_SHAPE = (1, 8)
 
 
 def _head(model: pretrained.Pretrained, num_labels: int) -> dict | None:
-    """The saved classifier's weights when `model`'s head is a sequence classifier (or
-    regressor) with `num_labels` outputs: a fine-tuned model keeps its head."""
+    """The saved classifier's weights when they fit `model`'s head.
+
+    They fit when it is a sequence classifier (or regressor) with `num_labels` outputs: a fine-tuned
+    model keeps its head."""
     head = model.head
     if not head.entry.classifies_sequences or head.num_labels != num_labels:
         return None
@@ -45,9 +47,11 @@ def _head(model: pretrained.Pretrained, num_labels: int) -> dict | None:
 def nnx_module(path: str | os.PathLike | pretrained.ModelRef | pretrained.Pretrained, *,
                num_labels: int | None = None, pooling: str | None = None,
                seed: int = 0) -> bridge.ToNNX:
-    """The model at `path` (anything `pretrained.open_model` takes: a model directory, a
-    pretraining or fine-tuning workdir, `hf:ORG/NAME`; or an already loaded `Pretrained`,
-    whose `config` may have been changed) as an NNX module holding its weights.
+    """The model at `path` as an NNX module holding its weights.
+
+    `path`: anything `pretrained.open_model` takes (a model directory, a pretraining or fine-tuning
+    workdir, `hf:ORG/NAME`), or an already loaded `Pretrained`, whose `config` may have been
+    changed.
 
     num_labels None: the encoder (`BertModel`, with the pooler if the model has one); called
     on ids [B, L] it returns a `BertOutput` (`sequence_output` [B, L, H], `pooled_output`
@@ -78,8 +82,9 @@ def nnx_module(path: str | os.PathLike | pretrained.ModelRef | pretrained.Pretra
 
 
 def _values(model: pretrained.Pretrained, linen, target: dict, seed: int) -> dict:
-    """The parameters of `linen` (shaped as `target`, a tree of ShapeDtypeStructs): the
-    loaded encoder's, and for a classifier a random or the saved head."""
+    """The parameters of `linen` (shaped as `target`, a tree of ShapeDtypeStructs).
+
+    The loaded encoder's, and for a classifier a random or the saved head."""
     encoder = model.params.get("bert", model.params)
     source = str(model.tokenizer_dir)
     if not isinstance(linen, BertForSequenceClassification):
@@ -95,6 +100,7 @@ def _values(model: pretrained.Pretrained, linen, target: dict, seed: int) -> dic
 
 def _random_head(linen: BertForSequenceClassification, seed: int) -> dict:
     """{"classifier", "pooler" (None with mean pooling)} drawn as `linen.init` draws them.
+
     Under jit the rest of the initialisation is dead code: XLA compiles only the head's."""
     ids = np.zeros(_EXAMPLE_SHAPE, np.int32)
 

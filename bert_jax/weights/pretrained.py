@@ -1,5 +1,7 @@
-"""Model directories: the unit `convert` writes and `embed`, `finetune`, `predict` and
-`export` read. This module is the one place that reads and writes them.
+"""Model directories.
+
+The unit `convert` writes and `embed`, `finetune`, `predict` and `export` read. This module is the
+one place that reads and writes them.
 
     MODEL_DIR/
       bert_jax.json     {"model": BertConfig fields, "task": {...} or null}
@@ -51,9 +53,10 @@ from bert_jax.train import checkpoint
 
 @dataclasses.dataclass
 class Pretrained:
-    """A loaded model: config, parameters (numpy, unrolled layers), optional task
-    description (e.g. {"name": "sst2", "num_labels": 2, ...}) and the directory holding
-    the tokenizer files."""
+    """A loaded model.
+
+    Config, parameters (numpy, unrolled layers), optional task description (e.g. {"name": "sst2",
+    "num_labels": 2, ...}) and the directory holding the tokenizer files."""
 
     config: BertConfig
     params: dict[str, Any]
@@ -70,9 +73,10 @@ class Pretrained:
 
 def write_model_files(directory: str | os.PathLike, config: BertConfig, *, tokenizer=None,
                       task: dict[str, Any] | None = None) -> None:
-    """`bert_jax.json` (the config with unrolled layers, the task, the tokenizer's
-    fingerprint for `check_tokenizer`) and the tokenizer's files into `directory`
-    (created). One process calls this."""
+    """Writes `bert_jax.json` and the tokenizer's files into `directory` (created).
+
+    `bert_jax.json` holds the config with unrolled layers, the task, the tokenizer's fingerprint for
+    `check_tokenizer`. One process calls this."""
     paths.makedirs(directory)
     vocabulary = None
     if tokenizer is not None:
@@ -87,6 +91,7 @@ def save(path: str | os.PathLike, config: BertConfig, params: dict[str, Any], *,
          tokenizer=None, task: dict[str, Any] | None = None, overwrite: bool = False,
          extra_files: dict[str, str] | None = None) -> None:
     """Writes a model directory atomically (into a temporary sibling, then renamed).
+
     `params` are host arrays (or fully addressable ones); one process calls this.
 
     `tokenizer` is a `bert_jax.tokenization` tokenizer; its `save(dir)` writes its files.
@@ -126,8 +131,9 @@ def _read_model_file(model_file: str) -> dict[str, Any]:
 
 
 def read_model_dir(directory: str) -> Pretrained:
-    """A model directory as it is on disk (no resolving: a job reading back what it
-    wrote itself, such as a fine-tune's WORKDIR/best)."""
+    """A model directory as it is on disk, with no resolving.
+
+    For a job reading back what it wrote itself, such as a fine-tune's WORKDIR/best."""
     meta = _read_model_file(paths.join(directory, MODEL_DIRECTORY.config))
     params = read_model_params(paths.join(directory, MODEL_DIRECTORY.params))
     return Pretrained(meta["config"], params, meta["task"], directory)
@@ -142,8 +148,9 @@ def read_model_config(workdir: str) -> BertConfig:
 
 
 def load_pretrained_from_workdir(workdir: str) -> Pretrained:
-    """The latest readable checkpoint of a pretraining workdir as a `Pretrained`
-    (numpy params with unrolled layers, the model config, the tokenizer dir)."""
+    """The latest readable checkpoint of a pretraining workdir as a `Pretrained`.
+
+    Numpy params with unrolled layers, the model config, the tokenizer dir."""
     workdir = paths.abspath(workdir)
     config = read_model_config(workdir)
     params = checkpoint.latest_params(workdir)
@@ -157,8 +164,9 @@ def load_pretrained_from_workdir(workdir: str) -> Pretrained:
 
 
 def best_model_dir(workdir: str) -> str:
-    """A fine-tuning workdir's WORKDIR/best, or for several runs (seeds, a grid: see
-    `finetune.selection`) the selected run's."""
+    """A fine-tuning workdir's WORKDIR/best, or for several runs the selected run's.
+
+    Several runs: seeds, a grid (see `finetune.selection`)."""
     results = paths.join(workdir, FINETUNING_WORKDIR.results)
     if not paths.isdir(paths.join(workdir, FINETUNING_WORKDIR.best)) and paths.exists(results):
         best_run = encoding.read_json(results).get("best_run")
@@ -174,8 +182,9 @@ def best_model_dir(workdir: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class ModelRef:
-    """A model the user pointed at, resolved (`open_model`) and its config read; its
-    parameters are read by `load`.
+    """A model the user pointed at, resolved (`open_model`) and its config read.
+
+    Its parameters are read by `load`.
 
     path: as the user gave it (messages name it). kind: `folders.MODEL` (a model
     directory, also a Hub model's converted one or a fine-tuning workdir's kept model),
@@ -207,9 +216,10 @@ class ModelRef:
 
 
 def resolve_model_dir(path: str) -> tuple[str, str]:
-    """(directory, kind) of what `path` names: a Hub model by name as its converted model
-    directory, a fine-tuning workdir as its kept model, a model directory or pretraining
-    workdir as itself."""
+    """(directory, kind) of what `path` names.
+
+    A Hub model by name as its converted model directory, a fine-tuning workdir as its kept model, a
+    model directory or pretraining workdir as itself."""
     path = paths.abspath(local_path(path))
     if not paths.isdir(path):
         raise FileNotFoundError(workdir_state.no_model_message(path))
@@ -234,10 +244,11 @@ def _note_running(workdir: str, kept: str) -> None:
 
 
 def open_model(path: str | os.PathLike) -> ModelRef:
-    """The one resolver of a model path, run where a command starts: a model directory, a
-    pretraining workdir (its latest checkpoint), a fine-tuning workdir (its kept model) or
-    a Hub model by name (`hf:ORG/NAME[@REVISION]`, fetched and converted once). Reads the
-    config, checks that there are parameters to read, reads none of them."""
+    """The one resolver of a model path, run where a command starts.
+
+    A model directory, a pretraining workdir (its latest checkpoint), a fine-tuning workdir
+    (its kept model) or a Hub model by name (`hf:ORG/NAME[@REVISION]`, fetched and converted once).
+    Reads the config, checks that there are parameters to read, reads none of them."""
     path = str(path)
     directory, kind = resolve_model_dir(path)
     if kind == folders.PRETRAINING:
@@ -249,13 +260,16 @@ def open_model(path: str | os.PathLike) -> ModelRef:
 
 
 class NonFiniteParamsError(CheckpointError):
-    """A model whose parameters hold NaN or Inf: a corrupted file (compression does not
-    notice a flipped byte) or a diverged run. Every output computed from it is meaningless."""
+    """A model whose parameters hold NaN or Inf.
+
+    A corrupted file (compression does not notice a flipped byte) or a diverged run. Every output
+    computed from it is meaningless."""
 
 
 def check_finite(params: dict[str, Any], source: str) -> None:
-    """Raises NonFiniteParamsError naming `source`, the first parameter holding NaN/Inf and
-    how many values it holds. One reduction per floating-point leaf."""
+    """Raises NonFiniteParamsError naming `source` and the first parameter holding NaN/Inf.
+
+    It says how many such values it holds. One reduction per floating-point leaf."""
     bad = {name: leaf for name, leaf in _flat(params).items()
            if jax.numpy.issubdtype(np.asarray(leaf).dtype, jax.numpy.inexact)  # bfloat16 too
            and not np.isfinite(leaf).all()}
@@ -269,11 +283,12 @@ def check_finite(params: dict[str, Any], source: str) -> None:
 
 
 def check_tokenizer(model: Pretrained, source: str) -> None:
-    """Raises UserError when the tokenizer beside `model` (its files replaced, or another
-    model's) cannot be the one its embeddings were trained for: more ids than vocabulary
-    rows (`check_inputs_fit`; a table padded larger than the vocabulary, as ModernBERT's,
-    is fine), or a fingerprint other than the one its bert_jax.json recorded (models
-    saved since it records one). A model without a tokenizer is not checked."""
+    """Raises UserError when the tokenizer beside `model` does not fit its embeddings.
+
+    That is, it cannot be the one they were trained for (its files replaced, or another model's):
+    more ids than vocabulary rows (`check_inputs_fit`; a table padded larger than the vocabulary, as
+    ModernBERT's, is fine), or a fingerprint other than the one its bert_jax.json recorded
+    (models saved since it records one). A model without a tokenizer is not checked."""
     directory = model.tokenizer_dir
     if not has_tokenizer(directory):
         return
@@ -294,9 +309,10 @@ def load(path: str | os.PathLike | ModelRef) -> Pretrained:
 
 
 def model_config(path: str) -> BertConfig:
-    """The config of the model `path` names, converting nothing: a Hub model's from its
-    `config.json` when it has not been converted yet (`bert-jax compile` sizes a run from
-    it)."""
+    """The config of the model `path` names, converting nothing.
+
+    A Hub model's from its `config.json` when it has not been converted yet (`bert-jax compile`
+    sizes a run from it)."""
     from bert_jax.weights import hf, hub
 
     if hub.hub_name(path) is not None:
@@ -311,8 +327,9 @@ def model_config(path: str) -> BertConfig:
 def save_converted(tokenizer, source: str, config: BertConfig, params: dict[str, Any],
                    out: str, task: dict[str, Any] | None, overwrite: bool,
                    extra_files: dict[str, str] | None = None) -> Pretrained:
-    """Writes a converted checkpoint with its tokenizer (read from `source`), which must
-    have the config's vocabulary size."""
+    """Writes a converted checkpoint with its tokenizer (read from `source`).
+
+    The tokenizer must have the config's vocabulary size."""
     if tokenizer.vocab_size != config.vocab_size:
         raise UserError(f"{source} has {tokenizer.vocab_size} tokens but the config says "
                         f"vocab_size={config.vocab_size}")
@@ -322,9 +339,10 @@ def save_converted(tokenizer, source: str, config: BertConfig, params: dict[str,
 
 
 def convert_hf_dir(hf_dir: str, out: str, overwrite: bool = False) -> Pretrained:
-    """Converts an HF directory of a family bert_jax reads (config.json, weights, the
-    tokenizer's files; a sentence-transformers model's pooling), or a Hub model by name,
-    to a model directory."""
+    """Converts an HF directory, or a Hub model by name, to a model directory.
+
+    The directory is of a family bert_jax reads (config.json, weights, the tokenizer's files; a
+    sentence-transformers model's pooling)."""
     from bert_jax.weights import hf, hub, sentence_embedding
 
     if hub.hub_name(hf_dir) is not None:
@@ -349,8 +367,10 @@ def is_hub_name(path: str | os.PathLike) -> bool:
 
 
 def local_path(path: str | os.PathLike) -> str:
-    """`path` itself, or for a Hub model by name its model directory: fetched and converted
-    on first use, then read from the cache (CACHE/models--ORG--NAME/bert_jax/COMMIT)."""
+    """`path` itself, or for a Hub model by name its model directory.
+
+    Fetched and converted on first use, then read from the cache
+    (CACHE/models--ORG--NAME/bert_jax/COMMIT)."""
     from bert_jax.weights import hub
 
     if hub.hub_name(path) is None:
@@ -368,17 +388,19 @@ _FAMILY_KINDS = {"classification": "classification", "tagging": "tagging", "squa
 
 
 def task_head(task: dict[str, Any] | None, params: dict[str, Any]) -> task_heads.Head:
-    """The head of a model with this task record and these parameters: the one the record
-    states (`task_heads.Head.from_record`), or for a record without one (fine-tuned by 0.1
-    or 0.2, converted, or none) the head inferred here, the one place that reads it back
-    from the record's other entries and the parameters."""
+    """The head of a model with this task record and these parameters.
+
+    The one the record states (`task_heads.Head.from_record`), or for a record without one
+    (fine-tuned by 0.1 or 0.2, converted, or none) the head inferred here, the one place that reads
+    it back from the record's other entries and the parameters."""
     return task_heads.Head.from_record(task) or _inferred_head(task or {}, params)
 
 
 def _inferred_head(task: dict[str, Any], params: dict[str, Any]) -> task_heads.Head:
-    """An older record's `kind` or fine-tuning `family` (a tagger with `crf`); without
-    either, the head in `params` (a classifier with a pooler is a sequence classifier).
-    The width of the head's output layer gives its labels (one: a regression)."""
+    """An older record's `kind` or fine-tuning `family` (a tagger with `crf`).
+
+    Without either, the head in `params` (a classifier with a pooler is a sequence classifier). The
+    width of the head's output layer gives its labels (one: a regression)."""
     kind = task.get("kind") or _FAMILY_KINDS.get(task.get("family"))
     if kind is None:
         if "qa_outputs" in params:
@@ -400,8 +422,9 @@ def _inferred_head(task: dict[str, Any], params: dict[str, Any]) -> task_heads.H
 
 
 def label_names(task: dict[str, Any] | None) -> list[str] | None:
-    """Label names as the fine-tuning task (`label_names`) or a converted one (`labels`)
-    recorded them."""
+    """Label names as the fine-tuning task or a converted one recorded them.
+
+    The task records `label_names`, a converted one `labels`."""
     names = (task or {}).get("label_names") or (task or {}).get("labels")
     return [str(n) for n in names] if names else None
 
@@ -440,10 +463,12 @@ def match_params(loaded: Any, target: Any, *, partial: bool = False,
 def init_params(target: Any, loaded: dict[str, Any], shardings: Any = None, *,
                 drop: tuple[str, ...] = (), partial: bool = False,
                 source: str = "checkpoint", missing_hint: str = "") -> Any:
-    """Loaded weights (`load(path).params`, or its "bert" encoder) as the parameters of
-    the model whose parameter tree `target` is (arrays or ShapeDtypeStructs), placed with
-    `shardings` (a tree like `target` of `jax.sharding.Sharding`s; None: the default
-    device). Every run that starts from pretrained weights comes through here.
+    """Loaded weights as the parameters of the model whose parameter tree `target` is.
+
+    The weights are `load(path).params`, or its "bert" encoder; `target` holds arrays or
+    ShapeDtypeStructs. They are placed with `shardings` (a tree like `target` of
+    `jax.sharding.Sharding`s; None: the default device). Every run that starts from pretrained
+    weights comes through here.
 
     drop: top-level entries of `loaded` left out when `target` has none (heads the run
     does not use: an MLM-only run's NSP head, the pooler of a tagger). Layers are stacked

@@ -1,7 +1,8 @@
-"""A sentence-transformers model's own way to make one vector of a text: its pooling
-(`modules.json` -> `1_Pooling/config.json`), whether it normalises (a `Normalize` module)
-and its truncation (`sentence_bert_config.json`). `convert --from_hf` records them in the
-model directory (SETTINGS_FILE); `bert-jax embed` then uses them unless told otherwise,
+"""A sentence-transformers model's own way to make one vector of a text.
+
+Its pooling (`modules.json` -> `1_Pooling/config.json`), whether it normalises
+(a `Normalize` module) and its truncation (`sentence_bert_config.json`). `convert --from_hf` records
+them in the model directory (SETTINGS_FILE); `bert-jax embed` then uses them unless told otherwise,
 so the vectors are the model's sentence embeddings without flags."""
 
 from __future__ import annotations
@@ -26,9 +27,10 @@ def _read_json(path: str) -> Any:
 
 
 def read_hf_settings(hf_dir: str) -> tuple[dict[str, Any] | None, list[str]]:
-    """(settings or None, notes) of an HF directory: None when it is no
-    sentence-transformers model (no modules.json) or its pooling is not one `embed` has
-    (a note says which); a note for each module that is not converted (Dense, ...)."""
+    """(settings or None, notes) of an HF directory.
+
+    None when it is no sentence-transformers model (no modules.json) or its pooling is not one
+    `embed` has (a note says which); a note for each module that is not converted (Dense, ...)."""
     modules_file = paths.join(hf_dir, "modules.json")
     if not paths.exists(modules_file):
         return None, []

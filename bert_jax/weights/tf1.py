@@ -1,5 +1,6 @@
-"""Google's original TF1 BERT checkpoints (`bert_model.ckpt.*` + `bert_config.json`
-+ `vocab.txt`) to our parameter trees.
+"""Google's original TF1 BERT checkpoints to our parameter trees.
+
+A checkpoint is `bert_model.ckpt.*` + `bert_config.json` + `vocab.txt`.
 
 Each TF1 variable name maps one-to-one onto an HF tensor name, so the
 conversion renames the variables and hands them to `params_from_hf`; the
@@ -59,8 +60,9 @@ def is_training_variable(name: str) -> bool:
 
 
 def find_checkpoint(path: str | os.PathLike) -> str:
-    """The checkpoint prefix in a directory (`DIR/bert_model.ckpt`), or `path` itself when
-    it is already a prefix (`.../model.ckpt-1000`)."""
+    """The checkpoint prefix in a directory (`DIR/bert_model.ckpt`), or `path` if it is one.
+
+    `path` itself is returned when it is already a prefix (`.../model.ckpt-1000`)."""
     path = os.fspath(path)
     if os.path.exists(path + ".index"):
         return path
@@ -155,8 +157,10 @@ def params_from_tf1(variables: Mapping[str, np.ndarray], config: BertConfig) -> 
 
 
 def task_of(params: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The task a fine-tuned TF1 checkpoint was trained for, from its head (run_squad's or
-    run_classifier's: Google's releases have no other), recorded with the head."""
+    """The task a fine-tuned TF1 checkpoint was trained for, from its head.
+
+    Its head is run_squad's or run_classifier's (Google's releases have no other); the task is
+    recorded with the head."""
     if "qa_outputs" in params:
         return {"name": "squad", "num_labels": 2, **Head("span", 2).record()}
     if "classifier" in params:
@@ -167,8 +171,9 @@ def task_of(params: Mapping[str, Any]) -> dict[str, Any] | None:
 
 
 def load_tf1_dir(path: str | os.PathLike) -> tuple[BertConfig, dict[str, Any]]:
-    """Reads `bert_config.json` and the checkpoint in a directory (or next to a checkpoint
-    prefix): returns (config, params)."""
+    """Reads `bert_config.json` and the checkpoint in a directory (or next to a checkpoint prefix).
+
+    Returns (config, params)."""
     prefix = find_checkpoint(path)
     directory = os.fspath(path) if os.path.isdir(path) else os.path.dirname(prefix)
     config_path = os.path.join(directory, "bert_config.json")

@@ -1,6 +1,7 @@
-"""Reads a PyTorch `pytorch_model.bin` state dict into numpy without torch and
-without executing pickled code: the unpickler only admits the handful of
-reconstructors a state dict uses, and tensors are read straight from the zip.
+"""Reads a PyTorch `pytorch_model.bin` state dict into numpy, without torch or pickled code.
+
+No pickled code is executed: the unpickler only admits the handful of reconstructors a state dict
+uses, and tensors are read straight from the zip.
 """
 
 from __future__ import annotations
