@@ -60,8 +60,9 @@ def train_wordpiece(files: Sequence[str], vocab_size: int, do_lower_case: bool =
 
 def train_sentencepiece(files: Sequence[str], vocab_size: int, model_type: str,
                         out_dir: str) -> SentencePieceTokenizer:
-    """Trains `out_dir/spm.model` (`model_type` 'unigram' or 'bpe'; `out_dir` local: the
-    trainer writes only local files)."""
+    """Trains `out_dir/spm.model`.
+
+    `model_type`: 'unigram' or 'bpe'. `out_dir` is local: the trainer writes only local files."""
     import sentencepiece as spm
     paths.makedirs(out_dir)
     try:

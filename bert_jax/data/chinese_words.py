@@ -26,8 +26,10 @@ def has_cjk(text: str) -> bool:
 
 
 def jieba_segmenter() -> Segmenter:
-    """jieba's default (precise, HMM) mode, imported and its dictionary loaded (~1 s)
-    on the first call, so text without Chinese never pays for it."""
+    """jieba's default (precise, HMM) mode, imported on the first call.
+
+    Its dictionary is loaded (~1 s) on the first call too, so text without Chinese never pays for
+    it."""
     loaded = []
 
     def segment(line: str) -> List[str]:
@@ -80,8 +82,10 @@ def word_spans(text: str, words: Sequence[str], where: str = "") -> List[Tuple[i
 
 def continues_word(offsets: Sequence[Tuple[int, int]],
                    spans: Sequence[Tuple[int, int]]) -> List[bool]:
-    """bool per token (character offsets): True where the token starts inside the
-    segmented word (`spans`) that the token before it starts in."""
+    """bool per token: whether it continues the word the token before it starts in.
+
+    Tokens are given by character offsets; True where the token starts inside the segmented word
+    (`spans`) that the token before it starts in."""
     word_of = {}
     for index, (start, end) in enumerate(spans):
         for position in range(start, end):
@@ -98,8 +102,10 @@ ENTITY_TAGS = ("nr", "ns", "nt", "nz")  # person, place, organisation, other pro
 
 
 def jieba_entities() -> Callable[[str], List[Tuple[int, int]]]:
-    """Entity spans from jieba.posseg: words tagged nr* (person; jieba also has nrt, nrfg),
-    ns, nt or nz; adjacent entity words make one entity (上海 浦东 -> 上海浦东)."""
+    """Entity spans from jieba.posseg.
+
+    Words tagged nr* (person; jieba also has nrt, nrfg), ns, nt or nz; adjacent entity words make
+    one entity (上海 浦东 -> 上海浦东)."""
     loaded = []
 
     def entities(line: str) -> List[Tuple[int, int]]:

@@ -1,6 +1,7 @@
-"""The commands of the data package: `bert-jax create-data` and `bert-jax train-tokenizer`
-(flags, checks of the output folder, what is printed) over `create_pretraining_data` and
-`build_vocab`, which parse no command line."""
+"""The commands of the data package.
+
+`bert-jax create-data` and `bert-jax train-tokenizer` (flags, checks of the output folder, what is
+printed) over `create_pretraining_data` and `build_vocab`, which parse no command line."""
 
 from __future__ import annotations
 
@@ -76,9 +77,10 @@ def _options(args: argparse.Namespace) -> DataOptions:
 
 def write_and_report(args, options: DataOptions, output_files: list[str],
                      summary_dir: str | None) -> None:
-    """Shared by `create_data_main` and tools/create_pretraining_data.py: converts, saves
-    the summary, then prints a short one and a last line naming the rows, shards, folder
-    and the command that reads them."""
+    """Shared by `create_data_main` and tools/create_pretraining_data.py.
+
+    converts, saves the summary, then prints a short one and a last line naming the rows, shards,
+    folder and the command that reads them."""
     host_index, num_hosts = getattr(args, "host_index", 0), getattr(args, "num_hosts", 1)
     stats = cpd.create_pretraining_data(
         args.input, output_files, args.tokenizer, options, args.do_lower_case,

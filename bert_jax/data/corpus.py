@@ -54,9 +54,10 @@ def expand_inputs(patterns: Sequence[str]) -> List[str]:
 
 
 def require_text(files: Sequence[str], codec: str = encoding.DEFAULT) -> None:
-    """Raises UserError unless some file holds a non-blank line: an empty corpus makes
-    empty shards or an empty vocabulary, never an error of its own. Reads up to the
-    first line with text."""
+    """Raises UserError unless some file holds a non-blank line.
+
+    An empty corpus makes empty shards or an empty vocabulary, never an error of its own. Reads up
+    to the first line with text."""
     for path in files:
         if any(iter_lines(path, ReadStats(), codec)):
             return
@@ -80,9 +81,10 @@ def _checked_gzip(lines: Iterator[bytes], path: str) -> Iterator[bytes]:
 
 
 def iter_lines(path: str, stats: ReadStats, codec: str = encoding.DEFAULT) -> Iterator[str]:
-    """Stripped lines of one file (`bert_jax.host.encoding`: UTF-8, or UTF-16/32 after a
-    byte-order mark, read whole; other bytes raise UserError naming the line), or in
-    the `codec` the user named."""
+    """Stripped lines of one file, decoded by `bert_jax.host.encoding` or in `codec`.
+
+    The encoding module reads UTF-8, or UTF-16/32 after a byte-order mark, read whole; other bytes
+    raise UserError naming the line. `codec`: the one the user named."""
     stats.files += 1
     size = 0
     if not encoding.is_default(codec):
@@ -118,8 +120,9 @@ def read_documents(path: str, stats: ReadStats,
 
 def split_documents(lines: Iterable[T], stats: ReadStats,
                     text: Callable[[T], str] = lambda line: line) -> List[List[T]]:
-    """Lines grouped into documents at blank lines (`text(line)` empty), blank lines
-    dropped; counts the non-blank lines and the documents in `stats`."""
+    """Lines grouped into documents at blank lines (`text(line)` empty), blank lines dropped.
+
+    Counts the non-blank lines and the documents in `stats`."""
     documents, current = [], []
     for line in lines:
         if text(line):
@@ -139,8 +142,9 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[\u3002\uff01\uff1f])")
 
 
 def split_long_line(line: str, piece: int) -> List[str]:
-    """The sentences of an over-long `line` (a paragraph or a whole file on one line),
-    each longer than `piece` characters cut after its last space before `piece` (or at
+    """The sentences of an over-long `line` (a paragraph or a whole file on one line).
+
+    Each one longer than `piece` characters is cut after its last space before `piece` (or at
     `piece`, for text without spaces). Linear in the line's length."""
     out = []
     for sentence in _SENTENCE_END.split(line):

@@ -84,8 +84,9 @@ def _cjk_share(path: str, codec: str, lines: int = 1000) -> float:
 
 
 def _check_options(options: DataOptions) -> None:
-    """The flags that would make meaningless rows, refused (0 < masked_lm_prob: at 0 the
-    masker would still mask one token per row)."""
+    """Refuses the flags that would make meaningless rows.
+
+    That includes 0 < masked_lm_prob: at 0 the masker would still mask one token per row."""
     if options.max_seq_length < 5:
         raise UserError("max_seq_length must be at least 5")
     check_positive("--max_predictions_per_seq", options.max_predictions_per_seq)
@@ -102,8 +103,9 @@ def _size(path: str) -> int:
 
 
 def _text_files(inputs: Sequence[str], codec: str) -> List[str]:
-    """The input files, all text (a TFRecord among them is refused, named), some not blank;
-    a corpus by name (`tfds:NAME`) as its pieces (`tfds_source`), after them."""
+    """The input files, all text (a TFRecord among them is refused, named), some not blank.
+
+    A corpus by name (`tfds:NAME`) as its pieces (`tfds_source`), after them."""
     by_name = [p for name in inputs if tfds_source.is_tfds(name)
                for p in tfds_source.pieces(name)]
     names = [name for name in inputs if not tfds_source.is_tfds(name)]
@@ -119,9 +121,10 @@ def _text_files(inputs: Sequence[str], codec: str) -> List[str]:
 
 
 def _check_inputs_apart(files: Sequence[str], output_files: Sequence[str]) -> None:
-    """Refuses an input that this run would overwrite or remove: a file in the output
-    folder under one of the names create-data writes there (a text file named like a
-    shard is read, then removed as an earlier run's shard: `DATA_FOLDER.replaced`)."""
+    """Refuses an input that this run would overwrite or remove.
+
+    A file in the output folder under one of the names create-data writes there (a text file named
+    like a shard is read, then removed as an earlier run's shard: `DATA_FOLDER.replaced`)."""
     folders = {paths.dirname(paths.abspath(p)) for p in output_files}
     for path in files:
         full = paths.abspath(path)
@@ -147,9 +150,10 @@ def _warn_about(total: Stats, files: Sequence[str], options: DataOptions) -> Non
 
 def _plan(files, references, vocab, do_lower_case, options: DataOptions,
           num_shards: int) -> dict:
-    """What the parts are made from and with: the data's `record` (`data_record`), whose
-    key tells a finished part of this run from one of another (a resumed run keeps the
-    first, remakes the second)."""
+    """What the parts are made from and with.
+
+    The data's `record` (`data_record`), whose key tells a finished part of this run from one of
+    another (a resumed run keeps the first, remakes the second)."""
     fingerprint = load_tokenizer(vocab, do_lower_case).fingerprint()
     record = data_record.make_record(options, vocab, fingerprint, files, num_shards, references)
     return dict(plan=data_record.record_key(record), num_files=len(files), record=record)
@@ -157,10 +161,12 @@ def _plan(files, references, vocab, do_lower_case, options: DataOptions,
 
 @contextlib.contextmanager
 def _main_not_rerun():
-    """Spawned workers run bert_jax's functions only, but spawn re-runs the caller's
-    `__main__` script in each: a script without an `if __name__ == "__main__"` guard
-    (`train_and_evaluate(...)` at its top level) would start its job again there. Hiding
-    the script's path while the workers start keeps them from running it."""
+    """Keeps spawned workers from re-running the caller's `__main__` script.
+
+    Spawned workers run bert_jax's functions only, but spawn re-runs the caller's `__main__` script
+    in each: a script without an `if __name__ == "__main__"` guard (`train_and_evaluate(...)` at its
+    top level) would start its job again there. Hiding the script's path while the workers start
+    keeps them from running it."""
     main = sys.modules["__main__"]
     saved = {name: main.__dict__[name] for name in ("__file__", "__spec__")
              if name in main.__dict__}
@@ -174,10 +180,12 @@ def _main_not_rerun():
 
 
 def _fork_is_safe() -> bool:
-    """Forking copies only the calling thread: safe on Linux while this process runs no
-    other thread (but ones marked `fork_safe`, like the workdir lock's heartbeat) and has
-    not imported TensorFlow or JAX (whose thread pools a forked child would find locked).
-    The create-data command qualifies; a pretraining job converting raw text spawns."""
+    """Forking copies only the calling thread.
+
+    Safe on Linux while this process runs no other thread (but ones marked `fork_safe`, like the
+    workdir lock's heartbeat) and has not imported TensorFlow or JAX (whose thread pools a forked
+    child would find locked). The create-data command qualifies; a pretraining job converting raw
+    text spawns."""
     others = [t for t in threading.enumerate() if t is not threading.main_thread()]
     return (sys.platform == "linux" and all(getattr(t, "fork_safe", False) for t in others)
             and not {"tensorflow", "jax"} & sys.modules.keys())
@@ -185,8 +193,9 @@ def _fork_is_safe() -> bool:
 
 @contextlib.contextmanager
 def _workers(num_workers: int, tasks: int, init_args: tuple):
-    """A `map` over `num_workers` worker processes (in this one for 1 worker or task);
-    the workers are ended on leaving, whatever stopped the run."""
+    """A `map` over `num_workers` worker processes (in this one for 1 worker or task).
+
+    The workers are ended on leaving, whatever stopped the run."""
     if num_workers <= 1 or tasks <= 1:
         example_maker.init_worker(*init_args)
         yield map
@@ -298,8 +307,9 @@ def _total(metas: Sequence[dict]) -> Stats:
 
 def _assemble(metas: Sequence[dict], parts_dir: str, output_files: Sequence[str], run_map,
               summary_path: Optional[str]) -> None:
-    """The shards from the parts (`metas`, in input order), renamed into place together,
-    then summary.json and the data's record beside it; refuses a data set with no row
+    """The shards from the parts (`metas`, in input order), renamed into place together.
+
+    Then summary.json and the data's record beside it; refuses a data set with no row
     (it would only fail later)."""
     total = _total(metas)
     if not total.instances:
@@ -329,9 +339,10 @@ def _assemble(metas: Sequence[dict], parts_dir: str, output_files: Sequence[str]
 
 
 def assemble(output_dir: str, num_shards: int, num_workers: int = 1) -> Stats:
-    """Assembles the parts that `num_hosts` runs wrote into OUTPUT/parts (every file's
-    part must be there) into the shards, summary.json and the data's record, then removes
-    the parts."""
+    """Assembles the parts that `num_hosts` runs wrote into OUTPUT/parts.
+
+    Every file's part must be there. They become the shards, summary.json and the data's record,
+    then the parts are removed."""
     parts_dir = paths.join(output_dir, DATA_FOLDER.parts)
     metas = [json.loads(paths.read_text(p))
              for p in paths.glob(paths.join(parts_dir, "part-*.json"))]
@@ -371,8 +382,9 @@ def _remove_outputs(output_files: Sequence[str], made: Sequence[str]) -> None:
 
 
 def remove_stale_shards(output_dir: str, output_files: Sequence[str]) -> List[str]:
-    """Removes the shards an earlier run with another --num_shards left in `output_dir`
-    (`pretrain-*-of-*.tfrecord` that this run did not write): a glob over the directory
+    """Removes the shards an earlier run with another --num_shards left in `output_dir`.
+
+    These are the `pretrain-*-of-*.tfrecord` that this run did not write: a glob over the directory
     would train on both sets. Returns their paths."""
     keep = {paths.abspath(p) for p in output_files}
     stale = [p for p in paths.glob(paths.join(output_dir, DATA_FOLDER.shards))
@@ -383,8 +395,9 @@ def remove_stale_shards(output_dir: str, output_files: Sequence[str]) -> List[st
 
 
 def remove_stale_temporaries(output_dir: str) -> List[str]:
-    """Removes the hidden `.tmp-*` files and folders a stopped run left in `output_dir`
-    (call it holding the folder's lock: a running run's are not stale). Returns them."""
+    """Removes the hidden `.tmp-*` files and folders a stopped run left in `output_dir`.
+
+    Call it holding the folder's lock: a running run's are not stale. Returns them."""
     stale = paths.glob(paths.join(output_dir, ".tmp-*")) if paths.isdir(output_dir) else []
     for path in stale:
         if paths.isdir(path):

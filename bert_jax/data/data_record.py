@@ -1,6 +1,8 @@
-"""What a data folder's TFRecords were made with: one record, `DATA_FOLDER.record`
-(options.json), written once beside the shards when they are complete (`write_record`),
-read by pretraining's checks and its reuse of converted text (`read_record`).
+"""What a data folder's TFRecords were made with.
+
+One record, `DATA_FOLDER.record` (options.json), written once beside the shards when they are
+complete (`write_record`), read by pretraining's checks and its reuse of converted text
+(`read_record`).
 
     {"format": 2, "tokenizer": PATH, "vocabulary": FINGERPRINT,
      the create-data fields of `DataOptions` under their names (max_seq_length,
@@ -33,8 +35,9 @@ _STATIC_KEYS = ("dynamic_masking", "max_predictions_per_seq", "whole_word_maskin
 
 
 def input_identity(path: str) -> list:
-    """What an input file is, for telling data made from it from data made from another:
-    a tfds piece by its data set's version and size, the embedded corpus by name and size
+    """What an input file is, for telling data made from it from data made from another.
+
+    A tfds piece by its data set's version and size, the embedded corpus by name and size
     (the same wherever it is installed), a file by path, size and mtime."""
     if tfds_source.is_tfds(path):
         return tfds_source.identity(path)
@@ -46,9 +49,10 @@ def input_identity(path: str) -> list:
 
 def make_record(options: DataOptions, tokenizer: str, vocabulary: str, files: Sequence[str],
          num_shards: int, references: Sequence[str] = ()) -> dict:
-    """The record of data made from `files` (and Chinese `references`) into `num_shards`
-    shards with `options`' create-data fields and the tokenizer at path `tokenizer`,
-    whose fingerprint is `vocabulary`."""
+    """The record of data made from `files` into `num_shards` shards.
+
+    Also from Chinese `references`, with `options`' create-data fields and the tokenizer at path
+    `tokenizer`, whose fingerprint is `vocabulary`."""
     return {"format": RECORD_FORMAT, "tokenizer": paths.abspath(tokenizer),
             "vocabulary": vocabulary, **options.create_data_fields(), "num_shards": num_shards,
             "inputs": [input_identity(f) for f in files],
@@ -56,8 +60,10 @@ def make_record(options: DataOptions, tokenizer: str, vocabulary: str, files: Se
 
 
 def record_key(record: dict) -> str:
-    """A short hash of what the data is: the record less the tokenizer's path (its
-    fingerprint says what it holds). Equal keys: the same data."""
+    """A short hash of what the data is.
+
+    The record less the tokenizer's path (its fingerprint says what it holds). Equal keys: the same
+    data."""
     made = {k: v for k, v in record.items() if k != "tokenizer"}
     return hashlib.sha256(json.dumps(made, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -75,8 +81,9 @@ def _json(path: str) -> dict | None:
 
 
 def read_record(directory: str) -> tuple[dict, str] | None:
-    """(the record of `directory`'s data, the name of the file it was read from), or None
-    when it has none; an earlier release's record reads as this one (`from_old_record`)."""
+    """(the record of `directory`'s data, the file it was read from), or None when it has none.
+
+    An earlier release's record reads as this one (`from_old_record`)."""
     record = _json(paths.join(directory, DATA_FOLDER.record))
     if record is not None and record.get("format") == RECORD_FORMAT:
         return record, DATA_FOLDER.record
@@ -90,8 +97,10 @@ def read_record(directory: str) -> tuple[dict, str] | None:
 
 
 def from_old_record(old: dict) -> dict:
-    """An earlier release's record as this one: options.json of format 1, or create-data's
-    summary.json or part plan (`run`); what it does not say is left out."""
+    """An earlier release's record as this one.
+
+    options.json of format 1, or create-data's summary.json or part plan (`run`); what it does not
+    say is left out."""
     if old.get("format") == 1:  # keys at their defaults were left out
         record = {**DataOptions().create_data_fields(), "references": [], **old}
         if "static_masking" in record:
@@ -113,8 +122,9 @@ def from_old_record(old: dict) -> dict:
 
 
 def record_of_part(meta: dict) -> dict:
-    """The record in a create-data part's JSON (`shard_parts`), of this release or an
-    earlier one (its plan's `run`)."""
+    """The record in a create-data part's JSON (`shard_parts`).
+
+    It may be of this release or an earlier one (its plan's `run`)."""
     return meta["record"] if "record" in meta else from_old_record(meta["run"])
 
 
@@ -124,8 +134,9 @@ def has_setup(record: dict) -> bool:
 
 
 def _setup_value(values: dict, name: str):
-    """A setting as the records bake it in: whole_word_masking means whole units (words,
-    or ERNIE's longer units, which imply them)."""
+    """A setting as the records bake it in.
+
+    whole_word_masking means whole units (words, or ERNIE's longer units, which imply them)."""
     if name == "whole_word_masking":
         return bool(values["whole_word_masking"]) or \
             values.get("knowledge_masking", "none") != "none"
@@ -133,10 +144,11 @@ def _setup_value(values: dict, name: str):
 
 
 def setup_mismatch(options: DataOptions, made: dict) -> tuple | None:
-    """(name, the records' value, this run's) for the first setting of the records'
-    record `made` that a run with `options` would train on wrongly; None when they fit.
-    With dynamic masking the records' masks are not used, only their rows and units;
-    masked_lm_prob is not compared (a run takes the records' static masks as made)."""
+    """The first setting of the records that a run with `options` would train on wrongly.
+
+    As (name, the records' value, this run's), for the records' record `made`; None when they fit.
+    With dynamic masking the records' masks are not used, only their rows and units; masked_lm_prob
+    is not compared (a run takes the records' static masks as made)."""
     want = options.create_data_fields()
     names = list(_SHAPE_KEYS)
     if not options.dynamic_masking:

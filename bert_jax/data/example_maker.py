@@ -1,6 +1,8 @@
-"""create-data's worker: one input file -> its serialized tf.train.Examples and Stats
-(tokenizing, building instances, masking; see `create_pretraining_data` for the format),
-and `examples_from_texts` for in-memory documents. Imports no TensorFlow."""
+"""create-data's worker.
+
+One input file -> its serialized tf.train.Examples and Stats (tokenizing, building instances,
+masking; see `create_pretraining_data` for the format), and `examples_from_texts` for in-memory
+documents. Imports no TensorFlow."""
 import random
 import signal
 from typing import List, Optional, Sequence
@@ -19,9 +21,11 @@ _worker = {}
 
 def init_worker(vocab: str, do_lower_case: Optional[bool], options: DataOptions,
                 ignore_interrupts: bool = False):
-    """Loads what `process_file` needs into this process. `ignore_interrupts`: in a pool's
-    workers, which the parent ends itself on Ctrl-C (no traceback from each) and with
-    SIGTERM, which must kill them (a forked worker inherits the parent's stop handler)."""
+    """Loads what `process_file` needs into this process.
+
+    `ignore_interrupts`: in a pool's workers, which the parent ends itself on Ctrl-C
+    (no traceback from each) and with SIGTERM, which must kill them (a forked worker inherits the
+    parent's stop handler)."""
     if ignore_interrupts:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -43,9 +47,11 @@ def _entity_finder(options: DataOptions):
 
 def read_input_documents(path: str, ref_path: Optional[str], read: corpus.ReadStats,
                    codec: str) -> list:
-    """The one place documents are read: an input (a text file) -> documents as lists of
-    (sentence, reference words or None, 'ref_file:line'); `read` counts files and bytes.
-    `path` may be a piece of a tfds corpus (`tfds_source`)."""
+    """The one place documents are read.
+
+    An input (a text file) -> documents as lists of (sentence, reference words or None,
+    'ref_file:line'); `read` counts files and bytes. `path` may be a piece of a tfds corpus
+    (`tfds_source`)."""
     if tfds_source.is_tfds(path):
         return [[(sentence, None, "") for sentence in document]
                 for document in tfds_source.read_piece(path, read)]
@@ -71,10 +77,11 @@ _UNIT_TAG = 1 << 24  # ids are below it; see `_encode_sentences`
 
 def _encode_sentences(tokenizer, sentences, segment, entities=None, phrases=False,
                       stats: Optional[Stats] = None) -> List[np.ndarray]:
-    """int32 ids per (sentence, words, where); with whole-word masking (`segment` given,
-    or reference words) a token that continues a segmented word is stored as -(id + 1):
-    the flag then travels with its token through instance building and truncation.
-    With knowledge masking (`entities`: text -> entity spans; `phrases`: the reference
+    """int32 ids per (sentence, words, where).
+
+    With whole-word masking (`segment` given, or reference words) a token that continues a segmented
+    word is stored as -(id + 1): the flag then travels with its token through instance building and
+    truncation. With knowledge masking (`entities`: text -> entity spans; `phrases`: the reference
     words are phrases) a token that continues a unit is stored as -(id + 1 + 2**24), or
     -(id + 1 + 2**25) when it also continues its word."""
     if segment is None and entities is None and all(words is None for _, words, _ in sentences):
@@ -107,9 +114,10 @@ def _encode_sentences(tokenizer, sentences, segment, entities=None, phrases=Fals
 
 def _split_word_flags(rows: dict, word_start_table: np.ndarray,
                       knowledge: bool = False) -> np.ndarray:
-    """Restores tagged ids in `rows` (see `_encode_sentences`); returns bool [N, L] word starts
-    and stores them as rows['word_start'] (and, with `knowledge` masking, the units' starts
-    as rows['unit_start'])."""
+    """Restores tagged ids in `rows` (see `_encode_sentences`).
+
+    Returns bool [N, L] word starts and stores them as rows['word_start'] (and, with `knowledge`
+    masking, the units' starts as rows['unit_start'])."""
     tagged = rows["input_ids"] < 0
     value = np.where(tagged, -rows["input_ids"] - 1, 0)
     kind = value // _UNIT_TAG  # 0: continues a word; 1: a unit; 2: both
@@ -123,8 +131,10 @@ def _split_word_flags(rows: dict, word_start_table: np.ndarray,
 
 def _knowledge_masking_units(rows: dict, word_start: np.ndarray, keys: np.ndarray,
                              options: DataOptions, stats: Optional[Stats] = None) -> np.ndarray:
-    """The units to mask whole per row: knowledge units in a share of the rows
-    (`masking.knowledge_rows`), words elsewhere; counts them in `stats`."""
+    """The units to mask whole per row.
+
+    Knowledge units in a share of the rows (`masking.knowledge_rows`), words elsewhere; counts them
+    in `stats`."""
     if "unit_start" not in rows:
         return word_start
     use = masking.knowledge_rows(keys, options.knowledge_masking_prob)
@@ -134,8 +144,9 @@ def _knowledge_masking_units(rows: dict, word_start: np.ndarray, keys: np.ndarra
 
 
 def _in_knowledge_units(tagged_ids: np.ndarray) -> np.ndarray:
-    """bool [N, L]: the tokens of entities or phrases (of 2+ tokens), from the tagged ids
-    (see `_encode_sentences`): those continuing a unit and the ones each starts from."""
+    """bool [N, L]: the tokens of entities or phrases (of 2+ tokens), from the tagged ids.
+
+    See `_encode_sentences`: those continuing a unit and the ones each starts from."""
     continues = (tagged_ids < 0) & ((-tagged_ids - 1) // _UNIT_TAG > 0)
     return continues | np.pad(continues[:, 1:], ((0, 0), (0, 1)))
 
@@ -144,10 +155,12 @@ LONG_LINE = 8  # a line of more than 8 x max_seq_length characters is split into
 
 
 def _split_long_lines(sentences: list, max_seq_length: int, stats: Stats) -> list:
-    """(sentence, words, where) items, a line over LONG_LINE x max_seq_length characters
-    (a paragraph, or a file without newlines) replaced by its sentences, or chunks of
-    max_seq_length - 3 characters (`corpus.split_long_line`): kept whole, in linear time,
-    rather than truncated to one row. Lines with reference words stay as they are."""
+    """(sentence, words, where) items, with over-long lines split.
+
+    A line over LONG_LINE x max_seq_length characters (a paragraph, or a file without newlines) is
+    replaced by its sentences, or chunks of max_seq_length - 3 characters
+    (`corpus.split_long_line`): kept whole, in linear time, rather than truncated to one row. Lines
+    with reference words stay as they are."""
     if all(len(text) <= LONG_LINE * max_seq_length for text, _, _ in sentences):
         return sentences
     out = []
@@ -191,9 +204,10 @@ def _tokenize_documents(path: str, ref_path: Optional[str], stats: Stats):
 
 def _make_rows(documents, options: DataOptions, tokenizer, seed: str, rng: random.Random,
                stats: Stats):
-    """(instances, row dict) for the documents of one unit of work, dupe_factor times,
-    shuffled with `rng`: NSP pairs (dupe d drawn with the generator `seed/d`), or
-    full-sentence rows without NSP."""
+    """(instances, row dict) for the documents of one unit of work.
+
+    They are made dupe_factor times, shuffled with `rng`: NSP pairs (dupe d drawn with the generator
+    `seed/d`), or full-sentence rows without NSP."""
     if not options.next_sentence_prediction:
         made = instances.full_sentence_rows(documents, options.max_seq_length,
                                             tokenizer.sep_id) if documents else []
@@ -324,9 +338,10 @@ def examples_from_texts(documents: Sequence[Sequence[str]], tokenizer, options: 
 
 
 def convert_file(task: tuple) -> dict:
-    """One input file -> its part (`shard_parts.write_part`); `task`: (index, path,
-    reference path or None, parts folder, number of shards, JSON to record with it).
-    Returns the part's JSON, the file's Stats under 'stats'."""
+    """One input file -> its part (`shard_parts.write_part`).
+
+    `task`: (index, path, reference path or None, parts folder, number of shards, JSON to record
+    with it). Returns the part's JSON, the file's Stats under 'stats'."""
     index, path, ref_path, parts_dir, num_shards, meta = task
     records, stats = process_file((index, path, ref_path))
     return shard_parts.write_part(records, parts_dir, index, num_shards,

@@ -1,7 +1,8 @@
-"""tf.train.Example serialization without TensorFlow: the few messages of TensorFlow's
-example.proto and feature.proto (same field numbers, proto3, packed lists), built at
-import with `protobuf` alone, so create-data's workers skip TensorFlow's ~3 s import.
-Bytes equal TensorFlow's `SerializeToString(deterministic=True)` (a test compares them)."""
+"""tf.train.Example serialization without TensorFlow.
+
+The few messages of TensorFlow's example.proto and feature.proto (same field numbers, proto3, packed
+lists), built at import with `protobuf` alone, so create-data's workers skip TensorFlow's ~3 s
+import. Bytes equal TensorFlow's `SerializeToString(deterministic=True)` (a test compares them)."""
 from __future__ import annotations
 
 from typing import List
@@ -47,7 +48,8 @@ Example = _example_class()
 
 
 def serialize_examples(rows: dict) -> List[bytes]:
-    """Row dicts of numpy arrays ([N, ...] each) -> serialized tf.train.Examples:
+    """Row dicts of numpy arrays ([N, ...] each) -> serialized tf.train.Examples.
+
     masked_lm_weights as a float list, every other key as an int64 list."""
     columns = {name: (np.asarray(values).reshape(len(values), -1).tolist(),
                       name == "masked_lm_weights") for name, values in rows.items()}

@@ -1,6 +1,7 @@
-"""Pretraining rows from tokenized documents: next-sentence-prediction pairs (BERT's
-rules), sentence-order pairs (ALBERT's SOP) or, without either, rows of contiguous
-sentences (`full_sentence_rows`).
+"""Pretraining rows from tokenized documents.
+
+Next-sentence-prediction pairs (BERT's rules), sentence-order pairs (ALBERT's SOP) or, without
+either, rows of contiguous sentences (`full_sentence_rows`).
 
 Per document, sentences accumulate until a target length (max_seq_length - 3,
 or with probability short_seq_prob a length uniform in [2, that]); the chunk
@@ -51,8 +52,9 @@ class InstanceStats:
 
 def _truncate_pair(tokens_a: list, tokens_b: list, max_tokens: int,
                    rng: random.Random) -> bool:
-    """Drops tokens from the longer side, at its front or back (p=0.5), in place; returns
-    whether it dropped any. Counts the drops first: linear in the pair's length."""
+    """Drops tokens from the longer side, at its front or back (p=0.5), in place.
+
+    Returns whether it dropped any. Counts the drops first: linear in the pair's length."""
     lengths, drops = [len(tokens_a), len(tokens_b)], [[0, 0], [0, 0]]  # [front, back]
     while sum(lengths) > max_tokens:
         longer = 0 if lengths[0] > lengths[1] else 1
@@ -67,7 +69,8 @@ def instances_from_document(documents: Sequence[Sequence[np.ndarray]], index: in
                             max_seq_length: int, short_seq_prob: float, rng: random.Random,
                             stats: InstanceStats, sentence_order: bool = False
                             ) -> List[Instance]:
-    """Instances of `documents[index]`, each document a list of id arrays (one per sentence):
+    """Instances of `documents[index]`, each document a list of id arrays (one per sentence).
+
     NSP pairs, or with `sentence_order` SOP pairs (see the module's docstring)."""
     document = documents[index]
     max_tokens = max_seq_length - 3
@@ -136,8 +139,10 @@ def instances_from_document(documents: Sequence[Sequence[np.ndarray]], index: in
 
 
 def _sentence_order_instance(document, chunk, i, max_tokens, short, rng):
-    """(index of the chunk's last sentence, an SOP Instance or None, whether it was
-    truncated) for a full chunk ending at sentence i."""
+    """A sentence-order Instance for a full chunk ending at sentence i, as a triple.
+
+    The triple is (index of the chunk's last sentence, an SOP Instance or None, whether it was
+    truncated)."""
     if len(chunk) == 1 and i + 1 < len(document):  # B is the actual next sentence
         i += 1
         chunk = chunk + [document[i]]
@@ -159,9 +164,10 @@ def _sentence_order_instance(document, chunk, i, max_tokens, short, rng):
 
 
 def pack_instances(instances: Sequence[Instance], max_seq_length: int, cls_id: int, sep_id: int):
-    """[CLS] A [SEP] B [SEP] rows: input_ids, input_mask, segment_ids int32 [N, L];
-    next_sentence_labels int32 [N] (1 = random next, as in BERT; for sentence-order pairs
-    1 = swapped, as in ALBERT)."""
+    """[CLS] A [SEP] B [SEP] rows.
+
+    input_ids, input_mask, segment_ids int32 [N, L]; next_sentence_labels int32 [N] (1 = random
+    next, as in BERT; for sentence-order pairs 1 = swapped, as in ALBERT)."""
     n = len(instances)
     input_ids = np.zeros((n, max_seq_length), np.int32)
     segment_ids = np.zeros((n, max_seq_length), np.int32)
@@ -179,12 +185,13 @@ def pack_instances(instances: Sequence[Instance], max_seq_length: int, cls_id: i
 
 def full_sentence_rows(documents: Sequence[Sequence[np.ndarray]], max_seq_length: int,
                        sep_id: int) -> List[List[int]]:
-    """MLM-only rows, RoBERTa's FULL-SENTENCES: the sentences of the documents, in order,
-    fill each row up to max_seq_length - 2 tokens (room for [CLS] and the final [SEP]);
-    a row may cross into the next document, with a [SEP] between the two. A sentence
-    that does not fit starts the next row; one longer than a whole row is cut into
-    row-sized pieces, so no text is lost. Returns the rows' tokens without [CLS] and
-    the final [SEP]."""
+    """MLM-only rows, RoBERTa's FULL-SENTENCES.
+
+    The sentences of the documents, in order, fill each row up to max_seq_length - 2 tokens
+    (room for [CLS] and the final [SEP]); a row may cross into the next document, with a [SEP]
+    between the two. A sentence that does not fit starts the next row; one longer than a whole row
+    is cut into row-sized pieces, so no text is lost. Returns the rows' tokens without [CLS] and the
+    final [SEP]."""
     max_tokens = max_seq_length - 2
     rows: List[List[int]] = []
     row: List[int] = []
@@ -207,8 +214,9 @@ def full_sentence_rows(documents: Sequence[Sequence[np.ndarray]], max_seq_length
 
 def pack_full_sentence_rows(rows: Sequence[Sequence[int]], max_seq_length: int, cls_id: int,
                             sep_id: int):
-    """[CLS] tokens [SEP] rows, all segment 0, no next_sentence_labels: input_ids,
-    input_mask, segment_ids int32 [N, L]."""
+    """[CLS] tokens [SEP] rows, all segment 0, no next_sentence_labels.
+
+    input_ids, input_mask, segment_ids int32 [N, L]."""
     input_ids = np.zeros((len(rows), max_seq_length), np.int32)
     for r, tokens in enumerate(rows):
         input_ids[r, :len(tokens) + 2] = [cls_id, *tokens, sep_id]

@@ -1,6 +1,8 @@
-"""Token-length coverage of a data set: percentiles of its lengths and what a
-max_seq_length cuts, to choose a length that covers most examples rather than the mean.
-Pure numpy; `create-data` and `finetune` report it, `max_seq_length=auto` uses it."""
+"""Token-length coverage of a data set.
+
+Percentiles of its lengths and what a max_seq_length cuts, to choose a length that covers most
+examples rather than the mean. Pure numpy; `create-data` and `finetune` report it,
+`max_seq_length=auto` uses it."""
 
 from __future__ import annotations
 
@@ -14,8 +16,9 @@ AUTO_MULTIPLE = 8  # lengths padded to a multiple of 8 suit the accelerators' ti
 
 
 def percentiles(lengths: Sequence[int]) -> dict[str, int]:
-    """{"p50", "p90", "p95", "p99", "max"}: each the smallest length at least that share
-    of `lengths` fit in (all 0 for none)."""
+    """{"p50", "p90", "p95", "p99", "max"}.
+
+    Each the smallest length at least that share of `lengths` fit in (all 0 for none)."""
     lengths = np.asarray(lengths)
     if not lengths.size:
         return {**{f"p{p}": 0 for p in PERCENTILES}, "max": 0}
@@ -35,8 +38,9 @@ def coverage(lengths: Sequence[int], max_seq_length: int) -> dict[str, int]:
 
 def covering_length(lengths: Sequence[int], limit: int, share: float = AUTO_COVERAGE,
                     multiple: int = AUTO_MULTIPLE) -> int:
-    """The smallest multiple of `multiple` that `share` of `lengths` fit in, at most `limit`
-    (the position table) and at least `multiple`."""
+    """The smallest multiple of `multiple` that `share` of `lengths` fit in.
+
+    It is at most `limit` (the position table) and at least `multiple`."""
     lengths = np.asarray(lengths)
     needed = int(np.percentile(lengths, 100 * share, method="inverted_cdf")) if lengths.size \
         else 0
@@ -44,8 +48,10 @@ def covering_length(lengths: Sequence[int], limit: int, share: float = AUTO_COVE
 
 
 def describe_coverage(report: dict[str, int], what: str) -> str:
-    """One line: 'token lengths of 120 train examples: p50 31, ..., max 230;
-    max_seq_length 128 truncates 3 (2.5%)'."""
+    """One line on how the token lengths of `what` fit max_seq_length.
+
+    For example 'token lengths of 120 train examples: p50 31, ..., max 230; max_seq_length 128
+    truncates 3 (2.5%)'."""
     share = report["truncated"] / max(report["examples"], 1)
     spread = ", ".join(f"{key} {report[key]}" for key in (*(f"p{p}" for p in PERCENTILES),
                                                           "max"))

@@ -125,19 +125,21 @@ def mask_batch(input_ids: np.ndarray, input_mask: np.ndarray, keys: np.ndarray, 
 
 
 def _random_order(eligible: np.ndarray, keys: np.ndarray) -> np.ndarray:
-    """int [B, L]: the positions of each row, its eligible ones first in the order of
-    their uniform draws (stream 0; ties by position), the others after. The 53 bits of
-    each draw order as the uniform float they make."""
+    """int [B, L]: the positions of each row, its eligible ones first in a random order.
+
+    The eligible ones come in the order of their uniform draws (stream 0; ties by position), the
+    others after. The 53 bits of each draw order as the uniform float they make."""
     bits = _random_bits(keys, 0, eligible.shape[1]) >> np.uint64(11)
     return np.argsort(np.where(eligible, bits, np.uint64(1 << 53)), axis=1, kind="stable")
 
 
 def _chosen_tokens(candidate: np.ndarray, keys: np.ndarray,
                    num_to_predict: np.ndarray) -> np.ndarray:
-    """bool [B, L]: each row's num_to_predict candidates first in its random order: those
-    at or below the row's num_to_predict-th smallest draw. A value sort finds that draw
-    (several times faster than ranking every position); a row where two draws tie there,
-    which 53-bit draws all but never do, is ranked in full (ties by position)."""
+    """bool [B, L]: each row's num_to_predict candidates first in its random order.
+
+    Those at or below the row's num_to_predict-th smallest draw. A value sort finds that draw
+    (several times faster than ranking every position); a row where two draws tie there, which
+    53-bit draws all but never do, is ranked in full (ties by position)."""
     batch, length = candidate.shape
     draws = (_random_bits(keys, 0, length) >> np.uint64(11)).astype(np.float64)  # exact
     draws = np.where(candidate, draws, float(1 << 53))
@@ -155,8 +157,9 @@ def _chosen_tokens(candidate: np.ndarray, keys: np.ndarray,
 
 def _chosen_words(candidate: np.ndarray, word_start: np.ndarray, keys: np.ndarray,
                   num_to_predict: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(bool [B, L] masked tokens, int [B, L] the start of each token's word): whole words
-    in the row's random order, a word that would overshoot num_to_predict skipped."""
+    """(bool [B, L] masked tokens, int [B, L] the start of each token's word).
+
+    Whole words in the row's random order, a word that would overshoot num_to_predict skipped."""
     batch, length = candidate.shape
     rows = np.arange(batch)[:, None]
     positions = np.broadcast_to(np.arange(length), (batch, length))
@@ -186,8 +189,10 @@ def _chosen_words(candidate: np.ndarray, word_start: np.ndarray, keys: np.ndarra
 
 
 def knowledge_rows(keys: np.ndarray, prob: float) -> np.ndarray:
-    """bool [B]: the rows that ERNIE's knowledge masking masks by units (entities or
-    phrases) rather than words, drawn with probability `prob` from the rows' keys."""
+    """bool [B]: the rows that ERNIE's knowledge masking masks by units.
+
+    Units are entities or phrases rather than words; the rows are drawn with probability `prob` from
+    the rows' keys."""
     return _uniform(keys, 3, 1)[:, 0] < prob
 
 

@@ -27,14 +27,15 @@ CONFIG_FIELDS = ("max_seq_length", "max_predictions_per_seq", "masked_lm_prob",
 
 @dataclasses.dataclass(frozen=True)
 class DataOptions:
-    """Examples: rows of max_seq_length L tokens with up to max_predictions_per_seq P
-    masked positions (masked_lm_prob of the tokens; whole words with whole_word_masking);
-    sentence pairs with next-sentence labels, ALBERT's sentence-order labels
-    (sentence_order_prediction) or MLM-only rows of contiguous sentences
-    (next_sentence_prediction=False). knowledge_masking 'entity'/'phrase': ERNIE's units
-    masked whole in a share knowledge_masking_prob of the rows (whole words implied).
-    dynamic_masking: create-data writes no masks and the pipeline masks every epoch
-    (keyed by seed); otherwise the records' static masks are used.
+    """The examples create-data makes and the pretraining pipeline reads, and how.
+
+    Examples: rows of max_seq_length L tokens with up to max_predictions_per_seq P masked positions
+    (masked_lm_prob of the tokens; whole words with whole_word_masking); sentence pairs with
+    next-sentence labels, ALBERT's sentence-order labels (sentence_order_prediction) or MLM-only
+    rows of contiguous sentences (next_sentence_prediction=False). knowledge_masking
+    'entity'/'phrase': ERNIE's units masked whole in a share knowledge_masking_prob of the rows
+    (whole words implied). dynamic_masking: create-data writes no masks and the pipeline masks every
+    epoch (keyed by seed); otherwise the records' static masks are used.
 
     create-data only: short_seq_prob, dupe_factor, chinese_segmenter, entity_file and
     the text's encoding.
@@ -95,6 +96,8 @@ class DataOptions:
 
     @classmethod
     def from_config(cls, config, **pipeline) -> "DataOptions":
-        """The options of a pretraining run config: every CONFIG_FIELDS field its value,
-        create-data's fields at their defaults (`pipeline`: the batching fields)."""
+        """The options of a pretraining run config.
+
+        Every CONFIG_FIELDS field its value, create-data's fields at their defaults
+        (`pipeline`: the batching fields)."""
         return cls(**{**{name: config[name] for name in CONFIG_FIELDS}, **pipeline})

@@ -82,7 +82,9 @@ def pack_rows(examples: Dict[str, np.ndarray], rows: List[List[int]], max_seq_le
 
 
 def _starts_in_row(sizes: np.ndarray, first: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """Where each packed example starts within its row: the sum of the sizes of the
-    examples before it in that row (`first`/`counts`: each row's span of examples)."""
+    """Where each packed example starts within its row.
+
+    The sum of the sizes of the examples before it in that row (`first`/`counts`: each row's span of
+    examples)."""
     before = np.cumsum(sizes) - sizes
     return before - np.repeat(before[np.minimum(first, len(sizes) - 1)], counts)

@@ -37,8 +37,10 @@ _EPOCHS_PER_BUILD = 8  # epochs per tf.data pipeline: its building (~0.15 s) is 
 
 def _feature_spec(max_seq_length: int, max_predictions: int, word_starts: bool = True,
                   unit_starts: bool = True):
-    """What tf.io.parse_example reads; the pipeline reads the word and unit starts only for
-    the dynamic masking that uses them (a row of defaults costs as much as one of data)."""
+    """What tf.io.parse_example reads.
+
+    The pipeline reads the word and unit starts only for the dynamic masking that uses them (a row
+    of defaults costs as much as one of data)."""
     import tensorflow as tf
     seq = lambda: tf.io.FixedLenFeature([max_seq_length], tf.int64)
     zeros = lambda dtype: tf.io.FixedLenFeature([max_predictions], dtype, [0] * max_predictions)
@@ -114,9 +116,10 @@ class PretrainIterator:
         return host_files, int(key % (1 << 31))
 
     def _epochs_dataset(self, epoch: int, skip: int, count: int):
-        """Parsed chunks of epochs epoch .. epoch + count - 1 (the first from its `skip`-th
-        record) as one tf.data pipeline: built and traced once, not once per epoch, and
-        the next epoch's reading starts as the last one's parsing ends."""
+        """Parsed chunks of epochs epoch .. epoch + count - 1 as one tf.data pipeline.
+
+        The first from its `skip`-th record. Built and traced once, not once per epoch, and the next
+        epoch's reading starts as the last one's parsing ends."""
         import tensorflow as tf
         plans = [self._epoch_plan(e) for e in range(epoch, epoch + count)]
         split_by_record = len(self.files) < self.process_count
@@ -240,8 +243,9 @@ class PretrainIterator:
         return self
 
     def close(self) -> None:
-        """Releases the tf.data iterators now rather than whenever the GC runs (which
-        can stall a later, unrelated step for seconds)."""
+        """Releases the tf.data iterators now rather than whenever the GC runs.
+
+        The GC can stall a later, unrelated step for seconds."""
         self._chunks.close()
 
     def __next__(self) -> Dict[str, np.ndarray]:
@@ -306,9 +310,9 @@ class PretrainIterator:
                                  self.options.max_examples_per_row)
 
     def _pack_plan(self, pending: dict, at_end: bool) -> Optional[List[List[int]]]:
-        """The next batch's rows (indices into `pending`), greedily in stream order; None
-        when `pending` ran out before B rows were closed and more may follow (not
-        `at_end`)."""
+        """The next batch's rows (indices into `pending`), greedily in stream order.
+
+        None when `pending` ran out before B rows were closed and more may follow (not `at_end`)."""
         lengths = pending["input_mask"].sum(1).tolist()
         predictions = (pending["masked_lm_weights"] > 0).sum(1).tolist()
         rows, current, tokens, slots = [], [], 0, 0
@@ -328,8 +332,9 @@ class PretrainIterator:
 
 def _pair_labels(nsp: np.ndarray, sop: np.ndarray, next_sentence_prediction: bool,
                  sentence_order_prediction: bool) -> np.ndarray:
-    """The sentence-pair labels the run wants (-1: none in the records), after checking the
-    records hold that kind: NSP, SOP or none (MLM-only)."""
+    """The sentence-pair labels the run wants (-1: none in the records).
+
+    First checks that the records hold that kind: NSP, SOP or none (MLM-only)."""
     if sentence_order_prediction:
         if (sop < 0).any():
             raise UserError("these TFRecords have no sentence-order labels: make them with "
@@ -344,8 +349,9 @@ def _pair_labels(nsp: np.ndarray, sop: np.ndarray, next_sentence_prediction: boo
 
 
 def _name_bad_file(chunks: Iterator[dict], files: Sequence[str]) -> Iterator[dict]:
-    """`chunks`, with TensorFlow's error for a corrupt or truncated record (which names
-    no file) turned into a UserError naming the file: on that error, which is rare,
+    """`chunks`, with TensorFlow's error for a bad record turned into a UserError naming the file.
+
+    The error is for a corrupt or truncated record and names no file: on that error, which is rare,
     the files are read through until one fails."""
     import tensorflow as tf
     try:
@@ -366,9 +372,10 @@ def _name_bad_file(chunks: Iterator[dict], files: Sequence[str]) -> Iterator[dic
 
 def check_record_shapes(files: Sequence[str], max_seq_length: int,
                         max_predictions_per_seq: int) -> None:
-    """Reads the first record of the first and the last file: raises UserError naming
-    the file and both numbers when its rows or masked positions are not the lengths the
-    run asks for, or when it cannot be read (before any step, rather than a shape error
+    """Reads the first record of the first and the last file.
+
+    Raises UserError naming the file and both numbers when its rows or masked positions are not the
+    lengths the run asks for, or when it cannot be read (before any step, rather than a shape error
     at the first batch)."""
     import tensorflow as tf
     for path in sorted({files[0], files[-1]}):
@@ -416,8 +423,9 @@ def make_pretrain_iterator(file_patterns: Sequence[str], options: DataOptions, *
                            special_ids: Optional[Dict[str, int]] = None,
                            word_start_table: Optional[np.ndarray] = None,
                            state: Optional[dict] = None) -> PretrainIterator:
-    """Batches of pretraining examples for host `process_index` of `process_count`,
-    from the position `state` (a `get_state()`) or the start.
+    """Batches of pretraining examples for host `process_index` of `process_count`.
+
+    They start from the position `state` (a `get_state()`) or the start.
 
     Each batch (B = per_host_batch_size, L = max_seq_length,
     P = max_predictions_per_seq, see `DataOptions`) has input_ids, input_mask, segment_ids int32
@@ -469,8 +477,9 @@ def make_pretrain_iterator(file_patterns: Sequence[str], options: DataOptions, *
 
 def batch_spec(options: DataOptions, next_sentence_prediction: bool = True,
                batch_size: Optional[int] = None) -> Dict[str, tuple]:
-    """{key: (shape, numpy dtype)} of the batches `make_pretrain_iterator` yields, without
-    reading any data (and without TensorFlow): what a train step is compiled for.
+    """{key: (shape, numpy dtype)} of the batches `make_pretrain_iterator` yields.
+
+    Known without reading any data (and without TensorFlow): what a train step is compiled for.
     batch_size: rows per batch (default: options.per_host_batch_size)."""
     b = options.per_host_batch_size if batch_size is None else batch_size
     seq, preds = (b, options.max_seq_length), (b, options.max_predictions_per_seq)
@@ -490,9 +499,10 @@ def batch_spec(options: DataOptions, next_sentence_prediction: bool = True,
 
 
 class _Prefetched:
-    """The items of a generator made ahead in a thread (at most `depth` waiting): the
-    parsing and dynamic masking of the next chunks run while the caller trains. The
-    items and their order are the generator's; its errors are raised by `next`."""
+    """The items of a generator made ahead in a thread (at most `depth` waiting).
+
+    The parsing and dynamic masking of the next chunks run while the caller trains. The items and
+    their order are the generator's; its errors are raised by `next`."""
 
     def __init__(self, items: Iterator, depth: int = 2):
         self._queue: queue.Queue = queue.Queue(depth)

@@ -1,5 +1,6 @@
-"""create-data's output in two steps, so workers (and hosts) write their own files and
-the result does not depend on how many there are.
+"""create-data's output in two steps, so workers (and hosts) write their own files.
+
+The result does not depend on how many there are.
 
 1. Each input file (index f) becomes one *part*: its records, in order, as a TFRecord
    file grouped by residue (record j in group j % S, S the number of shards), and a
@@ -48,9 +49,10 @@ def disk_full(error: OSError, path: str) -> Exception:
 
 def write_part(records: Sequence[bytes], parts_dir: str, index: int, num_shards: int,
                meta: dict) -> dict:
-    """Writes the part of input file `index` and its JSON (`meta` plus `counts`,
-    `offsets`: records and byte start of each residue group, offsets[-1] the size);
-    returns the JSON's content."""
+    """Writes the part of input file `index` and its JSON; returns the JSON's content.
+
+    The JSON is `meta` plus `counts`, `offsets`: records and byte start of each residue group,
+    offsets[-1] the size."""
     counts, offsets, position = [], [], 0
     path = part_path(parts_dir, index)
     tmp = paths.temporary_sibling(path)
@@ -75,8 +77,9 @@ def write_part(records: Sequence[bytes], parts_dir: str, index: int, num_shards:
 
 
 def finished_parts(parts_dir: str, plan: str) -> Dict[int, dict]:
-    """{index: JSON} of the complete parts in `parts_dir` made with `plan` (a key of the
-    inputs and options); parts of another plan are ignored (and rewritten)."""
+    """{index: JSON} of the complete parts in `parts_dir` made with `plan`.
+
+    `plan`: a key of the inputs and options. Parts of another plan are ignored (and rewritten)."""
     found = {}
     for path in paths.glob(paths.join(parts_dir, "part-*.json")):
         try:
@@ -104,8 +107,9 @@ def shard_pieces(metas: Sequence[dict], parts_dir: str, num_shards: int) -> List
 
 
 def assemble_shard(task: Tuple[str, List[Piece]]) -> str:
-    """Writes one shard (`task`: its path and pieces) under a temporary name; returns that
-    name, renamed by the caller once every shard is complete."""
+    """Writes one shard (`task`: its path and pieces) under a temporary name.
+
+    Returns that name, renamed by the caller once every shard is complete."""
     path, pieces = task
     tmp = paths.temporary_sibling(path)
     try:

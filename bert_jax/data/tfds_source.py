@@ -1,5 +1,7 @@
-"""Corpora from tensorflow-datasets as create-data input: `tfds:NAME[/CONFIG][:SPLIT]`
-(`tfds:wikipedia/20230601.en`, `tfds:c4/en:validation`; split `train` by default).
+"""Corpora from tensorflow-datasets as create-data input.
+
+`tfds:NAME[/CONFIG][:SPLIT]` (`tfds:wikipedia/20230601.en`, `tfds:c4/en:validation`; split `train`
+by default).
 
 Each record's text feature is a document and its lines are the sentences, as in a text
 file. The split is read in PIECES even pieces (`tfds.even_splits`), streamed one at a
@@ -67,8 +69,10 @@ def _text_key(builder, name: str) -> str:
 
 
 def pieces(spec: str) -> List[str]:
-    """The pieces of `spec` (a create-data input), after checking that the data set is
-    prepared where tfds looks (TFDS_DATA_DIR): one line saying how to prepare it if not."""
+    """The pieces of `spec` (a create-data input).
+
+    First checks that the data set is prepared where tfds looks (TFDS_DATA_DIR): one line saying how
+    to prepare it if not."""
     name, split = _parse(spec)
     builder = _builder(name)
     _text_key(builder, name)
@@ -83,8 +87,9 @@ def pieces(spec: str) -> List[str]:
 
 
 def identity(piece: str) -> list:
-    """What a piece is read from, for create-data's plan key: the data set's version and
-    size (a rebuilt data set is another input)."""
+    """What a piece is read from, for create-data's plan key.
+
+    The data set's version and size (a rebuilt data set is another input)."""
     name, split = _parse(piece)
     info = _builder(name).info
     size = info.splits[split].num_examples if split in info.splits else None

@@ -1,7 +1,8 @@
-"""TFRecord files through `bert_jax.host.paths`: records streamed from any path (a bucket
-included, with no local copy) and written to any path, CRCs checked and written as
-TensorFlow does. tf.data reads local files itself; this is for the paths it cannot
-reach (its own gs:// client has no emulator setting).
+"""TFRecord files through `bert_jax.host.paths`.
+
+Records streamed from any path (a bucket included, with no local copy) and written to any path, CRCs
+checked and written as TensorFlow does. tf.data reads local files itself; this is for the paths it
+cannot reach (its own gs:// client has no emulator setting).
 
 A record is: length (uint64 LE), masked CRC32C of the length, the bytes, masked
 CRC32C of the bytes.
@@ -30,8 +31,9 @@ def _masked_crc(data: bytes) -> int:
 
 
 def is_tfrecord_file(path: str) -> bool:
-    """Whether `path` starts as a TFRecord file does: a length and its masked CRC (1 in
-    4 billion for other bytes). Reads 12 bytes."""
+    """Whether `path` starts as a TFRecord file does.
+
+    A length and its masked CRC (1 in 4 billion for other bytes). Reads 12 bytes."""
     with paths.open(path, "rb") as f:
         head = f.read(12)
     return len(head) == 12 and _masked_crc(head[:8]) == struct.unpack_from("<I", head, 8)[0]
@@ -81,6 +83,7 @@ def read_record_lists(path: str, size: int = 256) -> Iterator[list[bytes]]:
 
 class RecordWriter:
     """Writes a TFRecord file record by record (`write`, then `close`; a context manager).
+
     On an object store the file appears when closed."""
 
     def __init__(self, path: str):
