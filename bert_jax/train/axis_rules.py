@@ -1,5 +1,6 @@
-"""The mesh's axis names and the default logical-axis rules, apart from
-`bert_jax.train.sharding` so that the config schema and files (`configs/*.py`) can name
+"""The mesh's axis names and the default logical-axis rules.
+
+Apart from `bert_jax.train.sharding` so that the config schema and files (`configs/*.py`) can name
 them without importing jax: loading a config stays cheap.
 """
 

@@ -78,8 +78,9 @@ class IncompatibleCheckpointError(CheckpointError):
 
 
 def run_description(config: dict, model: dict, vocabulary: str) -> dict:
-    """What a checkpoint's meta records about the run that wrote it: the run config
-    (a plain dict), the resolved model config and the vocabulary's fingerprint."""
+    """What a checkpoint's meta records about the run that wrote it.
+
+    The run config (a plain dict), the resolved model config and the vocabulary's fingerprint."""
     return {"config": config, "model": model, "vocabulary": vocabulary}
 
 
@@ -98,8 +99,9 @@ def _flat_run(run: dict, saved: bool = False) -> dict[str, Any]:
 
 
 def compare_runs(saved: dict, current: dict) -> tuple[list[str], list[str]]:
-    """(fixed, changeable) differences, each 'key saved -> current'. Keys the saved
-    run did not record (older checkpoints) are not compared, except
+    """(fixed, changeable) differences, each 'key saved -> current'.
+
+    Keys the saved run did not record (older checkpoints) are not compared, except
     `run_config.ADDED_KEYS`."""
     have, want = _flat_run(saved, saved=True), _flat_run(current)
     fixed, changeable = [], []
@@ -111,8 +113,9 @@ def compare_runs(saved: dict, current: dict) -> tuple[list[str], list[str]]:
 
 
 def check_compatible(meta: dict, run: dict | None, source: str) -> None:
-    """Raises IncompatibleCheckpointError naming every fixed key that differs between
-    the checkpoint's run and `run`; warns about changeable ones."""
+    """Raises IncompatibleCheckpointError naming every fixed key that differs from `run`'s.
+
+    The keys compared are the checkpoint's run's and `run`'s; it warns about changeable ones."""
     if run is None or "config" not in meta:
         return
     fixed, changeable = compare_runs(meta, run)
@@ -138,8 +141,9 @@ def gather_process_values(value: Any) -> list[Any]:
 
 
 def _local_meta(meta: dict) -> dict:
-    """Saved meta with `pipeline` narrowed to this process's position (None when the
-    process count changed: the pipeline then restarts)."""
+    """Saved meta with `pipeline` narrowed to this process's position.
+
+    `pipeline` is None when the process count changed: the pipeline then restarts."""
     meta = dict(meta)
     pipelines = meta.get("pipeline") or [None]
     if len(pipelines) != jax.process_count():
@@ -165,9 +169,10 @@ class Checkpointer:
         return self.manager.latest_step()
 
     def save(self, step: int, state: Any, meta: dict[str, Any]) -> None:
-        """Starts an async save of `state` and `meta` (JSON) at `step`. Every process
-        calls this; `meta['pipeline']` may differ per process and is gathered so
-        each process finds its own position on restore."""
+        """Starts an async save of `state` and `meta` (JSON) at `step`.
+
+        Every process calls this; `meta['pipeline']` may differ per process and is gathered so each
+        process finds its own position on restore."""
         meta = dict(meta, pipeline=gather_process_values(meta.get("pipeline")))
         with self._write_errors_as_one_line():  # also reports the previous save's failure
             self.manager.save(step, args=ocp.args.Composite(
@@ -179,15 +184,17 @@ class Checkpointer:
             self.manager.wait_until_finished()
 
     def check(self) -> None:
-        """Raises the OSError of a background save that failed (a full disk), so the run
-        stops at it rather than at the next save; cheap enough for every step."""
+        """Raises the OSError of a background save that failed (a full disk).
+
+        So the run stops at it rather than at the next save; cheap enough for every step."""
         with self._write_errors_as_one_line():
             self.manager.check_for_errors()
 
     @contextlib.contextmanager
     def _write_errors_as_one_line(self):
-        """A failed write (`_is_write_error`) becomes `_save_failed`'s OSError; other
-        errors pass unchanged."""
+        """A failed write (`_is_write_error`) becomes `_save_failed`'s OSError.
+
+        Other errors pass unchanged."""
         try:
             yield
         except Exception as e:  # noqa: BLE001
@@ -196,8 +203,9 @@ class Checkpointer:
             raise
 
     def _save_failed(self, error: Exception) -> OSError:
-        """One line for a failed write (a full disk: the path and the free space). Orbax
-        writes each step into a temporary directory first, so the earlier checkpoints are
+        """One line for a failed write (a full disk: the path and the free space).
+
+        Orbax writes each step into a temporary directory first, so the earlier checkpoints are
         intact; the partial one is removed."""
         _release_stalled_writers()
         with contextlib.suppress(Exception):  # let the background threads end
@@ -221,8 +229,9 @@ class Checkpointer:
 
     def _remove_partial(self) -> None:
         """Deletes the temporary directories of unfinished saves (process 0 owns them).
-        Orbax reports a failed save at its first failed write while the others may still
-        land (and recreate the directory): delete until none is seen for 0.3 s (5 s at most)."""
+
+        Orbax reports a failed save at its first failed write while the others may still land
+        (and recreate the directory): delete until none is seen for 0.3 s (5 s at most)."""
         if jax.process_index() != 0:
             return
         deadline, quiet_since = time.time() + 5, time.time()
@@ -237,9 +246,10 @@ class Checkpointer:
 
     @contextlib.contextmanager
     def saves_finished(self):
-        """On an exception in the block, finishes the save in flight (a failure of it is
-        logged) before the exception propagates: a process that exits mid-save leaves a
-        partial checkpoint and Orbax tracebacks behind."""
+        """On an exception in the block, finishes the save in flight before it propagates.
+
+        A failure of that save is logged. A process that exits mid-save leaves a partial checkpoint
+        and Orbax tracebacks behind."""
         try:
             yield
         except BaseException:
@@ -261,13 +271,13 @@ class Checkpointer:
 
     def restore(self, target: Any, step: int | None = None, *, run: dict | None = None,
                 start_fresh: bool = False) -> tuple[Any, dict, int] | None:
-        """The latest readable checkpoint (or `step`) restored onto `target` (a tree of
-        ShapeDtypeStructs with shardings). Returns (state, meta, step), or None when
-        there is no checkpoint. `run` (a `run_description`) is checked against each
-        checkpoint's before its state is read (IncompatibleCheckpointError). Unreadable
-        checkpoints newer than the one used are moved to WORKDIR/checkpoints_corrupt
-        with a warning; when none is left this raises CheckpointError unless
-        `start_fresh` (then it returns None)."""
+        """The latest readable checkpoint (or `step`) restored onto `target`.
+
+        `target`: a tree of ShapeDtypeStructs with shardings. Returns (state, meta, step), or None
+        when there is no checkpoint. `run` (a `run_description`) is checked against each
+        checkpoint's before its state is read (IncompatibleCheckpointError). Unreadable checkpoints
+        newer than the one used are moved to WORKDIR/checkpoints_corrupt with a warning; when none
+        is left this raises CheckpointError unless `start_fresh` (then it returns None)."""
         steps = [step] if step is not None else sorted(self.manager.all_steps(), reverse=True)
         moved = []
         for candidate in steps:
@@ -325,11 +335,12 @@ _FIXES = {errno_.ENOSPC: "free space on its disk", errno_.EDQUOT: "free space (d
 
 
 def _release_stalled_writers() -> None:
-    """Ends Orbax's writer threads that wait for a failed save's earlier stage (its
-    directory made): they would wait out Orbax's 300 s coordination timeout, and the
-    process cannot exit before they end. Each is cancelled and given the signals it waits
-    for, so it returns at once without writing. One process only: there the signals are
-    local to it. (Orbax offers no public way to reach them.)"""
+    """Ends Orbax's writer threads that wait for a failed save's earlier stage (its directory made).
+
+    They would wait out Orbax's 300 s coordination timeout, and the process cannot exit before they
+    end. Each is cancelled and given the signals it waits for, so it returns at once without
+    writing. One process only: there the signals are local to it. (Orbax offers no public way to
+    reach them.)"""
     if jax.process_count() != 1:
         return
     from orbax.checkpoint._src.futures import future
@@ -343,14 +354,18 @@ def _release_stalled_writers() -> None:
 
 
 def _is_write_error(error: BaseException) -> bool:
-    """An OSError, or TensorStore's error for a failed write (a ValueError naming the OS
-    error: RESOURCE_EXHAUSTED ... No space left on device [os_error_code='28'])."""
+    """An OSError, or TensorStore's error for a failed write.
+
+    TensorStore's is a ValueError naming the OS error: RESOURCE_EXHAUSTED ... No space left on
+    device [os_error_code='28']."""
     return isinstance(error, OSError) or "os_error_code=" in str(error)
 
 
 def _first_line(error: BaseException) -> str:
-    """What failed, in one line. A TensorStore error as the array and the reason, not the
-    store's spec that Orbax's message quotes in full (the caller files the full text)."""
+    """What failed, in one line.
+
+    A TensorStore error as the array and the reason, not the store's spec that Orbax's message
+    quotes in full (the caller files the full text)."""
     chain = [error]
     while len(chain) < 10 and (chain[-1].__cause__ or chain[-1].__context__) is not None:
         chain.append(chain[-1].__cause__ or chain[-1].__context__)
@@ -371,7 +386,8 @@ def _read_meta(step_dir: str) -> dict:
 
 
 def array_tree(directory: str) -> Any:
-    """The tree of array metadata (shape, dtype) of the Orbax checkpoint in `directory`;
+    """The tree of array metadata (shape, dtype) of the Orbax checkpoint in `directory`.
+
     CheckpointError naming it when that index is missing or damaged."""
     metadata = ocp.PyTreeCheckpointer().metadata(directory).item_metadata
     if metadata is None:
@@ -386,9 +402,10 @@ def _saved_shapes(step_dir: str) -> list[tuple]:
 
 
 def _check_shapes(have: list[tuple], target: Any, source: str) -> None:
-    """Raises IncompatibleCheckpointError when the saved arrays' shapes are not the
-    target's (a checkpoint of another model or optimizer, e.g. one without a recorded
-    config): such a checkpoint is not corrupt."""
+    """Raises IncompatibleCheckpointError when the saved arrays' shapes are not the target's.
+
+    That is a checkpoint of another model or optimizer, e.g. one without a recorded config: such a
+    checkpoint is not corrupt."""
     want = sorted(tuple(t.shape) for t in jax.tree.leaves(target))
     if have != want:
         raise IncompatibleCheckpointError(
@@ -399,8 +416,10 @@ def _check_shapes(have: list[tuple], target: Any, source: str) -> None:
 
 def restore_from_path(path: str, target: Any, *, run: dict | None = None
                       ) -> tuple[Any, dict, int]:
-    """An explicit resume source: a workdir, its checkpoints/ dir, or one step's dir;
-    `run` is checked as in `Checkpointer.restore`."""
+    """An explicit resume source.
+
+    A workdir, its checkpoints/ dir, or one step's dir; `run` is checked as in
+    `Checkpointer.restore`."""
     path = paths.abspath(path)
     if paths.isdir(paths.join(path, TRAINING_WORKDIR.checkpoints)):
         path = paths.join(path, TRAINING_WORKDIR.checkpoints)
@@ -436,8 +455,10 @@ def steps(workdir: str) -> list[int]:
 
 
 def read_params(step_dir: str) -> dict[str, Any]:
-    """Only the params of one checkpoint's TrainState (`step_dir`: .../checkpoints/<step>),
-    as host numpy arrays, however many devices wrote them; the optimizer state is not read."""
+    """Only the params of one checkpoint's TrainState, as host numpy arrays.
+
+    `step_dir`: .../checkpoints/<step>. However many devices wrote them; the optimizer state is not
+    read."""
     directory = paths.join(step_dir, STATE_ITEM)
     checkpointer = ocp.PyTreeCheckpointer()
     tree = array_tree(directory)
@@ -448,8 +469,9 @@ def read_params(step_dir: str) -> dict[str, Any]:
 
 
 def latest_params(workdir: str) -> dict[str, Any]:
-    """The params of WORKDIR's latest readable checkpoint (`read_params`); unreadable
-    newer ones are skipped with a warning (and left in place). CheckpointError when none
+    """The params of WORKDIR's latest readable checkpoint (`read_params`).
+
+    Unreadable newer ones are skipped with a warning (and left in place). CheckpointError when none
     is readable."""
     directory = paths.join(paths.abspath(workdir), TRAINING_WORKDIR.checkpoints)
     for step in reversed(steps(workdir)):

@@ -45,9 +45,10 @@ from bert_jax.train import run_config
 
 
 def packaged_config_dir() -> str:
-    """The directory of the configs that ship with bert_jax: in a source checkout the
-    repository's `configs/` beside this package (first: an editable install of another
-    checkout maps `bert_jax.configs` there), else the installed `bert_jax.configs`."""
+    """The directory of the configs that ship with bert_jax.
+
+    In a source checkout the repository's `configs/` beside this package (first: an editable install
+    of another checkout maps `bert_jax.configs` there), else the installed `bert_jax.configs`."""
     checkout = os.path.join(os.path.dirname(os.path.dirname(RESOURCES)), "configs")
     if all(os.path.isfile(os.path.join(checkout, n)) for n in ("pretrain.py", "finetune.py")):
         return checkout
@@ -58,8 +59,9 @@ def packaged_config_dir() -> str:
 
 
 def resolve_config_path(path: str) -> str:
-    """`path` if it is a file; else, for a bare file name, the packaged config of that
-    name. Raises FileNotFoundError naming both places it looked."""
+    """`path` if it is a file; else, for a bare file name, the packaged config of that name.
+
+    Raises FileNotFoundError naming both places it looked."""
     if os.path.isfile(path):
         return path
     packaged = os.path.join(packaged_config_dir(), path)
@@ -114,9 +116,10 @@ def _to_config_value(value: Any) -> Any:
 
 
 def apply_override(config: ml_collections.ConfigDict, key: str, value: Any) -> None:
-    """Sets a dotted `key` (which must exist) to `value`, converting ints to floats and
-    lists to tuples where the field has that type, and allowing a str <-> dict switch
-    (e.g. `model` as a preset name or a dict of fields)."""
+    """Sets a dotted `key` (which must exist) to `value`.
+
+    It converts ints to floats and lists to tuples where the field has that type, and allows a str
+    <-> dict switch (e.g. `model` as a preset name or a dict of fields)."""
     *parents, leaf = key.split(".")
     node = config
     for i, part in enumerate(parents):
@@ -153,8 +156,9 @@ FAMILIES = {"pretrain": ("pretrain.py", "input_files"), "finetune": ("finetune.p
 
 
 def check_family(config: ml_collections.ConfigDict, path: str, command: str) -> None:
-    """Refuses the config of another command (e.g. finetune.py for `bert-jax pretrain`),
-    which would otherwise fail later on a missing key, as a bug."""
+    """Refuses the config of another command (e.g. finetune.py for `bert-jax pretrain`).
+
+    Such a config would otherwise fail later on a missing key, as a bug."""
     file, key = FAMILIES[command]
     if key in config:
         return
@@ -165,9 +169,10 @@ def check_family(config: ml_collections.ConfigDict, path: str, command: str) -> 
 
 
 def read_config(spec: str) -> ml_collections.ConfigDict:
-    """What `FILE.py` or `FILE.py:VARIANT`'s get_config returns, as written: nothing
-    renamed, filled or checked (`load_config` builds a run config from it; a recipe's
-    values fill a saved config)."""
+    """What `FILE.py` or `FILE.py:VARIANT`'s get_config returns, as written.
+
+    Nothing renamed, filled or checked (`load_config` builds a run config from it; a recipe's values
+    fill a saved config)."""
     path, _, variant = spec.partition(":")
     module = _import_file(path)
     takes_arg = bool(inspect.signature(module.get_config).parameters)
@@ -181,8 +186,9 @@ def read_config(spec: str) -> ml_collections.ConfigDict:
 
 def load_config(spec: str, overrides: Sequence[str] = (),
                 command: str | None = None) -> ml_collections.ConfigDict:
-    """The run config of `FILE.py` or `FILE.py:VARIANT` with `KEY=VALUE` overrides applied
-    in order (`build_config`).
+    """The run config of `FILE.py` or `FILE.py:VARIANT` with `KEY=VALUE` overrides applied.
+
+    The overrides are applied in order (`build_config`).
 
     Overrides may carry a leading `--config.` (as typed on a command line). `command`
     ("pretrain", "finetune"): the config must be of that command's family; without it
@@ -204,15 +210,15 @@ def build_config(command: str, values: ml_collections.ConfigDict | Mapping[str, 
                  overrides: Sequence[str] = (), *, source: str = "", saved: bool = False,
                  defaults: ml_collections.ConfigDict | None = None,
                  changes: Mapping[str, Any] | None = None) -> ml_collections.ConfigDict:
-    """The run config of `command` ("pretrain", "finetune") from `values` (a ConfigDict,
-    used in place, or a mapping): every config a job runs comes from here. In order:
-    old key names renamed (RENAMED_KEYS; with a warning naming `source`, unless `saved`);
-    for a `saved` config (one saved with a fine-tuned model), the keys added since
-    at the values its run had (ADDED_KEYS), the keys dropped since dropped, and JSON's
-    lists back to tuples where the key holds tuples; the keys it still lacks from
-    `defaults` (a recipe's config; else the schema's); `changes` set; `overrides`
-    applied (`apply_overrides`); then the schema check, once (`run_config.seal`), which
-    marks the result as built for the jobs to trust."""
+    """The run config of `command` ("pretrain", "finetune") from `values`.
+
+    `values`: a ConfigDict, used in place, or a mapping. Every config a job runs comes from here. In
+    order: old key names renamed (RENAMED_KEYS; with a warning naming `source`, unless `saved`); for
+    a `saved` config (one saved with a fine-tuned model), the keys added since at the values its run
+    had (ADDED_KEYS), the keys dropped since dropped, and JSON's lists back to tuples where the key
+    holds tuples; the keys it still lacks from `defaults` (a recipe's config; else the schema's);
+    `changes` set; `overrides` applied (`apply_overrides`); then the schema check, once
+    (`run_config.seal`), which marks the result as built for the jobs to trust."""
     schema = run_config.SCHEMAS[command]
     config = values if isinstance(values, ml_collections.ConfigDict) else \
         ml_collections.ConfigDict(dict(values))
@@ -230,9 +236,10 @@ def build_config(command: str, values: ml_collections.ConfigDict | Mapping[str, 
 
 
 def _read_as_today(config: ml_collections.ConfigDict, schema: list) -> None:
-    """A saved config's keys as today's schema has them: the keys added since at the
-    values its run had, the keys dropped since dropped (they mean nothing now), lists
-    (JSON's tuples) as tuples where the key holds tuples."""
+    """A saved config's keys as today's schema has them.
+
+    The keys added since at the values its run had, the keys dropped since dropped
+    (they mean nothing now), lists (JSON's tuples) as tuples where the key holds tuples."""
     known = {key.name: key for key in schema}
     with config.ignore_type():
         for name, value in run_config.ADDED_KEYS.items():
@@ -258,9 +265,10 @@ def family_of(config: ml_collections.ConfigDict) -> str | None:
 
 def apply_overrides(config: ml_collections.ConfigDict, overrides: Sequence[str],
                     warn=None) -> None:
-    """Applies `KEY=VALUE` overrides (optionally with a leading `--config.`) in order; an
-    old key name (`run_config.RENAMED_KEYS`) or a list in a `run_config.SWEEP_KEYS` key
-    sets its new key and warns."""
+    """Applies `KEY=VALUE` overrides (optionally with a leading `--config.`) in order.
+
+    An old key name (`run_config.RENAMED_KEYS`) or a list in a `run_config.SWEEP_KEYS` key sets its
+    new key and warns."""
     warn = warn or _warn_once()
     for item in overrides:
         key, sep, text = item.removeprefix("--").removeprefix("config.").partition("=")
@@ -295,9 +303,10 @@ def _has(config: ml_collections.ConfigDict, key: str) -> bool:
 
 
 def rename_keys(config: ml_collections.ConfigDict, warn=None) -> ml_collections.ConfigDict:
-    """Moves each old key of `run_config.RENAMED_KEYS` that `config` holds to its new
-    name (a saved or hand-written config from before the rename); `warn(message)` is told
-    of each."""
+    """Moves each old key of `run_config.RENAMED_KEYS` that `config` holds to its new name.
+
+    Such a config is a saved or hand-written one from before the rename; `warn(message)` is told of
+    each."""
     for old, new in run_config.RENAMED_KEYS.items():
         if old not in config:
             continue

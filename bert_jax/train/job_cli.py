@@ -1,9 +1,10 @@
-"""The command line every training command (`pretrain`, `finetune`, `distill`; `compile`
-for its config) shares: `--config.KEY=VALUE` overrides, `--help_config`, the
-multi-process flags, and the wrapper each job runs in: the preemption watcher (SIGTERM:
-a checkpoint at the next step, then exit PREEMPTED_EXIT_CODE), the workdir lock, and
-the device's out-of-memory error reworded as one line with what to change. Each command
-parses its own other flags."""
+"""The command line every training command shares, and the wrapper each job runs in.
+
+The commands are `pretrain`, `finetune`, `distill` (`compile` for its config). The command line:
+`--config.KEY=VALUE` overrides, `--help_config`, the multi-process flags. The wrapper: the
+preemption watcher (SIGTERM: a checkpoint at the next step, then exit PREEMPTED_EXIT_CODE), the
+workdir lock, and the device's out-of-memory error reworded as one line with what to change. Each
+command parses its own other flags."""
 
 from __future__ import annotations
 
@@ -18,12 +19,13 @@ from bert_jax.train import config_loader, multihost, preemption, run_config
 
 def run_job(command: str, workdir: str, kind: str, load: Callable[[], tuple[Any, dict]],
             job: Callable[[Any, str], Any]) -> tuple[int, Any]:
-    """(exit code, result). `load()` -> (config, the run's inputs) runs under the watcher
-    already (a SIGTERM while loading stops the run after its first step); `workdir` is
-    then checked against the inputs, once (`outputs.check_workdir`), and `job(config,
-    checked workdir)` runs under the lock of `workdir` (a `folders` `kind`); its loop
-    finds the watcher with `preemption.active()`. A preempted job gives
-    (PREEMPTED_EXIT_CODE, None)."""
+    """Runs a training command's job under the preemption watcher and the workdir lock.
+
+    Returns (exit code, result). `load()` -> (config, the run's inputs) runs under the watcher
+    already (a SIGTERM while loading stops the run after its first step); `workdir` is then checked
+    against the inputs, once (`outputs.check_workdir`), and `job(config, checked workdir)` runs
+    under the lock of `workdir` (a `folders` `kind`); its loop finds the watcher with
+    `preemption.active()`. A preempted job gives (PREEMPTED_EXIT_CODE, None)."""
     with preemption.Watcher():
         config, inputs = load()
         checked = outputs.check_workdir(workdir, kind, inputs)
@@ -59,6 +61,7 @@ def start_processes(args: argparse.Namespace) -> None:
 
 def split_config_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     """Separates `--config.KEY=VALUE` / `--config.KEY VALUE` overrides from other args.
+
     Returns (other args, overrides as KEY=VALUE)."""
     rest, overrides = [], []
     argv = list(argv)
@@ -81,9 +84,10 @@ def split_config_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
 
 def add_help_argument(parser: argparse.ArgumentParser, command: str,
                       argv: list[str] = ()) -> None:
-    """`--help_config`: print `command`'s schema with the values of the config that
-    `argv` (the command's arguments) chooses, --config FILE[:VARIANT] and --config.KEY
-    overrides, and exit 0 (as --help does)."""
+    """`--help_config`: print `command`'s schema with the values of the chosen config, and exit 0.
+
+    The config is the one `argv` (the command's arguments) chooses: --config FILE[:VARIANT] and
+    --config.KEY overrides. It exits 0 as --help does."""
     class _Help(argparse.Action):
         def __call__(self, parser, namespace, values, option_string=None):
             rest, overrides = split_config_args(argv)

@@ -1,6 +1,7 @@
-"""The lifecycle every training job runs: pretraining (`bert_jax.pretrain.job`), fine-tuning
-and distillation (`bert_jax.finetune.job`). A job is a recipe (its objective, data and
-actions) over this one skeleton:
+"""The lifecycle every training job runs.
+
+Pretraining (`bert_jax.pretrain.job`), fine-tuning and distillation (`bert_jax.finetune.job`). A job
+is a recipe (its objective, data and actions) over this one skeleton:
 
     job = Job(workdir, partitioner, keep=...)
     restored = job.restore(target, run)          # WORKDIR's checkpoint, or None
@@ -42,10 +43,11 @@ def divergence_levers(warmup_key: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Checkpointing:
-    """When a run checkpoints and what each checkpoint writes: every `every` steps (0:
-    never by count), when `when(loop)` holds, at the last step and at any stop, the state
-    with `meta(loop)` (JSON) beside it, after the save steps `beside` (each `step(loop)`,
-    run by every process: what the checkpoint carries beside the state, such as the
+    """When a run checkpoints and what each checkpoint writes.
+
+    Every `every` steps (0: never by count), when `when(loop)` holds, at the last step and at any
+    stop, the state with `meta(loop)` (JSON) beside it, after the save steps `beside` (each
+    `step(loop)`, run by every process: what the checkpoint carries beside the state, such as the
     objective's `models_beside`)."""
 
     every: int
@@ -56,8 +58,9 @@ class Checkpointing:
 
 @dataclasses.dataclass
 class Restored:
-    """A checkpoint restored onto a run's target: its state, meta (JSON) and step, and
-    where it came from."""
+    """A checkpoint restored onto a run's target.
+
+    Its state, meta (JSON) and step, and where it came from."""
 
     state: Any
     meta: dict
@@ -66,8 +69,10 @@ class Restored:
 
 
 class Job:
-    """One training run in `workdir`: its checkpoints (the last `keep`) and, from
-    `open_metrics` on, its metrics; `partitioner` holds the run's device mesh."""
+    """One training run in `workdir`.
+
+    Its checkpoints (the last `keep`) and, from `open_metrics` on, its metrics; `partitioner` holds
+    the run's device mesh."""
 
     def __init__(self, workdir: str, partitioner: Partitioner, *, keep: int):
         self.workdir, self.partitioner, self.keep = paths.abspath(workdir), partitioner, keep
@@ -76,10 +81,11 @@ class Job:
 
     def restore(self, target: Any, run: dict, *, start_fresh: bool = False,
                 resume_from: str = "") -> Restored | None:
-        """WORKDIR's latest checkpoint of `run` (a `checkpoint.run_description`) onto
-        `target` (sharded ShapeDtypeStructs), else `resume_from`'s (another run's
-        checkpoint of the same state shapes), else None. `start_fresh`: unreadable
-        checkpoints mean starting over rather than an error."""
+        """WORKDIR's latest checkpoint of `run` onto `target`, else `resume_from`'s, else None.
+
+        `run`: a `checkpoint.run_description`; `target`: sharded ShapeDtypeStructs; `resume_from`:
+        another run's checkpoint of the same state shapes. `start_fresh`: unreadable checkpoints
+        mean starting over rather than an error."""
         restored = self.ckpt.restore(target, run=run, start_fresh=start_fresh)
         if restored is not None:
             return Restored(*restored, source=self.ckpt.directory)
@@ -89,9 +95,10 @@ class Job:
         return None
 
     def start_over(self, earlier: list[str]) -> str | None:
-        """Moves an earlier run's outputs (`earlier`: names in WORKDIR, its checkpoints
-        among them) into WORKDIR/previous/ (`folders.set_aside`) and opens empty
-        checkpoints; returns where they went (None: there was nothing)."""
+        """Moves an earlier run's outputs into WORKDIR/previous/ and opens empty checkpoints.
+
+        `earlier`: names in WORKDIR, its checkpoints among them (moved by `folders.set_aside`).
+        Returns where they went (None: there was nothing)."""
         self.ckpt.close()
         aside = None
         if multihost.is_primary():
@@ -103,9 +110,10 @@ class Job:
 
     def open_metrics(self, total_steps: int, restored: Restored | None, *,
                      append: bool = True) -> MetricsWriter:
-        """The run's MetricsWriter; a resumed run's log keeps the steps up to its
-        checkpoint's (they are replayed), a fresh run's none (`append=False`: the log
-        starts over, TensorBoard's too)."""
+        """The run's MetricsWriter.
+
+        A resumed run's log keeps the steps up to its checkpoint's (they are replayed), a fresh
+        run's none (`append=False`: the log starts over, TensorBoard's too)."""
         self.writer = MetricsWriter(self.workdir, total_steps=total_steps, append=append)
         self.writer.drop_after(restored.step if restored else 0)
         if restored is not None:
@@ -115,10 +123,11 @@ class Job:
     def loop(self, config, state, step_fn: Callable, place: Callable, objective: Objective, *,
              num_steps: int, log_options: train_loop.LogOptions,
              warmup_key: str) -> train_loop.Loop:
-        """The training loop from `state` with the jitted `step_fn` of `objective` (given
-        its `extra` input, if any, at every step), the run's non-finite policy
-        (`on_nonfinite`, `max_consecutive_nonfinite`; `warmup_key` names the warmup in
-        its message), what it logs (`log_options`) and the save-error check."""
+        """The training loop from `state` with the jitted `step_fn` of `objective`.
+
+        The step is given its `extra` input, if any, at every step. The loop has the run's
+        non-finite policy (`on_nonfinite`, `max_consecutive_nonfinite`; `warmup_key` names the
+        warmup in its message), what it logs (`log_options`) and the save-error check."""
         guard = train_loop.NonFiniteGuard(config.max_consecutive_nonfinite,
                                           stop_at_first=config.on_nonfinite == "stop",
                                           levers=divergence_levers(warmup_key), log=log)
@@ -128,9 +137,10 @@ class Job:
 
     def train(self, loop: train_loop.Loop, batches: Iterator[dict], actions=(), *,
               checkpointing: Checkpointing) -> None:
-        """Runs `loop` to its last step or a stop, checkpointing as `checkpointing` says
-        (and at any stop); then closes the checkpoints and metrics. Raises Interrupted
-        (Ctrl-C) or preemption.Preempted (SIGTERM) once the stop's checkpoint is written."""
+        """Runs `loop` to its last step or a stop, then closes the checkpoints and metrics.
+
+        It checkpoints as `checkpointing` says (and at any stop). Raises Interrupted (Ctrl-C) or
+        preemption.Preempted (SIGTERM) once the stop's checkpoint is written."""
         def save(loop: train_loop.Loop) -> None:
             for step in checkpointing.beside:
                 step(loop)

@@ -31,8 +31,9 @@ _EVENT_FILES = itertools.count()
 
 
 class _EventFile:
-    """A TensorBoard event file (TFRecords of `Event` protos, as tf.summary writes them)
-    written through `bert_jax.host.paths`, so it may lie in a bucket."""
+    """A TensorBoard event file written through `bert_jax.host.paths`, so it may lie in a bucket.
+
+    TFRecords of `Event` protos, as tf.summary writes them."""
 
     def __init__(self, directory: str):
         from tensorflow.core.framework import summary_pb2, types_pb2
@@ -49,8 +50,9 @@ class _EventFile:
         self._file.write(tfrecord.frame(event.SerializeToString()))
 
     def scalars(self, step: int, scalars: Mapping[str, float]) -> None:
-        """One event per scalar, as `tf.summary.scalar` records it (a float tensor with
-        the scalars plugin's metadata)."""
+        """One event per scalar, as `tf.summary.scalar` records it.
+
+        A float tensor with the scalars plugin's metadata."""
         event_pb2, summary_pb2, float_dtype = self._pb2
         for name, value in scalars.items():
             summary = summary_pb2.Summary(value=[summary_pb2.Summary.Value(
@@ -86,13 +88,17 @@ def format_duration(seconds: float) -> str:
 
 
 class MetricsWriter:
-    """Writes scalars to WORKDIR/metrics.jsonl (one JSON object per write) and to
-    TensorBoard event files under WORKDIR/tensorboard/{prefix}; shows progress."""
+    """Writes scalars to WORKDIR/metrics.jsonl and TensorBoard event files; shows progress.
+
+    metrics.jsonl gets one JSON object per write; the event files lie under
+    WORKDIR/tensorboard/{prefix}."""
 
     def __init__(self, workdir: str, *, total_steps: int | None = None,
                  tensorboard: bool = True, stream=None, append: bool = True):
-        """`append=False` starts the log over: for runs that restart rather than resume
-        (fine-tuning), so the workdir's curves are those of the run it holds."""
+        """Opens the writer; `append=False` starts the log over.
+
+        That is for runs that restart rather than resume (fine-tuning), so the workdir's curves are
+        those of the run it holds."""
         self.enabled = jax.process_index() == 0
         self.total_steps = total_steps
         self.stream = stream or sys.stderr
@@ -123,8 +129,9 @@ class MetricsWriter:
                     self._tensorboard = False
 
     def drop_after(self, step: int) -> None:
-        """Removes the records of steps after `step` from metrics.jsonl: a run resumed
-        from an earlier checkpoint replays them, and each step is logged once."""
+        """Removes the records of steps after `step` from metrics.jsonl.
+
+        A run resumed from an earlier checkpoint replays them, and each step is logged once."""
         if not self.enabled:
             return
         self._jsonl.close()
@@ -136,8 +143,9 @@ class MetricsWriter:
         self._jsonl = paths.Appender(path)
 
     def last(self, prefix: str) -> dict[str, float]:
-        """The latest value of each `{prefix}/NAME` in metrics.jsonl: what a completed
-        run, run again, returns."""
+        """The latest value of each `{prefix}/NAME` in metrics.jsonl.
+
+        What a completed run, run again, returns."""
         path = paths.join(self.workdir, TRAINING_WORKDIR.metrics)
         values = {}
         for line in paths.read_text(path).splitlines() if paths.exists(path) else ():
@@ -165,8 +173,9 @@ class MetricsWriter:
             self._event_file(prefix).scalars(int(step), scalars)
 
     def progress(self, step: int, metrics: Mapping[str, float], *, final: bool = False) -> str:
-        """Prints `step/total | name value ... | ETA`; one updating line on a terminal,
-        one line per call otherwise. Returns the line."""
+        """Prints `step/total | name value ... | ETA`.
+
+        One updating line on a terminal, one line per call otherwise. Returns the line."""
         now = time.time()
         if self._start is None:
             self._start = (now, step)

@@ -16,8 +16,9 @@ import jax
 
 def initialize(coordinator_address: str | None = None, num_processes: int | None = None,
                process_id: int | None = None) -> None:
-    """Starts `jax.distributed` when asked to (the arguments) or when a launcher set it
-    up; logs at INFO on process 0 only."""
+    """Starts `jax.distributed` when asked to (the arguments) or when a launcher set it up.
+
+    Logs at INFO on process 0 only."""
     if coordinator_address or num_processes or _launcher_environment():
         jax.distributed.initialize(coordinator_address=coordinator_address,
                                    num_processes=num_processes, process_id=process_id)

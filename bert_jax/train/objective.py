@@ -1,10 +1,11 @@
-"""What a job trains and evaluates: one protocol, `Objective`, that the train step
-(`train_step.jit_train_step`), the loop (`lifecycle.Job.loop`) and the checkpoints call
-without asking which objective they run, as t5x's `BaseModel` is to its trainer. Its
-implementations: BERT's MLM/NSP (`pretrain.steps.BertPretraining`), MLM distillation with
-TinyBERT's matching (`pretrain.distill.MlmDistillation`), ELECTRA
-(`pretrain.electra.Electra`) and fine-tuning's task loss or task distillation
-(`finetune.objective.Objective`). A new objective is a new implementation.
+"""What a job trains and evaluates.
+
+One protocol, `Objective`, that the train step (`train_step.jit_train_step`), the loop
+(`lifecycle.Job.loop`) and the checkpoints call without asking which objective they run, as t5x's
+`BaseModel` is to its trainer. Its implementations: BERT's MLM/NSP
+(`pretrain.steps.BertPretraining`), MLM distillation with TinyBERT's matching
+(`pretrain.distill.MlmDistillation`), ELECTRA (`pretrain.electra.Electra`) and fine-tuning's task
+loss or task distillation (`finetune.objective.Objective`). A new objective is a new implementation.
 
 Every loss is a dict of (weighted sum, weight) terms (`models.losses`), divided once for
 the whole batch (`train_step.objective_and_grads`); held-out sums add up over batches and
@@ -38,23 +39,27 @@ class Objective(Protocol):
     extra_shardings: Any
 
     def loss_terms(self, params: Any, batch: dict, extra: Any, dropout_key: jax.Array) -> Terms:
-        """The loss terms of one (micro-)batch {key: [B, ...]} with dropout from
-        `dropout_key`; `extra` is the step's `extra` input."""
+        """The loss terms of one (micro-)batch {key: [B, ...]} with dropout from `dropout_key`.
+
+        `extra` is the step's `extra` input."""
 
     def eval_step(self, params: Any, batch: dict) -> dict:
-        """One held-out batch without dropout: (sum, weight) pairs that `evaluate` adds up
-        over batches (pretraining; an OrderedDict keeps their reported order, which jit
-        would sort), or the per-row outputs a task's metric reads (fine-tuning)."""
+        """One held-out batch without dropout.
+
+        (sum, weight) pairs that `evaluate` adds up over batches (pretraining; an OrderedDict keeps
+        their reported order, which jit would sort), or the per-row outputs a task's metric reads
+        (fine-tuning)."""
 
     def models_beside(self, params: Any) -> dict[str, tuple[Any, Any]]:
-        """Models each checkpoint also writes, as model directories beside the state:
-        {directory name: (config, parameters)} ({} for most objectives; ELECTRA's
-        generator)."""
+        """Models each checkpoint also writes, as model directories beside the state.
+
+        {directory name: (config, parameters)} ({} for most objectives; ELECTRA's generator)."""
 
 
 def jit_eval_step(objective: Objective, param_shardings: Any, partitioner: Partitioner):
-    """`objective.eval_step` jitted over the parameters' and the batch's shardings; its
-    outputs are replicated, so that every process can read all of them."""
+    """`objective.eval_step` jitted over the parameters' and the batch's shardings.
+
+    Its outputs are replicated, so that every process can read all of them."""
     return jax.jit(objective.eval_step,
                    in_shardings=(param_shardings, partitioner.batch_sharding),
                    out_shardings=partitioner.replicated)
@@ -62,9 +67,10 @@ def jit_eval_step(objective: Objective, param_shardings: Any, partitioner: Parti
 
 def evaluate(objective: Objective, eval_fn, params: Any, batches: Iterator[dict],
              place, max_steps: int) -> dict:
-    """The held-out means of `eval_fn`'s (sum, weight) pairs (`jit_eval_step`) over up to
-    `max_steps` batches, each pair summed over the batches and divided once, and `loss`
-    weighed by `objective.eval_coefficients`. place: a host batch -> the step's global
+    """The held-out means of `eval_fn`'s (sum, weight) pairs over up to `max_steps` batches.
+
+    The pairs come from `jit_eval_step`; each pair is summed over the batches and divided once, and
+    `loss` weighed by `objective.eval_coefficients`. place: a host batch -> the step's global
     arrays. {} when there are no batches."""
     totals = None
     for i, batch in enumerate(batches):

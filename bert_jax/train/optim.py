@@ -25,10 +25,11 @@ OPTIMIZERS = ("adamw", "lamb")
 
 
 def bert_learning_rate(count, learning_rate, num_train_steps, warmup_steps):
-    """Google BERT's schedule at update `count`: `lr * count / warmup` during warmup,
-    then `lr * (1 - count / num_train_steps)`, reaching 0 at `num_train_steps`. Plain
-    jnp arithmetic, so the hyperparameters may be traced arrays (`make_optimizer`'s
-    `injected`)."""
+    """Google BERT's schedule at update `count`.
+
+    `lr * count / warmup` during warmup, then `lr * (1 - count / num_train_steps)`, reaching 0 at
+    `num_train_steps`. Plain jnp arithmetic, so the hyperparameters may be traced arrays
+    (`make_optimizer`'s `injected`)."""
     count = jnp.asarray(count, jnp.float32)
     warmup = count / jnp.maximum(warmup_steps, 1)
     decay = 1.0 - count / num_train_steps
@@ -37,8 +38,9 @@ def bert_learning_rate(count, learning_rate, num_train_steps, warmup_steps):
 
 def wsd_learning_rate(count, learning_rate, num_train_steps, warmup_steps,
                       decay_fraction=0.1):
-    """Warmup-stable-decay (the trapezoid ModernBERT trained with): linear warmup, the peak
-    until the last `decay_fraction` of the steps, then linear decay to 0."""
+    """Warmup-stable-decay (the trapezoid ModernBERT trained with).
+
+    Linear warmup, the peak until the last `decay_fraction` of the steps, then linear decay to 0."""
     count = jnp.asarray(count, jnp.float32)
     decay_steps = jnp.maximum(decay_fraction * num_train_steps, 1.0)
     warmup = count / jnp.maximum(warmup_steps, 1)
@@ -51,8 +53,9 @@ SCHEDULES = {"bert": bert_learning_rate, "wsd": wsd_learning_rate}
 
 def bert_schedule(learning_rate: float, num_train_steps: int,
                   warmup_steps: int, shape: str = "bert") -> optax.Schedule:
-    """`bert_learning_rate` (or another of SCHEDULES) with fixed hyperparameters
-    (checked): update count -> rate."""
+    """`bert_learning_rate` (or another of SCHEDULES) with fixed hyperparameters (checked).
+
+    Update count -> rate."""
     if shape not in SCHEDULES:
         raise UserError(f"lr_schedule must be one of {', '.join(SCHEDULES)}, got {shape!r}")
     if num_train_steps <= 0:
@@ -64,8 +67,10 @@ def bert_schedule(learning_rate: float, num_train_steps: int,
 
 
 def decay_mask(params: Any) -> Any:
-    """True where weight decay applies: not LayerNorm parameters (any path part
-    ending in `norm`: `layer_norm`, `final_norm`) and not biases (a last key containing `bias`)."""
+    """True where weight decay applies.
+
+    Not LayerNorm parameters (any path part ending in `norm`: `layer_norm`, `final_norm`) and not
+    biases (a last key containing `bias`)."""
     def decays(path, _):
         keys = [str(getattr(k, "key", k)) for k in path]
         return not (any(k.endswith("norm") for k in keys) or "bias" in keys[-1])
@@ -111,9 +116,11 @@ def make_optimizer(*, learning_rate: float, num_train_steps: int, warmup_steps: 
 
 
 def set_hyperparams(opt_state: Any, **values: float) -> Any:
-    """`opt_state` with the hyperparameters that `make_optimizer(injected=True)` keeps in
-    it set to `values`, each placed as the value it replaces: a run resumed with a new
-    learning rate or schedule applies the one it logs, not the one saved."""
+    """`opt_state` with the hyperparameters it keeps set to `values`.
+
+    These are the ones `make_optimizer(injected=True)` keeps in it, each placed as the value it
+    replaces: a run resumed with a new learning rate or schedule applies the one it logs, not the
+    one saved."""
     is_injected = lambda x: isinstance(x, (optax.InjectHyperparamsState,
                                            optax.InjectStatefulHyperparamsState))
 
@@ -136,9 +143,10 @@ def param_path(path) -> str:
 
 
 def frozen_mask(params: Any, patterns: str) -> Any:
-    """True where a parameter's path matches one of the comma-separated glob `patterns`
-    (e.g. "bert/*" the encoder, "bert/embeddings/*"). A pattern that matches nothing
-    raises, naming the top-level groups."""
+    """True where a parameter's path matches one of the comma-separated glob `patterns`.
+
+    For example "bert/*" the encoder, "bert/embeddings/*". A pattern that matches nothing raises,
+    naming the top-level groups."""
     wanted = [p.strip() for p in patterns.split(",") if p.strip()]
     paths = [param_path(path) for path, _ in jax.tree_util.tree_leaves_with_path(params)]
     for pattern in wanted:
@@ -157,8 +165,9 @@ def freeze(tx: optax.GradientTransformation, mask: Any) -> optax.GradientTransfo
 
 
 def unfreeze_state(frozen_state: Any, full_state: Any) -> Any:
-    """`tx`'s state for all parameters after `freeze(tx, mask)` ran: the trained
-    parameters keep their state (moments, counts, schedule), the frozen ones start from
+    """`tx`'s state for all parameters after `freeze(tx, mask)` ran.
+
+    The trained parameters keep their state (moments, counts, schedule), the frozen ones start from
     `full_state` (a fresh `tx.init`)."""
     trained = frozen_state.inner_states["trained"].inner_state
     is_masked = lambda x: isinstance(x, optax.MaskedNode)

@@ -54,8 +54,9 @@ def train_flops_per_example(config: BertConfig, seq_length: int,
 
 @functools.lru_cache(maxsize=None)
 def measured_matmul_flops(size: int = 1024, dtype: str = "float32", seconds: float = 0.5) -> float:
-    """FLOP/s of a square matmul on the default device: the practical peak where no
-    table entry exists (CPUs)."""
+    """FLOP/s of a square matmul on the default device.
+
+    The practical peak where no table entry exists (CPUs)."""
     x = jnp.ones((size, size), dtype)
     f = jax.jit(lambda a: a @ a)
     f(x).block_until_ready()
@@ -67,8 +68,10 @@ def measured_matmul_flops(size: int = 1024, dtype: str = "float32", seconds: flo
 
 
 def peak_flops_per_device(device: jax.Device | None = None, dtype: str = "float32") -> float:
-    """A device's peak FLOP/s: the vendor figure for known accelerators, measured for
-    this process's CPUs (and other local devices not in the table)."""
+    """A device's peak FLOP/s.
+
+    The vendor figure for known accelerators, measured for this process's CPUs (and other local
+    devices not in the table)."""
     device = device or jax.local_devices()[0]
     kind = getattr(device, "device_kind", "")
     for prefix, flops in sorted(_PEAK_FLOPS.items(), key=lambda kv: -len(kv[0])):

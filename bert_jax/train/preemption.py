@@ -1,6 +1,7 @@
-"""Preemption: SIGTERM (what spot/preemptible TPU VMs and Kubernetes send before eviction)
-asks a run to stop at a step boundary that every process agrees on, save a checkpoint
-there and exit 0; rerunning the same command resumes from it exactly.
+"""Preemption: SIGTERM asks a run to stop at a step boundary, save a checkpoint and exit 0.
+
+SIGTERM is what spot/preemptible TPU VMs and Kubernetes send before eviction; every process agrees
+on the step boundary; rerunning the same command resumes from the checkpoint exactly.
 
 One process: a SIGTERM handler sets a flag, read at the next step boundary; further
 SIGTERMs while the checkpoint is written are ignored (the save completes; earlier
@@ -39,13 +40,14 @@ class Preempted(Exception):
 
 
 class StopSignal:
-    """From `start()` to `close()`, signal `signum` sets `requested` instead of its
-    default action, so the loop stops at the next step boundary with a checkpoint;
-    `log` gets `message` then. Only in the main thread of a one-process run: signals
-    reach the main thread, and a multi-process run's stop must be agreed (`Watcher`).
-    A repeated signal raises KeyboardInterrupt (`repeat="raise"`: stop at once) or is
-    ignored (`repeat="ignore"`), also after `close()` once requested: the process is
-    exiting, and a repeated notice must not turn its exit 0 into a death by signal."""
+    """From `start()` to `close()`, signal `signum` sets `requested` instead of its default action.
+
+    So the loop stops at the next step boundary with a checkpoint; `log` gets `message` then. Only
+    in the main thread of a one-process run: signals reach the main thread, and a multi-process
+    run's stop must be agreed (`Watcher`). A repeated signal raises KeyboardInterrupt
+    (`repeat="raise"`: stop at once) or is ignored (`repeat="ignore"`), also after `close()` once
+    requested: the process is exiting, and a repeated notice must not turn its exit 0 into a death
+    by signal."""
 
     def __init__(self, signum: int, *, repeat: str = "ignore",
                  log: logging.Logger | None = None, message: str = ""):
@@ -66,8 +68,9 @@ class StopSignal:
         self.requested = True
 
     def close(self) -> None:
-        """Restores the previous handler (ignores the signal after a request unless
-        repeat="raise")."""
+        """Restores the previous handler.
+
+        It ignores the signal after a request unless repeat="raise"."""
         if self._previous is not None:
             ignore = self.requested and self.repeat == "ignore"
             signal.signal(self.signum, signal.SIG_IGN if ignore else self._previous)
@@ -80,19 +83,21 @@ class StopSignal:
 
 
 def interrupt_request(log: logging.Logger) -> StopSignal:
-    """Ctrl-C (SIGINT) as a request to stop after this step with a checkpoint; a second
-    Ctrl-C interrupts at once (in a multi-process run Ctrl-C always stops at once, the
-    last checkpoint kept: every process must join a save)."""
+    """Ctrl-C (SIGINT) as a request to stop after this step with a checkpoint.
+
+    A second Ctrl-C interrupts at once (in a multi-process run Ctrl-C always stops at once, the last
+    checkpoint kept: every process must join a save)."""
     return StopSignal(signal.SIGINT, repeat="raise", log=log, message=(
         "Ctrl-C: stopping after this step with a checkpoint (Ctrl-C again to stop at once)"))
 
 
 class Watcher:
-    """Watches for a preemption notice; `reached(step)` at each step boundary (every
-    process, every step) says whether to checkpoint and stop there. Created early (a
-    SIGTERM during start-up stops the run after its first step); a context manager
-    that restores the previous SIGTERM handler on exit.
-    handle_sigterm=False: only multi-process notices count (for in-process callers)."""
+    """Watches for a preemption notice.
+
+    `reached(step)` at each step boundary (every process, every step) says whether to checkpoint and
+    stop there. Created early (a SIGTERM during start-up stops the run after its first step); a
+    context manager that restores the previous SIGTERM handler on exit. handle_sigterm=False: only
+    multi-process notices count (for in-process callers)."""
 
     def __init__(self, handle_sigterm: bool = True):
         self._distributed = jax.process_count() > 1
@@ -127,6 +132,7 @@ _active: Watcher | None = None
 
 
 def active() -> Watcher:
-    """The watcher the running command opened (`with Watcher():`), else one that consults
-    only multi-process preemption notices."""
+    """The watcher the running command opened (`with Watcher():`), else a stand-in.
+
+    The stand-in consults only multi-process preemption notices."""
     return _active or Watcher(handle_sigterm=False)

@@ -1,6 +1,8 @@
-"""The run configs' schemas: each key of the pretraining and the fine-tuning config
-declared once, with its default, type, allowed values or range, a one-line description
-and whether a resumed run may change it (`checkpoint.CHANGEABLE_KEYS` is derived from it).
+"""The run configs' schemas.
+
+Each key of the pretraining and the fine-tuning config declared once, with its default, type,
+allowed values or range, a one-line description and whether a resumed run may change it
+(`checkpoint.CHANGEABLE_KEYS` is derived from it).
 
 The recipes in configs/*.py start from `base_config(PRETRAIN)` / `base_config(FINETUNE)`
 and only set values. Every run config a job gets comes from one constructor,
@@ -49,11 +51,12 @@ ADDED_KEYS = {"next_sentence_prediction": True, "teacher": "", "temperature": 2.
 
 @dataclasses.dataclass(frozen=True)
 class Key:
-    """One config key. `kind`: its type (float also takes an int; dict: a ConfigDict of
-    `fields`); `also`: values allowed beyond the type and range (None, "auto");
-    `choices`: the allowed values; `low`/`high`: the inclusive range; `above`: an
-    exclusive lower bound (a temperature, an epoch count > 0); `resume`: a resumed run may
-    change it (else the checkpoint refuses the change)."""
+    """One config key.
+
+    `kind`: its type (float also takes an int; dict: a ConfigDict of `fields`); `also`: values
+    allowed beyond the type and range (None, "auto"); `choices`: the allowed values; `low`/`high`:
+    the inclusive range; `above`: an exclusive lower bound (a temperature, an epoch count > 0);
+    `resume`: a resumed run may change it (else the checkpoint refuses the change)."""
     name: str
     default: Any
     help: str
@@ -340,9 +343,10 @@ def resume_keys(*schemas: list[Key]) -> frozenset[str]:
 
 def fill_defaults(config: ml_collections.ConfigDict, schema: list[Key],
                   defaults: ml_collections.ConfigDict | None = None) -> None:
-    """Adds the keys, and the fields of dict keys, that a config lacks (a copy made, or a
-    config saved, before they existed): `defaults`' values (a recipe's) where it has
-    them, else the schema's."""
+    """Adds the keys, and the fields of dict keys, that a config lacks.
+
+    They are lacking in a copy made, or a config saved, before they existed: `defaults`' values
+    (a recipe's) where it has them, else the schema's."""
     for key in schema:
         default = defaults[key.name] if defaults is not None and key.name in defaults \
             else key.default
@@ -377,24 +381,27 @@ _NOT_BUILT = ("a run config must come from bert_jax.train.config_loader (load_co
 
 
 def seal(config: ml_collections.ConfigDict, command: str) -> ml_collections.ConfigDict:
-    """`config` checked against `command`'s schema (`check`) and marked as built
-    (`built_for`): the last step of `config_loader.build_config`, the one constructor of
-    a run config. Later code trusts the mark instead of checking again."""
+    """`config` checked against `command`'s schema (`check`) and marked as built (`built_for`).
+
+    The last step of `config_loader.build_config`, the one constructor of a run config. Later code
+    trusts the mark instead of checking again."""
     check(config, SCHEMAS[command])
     object.__setattr__(config, _BUILT_FOR, command)
     return config
 
 
 def built_for(config: ml_collections.ConfigDict) -> str | None:
-    """The command ("pretrain", "finetune") that `config` was built and checked for; None
-    for a config made otherwise (by hand; a copy is not marked either: `derive` makes
-    checked ones)."""
+    """The command ("pretrain", "finetune") that `config` was built and checked for.
+
+    None for a config made otherwise (by hand; a copy is not marked either: `derive` makes checked
+    ones)."""
     return vars(config).get(_BUILT_FOR)
 
 
 def require_built(config: ml_collections.ConfigDict, command: str) -> None:
-    """Raises unless `config` came from the constructor for `command`: a config of the
-    other command is the user's mistake (UserError), one made by hand the caller's
+    """Raises unless `config` came from the constructor for `command`.
+
+    A config of the other command is the user's mistake (UserError), one made by hand the caller's
     (TypeError)."""
     built = built_for(config)
     if built == command:
@@ -406,8 +413,9 @@ def require_built(config: ml_collections.ConfigDict, command: str) -> None:
 
 
 def derive(config: ml_collections.ConfigDict, **values: Any) -> ml_collections.ConfigDict:
-    """A copy of the built `config` with `values` set, each checked against its key (the
-    rest was checked when `config` was built): a grid's run of one setting
+    """A copy of the built `config` with `values` set, each checked against its key.
+
+    The rest was checked when `config` was built. For a grid's run of one setting
     (`finetune.selection`)."""
     command = built_for(config)
     if command is None:
@@ -461,8 +469,10 @@ def _check_range(key: Key, name: str, value: float) -> None:
 
 
 def describe(schema: list[Key], config: ml_collections.ConfigDict | None = None) -> str:
-    """The schema as text: per group, each key's type, default (or its value in `config`,
-    with the default where they differ), range, resume policy and description."""
+    """The schema as text.
+
+    Per group, each key's type, default (or its value in `config`, with the default where they
+    differ), range, resume policy and description."""
     lines, group = [], None
     for key in schema:
         if key.group != group:

@@ -31,8 +31,9 @@ from bert_jax.train.axis_rules import DEFAULT_LOGICAL_AXIS_RULES, MESH_AXES
 
 def _axis_sizes(shape: Mapping[str, int] | Sequence[int], axis_names: Sequence[str],
                 count: int, what: str) -> list[int]:
-    """Sizes per axis from a mapping or sequence with at most one -1 ("the rest"), checked
-    to multiply to `count`."""
+    """Sizes per axis from a mapping or sequence with at most one -1 ("the rest").
+
+    Checked to multiply to `count`."""
     if isinstance(shape, Mapping):
         unknown = sorted(set(shape) - set(axis_names))
         if unknown:
@@ -57,8 +58,9 @@ def _axis_sizes(shape: Mapping[str, int] | Sequence[int], axis_names: Sequence[s
 
 
 def num_slices(devices: Sequence[jax.Device]) -> int:
-    """How many TPU slices (joined by the data-center network) the devices span; 1 for
-    other platforms, whose hosts' meshes `mesh_shape` describes whole."""
+    """How many TPU slices (joined by the data-center network) the devices span.
+
+    1 for other platforms, whose hosts' meshes `mesh_shape` describes whole."""
     return len({getattr(d, "slice_index", 0) if d.platform == "tpu" else 0
                 for d in devices})
 
@@ -98,10 +100,10 @@ def make_mesh(mesh_shape: Mapping[str, int] | Sequence[int] | None = None,
 
 @dataclasses.dataclass(frozen=True)
 class Partitioner:
-    """The device mesh and the logical-axis rules that map the model's logical axes onto
-    it: how every job places parameters, state and batches. Built in one place from a
-    run config (`from_config`); rules are kept as a tuple of (logical axis, mesh axes)
-    pairs."""
+    """The device mesh and the logical-axis rules that map the model's logical axes onto it.
+
+    How every job places parameters, state and batches. Built in one place from a run config
+    (`from_config`); rules are kept as a tuple of (logical axis, mesh axes) pairs."""
 
     mesh: jax.sharding.Mesh
     rules: tuple[tuple[str, Any], ...] = DEFAULT_LOGICAL_AXIS_RULES
@@ -111,16 +113,18 @@ class Partitioner:
 
     @classmethod
     def from_config(cls, config, devices: Sequence[jax.Device] | None = None) -> "Partitioner":
-        """A run config's partitioner, the one place every job (pretraining, fine-tuning,
-        distillation, inference) builds it: `mesh_shape` within a slice, `dcn_mesh_shape`
-        across slices (`make_mesh`), `logical_axis_rules`."""
+        """A run config's partitioner, the one place every job builds it.
+
+        Every job: pretraining, fine-tuning, distillation, inference. `mesh_shape` within a slice,
+        `dcn_mesh_shape` across slices (`make_mesh`), `logical_axis_rules`."""
         mesh = make_mesh(dict(config.mesh_shape), devices=devices,
                          dcn_mesh_shape=dict(config.dcn_mesh_shape))
         return cls(mesh, config.logical_axis_rules)
 
     def shardings_of(self, logical_specs: Any) -> Any:
-        """A tree of logical PartitionSpecs (e.g. `nn.get_partition_spec(abstract_params)`)
-        -> the same tree of NamedShardings."""
+        """A tree of logical PartitionSpecs -> the same tree of NamedShardings.
+
+        For example `nn.get_partition_spec(abstract_params)`."""
         return nn.logical_to_mesh_sharding(logical_specs, self.mesh, self.rules)
 
     @property
@@ -142,18 +146,20 @@ class Partitioner:
         return int(np.prod([self.mesh.shape[n] for n in names]))
 
     def global_batch(self, local_batch: Mapping[str, np.ndarray]) -> dict[str, jax.Array]:
-        """This process's rows {key: [B_local, ...]} -> global arrays
-        [B_local * processes, ...] sharded on the batch dimension. Every process calls it
-        with its own rows."""
+        """This process's rows -> global arrays sharded on the batch dimension.
+
+        The rows {key: [B_local, ...]} become global arrays [B_local * processes, ...]. Every
+        process calls it with its own rows."""
         sharding = self.batch_sharding
         return {k: jax.make_array_from_process_local_data(sharding, np.asarray(v))
                 for k, v in local_batch.items()}
 
     def shard_full_batch(self, batch: Mapping[str, np.ndarray]) -> dict[str, jax.Array]:
-        """The same whole global batch {key: [B, ...]} on every process -> global arrays
-        sharded on the batch dimension, rows in their original order; each process
-        places only its own devices' rows. For host-side data every process builds alike
-        (fine-tuning sets), where `global_batch` wants each process's own rows."""
+        """The same whole global batch on every process -> global arrays sharded by batch.
+
+        The batch is {key: [B, ...]}, sharded on the batch dimension; rows stay in their original
+        order; each process places only its own devices' rows. For host-side data every process
+        builds alike (fine-tuning sets), where `global_batch` wants each process's own rows."""
         sharding = self.batch_sharding
         arrays = {k: np.asarray(v) for k, v in batch.items()}
         return {k: jax.make_array_from_callback(v.shape, sharding, lambda index, v=v: v[index])

@@ -36,8 +36,9 @@ DONE, PREEMPTED, INTERRUPTED = "done", "preempted", "interrupted"
 
 @dataclasses.dataclass
 class Every:
-    """`action(loop)` after every `every`-th step (0: never by count), after the last step
-    with `at_end`, and whenever `when(loop)` holds (an epoch's end)."""
+    """`action(loop)` after every `every`-th step (0: never by count), and at other moments.
+
+    Also after the last step with `at_end`, and whenever `when(loop)` holds (an epoch's end)."""
 
     every: int
     action: Callable[["Loop"], None]
@@ -102,9 +103,10 @@ class Loop:
 
     def run(self, batches: Iterator[dict], actions: tuple = (), *,
             checkpoint: Every | None = None, watcher=None, stop=None) -> str:
-        """Steps until `num_steps` (or the end of `batches`) or a stop; returns why it
-        ended: DONE, PREEMPTED (`watcher` said so; checkpointed) or INTERRUPTED (`stop`,
-        Ctrl-C; checkpointed)."""
+        """Steps until `num_steps` (or the end of `batches`) or a stop; returns why it ended.
+
+        DONE, PREEMPTED (`watcher` said so; checkpointed) or INTERRUPTED
+        (`stop`, Ctrl-C; checkpointed)."""
         reason = DONE
         while self.step < self.num_steps and reason == DONE:
             batch = next(batches, None)
@@ -191,10 +193,12 @@ class Loop:
 
 
 class NonFiniteGuard:
-    """Watches the steps `apply_gradients` skipped. An isolated one (a bf16 overflow) is
-    a warning line; `max_consecutive` in a row (1 with `stop_at_first`) mean the run
-    diverged: `NonFiniteError` naming the step, its values and `levers` (what to change),
-    raised before the caller saves anything, so the last checkpoint stays the latest."""
+    """Watches the steps `apply_gradients` skipped.
+
+    An isolated one (a bf16 overflow) is a warning line; `max_consecutive` in a row
+    (1 with `stop_at_first`) mean the run diverged: `NonFiniteError` naming the step, its values and
+    `levers` (what to change), raised before the caller saves anything, so the last checkpoint stays
+    the latest."""
 
     def __init__(self, max_consecutive: int, *, stop_at_first: bool = False, levers: str,
                  log: logging.Logger):

@@ -1,5 +1,7 @@
-"""The training state: one pytree that the train step maps to the next one, and its
-creation in its sharded layout (`StatePlan`).
+"""The training state.
+
+One pytree that the train step maps to the next one, and its creation in its sharded layout
+(`StatePlan`).
 
 Kept free of callables (no `apply_fn`, no `tx`) so it can be donated, sharded,
 saved and restored as plain arrays; the model and optimizer are bound into
@@ -37,11 +39,12 @@ def make_key(seed, rng_impl: str = "threefry") -> jax.Array:
 
 @flax.struct.dataclass
 class TrainState:
-    """step: int32 []; params: the model's parameter tree (unboxed); opt_state: the
-    optimizer's state; rng: uint32 raw key data of the run's base key ([2] for
-    threefry, [4] for rbg and unsafe_rbg); nonfinite_steps: int32 [], how many updates
-    were skipped for a NaN/Inf; rng_impl: the key's implementation (a static field:
-    part of the tree structure, not an array)."""
+    """The state a training run carries from step to step.
+
+    step: int32 []; params: the model's parameter tree (unboxed); opt_state: the optimizer's state;
+    rng: uint32 raw key data of the run's base key ([2] for threefry, [4] for rbg and unsafe_rbg);
+    nonfinite_steps: int32 [], how many updates were skipped for a NaN/Inf; rng_impl: the key's
+    implementation (a static field: part of the tree structure, not an array)."""
 
     step: jax.Array
     params: Any
@@ -60,16 +63,19 @@ class TrainState:
                    rng_impl=rng_impl)
 
     def step_rng(self) -> jax.Array:
-        """The key of this step: a pure function of the base key and the step number,
-        so a resumed run draws exactly the masks and dropout of an uninterrupted one
-        (with the same rng_impl, on the same platform for rbg / unsafe_rbg)."""
+        """The key of this step.
+
+        A pure function of the base key and the step number, so a resumed run draws exactly the
+        masks and dropout of an uninterrupted one (with the same rng_impl, on the same platform for
+        rbg / unsafe_rbg)."""
         key = jax.random.wrap_key_data(self.rng, impl=RNG_IMPLS[self.rng_impl])
         return jax.random.fold_in(key, self.step)
 
 
 def _dict_key_suffix(path) -> tuple[str, ...]:
-    """The trailing run of dict keys of a tree path: the parameter path inside an
-    optimizer state leaf such as `[1][0].mu['bert']['encoder']...`."""
+    """The trailing run of dict keys of a tree path.
+
+    The parameter path inside an optimizer state leaf such as `[1][0].mu['bert']['encoder']...`."""
     keys = []
     for entry in reversed(path):
         if not isinstance(entry, jax.tree_util.DictKey):
@@ -129,11 +135,11 @@ def _state_init_fn(init_fn, tx, rng_impl):
 
 @dataclasses.dataclass(frozen=True)
 class StatePlan:
-    """A TrainState's layout on a partitioner, worked out once per model and optimizer:
-    `abstract`, its shapes as `jax.ShapeDtypeStruct`s carrying their shardings (the
-    restore target for a checkpoint of any saved mesh or device count); `shardings`, a
-    TrainState of NamedShardings (the in/out shardings of the train step); and `create`,
-    a fresh state in that layout."""
+    """A TrainState's layout on a partitioner, worked out once per model and optimizer.
+
+    `abstract`, its shapes as `jax.ShapeDtypeStruct`s carrying their shardings (the restore target
+    for a checkpoint of any saved mesh or device count); `shardings`, a TrainState of NamedShardings
+    (the in/out shardings of the train step); and `create`, a fresh state in that layout."""
 
     init_state: Callable[[int], TrainState]
     abstract: TrainState
@@ -142,11 +148,13 @@ class StatePlan:
     @classmethod
     def build(cls, init_fn: Callable[[jax.Array], Any], tx: optax.GradientTransformation,
               partitioner: Partitioner, rng_impl: str = "threefry") -> "StatePlan":
-        """init_fn: key -> parameter tree boxed with logical axes, typically
-        `lambda key: model.init(key, *dummy_inputs)['params']`. Shapes come from
-        `jax.eval_shape`, shardings from the logical annotations and the partitioner's
-        rules; a sharded dimension that does not divide evenly fails here, naming the
-        parameter. rng_impl: the state's key implementation (`RNG_IMPLS`)."""
+        """A StatePlan from `init_fn` and `tx` on `partitioner`'s mesh.
+
+        init_fn: key -> parameter tree boxed with logical axes, typically
+        `lambda key: model.init(key, *dummy_inputs)['params']`. Shapes come from `jax.eval_shape`,
+        shardings from the logical annotations and the partitioner's rules; a sharded dimension that
+        does not divide evenly fails here, naming the parameter. rng_impl: the state's key
+        implementation (`RNG_IMPLS`)."""
         init_state = _state_init_fn(init_fn, tx, rng_impl)
         boxed = jax.eval_shape(init_fn, make_key(0))
         param_shardings = partitioner.shardings_of(nn.get_partition_spec(boxed))
@@ -158,12 +166,12 @@ class StatePlan:
         return cls(init_state, abstract, shardings)
 
     def create(self, seed: int) -> TrainState:
-        """A step-0 TrainState initialised directly in its sharded layout: the parameters
-        drawn from `fold_in(key(seed), 0)` (threefry), the base rng `fold_in(key(seed,
-        impl=rng_impl), 1)`. The init runs under `jax.jit` with `shardings` as
-        out_shardings, so full parameters never exist on a single device. To start from
-        pretrained weights, `jax.device_put` them with `shardings.params` and replace
-        the params."""
+        """A step-0 TrainState initialised directly in its sharded layout.
+
+        The parameters drawn from `fold_in(key(seed), 0)` (threefry), the base rng
+        `fold_in(key(seed, impl=rng_impl), 1)`. The init runs under `jax.jit` with `shardings` as
+        out_shardings, so full parameters never exist on a single device. To start from pretrained
+        weights, `jax.device_put` them with `shardings.params` and replace the params."""
         # Traced without a mesh context on purpose: the out_shardings place the result,
         # and flax's DenseGeneral would apply its 3-axis kernel constraint to the flat
         # kernel it initialises.

@@ -1,5 +1,6 @@
-"""The one train step of every job (pretraining, fine-tuning, distillation), built so all
-follow the same rules:
+"""The one train step of every job (pretraining, fine-tuning, distillation).
+
+It is built so all follow the same rules:
 
 - `objective_and_grads`: the loss of (sum, weight) terms divided once for the whole batch,
   whether it runs as one pass or k sequential micro-batches (`accumulate_gradients`);
@@ -28,8 +29,9 @@ from bert_jax.train.train_state import TrainState
 
 
 def split_microbatches(batch: dict, count: int) -> dict:
-    """[B, ...] -> [count, B / count, ...] taking rows i, i + count, ... for micro-batch i,
-    so each micro-batch stays spread over the whole batch sharding."""
+    """[B, ...] -> [count, B / count, ...], micro-batch i taking rows i, i + count, ...
+
+    So each micro-batch stays spread over the whole batch sharding."""
     def split(x):
         x = x.reshape(x.shape[0] // count, count, *x.shape[1:])
         return jnp.swapaxes(x, 0, 1)
@@ -38,8 +40,10 @@ def split_microbatches(batch: dict, count: int) -> dict:
 
 def accumulate_gradients(grads_and_metrics: Callable[[Any, dict], tuple[Any, dict]],
                          batch: dict, count: int) -> tuple[Any, dict]:
-    """(grads, metrics) of `batch` ({key: [B, ...]}) summed over `count` sequential
-    micro-batches of B / count rows (a `lax.scan`, so memory is one micro-batch's).
+    """(grads, metrics) of `batch` summed over `count` sequential micro-batches.
+
+    `batch`: {key: [B, ...]}; micro-batches of B / count rows (a `lax.scan`, so memory is one
+    micro-batch's).
 
     `grads_and_metrics(index, micro_batch)` returns that micro-batch's share of the whole
     batch's gradients and metrics (e.g. weighted by its share of the loss weights), so
@@ -57,9 +61,10 @@ def accumulate_gradients(grads_and_metrics: Callable[[Any, dict], tuple[Any, dic
 def objective_and_grads(terms_fn: Callable[[Any, dict, jax.Array], dict],
                         coefficients: dict[str, float], params: Any, batch: dict,
                         rng: jax.Array, count: int = 1) -> tuple[jax.Array, Any, dict]:
-    """The whole batch's loss sum_k coefficients[k] * (sum_k / weight_k), its gradient
-    and every term's mean, over `count` sequential micro-batches of `batch` (a
-    `lax.scan`: the memory of one micro-batch).
+    """The whole batch's loss, its gradient and every term's mean, over sequential micro-batches.
+
+    The loss is sum_k coefficients[k] * (sum_k / weight_k), over `count` sequential micro-batches of
+    `batch` (a `lax.scan`: the memory of one micro-batch).
 
     terms_fn(params, batch, dropout_key) -> {name: (weighted sum, weight)} (`losses`);
     micro-batch i draws its dropout with fold_in(rng, i). The weights depend on the batch
@@ -96,9 +101,11 @@ def combine(terms: dict, coefficients: dict[str, float]) -> tuple[jax.Array, dic
 
 def apply_gradients(state: TrainState, grads: Any, loss: jax.Array,
                     tx: optax.GradientTransformation) -> tuple[TrainState, jax.Array, jax.Array]:
-    """One optimizer update, or none: a non-finite loss or global gradient norm leaves
-    params and optimizer state unchanged and increments `nonfinite_steps`; `step` always
-    advances. Returns (next state, global gradient norm, finite: bool scalar)."""
+    """One optimizer update, or none.
+
+    A non-finite loss or global gradient norm leaves params and optimizer state unchanged and
+    increments `nonfinite_steps`; `step` always advances. Returns (next state, global gradient norm,
+    finite: bool scalar)."""
     grad_norm = optax.global_norm(grads)
     finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
@@ -114,8 +121,9 @@ def apply_gradients(state: TrainState, grads: Any, loss: jax.Array,
 def train_step(state: TrainState, batch: dict, extra: Any = None, *, objective: Objective,
                tx: optax.GradientTransformation, grad_accum_steps: int = 1,
                counts: Callable[[dict], dict] | None = None) -> tuple[TrainState, dict]:
-    """The one optimizer update of every job: (TrainState, global batch {key: [B, ...]},
-    extra) -> (next TrainState, metrics of scalars).
+    """The one optimizer update of every job.
+
+    (TrainState, global batch {key: [B, ...]}, extra) -> (next TrainState, metrics of scalars).
 
     The loss is `objective`'s (`train.objective.Objective`): its `loss_terms`, of whose
     means its `coefficients` weigh the trained loss; `extra` is its step input that is
@@ -137,10 +145,11 @@ def train_step(state: TrainState, batch: dict, extra: Any = None, *, objective: 
 def jit_train_step(objective: Objective, tx: optax.GradientTransformation,
                    shardings: TrainState, partitioner: Partitioner, *,
                    grad_accum_steps: int = 1, counts: Callable[[dict], dict] | None = None):
-    """`train_step` of `objective` jitted with the state's `shardings` (donated), the
-    batch's sharding on `partitioner`'s mesh and, when the objective has an extra input,
-    its `extra_shardings` (the step then takes it as a third argument); metrics come
-    back replicated."""
+    """`train_step` of `objective` jitted with the state's and the batch's shardings.
+
+    The state's `shardings` (donated), the batch's sharding on `partitioner`'s mesh and, when the
+    objective has an extra input, its `extra_shardings` (the step then takes it as a third
+    argument); metrics come back replicated."""
     step = functools.partial(train_step, objective=objective, tx=tx,
                              grad_accum_steps=grad_accum_steps, counts=counts)
     extra = () if objective.extra is None else (objective.extra_shardings,)
