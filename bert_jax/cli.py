@@ -1,6 +1,7 @@
-"""`bert-jax COMMAND ...`: one entry point over the commands of `COMMANDS`, each a function
-in its package's cli.py that parses its own flags; the one rule for what a failure prints
-and its exit code (`main`, `report_failure`).
+"""`bert-jax COMMAND ...`: one entry point over the commands of `COMMANDS`.
+
+Each is a function in its package's cli.py that parses its own flags; here is the one rule for what
+a failure prints and its exit code (`main`, `report_failure`).
 
 Commands are imported lazily so `bert-jax tokenize` does not pay for JAX.
 """
@@ -68,10 +69,12 @@ TF_COMMANDS = ("train-tokenizer", "pretrain", "finetune", "distill", "evaluate",
 
 
 def _quiet_logging(verbose: bool) -> None:
-    """Progress and results are ours to print: below-warning logs of TensorFlow, absl
-    and Orbax are hidden unless --verbose. Set before TensorFlow is imported. Level 3
-    also hides TensorFlow's C++ errors, such as `cuInit` failing on a machine without
-    a GPU (TensorFlow only feeds the input pipeline; its real errors raise in Python)."""
+    """Progress and results are ours to print.
+
+    Below-warning logs of TensorFlow, absl and Orbax are hidden unless --verbose. Set before
+    TensorFlow is imported. Level 3 also hides TensorFlow's C++ errors, such as `cuInit` failing on
+    a machine without a GPU (TensorFlow only feeds the input pipeline; its real errors raise in
+    Python)."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "0" if verbose else "3")
     level = logging.INFO if verbose else logging.WARNING
     logging.basicConfig(level=level, format="bert-jax: %(levelname)s: %(message)s")
@@ -82,34 +85,39 @@ def _quiet_logging(verbose: bool) -> None:
 
 
 def quiet_libraries() -> None:
-    """The quiet start of every command for scripts that run stages without `main` (the
-    demo): no TensorFlow start-up lines (`cuInit` on a machine without a GPU), no library
-    INFO logs or Orbax's `_CHECKPOINT_METADATA` warning."""
+    """The quiet start of every command for scripts that run stages without `main` (the demo).
+
+    No TensorFlow start-up lines (`cuInit` on a machine without a GPU), no library INFO logs or
+    Orbax's `_CHECKPOINT_METADATA` warning."""
     _quiet_logging(verbose=False)
     tf_host.import_quietly()
 
 
 def _hide_orbax_noise(record: logging.LogRecord) -> bool:
-    """Orbax warns that a `_CHECKPOINT_METADATA` file is missing whenever a sub-item's
-    metadata is read (as every restore does); it reads like corruption and is not."""
+    """Hides Orbax's warning that a `_CHECKPOINT_METADATA` file is missing.
+
+    Orbax warns so whenever a sub-item's metadata is read (as every restore does); it reads like
+    corruption and is not."""
     return "_CHECKPOINT_METADATA" not in record.getMessage()
 
 
 class _LibraryTracebacks:
-    """Tracebacks that libraries print from their own threads and callbacks (Orbax and
-    TensorStore after a failed checkpoint write print hundreds) and Orbax's logged
-    errors go to a file, created when first needed, instead of the console: the run's
-    failure is reported in one line, which names the file. Process-wide (sys.excepthook,
-    sys.unraisablehook, which TensorStore's callbacks use, threading.excepthook, and a
-    filter on the errors logged to absl's and asyncio's loggers, used by libraries only):
-    the CLI owns its process."""
+    """Library tracebacks and Orbax's logged errors go to a file instead of the console.
+
+    These are the tracebacks that libraries print from their own threads and callbacks (Orbax and
+    TensorStore after a failed checkpoint write print hundreds). The file is created when first
+    needed; the run's failure is reported in one line, which names the file. Process-wide
+    (sys.excepthook, sys.unraisablehook, which TensorStore's callbacks use, threading.excepthook,
+    and a filter on the errors logged to absl's and asyncio's loggers, used by libraries only): the
+    CLI owns its process."""
 
     def __init__(self):
         self.name, self.path, self._installed = "", None, False
 
     def start(self, name: str, divert: bool) -> None:
-        """A new command: its tracebacks go to a new file (when `divert`: once installed,
-        the hooks stay for the process)."""
+        """Starts a new command: its tracebacks go to a new file.
+
+        That is when `divert`; once installed, the hooks stay for the process."""
         self.name, self.path = name, None
         if divert and not self._installed:
             self._installed = True
@@ -149,17 +157,18 @@ _LIBRARY_TRACEBACKS = _LibraryTracebacks()
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Runs one command. Exit codes: 0 success; 2 the user's mistake, one line
-    `bert-jax COMMAND: error: ...` (a UserError, which library exceptions that mean bad
-    input are converted into where they enter our code; or an OSError of the user's
-    making, `errors.is_users_os_error`: a missing file, no permission, a full disk; also a
-    busy workdir, out of device memory); 1 a run that failed for another reason (a run
-    that diverged: one line naming the step and what to change; anything else, a
-    ValueError or KeyError too, is a bug: one line naming the file that holds its
-    traceback); 130 Ctrl-C or SIGTERM (one line; temporary files removed, workers ended;
-    pretrain, finetune and distill save a checkpoint first and exit 0 on SIGTERM:
-    `train/preemption.py`). `--debug` or BERT_JAX_DEBUG=1 lets the exception's traceback
-    through; `--verbose` shows the libraries' INFO logs."""
+    """Runs one command.
+
+    Exit codes: 0 success; 2 the user's mistake, one line `bert-jax COMMAND: error: ...` (a
+    UserError, which library exceptions that mean bad input are converted into where they enter our
+    code; or an OSError of the user's making, `errors.is_users_os_error`: a missing file, no
+    permission, a full disk; also a busy workdir, out of device memory); 1 a run that failed for
+    another reason (a run that diverged: one line naming the step and what to change; anything else,
+    a ValueError or KeyError too, is a bug: one line naming the file that holds its traceback); 130
+    Ctrl-C or SIGTERM (one line; temporary files removed, workers ended; pretrain, finetune and
+    distill save a checkpoint first and exit 0 on SIGTERM: `train/preemption.py`). `--debug` or
+    BERT_JAX_DEBUG=1 lets the exception's traceback through; `--verbose` shows the libraries' INFO
+    logs."""
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or bool(os.environ.get("BERT_JAX_DEBUG"))
     verbose = "--verbose" in argv
@@ -192,8 +201,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def report_failure(prog: str, error: BaseException) -> int:
-    """Prints the one line for a command's failure (`prog`: the command as the user typed
-    it, `bert-jax embed`) and returns its exit code, as `main` describes them."""
+    """Prints the one line for a command's failure and returns its exit code.
+
+    `prog`: the command as the user typed it, `bert-jax embed`. Line and code are as `main`
+    describes them."""
     if isinstance(error, (Interrupted, KeyboardInterrupt)):
         print(f"{prog}: {str(error) or 'interrupted'}", file=sys.stderr)
         return 130

@@ -34,8 +34,9 @@ SEQ_LENGTH, PREDICTIONS, LABELLED_EXAMPLES = 64, 10, 300
 
 
 def unlabelled_emails(path: str, sources: tuple[str, ...] = (SPAM_TRAIN,)) -> str:
-    """The e-mails of `sources` (the spam TSVs; default the training split) without
-    labels, in BERT's input format (a sentence per line, a blank line between e-mails)."""
+    """The e-mails of `sources` (the spam TSVs; default the training split) without labels.
+
+    In BERT's input format (a sentence per line, a blank line between e-mails)."""
     with gzip.open(path, "wt", encoding="utf-8") as out:
         for source in sources:
             with open(source, newline="", encoding="utf-8") as f:

@@ -17,6 +17,7 @@ import errno
 
 class UserError(ValueError):
     """Input the user can fix: a config value, a file, a checkpoint that does not fit.
+
     The message names the key, or the file and line."""
 
 
@@ -29,16 +30,19 @@ _USERS_ERRNOS = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.EEXI
 
 
 def is_users_os_error(error: BaseException) -> bool:
-    """Whether `error` is an OSError of the user's making (`_USERS_ERRNOS`, or one of their
-    types raised with a message only, such as `FileNotFoundError("no config.json in DIR")`)."""
+    """Whether `error` is an OSError of the user's making.
+
+    That is one of `_USERS_ERRNOS`, or one of their types raised with a message only, such as
+    `FileNotFoundError("no config.json in DIR")`."""
     return isinstance(error, (FileNotFoundError, NotADirectoryError, IsADirectoryError,
                               FileExistsError, PermissionError)) or \
         isinstance(error, OSError) and error.errno in _USERS_ERRNOS
 
 
 def is_users_error(error: BaseException) -> bool:
-    """Whether `error` is the user's to fix (exit code 2): a UserError or
-    `is_users_os_error`."""
+    """Whether `error` is the user's to fix (exit code 2).
+
+    A UserError or `is_users_os_error`."""
     return isinstance(error, UserError) or is_users_os_error(error)
 
 
@@ -50,10 +54,11 @@ def check_positive(name: str, value, *, allow_zero: bool = False) -> None:
 
 
 def check_learning_rate(value, allow_zero: bool | None = None, zero_hint: str = "") -> None:
-    """A learning rate must be a number > 0: a negative one climbs the loss, zero trains
-    nothing: allowed only where the config has the explicit `allow_zero_learning_rate`
-    (`allow_zero`: its value; None where the config has no such key, and `zero_hint`
-    says what to do instead)."""
+    """A learning rate must be a number > 0.
+
+    A negative one climbs the loss, zero trains nothing: allowed only where the config has the
+    explicit `allow_zero_learning_rate` (`allow_zero`: its value; None where the config has no such
+    key, and `zero_hint` says what to do instead)."""
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
     if number and (value > 0 or allow_zero and value == 0):
         return
@@ -76,13 +81,16 @@ class CheckpointError(UserError):
 
 
 class NonFiniteError(FloatingPointError):
-    """A run whose loss or gradient stayed NaN/Inf (it diverged): `bert-jax` prints the
-    message (the step, the values, what to change) as one line and exits with code 1."""
+    """A run whose loss or gradient stayed NaN/Inf (it diverged).
+
+    `bert-jax` prints the message (the step, the values, what to change) as one line and exits with
+    code 1."""
 
 
 class Interrupted(Exception):
-    """Ctrl-C stopped a run at a step boundary; the message says which checkpoint it
-    saved. `bert-jax` prints it as one line and exits with code 130."""
+    """Ctrl-C stopped a run at a step boundary; the message says which checkpoint it saved.
+
+    `bert-jax` prints it as one line and exits with code 130."""
 
 
 class WorkdirBusyError(UserError):
@@ -90,16 +98,18 @@ class WorkdirBusyError(UserError):
 
 
 def is_out_of_memory(error: BaseException) -> bool:
-    """Whether `error` is XLA's device out-of-memory error (RESOURCE_EXHAUSTED), raised
-    by a training step or by compiling one."""
+    """Whether `error` is XLA's device out-of-memory error (RESOURCE_EXHAUSTED).
+
+    Raised by a training step or by compiling one."""
     text = str(error)  # TensorStore says RESOURCE_EXHAUSTED for a full disk too
     return "RESOURCE_EXHAUSTED" in text and "os_error_code" not in text \
         and "No space left" not in text
 
 
 def memory_levers(grad_accum_steps: int = 1) -> str:
-    """What lowers a training step's device memory (pretraining and fine-tuning alike,
-    and `bert-jax compile`'s plan), most harmless first: the run's own
+    """What lowers a training step's device memory, most harmless first.
+
+    For pretraining and fine-tuning alike, and `bert-jax compile`'s plan: the run's own
     `grad_accum_steps` makes the suggested value concrete."""
     return (f"raise --config.grad_accum_steps (e.g. to {2 * grad_accum_steps}: the same "
             "batch in sequential micro-batches), --config.remat_policy=full (recompute "
@@ -109,8 +119,9 @@ def memory_levers(grad_accum_steps: int = 1) -> str:
 
 
 def out_of_memory(*, batch_size: int, seq_length: int, grad_accum_steps: int = 1) -> UserError:
-    """One line for a step that did not fit in device memory: the batch and sequence
-    length it tried, `memory_levers` and the README's section for more."""
+    """One line for a step that did not fit in device memory.
+
+    The batch and sequence length it tried, `memory_levers` and the README's section for more."""
     return UserError(f"out of device memory (RESOURCE_EXHAUSTED) at global_batch_size "
                      f"{batch_size}, max_seq_length {seq_length}: "
                      f"{memory_levers(grad_accum_steps)} (README.md, Troubleshooting: Out "

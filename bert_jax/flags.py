@@ -1,5 +1,7 @@
-"""One flag style for every command: `--max_seq_length`, with underscores, as
-google-research/bert, transformers' examples and absl write flags.
+"""One flag style for every command.
+
+`--max_seq_length`, with underscores, as google-research/bert, transformers' examples and absl write
+flags.
 
 `ArgumentParser` is argparse's, but also accepts each multi-word long option with
 dashes (`--max-seq-length`), which `--help` does not show, and options renamed since
@@ -16,8 +18,9 @@ from typing import Mapping, Sequence
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse.ArgumentParser that takes `--a-b` for `--a_b`, and `deprecated` old
-    option names (old -> new, each with one warning line on stderr when used)."""
+    """argparse.ArgumentParser that takes `--a-b` for `--a_b`, and `deprecated` old option names.
+
+    `deprecated`: old -> new, each with one warning line on stderr when used."""
 
     def __init__(self, *args, deprecated: Mapping[str, str] | None = None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -46,8 +49,9 @@ class ArgumentParser(argparse.ArgumentParser):
 
 
 class BooleanOptionalAction(argparse.BooleanOptionalAction):
-    """argparse's `--x` / `--no-x` pair in this module's spelling: `--x` / `--no_x` (the
-    dashed form is accepted as every option's is)."""
+    """argparse's `--x` / `--no-x` pair in this module's spelling.
+
+    `--x` / `--no_x` (the dashed form is accepted as every option's is)."""
 
     def __init__(self, option_strings: Sequence[str], dest: str, **kwargs):
         super().__init__(option_strings, dest, **kwargs)
