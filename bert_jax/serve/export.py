@@ -161,7 +161,7 @@ def export_saved_model(fn, params, tokenizer, path: str, max_length: int,
                        max_seq_length: int, labels: list[str] | None,
                        platforms=DEFAULT_PLATFORMS, truncation: str = "head",
                        tagging: bool = False) -> None:
-    """A TF SavedModel.
+    """Writes a TF SavedModel of `fn` and `params` at `path`.
 
     Weights as tf.Variables (no 2 GB graph limit), the model as StableHLO via jax2tf,
     WordPiece/SentencePiece tokenization via tensorflow-text. The string signatures truncate to

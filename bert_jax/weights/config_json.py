@@ -285,7 +285,7 @@ _ELECTRA_FIELDS = {name: (name, kind, default) for name, kind, default in (
 
 
 def _electra_from_hf(values: dict[str, Any], source: str) -> dict[str, Any]:
-    """transformers' ElectraConfig.
+    """transformers' ElectraConfig as our fields.
 
     BERT's fields plus `embedding_size`, factorized (an `embeddings_project` to hidden_size) only
     where it differs from hidden_size."""
@@ -316,7 +316,7 @@ ROBERTA_CLASSES = {"roberta": "Roberta", "xlm-roberta": "XLMRoberta", "camembert
 
 
 def _roberta_from_hf(values: dict[str, Any], source: str) -> dict[str, Any]:
-    """transformers' RobertaConfig (and XLM-R's, CamemBERT's).
+    """transformers' RobertaConfig (and XLM-R's, CamemBERT's) as our fields.
 
     BERT's fields; positions counted after the padding id (`pad_token_id` 1: position i reads row i
     + 2)."""
@@ -350,7 +350,7 @@ _DISTILBERT_FIELDS = {"vocab_size": ("vocab_size", int, 30522),
 
 
 def _distilbert_from_hf(values: dict[str, Any], source: str) -> dict[str, Any]:
-    """transformers' DistilBertConfig.
+    """transformers' DistilBertConfig as our fields.
 
     BERT's encoder without token types or pooler (its sequence classifier's `pre_classifier` + ReLU
     is our pooler with relu). Sinusoidal positions are stored in the position table, so they load as
