@@ -72,7 +72,6 @@ class Finetuning:
         check_inputs_fit(self.source.config, self.source.origin,
                          max_seq_length=self.config.max_seq_length)
         self.partitioner = sharding.Partitioner.from_config(config)
-        self.multiple = self.partitioner.batch_shards
         self._prepared: dict[Any, task_data.TaskData] = {}
 
     def prepared(self, seed: int) -> task_data.TaskData:
@@ -94,16 +93,10 @@ class Finetuning:
         if config is not self.config:  # a grid's run (the session's is checked already)
             schedule.check_finetuning_config(config)
             config = self.resolved(config)
-        accum = config.grad_accum_steps
-        multiple = self.multiple * accum  # each micro-batch spans the batch shards
-        if config.global_batch_size % multiple:  # not rounded up: what is recorded is what ran
-            raise UserError(f"global_batch_size {config.global_batch_size} is not a multiple "
-                            f"of grad_accum_steps {accum} x {self.multiple} batch shards: set "
-                            f"--config.global_batch_size="
-                            f"{inference.round_up(config.global_batch_size, multiple)}")
+        batching = schedule.Batching.of(config)
+        multiple = batching.rows_multiple(self.partitioner.batch_shards)  # before any data
         data = self.prepared(int(config.seed))
-        plan = schedule.Plan.of(schedule.Batching.of(config), schedule.Optimization.of(config),
-                                data, multiple)
+        plan = schedule.Plan.of(batching, schedule.Optimization.of(config), data, multiple)
         run = checkpoint.run_description(config.to_dict(), self.source.config.to_dict(),
                                          self.source.tokenizer.fingerprint())
         job = lifecycle.Job(workdir, self.partitioner, keep=KEEP_CHECKPOINTS)
@@ -112,7 +105,7 @@ class Finetuning:
         step_fn, eval_fn = compiled_steps(data, self.objective,
                                           plan.tx if frozen else plan.full_tx, shardings,
                                           self.partitioner, config.freeze if frozen else "",
-                                          accum)
+                                          config.grad_accum_steps)
         batches = schedule.EpochBatches(lambda epoch: plan.train_batches(
             data.task, data.train_features, epoch, int(config.seed)), plan.num_epochs,
             skip=int(state.step))

@@ -28,7 +28,7 @@ ZERO_LEARNING_RATE = ("; a linear probe trains the head alone: --config.freeze='
 def check_finetuning_config(config) -> None:
     """The checks of a fine-tuning config that need no data beyond its schema's, which
     ran when it was built (`run_config.require_built`). Raises UserError naming the key.
-    The mesh's rules on batch sizes are `Finetuning.run`'s."""
+    The mesh's rules on batch sizes are `Batching.rows_multiple`'s."""
     run_config.require_built(config, "finetune")
     check_learning_rate(config.learning_rate, zero_hint=ZERO_LEARNING_RATE)
     if config.global_batch_size % config.grad_accum_steps:
@@ -55,6 +55,18 @@ class Batching:
     @classmethod
     def of(cls, config) -> "Batching":
         return _of_config(cls, config)
+
+    def rows_multiple(self, batch_shards: int) -> int:
+        """The multiple of rows every batch has: `batch_shards` for each accumulated
+        micro-batch (each spans the shards). Raises UserError when global_batch_size is
+        not one: it is not rounded up, so what a run records is what ran."""
+        multiple = batch_shards * self.grad_accum_steps
+        if self.global_batch_size % multiple:
+            raise UserError(f"global_batch_size {self.global_batch_size} is not a multiple "
+                            f"of grad_accum_steps {self.grad_accum_steps} x {batch_shards} "
+                            f"batch shards: set --config.global_batch_size="
+                            f"{round_up(self.global_batch_size, multiple)}")
+        return multiple
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,7 +95,7 @@ class Plan:
 
     batching: Batching
     optimization: Optimization
-    multiple: int  # the batch rows' multiple: batch shards x accumulated micro-batches
+    multiple: int  # the batch rows' multiple (`Batching.rows_multiple`)
     steps_per_epoch: int
     num_steps: int
     num_epochs: int
