@@ -1,2 +1,4 @@
-"""Fine-tuning: tasks (GLUE, CSV/TSV/JSONL, CoNLL tagging, SQuAD), the shared training
-loop, and the `finetune` / `evaluate` / `predict` commands."""
+"""Fine-tuning: tasks, the shared training loop, and the commands that run them.
+
+The tasks: GLUE, CSV/TSV/JSONL, CoNLL tagging, SQuAD; the commands: `finetune` / `evaluate` /
+`predict`."""

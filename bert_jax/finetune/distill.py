@@ -1,5 +1,6 @@
-"""Task distillation (`bert-jax distill`): a student learns a fine-tuned teacher's
-outputs on the teacher's labeled data, through the fine-tuning loop (`job`).
+"""Task distillation (`bert-jax distill`): a student learns a fine-tuned teacher's outputs.
+
+It learns them on the teacher's labeled data, through the fine-tuning loop (`job`).
 
     loss = alpha * task loss + (1 - alpha) * soft loss
            + hidden_weight * hidden-state MSE + attention_weight * attention MSE
@@ -59,8 +60,9 @@ def _names_a_model(student: str) -> bool:
 
 
 def load_finetuned_teacher(path: str) -> pretrained.Pretrained:
-    """A fine-tuned model: a fine-tuning workdir (its best model) or a model directory
-    saved by fine-tuning."""
+    """A fine-tuned model: a fine-tuning workdir (its best model) or a model directory.
+
+    The model directory is one saved by fine-tuning."""
     try:
         teacher = pretrained.load(path)
     except FileNotFoundError as e:
@@ -75,9 +77,10 @@ def load_finetuned_teacher(path: str) -> pretrained.Pretrained:
 
 def distill_config(teacher: pretrained.Pretrained, student: str,
                    overrides: list[str] = ()) -> ml_collections.ConfigDict:
-    """The teacher's fine-tuning config (`inference.saved_config`, which checks it) with
-    the distillation keys, the student (a model directory or a preset name) and
-    `KEY=VALUE` overrides applied."""
+    """The teacher's fine-tuning config with the distillation keys, student and overrides applied.
+
+    The config is `inference.saved_config`, which checks it; the student is a model directory or a
+    preset name; the overrides are `KEY=VALUE`."""
     defaults = inference.recipe_defaults(teacher.task["config"]["task"])
     # A model the student starts from (a fine-tuning workdir stands for its kept
     # model, a Hub name for its converted directory), or a preset's name.
@@ -92,9 +95,11 @@ def distill_config(teacher: pretrained.Pretrained, student: str,
 
 
 def check_distillation_config(config) -> None:
-    """The checks of a distillation config (`distill_config`'s, whose schema check ran
-    when it was built) that need no model: the fine-tuning ones beyond the schema
-    (`schedule.check_finetuning_config`), then the distillation's."""
+    """The checks of a distillation config that need no model.
+
+    The config is `distill_config`'s, whose schema check ran when it was built. The checks are the
+    fine-tuning ones beyond the schema (`schedule.check_finetuning_config`), then the
+    distillation's."""
     schedule.check_finetuning_config(config)
     if selection.is_sweep(config):
         raise UserError("distill runs one setting: seeds and sweep.* are not supported")
@@ -105,8 +110,9 @@ def evenly_spaced_layers(total: int, keep: int) -> list[int]:
 
 
 def take_layers(encoder_params: dict, bert_config, keep: int):
-    """An encoder's parameters and config cut to `keep` evenly spaced layers:
-    (params, config, the 0-based layers kept)."""
+    """An encoder's parameters and config cut to `keep` evenly spaced layers.
+
+    Returns (params, config, the 0-based layers kept)."""
     chosen = evenly_spaced_layers(bert_config.num_hidden_layers, keep)
     layers = layer_layout.to_unscanned({"encoder": encoder_params["encoder"]})["encoder"]
     params = {**encoder_params, "encoder": {f"layer_{i}": layers[f"layer_{j}"]
@@ -115,8 +121,10 @@ def take_layers(encoder_params: dict, bert_config, keep: int):
 
 
 def student_source(config, teacher: pretrained.Pretrained) -> model_source.ModelSource:
-    """The student's encoder (`resolve_model`), cut to `student_layers` layers, checked
-    to read the teacher's vocabulary and, if fine-tuned, to be of the teacher's task."""
+    """The student's encoder (`resolve_model`), cut to `student_layers` layers, and checked.
+
+    It is checked to read the teacher's vocabulary and, if fine-tuned, to be of the teacher's
+    task."""
     source = model_source.resolve_model(config)
     if config.student_layers:
         total = source.config.num_hidden_layers
@@ -158,9 +166,10 @@ def coefficients(settings: dict) -> dict[str, float]:
 
 def distill_loss(params, batch, teacher_params, dropout_key, *, model, task, rules,
                  teacher_model, settings):
-    """The trainer's `TaskObjective.loss` for distillation: {name: (weighted sum, weight)}
-    of the task loss (`task_loss`), the soft loss and the matching losses, which
-    `coefficients(settings)` weigh."""
+    """The trainer's `TaskObjective.loss` for distillation.
+
+    {name: (weighted sum, weight)} of the task loss (`task_loss`), the soft loss and the matching
+    losses, which `coefficients(settings)` weigh."""
     inputs = task.model_inputs(batch)
     match = settings["hidden_weight"] > 0 or settings["attention_weight"] > 0
     project = matching.projector(params.get(PROJECTION))
@@ -196,8 +205,9 @@ def distill_loss(params, batch, teacher_params, dropout_key, *, model, task, rul
 # --- the run ----------------------------------------------------------------------------
 
 def distill(config, teacher: pretrained.Pretrained, workdir: str) -> dict:
-    """Distils `teacher` into the student `config` names; writes and returns what a
-    fine-tuning run does (WORKDIR/best, eval_results.json)."""
+    """Distils `teacher` into the student `config` names.
+
+    Writes and returns what a fine-tuning run does (WORKDIR/best, eval_results.json)."""
     outputs.check_workdir(workdir, folders.DISTILLATION,
                           {"--teacher": teacher.tokenizer_dir, "--student": config.init_from})
     check_distillation_config(config)

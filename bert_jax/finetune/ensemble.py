@@ -1,10 +1,11 @@
-"""Ensembles of fine-tuned models, for `bert-jax predict` and `evaluate` over several
-workdirs (or every seed of a multi-seed workdir): each member runs on the same features
-and the task averages their outputs per feature (`Task.combine_outputs`): probabilities
-for classification and multiple choice, scores for regression, start and end logits for
-SQuAD (so every span's score is the members' mean), per-token tag probabilities for
-tagging. The average is then decoded as one model's outputs are. Members must share the
-task, labels, tokenizer and max_seq_length, which decide the features.
+"""Ensembles of fine-tuned models, for `bert-jax predict` and `evaluate` over several workdirs.
+
+Or over every seed of a multi-seed workdir. Each member runs on the same features and the task
+averages their outputs per feature (`Task.combine_outputs`): probabilities for classification and
+multiple choice, scores for regression, start and end logits for SQuAD (so every span's score is the
+members' mean), per-token tag probabilities for tagging. The average is then decoded as one model's
+outputs are. Members must share the task, labels, tokenizer and max_seq_length, which decide the
+features.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from bert_jax.host.folders import FINETUNING_WORKDIR
 
 
 def member_dirs(dirs: Sequence[str], expand_seeds: bool) -> list[str]:
-    """The workdirs (or fine-tuned model dirs) of the members; with `expand_seeds`, a
-    multi-seed workdir stands for every seed run of its selected setting."""
+    """The workdirs (or fine-tuned model dirs) of the members.
+
+    With `expand_seeds`, a multi-seed workdir stands for every seed run of its selected setting."""
     out = []
     for path in dirs:
         results = paths.join(path, FINETUNING_WORKDIR.results)
@@ -37,8 +39,10 @@ def member_dirs(dirs: Sequence[str], expand_seeds: bool) -> list[str]:
 
 
 class Ensemble:
-    """Fine-tuned models whose outputs are averaged; `task`, `tokenizer` and `config` are
-    the first member's (the others are checked to featurize alike)."""
+    """Fine-tuned models whose outputs are averaged.
+
+    `task`, `tokenizer` and `config` are the first member's (the others are checked to featurize
+    alike)."""
 
     def __init__(self, dirs: Sequence[str], overrides: dict | None = None):
         self.names = list(dirs)

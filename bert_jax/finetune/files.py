@@ -1,5 +1,6 @@
-"""Reading and writing the files fine-tuning meets: CSV/TSV/JSONL tables, plain text
-lines, CoNLL column files, JSONL predictions."""
+"""Reading and writing the files fine-tuning meets.
+
+CSV/TSV/JSONL tables, plain text lines, CoNLL column files, JSONL predictions."""
 
 from __future__ import annotations
 
@@ -29,8 +30,10 @@ def table_format(path: str) -> str:
 
 
 def read_text_file(path: str) -> str:
-    """The whole file as text. Bytes that are not UTF-8 fail with the file, the line and
-    the byte; a UTF-8 byte-order mark (spreadsheet exports) is dropped."""
+    """The whole file as text.
+
+    Bytes that are not UTF-8 fail with the file, the line and the byte; a UTF-8 byte-order mark
+    (spreadsheet exports) is dropped."""
     if not paths.exists(path):
         raise FileNotFoundError(f"no such file: {path}")
     return encoding.decode(paths.read_bytes(path), path)
@@ -46,9 +49,9 @@ class Row(dict):
 
 def read_table(path: str) -> tuple[list[dict[str, Any]], list[str]]:
     """Rows of a CSV/TSV (header line) or JSONL file as dicts, and the column names.
-    A text file gives one row {'text': line} per non-empty line. A row whose field
-    count differs from the header's, or a JSONL line that is not a JSON object, fails
-    with its line number."""
+
+    A text file gives one row {'text': line} per non-empty line. A row whose field count differs
+    from the header's, or a JSONL line that is not a JSON object, fails with its line number."""
     kind = table_format(path)
     text = read_text_file(path)
     if kind in ("csv", "tsv"):
@@ -105,11 +108,12 @@ def read_table(path: str) -> tuple[list[dict[str, Any]], list[str]]:
 
 
 def read_headerless(path: str, names: list[str]) -> list[dict[str, str]]:
-    """Rows of a delimited file without a header line, any extension: fields named by
-    `names` in order (e.g. ['label', 'text'], the usual Chinese news and review format),
-    split on tabs (on commas, CSV-quoted, for `.csv`). Blank lines are skipped; a line
-    with another number of fields, or a first line that is the header itself, fails
-    with its line number."""
+    """Rows of a delimited file without a header line, any extension.
+
+    Fields are named by `names` in order (e.g. ['label', 'text'], the usual Chinese news and review
+    format), split on tabs (on commas, CSV-quoted, for `.csv`). Blank lines are skipped; a line with
+    another number of fields, or a first line that is the header itself, fails with its line
+    number."""
     text = read_text_file(path)
     comma = path.lower().endswith(".csv")
     lines = io.StringIO(text, newline="")
@@ -133,8 +137,10 @@ def read_headerless(path: str, names: list[str]) -> list[dict[str, str]]:
 
 def column(rows: list[dict], columns: list[str], name: str, path: str, role: str,
            fix: str = "") -> list:
-    """The values of column `name`; a missing column names the ones the file has and
-    `fix` (default: the config key that names the column)."""
+    """The values of column `name`.
+
+    A missing column names the ones the file has and `fix` (default: the config key that names the
+    column)."""
     if name not in columns:
         raise UserError(f"{path} has no {role} column {name!r}; its columns are: "
                         f"{', '.join(map(repr, columns)) or '(none)'} "
@@ -153,9 +159,10 @@ def labels(rows: list[dict], columns: list[str], name: str, path: str) -> list:
 
 
 def read_conll(path: str, tag_column: int = -1) -> list[dict[str, list[str]]]:
-    """CoNLL-style columns: one token per line (token first, tag in `tag_column`),
-    blank lines between sentences, `-DOCSTART-` lines skipped.
-    Returns [{'words': [...], 'tags': [...]}]; a one-column file has no tags."""
+    """CoNLL-style columns: one token per line, blank lines between sentences.
+
+    The token comes first, the tag in `tag_column`; `-DOCSTART-` lines are skipped. Returns
+    [{'words': [...], 'tags': [...]}]; a one-column file has no tags."""
     sentences, words, tags = [], [], []
     for number, line in enumerate(io.StringIO(read_text_file(path)), 1):
         parts = line.split()

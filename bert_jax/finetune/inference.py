@@ -1,7 +1,8 @@
-"""Running a fine-tuned model: the jitted eval step over the device mesh, outputs per
-feature, and `load_finetuned`, which rebuilds task, model and parameters from a
-fine-tuning workdir's best model (what `bert-jax evaluate` and `predict` use).
-The training loop (`job`) evaluates with the same functions.
+"""Running a fine-tuned model: the jitted eval step over the device mesh, outputs per feature.
+
+And `load_finetuned`, which rebuilds task, model and parameters from a fine-tuning workdir's best
+model (what `bert-jax evaluate` and `predict` use). The training loop (`job`) evaluates with the
+same functions.
 """
 
 from __future__ import annotations
@@ -32,16 +33,16 @@ from bert_jax.weights import pretrained
 
 
 def predict_step(params, batch, *, model, task, rules):
-    """The task's outputs of one batch in eval mode, which its predictions and metrics
-    read."""
+    """The task's outputs of one batch in eval mode, which its predictions and metrics read."""
     with nn.logical_axis_rules(rules):
         outputs = model.apply({"params": params}, **task.model_inputs(batch), deterministic=True)
     return task.eval_outputs(outputs, batch)
 
 
 def make_eval_fn(model, task, partitioner: Partitioner, param_shardings):
-    """The jitted eval step; its outputs are replicated so that every process can read
-    all of them."""
+    """The jitted eval step.
+
+    Its outputs are replicated so that every process can read all of them."""
     return jax.jit(functools.partial(predict_step, model=model, task=task,
                                      rules=partitioner.rules),
                    in_shardings=(param_shardings, partitioner.batch_sharding),
@@ -65,6 +66,7 @@ def predict_features(task, params, features, eval_fn, batching: EvalBatching,
                      partitioner: Partitioner,
                      progress: Callable[[int, int], None] | None = None) -> list[dict]:
     """Runs the eval step over `features`: one dict of numpy outputs per feature.
+
     `progress(done, total)` is called after each batch."""
     batch_size = round_up(batching.eval_batch_size, partitioner.batch_shards)
     outputs: list[dict | None] = [None] * len(features)
@@ -82,9 +84,10 @@ def predict_features(task, params, features, eval_fn, batching: EvalBatching,
 
 
 class Progress:
-    """`progress(done, total)` for `predict_features`: a line on stderr at most every
-    EVERY_SECONDS ("predict: 12,000 of 60,000 sequences (20%)"); a run shorter than that
-    says nothing."""
+    """`progress(done, total)` for `predict_features`: a line on stderr at most every EVERY_SECONDS.
+
+    The line reads "predict: 12,000 of 60,000 sequences (20%)"; a run shorter than that says
+    nothing."""
 
     EVERY_SECONDS = 10.0
 
@@ -99,8 +102,9 @@ class Progress:
 
 
 def remove_outputs(workdir: str) -> None:
-    """Deletes WORKDIR's test predictions and results files (a run about to train: an
-    earlier run's would pass for its own)."""
+    """Deletes WORKDIR's test predictions and results files.
+
+    For a run about to train: an earlier run's would pass for its own."""
     paths.rmtree(paths.join(workdir, FINETUNING_WORKDIR.predictions), missing_ok=True)
     for name in (FINETUNING_WORKDIR.results, FINETUNING_WORKDIR.evaluate_results):
         if paths.exists(paths.join(workdir, name)):
@@ -118,8 +122,10 @@ def evaluate_sets(task, params, eval_sets, eval_fn, batching: EvalBatching,
 def predict_test(task, test_sets: dict[str, list], tokenizer, params, eval_fn,
                  batching: EvalBatching, partitioner: Partitioner,
                  workdir: str) -> dict[str, Any]:
-    """Predictions (and metrics, if labeled) for the test splits' examples (`test_sets`,
-    {split: examples}): WORKDIR/predictions/SPLIT.jsonl and the task's submission files."""
+    """Predictions (and metrics, if labeled) for the test splits' examples.
+
+    The examples are `test_sets`, {split: examples}; writes WORKDIR/predictions/SPLIT.jsonl and the
+    task's submission files."""
     out = {}
     for split, examples in test_sets.items():
         features = task.featurize(examples, tokenizer, batching.max_seq_length,
@@ -163,17 +169,19 @@ class Finetuned:
         return self.task.predict(examples, features, self.outputs(features))
 
     def predict(self, inputs: list) -> list[dict]:
-        """One record per input, as `bert-jax predict` writes them. Inputs: texts or
-        (text, text_pair) tuples for classification and regression, raw texts (split
-        as character-level CoNLL data: each CJK character a word) or word lists for
-        tagging, {'question', 'context'} dicts for SQuAD."""
+        """One record per input, as `bert-jax predict` writes them.
+
+        Inputs: texts or (text, text_pair) tuples for classification and regression, raw texts
+        (split as character-level CoNLL data: each CJK character a word) or word lists for tagging,
+        {'question', 'context'} dicts for SQuAD."""
         return self.predict_examples(self.task.examples_from_inputs(list(inputs)))
 
 
 def place_model_params(pre: pretrained.Pretrained, model: nn.Module,
                        partitioner: Partitioner):
-    """A loaded model's parameters placed by `partitioner` as `model` partitions them:
-    (params, their shardings)."""
+    """A loaded model's parameters placed by `partitioner` as `model` partitions them.
+
+    Returns (params, their shardings)."""
     dummy = jnp.ones((1, 8), jnp.int32)
     boxed = jax.eval_shape(lambda: model.init(jax.random.key(0), dummy, dummy, dummy)["params"])
     shardings = partitioner.shardings_of(nn.get_partition_spec(boxed))
@@ -183,25 +191,28 @@ def place_model_params(pre: pretrained.Pretrained, model: nn.Module,
 
 
 def recipe_defaults(task: str) -> ml_collections.ConfigDict:
-    """configs/finetune.py's config for `task` as the recipe writes it (unchecked: it
-    only supplies values)."""
+    """configs/finetune.py's config for `task` as the recipe writes it.
+
+    Unchecked: it only supplies values."""
     return read_config(f"finetune.py:{task}")
 
 
 def saved_config(task_spec: dict, overrides: Sequence[str] = (),
                  changes: Mapping[str, Any] | None = None) -> ml_collections.ConfigDict:
-    """The fine-tuning config saved with a model (`task_spec["config"]`), built as today's
-    (`config_loader.build_config`: old key names renamed, keys dropped since dropped, keys
-    added since at the values of its run or else of the task's recipe,
-    `recipe_defaults`), with `changes` set and `KEY=VALUE` `overrides` applied."""
+    """The fine-tuning config saved with a model (`task_spec["config"]`), built as today's.
+
+    It is built by `config_loader.build_config`: old key names renamed, keys dropped since dropped,
+    keys added since at the values of its run or else of the task's recipe (`recipe_defaults`); with
+    `changes` set and `KEY=VALUE` `overrides` applied."""
     values = task_spec["config"]
     return build_config("finetune", values, overrides, saved=True, changes=changes,
                         defaults=recipe_defaults(values["task"]))
 
 
 def load_finetuned(workdir: str, overrides: dict | None = None) -> Finetuned:
-    """Rebuilds task, model and parameters from WORKDIR/best, or a fine-tuned model
-    directory itself (config keys overridable)."""
+    """Rebuilds task, model and parameters from WORKDIR/best.
+
+    Or from a fine-tuned model directory itself (config keys overridable)."""
     pre = pretrained.load(workdir)
     if not pre.task or "config" not in pre.task:
         raise UserError(f"{workdir}: the saved model has no fine-tuning task description")

@@ -1,10 +1,10 @@
-"""The fine-tuning job, a recipe over the shared skeleton (`bert_jax.train.lifecycle`): the
-encoder (`model_source`) with a fresh task head, the task's data (`task_data`), the
-objective and its compiled steps (`objective`), the schedule and freezing (`schedule`),
-evaluation after every epoch with the best (or the last) model kept in `WORKDIR/best/`
-(`keeping`), then the test splits' predictions and the final metrics in
-`WORKDIR/eval_results.json`. Distillation is the same job with another objective
-(`bert_jax.finetune.distill`).
+"""The fine-tuning job, a recipe over the shared skeleton (`bert_jax.train.lifecycle`).
+
+The encoder (`model_source`) with a fresh task head, the task's data (`task_data`), the objective
+and its compiled steps (`objective`), the schedule and freezing (`schedule`), evaluation after every
+epoch with the best (or the last) model kept in `WORKDIR/best/` (`keeping`), then the test splits'
+predictions and the final metrics in `WORKDIR/eval_results.json`. Distillation is the same job with
+another objective (`bert_jax.finetune.distill`).
 
 In a multi-process job every process reads and batches the (small) fine-tuning data
 alike and places its own devices' rows; eval outputs are replicated so every process
@@ -43,15 +43,16 @@ def finetune(config, workdir: str) -> dict[str, Any]:
 
 
 class Finetuning:
-    """Fine-tuning runs of one task on one model that share the tokenized data and the
-    compiled steps: `run(config, workdir)` for each learning rate, epoch count, batch
-    size or seed. `objective` replaces the task loss (distillation), `source` the
-    encoder `resolve_model` would pick. The optimizer keeps its learning rate and
-    schedule in its state (`optim.make_optimizer(injected=True)`), so such runs reuse
-    one compiled train step (one per batch shape). The task is built and the training
-    split read once; `self.config` is `config` with max_seq_length="auto" resolved from
-    that split (`task_data.resolve_max_seq_length`). Data is featurized once, or once per
-    seed when `max_train_examples`/`max_eval_examples` draw a seed-dependent subset."""
+    """Fine-tuning runs of one task on one model that share the tokenized data and compiled steps.
+
+    `run(config, workdir)` for each learning rate, epoch count, batch size or seed. `objective`
+    replaces the task loss (distillation), `source` the encoder `resolve_model` would pick. The
+    optimizer keeps its learning rate and schedule in its state
+    (`optim.make_optimizer(injected=True)`), so such runs reuse one compiled train step
+    (one per batch shape). The task is built and the training split read once; `self.config` is
+    `config` with max_seq_length="auto" resolved from that split
+    (`task_data.resolve_max_seq_length`). Data is featurized once, or once per seed when
+    `max_train_examples`/`max_eval_examples` draw a seed-dependent subset."""
 
     def __init__(self, config, objective: TaskObjective | None = None,
                  source: model_source.ModelSource | None = None):
@@ -75,8 +76,10 @@ class Finetuning:
         self._prepared: dict[Any, task_data.TaskData] = {}
 
     def prepared(self, seed: int) -> task_data.TaskData:
-        """The task's data for `seed`: read once, or once per seed when
-        `max_train_examples`/`max_eval_examples` draw a seed-dependent subset."""
+        """The task's data for `seed`.
+
+        Read once, or once per seed when `max_train_examples`/`max_eval_examples` draw a
+        seed-dependent subset."""
         config = self.config
         key = seed if config.max_train_examples or config.max_eval_examples else None
         if key not in self._prepared:
@@ -86,9 +89,10 @@ class Finetuning:
         return self._prepared[key]
 
     def run(self, config, workdir: str) -> dict[str, Any]:
-        """One run with `config`'s seed and optimisation settings (its data, model and
-        numerics settings must be the session's). Resumes from WORKDIR's checkpoint of
-        the same run when an earlier one was interrupted; raises preemption.Preempted
+        """One run with `config`'s seed and optimisation settings.
+
+        Its data, model and numerics settings must be the session's. Resumes from WORKDIR's
+        checkpoint of the same run when an earlier one was interrupted; raises preemption.Preempted
         after checkpointing when the command's watcher (`preemption.active`) says so."""
         if config is not self.config:  # a grid's run (the session's is checked already)
             schedule.check_finetuning_config(config)
@@ -140,16 +144,18 @@ class Finetuning:
         return results
 
     def resolved(self, config):
-        """`config` (a grid's run of this session) with the "auto" values the session
-        resolved (`task_data.resolve_max_seq_length`): a copy, or `config` itself."""
+        """`config` (a grid's run of this session) with the "auto" values the session resolved.
+
+        Resolved by `task_data.resolve_max_seq_length`: a copy, or `config` itself."""
         if config.max_seq_length != "auto":
             return config
         return derive(config, max_seq_length=self.config.max_seq_length)
 
     def _start(self, job: lifecycle.Job, config, data, plan, run):
-        """(state, shardings, Kept): WORKDIR's checkpoint of this run, or a fresh state
-        with the encoder's weights (an earlier run's outputs and checkpoints are moved
-        aside). Opens the run's metrics."""
+        """(state, shardings, Kept): WORKDIR's checkpoint of this run, or a fresh state.
+
+        The fresh state has the encoder's weights (an earlier run's outputs and checkpoints are
+        moved aside). Opens the run's metrics."""
         tx = plan.tx if plan.frozen_at(job.ckpt.latest_step() or 0) else plan.full_tx
         state_plan = StatePlan.build(plan.init_fn, tx, self.partitioner, config.rng_impl)
         target, shardings = state_plan.abstract, state_plan.shardings

@@ -1,6 +1,8 @@
-"""The model a fine-tuning run keeps in WORKDIR/best: the best validation score's or the
-last epoch's (`keep_checkpoint`), chosen by the epoch-end action (`keeper`) that evaluates
-the model on the validation splits; and what the finished run reports (`run_results`).
+"""The model a fine-tuning run keeps in WORKDIR/best, and what the finished run reports.
+
+The kept model is the best validation score's or the last epoch's (`keep_checkpoint`), chosen by the
+epoch-end action (`keeper`) that evaluates the model on the validation splits; the report is
+`run_results`.
 
 A fresh run in the workdir of a finished one leaves the earlier model and results in
 place until it keeps its first model, then moves them to WORKDIR/previous/ (beside the
@@ -25,10 +27,11 @@ from bert_jax.weights import pretrained
 
 @dataclasses.dataclass
 class Kept:
-    """The model kept in WORKDIR/best: its validation score, epoch (1-based; None before
-    the first evaluation) and metrics; its parameters while this process has them;
-    `aside`: where an earlier run's files went (WORKDIR/previous/TIME), for its results
-    to join them at the first keep."""
+    """The model kept in WORKDIR/best: its validation score, epoch and metrics.
+
+    The epoch is 1-based (None before the first evaluation). Also its parameters while this process
+    has them; `aside`: where an earlier run's files went (WORKDIR/previous/TIME), for its results to
+    join them at the first keep."""
 
     score: float | None = None
     epoch: int | None = None
@@ -46,8 +49,10 @@ class Kept:
                                      default=float))
 
     def params_or_saved(self, workdir, state, unsaved: tuple):
-        """The kept parameters placed like `state.params`: this process's copy, or (a run
-        resumed after keeping them) WORKDIR/best's, with the `unsaved` ones of `state`."""
+        """The kept parameters placed like `state.params`.
+
+        This process's copy, or (a run resumed after keeping them) WORKDIR/best's, with the
+        `unsaved` ones of `state`."""
         shardings = jax.tree.map(lambda x: x.sharding, state.params)
         if self.params is not None:
             return jax.device_put(self.params, shardings)
@@ -59,9 +64,11 @@ class Kept:
 
 
 def set_aside_earlier_results(workdir: str, kept: Kept) -> str | None:
-    """Before this run's first kept model (`kept.epoch` None): moves an earlier run's
-    results (`FINETUNING_WORKDIR.earlier_results`) into `kept.aside` (or a new
-    WORKDIR/previous/TIME); returns where, or None when there was nothing."""
+    """Moves an earlier run's results aside before this run's first kept model.
+
+    Before the first kept model (`kept.epoch` None), moves an earlier run's results
+    (`FINETUNING_WORKDIR.earlier_results`) into `kept.aside` (or a new WORKDIR/previous/TIME);
+    returns where, or None when there was nothing."""
     if kept.epoch is not None:
         return None
     if paths.is_remote(workdir):  # a bucket cannot move them: they would pass for this run's
@@ -73,8 +80,10 @@ def set_aside_earlier_results(workdir: str, kept: Kept) -> str | None:
 
 
 def should_keep(mode: str, kept: Kept, score: float, last: bool) -> bool:
-    """Whether this epoch's model replaces the kept one. "best": a strictly higher
-    validation score (ties keep the earlier epoch); "last": the end of the schedule."""
+    """Whether this epoch's model replaces the kept one.
+
+    "best": a strictly higher validation score (ties keep the earlier epoch); "last": the end of the
+    schedule."""
     if mode == "last":
         return last
     return kept.epoch is None or score > kept.score
@@ -82,10 +91,11 @@ def should_keep(mode: str, kept: Kept, score: float, last: bool) -> bool:
 
 def keeper(config, workdir: str, data, eval_fn, batches, kept: Kept, plan, source, partitioner,
            unsaved: tuple):
-    """The epoch-end action of a run on `data` (its task and eval sets) from `source`
-    (the encoder's config and tokenizer): evaluate, log, and keep the model in
-    WORKDIR/best (without the `unsaved` parameters) when `config.keep_checkpoint` says
-    so, recording it in `kept`."""
+    """The epoch-end action of a run: evaluate, log, and keep the model in WORKDIR/best.
+
+    The run is on `data` (its task and eval sets) from `source` (the encoder's config and
+    tokenizer). The model is kept (without the `unsaved` parameters) when `config.keep_checkpoint`
+    says so, and recorded in `kept`."""
     task, bert_config = data.task, source.config
     spec = {**task.spec(), "config": absolute_paths(config.to_dict()),
             "max_seq_length": config.max_seq_length}
@@ -117,8 +127,9 @@ def keeper(config, workdir: str, data, eval_fn, batches, kept: Kept, plan, sourc
 
 
 def run_results(config, task, plan, loop, kept: Kept, length_coverage: dict) -> dict[str, Any]:
-    """What a finished run reports (WORKDIR/eval_results.json, before the test splits'
-    metrics): its settings, the kept model's epoch and validation metrics, and its speed."""
+    """What a finished run reports (WORKDIR/eval_results.json, before the test splits' metrics).
+
+    Its settings, the kept model's epoch and validation metrics, and its speed."""
     examples_per_second = loop.totals["examples"] / max(loop.train_seconds, 1e-9)
     return {"task": task.name, "seed": int(config.seed),
             "learning_rate": config.learning_rate,
@@ -136,7 +147,8 @@ def run_results(config, task, plan, loop, kept: Kept, length_coverage: dict) -> 
 
 
 def absolute_paths(values: dict) -> dict:
-    """The config with its data paths absolute, so a saved model finds its files from
-    any working directory."""
+    """The config with its data paths absolute.
+
+    So a saved model finds its files from any working directory."""
     return {k: paths.abspath(v) if (k.endswith("_file") or k in ("tfds_data_dir", "glue_dir"))
             and isinstance(v, str) and v else v for k, v in values.items()}

@@ -1,6 +1,8 @@
-"""The encoder a fine-tuning run starts from (`resolve_model`): a model directory, a
-pretraining workdir or a Hub model (`config.init_from`), checked against `config.model`
-and the tokenizer, or a random `config.model`; with the run's numerics and dropout."""
+"""The encoder a fine-tuning run starts from (`resolve_model`), with its numerics and dropout.
+
+A model directory, a pretraining workdir or a Hub model (`config.init_from`), checked against
+`config.model` and the tokenizer, or a random `config.model`; with the run's numerics and
+dropout."""
 
 from __future__ import annotations
 
@@ -20,8 +22,9 @@ log = logging.getLogger("bert_jax.finetune")
 
 @dataclasses.dataclass
 class ModelSource:
-    """The encoder to start from: its config, tokenizer and (numpy) parameters, read once
-    (`resolve_model`) and placed into each run's fresh model (`init_params`)."""
+    """The encoder to start from: its config, tokenizer and (numpy) parameters.
+
+    Read once (`resolve_model`) and placed into each run's fresh model (`init_params`)."""
 
     config: BertConfig
     tokenizer: Any
@@ -30,11 +33,12 @@ class ModelSource:
     task: dict | None = None  # the fine-tuning task the source model was saved with
 
     def init_params(self, params: dict, shardings: dict) -> dict:
-        """A fresh task model's `params` (placed with `shardings`) with this encoder's
-        weights in place of the random encoder (`pretrained.init_params`; a tagger's or
-        span model has no pooler, so the source's is dropped, and a source without one,
-        such as a masked-LM checkpoint, leaves the pooler fresh, as transformers does);
-        as they are for a random encoder."""
+        """A fresh task model's `params` (placed with `shardings`) with this encoder's weights.
+
+        This encoder's weights take the place of the random encoder (`pretrained.init_params`; a
+        tagger's or span model has no pooler, so the source's is dropped, and a source without one,
+        such as a masked-LM checkpoint, leaves the pooler fresh, as transformers does); as they are
+        for a random encoder."""
         if self.encoder_params is None:
             return params
         loaded = self.encoder_params
@@ -48,9 +52,10 @@ class ModelSource:
 
 
 def resolve_model(config) -> ModelSource:
-    """The encoder of `config.init_from` (checked against `config.model` when both are set),
-    or a randomly initialised `config.model` with `config.tokenizer`; with the run's
-    numerics and dropout (`run_bert_config`)."""
+    """The encoder of `config.init_from`, or a randomly initialised `config.model`.
+
+    `config.init_from`'s is checked against `config.model` when both are set; the random one has
+    `config.tokenizer`. With the run's numerics and dropout (`run_bert_config`)."""
     if config.init_from:
         pre = pretrained.load(config.init_from)  # resolved here, once per run
         tokenizer = load_tokenizer(config.tokenizer or pre.tokenizer_dir)

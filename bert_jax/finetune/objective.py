@@ -1,7 +1,8 @@
-"""What fine-tuning minimises (`TaskObjective`: the task loss, or distillation's), bound to a
-task's model as a `train.objective.Objective`, and the train and eval steps compiled for a
-task's data: `train_step.train_step` of the objective, counting the examples each batch
-holds, and the task's predictions."""
+"""What fine-tuning minimises, and the train and eval steps compiled for a task's data.
+
+`TaskObjective`: the task loss, or distillation's, bound to a task's model as a
+`train.objective.Objective`. The steps: `train_step.train_step` of the objective, counting the
+examples each batch holds, and the task's predictions."""
 
 from __future__ import annotations
 
@@ -19,8 +20,9 @@ from bert_jax.train.sharding import Partitioner
 
 
 def task_loss(params, batch, extra, dropout_key, *, model, task, rules):
-    """Fine-tuning's loss terms: the task's on the model's training outputs (`extra`
-    unused). {name: (weighted sum, weight)}, the loss as "loss"."""
+    """Fine-tuning's loss terms: the task's on the model's training outputs (`extra` unused).
+
+    {name: (weighted sum, weight)}, the loss as "loss"."""
     with nn.logical_axis_rules(rules):
         outputs = model.apply({"params": params}, **task.model_inputs(batch),
                               deterministic=False, rngs={"dropout": dropout_key})
@@ -29,13 +31,14 @@ def task_loss(params, batch, extra, dropout_key, *, model, task, rules):
 
 @dataclasses.dataclass(frozen=True)
 class TaskObjective:
-    """What the train step minimises: `loss(params, batch, extra, dropout_key, *, model,
-    task, rules)` -> {name: (weighted sum, weight)}, of whose means `coefficients`
-    weigh the ones trained on, and `extra`, an input of every step that is not
-    trained (a distillation teacher's parameters), placed with `extra_shardings`.
-    `describe` names it in the run's log. `wrap_model` (task model -> model) adds
-    parameters that the objective trains with the model, at the top level of its tree
-    (a TinyBERT projection), and `unsaved` names those left out of the saved model.
+    """What the train step minimises: a loss, weighed by `coefficients`, and an untrained `extra`.
+
+    `loss(params, batch, extra, dropout_key, *, model, task, rules)` ->
+    {name: (weighted sum, weight)}, of whose means `coefficients` weigh the ones trained on, and
+    `extra`, an input of every step that is not trained (a distillation teacher's parameters),
+    placed with `extra_shardings`. `describe` names it in the run's log. `wrap_model`
+    (task model -> model) adds parameters that the objective trains with the model, at the top level
+    of its tree (a TinyBERT projection), and `unsaved` names those left out of the saved model.
 
     `bound(model, task, rules)` is the `train.objective.Objective` of a task's model:
     evaluation is the task's predictions (`inference.predict_step`), which its metric
@@ -72,9 +75,10 @@ class TaskObjective:
 
 def compiled_steps(data: task_data.TaskData, objective: TaskObjective, tx, shardings,
                    partitioner: Partitioner, frozen: str = "", grad_accum_steps: int = 1):
-    """(train step, eval step) of `data`'s model and `objective`, jitted once per set of
-    `frozen` patterns and accumulation count: later runs pass states whose optimizer
-    hyperparameters differ but whose structure and shardings are the same."""
+    """(train step, eval step) of `data`'s model and `objective`.
+
+    Jitted once per set of `frozen` patterns and accumulation count: later runs pass states whose
+    optimizer hyperparameters differ but whose structure and shardings are the same."""
     key = (frozen, grad_accum_steps)
     if key not in data.compiled:
         bound = objective.bound(data.model, data.task, partitioner.rules)

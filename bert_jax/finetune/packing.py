@@ -1,5 +1,4 @@
-"""Variable-length features -> fixed-shape numpy batches: padding, length bucketing
-and packing.
+"""Variable-length features -> fixed-shape numpy batches: padding, length bucketing and packing.
 
 A *feature* is a dict with `input_ids` and `segment_ids` (lists, special tokens
 included), optional per-token lists named in `sequence_keys` (e.g. tag labels) and
@@ -28,8 +27,9 @@ Feature = dict
 
 
 def bucket_lengths(max_seq_length: int, smallest: int = 16) -> list[int]:
-    """Powers of two from `smallest` up to `max_seq_length` (always included): 16 keeps
-    short sentences (SST-2's, 10 tokens at the median) from padding to 32."""
+    """Powers of two from `smallest` up to `max_seq_length` (always included).
+
+    16 keeps short sentences (SST-2's, 10 tokens at the median) from padding to 32."""
     lengths, n = [], smallest
     while n < max_seq_length:
         lengths.append(n)
@@ -64,9 +64,10 @@ def _filler(feature: Feature, sequence_keys: Sequence[str]) -> Feature:
 
 def collate(features: list[Feature], length: int, sequence_keys: Sequence[str] = (),
             weights: Sequence[float] | None = None) -> dict[str, np.ndarray]:
-    """Pads features to `length`: input_ids, input_mask, segment_ids and each
-    sequence key [B, L] int32 ([B, C, L] for features of C sequences); scalar keys [B];
-    example_weights [B] float32."""
+    """Pads features to `length`.
+
+    input_ids, input_mask, segment_ids and each sequence key [B, L] int32 ([B, C, L] for features of
+    C sequences); scalar keys [B]; example_weights [B] float32."""
     shape = (len(features), *_choices(features[0]), length)
     batch = {"input_ids": np.zeros(shape, np.int32)}
     batch["input_mask"] = np.zeros_like(batch["input_ids"])
@@ -100,8 +101,9 @@ def _complete(features: list[Feature], batch_size: int, sequence_keys) -> tuple[
 def padded_batches(features: list[Feature], batch_size: int, max_seq_length: int,
                    sequence_keys: Sequence[str] = (), *, bucketing: bool = False,
                    shuffle_seed: int | None = None) -> Iterator[dict[str, np.ndarray]]:
-    """Batches of `batch_size` rows in order (or shuffled with `shuffle_seed`); the last
-    one completed with zero-weight filler. With `bucketing`, batches are formed from
+    """Batches of `batch_size` rows in order (or shuffled with `shuffle_seed`).
+
+    The last one is completed with zero-weight filler. With `bucketing`, batches are formed from
     chunks of 50 batches sorted by length and padded to the bucket that fits."""
     order = np.arange(len(features))
     if shuffle_seed is not None:
@@ -144,9 +146,10 @@ def first_fit_rows(lengths: Sequence[int], max_seq_length: int,
 
 def collate_packed(rows: list[list[Feature]], length: int, max_per_row: int,
                    sequence_keys: Sequence[str] = ()) -> dict[str, np.ndarray]:
-    """Packed rows -> input_ids, input_mask, segment_ids, position_ids, example_ids
-    (1..K, 0 = padding) and sequence keys [B, L]; cls_positions, example_weights and
-    each scalar key [B, K]."""
+    """Packed rows -> their [B, L] and [B, K] arrays.
+
+    input_ids, input_mask, segment_ids, position_ids, example_ids (1..K, 0 = padding) and sequence
+    keys [B, L]; cls_positions, example_weights and each scalar key [B, K]."""
     batch = {k: np.zeros((len(rows), length), np.int32)
              for k in ("input_ids", "input_mask", "segment_ids", "position_ids", "example_ids")}
     for key in sequence_keys:
@@ -180,9 +183,11 @@ def collate_packed(rows: list[list[Feature]], length: int, max_per_row: int,
 
 def packed_plan(features: list[Feature], max_seq_length: int, max_per_row: int,
                 examples_per_batch: int, multiple: int = 1) -> tuple[float, int]:
-    """(mean features per packed row, rows per batch): enough rows that a batch holds
-    about `examples_per_batch` features, so packed and padded runs take the same number
-    of optimizer steps over the same examples; rounded up to `multiple` devices."""
+    """(mean features per packed row, rows per batch).
+
+    Enough rows that a batch holds about `examples_per_batch` features, so packed and padded runs
+    take the same number of optimizer steps over the same examples; rounded up to `multiple`
+    devices."""
     rows = first_fit_rows([len(f["input_ids"]) for f in features], max_seq_length, max_per_row)
     per_row = len(features) / max(1, len(rows))
     rows_per_batch = max(1, int(np.ceil(examples_per_batch / per_row)))

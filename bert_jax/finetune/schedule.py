@@ -1,7 +1,8 @@
-"""A fine-tuning run's schedule: its settings checked, its steps and epochs, the
-optimizer with its learning-rate schedule (and its frozen form while `freeze` holds),
-and the training batches epoch after epoch, from any step on (a resumed run gets the
-batches an uninterrupted one would)."""
+"""A fine-tuning run's schedule: its settings checked, steps and epochs, optimizer and batches.
+
+The optimizer comes with its learning-rate schedule (and its frozen form while `freeze` holds), and
+the training batches epoch after epoch, from any step on (a resumed run gets the batches an
+uninterrupted one would)."""
 
 from __future__ import annotations
 
@@ -26,9 +27,10 @@ ZERO_LEARNING_RATE = ("; a linear probe trains the head alone: --config.freeze='
 
 
 def check_finetuning_config(config) -> None:
-    """The checks of a fine-tuning config that need no data beyond its schema's, which
-    ran when it was built (`run_config.require_built`). Raises UserError naming the key.
-    The mesh's rules on batch sizes are `Batching.rows_multiple`'s."""
+    """The checks of a fine-tuning config that need no data beyond its schema's.
+
+    The schema's ran when it was built (`run_config.require_built`). Raises UserError naming the
+    key. The mesh's rules on batch sizes are `Batching.rows_multiple`'s."""
     run_config.require_built(config, "finetune")
     check_learning_rate(config.learning_rate, zero_hint=ZERO_LEARNING_RATE)
     if config.global_batch_size % config.grad_accum_steps:
@@ -57,9 +59,11 @@ class Batching:
         return _of_config(cls, config)
 
     def rows_multiple(self, batch_shards: int) -> int:
-        """The multiple of rows every batch has: `batch_shards` for each accumulated
-        micro-batch (each spans the shards). Raises UserError when global_batch_size is
-        not one: it is not rounded up, so what a run records is what ran."""
+        """The multiple of rows every batch has.
+
+        `batch_shards` for each accumulated micro-batch (each spans the shards). Raises UserError
+        when global_batch_size is not one: it is not rounded up, so what a run records is what
+        ran."""
         multiple = batch_shards * self.grad_accum_steps
         if self.global_batch_size % multiple:
             raise UserError(f"global_batch_size {self.global_batch_size} is not a multiple "
@@ -90,8 +94,10 @@ class Optimization:
 
 @dataclasses.dataclass
 class Plan:
-    """A run's schedule: steps, epochs, the optimizer (and its frozen form), the
-    learning rate at each update count, and its training batches (`train_batches`)."""
+    """A run's schedule: steps, epochs, the optimizer, learning rates and training batches.
+
+    The optimizer comes with its frozen form, the learning rate is given at each update count, and
+    the training batches are `train_batches`."""
 
     batching: Batching
     optimization: Optimization
@@ -138,14 +144,16 @@ class Plan:
                    schedule, init_fn, hyperparams)
 
     def frozen_at(self, step: int) -> bool:
-        """Whether the state after `step` steps has the frozen optimizer state (the
-        unfreezing follows step `frozen_steps`, unless that is the last)."""
+        """Whether the state after `step` steps has the frozen optimizer state.
+
+        The unfreezing follows step `frozen_steps`, unless that is the last."""
         return bool(self.frozen_steps) and (step < self.frozen_steps
                                             or self.frozen_steps >= self.num_steps)
 
     def train_batches(self, task, features, epoch: int, seed: int):
-        """The batches of `features` in `epoch` of a run of `seed`: padded (or bucketed)
-        rows, or packed ones."""
+        """The batches of `features` in `epoch` of a run of `seed`.
+
+        Padded (or bucketed) rows, or packed ones."""
         batching, batch_seed = self.batching, seed * 1000 + epoch
         if batching.packing:
             return packing.packed_batches(features, self.rows_per_batch,
@@ -160,9 +168,10 @@ class Plan:
 
 
 class EpochBatches:
-    """The run's training batches, epoch after epoch (`make_epoch(epoch)`), from step
-    `skip` on: a resumed run gets the batches an uninterrupted one would. `epoch` and
-    `epoch_ended` describe the batch taken last."""
+    """The run's training batches, epoch after epoch (`make_epoch(epoch)`), from step `skip` on.
+
+    A resumed run gets the batches an uninterrupted one would. `epoch` and `epoch_ended` describe
+    the batch taken last."""
 
     def __init__(self, make_epoch, num_epochs: int, skip: int = 0):
         self._items = self._all(make_epoch, num_epochs)
@@ -190,8 +199,10 @@ class EpochBatches:
 
 def count_frozen_steps(optimization: Optimization, steps_per_epoch: int,
                        num_steps: int) -> int:
-    """For how many steps `optimization.freeze` holds: `freeze_steps`, `freeze_epochs`
-    epochs, or the whole run when neither is set; 0 without patterns."""
+    """For how many steps `optimization.freeze` holds.
+
+    `freeze_steps`, `freeze_epochs` epochs, or the whole run when neither is set; 0 without
+    patterns."""
     opt = optimization
     if not opt.freeze:
         return 0
@@ -203,8 +214,9 @@ def count_frozen_steps(optimization: Optimization, steps_per_epoch: int,
 
 
 def unfreeze(state, full_tx, init_fn, partitioner, rng_impl):
-    """The state and its shardings for training every parameter: the frozen ones get
-    fresh optimizer state, the others keep theirs."""
+    """The state and its shardings for training every parameter.
+
+    The frozen ones get fresh optimizer state, the others keep theirs."""
     shardings = StatePlan.build(init_fn, full_tx, partitioner, rng_impl).shardings
     opt_state = jax.jit(lambda params, frozen: optim.unfreeze_state(frozen, full_tx.init(params)),
                         out_shardings=shardings.opt_state)(state.params, state.opt_state)
@@ -212,9 +224,10 @@ def unfreeze(state, full_tx, init_fn, partitioner, rng_impl):
 
 
 def unfreezer(data, plan: Plan, objective, partitioner, rng_impl: str):
-    """The action that ends the hold of `plan`'s `freeze` patterns: every parameter of
-    `data`'s model trains on, with the train step of `objective` compiled for the full
-    optimizer."""
+    """The action that ends the hold of `plan`'s `freeze` patterns.
+
+    Every parameter of `data`'s model trains on, with the train step of `objective` compiled for the
+    full optimizer."""
     def end_freezing(loop):
         if loop.step >= loop.num_steps:
             return

@@ -1,5 +1,6 @@
-"""BERT's selection protocol: one fine-tuning run per setting of a grid and per seed,
-the setting chosen on validation alone, test reported for the chosen setting.
+"""BERT's selection protocol: one fine-tuning run per setting of a grid and per seed.
+
+The setting is chosen on validation alone, and test reported for the chosen setting.
 
     --config.sweep.learning_rate=2e-5,3e-5,5e-5 --config.sweep.num_train_epochs=2,3
     --config.sweep.global_batch_size=16,32 --config.seeds=1,2,3
@@ -38,8 +39,9 @@ GRID = {name: (tag, next(type(k.default) for k in FINETUNE if k.name == name))
 
 
 def parse_list(key: str, value: Any, kind: type) -> list:
-    """A config value as a list: a number, a tuple or list, or a comma-separated string
-    ("1,2,3"; the config loader may hand over "(1, 2, 3)")."""
+    """A config value as a list: a number, a tuple or list, or a comma-separated string.
+
+    A string such as "1,2,3"; the config loader may hand over "(1, 2, 3)"."""
     if isinstance(value, (list, tuple)):
         items = list(value)
     elif isinstance(value, str):
@@ -98,17 +100,20 @@ def score(run: dict) -> float:
 
 
 def summarize_seeds(runs: dict[int, dict]) -> dict:
-    """Mean and std of every metric per split over seeds, and the best seed (the best
-    selection metric on the selection split; ties keep the earlier seed)."""
+    """Mean and std of every metric per split over seeds, and the best seed.
+
+    The best seed has the best selection metric on the selection split; ties keep the earlier
+    seed."""
     best_seed = max(runs, key=lambda s: score(runs[s]))
     return {"seeds": list(runs), "runs": runs, "best_seed": best_seed,
             "best_run": FINETUNING_WORKDIR.seed_dir(best_seed), **mean_std(list(runs.values()))}
 
 
 def run_finetune(config, workdir: str) -> dict:
-    """One run, or with `seeds` or a `sweep.*` list BERT's selection over them
-    (`run_grid`); returns what eval_results.json holds. Refuses a workdir of another
-    kind, or its own --init_from."""
+    """One run, or with `seeds` or a `sweep.*` list BERT's selection over them (`run_grid`).
+
+    Returns what eval_results.json holds. Refuses a workdir of another kind, or its own
+    --init_from."""
     from bert_jax.finetune import job
     outputs.check_workdir(workdir, folders.FINETUNING,
                           {"--init_from": config.init_from, "--config.model": config.model})

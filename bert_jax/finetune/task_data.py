@@ -1,6 +1,7 @@
-"""A fine-tuning task's data as a run uses it: examples read and subsampled, featurized
-with the model's tokenizer, checked and warned about (a vocabulary that misses the text,
-a single class, validation data equal to the training data), and the task's model."""
+"""A fine-tuning task's data as a run uses it, and the task's model.
+
+Examples read and subsampled, featurized with the model's tokenizer, checked and warned about (a
+vocabulary that misses the text, a single class, validation data equal to the training data)."""
 
 from __future__ import annotations
 
@@ -23,10 +24,12 @@ log = logging.getLogger("bert_jax.finetune")
 
 @dataclasses.dataclass
 class TaskData:
-    """One data set of a task: the task (its labels read from the training subset), the
-    training features, the eval sets, the test splits' examples (read and checked before
-    training, predicted after it), the task model, and the steps a job compiled for them
-    (`compiled`, kept with the data they were compiled for)."""
+    """One data set of a task: the task, its features, eval sets, test examples, model and steps.
+
+    The task has its labels read from the training subset; then the training features, the eval
+    sets, the test splits' examples (read and checked before training, predicted after it), the task
+    model, and the steps a job compiled for them (`compiled`, kept with the data they were compiled
+    for)."""
 
     task: Any
     train_features: list
@@ -38,8 +41,9 @@ class TaskData:
 
 @dataclasses.dataclass(frozen=True)
 class DataSettings:
-    """What reading and featurizing a task's data takes from the run config: the keys of
-    the same names."""
+    """What reading and featurizing a task's data takes from the run config.
+
+    The keys of the same names."""
 
     max_seq_length: int
     max_train_examples: int
@@ -54,7 +58,8 @@ class DataSettings:
 
 @dataclasses.dataclass
 class TrainingSplit:
-    """A task's training split, read once (`read`), with the task prepared on all of it;
+    """A task's training split, read once (`read`), with the task prepared on all of it.
+
     `new_task` builds another task of the run, for a subset, which reads its own labels."""
 
     task: Any
@@ -68,8 +73,9 @@ class TrainingSplit:
         return cls(task, examples, new_task)
 
     def subset(self, limit: int, seed: int) -> tuple[Any, list]:
-        """(task, examples): `limit` examples drawn with `seed` (0: all of them) and the
-        task prepared on them (the split's own for all of them)."""
+        """(task, examples): `limit` examples drawn with `seed` and the task prepared on them.
+
+        `limit` 0 takes all of them, and the task is then the split's own."""
         examples = subsample(self.examples, limit, seed)
         if examples is self.examples:
             return self.task, examples
@@ -80,11 +86,12 @@ class TrainingSplit:
 
 def prepare(split: TrainingSplit, source, settings: DataSettings, seed: int,
             wrap_model=None) -> TaskData:
-    """The task's data featurized with `source.tokenizer`: the training `split` and the
-    eval examples, subsampled with `seed` when `settings.max_train_examples` /
-    `max_eval_examples` say so; with the task's model on `source.config` (wrapped by
-    `wrap_model` if given). Reads and checks the test splits' labels now, and warns about
-    data that would teach nothing measurable."""
+    """The task's data featurized with `source.tokenizer`, with the task's model.
+
+    The training `split` and the eval examples, subsampled with `seed` when
+    `settings.max_train_examples` / `max_eval_examples` say so; the task's model is on
+    `source.config` (wrapped by `wrap_model` if given). Reads and checks the test splits' labels
+    now, and warns about data that would teach nothing measurable."""
     tokenizer = source.tokenizer
     task, examples = split.subset(settings.max_train_examples, seed)
     train_features = task.featurize(examples, tokenizer, settings.max_seq_length,
@@ -118,8 +125,9 @@ def subsample(items: list, limit: int, seed: int) -> list:
 
 def load_eval_sets(task, tokenizer, max_seq_length: int, max_examples: int,
                    seed: int) -> dict[str, tuple[list, list]]:
-    """{split: (examples, features)} for the eval splits, each subsampled to `max_examples`
-    with `seed` (0: all)."""
+    """{split: (examples, features)} for the eval splits.
+
+    Each is subsampled to `max_examples` with `seed` (0: all)."""
     sets = {}
     for split in task.eval_splits:
         examples = subsample(task.load(split), max_examples, seed)
@@ -138,8 +146,10 @@ def _strings(value):
 
 
 def _warn_if_uncovered(tokenizer, features: list, what: str, examples: list) -> None:
-    """Warns when the vocabulary turns much of the text into [UNK] (up to 1000 features;
-    about Chinese only when the examples' text is mostly CJK)."""
+    """Warns when the vocabulary turns much of the text into [UNK].
+
+    It looks at up to 1000 features; it speaks of Chinese only when the examples' text is mostly
+    CJK."""
     rows = []
     for feature in features[:1000]:
         ids = feature["input_ids"]  # a row, or one row per choice (multiple choice)
@@ -155,8 +165,9 @@ def _warn_if_uncovered(tokenizer, features: list, what: str, examples: list) -> 
 
 
 def warn_if_degenerate(task, train_file: str, validation_file: str) -> None:
-    """Warns about training data that runs but teaches nothing measurable: a single
-    class, or a `validation_file` with the `train_file`'s text."""
+    """Warns about training data that runs but teaches nothing measurable.
+
+    A single class, or a `validation_file` with the `train_file`'s text."""
     names = getattr(task, "label_names", None)
     if names is not None and len(names) == 1:
         log.warning("task %r: every training example has the label %r: the model can only "
@@ -177,8 +188,9 @@ UNLIMITED_LENGTH = 1 << 30
 
 
 def untruncated_lengths(task, examples: list, tokenizer) -> list[int]:
-    """Token lengths ([CLS] and [SEP]s included; a multiple-choice example's longest
-    choice) of `examples` before truncation (`task` prepared on them)."""
+    """Token lengths of `examples` before truncation (`task` prepared on them).
+
+    [CLS] and [SEP]s are included; a multiple-choice example's is its longest choice's."""
     sizes = []
     for feature in task.featurize(examples, tokenizer, UNLIMITED_LENGTH, training=False):
         ids = feature["input_ids"]
@@ -188,9 +200,10 @@ def untruncated_lengths(task, examples: list, tokenizer) -> list[int]:
 
 
 def resolve_max_seq_length(config, train_lengths: list[int], max_positions: int):
-    """The run's config with `max_seq_length="auto"` resolved: a copy of `config` with the
-    smallest multiple of 8 that covers 95% of `train_lengths`, at most `max_positions`
-    (the model's position table); `config` itself when it names a length."""
+    """The run's config with `max_seq_length="auto"` resolved.
+
+    A copy of `config` with the smallest multiple of 8 that covers 95% of `train_lengths`, at most
+    `max_positions` (the model's position table); `config` itself when it names a length."""
     if config.max_seq_length != "auto":
         return config
     return run_config.derive(config, max_seq_length=lengths.covering_length(
@@ -199,6 +212,7 @@ def resolve_max_seq_length(config, train_lengths: list[int], max_positions: int)
 
 def length_coverage(train_lengths: list[int], max_seq_length: int, auto: bool
                     ) -> dict[str, Any]:
-    """`lengths.coverage` of the training examples at the run's `max_seq_length`, and
-    whether that length was resolved from "auto"."""
+    """`lengths.coverage` of the training examples at the run's `max_seq_length`.
+
+    And whether that length was resolved from "auto"."""
     return {**lengths.coverage(train_lengths, max_seq_length), "auto": auto}

@@ -1,5 +1,6 @@
-"""Task lookup: a task by name (`get_task`) or from the spec saved with a model
-(`from_spec`). Importing the family modules fills the registry of `base`.
+"""Task lookup: a task by name (`get_task`) or from the spec saved with a model (`from_spec`).
+
+Importing the family modules fills the registry of `base`.
 
     task = get_task(config)              # config: the ConfigDict of configs/finetune.py
     task = from_spec(spec, config)       # rebuilt from the dict saved with the best model

@@ -1,6 +1,7 @@
-"""The task interface and the registry the task families add themselves to (with
-`register`); `bert_jax.finetune.tasks` looks tasks up. Split from it so the families
-import this module and nothing imports them back.
+"""The task interface and the registry the task families add themselves to (with `register`).
+
+`bert_jax.finetune.tasks` looks tasks up. Split from it so the families import this module and
+nothing imports them back.
 
 A task owns everything that differs between fine-tuning problems: where its data
 comes from, how examples become features, the head, the loss, what the eval step
@@ -52,8 +53,9 @@ class Task:
         """Fixes what depends on the training data (e.g. the label set of a CSV)."""
 
     def check_labels(self, examples: list[Example]) -> None:
-        """Raises UserError for a label training did not see: called on every split
-        before the first step, not after training."""
+        """Raises UserError for a label training did not see.
+
+        Called on every split before the first step, not after training."""
 
     def is_labeled(self, example: Example) -> bool:
         """Whether an example has a gold answer (test splits often do not)."""
@@ -63,19 +65,23 @@ class Task:
         """The inverse of `spec()` for what `prepare` decided."""
 
     def head(self) -> task_heads.Head:
-        """The head this task trains (a kind of `task_heads.HEADS` and its settings),
-        recorded with the saved model (`spec`): export, conversion to Hugging Face and the
-        NNX bridge read it there."""
+        """The head this task trains (a kind of `task_heads.HEADS` and its settings).
+
+        Recorded with the saved model (`spec`): export, conversion to Hugging Face and the NNX
+        bridge read it there."""
         raise NotImplementedError
 
     def spec(self) -> dict[str, Any]:
-        """JSON description saved with the model: the name, the head (`head`) and what
-        `prepare` decided; `from_spec` rebuilds the task from it."""
+        """JSON description saved with the model.
+
+        The name, the head (`head`) and what `prepare` decided; `from_spec` rebuilds the task from
+        it."""
         return {"name": self.name, **self.head().record()}
 
     def featurize(self, examples: list[Example], tokenizer, max_seq_length: int, *,
                   training: bool) -> list[Feature]:
         """Examples -> features with `input_ids`, `segment_ids` and a `feature_index`.
+
         One example may give several features (SQuAD windows) or none (training only)."""
         raise NotImplementedError
 
@@ -84,14 +90,16 @@ class Task:
         raise NotImplementedError
 
     def examples_from_inputs(self, inputs: list) -> list[Example]:
-        """Unlabeled examples from Python values (`Finetuned.predict`): texts, text
-        pairs, word lists or question/context dicts, as the family takes."""
+        """Unlabeled examples from Python values (`Finetuned.predict`).
+
+        Texts, text pairs, word lists or question/context dicts, as the family takes."""
         raise NotImplementedError
 
     # --- model (device) ---
     def model(self, config: BertConfig) -> nn.Module:
-        """The network: the head's kind's model (`task_heads.HEADS`) unless the task builds
-        its own."""
+        """The network: the head's kind's model, unless the task builds its own.
+
+        The kinds' models are `task_heads.HEADS`."""
         head = self.head()
         return head.entry.module(config, head)
 
@@ -100,18 +108,21 @@ class Task:
         return {k: batch[k] for k in keys if k in batch}
 
     def loss(self, outputs: Any, batch: dict[str, Array]) -> dict[str, tuple[Array, Array]]:
-        """The training loss and metrics to log from the model outputs of a training
-        batch, each a (weighted sum, weight) pair (`bert_jax.models.losses`): {"loss": ..., ...}."""
+        """The training loss and metrics to log from the model outputs of a training batch.
+
+        Each a (weighted sum, weight) pair (`bert_jax.models.losses`): {"loss": ..., ...}."""
         raise NotImplementedError
 
     def check_distillable(self) -> None:
-        """Raises UserError, before a distillation starts, when a student cannot learn this
-        task's outputs."""
+        """Raises UserError when a student cannot learn this task's outputs.
+
+        Called before a distillation starts."""
 
     def soft_loss(self, student: Any, teacher: Any, batch: dict[str, Array],
                   temperature: float) -> tuple[Array, Array]:
-        """Distillation's distance from the student's model outputs to the teacher's on a
-        training batch (`bert_jax.finetune.distill`), as (weighted sum, weight)."""
+        """Distillation's distance from the student's model outputs to the teacher's.
+
+        On a training batch (`bert_jax.finetune.distill`), as (weighted sum, weight)."""
         raise UserError(f"task {self.name!r} cannot be distilled")
 
     def eval_outputs(self, outputs: Any, batch: dict[str, Array]) -> dict[str, Array]:
@@ -119,8 +130,9 @@ class Task:
         raise NotImplementedError
 
     def combine_outputs(self, outputs: list[dict[str, Any]]) -> dict[str, Any]:
-        """One feature's outputs from several models (an ensemble) as one model's: the mean
-        of each (probabilities, scores, logits)."""
+        """One feature's outputs from several models (an ensemble) as one model's.
+
+        The mean of each (probabilities, scores, logits)."""
         return {key: np.mean([o[key] for o in outputs], axis=0) for key in outputs[0]}
 
     # --- results (host) ---

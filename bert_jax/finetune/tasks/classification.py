@@ -1,5 +1,6 @@
-"""Sequence classification and regression over single texts or pairs: the family of
-the GLUE tasks and of custom CSV/TSV/JSONL files.
+"""Sequence classification and regression over single texts or pairs.
+
+The family of the GLUE tasks and of custom CSV/TSV/JSONL files.
 
 Examples are dicts {'text_a', 'text_b' (or None), 'label' (class index, float or
 None), 'idx'}. Features are `[CLS] a [SEP] (b [SEP])`, pairs truncated longest-first

@@ -20,8 +20,9 @@ Array = jax.Array
 
 
 def compact(mask: Array, *arrays: Array) -> tuple[Array, ...]:
-    """Moves the positions where mask [B, T] is set to the front, keeping their order:
-    returns (mask, *arrays) gathered along axis 1."""
+    """Moves the positions where mask [B, T] is set to the front, keeping their order.
+
+    Returns (mask, *arrays) gathered along axis 1."""
     order = jnp.argsort(-(mask > 0).astype(jnp.int32), axis=1, stable=True)
     gather = lambda x: jnp.take_along_axis(x, order.reshape(order.shape + (1,) * (x.ndim - 2)),
                                            axis=1)
@@ -30,8 +31,10 @@ def compact(mask: Array, *arrays: Array) -> tuple[Array, ...]:
 
 def log_likelihood(emissions: Array, tags: Array, mask: Array, transitions: Array,
                    start: Array, end: Array) -> Array:
-    """log p(tags | emissions) [B] for prefix masks; emissions [B, T, C], tags [B, T],
-    mask [B, T] bool, transitions [C, C] (from, to), start/end [C]."""
+    """log p(tags | emissions) [B] for prefix masks.
+
+    emissions [B, T, C], tags [B, T], mask [B, T] bool, transitions [C, C] (from, to), start/end
+    [C]."""
     emissions = emissions.astype(jnp.float32)
     first = jnp.take_along_axis(emissions[:, 0], tags[:, :1], axis=1)[:, 0] + start[tags[:, 0]]
     emit = jnp.take_along_axis(emissions, tags[..., None], axis=2)[..., 0]
@@ -83,8 +86,9 @@ def viterbi(emissions: Array, mask: Array, transitions: Array, start: Array,
 
 
 class BertForTokenClassificationCRF(heads.BertForTokenClassification):
-    """The tagging head plus CRF parameters: returns (emissions [B, L, C], transitions
-    [C, C], start [C], end [C])."""
+    """The tagging head plus CRF parameters.
+
+    Returns (emissions [B, L, C], transitions [C, C], start [C], end [C])."""
 
     @nn.compact
     def __call__(self, input_ids, input_mask=None, segment_ids=None, **kwargs):

@@ -73,8 +73,10 @@ def _column_names(spec: str) -> list[str]:
 
 
 def check_not_swapped(rows: list[dict], text_name: str, label_name: str, path: str) -> None:
-    """Fails when the label column holds the texts and the text column the labels: many
-    distinct, long label values against a text column of at most 20 distinct values."""
+    """Fails when the label column holds the texts and the text column the labels.
+
+    That is, many distinct, long label values against a text column of at most 20 distinct
+    values."""
     labels = {str(r[label_name]) for r in rows}
     texts = {str(r[text_name]) for r in rows}
     long_labels = sum(len(v) > 20 for v in labels)

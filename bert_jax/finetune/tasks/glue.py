@@ -1,6 +1,7 @@
-"""The GLUE tasks, read through tensorflow-datasets (`glue/NAME`) or from the published
-`glue_data/` folders (`--config.glue_dir`, `bert_jax.finetune.tasks.glue_files`), with their
-official metrics and GLUE server submission files.
+"""The GLUE tasks, with their official metrics and GLUE server submission files.
+
+Read through tensorflow-datasets (`glue/NAME`) or from the published `glue_data/` folders
+(`--config.glue_dir`, `bert_jax.finetune.tasks.glue_files`).
 
 `ax` (the diagnostic set) has no training data of its own: like the GLUE baselines
 it trains and validates on MNLI and writes its test predictions to AX.tsv.

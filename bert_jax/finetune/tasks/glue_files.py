@@ -1,6 +1,7 @@
-"""GLUE read from the `glue_data/` folders that google-research/bert's `run_classifier.py`
-and `download_glue_data.py` use, file by file as published: the same examples as the
-tensorflow-datasets route (texts, labels, `idx` = the row's number in its file).
+"""GLUE read from the `glue_data/` folders, file by file as published.
+
+The folders google-research/bert's `run_classifier.py` and `download_glue_data.py` use; the same
+examples as the tensorflow-datasets route (texts, labels, `idx` = the row's number in its file).
 
 `--config.glue_dir` is the `glue_data` folder (holding CoLA/, SST-2/, MRPC/, STS-B/, QQP/,
 MNLI/, QNLI/, RTE/, WNLI/, diagnostic/) or the task's own folder. Every file is read with
@@ -137,8 +138,9 @@ def _label(row, path: str, name: str, label_names: list[str] | None):
 
 
 def load_split(glue_dir: str, name: str, split: str, label_names: list[str] | None) -> list[dict]:
-    """The examples of a split ({'text_a', 'text_b', 'label', 'idx'}); [] for a missing test
-    file. Test files have no labels (label None)."""
+    """The examples of a split ({'text_a', 'text_b', 'label', 'idx'}); [] for a missing test file.
+
+    Test files have no labels (label None)."""
     path = split_path(glue_dir, name, split)
     if path is None:
         return []

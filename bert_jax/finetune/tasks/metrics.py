@@ -1,5 +1,7 @@
-"""Task metrics: GLUE's official ones, entity-level tagging scores with seqeval's
-semantics, SQuAD's official exact match and F1, and CMRC 2018's for Chinese answers.
+"""Task metrics: GLUE's, entity-level tagging scores, SQuAD's, and CMRC 2018's.
+
+GLUE's official ones, entity-level tagging scores with seqeval's semantics, SQuAD's official exact
+match and F1, and CMRC 2018's for Chinese answers.
 
 All functions take plain Python/numpy values on the host and return floats.
 """
@@ -57,8 +59,9 @@ METRICS = {"accuracy": accuracy, "matthews": matthews, "f1_accuracy": f1_and_acc
 
 def entity_scores(predicted: Sequence[Sequence[str]], gold: Sequence[Sequence[str]]
                   ) -> dict[str, float]:
-    """Micro-averaged entity precision/recall/F1 (seqeval's `classification_report`
-    micro avg), plus per-type F1 under `f1_TYPE`."""
+    """Micro-averaged entity precision/recall/F1, plus per-type F1 under `f1_TYPE`.
+
+    The micro average is seqeval's `classification_report` micro avg."""
     pred_set, gold_set = entities(predicted), entities(gold)
     out = _prf(len(pred_set & gold_set), len(pred_set), len(gold_set))
     for type_ in sorted({t for t, _, _ in gold_set | pred_set}):
@@ -89,8 +92,9 @@ _PUNCTUATION = set(string.punctuation)
 
 
 def normalize_answer(text: str) -> str:
-    """The official SQuAD normalisation: lower case, drop ASCII punctuation and the
-    articles a/an/the, collapse whitespace."""
+    """The official SQuAD normalisation.
+
+    Lower case, drop ASCII punctuation and the articles a/an/the, collapse whitespace."""
     text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION)
     return " ".join(_ARTICLES.sub(" ", text).split())
 
@@ -117,8 +121,10 @@ ANSWER_METRICS = ("auto", "squad", "cmrc")
 
 
 def cmrc_tokens(text: str) -> list[str]:
-    """CMRC 2018's mixed segmentation, punctuation dropped: lower-cased; each CJK
-    character a token; other runs whole, ended by whitespace, CJK and punctuation."""
+    """CMRC 2018's mixed segmentation, punctuation dropped.
+
+    Lower-cased; each CJK character a token; other runs whole, ended by whitespace, CJK and
+    punctuation."""
     tokens, run = [], []
     for ch in text.lower() + " ":
         punctuation = ch in _CMRC_SYMBOLS or unicodedata.category(ch).startswith("P")
@@ -138,8 +144,9 @@ def cmrc_exact_match(prediction: str, gold: str) -> float:
 
 
 def cmrc_f1(prediction: str, gold: str) -> float:
-    """CMRC 2018's F1: from the longest common *contiguous* run of tokens (its `find_lcs`),
-    precision over the prediction's tokens, recall over the gold's."""
+    """CMRC 2018's F1, from the longest common *contiguous* run of tokens (its `find_lcs`).
+
+    Precision over the prediction's tokens, recall over the gold's."""
     pred, ref = cmrc_tokens(prediction), cmrc_tokens(gold)
     if not pred or not ref:
         return float(pred == ref)
@@ -158,8 +165,9 @@ def cmrc_f1(prediction: str, gold: str) -> float:
 
 
 def chinese_answers(gold_answers: dict[str, list[str]], metric: str = "auto") -> bool:
-    """Whether to score with CMRC's character-level metric: `metric` 'cmrc' or 'squad',
-    or 'auto': when any gold answer has a CJK character."""
+    """Whether to score with CMRC's character-level metric.
+
+    `metric` 'cmrc' or 'squad', or 'auto': when any gold answer has a CJK character."""
     if metric not in ANSWER_METRICS:
         raise UserError(f"answer_metric must be one of {', '.join(ANSWER_METRICS)}; "
                         f"got {metric!r}")
@@ -170,7 +178,8 @@ def chinese_answers(gold_answers: dict[str, list[str]], metric: str = "auto") ->
 
 def squad_scores(predictions: dict[str, str], gold_answers: dict[str, list[str]],
                  chinese: bool = False) -> dict[str, float]:
-    """Official SQuAD v1.1/v2.0 EM and F1 in percent, max over the gold answers;
+    """Official SQuAD v1.1/v2.0 EM and F1 in percent, max over the gold answers.
+
     `chinese`: CMRC 2018's character-level EM and F1 instead (`cmrc_f1`).
 
     gold_answers: question id -> answer texts; an empty list means unanswerable (the

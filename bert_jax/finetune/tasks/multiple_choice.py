@@ -28,8 +28,9 @@ _SPLIT_KEYS = {"train": "train_file", "validation": "validation_file", "test": "
 
 
 def column_names(value) -> list[str]:
-    """`ending_columns` as names: "a,b,c" (the config loader may hand over "('a', 'b')")
-    or a list."""
+    """`ending_columns` as names: a comma-separated string or a list.
+
+    A string such as "a,b,c" (the config loader may hand over "('a', 'b')") or a list."""
     names = value if isinstance(value, (list, tuple)) else str(value).split(",")
     names = [str(n).strip(" ()[]'\"") for n in names]
     names = [n for n in names if n]

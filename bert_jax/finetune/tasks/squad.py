@@ -1,5 +1,6 @@
-"""SQuAD v1.1 (`squad`) and v2.0 (`squad_v2`) span extraction, from tfds or the
-official JSON files (`train_file`, `validation_file`).
+"""SQuAD v1.1 (`squad`) and v2.0 (`squad_v2`) span extraction.
+
+From tfds or the official JSON files (`train_file`, `validation_file`).
 
 Features are `[CLS] question [SEP] context-window [SEP]`: the question cut to
 `max_query_length` tokens, the context split into windows `doc_stride` tokens apart.

@@ -32,9 +32,10 @@ _PREFIXED = re.compile(r"([BIMESLU])-.+")
 
 
 def resolve_scheme(name: str, train_tags: Iterable[Sequence[str]]) -> str | None:
-    """The scheme for the config value `name` and the training tag sequences, or None
-    when tags are not entity tags (token accuracy). A named scheme must cover every
-    training tag."""
+    """The scheme for the config value `name` and the training tag sequences.
+
+    None when tags are not entity tags (token accuracy). A named scheme must cover every training
+    tag."""
     key = str(name).upper()
     key = ALIASES.get(key, key)
     if key not in (*SCHEMES, "AUTO", "NONE"):
@@ -55,8 +56,10 @@ def resolve_scheme(name: str, train_tags: Iterable[Sequence[str]]) -> str | None
 
 
 def detect(sequences: list[list[str]]) -> str | None:
-    """The scheme of the training tags, or None when some tag other than `O` has no
-    B-/I-/M-/E-/S-/L-/U- prefix (a tag set such as part of speech)."""
+    """The scheme of the training tags, or None when some tag has no scheme prefix.
+
+    None when some tag other than `O` has no B-/I-/M-/E-/S-/L-/U- prefix (a tag set such as part of
+    speech)."""
     tags = [t for seq in sequences for t in seq if t != "O"]
     if not tags or not all(_PREFIXED.fullmatch(t) for t in tags):
         return None

@@ -47,8 +47,10 @@ from bert_jax.tokenization.text_io import (
 
 
 def word_token_positions(tokenizer, words: list[str], max_tokens: int):
-    """Tokenizes the words joined by spaces: (token ids, position of each word's first
-    token or -1 when it was cut or produced no token) with at most `max_tokens` ids."""
+    """Tokenizes the words joined by spaces, with at most `max_tokens` ids.
+
+    Returns (token ids, position of each word's first token or -1 when it was cut or produced no
+    token)."""
     ids, starts, ends = word_token_spans(tokenizer, words)
     first = [s if s < e and s < max_tokens else -1 for s, e in zip(starts, ends)]
     return ids[:max_tokens], first
@@ -56,10 +58,11 @@ def word_token_positions(tokenizer, words: list[str], max_tokens: int):
 
 def word_windows(starts: list[int], ends: list[int], max_tokens: int,
                  stride: int) -> list[tuple[int, int]]:
-    """[first word, end word) of windows of at most `max_tokens` tokens covering every
-    word; consecutive windows share the longest run of whole words of at most `stride`
-    tokens that still lets the next window reach a new word. Both the first and the
-    end word grow at every step, so this ends for any stride."""
+    """[first word, end word) of windows of at most `max_tokens` tokens covering every word.
+
+    Consecutive windows share the longest run of whole words of at most `stride` tokens that still
+    lets the next window reach a new word. Both the first and the end word grow at every step, so
+    this ends for any stride."""
     num_words = len(starts)
     if num_words == 0:
         return [(0, 0)]
@@ -85,8 +88,9 @@ def window_token_range(window, starts, ends, max_tokens) -> tuple[int, int]:
 
 
 def max_context_windows(windows, token_ranges, starts, ends) -> list[int]:
-    """For each word, the window where min(tokens left, tokens right of the word) is
-    largest, ties to the earlier one (BERT's `_check_is_max_context`)."""
+    """For each word, the window where min(tokens left, tokens right of the word) is largest.
+
+    Ties go to the earlier one (BERT's `_check_is_max_context`)."""
     best, best_score = [0] * len(starts), [-1] * len(starts)
     for index, ((first, end), (lo, hi)) in enumerate(zip(windows, token_ranges)):
         for w in range(first, end):
@@ -214,8 +218,10 @@ class TaggingTask(Task):
         return features
 
     def _window_labels(self, ex, starts, ends, window, offset, length, *, training):
-        """(label ids, label weights, position of each sentence word's first sub-token
-        in the feature or -1) for the words of `window`; token i at position i - offset."""
+        """(label ids, label weights, sub-token positions) for the words of `window`.
+
+        The positions are those of each sentence word's first sub-token in the feature, or -1; token
+        i is at position i - offset."""
         index = {t: i for i, t in enumerate(self.label_names)}
         labels = np.zeros(length, np.int32)
         weights = np.zeros(length, np.float32)
@@ -313,8 +319,9 @@ class TaggingTask(Task):
 
     # --- results ---
     def _word_tags(self, features, outputs) -> list[list[str]]:
-        """One tag per word of each example, in example order: each word takes the
-        tag of the window marked as its max-context one (`_max_context`)."""
+        """One tag per word of each example, in example order.
+
+        Each word takes the tag of the window marked as its max-context one (`_max_context`)."""
         by_example: dict[int, list[str]] = {}
         for feature, out in zip(features, outputs):
             tags = by_example.setdefault(feature["_example_index"],
@@ -334,9 +341,11 @@ class TaggingTask(Task):
         return scores
 
     def predict(self, examples, features, outputs):
-        """Records {'words', 'tags', 'offsets', 'entities'}: a tag per word in the training
-        scheme, each word's [start, end) and the entities' character spans in the raw
-        text, or for examples given as words, in the words joined by single spaces."""
+        """Records {'words', 'tags', 'offsets', 'entities'}.
+
+        A tag per word in the training scheme, each word's [start, end) and the entities' character
+        spans in the raw text, or for examples given as words, in the words joined by single
+        spaces."""
         records = []
         for ex, tags in zip(examples, self._word_tags(features, outputs)):
             text, spans = ex.get("text"), ex.get("spans")
@@ -353,8 +362,9 @@ class TaggingTask(Task):
         return records
 
     def write_test_predictions(self, records, split, workdir):
-        """WORKDIR/predictions/SPLIT.conll: `word<TAB>predicted tag` lines, a blank line
-        after each sentence, the training file's layout and tag scheme."""
+        """WORKDIR/predictions/SPLIT.conll: `word<TAB>predicted tag` lines.
+
+        A blank line after each sentence, the training file's layout and tag scheme."""
         path = paths.join(workdir, FINETUNING_WORKDIR.predictions, f"{split}.conll")
         paths.makedirs(paths.dirname(path))
         paths.write_text(path, "".join(
