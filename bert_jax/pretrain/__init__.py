@@ -1,2 +1,3 @@
-"""Pretraining: the job (job), its steps, its command (cli), the inputs it reads
-(inputs) and MLM distillation (distill)."""
+"""Pretraining: the job, its steps, its command, the inputs it reads and MLM distillation.
+
+The modules: job, steps, cli (the command), inputs and distill."""

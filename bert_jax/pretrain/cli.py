@@ -19,8 +19,9 @@ from bert_jax.train.config_loader import load_config
 
 
 def pretrain_main(argv: list[str]) -> int:
-    """`bert-jax pretrain`: parses `argv`, then pretrains under the workdir lock and the
-    preemption watcher."""
+    """`bert-jax pretrain`: parses `argv`, then pretrains.
+
+    It pretrains under the workdir lock and the preemption watcher."""
     parser = flags.ArgumentParser(
         prog="bert-jax pretrain", description=job.__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -1,6 +1,7 @@
-"""Pretraining distillation (`--config.teacher=MODEL_DIR_OR_WORKDIR`): the student learns
-a pretrained teacher's masked-LM distributions (DistilBERT, Sanh et al. 2019) and, with
-`hidden_weight` / `attention_weight`, its hidden states and attention maps layer by layer
+"""Pretraining distillation (`--config.teacher=MODEL_DIR_OR_WORKDIR`).
+
+The student learns a pretrained teacher's masked-LM distributions (DistilBERT, Sanh et al. 2019)
+and, with `hidden_weight` / `attention_weight`, its hidden states and attention maps layer by layer
 (TinyBERT's general distillation, Jiao et al. 2020). The pretraining loss becomes
 
     alpha * MLM cross-entropy + (1 - alpha) * T^2 * KL(teacher / T || student / T)
@@ -57,17 +58,19 @@ class MlmTeacher:
 
     @property
     def capture(self) -> dict:
-        """Keywords of the student's `apply` that also return the states matching reads
-        (`matching.CAPTURE`); {} when it matches none."""
+        """Keywords of the student's `apply` that also return the states matching reads.
+
+        The states are `matching.CAPTURE`; {} when it matches none."""
         return matching.CAPTURE if self.hidden_weight > 0 or self.attention_weight > 0 else {}
 
     def loss_terms(self, params, batch: dict, student_logits: jax.Array,
                    student_states: tuple | None = None, projection: dict | None = None) -> dict:
-        """{name: (sum, weight)}: `soft_loss`, the T^2-scaled KL from the teacher's to the
-        student's MLM distributions over `masked_lm_weights` (the positions the hard loss
-        covers), and the `losses.matching_losses` asked for. student_logits [B, P, V];
-        student_states: `matching.captured_states` of the student (when `capture`);
-        projection: its parameters (a student of another width)."""
+        """{name: (sum, weight)}: `soft_loss` and the `losses.matching_losses` asked for.
+
+        `soft_loss` is the T^2-scaled KL from the teacher's to the student's MLM distributions over
+        `masked_lm_weights` (the positions the hard loss covers). student_logits [B, P, V];
+        student_states: `matching.captured_states` of the student (when `capture`); projection: its
+        parameters (a student of another width)."""
         extra = {k: batch[k] for k in _TEACHER_INPUTS if k in batch}
         if self.mlm_head:
             out = self.model.apply({"params": params}, batch["input_ids"], batch["input_mask"],
@@ -110,11 +113,11 @@ class MlmTeacher:
 
 @dataclasses.dataclass(frozen=True)
 class MlmDistillation:
-    """Pretraining distillation as an objective (`train.objective.Objective`): the
-    student's BERT objective (`steps.BertPretraining`) with the `teacher`'s terms beside
-    its own (the module docstring's loss). extra: the teacher's parameters, a step input
-    placed with `extra_shardings`. Evaluated as the student's objective is (the teacher
-    does not run)."""
+    """Pretraining distillation as an objective (`train.objective.Objective`).
+
+    The student's BERT objective (`steps.BertPretraining`) with the `teacher`'s terms beside its own
+    (the module docstring's loss). extra: the teacher's parameters, a step input placed with
+    `extra_shardings`. Evaluated as the student's objective is (the teacher does not run)."""
 
     student: BertPretraining
     teacher: MlmTeacher
@@ -131,8 +134,9 @@ class MlmDistillation:
         return self.student.eval_coefficients
 
     def loss_terms(self, params, batch: dict, extra, dropout_key) -> dict:
-        """The student's terms, then the teacher's (`MlmTeacher.loss_terms`, of the
-        teacher's parameters `extra`); dropout on when `dropout_key` is given."""
+        """The student's terms, then the teacher's; dropout on when `dropout_key` is given.
+
+        The teacher's are `MlmTeacher.loss_terms`, of the teacher's parameters `extra`."""
         model = self.student.model
         with nn.logical_axis_rules(self.student.rules):
             out, captured = apply_model(model, params, batch, rng=dropout_key,
@@ -153,15 +157,18 @@ class MlmDistillation:
 
 def _encoder(model: BertForPreTraining, input_ids, input_mask, segment_ids, position_ids=None,
              example_ids=None, *, deterministic: bool = True):
-    """`model`'s encoder alone (`Module.apply`'s `method`): the states of a teacher whose
-    parameters have no `mlm` head, captured under the same `bert` path."""
+    """`model`'s encoder alone (`Module.apply`'s `method`).
+
+    The states of a teacher whose parameters have no `mlm` head, captured under the same `bert`
+    path."""
     return model.bert(input_ids, input_mask, segment_ids, position_ids, example_ids,
                       deterministic=deterministic)
 
 
 def _check_headless(config, path: str) -> None:
-    """UserError unless a teacher without an MLM head has something to teach: alpha = 1
-    (its logits are not needed) and states to match."""
+    """UserError unless a teacher without an MLM head has something to teach.
+
+    That is alpha = 1 (its logits are not needed) and states to match."""
     if config.alpha < 1:
         raise UserError(f"teacher {path} has no masked-LM head, so alpha < 1 has no logits to "
                         "distil: set --config.alpha=1 and hidden_weight / attention_weight")
@@ -181,16 +188,18 @@ def open_teacher(config) -> pretrained.ModelRef | None:
 
 
 def teacher_bert_config(config, teacher: pretrained.ModelRef) -> BertConfig:
-    """The teacher as the run computes it: the run's numerics and layer layout, in eval
-    mode (`run_bert_config`)."""
+    """The teacher as the run computes it.
+
+    The run's numerics and layer layout, in eval mode (`run_bert_config`)."""
     return run_bert_config(config, teacher.config, remat_policy="none",
                            attention_probs_dropout_prob=0.0)
 
 
 def init_model(model: BertForPreTraining, config, teacher: BertConfig | None) -> nn.Module:
-    """The module whose `init` makes the run's parameters: `model`, wrapped with a
-    projection to the teacher's width (`matching.StudentWithProjection`) when it learns
-    the hidden states of a teacher of another width."""
+    """The module whose `init` makes the run's parameters.
+
+    `model`, wrapped with a projection to the teacher's width (`matching.StudentWithProjection`)
+    when it learns the hidden states of a teacher of another width."""
     if teacher is None or not config.hidden_weight > 0 \
             or teacher.hidden_size == model.config.hidden_size:
         return model
@@ -199,11 +208,11 @@ def init_model(model: BertForPreTraining, config, teacher: BertConfig | None) ->
 
 def load_distillation(config, teacher: pretrained.ModelRef, student: BertPretraining,
                       fingerprint: str, *, partitioner: sharding.Partitioner) -> MlmDistillation:
-    """The objective of a pretraining run that distils `teacher` (`open_teacher`) into
-    `student`, with the run's loss settings (checked with the config) and the teacher's
-    parameters placed by `partitioner`. The teacher computes as `teacher_bert_config`;
-    `fingerprint` is the run's tokenizer's, which the teacher's must equal; the
-    student's vocabulary must fit the teacher's."""
+    """The objective of a pretraining run that distils `teacher` (`open_teacher`) into `student`.
+
+    With the run's loss settings (checked with the config) and the teacher's parameters placed by
+    `partitioner`. The teacher computes as `teacher_bert_config`; `fingerprint` is the run's
+    tokenizer's, which the teacher's must equal; the student's vocabulary must fit the teacher's."""
     from bert_jax.tokenization import load_tokenizer
     path = config.teacher
     loaded = pretrained.load(teacher)

@@ -1,7 +1,8 @@
-"""ELECTRA's replaced-token detection (Clark et al., 2020) as a pretraining objective
-(`--config.objective=electra`): the generator fills the masked positions with tokens
-sampled from its softmax and the discriminator learns for every real token whether it was
-replaced (the networks: `bert_jax.models.electra`). Both train jointly in one step:
+"""ELECTRA's replaced-token detection (Clark et al., 2020) as a pretraining objective.
+
+With `--config.objective=electra`, the generator fills the masked positions with tokens sampled from
+its softmax and the discriminator learns for every real token whether it was replaced (the networks:
+`bert_jax.models.electra`). Both train jointly in one step:
 
     loss = generator MLM cross-entropy + disc_weight * discriminator sigmoid cross-entropy
 
@@ -26,8 +27,9 @@ from bert_jax.models.electra import ElectraNetworks, full_generator
 
 @dataclasses.dataclass(frozen=True)
 class Electra:
-    """ELECTRA's objective (`train.objective.Objective`) on its `networks`, the
-    discriminator's loss weighed by `disc_weight`. `rules`: the run's logical axis rules."""
+    """ELECTRA's objective (`train.objective.Objective`) on its `networks`.
+
+    The discriminator's loss is weighed by `disc_weight`. `rules`: the run's logical axis rules."""
 
     networks: ElectraNetworks
     disc_weight: float
@@ -48,11 +50,12 @@ class Electra:
             return self.terms(params, batch, dropout_key)
 
     def terms(self, params: dict, batch: dict, rng: jax.Array | None) -> dict:
-        """The loss terms of one batch, {name: (weighted sum, weight)}: the generator's
-        mlm_loss / mlm_accuracy over the masked positions, the discriminator's disc_loss /
-        disc_accuracy over the real tokens, and `replaced` (the share of real tokens the
-        generator changed). `rng` draws dropout and the samples; None: no dropout, the
-        samples drawn with key 0 (evaluation)."""
+        """The loss terms of one batch, {name: (weighted sum, weight)}.
+
+        The generator's mlm_loss / mlm_accuracy over the masked positions, the discriminator's
+        disc_loss / disc_accuracy over the real tokens, and `replaced` (the share of real tokens the
+        generator changed). `rng` draws dropout and the samples; None: no dropout, the samples drawn
+        with key 0 (evaluation)."""
         sample_key, dropout_key = (jax.random.split(rng) if rng is not None
                                    else (jax.random.key(0), None))
         gen_logits, disc_logits, labels = self.networks.forward(params, batch, dropout_key,
@@ -67,14 +70,16 @@ class Electra:
                 "replaced": (jnp.sum(labels), count)}
 
     def eval_step(self, params: dict, batch: dict) -> dict:
-        """`terms` without dropout, in their reported order: (sum, weight) pairs that
-        `objective.evaluate` adds up over batches."""
+        """`terms` without dropout, in their reported order.
+
+        (sum, weight) pairs that `objective.evaluate` adds up over batches."""
         with nn.logical_axis_rules(self.rules):
             return collections.OrderedDict(self.terms(params, batch, None))
 
     def models_beside(self, params: dict) -> dict:
-        """The generator, {"bert", "mlm"}: `convert --to_hf` writes it as transformers'
-        ElectraForMaskedLM."""
+        """The generator, {"bert", "mlm"}.
+
+        `convert --to_hf` writes it as transformers' ElectraForMaskedLM."""
         return {PRETRAINING_WORKDIR.generator: (self.networks.generator.config,
                                                 full_generator(params))}
 

@@ -1,7 +1,8 @@
-"""A pretraining run's input (`RunInput`): the files `config.input_files` names, globbed and
-checked once (`resolve_files`), raw text converted once into TFRecords (and reused while the options
-it was made with match), and each process's batches. No jax here: the run passes in its
-process index and count.
+"""A pretraining run's input (`RunInput`): its files, raw text converted, each process's batches.
+
+The files `config.input_files` names are globbed and checked once (`resolve_files`), raw text is
+converted once into TFRecords (and reused while the options it was made with match), and each
+process gets its batches. No jax here: the run passes in its process index and count.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ log = logging.getLogger(__name__)
 
 
 def is_tfrecord(path: str) -> bool:
-    """Whether `path` is a TFRecord file, by its content (`tfrecord.is_tfrecord_file`),
-    whatever its name; read once per version of the file."""
+    """Whether `path` is a TFRecord file, by its content, whatever its name.
+
+    By `tfrecord.is_tfrecord_file`; read once per version of the file."""
     return _is_tfrecord(path, paths.getsize(path), paths.mtime_ns(path))
 
 
@@ -53,10 +55,12 @@ def _shown(names: list[str]) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class RunInput:
-    """What a pretraining run reads: the comma-separated `patterns` of config.input_files
-    (empty: the embedded corpus), the data `options` its examples are made with
-    (`Setup.data_options`), and its tokenizer's path and `vocabulary` (fingerprint), which
-    TFRecords must have been made for and raw text is converted with."""
+    """What a pretraining run reads: its input patterns, data options and tokenizer.
+
+    The comma-separated `patterns` of config.input_files (empty: the embedded corpus), the data
+    `options` its examples are made with (`Setup.data_options`), and its tokenizer's path and
+    `vocabulary` (fingerprint), which TFRecords must have been made for and raw text is converted
+    with."""
 
     patterns: str
     options: DataOptions
@@ -65,9 +69,10 @@ class RunInput:
 
 
 def input_files(patterns: str) -> list[str]:
-    """The files the comma-separated `patterns` name (none: the embedded corpus), all
-    TFRecords or all text, told apart by content; JSON files among them (create-data's
-    summary.json) are skipped with a warning. Raises UserError when a pattern matches
+    """The files the comma-separated `patterns` name (none: the embedded corpus).
+
+    All TFRecords or all text, told apart by content; JSON files among them
+    (create-data's summary.json) are skipped with a warning. Raises UserError when a pattern matches
     nothing, a file is empty, or TFRecords and text are mixed."""
     patterns = [p for p in patterns.split(",") if p] or [corpus.DEFAULT_CORPUS]
     by_name = [p for p in patterns if tfds_source.is_tfds(p)]  # converted as text is
@@ -102,11 +107,11 @@ def input_files(patterns: str) -> list[str]:
 
 
 def resolve_files(run_input: RunInput) -> list[str]:
-    """The run's input files (`input_files`), globbed and checked once, before anything
-    is written, for what reads them next (`prepare_input_files`): TFRecords must have
-    rows and masked positions of the run's lengths (`check_record_shapes`, which reads
-    their first records) and have been made for its vocabulary and setup
-    (`check_records_made_for`)."""
+    """The run's input files (`input_files`), globbed and checked once, before anything is written.
+
+    Checked for what reads them next (`prepare_input_files`): TFRecords must have rows and masked
+    positions of the run's lengths (`check_record_shapes`, which reads their first records) and have
+    been made for its vocabulary and setup (`check_records_made_for`)."""
     files, options = input_files(run_input.patterns), run_input.options
     records = [f for f in files if not tfds_source.is_tfds(f) and is_tfrecord(f)]
     if records:
@@ -116,9 +121,10 @@ def resolve_files(run_input: RunInput) -> list[str]:
 
 
 def check_eval_fraction(eval_fraction: float, eval_every_steps: int) -> None:
-    """The held-out share must leave examples to train on (the schema allows 0 to 1), and
-    be above 0 when the run evaluates (else it would stop at the first evaluation, after
-    training)."""
+    """The held-out share must leave examples to train on, and be above 0 when the run evaluates.
+
+    The schema allows 0 to 1; at 0 an evaluating run would stop at the first evaluation, after
+    training."""
     if eval_fraction >= 1:
         raise UserError(f"eval_fraction must be >= 0 and < 1, got {eval_fraction}")
     if eval_every_steps and not eval_fraction:
@@ -129,11 +135,13 @@ def check_eval_fraction(eval_fraction: float, eval_every_steps: int) -> None:
 
 def check_records_made_for(files: list[str], tokenizer_path: str, vocabulary: str,
                            options: DataOptions) -> None:
-    """Refuses TFRecords whose record (`data_record`: create-data's options.json, or an
-    earlier release's summary.json) names another vocabulary (fingerprint) than the run's
-    `vocabulary` (their token ids would mean other words), or a setup the run's `options`
-    would train on wrongly (`data_record.setup_mismatch`). Records without that record
-    (made elsewhere, or before it existed) get one warning line."""
+    """Refuses TFRecords made for another vocabulary or a setup the run would train on wrongly.
+
+    Refuses those whose record (`data_record`: create-data's options.json, or an earlier release's
+    summary.json) names another vocabulary (fingerprint) than the run's `vocabulary` (their token
+    ids would mean other words), or a setup the run's `options` would train on wrongly
+    (`data_record.setup_mismatch`). Records without that record (made elsewhere, or before it
+    existed) get one warning line."""
     unchecked = []
     for directory in sorted({paths.dirname(f) for f in files
                              if not tfds_source.is_tfds(f) and is_tfrecord(f)}):
@@ -181,8 +189,9 @@ _SETUP_ADVICE = {
 
 
 def data_cache_dir() -> str:
-    """Where the embedded corpus is converted once per machine: CACHE_ROOT/data
-    (`compile_cache.cache_root`: $BERT_JAX_CACHE_DIR, else ~/.cache/bert_jax)."""
+    """Where the embedded corpus is converted once per machine.
+
+    CACHE_ROOT/data (`compile_cache.cache_root`: $BERT_JAX_CACHE_DIR, else ~/.cache/bert_jax)."""
     return paths.join(compile_cache.cache_root(), "data")
 
 
@@ -190,17 +199,18 @@ def prepare_input_files(run_input: RunInput, files: list[str], workdir: str, *,
                         process_index: int, process_count: int,
                         message: Callable[[str], None] = log.info,
                         sync: Callable[[str], None] = lambda name: None) -> list[str]:
-    """TFRecord patterns for the pipeline from the run's input `files` (`resolve_files` of
-    `run_input`): they themselves when they are TFRecords. Raw text is converted into a
-    data folder whose record (`data_record`, written last) says what it was made from and
-    with, reused while that matches: WORKDIR/data, or for the embedded corpus on a single
+    """TFRecord patterns for the pipeline from the run's input `files`.
+
+    The files are `resolve_files` of `run_input`: they themselves when they are TFRecords. Raw text
+    is converted into a data folder whose record (`data_record`, written last) says what it was made
+    from and with, reused while that matches: WORKDIR/data, or for the embedded corpus on a single
     process a per-machine cache (`data_cache_dir`) shared by every workdir. Every local core
-    converts (`create_pretraining_data` workers), and on several processes each its share
-    of the files into WORKDIR/data/parts (which all must see), process 0 assembling the
-    shards once `sync` (a barrier across processes) says all are done; the caller has
-    every process wait for process 0 before reading them. The finished parts survive a
-    stop, so a preempted conversion resumes. The run's data options are what conversion
-    makes the examples with; `message` reports a conversion."""
+    converts (`create_pretraining_data` workers), and on several processes each its share of the
+    files into WORKDIR/data/parts (which all must see), process 0 assembling the shards once `sync`
+    (a barrier across processes) says all are done; the caller has every process wait for process 0
+    before reading them. The finished parts survive a stop, so a preempted conversion resumes. The
+    run's data options are what conversion makes the examples with; `message` reports a
+    conversion."""
     # Imported when text is converted: it loads the tokenizers.
     from bert_jax.data import create_pretraining_data as cpd
     if all(not tfds_source.is_tfds(f) and is_tfrecord(f) for f in files):
@@ -263,9 +273,10 @@ def _warn_if_long(files: list[str], dupe_factor: int, workers: int,
 
 
 def _clear(out_dir: str) -> None:
-    """Removes what a conversion with other options left in `out_dir` (its record first,
-    so nothing reads it as complete); parts of other options are ignored, and the parts
-    of these options kept: a stopped conversion resumes from them."""
+    """Removes what a conversion with other options left in `out_dir`.
+
+    Its record goes first, so nothing reads it as complete; parts of other options are ignored, and
+    the parts of these options kept: a stopped conversion resumes from them."""
     for name in (DATA_FOLDER.record, DATA_FOLDER.summary):
         if paths.exists(paths.join(out_dir, name)):
             paths.remove(paths.join(out_dir, name))
@@ -276,9 +287,10 @@ def _clear(out_dir: str) -> None:
 def make_iterator(options: DataOptions, files, tokenizer, *, global_batch_size: int,
                   split: str, process_index: int, process_count: int,
                   state: dict | None = None):
-    """Process `process_index`'s batches of `process_count`: [global_batch_size /
-    process_count, ...] numpy dicts of the run's `options` (`Setup.data_options`), from
-    the position `state` (a `get_state()`)."""
+    """Process `process_index`'s batches of `process_count`.
+
+    [global_batch_size / process_count, ...] numpy dicts of the run's `options`
+    (`Setup.data_options`), from the position `state` (a `get_state()`)."""
     options = dataclasses.replace(
         options, per_host_batch_size=global_batch_size // process_count, split=split,
         repeat=split == "train")

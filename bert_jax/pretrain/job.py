@@ -1,5 +1,6 @@
-"""`bert-jax pretrain`: BERT pretraining (masked LM + next sentence, or masked LM only with
-`--config.next_sentence_prediction=False`) over a device mesh.
+"""`bert-jax pretrain`: BERT pretraining over a device mesh.
+
+Masked LM + next sentence, or masked LM only with `--config.next_sentence_prediction=False`.
 
     bert-jax pretrain --config configs/pretrain.py:tiny --workdir runs/tiny \
         [--config.KEY=VALUE ...]
@@ -31,10 +32,11 @@ from bert_jax.weights import pretrained
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     """Runs (or resumes) pretraining in `workdir`; returns the last train/eval metrics.
-    Resume order: WORKDIR's latest checkpoint -> config.resume_from (any run's checkpoint
-    of the same state shapes) -> config.init_from (weights only) -> scratch. Raises
-    preemption.Preempted after checkpointing the step where the command's watcher
-    (`preemption.active`) says to stop (`lifecycle.Job.train`)."""
+
+    Resume order: WORKDIR's latest checkpoint -> config.resume_from (any run's checkpoint of the
+    same state shapes) -> config.init_from (weights only) -> scratch. Raises preemption.Preempted
+    after checkpointing the step where the command's watcher (`preemption.active`) says to stop
+    (`lifecycle.Job.train`)."""
     outputs.check_workdir(workdir, folders.PRETRAINING,  # once: the command's is checked
                           {"--config.init_from": config.init_from,
                            "--config.teacher": config.teacher})
@@ -101,8 +103,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
 
 
 class _Evaluation:
-    """The held-out evaluation action (`objectives.evaluate` of `objective` over up to
-    `max_steps` of `eval_batches()`), written and said; `metrics` holds the last."""
+    """The held-out evaluation action, written and said; `metrics` holds the last.
+
+    It is `objectives.evaluate` of `objective` over up to `max_steps` of `eval_batches()`."""
 
     def __init__(self, objective, eval_fn, eval_batches, place, max_steps: int, writer):
         self.objective, self.eval_fn, self.eval_batches = objective, eval_fn, eval_batches

@@ -1,5 +1,7 @@
-"""The models a pretraining checkpoint writes beside its state: the objective's
-`models_beside` (ELECTRA's generator), each a model directory of its own in WORKDIR."""
+"""The models a pretraining checkpoint writes beside its state.
+
+The objective's `models_beside` (ELECTRA's generator), each a model directory of its own in
+WORKDIR."""
 
 from __future__ import annotations
 
@@ -15,10 +17,11 @@ from bert_jax.weights import pretrained
 
 def save_models_beside(objective: Objective, workdir: str, tokenizer,
                        message: Callable[[str], None]) -> Callable:
-    """A checkpoint's save step (`lifecycle.Checkpointing.beside`, run by every process at
-    each checkpoint, a stop's included) that writes `objective.models_beside` of the
-    state's parameters as WORKDIR/NAME, each replaced atomically (a temporary sibling,
-    then renamed), so a stopped or preempted run's are its last checkpoint's."""
+    """A checkpoint's save step that writes `objective.models_beside` as WORKDIR/NAME.
+
+    The step is `lifecycle.Checkpointing.beside`, run by every process at each checkpoint, a stop's
+    included; it writes the models of the state's parameters, each replaced atomically (a temporary
+    sibling, then renamed), so a stopped or preempted run's are its last checkpoint's."""
     def save(loop) -> None:
         models = objective.models_beside(loop.state.params)
         if not models:

@@ -1,7 +1,8 @@
-"""What a pretraining config builds before it touches data, a workdir or a device (its
-`Setup`), and the checks of that config against the model and the target. `bert-jax
-pretrain` (`pretrain.job`) runs the Setup; `bert-jax compile` (`bert_jax.aot.compile`)
-compiles it for a TPU slice or GPU hosts."""
+"""What a pretraining config builds before it touches data, a workdir or a device (its `Setup`).
+
+And the checks of that config against the model and the target. `bert-jax pretrain` (`pretrain.job`)
+runs the Setup; `bert-jax compile` (`bert_jax.aot.compile`) compiles it for a TPU slice or GPU
+hosts."""
 
 from __future__ import annotations
 
@@ -31,12 +32,13 @@ from bert_jax.train.train_state import StatePlan
 
 @dataclasses.dataclass(frozen=True)
 class Setup:
-    """What a pretraining config builds before it touches data, a workdir or a device:
-    the objective (BERT's or ELECTRA's; a distillation teacher's joins it in
-    `distill.load_distillation`), the networks it trains (`network_configs`, the
-    discriminator's first), optimizer and schedule, the partitioner, the TrainState's
-    sharded layout and the jitted steps. `bert-jax pretrain` runs it; `bert-jax compile`
-    compiles it for a TPU slice or GPU hosts (`bert_jax.aot.compile`)."""
+    """What a pretraining config builds before it touches data, a workdir or a device.
+
+    The objective (BERT's or ELECTRA's; a distillation teacher's joins it in
+    `distill.load_distillation`), the networks it trains (`network_configs`, the discriminator's
+    first), optimizer and schedule, the partitioner, the TrainState's sharded layout and the jitted
+    steps. `bert-jax pretrain` runs it; `bert-jax compile` compiles it for a TPU slice or GPU hosts
+    (`bert_jax.aot.compile`)."""
 
     config: ml_collections.ConfigDict
     bert_config: BertConfig
@@ -54,13 +56,14 @@ class Setup:
               process_count: int | None = None,
               init_config: BertConfig | None = None,
               teacher: BertConfig | None = None) -> "Setup":
-        """Builds a run's `Setup` from its config (built by `config_loader`, which checked
-        its schema), checking the config (`check_pretraining_config`) against the
-        target: `devices` (default: all of this job's) and its `process_count` hosts
-        (default: this job's). vocab_size: the tokenizer's (used unless the model sets
-        one). init_config: init_from's architecture, which `model=''` takes. teacher: the
-        distillation teacher as it runs (`distill.teacher_bert_config`), whose states the
-        student may learn. Reads no files and writes none."""
+        """Builds a run's `Setup` from its config, checking the config against the target.
+
+        The config is built by `config_loader`, which checked its schema; the check is
+        `check_pretraining_config`, against `devices` (default: all of this job's) and its
+        `process_count` hosts (default: this job's). vocab_size: the tokenizer's
+        (used unless the model sets one). init_config: init_from's architecture, which `model=''`
+        takes. teacher: the distillation teacher as it runs (`distill.teacher_bert_config`), whose
+        states the student may learn. Reads no files and writes none."""
         run_config.require_built(config, "pretrain")
         if config.model == "" and init_config is None:
             raise UserError("model='' takes the architecture of init_from, but init_from is "
@@ -97,21 +100,24 @@ class Setup:
                    state_plan, data_options)
 
     def jit_steps(self, objective: objectives.Objective | None = None):
-        """(train_step, eval_step) of `objective` (default: this run's own), over this
-        run's optimizer and state layout (`steps.jit_steps`)."""
+        """(train_step, eval_step) of `objective` (default: this run's own).
+
+        Over this run's optimizer and state layout (`steps.jit_steps`)."""
         return jit_steps(objective or self.objective, self.tx, self.partitioner,
                          self.state_plan.shardings, self.config.grad_accum_steps)
 
     def model_flops_per_step(self) -> float:
-        """The model FLOPs of one training step (`perf.train_flops_per_example` of the
-        global batch), ELECTRA's generator included."""
+        """The model FLOPs of one training step, ELECTRA's generator included.
+
+        `perf.train_flops_per_example` of the global batch."""
         c = self.config
         return c.global_batch_size * sum(perf.train_flops_per_example(
             b, c.max_seq_length, c.max_predictions_per_seq) for b in self.network_configs)
 
     def abstract_batch(self) -> dict:
-        """The global batch as sharded `jax.ShapeDtypeStruct`s, shaped as the pipeline
-        emits it (`pipeline.batch_spec`)."""
+        """The global batch as sharded `jax.ShapeDtypeStruct`s.
+
+        Shaped as the pipeline emits it (`pipeline.batch_spec`)."""
         from bert_jax.data.pipeline import batch_spec
         options = dataclasses.replace(self.data_options,
                                       per_host_batch_size=self.config.global_batch_size)
@@ -127,12 +133,13 @@ def _describe(spec) -> str:
 
 def check_pretraining_config(config: ml_collections.ConfigDict, bert_config: BertConfig,
                              vocab_size: int, batch_multiple: int, process_count: int) -> None:
-    """The rules of a pretraining config beyond its schema's (one key's type and range,
-    `run_config.check`): between keys, and against the model and the target. Touches
-    no file; raises UserError naming the key. batch_multiple: the mesh's batch shards;
-    process_count: the hosts the run will have (each feeds an equal share of the batch).
-    The input files are checked apart (`inputs.resolve_files`): compiling needs none;
-    the data options' own rules where `Setup.build` makes them."""
+    """The rules of a pretraining config beyond its schema's.
+
+    The schema's are one key's type and range (`run_config.check`); these are between keys, and
+    against the model and the target. Touches no file; raises UserError naming the key.
+    batch_multiple: the mesh's batch shards; process_count: the hosts the run will have (each feeds
+    an equal share of the batch). The input files are checked apart (`inputs.resolve_files`):
+    compiling needs none; the data options' own rules where `Setup.build` makes them."""
     check_learning_rate(config.learning_rate, config.allow_zero_learning_rate)
     inputs.check_eval_fraction(config.eval_fraction, config.eval_every_steps)
     if config.warmup_steps > config.num_train_steps:
@@ -151,9 +158,10 @@ def check_pretraining_config(config: ml_collections.ConfigDict, bert_config: Ber
 
 
 def _check_electra(config: ml_collections.ConfigDict) -> None:
-    """What ELECTRA's objective does not combine with: a next-sentence task (its
-    discriminator has no such head), a distillation teacher, init_from (a run starts
-    from random weights or resumes its own checkpoints)."""
+    """What ELECTRA's objective does not combine with.
+
+    A next-sentence task (its discriminator has no such head), a distillation teacher, init_from (a
+    run starts from random weights or resumes its own checkpoints)."""
     for key, value, hint in (
             ("next_sentence_prediction", config.next_sentence_prediction, "false"),
             ("teacher", config.teacher, "''"), ("init_from", config.init_from, "''")):

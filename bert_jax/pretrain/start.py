@@ -1,6 +1,8 @@
-"""Where a pretraining run starts: what `config.init_from` names (resolved once), the run's
-tokenizer (config.tokenizer, else init_from's own, else the bundled vocabulary) and a fresh
-state, from random weights or init_from's."""
+"""Where a pretraining run starts: init_from, the run's tokenizer and a fresh state.
+
+What `config.init_from` names (resolved once), the run's tokenizer (config.tokenizer, else
+init_from's own, else the bundled vocabulary) and a fresh state, from random weights or
+init_from's."""
 
 from __future__ import annotations
 
@@ -18,9 +20,10 @@ from bert_jax.weights import pretrained
 
 def init_state(config, run_setup: Setup, writer,
                init_from: pretrained.ModelRef | None) -> TrainState:
-    """A fresh state: random weights drawn from config.seed, with the weights of
-    `init_from` (config.init_from, resolved) in place of them when set (weights only: a new
-    optimizer and schedule)."""
+    """A fresh state: random weights drawn from config.seed, or `init_from`'s when set.
+
+    The weights of `init_from` (config.init_from, resolved) take their place when set (weights only:
+    a new optimizer and schedule)."""
     state = run_setup.state_plan.create(config.seed)
     if init_from is None:
         return state
@@ -45,8 +48,9 @@ def init_state(config, run_setup: Setup, writer,
 
 
 def open_init_from(config) -> pretrained.ModelRef | None:
-    """config.init_from resolved (None when unset); a fine-tuned model, which lacks the
-    pretraining heads, only with partial_restore."""
+    """config.init_from resolved (None when unset).
+
+    A fine-tuned model, which lacks the pretraining heads, only with partial_restore."""
     if not config.init_from:
         return None
     init_from = pretrained.open_model(config.init_from)
@@ -60,11 +64,11 @@ def open_init_from(config) -> pretrained.ModelRef | None:
 
 def run_tokenizer(config: ml_collections.ConfigDict,
                   init_from: pretrained.ModelRef | None) -> tuple[str, Any]:
-    """(path, tokenizer) of a run: config.tokenizer, else the own of `init_from`
-    (config.init_from, resolved: continued pretraining keeps the model's vocabulary, as
-    fine-tuning does), else the bundled vocabulary. An explicit tokenizer must be
-    init_from's vocabulary: other token ids would silently mean other words to the loaded
-    embeddings."""
+    """(path, tokenizer) of a run: config.tokenizer, else `init_from`'s own, else the bundled one.
+
+    `init_from` is config.init_from, resolved: continued pretraining keeps the model's vocabulary,
+    as fine-tuning does. An explicit tokenizer must be init_from's vocabulary: other token ids would
+    silently mean other words to the loaded embeddings."""
     from bert_jax.tokenization import DEFAULT_VOCAB, has_tokenizer, load_tokenizer
     source = init_from and init_from.tokenizer_dir
     # A model saved without its tokenizer (`pretrained.save` allows it) has none to keep.

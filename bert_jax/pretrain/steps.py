@@ -1,7 +1,8 @@
-"""BERT's pretraining objective (`BertPretraining`: MLM plus NSP or SOP, or MLM only) as an
-`train.objective.Objective`, and the jitted steps of any pretraining objective. No files,
-no workdir: `pretrain` runs these, `bert-jax compile` compiles them for a TPU topology, the
-benchmarks time them."""
+"""BERT's pretraining objective and the jitted steps of any pretraining objective.
+
+The objective is `BertPretraining` (MLM plus NSP or SOP, or MLM only), a
+`train.objective.Objective`. No files, no workdir: `pretrain` runs these, `bert-jax compile`
+compiles them for a TPU topology, the benchmarks time them."""
 
 from __future__ import annotations
 
@@ -30,8 +31,10 @@ def dummy_inputs(batch_size: int, seq_length: int, num_predictions: int) -> tupl
 
 def apply_model(model: nn.Module, params: Any, batch: dict, *, rng=None,
                 capture: dict | None = None) -> tuple:
-    """(the model's `PreTrainingOutput` on one batch, the intermediates it captured with
-    `capture`'s `apply` keywords or None); dropout on when `rng` is given."""
+    """(the model's `PreTrainingOutput` on one batch, the intermediates it captured or None).
+
+    The intermediates are those of `capture`'s `apply` keywords; dropout is on when `rng` is
+    given."""
     extra = {k: batch[k] for k in _OPTIONAL_INPUTS if k in batch}
     out = model.apply({"params": params}, batch["input_ids"], batch["input_mask"],
                       batch["segment_ids"], batch["masked_lm_positions"], **extra,
@@ -42,9 +45,10 @@ def apply_model(model: nn.Module, params: Any, batch: dict, *, rng=None,
 
 @dataclasses.dataclass(frozen=True)
 class BertPretraining:
-    """BERT's objective (`train.objective.Objective`): the masked-LM loss plus, when the
-    model has the head, the next-sentence (or sentence-order) loss, each its own weighted
-    mean (`losses.pretraining_loss`). `rules`: the run's logical axis rules."""
+    """BERT's objective (`train.objective.Objective`): the masked-LM loss plus the sentence loss.
+
+    The next-sentence (or sentence-order) loss only when the model has the head; each loss is its
+    own weighted mean (`losses.pretraining_loss`). `rules`: the run's logical axis rules."""
 
     model: BertForPreTraining
     rules: tuple = ()
@@ -66,8 +70,9 @@ class BertPretraining:
             return losses.pretraining_loss(out.mlm_logits, out.nsp_logits, batch)
 
     def eval_step(self, params: Any, batch: dict) -> dict:
-        """(sum, weight) pairs over one batch, in their reported order: MLM and (for NSP
-        models) NSP loss and accuracy. All-zero padding rows count for nothing."""
+        """(sum, weight) pairs over one batch, in their reported order.
+
+        MLM and (for NSP models) NSP loss and accuracy. All-zero padding rows count for nothing."""
         with nn.logical_axis_rules(self.rules):
             out, _ = apply_model(self.model, params, batch)
         heads = [("mlm", out.mlm_logits, batch["masked_lm_ids"], batch["masked_lm_weights"])]
@@ -86,10 +91,11 @@ class BertPretraining:
 
 def jit_steps(objective: objectives.Objective, tx, partitioner: Partitioner,
               shardings: TrainState, grad_accum_steps: int = 1):
-    """(train_step, eval_step) of a pretraining `objective`, jitted once with explicit
-    shardings; the state is donated. train_step is `train_step.train_step` of the
-    objective (taking its extra input, a teacher's parameters, as a third argument when
-    it has one); eval_step is `objectives.jit_eval_step`'s."""
+    """(train_step, eval_step) of a pretraining `objective`, jitted once with explicit shardings.
+
+    The state is donated. train_step is `train_step.train_step` of the objective (taking its extra
+    input, a teacher's parameters, as a third argument when it has one); eval_step is
+    `objectives.jit_eval_step`'s."""
     train = train_step.jit_train_step(objective, tx, shardings, partitioner,
                                       grad_accum_steps=grad_accum_steps)
     return train, objectives.jit_eval_step(objective, shardings.params, partitioner)
