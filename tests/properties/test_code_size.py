@@ -46,3 +46,14 @@ def test_no_two_modules_define_the_same_public_name():
                     and not node.name.startswith("_") and node.name != "main":
                 where.setdefault(node.name, []).append(path)
     assert {k: v for k, v in where.items() if len(v) > 1} == {}
+
+
+def test_every_docstring_starts_with_a_one_line_summary():
+    """A docstring's first line says what the thing is or does on its own; details follow
+    after a blank line (PEP 257), so `help()` and an editor's hover read well."""
+    long = [f"{path}:{getattr(node, 'lineno', 1)}" for path, tree in _modules()
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and (doc := ast.get_docstring(node, clean=False))
+            and len(lines := doc.strip("\n").split("\n")) > 1 and lines[1].strip()]
+    assert long == []
