@@ -31,15 +31,27 @@ def init(model, *args):
     return nn.unbox(model.init(jax.random.key(0), *args)["params"])
 
 
+def shapes(model, *args):
+    """`init`'s parameter shapes, traced without computing (or compiling) anything."""
+    return nn.unbox(jax.eval_shape(model.init, jax.random.key(0), *args)["params"])
+
+
+@pytest.fixture(scope="module")
+def encoder_params():
+    """BertModel(CONFIG)'s parameters (the same whatever the inputs' shape), initialised
+    once: an initialisation costs seconds of CPU, as much as the test that needs it."""
+    return init(BertModel(CONFIG), random_ids((2, 10)))
+
+
 def random_ids(shape, seed=0):
     return np.random.default_rng(seed).integers(1, CONFIG.vocab_size, shape).astype(np.int32)
 
 
-def test_real_token_outputs_do_not_depend_on_padding():
+def test_real_token_outputs_do_not_depend_on_padding(encoder_params):
     ids = random_ids((2, 10))
     mask = np.array([[1] * 10, [1] * 6 + [0] * 4], np.int32)
     model = BertModel(CONFIG)
-    params = init(model, ids)
+    params = encoder_params
     short = model.apply({"params": params}, ids, mask)
     pad = lambda x: np.pad(x, ((0, 0), (0, 30)))
     long = model.apply({"params": params}, pad(ids * mask), pad(mask))
@@ -49,10 +61,10 @@ def test_real_token_outputs_do_not_depend_on_padding():
     np.testing.assert_allclose(long.pooled_output, short.pooled_output, atol=1e-5)
 
 
-def test_packed_examples_do_not_attend_to_each_other():
+def test_packed_examples_do_not_attend_to_each_other(encoder_params):
     a, b = random_ids((1, 7), 1), random_ids((1, 5), 2)
     model = BertModel(CONFIG)
-    params = init(model, a)
+    params = encoder_params
     alone = [model.apply({"params": params}, x).sequence_output[0] for x in (a, b)]
     packed = np.concatenate([a, b, np.zeros((1, 4), np.int32)], axis=1)
     example_ids = np.array([[1] * 7 + [2] * 5 + [0] * 4], np.int32)
@@ -69,8 +81,8 @@ def test_scanned_and_unrolled_encoders_agree_and_convert():
     scanned = BertForPreTraining(CONFIG.replace(scan_layers=True))
     params = init(unrolled, ids)
     scanned_params = layer_layout.to_scanned(params)
-    shapes = jax.tree.map(jnp.shape, init(scanned, ids))
-    assert jax.tree.map(jnp.shape, scanned_params) == shapes
+    assert jax.tree.map(jnp.shape, scanned_params) == jax.tree.map(jnp.shape,
+                                                                    shapes(scanned, ids))
     a = unrolled.apply({"params": params}, ids)
     b = scanned.apply({"params": scanned_params}, ids)
     np.testing.assert_allclose(a.mlm_logits, b.mlm_logits, atol=1e-5)
@@ -100,10 +112,10 @@ def test_remat_gives_the_same_gradients(policy):
                      got, expected)
 
 
-def test_dropout_only_when_not_deterministic():
+def test_dropout_only_when_not_deterministic(encoder_params):
     ids = random_ids((2, 8))
     model = BertModel(CONFIG)
-    params = init(model, ids)
+    params = encoder_params
     run = lambda det, seed: model.apply({"params": params}, ids, deterministic=det,
                                         rngs={"dropout": jax.random.key(seed)}).sequence_output
     np.testing.assert_array_equal(run(True, 0), run(True, 1))
@@ -134,21 +146,23 @@ def test_bfloat16_compute_keeps_float32_params():
 
 
 def test_task_heads_shapes_and_encoder_subtree():
+    # Shapes only: traced (jax.eval_shape), as the model would be, with nothing computed.
     ids = random_ids((3, 8))
+    apply = lambda model, params, x: jax.eval_shape(model.apply, {"params": params}, x)
     cases = [
         (BertForSequenceClassification(CONFIG, 5), (3, 5)),
         (BertForTokenClassification(CONFIG, 7), (3, 8, 7)),
     ]
     for model, shape in cases:
-        params = init(model, ids)
+        params = shapes(model, ids)
         assert "bert" in params and "classifier" in params
-        assert model.apply({"params": params}, ids).shape == shape
+        assert apply(model, params, ids).shape == shape
     qa = BertForQuestionAnswering(CONFIG)
-    start, end = qa.apply({"params": init(qa, ids)}, ids)
+    start, end = apply(qa, shapes(qa, ids), ids)
     assert start.shape == end.shape == (3, 8)
     mc = BertForMultipleChoice(CONFIG)
     choices = random_ids((2, 4, 8))
-    assert mc.apply({"params": init(mc, choices)}, choices).shape == (2, 4)
+    assert apply(mc, shapes(mc, choices), choices).shape == (2, 4)
 
 
 def test_mean_pooling_classifier_reads_the_mean_of_real_tokens():
@@ -156,7 +170,7 @@ def test_mean_pooling_classifier_reads_the_mean_of_real_tokens():
     ids = jnp.array([[2, 5, 6, 7, 3, 0, 0], [2, 9, 3, 11, 12, 3, 0]], jnp.int32)
     mask = (ids != 0).astype(jnp.int32)
     segments = jnp.array([[0] * 7, [0, 0, 0, 1, 1, 1, 0]], jnp.int32)
-    params = nn.unbox(model.init(jax.random.key(0), ids, mask, segments)["params"])
+    params = init(model, ids, mask, segments)
     assert "pooler" not in params["bert"]
     logits = model.apply({"params": params}, ids, mask, segments)
     states = BertModel(CONFIG, add_pooling_layer=False).apply(
@@ -166,24 +180,35 @@ def test_mean_pooling_classifier_reads_the_mean_of_real_tokens():
     np.testing.assert_allclose(logits, means @ kernel + bias, atol=1e-5)
 
 
+POOLED_IDS = random_ids((3, 10))
+POOLED_MASK = (np.arange(10)[None] < np.array([10, 7, 4])[:, None]).astype(np.int32)
+POOLED_SEGMENTS = (np.arange(10)[None] >= 3).astype(np.int32) * POOLED_MASK
+POOLED_CASES = [
+    (BertForSequenceClassification, {"num_labels": 3}, (POOLED_IDS, POOLED_MASK, POOLED_SEGMENTS)),
+    (BertForMultipleChoice, {}, (POOLED_IDS[None], POOLED_MASK[None], POOLED_SEGMENTS[None]))]
+
+
+@pytest.fixture(scope="module")
+def head_params():
+    """Each pooled-only case's head parameters (attention_impl changes none of them),
+    initialised once for both attention implementations."""
+    return [init(head(CONFIG, **kwargs), *inputs) for head, kwargs, inputs in POOLED_CASES]
+
+
 @pytest.mark.parametrize("attention_impl", ["einsum", "fused"])
-def test_pooled_only_last_layer_gives_the_full_models_logits_and_gradients(attention_impl):
+def test_pooled_only_last_layer_gives_the_full_models_logits_and_gradients(
+        attention_impl, head_params, encoder_params):
     """The classifier's last layer computes [CLS] alone: same logits and gradients as
     every position, with padding and with packed rows' masks; multiple choice too."""
     config = CONFIG.replace(attention_impl=attention_impl)
-    ids = random_ids((3, 10))
-    mask = (np.arange(10)[None] < np.array([10, 7, 4])[:, None]).astype(np.int32)
-    segments = (np.arange(10)[None] >= 3).astype(np.int32) * mask
-    cases = [(BertForSequenceClassification, (ids, mask, segments)),
-             (BertForMultipleChoice, (ids[None], mask[None], segments[None]))]
-    for head, inputs in cases:
-        kwargs = {"num_labels": 3} if head is BertForSequenceClassification else {}
-        params = init(head(config, **kwargs), *inputs)
+    ids, mask = POOLED_IDS, POOLED_MASK
+    for (head, kwargs, inputs), params in zip(POOLED_CASES, head_params):
 
         def loss_and_grads(every_position):
             model = head(config, every_position=every_position, **kwargs)
             loss = lambda p: jnp.sum(jnp.sin(model.apply({"params": p}, *inputs)))
-            return jax.value_and_grad(loss)(params)
+            # jitted: op-by-op differentiation of the whole model costs several times more
+            return jax.jit(jax.value_and_grad(loss))(params)
 
         (fast, fast_grads), (full, full_grads) = loss_and_grads(False), loss_and_grads(True)
         np.testing.assert_allclose(fast, full, rtol=1e-5)
@@ -191,7 +216,7 @@ def test_pooled_only_last_layer_gives_the_full_models_logits_and_gradients(atten
                      fast_grads, full_grads)
     # The last layer does run on one position, and a packed row's mask is cut to [CLS]'s row.
     model = BertModel(config, pooled_only=True)
-    params = init(model, ids)
+    params = encoder_params
     out = model.apply({"params": params}, ids, mask)
     assert out.sequence_output.shape == (3, 1, CONFIG.hidden_size)
     example_ids = np.array([[1] * 6 + [2] * 4] * 3, np.int32)
