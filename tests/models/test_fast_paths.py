@@ -56,6 +56,14 @@ def packed_batch():
                 example_ids=example_ids)
 
 
+@pytest.fixture(scope="module")
+def params():
+    """BertModel(CONFIG)'s parameters (FUSED's too: attention_impl changes none), initialised
+    once: an initialisation costs seconds of CPU, as much as most tests here."""
+    return nn.unbox(BertModel(CONFIG).init(jax.random.key(0), padded_batch()["input_ids"])
+                    ["params"])
+
+
 def outputs_and_grads(config, batch, params):
     model = BertModel(config)
     weights = np.random.default_rng(3).normal(size=(12, config.hidden_size)).astype(np.float32)
@@ -65,15 +73,15 @@ def outputs_and_grads(config, batch, params):
         real = batch["input_mask"][..., None]
         return jnp.sum(out.sequence_output * weights * real) + jnp.sum(out.pooled_output), out
 
-    (_, out), grads = jax.value_and_grad(loss, has_aux=True)(params)
+    # jitted: op-by-op differentiation of the whole model costs several times more
+    (_, out), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
     return out, grads
 
 
 @pytest.mark.parametrize("make_batch", [padded_batch,
                                         pytest.param(packed_batch, marks=pytest.mark.slow)])
-def test_fused_and_einsum_attention_agree_in_outputs_and_gradients(make_batch):
+def test_fused_and_einsum_attention_agree_in_outputs_and_gradients(make_batch, params):
     batch = make_batch()
-    params = nn.unbox(BertModel(CONFIG).init(jax.random.key(0), batch["input_ids"])["params"])
     einsum_out, einsum_grads = outputs_and_grads(CONFIG, batch, params)
     fused_out, fused_grads = outputs_and_grads(FUSED, batch, params)
     real = batch["input_mask"][..., None].astype(bool)
@@ -84,7 +92,8 @@ def test_fused_and_einsum_attention_agree_in_outputs_and_gradients(make_batch):
                  fused_grads, einsum_grads)
 
 
-def test_fused_attention_gets_lengths_for_padded_rows_and_a_mask_for_packed_ones(monkeypatch):
+def test_fused_attention_gets_lengths_for_padded_rows_and_a_mask_for_packed_ones(monkeypatch,
+                                                                                   params):
     calls = []
     original = jax.nn.dot_product_attention
 
@@ -94,7 +103,6 @@ def test_fused_attention_gets_lengths_for_padded_rows_and_a_mask_for_packed_ones
 
     monkeypatch.setattr(jax.nn, "dot_product_attention", spy)
     padded = padded_batch()
-    params = nn.unbox(BertModel(FUSED).init(jax.random.key(0), padded["input_ids"])["params"])
     BertModel(FUSED).apply({"params": params}, **padded)
     # Lengths, no dense mask: the form cuDNN takes (it rejects a [B, 1, 1, L] mask).
     assert calls[-1]["mask"] is None
@@ -105,11 +113,10 @@ def test_fused_attention_gets_lengths_for_padded_rows_and_a_mask_for_packed_ones
     assert calls[-1]["mask"].shape == (2, 1, 12, 12)
 
 
-def test_fused_training_needs_no_attention_dropout():
+def test_fused_training_needs_no_attention_dropout(params):
     batch = padded_batch()
     with_dropout = FUSED.replace(attention_probs_dropout_prob=0.1)
     model = BertModel(with_dropout)
-    params = model.init(jax.random.key(0), batch["input_ids"])["params"]
     model.apply({"params": params}, **batch)  # inference is fine
     with pytest.raises(ConfigError, match="attention_impl.*attention_probs_dropout_prob"):
         model.apply({"params": params}, **batch, deterministic=False,
@@ -119,29 +126,27 @@ def test_fused_training_needs_no_attention_dropout():
     assert np.isfinite(out.sequence_output).all()
 
 
-def test_output_attentions_with_fused_returns_the_einsum_probabilities():
+def test_output_attentions_with_fused_returns_the_einsum_probabilities(params):
     batch = padded_batch()
-    params = BertModel(CONFIG).init(jax.random.key(0), batch["input_ids"])["params"]
     probs = [BertModel(c, output_attentions=True).apply({"params": params}, **batch).attentions
              for c in (CONFIG, FUSED)]
     assert len(probs[1]) == CONFIG.num_hidden_layers
     jax.tree.map(np.testing.assert_array_equal, probs[1], probs[0])
 
 
-def _scatter_count(position_ids):
+def _scatter_count(params, position_ids):
     """Scatter-adds in the gradient of the embeddings (one per gathered table)."""
     batch = padded_batch()
     model = BertModel(CONFIG)
-    params = model.init(jax.random.key(0), batch["input_ids"])["params"]
     loss = lambda p: jnp.sum(model.apply({"params": p}, **batch,
                                          position_ids=position_ids).sequence_output)
     return str(jax.make_jaxpr(jax.grad(loss))(params)).count("scatter-add")
 
 
-def test_only_the_word_embeddings_are_gathered():
+def test_only_the_word_embeddings_are_gathered(params):
     # Position and token-type gradients are matmuls/sums, not scatters onto a few rows.
-    assert _scatter_count(None) == 1
-    assert _scatter_count(np.tile(np.arange(12, dtype=np.int32), (3, 1))) == 1
+    assert _scatter_count(params, None) == 1
+    assert _scatter_count(params, np.tile(np.arange(12, dtype=np.int32), (3, 1))) == 1
 
 
 def test_the_pretraining_gradient_scatters_only_onto_the_word_embeddings():
@@ -152,7 +157,7 @@ def test_the_pretraining_gradient_scatters_only_onto_the_word_embeddings():
     batch = padded_batch()
     positions = np.array([[1, 2, 0], [3, 1, 0], [2, 4, 5]], np.int32)
     inputs = (batch["input_ids"], batch["input_mask"], batch["segment_ids"], positions)
-    params = model.init(jax.random.key(0), *inputs)["params"]
+    params = jax.eval_shape(model.init, jax.random.key(0), *inputs)["params"]  # traced only
     labels = {"masked_lm_ids": np.array([[5, 6, 0], [7, 8, 0], [9, 10, 11]], np.int32),
               "masked_lm_weights": np.array([[1, 1, 0], [1, 1, 0], [1, 1, 1]], np.float32),
               "next_sentence_labels": np.array([0, 1, 0], np.int32)}
@@ -164,10 +169,9 @@ def test_the_pretraining_gradient_scatters_only_onto_the_word_embeddings():
     assert str(jax.make_jaxpr(jax.grad(loss))(params)).count("scatter-add") == 1
 
 
-def test_explicit_position_ids_equal_the_default_positions():
+def test_explicit_position_ids_equal_the_default_positions(params):
     batch = padded_batch()
     model = BertModel(CONFIG)
-    params = model.init(jax.random.key(0), batch["input_ids"])["params"]
     default = model.apply({"params": params}, **batch).sequence_output
     explicit = model.apply({"params": params}, **batch,
                            position_ids=np.tile(np.arange(12, dtype=np.int32), (3, 1)))
