@@ -224,10 +224,11 @@ def test_projection_is_trained_across_widths(student, teacher, albert):
     batch = {"input_ids": ids, "segment_ids": jnp.zeros_like(ids), "input_mask": mask,
              "label": jnp.array([1]), "example_weights": jnp.ones(1)}
     settings = dict(alpha=0.0, temperature=1.0, hidden_weight=1.0, attention_weight=1.0)
-    loss = lambda p: train_step.combine(
+    # Jitted: the loss is evaluated twice, once under the gradient and once after the step.
+    loss = jax.jit(lambda p: train_step.combine(
         distill.distill_loss(p, batch, teacher, jax.random.key(2), model=model, task=task,
                              rules=(), teacher_model=teacher_model, settings=settings),
-        distill.coefficients(settings))
+        distill.coefficients(settings)))
     (value, metrics), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
     assert np.isfinite(float(value)) and float(metrics["attention_loss"]) > 0
     assert float(jnp.abs(grads[distill.PROJECTION]["kernel"]).sum()) > 0
