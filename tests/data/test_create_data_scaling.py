@@ -125,7 +125,7 @@ def test_summary_before_any_output_and_one_last_line(texts, tmp_path, capsys, mo
     def checked_print(*args, **kwargs):
         printed.append((tmp_path / "summary.json").exists())
         return print(*args, **kwargs)
-    monkeypatch.setattr(cpd, "print", checked_print, raising=False)
+    monkeypatch.setattr(data_cli, "print", checked_print, raising=False)
     assert _create(texts[:1], tmp_path, 1) == 0
     assert printed and all(printed)
     out = capsys.readouterr().out.strip().splitlines()
