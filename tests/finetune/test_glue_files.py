@@ -15,7 +15,14 @@ from bert_jax.errors import UserError
 from bert_jax.finetune import job, tasks
 from bert_jax.finetune.tasks import glue_files
 
-from helpers.finetune import CONFIG, EXPECTED, MICRO_MODEL, SHARED_DATA, micro_config
+from helpers.finetune import (
+    CONFIG,
+    EXPECTED,
+    MICRO_MODEL,
+    SHARED_DATA,
+    micro_config,
+    shared_compilation_cache,
+)
 from helpers.glue import PAIRS, PUBLISHED
 
 NAMES = {"cola": "CoLA", "sst2": "SST-2", "mrpc": "MRPC", "qqp": "QQP", "stsb": "STS-B",
@@ -120,7 +127,9 @@ def test_finetune_reads_a_glue_data_folder_end_to_end(name, glue_data, tmp_path)
     """The metrics and submission files of the tfds route (test_finetune_glue.EXPECTED)."""
     split, metric_names, submissions = EXPECTED[name]
     workdir = str(tmp_path / name)
-    results = job.finetune(micro_config(name, f"glue_dir={glue_data}"), workdir)
+    # Tasks of the same shapes (cola and mrpc, mnli and ax) compile their steps once.
+    with shared_compilation_cache(str(tmp_path.parent / "finetune_jax_cache")):
+        results = job.finetune(micro_config(name, f"glue_dir={glue_data}"), workdir)
     assert metric_names <= set(results[split])
     if name == "mnli":
         assert set(results["validation_mismatched"]) == {"accuracy"}
