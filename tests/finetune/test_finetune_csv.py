@@ -130,13 +130,14 @@ def test_packed_rows_give_the_same_logits_as_separate_rows(pooling):
     padded = packing.collate(features, 32)
     packed = packing.collate_packed([features], 32, max_per_row=4)
     assert packed["example_weights"].tolist() == [[1, 1, 1, 0]]
-    params = model.init(jax.random.key(0), jnp.asarray(padded["input_ids"]))["params"]
-    separate = model.apply({"params": params}, padded["input_ids"], padded["input_mask"],
-                           padded["segment_ids"])
-    together = model.apply({"params": params}, packed["input_ids"], packed["input_mask"],
-                           packed["segment_ids"], position_ids=packed["position_ids"],
-                           example_ids=packed["example_ids"],
-                           cls_positions=packed["cls_positions"])
+    # Jitted: eager, each of the model's operations would be dispatched on its own.
+    params = jax.jit(model.init)(jax.random.key(0), jnp.asarray(padded["input_ids"]))["params"]
+    apply = jax.jit(model.apply)
+    separate = apply({"params": params}, padded["input_ids"], padded["input_mask"],
+                     padded["segment_ids"])
+    together = apply({"params": params}, packed["input_ids"], packed["input_mask"],
+                     packed["segment_ids"], position_ids=packed["position_ids"],
+                     example_ids=packed["example_ids"], cls_positions=packed["cls_positions"])
     np.testing.assert_allclose(together[0, :3], separate, atol=1e-5)
 
 
