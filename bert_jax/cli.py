@@ -166,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     another reason (a run that diverged: one line naming the step and what to change; anything else,
     a ValueError or KeyError too, is a bug: one line naming the file that holds its traceback); 130
     Ctrl-C or SIGTERM (one line; temporary files removed, workers ended; pretrain, finetune and
-    distill save a checkpoint first and exit 0 on SIGTERM: `train/preemption.py`). `--debug` or
+    distill save a checkpoint first and exit 0 on SIGTERM: `train/preemption.py`); 141, silently,
+    when the reader of the output stops reading (`| head`), as for a shell's SIGPIPE. `--debug` or
     BERT_JAX_DEBUG=1 lets the exception's traceback through; `--verbose` shows the libraries' INFO
     logs."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -208,6 +209,11 @@ def report_failure(prog: str, error: BaseException) -> int:
     if isinstance(error, (Interrupted, KeyboardInterrupt)):
         print(f"{prog}: {str(error) or 'interrupted'}", file=sys.stderr)
         return 130
+    if isinstance(error, BrokenPipeError):  # the reader stopped reading (`| head`): not a
+        # failure to report; the exit code is a shell's for SIGPIPE, and stdout goes to
+        # /dev/null so that Python's final flush does not fail again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     message = " ".join(str(error).split())  # one line, whatever the message holds
     if is_users_error(error):
         print(f"{prog}: error: {message}{_LIBRARY_TRACEBACKS.mention(message)}",

@@ -186,3 +186,22 @@ def test_files_that_are_not_json_or_not_utf8_are_the_users_to_fix(text_file, tmp
     err = capsys.readouterr().err
     assert err.startswith(f"bert-jax create-data: error: {tmp_path / 'entities.txt'}:1: not "
                           "UTF-8 text (byte 0xe9 at offset 3)"), err
+
+
+def test_a_reader_that_stops_reading_is_not_a_bug(tmp_path):
+    """`bert-jax tokenize < big.txt | head -1`: once the pipe's reader is gone, the command
+    stops without a word (no 'internal error', no traceback file) and exits with 141, a
+    shell's code for SIGPIPE."""
+    import subprocess
+    import sys
+
+    big = tmp_path / "big.txt"
+    big.write_text("the cat sat on the mat\n" * 200_000)
+    with open(big, "rb") as stdin:
+        process = subprocess.Popen([sys.executable, "-m", "bert_jax.cli", "tokenize",
+                                    "--tokenizer", DEFAULT_VOCAB], stdin=stdin,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert process.stdout.readline()
+        process.stdout.close()
+        assert process.wait(timeout=120) == 141
+    assert process.stderr.read().decode() == ""
