@@ -125,6 +125,14 @@ def teacher(tmp_path_factory):
     return workdir, str(tmp)
 
 
+@pytest.fixture
+def teacher_cache(teacher):
+    """The teacher's compilation cache, inside the test: the student's evaluate and predict
+    reuse what its distillation compiled, the teacher's predict what its fine-tune did."""
+    with shared_compilation_cache(os.path.join(teacher[1], "cache")):
+        yield
+
+
 def probabilities(workdir, texts):
     return np.array([list(r["probabilities"].values())
                      for r in inference.load_finetuned(workdir).predict(texts)])
@@ -134,8 +142,8 @@ def mean_kl(p, q):
     return float(np.mean(np.sum(p * (np.log(p) - np.log(q)), -1)))
 
 
-def test_distill_preset_student_then_evaluate_and_predict(teacher, tmp_path, monkeypatch,
-                                                          capsys):
+def test_distill_preset_student_then_evaluate_and_predict(teacher, teacher_cache, tmp_path,
+                                                          monkeypatch, capsys):
     teacher_dir, _ = teacher
     before = pretrained.load(os.path.join(teacher_dir, "best")).params
     extras = []
