@@ -1,11 +1,12 @@
-"""What release 0.1.0 wrote still loads, predicts and resumes: a pretraining workdir (two
-checkpoints), a fine-tuning workdir and its kept model directory, written by bert_jax 0.1.0
-(commit b9dafdd, before the package's modules moved into folders) and kept in
-tests/fixtures/release_0.1.0/.
+"""What releases 0.1.0 and 0.2.0 wrote still loads, predicts and resumes.
 
-`make_fixtures.py` there wrote them, run from that folder with the 0.1.0 checkout first on
-PYTHONPATH. Their saved configs hold paths relative to that folder (`corpus/*.txt`,
-`vocab`, `spam/train.tsv`), so each test runs in a copy of it.
+0.1.0 (commit b9dafdd, before the package's modules moved into folders): a pretraining
+workdir (two checkpoints), a fine-tuning workdir and its kept model directory. 0.2.0
+(commit d025047): create-data output with static masks, a pretraining workdir trained on
+it, an ELECTRA workdir with its generator and a fine-tuning workdir. Each release's
+`tests/fixtures/release_VERSION/make_fixtures.py` wrote them, run from that folder with
+the release's checkout first on PYTHONPATH. Their saved configs hold paths relative to
+that folder (`corpus/*.txt`, `vocab`, `spam/train.tsv`), so each test runs in a copy of it.
 """
 
 from __future__ import annotations
@@ -28,9 +29,8 @@ from bert_jax.weights import pretrained
 
 from helpers import REPO
 
-FIXTURES = os.path.join(REPO, "tests", "fixtures",
-                        "release_0.1.0")
-# The pretraining run as make_fixtures.py started it.
+FIXTURES = os.path.join(REPO, "tests", "fixtures")
+# The pretraining runs as each make_fixtures.py started them.
 PRETRAIN_OVERRIDES = [
     "model={'preset': 'tiny', 'num_hidden_layers': 1, 'hidden_size': 16, "
     "'num_attention_heads': 2, 'intermediate_size': 32, 'max_position_embeddings': 32}",
@@ -40,12 +40,39 @@ PRETRAIN_OVERRIDES = [
     "eval_fraction=0.1"]
 
 
-@pytest.fixture
-def release(tmp_path, monkeypatch):
-    copy = tmp_path / "release_0.1.0"
-    shutil.copytree(FIXTURES, copy)
+SCHEDULE_0_2 = ["max_seq_length=32", "max_predictions_per_seq=5", "global_batch_size=8",
+                "num_train_steps=4", "warmup_steps=1", "log_every_steps=2",
+                "eval_every_steps=4", "eval_steps=1", "checkpoint_every_steps=2",
+                "eval_fraction=0.1", "tokenizer=vocab"]
+RUNS_0_2 = {
+    "pretrain": ("pretrain.py:tiny", [
+        "model={'preset': 'tiny', 'num_hidden_layers': 1, 'hidden_size': 16, "
+        "'num_attention_heads': 2, 'intermediate_size': 32, 'max_position_embeddings': 32}",
+        "input_files=records/*.tfrecord"]),
+    "electra": ("pretrain.py:electra_small,tiny", [
+        "model={'preset': 'tiny', 'model_type': 'electra', 'num_hidden_layers': 1, "
+        "'hidden_size': 32, 'embedding_size': 16, 'num_attention_heads': 2, "
+        "'intermediate_size': 64, 'max_position_embeddings': 32, 'pooler_act': 'gelu'}",
+        "input_files=corpus/*.txt"]),
+}
+
+
+def copy_release(version, tmp_path, monkeypatch):
+    """A copy of release VERSION's fixtures, made the working directory."""
+    copy = tmp_path / f"release_{version}"
+    shutil.copytree(os.path.join(FIXTURES, f"release_{version}"), copy)
     monkeypatch.chdir(copy)
     return copy
+
+
+@pytest.fixture
+def release(tmp_path, monkeypatch):
+    return copy_release("0.1.0", tmp_path, monkeypatch)
+
+
+@pytest.fixture
+def release_0_2(tmp_path, monkeypatch):
+    return copy_release("0.2.0", tmp_path, monkeypatch)
 
 
 def assert_trees_equal(got, want, atol=0.0):
@@ -80,7 +107,9 @@ def test_a_pretraining_run_resumes_exactly_where_it_stopped(release, capsys):
     assert_trees_equal(got, want, atol=1e-7)
 
 
-def test_a_finetuned_workdir_predicts_what_it_predicted(release):
+@pytest.mark.parametrize("version", ["0.1.0", "0.2.0"])
+def test_a_finetuned_workdir_predicts_what_it_predicted(version, tmp_path, monkeypatch):
+    copy_release(version, tmp_path, monkeypatch)
     with open("spam/dev.tsv", encoding="utf-8", newline="") as f:
         texts = [row["text"] for row in csv.DictReader(f, delimiter="\t")]
     with open("finetune/predictions/test.jsonl", encoding="utf-8") as f:
@@ -90,3 +119,34 @@ def test_a_finetuned_workdir_predicts_what_it_predicted(release):
     for mine, theirs in zip(got, saved):
         for label, p in theirs["probabilities"].items():
             assert mine["probabilities"][label] == pytest.approx(p, abs=2e-6)
+
+
+def test_every_kind_of_folder_of_0_2_opens_as_a_model(release_0_2):
+    workdir = pretrained.open_model("pretrain")
+    assert workdir.kind == folders.PRETRAINING and workdir.task is None
+    assert_trees_equal(workdir.load().params,
+                       checkpoint.read_params(os.path.abspath("pretrain/checkpoints/4")))
+    electra = pretrained.open_model("electra")  # the discriminator
+    assert electra.config.model_type == "electra" and electra.config.hidden_size == 32
+    assert "discriminator" in electra.load().params
+    generator = pretrained.load("electra/generator")
+    assert generator.config.hidden_size == 8 and "mlm" in generator.params
+    finetuned = pretrained.open_model("finetune")
+    assert finetuned.kind == folders.FINETUNING
+    assert finetuned.directory == os.path.abspath("finetune/best")
+    assert finetuned.task["name"] == "csv"
+
+
+@pytest.mark.parametrize("run", sorted(RUNS_0_2))
+def test_a_0_2_pretraining_run_resumes_exactly_where_it_stopped(release_0_2, run, capsys):
+    """As for 0.1.0: this release resumes 0.2.0's step 2 and reaches its step-4 parameters.
+
+    `pretrain` reads 0.2.0's create-data output, static masks and records included;
+    `electra` its converted text, and trains both networks."""
+    want = checkpoint.read_params(os.path.abspath(f"{run}/checkpoints/4"))
+    shutil.rmtree(f"{run}/checkpoints/4")
+    config, overrides = RUNS_0_2[run]
+    train_and_evaluate(load_config(config, overrides + SCHEDULE_0_2), run)
+    assert "resumed from step 2 of" in capsys.readouterr().err  # not trained afresh
+    got = checkpoint.read_params(os.path.abspath(f"{run}/checkpoints/4"))
+    assert_trees_equal(got, want, atol=1e-6)
