@@ -4,6 +4,7 @@ and the MLM-only comparison."""
 import numpy as np
 
 from bert_jax.models.config import BertConfig
+from bert_jax.models.encoder import BertModel
 from bert_jax.models.heads import BertForPreTraining
 from bert_jax.weights.config_json import to_hf_dict
 
@@ -74,3 +75,15 @@ def albert_reference(config: BertConfig, cls=None, seed: int = 1, **hf_fields):
                                           **hf_fields)
     model = (cls or transformers.AlbertForPreTraining)(hf_config)
     return scale_weights(model).eval()
+
+
+def assert_hidden_states_match(config, params, ids, mask, expected):
+    """The encoder of `params` gives the reference's hidden states (`expected`: its tuple of
+    torch tensors, embeddings first) at the real tokens."""
+    real = mask.astype(bool)
+    encoder = {k: v for k, v in params["bert"].items() if k != "pooler"}
+    states = BertModel(config, add_pooling_layer=False, output_hidden_states=True).apply(
+        {"params": encoder}, ids, mask).hidden_states
+    assert len(states) == len(expected)
+    for ours, theirs in zip(states, expected):
+        np.testing.assert_allclose(ours[real], theirs.numpy()[real], atol=TOL, rtol=TOL)

@@ -18,7 +18,12 @@ from bert_jax.weights.config_json import from_hf_dict, to_hf_dict
 torch = pytest.importorskip("torch", reason="the PyTorch reference needs the test extras")
 transformers = pytest.importorskip("transformers")
 
-from helpers.parity import TOL, assert_mlm_model_matches, scale_weights  # noqa: E402
+from helpers.parity import (  # noqa: E402
+    TOL,
+    assert_hidden_states_match,
+    assert_mlm_model_matches,
+    scale_weights,
+)
 from helpers.parity import state_dict_numpy as state_dict  # noqa: E402
 
 SPECIAL_IDS = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2, mask_token_id=3)
@@ -78,13 +83,7 @@ def test_outputs_match_transformers(size, scan, lengths):
         hidden = ref.model(**torch_args(ids, mask)).last_hidden_state
     params = hf.params_from_hf(state_dict(ref), config)
     assert_mlm_model_matches(config, params, ids, mask, hidden.numpy(), expected.logits.numpy())
-    real = mask.astype(bool)
-    encoder = {k: v for k, v in params["bert"].items() if k != "pooler"}
-    states = BertModel(config, add_pooling_layer=False, output_hidden_states=True).apply(
-        {"params": encoder}, ids, mask).hidden_states
-    assert len(states) == len(expected.hidden_states)
-    for ours, theirs in zip(states, expected.hidden_states):
-        np.testing.assert_allclose(ours[real], theirs.numpy()[real], atol=TOL, rtol=TOL)
+    assert_hidden_states_match(config, params, ids, mask, expected.hidden_states)
 
 
 def test_fused_attention_reads_grouped_heads_as_the_einsum_path():

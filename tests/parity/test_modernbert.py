@@ -14,7 +14,11 @@ from bert_jax.weights.config_json import to_hf_dict
 torch = pytest.importorskip("torch", reason="the PyTorch reference needs the test extras")
 transformers = pytest.importorskip("transformers")
 
-from helpers.parity import TOL, assert_mlm_model_matches, scale_weights  # noqa: E402
+from helpers.parity import (  # noqa: E402
+    assert_hidden_states_match,
+    assert_mlm_model_matches,
+    scale_weights,
+)
 from helpers.parity import state_dict_numpy as state_dict  # noqa: E402
 from helpers.tokenizers import bpe_tokenizer_json  # noqa: E402
 
@@ -74,13 +78,7 @@ def test_outputs_match_transformers(size, scan, lengths):
                            attention_mask=torch.tensor(mask, dtype=torch.long)).last_hidden_state
     params = hf.params_from_hf(state_dict(ref), config)
     assert_mlm_model_matches(config, params, ids, mask, hidden.numpy(), expected.logits.numpy())
-    real = mask.astype(bool)
-    encoder = {k: v for k, v in params["bert"].items() if k != "pooler"}
-    states = BertModel(config, add_pooling_layer=False, output_hidden_states=True).apply(
-        {"params": encoder}, ids, mask).hidden_states
-    assert len(states) == len(expected.hidden_states)
-    for ours, theirs in zip(states, expected.hidden_states):
-        np.testing.assert_allclose(ours[real], theirs.numpy()[real], atol=TOL, rtol=TOL)
+    assert_hidden_states_match(config, params, ids, mask, expected.hidden_states)
 
 
 def test_export_loads_in_transformers_to_the_same_outputs(tmp_path):
