@@ -15,7 +15,7 @@ from bert_jax.finetune import cli, job, tasks
 from bert_jax.finetune.tasks import csv_task
 from bert_jax.host import outputs
 
-from helpers import REPO
+from helpers import REPO, source
 from helpers.finetune import MICRO_MODEL, micro_config
 
 TEXTS = [" ".join(["good"] * n) for n in range(1, 21)]  # 3 .. 22 tokens with [CLS], [SEP]
@@ -125,8 +125,7 @@ def test_no_function_below_the_config_constructor_rewrites_a_config_it_is_given(
             relative = os.path.relpath(path, REPO)
             if not name.endswith(".py") or relative in CONFIG_CONSTRUCTOR:
                 continue
-            with open(path, encoding="utf-8") as f:
-                tree = ast.parse(f.read())
+            tree = source.parse(path)
             found += [f"{relative}:{line} {function}"
                       for function, line in _mutations_of_given_configs(tree)]
     assert found == []

@@ -12,6 +12,7 @@ import os
 import pytest
 
 from helpers import REPO as TOP
+from helpers import source
 
 SCRIPTS = sorted(glob.glob(os.path.join(TOP, "bench", "*.py"))
                  + glob.glob(os.path.join(TOP, "tools", "*.py")))
@@ -29,8 +30,7 @@ def _exists(module: str, name: str) -> bool:
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: os.path.relpath(p, TOP))
 def test_script_imports_resolve(script):
-    with open(script) as f:
-        tree = ast.parse(f.read(), script)
+    tree = source.parse(script)
     missing = [f"line {node.lineno}: from {node.module} import {alias.name}"
                for node in ast.walk(tree)
                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("bert_jax")

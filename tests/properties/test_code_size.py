@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from helpers import REPO
+from helpers import REPO, source
 
 ROOT = os.path.join(REPO, "bert_jax")
 
@@ -18,8 +18,7 @@ def _modules():
         for name in filenames:
             if name.endswith(".py"):
                 path = os.path.join(dirpath, name)
-                with open(path) as f:
-                    yield os.path.relpath(path, ROOT), ast.parse(f.read(), path)
+                yield os.path.relpath(path, ROOT), source.parse(path)
 
 
 def test_no_function_is_over_80_lines():

@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from helpers import REPO
+from helpers import REPO, source
 
 ROOT = os.path.join(REPO, "bert_jax")
 
@@ -39,8 +39,7 @@ def _imports(module: str) -> set[str]:
     """Every module named by an import statement anywhere in `module` (bert_jax names resolved
     to the module they import: `from bert_jax.train import checkpoint` ->
     `bert_jax.train.checkpoint`)."""
-    with open(SOURCES[module]) as f:
-        tree = ast.parse(f.read(), SOURCES[module])
+    tree = source.parse(SOURCES[module])
     package = module if SOURCES[module].endswith("__init__.py") else module.rpartition(".")[0]
     names = set()
     for node in ast.walk(tree):
@@ -283,17 +282,15 @@ def test_only_the_cli_and_the_demo_import_every_part():
 
 
 def test_the_cli_table_reaches_every_part():
-    with open(SOURCES["bert_jax.cli"]) as f:
-        tree = ast.parse(f.read())
+    tree = source.parse(SOURCES["bert_jax.cli"])
     table = next(node.value for node in ast.walk(tree) if isinstance(node, ast.Assign)
                  and any(getattr(t, "id", None) == "COMMANDS" for t in node.targets))
     functions = [entry.elts[0].value.partition(":") for entry in table.values]
     commands = {module for module, _, _ in functions}
     assert commands <= set(SOURCES), sorted(commands - set(SOURCES))
     for module, _, function in functions:  # "module:function", a function of the module
-        with open(SOURCES[module]) as f:
-            defined = {node.name for node in ast.parse(f.read()).body
-                       if isinstance(node, ast.FunctionDef)}
+        defined = {node.name for node in source.parse(SOURCES[module]).body
+                   if isinstance(node, ast.FunctionDef)}
         assert function in defined, f"{module}:{function}"
     reached = set().union(*(_closure(m) for m in commands))
     assert _parts_reached(reached) == set(PARTS)
@@ -347,8 +344,7 @@ def _dotted(node: ast.AST) -> str:
 def _direct_file_access(module: str) -> list[str]:
     """'line N: what' for each use of open(), os.path, os file functions, glob, shutil or
     TensorFlow's gfile in `module`."""
-    with open(SOURCES[module]) as f:
-        tree = ast.parse(f.read(), SOURCES[module])
+    tree = source.parse(SOURCES[module])
     hits = []
     for node in ast.walk(tree):
         name = ""

@@ -31,7 +31,7 @@ from bert_jax.train import lifecycle, sharding, train_loop, train_step
 from bert_jax.train import objective as objectives
 from bert_jax.train.train_state import StatePlan
 
-from helpers import REPO
+from helpers import REPO, source
 from helpers.finetune import micro_config
 
 
@@ -206,7 +206,7 @@ def test_no_code_asks_which_objective_it_runs():
         for filename in filenames:
             if filename.endswith(".py"):
                 path = os.path.join(dirpath, filename)
-                for node in ast.walk(ast.parse(open(path).read(), path)):
+                for node in ast.walk(source.parse(path)):
                     if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "isinstance":
                         types = ast.unparse(node.args[1])
                         if any(name in types for name in names):
