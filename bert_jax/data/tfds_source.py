@@ -4,9 +4,10 @@
 by default).
 
 Each record's text feature is a document and its lines are the sentences, as in a text
-file. The split is read in PIECES even pieces (`tfds.even_splits`), streamed one at a
-time: a piece is the unit of work that create-data gives a worker or a host, as a text
-file is, so a corpus by name spreads over workers and hosts without intermediate text.
+file. The split is read in PIECES even pieces (`tfds.even_splits`; one a record for a
+smaller split), streamed one at a time: a piece is the unit of work that create-data gives a
+worker or a host, as a text file is, so a corpus by name spreads over workers and hosts
+without intermediate text.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import List
 
 from bert_jax.data.corpus import ReadStats
 from bert_jax.errors import UserError
+from bert_jax.host import tf_host
 
 PREFIX = "tfds:"
 PIECES = 64  # a piece is "tfds:NAME:SPLIT#k/PIECES"
@@ -45,6 +47,7 @@ def _builder(name: str):
 
 @functools.lru_cache(maxsize=None)  # read once per process and data dir, not per piece
 def _cached_builder(name: str, data_dir: str | None):
+    tf_host.import_quietly()  # tfds imports TensorFlow, whose start-up lines reach the terminal
     import tensorflow_datasets as tfds
     try:
         return tfds.builder(name, data_dir=data_dir)
@@ -83,7 +86,20 @@ def pieces(spec: str) -> List[str]:
                         f"network access run `tfds build {name}` there (or copy a prepared "
                         f"folder, or set TFDS_DATA_DIR); {type(e).__name__}: "
                         f"{str(e).splitlines()[0][:200]}") from None
-    return [f"{PREFIX}{name}:{split}#{k}/{PIECES}" for k in range(PIECES)]
+    count = _piece_count(builder, name, split)
+    return [f"{PREFIX}{name}:{split}#{k}/{count}" for k in range(count)]
+
+
+def _piece_count(builder, name: str, split: str) -> int:
+    """PIECES, or one piece a record for a smaller split (tfds cannot cut a split into more
+    pieces than it has records); UserError for an empty split."""
+    try:
+        size = builder.info.splits[split].num_examples
+    except (KeyError, ValueError, TypeError):  # a split spelling the metadata cannot size
+        return PIECES
+    if not size:
+        raise UserError(f"tfds:{name}:{split} holds no records: choose another split")
+    return min(PIECES, size)
 
 
 def identity(piece: str) -> list:
@@ -98,10 +114,9 @@ def identity(piece: str) -> list:
 
 def read_piece(piece: str, stats: ReadStats) -> List[List[str]]:
     """The documents of one piece: each record's text, split into its non-empty lines."""
+    tf_host.import_quietly()  # in a worker process too
+    tf_host.tensorflow()
     import tensorflow_datasets as tfds
-
-    from bert_jax.host.tf_host import tensorflow
-    tensorflow()
     name, split = _parse(piece)
     index, count = (int(n) for n in piece.rsplit("#", 1)[1].split("/"))
     builder = _builder(name)

@@ -79,3 +79,37 @@ def test_pretraining_reads_a_corpus_by_name(mocked, tmp_path, monkeypatch):
                                 str(tmp_path / "run"))
     assert result["train"]["loss"] > 0
     assert len(glob.glob(str(tmp_path / "run" / "data" / "*.tfrecord"))) == 8
+
+
+class TinyCorpus(tfds.core.GeneratorBasedBuilder):
+    """A prepared data set of a few short documents, built offline in the test's folder."""
+
+    VERSION = tfds.core.Version("1.0.0")
+    RECORDS = 40
+
+    def _info(self):
+        features = tfds.features.FeaturesDict({"text": tfds.features.Text()})
+        return tfds.core.DatasetInfo(builder=self, features=features)
+
+    def _split_generators(self, dl_manager):
+        return {"train": self._generate_examples(self.RECORDS),
+                "validation": self._generate_examples(3)}
+
+    def _generate_examples(self, count):
+        for i in range(count):
+            yield i, {"text": f"document {i} opens here.\nits second sentence follows.\n"
+                              f"and a third line ends document {i}."}
+
+
+@pytest.mark.parametrize("split, records", [("train", 40), ("validation", 3)])
+def test_a_split_smaller_than_the_pieces_converts(split, records, tmp_path, monkeypatch):
+    """Cases: a 40-record and a 3-record split (fewer records than the 64 pieces a split is
+    read in): one piece a record, every record a document."""
+    data_dir = str(tmp_path / "tfds")
+    TinyCorpus(data_dir=data_dir).download_and_prepare()
+    monkeypatch.setenv("TFDS_DATA_DIR", data_dir)
+    spec = f"tfds:tiny_corpus:{split}"
+    assert len(tfds_source.pieces(spec)) == records
+    stats = cpd.create_pretraining_data([spec], cpd.shard_paths(str(tmp_path / "out"), 1),
+                                        DEFAULT_VOCAB, OPTIONS, num_workers=1, progress=False)
+    assert stats.files == records and stats.documents == records and stats.instances > 0
