@@ -31,6 +31,7 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from bert_jax.errors import UserError
 from bert_jax.models import losses, matching
@@ -165,6 +166,18 @@ def _encoder(model: BertForPreTraining, input_ids, input_mask, segment_ids, posi
                       deterministic=deterministic)
 
 
+def _states_only(params: dict, target: dict) -> dict:
+    """A headless teacher's parameters as the states-only teacher `target` holds them.
+
+    Its other heads (an ELECTRA discriminator's) left out; a missing pooler (ELECTRA's
+    discriminator has none) as zeros: the teacher's pooled output is never matched."""
+    encoder = params["bert"]
+    if "pooler" not in encoder:
+        zeros = jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), target["bert"]["pooler"])
+        encoder = {**encoder, "pooler": zeros}
+    return {"bert": encoder}
+
+
 def _check_headless(config, path: str) -> None:
     """UserError unless a teacher without an MLM head has something to teach.
 
@@ -232,7 +245,9 @@ def load_distillation(config, teacher: pretrained.ModelRef, student: BertPretrai
     method = {} if mlm_head else {"method": _encoder}
     boxed = jax.eval_shape(lambda: model.init(jax.random.key(0), *inputs, **method)["params"])
     shardings = partitioner.shardings_of(nn.get_partition_spec(boxed))
-    params = pretrained.init_params(nn.unbox(boxed), loaded.params, shardings, drop=("nsp",),
+    teacher_params = _states_only(loaded.params, nn.unbox(boxed)) if not mlm_head \
+        else loaded.params
+    params = pretrained.init_params(nn.unbox(boxed), teacher_params, shardings, drop=("nsp",),
                                     source=f"teacher {path}")
     settings = {k: float(config[k]) for k in ("temperature", "alpha", "hidden_weight",
                                               "attention_weight")}

@@ -383,3 +383,16 @@ def test_large_recipe_compiles_for_a_v5p_128(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["fits"] and report["chips"] == 64, report
+
+
+def test_an_electra_run_teaches_general_distillation(run, tmp_path, text_corpus):
+    """Case: an ELECTRA pretraining workdir (its discriminator: no MLM head, no pooler) as
+    `--config.teacher` of a general distillation that learns its hidden states (alpha 1)."""
+    from helpers.pretrain import distill_config
+    student = str(tmp_path / "student")
+    train_and_evaluate(distill_config(text_corpus, run[0], alpha=1.0, hidden_weight=1.0,
+                                      attention_weight=0.0, num_train_steps=4,
+                                      learning_rate=1e-2, warmup_steps=0,
+                                      checkpoint_every_steps=4, eval_every_steps=0), student)
+    hidden = [r["train/hidden_loss"] for r in train_records(student)]
+    assert all(np.isfinite(hidden)) and hidden[-1] < hidden[0], hidden
