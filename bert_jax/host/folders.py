@@ -26,6 +26,7 @@ import dataclasses
 import fnmatch
 import json
 import os
+import shutil
 import time
 from collections.abc import Collection
 
@@ -232,15 +233,29 @@ def mark(workdir: str, kind: str, command: str) -> frozenset | None:
 def unmark_if_idle(workdir: str, before: frozenset | None, ignore: str) -> None:
     """Removes the marker `mark` wrote when the run added nothing to the workdir.
 
-    That is, it failed before writing: a bad command leaves a folder as it was. `ignore`: the lock
-    file."""
+    That is, it failed before writing a result: the empty files and folders it set up go too, so
+    a bad command leaves a folder as it was (and one it created is then removed with the lock).
+    `ignore`: the lock file."""
     if before is None:
         return
     try:
-        if set(os.listdir(workdir)) - {JOB_FILE, ignore} <= before:
+        added = [os.path.join(workdir, name)
+                 for name in set(os.listdir(workdir)) - before - {JOB_FILE, ignore}]
+        if all(_holds_nothing(path) for path in added):  # empty logs and folders set up
+            for path in added:
+                shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
             os.remove(os.path.join(workdir, JOB_FILE))
     except OSError:
         pass  # the workdir is gone: nothing to undo
+
+
+def _holds_nothing(path: str) -> bool:
+    """Whether `path` is an empty file, or a folder of nothing but empty files and folders."""
+    if os.path.islink(path):
+        return False
+    if os.path.isdir(path):
+        return all(_holds_nothing(os.path.join(path, n)) for n in os.listdir(path))
+    return os.path.getsize(path) == 0
 
 
 def set_aside(workdir: str, names: Collection[str], into: str | None = None) -> str | None:

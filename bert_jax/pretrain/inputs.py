@@ -80,6 +80,8 @@ def input_files(patterns: str) -> list[str]:
         if len(by_name) < len(patterns):
             raise UserError(f"input_files mixes corpora by name ({_shown(by_name)}) and "
                             "files: name one kind")
+        for name in by_name:  # prepared where tfds looks, before anything is written
+            tfds_source.pieces(name)
         return by_name
     files = []
     for pattern in patterns:

@@ -195,3 +195,40 @@ def test_records_made_without_masks_refuse_a_run_with_static_masks(tmp_path):
     assert data_record.setup_mismatch(static, record) == ("dynamic_masking", True, False)
     assert data_record.setup_mismatch(DataOptions(max_seq_length=64, dynamic_masking=True),
                                       record) == ("max_seq_length", 32, 64)
+
+
+@pytest.mark.parametrize("existed", [False, True])
+def test_a_run_that_fails_before_a_result_leaves_no_workdir_it_made(tmp_path, monkeypatch,
+                                                                    capsys, existed):
+    """Cases: `pretrain` on an unprepared `tfds:` corpus into a new workdir (none is left) and
+    into a folder that held a user's file (it holds only that file again)."""
+    from bert_jax import cli
+
+    from helpers import REPO
+    monkeypatch.setenv("TFDS_DATA_DIR", str(tmp_path / "no_tfds"))
+    workdir = tmp_path / "run"
+    if existed:
+        make(str(workdir), "notes.txt")
+    code = cli.main(["pretrain", "--config", os.path.join(REPO, "configs", "pretrain.py") + ":tiny",
+                     "--workdir", str(workdir),
+                     "--config.input_files='tfds:wikipedia/20230601.en'"])
+    assert code == 2 and "is not prepared" in capsys.readouterr().err
+    assert sorted(os.listdir(workdir)) == ["notes.txt"] if existed else not workdir.exists()
+
+
+def test_unmarking_an_idle_workdir_removes_only_the_empty_setup_it_added(tmp_path):
+    """Cases: a run that added an empty metrics file and empty folders (all removed, with the
+    marker) and one that added a file with content (everything kept)."""
+    for wrote, kept in ((None, ["notes.txt"]),
+                        ("model/vocab.txt", [folders.JOB_FILE, "checkpoints", "metrics.jsonl",
+                                             "model", "notes.txt"])):
+        workdir = str(tmp_path / f"run{bool(wrote)}")
+        make(workdir, "notes.txt")
+        before = folders.mark(workdir, folders.PRETRAINING, "bert-jax pretrain")
+        os.makedirs(os.path.join(workdir, "checkpoints", "tmp"))
+        open(os.path.join(workdir, "metrics.jsonl"), "w").close()
+        os.makedirs(os.path.join(workdir, "model"))
+        if wrote:
+            open(os.path.join(workdir, wrote), "w").write("[PAD]\n")
+        folders.unmark_if_idle(workdir, before, "bert_jax.lock")
+        assert sorted(os.listdir(workdir)) == kept
