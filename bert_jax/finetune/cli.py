@@ -105,8 +105,9 @@ def evaluate_main(argv: list[str]) -> int:
     _add_models(parser)
     parser.add_argument("--split", help="a split of the task's data (default: its eval splits)")
     parser.add_argument("--file", help="a labeled file (for file-based tasks) to evaluate on")
-    parser.add_argument("--output", help="JSON results file (default: MODEL/"
-                        "evaluate_results.json for one model; stdout only for several)")
+    parser.add_argument("--output", help="JSON results file, also printed (default: MODEL/"
+                        "evaluate_results.json for one model; stdout only for several; "
+                        "-: stdout only)")
     args = parser.parse_args(argv)
     from bert_jax.errors import UserError
     from bert_jax.finetune import ensemble
@@ -141,7 +142,7 @@ def evaluate_main(argv: list[str]) -> int:
     output = args.output or (paths.join(args.model[0], FINETUNING_WORKDIR.evaluate_results)
                              if len(args.model) == 1 else None)
     print(json.dumps(results, indent=2))  # first: a folder we cannot write loses nothing
-    if output:
+    if output and output != paths.STDOUT:
         try:
             paths.write_text(output, json.dumps(results, indent=2))
         except OSError as e:
@@ -158,11 +159,11 @@ def predict_main(argv: list[str]) -> int:
     _add_models(parser)
     parser.add_argument("--input", required=True, help="text lines, CSV/TSV, JSONL (or CoNLL, "
                         "SQuAD JSON)")
-    parser.add_argument("--output", help="JSONL file (default: stdout)")
+    parser.add_argument("--output", help="JSONL file (default, or -: stdout)")
     args = parser.parse_args(argv)
     from bert_jax.errors import UserError
     from bert_jax.finetune import files
-    from bert_jax.host import outputs
+    from bert_jax.host import outputs, paths
     if args.output:  # before the work: never the input, nor a file of the model
         outputs.check_file("--output", args.output, {"--input": args.input,
                                                      "--model": args.model},
@@ -176,7 +177,7 @@ def predict_main(argv: list[str]) -> int:
         raise UserError(f"{args.input} holds no inputs (empty, or blank lines only): nothing "
                         "to predict")
     records = model.predict_examples(examples)
-    if args.output:
+    if args.output and args.output != paths.STDOUT:
         files.write_jsonl(args.output, records)
         print(f"wrote {len(records)} predictions to {args.output}", file=sys.stderr)
     else:

@@ -9,7 +9,10 @@ file of a model directory, run folder or data folder (`folders`) other than one 
 its own kind beside the run's files; a folder output (a tokenizer, a model, an export)
 may not be, or hold, an input, and holds only its own kind of job (`check_kind`). Both
 must be writable: `check_file` and `check_folder` say so at once, not after the work.
-A training run's workdir (`check_workdir`) may not be one of its inputs.
+A training run's workdir (`check_workdir`) may not be one of its inputs. A symlink loop is
+refused as any of them; a file output that is a symlink is judged by its target, and one
+that is written through in place (a device, a FIFO, /dev/stdout, or "-" for standard output:
+`paths.replacing`) need only be writable.
 """
 
 from __future__ import annotations
@@ -73,14 +76,18 @@ def artifact_around(path: str) -> tuple[str, str] | None:
         folder = parent
 
 
-def check_writable(flag: str, output: str) -> None:
+def check_writable(flag: str, output: str, target: str | None = None) -> None:
     """Raises UserError when `output` cannot be created.
 
-    Its nearest existing folder is not writable, or something on its way is a file.
+    Its nearest existing folder is not writable, or something on its way is a file. `target`: where
+    the write lands when `output` is a symlink (`paths.write_target`), whose folder must exist.
     (URLs: not checked here.)"""
     if paths.is_remote(output):
         return
-    folder = os.path.dirname(os.path.abspath(output))
+    folder = os.path.dirname(target or os.path.abspath(output))
+    if target and not os.path.isdir(folder):
+        raise UserError(f"{flag} {output} is a symlink to {target}, whose folder does not "
+                        "exist; create it or choose another path")
     while not os.path.exists(folder):
         folder = os.path.dirname(folder)
     if not os.path.isdir(folder):
@@ -96,20 +103,47 @@ def check_file(flag: str, output: str, inputs: Inputs, *, suffixes: tuple[str, .
     """Raises UserError, before any work, when the file `output` may not be written.
 
     It is an input, an existing folder, an existing file inside a model, run or data folder (except,
-    directly in that folder, one ending in `suffixes`: what this command writes), or not
-    writable."""
+    directly in that folder, one ending in `suffixes`: what this command writes), a symlink loop,
+    or not writable. A symlink is judged by its target (which is what is written); "-" (standard
+    output) and a file written through in place (a device, a FIFO, /dev/stdout:
+    `paths.write_target`) need only be writable."""
+    if output == paths.STDOUT:
+        return
+    target, through = _write_target(flag, output)
     refuse_inputs(flag, output, inputs, folder=False)
-    if paths.isdir(output):
+    if through:
+        if not os.access(target, os.W_OK):
+            raise UserError(f"{flag} {output}: cannot write to it (permission denied); choose "
+                            "a writable path")
+        return
+    if paths.isdir(target):
         raise UserError(f"{flag} {output} is a folder; name a file to write")
-    if paths.exists(output):
-        around = artifact_around(paths.dirname(paths.abspath(output)))
-        own = paths.basename(output).endswith(suffixes) if suffixes else False
-        if around and not (own and around[0] == resolved(paths.dirname(
-                paths.abspath(output))) and not _named_file(output)):
+    if paths.exists(target):
+        folder = paths.dirname(target)
+        around = artifact_around(folder)
+        own = paths.basename(target).endswith(suffixes) if suffixes else False
+        if around and not (own and around[0] == resolved(folder) and not _named_file(target)):
             folder, kind = around
             raise UserError(f"{flag} {output} is a file of the {kind} folder {folder}; "
                             "writing there would replace it: choose another path")
-    check_writable(flag, output)
+    link = not paths.is_remote(output) and os.path.islink(output)
+    check_writable(flag, output, target if link else None)
+
+
+def _write_target(flag: str, output: str) -> tuple[str, bool]:
+    """`paths.write_target` of `output` (a URL: itself), its symlink loop named as `flag`'s."""
+    if paths.is_remote(output):
+        return output, False
+    try:
+        return paths.write_target(output)
+    except UserError:
+        raise paths.symlink_loop(output, flag) from None
+
+
+def refuse_symlink_loop(flag: str, path: str) -> None:
+    """Raises UserError when the local `path` is or passes through a symlink loop."""
+    if not paths.is_remote(path):
+        _write_target(flag, path)
 
 
 def _named_file(path: str) -> bool:
@@ -123,6 +157,7 @@ def check_folder(flag: str, output: str, inputs: Inputs, kind: str | None) -> No
     It is or holds an input, holds another kind of job than `kind` (`check_kind`); with kind None
     (a tokenizer) when it is or lies inside any model, run or data folder; or when it is not
     writable."""
+    refuse_symlink_loop(flag, output)
     refuse_inputs(flag, output, inputs, folder=True)
     if paths.isfile(output):
         raise UserError(f"{flag} {output} is a file; name a folder to write")
@@ -155,11 +190,12 @@ def check_workdir(workdir: str, kind: str, inputs: Inputs | None = None) -> Chec
     """`workdir`, checked.
 
     Raises UserError when a job of `kind` (pretraining, fine-tuning, distillation) may not write
-    into it: it is one of the run's `inputs` (`--init_from`, `--teacher`), or holds another kind of
-    job's results (`folders.check_kind`). A CheckedWorkdir of `kind`
+    into it: it is a symlink loop, one of the run's `inputs` (`--init_from`, `--teacher`), or holds
+    another kind of job's results (`folders.check_kind`). A CheckedWorkdir of `kind`
     (checked where its command started) comes back as it is."""
     if isinstance(workdir, CheckedWorkdir) and workdir.kind == kind:
         return workdir
+    refuse_symlink_loop("--workdir", workdir)
     refuse_inputs("the output folder", workdir, inputs or {}, folder=False)
     folders.check_kind(workdir, kind)
     return CheckedWorkdir(workdir, kind)

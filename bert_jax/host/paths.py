@@ -25,11 +25,16 @@ import glob as _glob
 import io
 import os
 import posixpath
+import re
 import shutil
+import stat
+import sys
 import uuid
 from typing import IO
 
 from etils import epath
+
+from bert_jax.errors import UserError
 
 EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
 
@@ -168,26 +173,44 @@ def open(path: str | os.PathLike, mode: str = "r", encoding: str | None = None) 
     return _epath(path).open(mode, encoding=encoding or "utf-8")
 
 
+STDOUT = "-"  # the output path that means standard output
+
+
 @contextlib.contextmanager
 def replacing(path: str | os.PathLike, mode: str = "w"):
     """Yields a file whose content replaces `path` whole when the block succeeds.
 
     It is written beside it, then renamed; for a URL kept in memory, then written as one object: a
-    remote file object would upload a partial content when an error closes it."""
+    remote file object would upload a partial content when an error closes it. A symlink's target
+    is replaced so (the link stays), a dangling one's target created. What is not a regular file
+    (a device, a FIFO, /dev/stdout: `write_target`) is opened and written through in place, never
+    replaced or removed; `STDOUT` ("-") is standard output. A symlink loop, or a failed write
+    through, raises UserError naming `path`."""
     path = os.fspath(path)
+    if path == STDOUT:
+        stream = sys.stdout.buffer if "b" in mode else sys.stdout
+        yield stream
+        stream.flush()
+        return
     if is_remote(path):
         buffer = io.BytesIO() if "b" in mode else io.StringIO()
         yield buffer
         with open(path, mode) as f:
             f.write(buffer.getvalue())
         return
-    tmp = temporary_sibling(path)
+    target, through = write_target(path)
+    if through:
+        with _writing_through(target, mode) as f:
+            yield f
+        return
+    tmp = temporary_sibling(target)
+    shown = target if os.path.islink(path) else path
     try:
         with open(tmp, mode, encoding=None if "b" in mode else "utf-8") as f:
             yield f
-        os.replace(tmp, path)
+        os.replace(tmp, target)
     except OSError as e:
-        renamed = in_user_terms(e, tmp, path)
+        renamed = in_user_terms(e, tmp, shown)
         if renamed is e:
             raise
         raise renamed from e
@@ -196,13 +219,125 @@ def replacing(path: str | os.PathLike, mode: str = "w"):
             os.remove(tmp)
 
 
+# The links to an open file descriptor (/dev/stdout, /dev/fd/N, /proc/self/fd/N): written
+# through that descriptor, whatever it leads to (a pipe, a terminal, or the file a shell
+# redirected to, which `>>` must not see truncated and later lines must not overwrite).
+_DESCRIPTOR_LINK = re.compile(
+    r"/dev/(?P<std>stdout|stderr)|/dev/fd/(?P<fd>\d+)|/proc/(?P<pid>self|thread-self|\d+)/fd/(?P<n>\d+)")
+_MAX_SYMLINKS = 40  # as Linux's
+
+
+def write_target(path: str | os.PathLike) -> tuple[str, bool]:
+    """(where a write of the local `path` lands, whether it is written through in place).
+
+    (the resolved path, False) for a regular file, a new one, or a symlink to either (its target,
+    dangling or not): `replacing` replaces it atomically. (`path`, True) for an existing file that
+    is not a regular file (a character or block device, a FIFO), (the link, True) for a link to an
+    open file descriptor (/dev/stdout, /dev/fd/N, /proc/self/fd/N): written through. A symlink
+    loop raises UserError naming `path`."""
+    path = os.fspath(path)
+    hop = _beside(os.getcwd(), path)
+    for _ in range(_MAX_SYMLINKS):
+        if _DESCRIPTOR_LINK.fullmatch(hop):
+            return hop, True
+        if not os.path.islink(hop):
+            break
+        hop = _beside(os.path.dirname(hop), os.readlink(hop))
+    else:
+        raise symlink_loop(path)
+    try:
+        mode = os.stat(hop).st_mode
+    except OSError as e:
+        if e.errno == errno.ELOOP:  # in a folder on the way
+            raise symlink_loop(path) from None
+        return hop, False  # new, or beneath a missing folder: the write says which
+    through = not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+    return (path, True) if through else (hop, False)
+
+
+def is_standard_output(path: str | os.PathLike) -> bool:
+    """Whether a write of `path` goes to this process's standard output.
+
+    "-", or a path written through (`write_target`) to the file, pipe or terminal that stdout is,
+    such as /dev/stdout: a command's own report of it then belongs on stderr."""
+    path = os.fspath(path)
+    if path == STDOUT:
+        return True
+    if is_remote(path):
+        return False
+    try:
+        target, through = write_target(path)
+        if not through:
+            return False
+        mine, theirs = os.stat(target), os.fstat(sys.stdout.fileno())
+    except (OSError, ValueError, UserError):  # no stdout descriptor (captured, closed)
+        return False
+    return (mine.st_dev, mine.st_ino) == (theirs.st_dev, theirs.st_ino)
+
+
+def _beside(folder: str, name: str) -> str:
+    """`name` (absolute, or relative to `folder`) with the folders on its way resolved."""
+    joined = os.path.join(folder, name)
+    return os.path.join(os.path.realpath(os.path.dirname(joined)), os.path.basename(joined))
+
+
+def symlink_loop(path: str, flag: str = "") -> UserError:
+    """The UserError for a `path` (given as `flag`'s value) that is or passes a symlink loop."""
+    named = f"{flag} {path}" if flag else path
+    return UserError(f"{named} is a symlink loop (its links lead back to themselves, never to a "
+                     "file or folder); choose another path")
+
+
+@contextlib.contextmanager
+def _writing_through(path: str, mode: str):
+    """Yields `path` opened in place: a device, a FIFO, or a descriptor's link (its descriptor).
+
+    An error opening or writing it becomes a UserError naming `path`; a reader that left (a
+    closed pipe) stays a BrokenPipeError, which commands end on silently."""
+    try:
+        f = _open_through(path, mode)
+    except OSError as e:
+        raise UserError(f"cannot open {path} for writing ({e.strerror or e}); choose another "
+                        "path") from e
+    try:
+        with f:
+            yield f
+    except BrokenPipeError:
+        raise
+    except OSError as e:
+        if e.filename is not None:  # not the write's: it names its own file
+            raise
+        raise UserError(f"could not write {path} ({e.strerror or e}); choose another path") \
+            from e
+
+
+def _open_through(path: str, mode: str) -> IO:
+    """`path` opened for writing without truncating, or a copy of the descriptor it links to.
+
+    A descriptor of this process is written after what sys.stdout and sys.stderr hold (flushed
+    first)."""
+    encoding = None if "b" in mode else "utf-8"
+    link = _DESCRIPTOR_LINK.fullmatch(path)
+    if link and link["pid"] in ("self", "thread-self", str(os.getpid())):
+        descriptor = int(link["n"])
+    elif link and not link["pid"]:
+        descriptor = int(link["fd"]) if link["fd"] else 1 if link["std"] == "stdout" else 2
+    else:  # append: a device or FIFO has no content to keep, a shell's `>>` file has
+        return builtins.open(path, mode.replace("w", "a"), encoding=encoding)
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    return os.fdopen(os.dup(descriptor), mode, encoding=encoding)
+
+
 def read_text(path: str | os.PathLike) -> str:
     with open(path, encoding="utf-8") as f:
         return f.read()
 
 
 def write_text(path: str | os.PathLike, text: str) -> None:
-    """Writes `path` whole or not at all (`replacing`): a killed run leaves no half file."""
+    """Writes `path` whole or not at all (`replacing`): a killed run leaves no half file.
+
+    A device, a FIFO or /dev/stdout is written through instead, a symlink's target replaced."""
     with replacing(path) as f:
         f.write(text)
 

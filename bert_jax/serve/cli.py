@@ -6,6 +6,7 @@ checks of the inputs and outputs, what is printed."""
 from __future__ import annotations
 
 import argparse
+import sys
 
 import numpy as np
 
@@ -43,7 +44,8 @@ def embed_main(argv: list[str]) -> int:
                              "fine-tuning workdir or Hub model (hf:ORG/NAME[@REVISION])")
     parser.add_argument("--input", required=True, help="UTF-8 text, one input per line")
     parser.add_argument("--output", required=True,
-                        help=".npy file of float32 [lines, hidden]; .npz with --per_token")
+                        help=".npy file of float32 [lines, hidden]; .npz with --per_token; "
+                             "- writes it to stdout (a pipe, not a terminal)")
     parser.add_argument("--pooling", choices=embed.POOLINGS, default=None,
                         help="default: a sentence-transformers model's own (with its "
                              "normalisation), else cls")
@@ -71,6 +73,9 @@ def embed_main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     outputs.check_file("--output", args.output, {"--input": args.input, "--model": args.model},
                        suffixes=(".npy", ".npz"))
+    if paths.is_standard_output(args.output) and sys.stdout.isatty():
+        raise UserError(f"--output {args.output} would print binary NumPy data on the terminal: "
+                        "pipe it into a program (`| python -c ...`) or name a file")
     if args.per_token:
         return _main_per_token(args)
     for flag, value in (("--layers", args.layers), ("--combine", args.combine)):
@@ -93,8 +98,19 @@ def embed_main(argv: list[str]) -> int:
         np.save(f, vectors)
     how = (f"{pooling} pooling" + (", normalised" if normalize else "")
            + (": the model's own" if own and not args.pooling else ""))
-    print(f"wrote {vectors.shape[0]} x {vectors.shape[1]} vectors to {args.output} ({how})")
+    print(f"wrote {vectors.shape[0]} x {vectors.shape[1]} vectors to {_shown(args.output)} "
+          f"({how})", file=_report_stream(args.output))
     return 0
+
+
+def _shown(output: str) -> str:
+    """`--output` as the report names it."""
+    return "standard output" if output == paths.STDOUT else output
+
+
+def _report_stream(output: str):
+    """Where the report of writing `output` goes: stderr when the data went to stdout."""
+    return sys.stderr if paths.is_standard_output(output) else sys.stdout
 
 
 def _read_texts(path: str) -> list[str]:
@@ -112,7 +128,7 @@ def _read_texts(path: str) -> list[str]:
 def _main_per_token(args: argparse.Namespace) -> int:
     if args.pooling is not None:
         raise UserError("--pooling is for sentence vectors, not --per_token features")
-    if not args.output.endswith(".npz"):
+    if not (args.output.endswith(".npz") or paths.is_standard_output(args.output)):
         raise UserError(f"--per_token writes an .npz archive: --output must end in .npz, "
                         f"got {args.output!r}")
     layers = _parse_layers(args.layers) if args.layers is not None else [args.layer]
@@ -132,7 +148,7 @@ def _main_per_token(args: argparse.Namespace) -> int:
         np.savez(f, **features)
     vectors = features["vectors"]
     print(f"wrote {vectors.shape[0]} token vectors of size {vectors.shape[1]} "
-          f"({len(texts)} lines) to {args.output}")
+          f"({len(texts)} lines) to {_shown(args.output)}", file=_report_stream(args.output))
     return 0
 
 
