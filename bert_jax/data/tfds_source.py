@@ -91,8 +91,9 @@ def pieces(spec: str) -> List[str]:
 
 
 def _piece_count(builder, name: str, split: str) -> int:
-    """PIECES, or one piece a record for a smaller split (tfds cannot cut a split into more
-    pieces than it has records); UserError for an empty split."""
+    """How many pieces a split is read in: PIECES, or one a record for a smaller split.
+
+    (tfds cannot cut a split into more pieces than it has records.) UserError for an empty split."""
     try:
         size = builder.info.splits[split].num_examples
     except (KeyError, ValueError, TypeError):  # a split spelling the metadata cannot size

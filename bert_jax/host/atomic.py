@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import errno
+import glob
 import os
+import shutil
 import tempfile
+import time
 
 from bert_jax.host import folders, paths
 
@@ -16,7 +20,8 @@ def atomic_directory(path: str | os.PathLike, overwrite: bool = False, *,
 
     It replaces `path` only when the block succeeds, so a failed conversion or export leaves nothing
     behind. (In a bucket the final move copies the objects: a run killed during it may leave a
-    partial copy.) local=True: the yielded directory is on local disk even for a `path` in a bucket
+    partial copy. On local disk, a killed run's temporary sibling goes at the next run into `path`.)
+    local=True: the yielded directory is on local disk even for a `path` in a bucket
     (for writers that only know local files, e.g. TensorFlow's SavedModel); its files are uploaded
     when the block succeeds."""
     path = paths.abspath(path)
@@ -33,18 +38,52 @@ def atomic_directory(path: str | os.PathLike, overwrite: bool = False, *,
         finally:
             paths.rmtree(staging, missing_ok=True)
         return
-    tmp = paths.temporary_sibling(path)
+    tmp = f"{paths.temporary_sibling(path)}-{os.getpid()}"  # its owner, for `_remove_stale`
+    if not paths.is_remote(path):
+        _remove_stale(path)
     try:  # made inside: a stop (SIGTERM) right after it must remove it too
         paths.makedirs(tmp)
         yield tmp
         paths.rmtree(path, missing_ok=True)
         paths.move(tmp, path)
     except OSError as e:  # named as the user's path, not the hidden temporary one
-        paths.rmtree(tmp, missing_ok=True)
+        _remove(tmp)
         renamed = paths.in_user_terms(e, tmp, path)
         if renamed is e:
             raise
         raise renamed from e
     except BaseException:
-        paths.rmtree(tmp, missing_ok=True)
+        _remove(tmp)
         raise
+
+
+def _remove(tmp: str) -> None:
+    """Removes a temporary directory, again if a writer still closing adds a file meanwhile."""
+    for attempt in range(5):
+        try:
+            return paths.rmtree(tmp, missing_ok=True)
+        except OSError as e:
+            if e.errno != errno.ENOTEMPTY or attempt == 4:
+                raise
+            time.sleep(0.2)
+
+
+def _remove_stale(path: str) -> None:
+    """Removes the temporary siblings of `path` that runs now ended left behind (killed runs').
+
+    A sibling names its owner's process id; one still running keeps its own."""
+    folder, name = os.path.split(path)
+    for stale in glob.glob(os.path.join(glob.escape(folder), f".tmp-{glob.escape(name)}-*-*")):
+        owner = stale.rsplit("-", 1)[1]
+        if owner.isdigit() and not _running(int(owner)):
+            shutil.rmtree(stale, ignore_errors=True)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        pass
+    return True

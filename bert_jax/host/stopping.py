@@ -38,3 +38,28 @@ def stop_on_signals(command: str):
         if signal.getsignal(signal.SIGTERM) is stop:
             signal.signal(signal.SIGTERM, previous)
 
+
+
+@contextlib.contextmanager
+def deferred_stops():
+    """Within the block, Ctrl-C and SIGTERM wait: the block runs to its end, then the stop comes.
+
+    For writes whose writer threads a stop cannot end (Orbax's, tensorstore's): stopped midway, they
+    would go on filling the temporary folder that the stop's cleanup removes. A no-op off the main
+    thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    arrived = []
+
+    def wait(signum, frame):
+        arrived.append(signum)
+
+    previous = {s: signal.signal(s, wait) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    if arrived:  # now to the handler in place before
+        signal.raise_signal(arrived[0])

@@ -36,7 +36,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from bert_jax.errors import CheckpointError, UserError
-from bert_jax.host import encoding, folders, paths, workdir_state
+from bert_jax.host import encoding, folders, paths, stopping, workdir_state
 from bert_jax.host.atomic import atomic_directory
 from bert_jax.host.folders import (
     FINETUNING_WORKDIR,
@@ -101,11 +101,13 @@ def save(path: str | os.PathLike, config: BertConfig, params: dict[str, Any], *,
     with atomic_directory(path, overwrite) as tmp:
         # One process writes a model directory alone (in a multi-process job the caller
         # picks which one), so Orbax must not wait for the others at its barriers.
+        # A stop waits for the end of the write: Orbax's writer threads would go on filling the
+        # temporary folder that the stop removes.
         me = jax.process_index()
-        checkpointer = ocp.StandardCheckpointer(multiprocessing_options=(
-            ocp.options.MultiprocessingOptions(primary_host=me, active_processes={me})))
-        checkpointer.save(paths.join(tmp, MODEL_DIRECTORY.params), params)
-        checkpointer.wait_until_finished()
+        with stopping.deferred_stops(), ocp.StandardCheckpointer(multiprocessing_options=(
+                ocp.options.MultiprocessingOptions(primary_host=me, active_processes={me}))) \
+                as checkpointer:
+            checkpointer.save(paths.join(tmp, MODEL_DIRECTORY.params), params)
         write_model_files(tmp, config, tokenizer=tokenizer, task=task)
         for name, text in (extra_files or {}).items():
             paths.write_text(paths.join(tmp, name), text)
