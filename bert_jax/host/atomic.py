@@ -10,6 +10,7 @@ import shutil
 import tempfile
 import time
 
+from bert_jax.errors import UserError
 from bert_jax.host import folders, paths
 
 
@@ -52,9 +53,19 @@ def atomic_directory(path: str | os.PathLike, overwrite: bool = False, *,
         if renamed is e:
             raise
         raise renamed from e
-    except BaseException:
+    except BaseException as e:
         _remove(tmp)
+        if _full_disk(e):  # tensorstore's words (Orbax's writer) for a full disk
+            raise UserError(f"no space left on the disk of {path} while writing it: free space "
+                            "there or choose another folder") from e
         raise
+
+
+def _full_disk(error: BaseException) -> bool:
+    """Whether a library's non-OSError `error` says the disk is full."""
+    text = str(error)
+    return isinstance(error, Exception) and ("RESOURCE_EXHAUSTED" in text
+                                             or "No space left on device" in text)
 
 
 def _remove(tmp: str) -> None:

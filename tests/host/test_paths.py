@@ -110,3 +110,29 @@ def test_bucket_paths_list_append_move_and_replace(gcs, monkeypatch):
         for record in RECORDS:
             writer.write(record)
     assert list(tfrecord.read_records(paths.join(root, "r.tfrecord"))) == RECORDS
+
+
+def test_a_full_disk_under_a_library_writer_is_named_in_our_words(tmp_path, monkeypatch):
+    """Case: tensorstore's `RESOURCE_EXHAUSTED: Error writing ...` (Orbax writing a model's
+    params on a full disk) becomes one UserError naming the output; nothing is left."""
+    from bert_jax.errors import UserError
+    out = tmp_path / "model"
+    with pytest.raises(UserError) as raised:
+        with atomic_directory(str(out)) as tmp:
+            raise ValueError(f"RESOURCE_EXHAUSTED: Error writing \"d/x\" in OCDBT database at "
+                             f"local file \"{tmp}/params.orbax-checkpoint-tmp/\": [OS error: "
+                             "No space left on device]")
+    assert str(raised.value) == (f"no space left on the disk of {out} while writing it: free "
+                                 "space there or choose another folder")
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_killed_runs_temporary_sibling_goes_at_the_next_run(tmp_path):
+    """Cases: a sibling of an ended process (removed), one of a running process (kept)."""
+    dead = tmp_path / ".tmp-model-0123456789ab-999999999"
+    alive = tmp_path / f".tmp-model-0123456789ab-{os.getppid()}"
+    for folder in (dead, alive):
+        os.makedirs(folder / "params")
+    with atomic_directory(str(tmp_path / "model")) as tmp:
+        paths.write_text(paths.join(tmp, "config.json"), "{}")
+    assert sorted(os.listdir(tmp_path)) == [alive.name, "model"]
