@@ -40,11 +40,31 @@ def read_text_file(path: str) -> str:
 
 
 class Row(dict):
-    """A table row that knows its line in the file (for error messages)."""
+    """A table row (or an example read from one) that knows its file and line (for messages).
 
-    def __init__(self, values: dict, line: int):
+    It equals the plain dict of its values."""
+
+    def __init__(self, values: dict, line: int, path: str = ""):
         super().__init__(values)
         self.line = line
+        self.path = path
+
+    @property
+    def where(self) -> str:
+        """'PATH:LINE' (or the line alone when the path is not known)."""
+        return f"{self.path}:{self.line}" if self.path else f"line {self.line}"
+
+
+def where(example, path: str = "") -> str | None:
+    """An example's 'PATH:LINE' when it was read from a file (a `Row`), else `path` or None."""
+    return example.where if isinstance(example, Row) else (path or None)
+
+
+def label_value(value):
+    """A label as read from a file, compared after stripping surrounding whitespace.
+
+    'ham ' and 'ham' are one class; values that are not strings are returned as they are."""
+    return value.strip() if isinstance(value, str) else value
 
 
 def read_table(path: str) -> tuple[list[dict[str, Any]], list[str]]:
@@ -79,7 +99,7 @@ def read_table(path: str) -> tuple[list[dict[str, Any]], list[str]]:
                                 + (" (a tab inside a text?)" if kind == "tsv" else ""))
             if breaks:
                 spanning.append(start)
-            rows.append(Row(row, line=start))
+            rows.append(Row(row, line=start, path=path))
         if spanning:
             log.warning('%s: %d row(s) hold quoted text over several lines (starting on line '
                         '%s): if a stray quote (") merged rows, remove it or double it ("")',
@@ -99,7 +119,7 @@ def read_table(path: str) -> tuple[list[dict[str, Any]], list[str]]:
             if not isinstance(row, dict):
                 raise UserError(f"{path}:{number}: expected a JSON object, got "
                                 f"{type(row).__name__}")
-            rows.append(Row(row, line=number))
+            rows.append(Row(row, line=number, path=path))
         columns = list(dict.fromkeys(k for row in rows for k in row))
         return rows, columns
     rows = [{"text": line.rstrip("\n")} for line in io.StringIO(text, newline=None)
@@ -131,7 +151,7 @@ def read_headerless(path: str, names: list[str]) -> list[dict[str, str]]:
             raise UserError(f"{path}:1 is a header line ({', '.join(fields)}), but "
                             "--config.columns says the file has none: drop the header "
                             "line, or --config.columns to read the header")
-        rows.append(Row(dict(zip(names, fields)), number))
+        rows.append(Row(dict(zip(names, fields)), number, path))
     return rows
 
 
@@ -148,13 +168,19 @@ def column(rows: list[dict], columns: list[str], name: str, path: str, role: str
     return [row.get(name) for row in rows]
 
 
-def labels(rows: list[dict], columns: list[str], name: str, path: str) -> list:
-    """The label column; a blank cell fails naming its file and line (it is not a class)."""
-    values = column(rows, columns, name, path, "label")
-    for row, value in zip(rows, values):
-        if value is None or (isinstance(value, str) and not value.strip()):
-            raise UserError(f"{path}:{getattr(row, 'line', '?')}: blank label (column "
-                            f"{name!r}); every labeled row needs one")
+def labels(rows: list[dict], columns: list[str], name: str, path: str, *,
+           required: bool = True) -> list:
+    """The label column, each value stripped of surrounding whitespace (`label_value`).
+
+    With `required`, a blank cell fails naming its file and line (it is not a class); otherwise
+    it is None."""
+    values = [label_value(v) for v in column(rows, columns, name, path, "label")]
+    for index, (row, value) in enumerate(zip(rows, values)):
+        if value is None or value == "":
+            if required:
+                raise UserError(f"{path}:{getattr(row, 'line', '?')}: blank label (column "
+                                f"{name!r}); every labeled row needs one")
+            values[index] = None
     return values
 
 
@@ -162,16 +188,23 @@ def read_conll(path: str, tag_column: int = -1) -> list[dict[str, list[str]]]:
     """CoNLL-style columns: one token per line, blank lines between sentences.
 
     The token comes first, the tag in `tag_column`; `-DOCSTART-` lines are skipped. Returns
-    [{'words': [...], 'tags': [...]}]; a one-column file has no tags."""
-    sentences, words, tags = [], [], []
+    [{'words': [...], 'tags': [...]}]; a one-column file has no tags. Each sentence is a `Row`
+    at its first line, with `lines`, the line of each word."""
+    sentences, words, tags, lines = [], [], [], []
+
+    def sentence() -> Row:
+        row = Row({"words": words, "tags": tags or None}, lines[0], path)
+        row.lines = lines
+        return row
+
     for number, line in enumerate(io.StringIO(read_text_file(path)), 1):
         parts = line.split()
         if parts and parts[0] == "-DOCSTART-":
             continue
         if not parts:
             if words:
-                sentences.append({"words": words, "tags": tags or None})
-            words, tags = [], []
+                sentences.append(sentence())
+            words, tags, lines = [], [], []
             continue
         if len(parts) > 1:
             try:
@@ -180,11 +213,12 @@ def read_conll(path: str, tag_column: int = -1) -> list[dict[str, list[str]]]:
                 raise UserError(f"{path}:{number}: no column {tag_column} in "
                                 f"{line.rstrip()!r}") from None
         words.append(parts[0])
+        lines.append(number)
         if tags and len(tags) != len(words):
             raise UserError(f"{path}:{number}: tokens with and without a tag in one "
                             f"sentence (at {line.rstrip()!r})")
     if words:
-        sentences.append({"words": words, "tags": tags or None})
+        sentences.append(sentence())
     return sentences
 
 

@@ -220,6 +220,7 @@ def load_finetuned(workdir: str, overrides: dict | None = None) -> Finetuned:
     for key, value in (overrides or {}).items():
         config[key] = value
     task = tasks.from_spec(pre.task, config)
+    task.loaded_from = workdir  # its messages name the model the user gave
     partitioner = Partitioner.from_config(config)
     model = task.model(pre.config)
     params, shardings = place_model_params(pre, model, partitioner)

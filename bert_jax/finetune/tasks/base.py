@@ -11,7 +11,8 @@ one loop that runs them all.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import math
+from typing import Any, Callable, Iterable
 
 import flax.linen as nn
 import jax
@@ -35,6 +36,7 @@ class Task:
     eval_splits: tuple[str, ...] = ("validation",)
     test_split: str | None = "test"
     selection_metric: str = "accuracy"    # higher is better; picks the best checkpoint
+    loaded_from: str = ""                 # the model directory it was restored from, if any
 
     def __init__(self, config):
         self.config = config
@@ -43,6 +45,10 @@ class Task:
     def test_splits(self) -> tuple[str, ...]:
         """The splits predicted after training (GLUE's MNLI has two)."""
         return (self.test_split,) if self.test_split else ()
+
+    def model_name(self) -> str:
+        """How messages name the model: '--model DIR' when restored from one."""
+        return f"--model {self.loaded_from}" if self.loaded_from else f"the {self.name!r} model"
 
     # --- data (host) ---
     def load(self, split: str) -> list[Example]:
@@ -150,6 +156,45 @@ class Task:
                                workdir: str) -> str | None:
         """Writes a submission file for the test split; returns its path (or None)."""
         return None
+
+
+def unseen_label(value, known: list, where: str | None, noun: str = "label") -> UserError:
+    """The one refusal of an eval or test label (a tag) that the training data does not have.
+
+    Every task family raises it (classification, tagging, multiple choice): the label, the
+    training's labels and the example's file:line."""
+    shown = repr(list(known[:20]))[:-1] + (", ...]" if len(known) > 20 else "]")
+    return UserError(f"{noun} {value!r} is not among the training {noun}s {shown}"
+                     f"{f' ({where})' if where else ''}: the model never learned it; correct "
+                     f"the {noun}, or add examples of it to the training data")
+
+
+def check_known_labels(labels: Iterable[tuple[Any, str | None]], known: list,
+                       noun: str = "label") -> None:
+    """Raises `unseen_label` for the first (label, where) pair whose label is not in `known`.
+
+    None (an unlabeled example) passes."""
+    allowed = set(known)
+    for value, where in labels:
+        if value is not None and value not in allowed:
+            raise unseen_label(value, known, where, noun)
+
+
+def regression_target(value, where: str | None) -> float:
+    """A regression label as a float; a text that is no number, NaN or an infinity fails.
+
+    The message names `where` (file:line) and the value: one such target makes the loss NaN."""
+    at = f"{where}: " if where else ""
+    try:
+        number = None if isinstance(value, bool) else float(value)
+    except (TypeError, ValueError):
+        number = None
+    if number is None:
+        raise UserError(f"{at}regression labels must be numbers; got {value!r}")
+    if not math.isfinite(number):
+        raise UserError(f"{at}regression label {value!r} is not a finite number (NaN and "
+                        "infinite targets make the loss NaN); correct or drop the row")
+    return number
 
 
 REGISTRY: dict[str, Callable[[Any], Task]] = {}

@@ -84,7 +84,14 @@ class ClassificationTask(Task):
         return features
 
     def read_inputs(self, path: str):
+        if path.lower().endswith((".conll", ".bio", ".iob")):
+            raise self._not_classifiable(f"{path} is a CoNLL file (a token and its tag a "
+                                         "line)")
         rows, columns = files.read_table(path)
+        if self.text_columns[0] not in columns and "text" not in columns and (
+                "tokens" in columns or "words" in columns):
+            raise self._not_classifiable(f"{path} holds token lists (its columns: "
+                                         f"{', '.join(map(repr, columns))})")
         a_name, b_name = self.text_columns
         a_name = a_name if a_name in columns else "text"
         if b_name not in columns:
@@ -99,6 +106,15 @@ class ClassificationTask(Task):
         texts_b = [r.get(b_name) for r in rows] if b_name else [None] * len(rows)
         return [{"text_a": str(a), "text_b": None if b is None else str(b), "label": None,
                  "idx": i} for i, (a, b) in enumerate(zip(texts_a, texts_b))]
+
+    def _not_classifiable(self, what: str) -> UserError:
+        """The refusal of an input file laid out for token tagging."""
+        kind = ("a regression model" if self.is_regression else
+                f"a text classification model (labels: {', '.join(self.label_names[:6])}"
+                f"{', ...' if len(self.label_names) > 6 else ''})")
+        return UserError(f"{self.model_name()} is {kind}; --input {what}, which a token "
+                         f"tagging model reads: give it plain text, one input per line, or a "
+                         f"table with a {self.text_columns[0]!r} column")
 
     def examples_from_inputs(self, inputs):
         takes_pairs = self.text_columns[1] is not None

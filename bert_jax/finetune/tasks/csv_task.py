@@ -15,11 +15,12 @@ values) fail rather than train a model on the wrong column.
 from __future__ import annotations
 
 import logging
+import math
 
 from bert_jax import RESOURCES
 from bert_jax.errors import UserError
 from bert_jax.finetune import files
-from bert_jax.finetune.tasks.base import register
+from bert_jax.finetune.tasks.base import register, regression_target, unseen_label
 from bert_jax.finetune.tasks.classification import ClassificationTask
 from bert_jax.host import paths
 
@@ -39,19 +40,24 @@ def _as_number(value) -> float | None:
         return None
 
 
-def infer_labels(values: list, label_type: str = "auto") -> list[str] | None:
-    """Sorted class names from the training labels, or None for regression."""
-    numbers = [_as_number(v) for v in values]
-    numeric = all(n is not None for n in numbers)
-    if label_type == "regression" or (
-            label_type == "auto" and numeric and any(n != int(n) for n in numbers)):
-        if not numeric:
-            bad = next(v for v, n in zip(values, numbers) if n is None)
-            raise UserError(f"regression labels must be numbers; got {bad!r}")
-        return None
+def infer_labels(values: list, label_type: str = "auto",
+                 wheres: list[str | None] | None = None) -> list[str] | None:
+    """Sorted class names from the training labels, or None for regression.
+
+    `wheres` (each label's file:line) go into the messages: a regression label that is no
+    number, or that is NaN or infinite (with `regression`, or in an `auto` column of numbers),
+    fails naming its row."""
     if label_type not in ("auto", "classification", "regression"):
         raise UserError(f"label_type must be auto, classification or regression; "
                         f"got {label_type!r}")
+    numbers = [_as_number(v) for v in values]
+    numeric = all(n is not None for n in numbers)
+    if label_type == "regression" or (label_type == "auto" and numeric):
+        for value, where in zip(values, wheres or [None] * len(values)):
+            regression_target(value, where)  # a word, NaN or an infinity fails here
+    if label_type == "regression" or (
+            label_type == "auto" and numeric and any(n != int(n) for n in numbers)):
+        return None
     if numeric:
         return [_label_name(v) for v in sorted(set(numbers))]
     names = sorted({str(v) for v in values})
@@ -89,8 +95,9 @@ def check_not_swapped(rows: list[dict], text_name: str, label_name: str, path: s
 
 
 def _label_name(value) -> str:
+    """A class's name: integers as written without a fraction ('1.0' is '1')."""
     number = _as_number(value)
-    if number is not None and number == int(number):
+    if number is not None and math.isfinite(number) and number == int(number):
         return str(int(number))
     return str(value)
 
@@ -138,15 +145,16 @@ class CsvTask(ClassificationTask):
             labels = [None] * len(rows)  # an unlabeled test file
         else:
             # A labeled test file may leave some labels blank; train and validation may not.
-            labels = (files.column(rows, columns, label_name, path, "label") if split == "test"
-                      else files.labels(rows, columns, label_name, path))
+            labels = files.labels(rows, columns, label_name, path, required=split != "test")
             check_not_swapped(rows, a_name, label_name, path)
-        return [{"text_a": str(a), "text_b": None if b is None else str(b), "label": y,
-                 "idx": i} for i, (a, b, y) in enumerate(zip(texts_a, texts_b, labels))]
+        return [files.Row({"text_a": str(a), "text_b": None if b is None else str(b),
+                           "label": y, "idx": i}, getattr(row, "line", i + 1), path)
+                for i, (row, a, b, y) in enumerate(zip(rows, texts_a, texts_b, labels))]
 
     def prepare(self, train_examples):
         self.label_names = infer_labels([ex["label"] for ex in train_examples],
-                                        self.config.label_type)
+                                        self.config.label_type,
+                                        [files.where(ex) for ex in train_examples])
         if not self.metric:
             self.metric = "regression" if self.is_regression else "accuracy"
         self.selection_metric = "pearson" if self.is_regression else "accuracy"
@@ -171,11 +179,10 @@ class CsvTask(ClassificationTask):
         if label is None or label == "":
             return {**example, "label": None}
         if self.is_regression:
-            return {**example, "label": float(label)}
+            return {**example, "label": regression_target(label, files.where(example))}
         name = _label_name(label)
         if name not in self.label_names:
-            raise UserError(f"label {label!r} is not among the training labels "
-                            f"{self.label_names}")
+            raise unseen_label(label, self.label_names, files.where(example))
         return {**example, "label": self.label_names.index(name)}
 
 

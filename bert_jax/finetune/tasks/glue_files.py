@@ -17,6 +17,7 @@ import logging
 
 from bert_jax.errors import UserError
 from bert_jax.finetune import files
+from bert_jax.finetune.tasks.base import regression_target
 from bert_jax.host import paths
 
 log = logging.getLogger(__name__)
@@ -103,7 +104,7 @@ def _rows(path: str, name: str, labeled: bool) -> list[dict]:
     if layout.headerless and labeled:
         try:
             rows = files.read_headerless(path, list(layout.headerless))
-            if rows and rows[0]["label"] not in ("0", "1"):
+            if rows and files.label_value(rows[0]["label"]) not in ("0", "1"):
                 raise ValueError(f"{path}:1: label {rows[0]['label']!r:.40}")
         except ValueError as e:
             raise UserError(f"{str(e).split(': ')[0]}: not a GLUE {layout.folder} {split_of(path)}"
@@ -121,10 +122,10 @@ def _rows(path: str, name: str, labeled: bool) -> list[dict]:
 
 
 def _label(row, path: str, name: str, label_names: list[str] | None):
-    layout, value = LAYOUTS[name], row[LAYOUTS[name].label]
+    layout, value = LAYOUTS[name], files.label_value(row[LAYOUTS[name].label])
     try:
         if layout.label_kind == "score":
-            return float(value)
+            return regression_target(value, files.where(row, path))
         if layout.label_kind == "name":
             return label_names.index(value)
         label = int(value)

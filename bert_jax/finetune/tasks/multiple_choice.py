@@ -20,7 +20,7 @@ import numpy as np
 from bert_jax.errors import UserError
 from bert_jax.finetune import files
 from bert_jax.finetune.tasks import metrics
-from bert_jax.finetune.tasks.base import Task, register
+from bert_jax.finetune.tasks.base import Task, check_known_labels, register
 from bert_jax.models import losses, task_heads
 from bert_jax.tokenization.text_io import encode_pair, head_fraction
 
@@ -81,12 +81,25 @@ class MultipleChoiceTask(Task):
         self.question_column = config.question_column or None
         self.ending_columns = column_names(config.ending_columns)
         self.label_column = config.label_column
+        self.num_choices: int | None = None  # the training examples' number of endings
 
     def head(self):
         return task_heads.Head("multiple_choice", 1)  # a score per choice
 
     def spec(self):
-        return {**super().spec(), "family": "multiple_choice"}
+        return {**super().spec(), "family": "multiple_choice", "num_choices": self.num_choices}
+
+    def restore_spec(self, spec):
+        self.num_choices = spec.get("num_choices")  # (older models saved none: unchecked)
+
+    def prepare(self, train_examples):
+        self.num_choices = len(train_examples[0]["endings"]) if train_examples else None
+
+    def check_labels(self, examples):
+        """Refuses a label (an ending index) past the training's endings (`base.unseen_label`)."""
+        if self.num_choices is not None:
+            check_known_labels(((ex.get("label"), files.where(ex)) for ex in examples),
+                               list(range(self.num_choices)))
 
     @property
     def test_split(self):
@@ -140,11 +153,11 @@ class MultipleChoiceTask(Task):
                 raise UserError(f"{where}: no label (column {self.label_column!r}); every "
                                 "training and validation row needs the index of its right "
                                 "ending")
-            examples.append({
+            examples.append(files.Row({
                 "context": _text(context, where, f"context column {self.context_column!r}"),
                 "question": None if question is None else _text(
                     question, where, f"question column {self.question_column!r}"),
-                "endings": ends, "label": label, "idx": i})
+                "endings": ends, "label": label, "idx": i}, getattr(row, "line", i + 1), path))
         return examples
 
     def _endings(self, rows, columns, path) -> list[list[str]]:
@@ -190,6 +203,8 @@ class MultipleChoiceTask(Task):
         if len(counts) > 1:
             raise UserError(f"examples with {' and '.join(map(str, counts))} endings: every "
                             "example of one set needs the same number")
+        if not training:
+            self.check_labels(examples)
         truncation = self.config.truncation
         features = []
         for i, ex in enumerate(examples):

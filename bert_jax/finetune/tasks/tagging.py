@@ -34,7 +34,7 @@ import numpy as np
 from bert_jax.errors import UserError
 from bert_jax.finetune import files
 from bert_jax.finetune.tasks import crf, metrics, tag_schemes
-from bert_jax.finetune.tasks.base import Task, register
+from bert_jax.finetune.tasks.base import Task, check_known_labels, register
 from bert_jax.host import paths
 from bert_jax.host.folders import FINETUNING_WORKDIR
 from bert_jax.models import heads, losses, task_heads
@@ -113,6 +113,12 @@ def resolve_stride(config, max_seq_length: int) -> int:
     return int(stride)
 
 
+def _tag_where(example, word: int) -> str | None:
+    """'PATH:LINE' of a sentence's word when it was read from a CoNLL file."""
+    lines = getattr(example, "lines", None)
+    return f"{example.path}:{lines[word]}" if lines else None
+
+
 class TaggingTask(Task):
     sequence_keys = ("label_ids", "label_weights")
     supports_packing = True
@@ -172,6 +178,12 @@ class TaggingTask(Task):
             self.config.tag_scheme, (ex["tags"] for ex in train_examples if ex["tags"]))
         self._set_metric()
 
+    def check_labels(self, examples):
+        """Refuses a tag training did not see (`base.unseen_label`), naming its file:line."""
+        check_known_labels(((tag, _tag_where(ex, i)) for ex in examples
+                            for i, tag in enumerate(ex.get("tags") or ())),
+                           self.label_names, noun="tag")
+
     def _set_metric(self):
         self.entity_level = self.scheme is not None
         self.selection_metric = "f1" if self.entity_level else "token_accuracy"
@@ -195,6 +207,8 @@ class TaggingTask(Task):
 
     def featurize(self, examples, tokenizer, max_seq_length, *, training):
         stride = resolve_stride(self.config, max_seq_length)
+        if not training:  # scored against a tag it cannot predict, a word would count wrong
+            self.check_labels(examples)
         pair_format = tokenizer.pair_format  # [CLS] words [SEP], or the family's row
         max_tokens = max_seq_length - pair_format.num_added(False)
         features = []
@@ -252,14 +266,30 @@ class TaggingTask(Task):
 
     def read_inputs(self, path):
         if files.table_format(path) == "jsonl":
-            rows, _ = files.read_table(path)
+            rows, columns = files.read_table(path)
+            for row in rows:
+                if not any(key in row for key in ("tokens", "words", "text")):
+                    raise self._not_taggable(f"{files.where(row, path)} has no 'tokens', "
+                                             "'words' or 'text' key", columns)
             return [{"words": r["tokens"] if "tokens" in r else r["words"], "tags": None}
                     if "tokens" in r or "words" in r else text_example(str(r["text"]))
                     for r in rows]
         if path.endswith((".conll", ".bio", ".iob")):
             return [{"words": s["words"], "tags": None} for s in files.read_conll(path)]
-        rows, _ = files.read_table(path)
+        rows, columns = files.read_table(path)
+        if rows and "text" not in columns:
+            raise self._not_taggable(f"{path} has no 'text' column", columns)
         return [text_example(r["text"]) for r in rows]
+
+    def _not_taggable(self, what: str, columns: list[str]) -> UserError:
+        """The refusal of an input file with nothing to tag (a classification table, say)."""
+        tags = ", ".join(self.label_names[:6]) + (", ..." if len(self.label_names) > 6 else "")
+        return UserError(f"{self.model_name()} is a token tagging model (conll-style tags: "
+                         f"{tags}); --input {what} (its columns: "
+                         f"{', '.join(map(repr, columns)) or 'none'}): give it plain text lines "
+                         "or a 'text' column to tag, JSONL rows with 'tokens' (a list of "
+                         "words), or a CoNLL file (.conll, .bio, .iob); a file of labeled texts "
+                         "needs a classification model")
 
     # --- model ---
     def model(self, config):
