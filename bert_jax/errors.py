@@ -126,3 +126,21 @@ def out_of_memory(*, batch_size: int, seq_length: int, grad_accum_steps: int = 1
                      f"{batch_size}, max_seq_length {seq_length}: "
                      f"{memory_levers(grad_accum_steps)} (README.md, Troubleshooting: Out "
                      "of memory)")
+
+
+def check_ids(name: str, ids, size: int, source: str, table: str = "vocab_size") -> None:
+    """The ids in host array `ids` must index a table of `size` rows (`table` of `source`).
+
+    An id outside it would read no embedding and give NaN instead of an error. Give host
+    data (numpy, lists): checking a device array would wait for it."""
+    import numpy as np
+
+    ids = np.asarray(ids)
+    if ids.size == 0:
+        return
+    if not np.issubdtype(ids.dtype, np.integer):
+        raise UserError(f"{name} must hold integer ids, got {ids.dtype}")
+    low, high = int(ids.min()), int(ids.max())
+    if low < 0 or high >= size:
+        raise UserError(f"{name} holds id {low if low < 0 else high} but {source} has "
+                        f"{table}={size}: ids outside 0..{size - 1} would read no embedding")

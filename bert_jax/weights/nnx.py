@@ -24,8 +24,10 @@ import numpy as np
 from flax import nnx
 from flax.nnx import bridge
 
+from bert_jax.errors import UserError, check_ids, check_positive
+from bert_jax.models.config import BertConfig, check_choice, check_inputs_fit
 from bert_jax.models.encoder import BertModel
-from bert_jax.models.heads import BertForSequenceClassification
+from bert_jax.models.heads import CLASSIFIER_POOLINGS, BertForSequenceClassification
 from bert_jax.weights import pretrained
 
 # The shape of the example batch that creates the variables: the parameters do not depend
@@ -42,6 +44,43 @@ def _head(model: pretrained.Pretrained, num_labels: int) -> dict | None:
     if not head.entry.classifies_sequences or head.num_labels != num_labels:
         return None
     return model.params.get(head.entry.param)
+
+
+class BertNNX(bridge.ToNNX):
+    """`bridge.ToNNX` around a bert_jax model, checking each call's inputs first.
+
+    Every call: `input_ids` must be [batch, length] with length within the model's positions.
+    Host inputs (numpy arrays, lists) also have their ids checked against the vocabulary and the
+    token types; device arrays and the tracers of `nnx.jit` are not read, so a jitted step costs
+    nothing more."""
+
+    def __call__(self, input_ids, input_mask=None, segment_ids=None, *args, **kwargs):
+        if kwargs.get("method") is None:
+            positions = bool(args) or kwargs.get("position_ids") is not None  # BertModel's 4th
+            check_batch(self.to_nnx__module.config, self.to_nnx__source, input_ids,
+                        segment_ids, positions)
+        return super().__call__(input_ids, input_mask, segment_ids, *args, **kwargs)
+
+
+def check_batch(config: BertConfig, source: str, input_ids, segment_ids=None,
+                has_positions: bool = False) -> None:
+    """Raises UserError for a batch that would index past `config`'s tables (NaN, no error).
+
+    Its shape (rows no longer than the positions unless `has_positions`), and for host arrays
+    the ids (`errors.check_ids`). `source` names the model."""
+    shape = np.shape(input_ids)
+    if len(shape) != 2:
+        raise UserError(f"input_ids must be [batch, length] token ids, got shape {shape}")
+    if not has_positions:
+        try:
+            check_inputs_fit(config, source, max_seq_length=shape[1])
+        except UserError as e:
+            raise UserError(f"input_ids has rows of {shape[1]} tokens: {e}") from None
+    if isinstance(input_ids, (np.ndarray, list, tuple)):
+        check_ids("input_ids", input_ids, config.vocab_size, source)
+    if isinstance(segment_ids, (np.ndarray, list, tuple)) and config.type_vocab_size:
+        check_ids("segment_ids", segment_ids, config.type_vocab_size, source,
+                  "type_vocab_size")
 
 
 def nnx_module(path: str | os.PathLike | pretrained.ModelRef | pretrained.Pretrained, *,
@@ -61,7 +100,18 @@ def nnx_module(path: str | os.PathLike | pretrained.ModelRef | pretrained.Pretra
     with N labels, whose head is kept. `pooling`: "pooler" or "mean" (default: what the
     model was fine-tuned with, else "pooler"). Dropout (`deterministic=False`) draws from
     the module's `dropout` stream, seeded by `seed`.
+
+    A call checks its inputs (`BertNNX`); a bad count, pooling or seed raises UserError.
     """
+    if num_labels is not None:
+        check_positive("num_labels", num_labels)
+    if pooling is not None:
+        check_choice("pooling", pooling, CLASSIFIER_POOLINGS)
+    if pooling is not None and num_labels is None:
+        raise UserError(f"pooling={pooling!r} is for a classifier: give num_labels too "
+                        "(the encoder returns every token's states and the pooled [CLS])")
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise UserError(f"seed must be an integer, got {seed!r}")
     model = path if isinstance(path, pretrained.Pretrained) else pretrained.load(path)
     encoder = model.params.get("bert", model.params)
     if num_labels is None:
@@ -76,7 +126,9 @@ def nnx_module(path: str | os.PathLike | pretrained.ModelRef | pretrained.Pretra
             lambda: bridge.ToNNX(linen, rngs=nnx.Rngs(0)).lazy_init(ids, np.ones_like(ids)))
         state = nnx.state(abstract, nnx.Param)
         nnx.replace_by_pure_dict(state, _values(model, linen, state.to_pure_dict(), seed))
-        module = bridge.ToNNX(linen, rngs=nnx.Rngs(dropout=seed))
+        module = BertNNX(linen, rngs=nnx.Rngs(dropout=seed))
+        # ToNNX hands the linen module every attribute but its own `to_nnx__` ones.
+        module.to_nnx__source = str(model.tokenizer_dir)
         nnx.update(module, state)
     return module
 
