@@ -84,7 +84,7 @@ def embed_main(argv: list[str]) -> int:
                             "--layer and --pooling)")
     texts = _read_texts(args.input)
     model = pretrained.load(args.model)
-    own = sentence_embedding.read(model.tokenizer_dir)  # a sentence-transformers model's
+    own = sentence_embedding.own_settings(model.tokenizer_dir, args.pooling)  # ST model's
     pooling = args.pooling or own.get("pooling", "cls")
     max_seq_length = own.get("max_seq_length", 128) if args.max_seq_length is None \
         else args.max_seq_length

@@ -1,8 +1,8 @@
 """Sentence embeddings (one vector per input line) or per-token features.
 
     bert-jax embed --model MODEL_DIR --input texts.txt --output vectors.npy \
-        [--pooling cls|mean|pooler] [--layer N] [--batch_size N] [--max_seq_length N]
-        [--attention_impl einsum|fused]
+        [--pooling cls|mean|pooler|max|mean_sqrt_len] [--layer N] [--batch_size N]
+        [--max_seq_length N] [--attention_impl einsum|fused]
     bert-jax embed --model MODEL_DIR --input texts.txt --output feats.npz --per_token \
         [--layers -4,-3,-2,-1 --combine sum|concat|mean] [...]
 
@@ -27,9 +27,9 @@ from bert_jax.errors import UserError, check_positive
 from bert_jax.models.config import BertConfig, check_inputs_fit
 from bert_jax.models.encoder import BertModel, mean_pool
 from bert_jax.tokenization import load_tokenizer
-from bert_jax.weights import pretrained
+from bert_jax.weights import pretrained, sentence_embedding
 
-POOLINGS = ("cls", "mean", "pooler")
+POOLINGS = sentence_embedding.EMBED_POOLINGS  # cls, mean, pooler
 COMBINES = ("sum", "concat", "mean")
 # The shortest row that embeds any text, [CLS] one token [SEP] (a training row is longer:
 # run_config.MIN_TRAINING_SEQ_LENGTH).
@@ -39,9 +39,34 @@ MIN_EMBED_SEQ_LENGTH = 3
 def encode_texts(tokenizer, texts: Sequence[str], max_seq_length: int):
     """[CLS] text [SEP] ids, truncated to `max_seq_length`: a list of int lists.
 
-    For a model family with its own row, that row (`<s> text </s>`)."""
+    For a model family with its own row, that row (`<s> text </s>`). `texts` must be strings and
+    `max_seq_length` at least MIN_EMBED_SEQ_LENGTH (UserError)."""
+    texts = check_texts(texts)
+    check_max_seq_length(max_seq_length)
     body = max_seq_length - tokenizer.pair_format.num_added(False)
     return [tokenizer.build_inputs(tokenizer.encode(t).ids[:body])[0] for t in texts]
+
+
+def check_texts(texts: Sequence[str]) -> list[str]:
+    """`texts` as a list, refused (UserError) unless every item is a string.
+
+    One str is refused too: it would embed each letter."""
+    if isinstance(texts, (str, bytes)):
+        raise UserError(f"texts must be a list of strings, got one {type(texts).__name__} "
+                        "(one text: [text])")
+    texts = list(texts)
+    for text in texts:
+        if not isinstance(text, str):
+            raise UserError(f"texts must be a list of strings, got an item {text!r}")
+    return texts
+
+
+def check_max_seq_length(max_seq_length: int) -> None:
+    """The row length must hold [CLS] text [SEP]: an integer >= MIN_EMBED_SEQ_LENGTH."""
+    if not isinstance(max_seq_length, int) or isinstance(max_seq_length, bool) \
+            or max_seq_length < MIN_EMBED_SEQ_LENGTH:
+        raise UserError(f"--max_seq_length must be at least {MIN_EMBED_SEQ_LENGTH} ([CLS] text "
+                        f"[SEP]), got {max_seq_length!r}")
 
 
 def _bucket(length: int, max_seq_length: int) -> int:
@@ -59,6 +84,12 @@ def _embed_batch(params, ids, mask, *, config: BertConfig, pooling: str, layer: 
     states = out.sequence_output if layer == -1 else out.hidden_states[layer]
     if pooling == "cls":
         return states[:, 0]
+    if pooling == "max":  # sentence-transformers': padding at -1e9, then the maximum
+        return jnp.where(mask[..., None] > 0, states.astype(jnp.float32), -1e9).max(1)
+    if pooling == "mean_sqrt_len":  # the sum over real tokens / sqrt(their number)
+        real = mask[..., None].astype(jnp.float32)
+        return (states.astype(jnp.float32) * real).sum(1) / jnp.sqrt(
+            jnp.maximum(real.sum(1), 1e-9))
     return mean_pool(states, mask)
 
 
@@ -67,6 +98,9 @@ def _layer_index(flag: str, layer: int, config: BertConfig) -> int:
 
     Index 0 is the embeddings, .. config.depth the layers applied."""
     n = config.depth
+    if not isinstance(layer, int) or isinstance(layer, bool):
+        raise UserError(f"{flag} takes integers (0 the embeddings, -1 the last layer), "
+                        f"got {layer!r}")
     if not -n - 1 <= layer <= n:
         raise UserError(f"{flag} {layer} is out of range for a model with {n} layers "
                         f"(0..{n}, or -{n + 1}..-1 from the last)")
@@ -80,9 +114,7 @@ def _tokenizer(model: pretrained.Pretrained, config: BertConfig, batch_size: int
     max_seq_length is capped at the model's positions; the checks are of the batch size, the length
     and that the vocabulary fits the model."""
     check_positive("--batch_size", batch_size)
-    if not isinstance(max_seq_length, int) or max_seq_length < MIN_EMBED_SEQ_LENGTH:
-        raise UserError(f"--max_seq_length must be at least {MIN_EMBED_SEQ_LENGTH} ([CLS] text "
-                        f"[SEP]), got {max_seq_length!r}")
+    check_max_seq_length(max_seq_length)
     tokenizer = load_tokenizer(model.tokenizer_dir)
     check_inputs_fit(config, model.tokenizer_dir, vocab_size=tokenizer.vocab_size)
     if max_seq_length > config.max_positions:
@@ -109,10 +141,15 @@ def embed_texts(model: pretrained.Pretrained, texts: Sequence[str], *, pooling: 
     """Embeds `texts` with a loaded model: float32 [len(texts), H].
 
     pooling: `cls` ([CLS] state), `mean` (average over real tokens, [CLS] and [SEP]
-    included, as sentence-transformers does) or `pooler` (BERT's tanh pooler).
+    included, as sentence-transformers does), `pooler` (BERT's tanh pooler), or
+    sentence-transformers' `max` and `mean_sqrt_len` (the sum over sqrt(length)).
     layer: which hidden state to pool (-1 the last, 0 the embeddings); not with `pooler`.
+    A converted sentence-transformers model's Dense layers follow its own pooling of the last
+    layer, unless it has modules embed cannot reproduce (its Normalize is the caller's:
+    `bert-jax embed` applies it).
     attention_impl: einsum or fused (docs/performance.md); None keeps the model's.
     """
+    texts = check_texts(texts)
     config = model.config.replace(attention_impl=attention_impl or model.config.attention_impl)
     if pooling not in POOLINGS:
         raise UserError(f"unknown pooling {pooling!r}; choose from {', '.join(POOLINGS)}")
@@ -127,6 +164,10 @@ def embed_texts(model: pretrained.Pretrained, texts: Sequence[str], *, pooling: 
     out = np.zeros((len(encoded), config.hidden_size), np.float32)
     for rows, vectors in _batches(encoded, batch_size, max_seq_length, run):
         out[rows] = vectors[:len(rows)]
+    own = sentence_embedding.read(model.tokenizer_dir)
+    if pooling == own.get("pooling") and layer == -1 and not own.get("unreproduced"):
+        out = sentence_embedding.apply_dense(out, sentence_embedding.dense_layers(
+            model.tokenizer_dir))
     return out
 
 
@@ -174,9 +215,11 @@ def token_features(model: pretrained.Pretrained, texts: Sequence[str], *,
     config = model.config.replace(attention_impl=attention_impl or model.config.attention_impl)
     if combine not in COMBINES:
         raise UserError(f"unknown --combine {combine!r}; choose from {', '.join(COMBINES)}")
-    if not layers:
-        raise UserError("--layers names no layer")
+    if isinstance(layers, int) or not layers:
+        raise UserError("--layers names no layer" if not isinstance(layers, int) else
+                        f"--layers takes a list of layers, got {layers!r} (one layer: [N])")
     layers = tuple(_layer_index("--layers", layer, config) for layer in layers)
+    texts = check_texts(texts)
     if not texts:
         raise UserError("the input has no lines: nothing to embed")
     tokenizer, max_seq_length = _tokenizer(model, config, batch_size, max_seq_length)

@@ -62,9 +62,12 @@ def _wanted(names: set[str], name: str) -> list[str]:
     elif not {"vocab.txt", "spiece.model"} & names:  # their older files (`hf_files`)
         tokenizer += [f for f in ("sentencepiece.bpe.model", "vocab.json", "merges.txt")
                       if f in names]
-    # a sentence-transformers model's pooling (`weights.sentence_embedding`)
+    # a sentence-transformers model's pooling and Dense layers (`weights.sentence_embedding`)
     pooling = [f for f in sorted(names) if f in ("modules.json", "sentence_bert_config.json")
-               or re.fullmatch(r"\d+_Pooling/config\.json", f)]
+               or re.fullmatch(r"\d+_(Pooling|Dense)/config\.json", f)
+               or re.fullmatch(r"\d+_Dense/model\.safetensors", f)
+               or re.fullmatch(r"\d+_Dense/pytorch_model\.bin", f)
+               and f.replace("pytorch_model.bin", "model.safetensors") not in names]
     return ["config.json", *tokenizer, *pooling, weights[0]]
 
 

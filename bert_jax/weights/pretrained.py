@@ -357,6 +357,9 @@ def convert_hf_dir(hf_dir: str, out: str, overwrite: bool = False) -> Pretrained
         logging.getLogger("bert_jax").warning("%s: %s", hf_dir, note)
     extra = {sentence_embedding.SETTINGS_FILE: json.dumps(settings, indent=2)} \
         if settings else None
+    dense = settings and sentence_embedding.dense_file(hf_dir, settings, config.hidden_size)
+    if dense:
+        extra[sentence_embedding.DENSE_FILE] = dense
     return save_converted(tokenizer, source, config, params, out, hf.hf_task(hf_dir),
                           overwrite, extra)
 

@@ -65,13 +65,18 @@ def test_minilm_embeds_as_sentence_transformers_without_flags(tmp_path, minilm_d
     (["Pooling", "Normalize"], {"pooling_mode_cls_token": True}, {"pooling": "cls",
                                                                   "normalize": True}),
     (["Pooling"], {"pooling_mode_mean_tokens": True}, {"pooling": "mean", "normalize": False}),
-    (["Pooling", "Dense"], {"pooling_mode_mean_tokens": True}, {"pooling": "mean",
-                                                                "normalize": False}),
-    (["Pooling"], {"pooling_mode_max_tokens": True}, None)])
+    (["Pooling", "LayerNorm"], {"pooling_mode_mean_tokens": True}, {
+        "pooling": "mean", "normalize": False, "unreproduced": ["LayerNorm module (2_LayerNorm)"]}),
+    (["Pooling"], {"pooling_mode_max_tokens": True}, {"pooling": "max", "normalize": False}),
+    (["Pooling"], {"pooling_mode_weightedmean_tokens": True}, {
+        "normalize": False,
+        "unreproduced": ["pooling pooling_mode_weightedmean_tokens (1_Pooling)"]})])
 def test_sentence_transformers_settings_are_recorded_or_named(tiny_hf_dir, tmp_path, caplog,
                                                               modules, pooling, recorded):
-    """modules.json's pooling (cls, mean) and Normalize are recorded for `embed`; a pooling
-    embed has not (max) is not, and a module that is not converted (Dense) is named."""
+    """modules.json's pooling (cls, mean, max) and Normalize are recorded for `embed`; a pooling
+    embed has not (weighted mean) and a module that is not converted (LayerNorm) are recorded as
+    unreproduced and named in a warning (tests/weights/test_sentence_modules.py: embed refuses
+    them, and converts Dense layers)."""
     from bert_jax.weights import sentence_embedding
 
     directory = tiny_hf_dir[0]
@@ -87,10 +92,10 @@ def test_sentence_transformers_settings_are_recorded_or_named(tiny_hf_dir, tmp_p
     with caplog.at_level("WARNING"):
         assert cli.main(["convert", "--from_hf", str(directory), "--output", str(out)]) == 0
     settings = sentence_embedding.read(str(out))
-    assert settings == ({**recorded, "max_seq_length": 24} if recorded else {})
-    if "Dense" in modules or recorded is None:
-        assert ("Dense module" if recorded else "pooling_mode_max_tokens") in caplog.text
-    if recorded and recorded["normalize"]:
+    assert settings == {**recorded, "max_seq_length": 24}
+    for unreproduced in recorded.get("unreproduced", []):
+        assert unreproduced in caplog.text
+    if recorded["normalize"]:
         texts, vectors = tmp_path / "t.txt", tmp_path / "v.npy"
         texts.write_text("word1 word2\nword3\n", encoding="utf-8")
         assert cli.main(["embed", "--model", str(out), "--input", str(texts), "--output",
