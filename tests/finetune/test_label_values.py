@@ -173,8 +173,9 @@ def test_nan_and_infinite_dev_targets_are_refused(tmp_path, value):
 
 def test_model_of_another_family_names_what_the_model_is(tmp_path, tokenizer):
     """Cases: a tagging task's read_inputs on a classification CSV without a 'text' column and
-    on a JSONL file of {'sms', 'label'} rows; a classification task's read_inputs on a
-    .conll file and on JSONL token lists. Each one line saying what the model is."""
+    on a JSONL file of {'sms', 'label'} rows, and that CSV as its validation file (evaluate
+    --file); a classification task's read_inputs on a .conll file and on JSONL token lists.
+    Each one line saying what the model is."""
     conll = write_conll(tmp_path / "train.conll", SENTENCES)
     tagger = _prepared("conll", f"train_file={conll}")
     table = _write_table(tmp_path / "sms.csv", SPAM, LABELS, text="sms")
@@ -185,6 +186,11 @@ def test_model_of_another_family_names_what_the_model_is(tmp_path, tokenizer):
     rows = _write_table(tmp_path / "sms.jsonl", SPAM, LABELS, text="sms")
     with pytest.raises(UserError, match=r"sms.jsonl:1 has no 'tokens', 'words' or 'text'"):
         tagger.read_inputs(rows)
+
+    tagger.config.validation_file = table  # as `evaluate --file sms.csv` reads it
+    with pytest.raises(UserError, match=r"sms.csv is a CSV table, but the 'conll' model is a "
+                       "token tagging model, which reads CoNLL column files"):
+        tagger.load("validation")
 
     train = _write_table(tmp_path / "train.csv", SPAM, LABELS)
     classifier = _prepared("csv", f"train_file={train}")

@@ -146,9 +146,15 @@ class TaggingTask(Task):
                      "tags": [names[int(t)] for t in r["ner"]][:len(r["tokens"])]}
                     for r in rows]
         key = {"train": "train_file", "validation": "validation_file", "test": "test_file"}[split]
-        if not self.config[key]:
+        path = self.config[key]
+        if not path:
             raise UserError(f"task 'conll' needs --config.{key}")
-        return files.read_conll(self.config[key], self.config.tag_column)
+        if files.table_format(path) in ("csv", "jsonl"):  # (a .tsv may be CoNLL columns)
+            raise UserError(f"{path} is a {files.table_format(path).upper()} table, but "
+                            f"{self.model_name()} is a token tagging model, which reads CoNLL "
+                            "column files: a token and its tag a line, blank lines between "
+                            "sentences")
+        return files.read_conll(path, self.config.tag_column)
 
     @staticmethod
     def _tfds_names():
