@@ -3,12 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-import errno
-import glob
 import os
-import shutil
 import tempfile
-import time
 
 from bert_jax.errors import UserError
 from bert_jax.host import folders, paths
@@ -39,22 +35,21 @@ def atomic_directory(path: str | os.PathLike, overwrite: bool = False, *,
         finally:
             paths.rmtree(staging, missing_ok=True)
         return
-    tmp = f"{paths.temporary_sibling(path)}-{os.getpid()}"  # its owner, for `_remove_stale`
-    if not paths.is_remote(path):
-        _remove_stale(path)
+    tmp = paths.owned_temporary_sibling(path)
+    paths.remove_abandoned_siblings(path)
     try:  # made inside: a stop (SIGTERM) right after it must remove it too
         paths.makedirs(tmp)
         yield tmp
         paths.rmtree(path, missing_ok=True)
         paths.move(tmp, path)
     except OSError as e:  # named as the user's path, not the hidden temporary one
-        _remove(tmp)
+        paths.rmtree_after_writers(tmp)
         renamed = paths.in_user_terms(e, tmp, path)
         if renamed is e:
             raise
         raise renamed from e
     except BaseException as e:
-        _remove(tmp)
+        paths.rmtree_after_writers(tmp)
         if _full_disk(e):  # tensorstore's words (Orbax's writer) for a full disk
             raise UserError(f"no space left on the disk of {path} while writing it: free space "
                             "there or choose another folder") from e
@@ -66,35 +61,3 @@ def _full_disk(error: BaseException) -> bool:
     text = str(error)
     return isinstance(error, Exception) and ("RESOURCE_EXHAUSTED" in text
                                              or "No space left on device" in text)
-
-
-def _remove(tmp: str) -> None:
-    """Removes a temporary directory, again if a writer still closing adds a file meanwhile."""
-    for attempt in range(5):
-        try:
-            return paths.rmtree(tmp, missing_ok=True)
-        except OSError as e:
-            if e.errno != errno.ENOTEMPTY or attempt == 4:
-                raise
-            time.sleep(0.2)
-
-
-def _remove_stale(path: str) -> None:
-    """Removes the temporary siblings of `path` that runs now ended left behind (killed runs').
-
-    A sibling names its owner's process id; one still running keeps its own."""
-    folder, name = os.path.split(path)
-    for stale in glob.glob(os.path.join(glob.escape(folder), f".tmp-{glob.escape(name)}-*-*")):
-        owner = stale.rsplit("-", 1)[1]
-        if owner.isdigit() and not _running(int(owner)):
-            shutil.rmtree(stale, ignore_errors=True)
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        pass
-    return True

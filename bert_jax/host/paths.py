@@ -29,6 +29,7 @@ import re
 import shutil
 import stat
 import sys
+import time
 import uuid
 from typing import IO
 
@@ -395,6 +396,45 @@ def temporary_sibling(path: str | os.PathLike) -> str:
     """A new, unused path next to `path` (same filesystem or bucket), not created."""
     path = abspath(path)
     return join(dirname(path), f".tmp-{basename(path)}-{uuid.uuid4().hex[:12]}")
+
+
+def owned_temporary_sibling(path: str | os.PathLike) -> str:
+    """A `temporary_sibling` that names this process, its owner (`remove_abandoned_siblings`)."""
+    return f"{temporary_sibling(path)}-{os.getpid()}"
+
+
+def remove_abandoned_siblings(path: str | os.PathLike) -> None:
+    """Removes the `owned_temporary_sibling`s of a local `path` whose owners have ended.
+
+    What killed runs left; a sibling of a process still running is its own."""
+    if is_remote(path):
+        return
+    folder, name = os.path.split(abspath(path))
+    for left in _glob.glob(os.path.join(_glob.escape(folder), f".tmp-{_glob.escape(name)}-*-*")):
+        owner = left.rsplit("-", 1)[1]
+        if owner.isdigit() and not _running(int(owner)):
+            shutil.rmtree(left, ignore_errors=True)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        pass
+    return True
+
+
+def rmtree_after_writers(path: str | os.PathLike) -> None:
+    """`rmtree(path, missing_ok=True)`, again while a writer still closing adds a file to it."""
+    for attempt in range(5):
+        try:
+            return rmtree(path, missing_ok=True)
+        except OSError as e:
+            if e.errno != errno.ENOTEMPTY or attempt == 4:
+                raise
+            time.sleep(0.2)
 
 
 # Errors of a failed write that carry no file name (a full disk, a read-only mount).
