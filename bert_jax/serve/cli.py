@@ -97,7 +97,7 @@ def embed_main(argv: list[str]) -> int:
     with paths.replacing(args.output, "wb") as f:
         np.save(f, vectors)
     how = (f"{pooling} pooling" + (", normalised" if normalize else "")
-           + (": the model's own" if own and not args.pooling else ""))
+           + (": the model's own" if own and not args.pooling and args.layer == -1 else ""))
     print(f"wrote {vectors.shape[0]} x {vectors.shape[1]} vectors to {_shown(args.output)} "
           f"({how})", file=_report_stream(args.output))
     return 0

@@ -141,7 +141,8 @@ def test_embed_refuses_what_it_cannot_reproduce_and_never_calls_other_vectors_it
     (GELU) and Normalize: `embed` without --pooling exits 2 with one line naming the module and
     the model folder and writes nothing; with --pooling mean it writes the encoder's
     mean-pooled vectors, not normalised and not called the model's own. The same model without
-    the Dense layer embeds as its own (mean pooling, normalised: those vectors at unit length)."""
+    the Dense layer embeds as its own (mean pooling, normalised: those vectors at unit length),
+    and with --layer 0 as mean pooling only."""
     dense = st_folder(tmp_path / "dense", ["Pooling", "Dense", "Normalize"], MEAN, hf_weights)
     model_dir = tmp_path / "dense_model"
     pretrained.convert_hf_dir(str(dense), str(model_dir))
@@ -163,6 +164,8 @@ def test_embed_refuses_what_it_cannot_reproduce_and_never_calls_other_vectors_it
     assert code == 0 and "(mean pooling, normalised: the model's own)" in captured.out
     np.testing.assert_allclose(own, vectors / np.linalg.norm(vectors, axis=1, keepdims=True),
                                atol=1e-5)
+    code, captured, _ = run_embed(plain_dir, tmp_path, capsys, "--layer", "0")
+    assert code == 0 and "(mean pooling)" in captured.out  # not its own: another layer
 
 
 TORCH_ACTIVATIONS = {"Tanh": "torch.nn.modules.activation.Tanh",
