@@ -233,3 +233,19 @@ def test_predict_with_a_tagging_model_on_a_classification_csv_exits_2(tmp_path, 
     assert error.count("\n") == 1, error
     assert f"error: --model {model} is a token tagging model (conll-style tags: " in error
     assert f"--input {table} has no 'text' column" in error
+
+
+@pytest.mark.parametrize("name, overrides, keys", [
+    ("csv", ["label_column=text"], ("text_column", "label_column")),
+    ("csv", ["text_pair_column=text"], ("text_column", "text_pair_column")),
+    ("csv", ["text_pair_column=label"], ("text_pair_column", "label_column")),
+    ("multiple_choice", ["label_column=sent1"], ("context_column", "label_column")),
+    ("multiple_choice", ["question_column=ending1"], ("question_column", "ending_columns")),
+])
+def test_one_column_in_two_roles_is_refused(name, overrides, keys):
+    """Cases: a CSV task whose label (or second text) column is its text column, or whose
+    second text is its label; a multiple-choice task whose label is its context, or whose
+    question is one of its endings: one UserError naming both keys, before any file is read."""
+    with pytest.raises(UserError, match=rf"^--config\.{keys[0]} and --config\.{keys[1]} both "
+                       "name column '.*': a column plays one role"):
+        _task(name, *overrides)

@@ -158,6 +158,22 @@ class Task:
         return None
 
 
+def check_column_roles(roles: dict[str, Any]) -> None:
+    """Refuses a configuration that gives one column two roles (the text is also the label).
+
+    `roles`: {config key: the column it names (a name, a list of names, or empty for none)}; the
+    same rule for every task that reads columns."""
+    seen: dict[str, str] = {}
+    for key, named in roles.items():
+        for column in [named] if isinstance(named, str) else list(named or ()):
+            if not column:
+                continue
+            if column in seen:
+                raise UserError(f"--config.{seen[column]} and --config.{key} both name column "
+                                f"{column!r}: a column plays one role; name another")
+            seen[column] = key
+
+
 def unseen_label(value, known: list, where: str | None, noun: str = "label") -> UserError:
     """The one refusal of an eval or test label (a tag) that the training data does not have.
 

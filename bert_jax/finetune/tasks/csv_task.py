@@ -20,7 +20,12 @@ import math
 from bert_jax import RESOURCES
 from bert_jax.errors import UserError
 from bert_jax.finetune import files
-from bert_jax.finetune.tasks.base import register, regression_target, unseen_label
+from bert_jax.finetune.tasks.base import (
+    check_column_roles,
+    register,
+    regression_target,
+    unseen_label,
+)
 from bert_jax.finetune.tasks.classification import ClassificationTask
 from bert_jax.host import paths
 
@@ -107,6 +112,8 @@ class CsvTask(ClassificationTask):
         super().__init__(config, name=name, label_names=[], metric=config.metric or "")
         pair = config.text_pair_column or None
         self.text_columns = (config.text_column, pair)
+        check_column_roles({"text_column": config.text_column, "text_pair_column": pair,
+                            "label_column": config.label_column})
 
     def path(self, split: str) -> str:
         path = self.config[_SPLIT_KEYS[split]]

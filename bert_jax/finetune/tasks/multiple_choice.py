@@ -20,7 +20,7 @@ import numpy as np
 from bert_jax.errors import UserError
 from bert_jax.finetune import files
 from bert_jax.finetune.tasks import metrics
-from bert_jax.finetune.tasks.base import Task, check_known_labels, register
+from bert_jax.finetune.tasks.base import Task, check_column_roles, check_known_labels, register
 from bert_jax.models import losses, task_heads
 from bert_jax.tokenization.text_io import encode_pair, head_fraction
 
@@ -81,6 +81,10 @@ class MultipleChoiceTask(Task):
         self.question_column = config.question_column or None
         self.ending_columns = column_names(config.ending_columns)
         self.label_column = config.label_column
+        check_column_roles({"context_column": self.context_column,
+                            "question_column": self.question_column,
+                            "ending_columns": self.ending_columns,
+                            "label_column": self.label_column})
         self.num_choices: int | None = None  # the training examples' number of endings
 
     def head(self):
