@@ -22,7 +22,7 @@ from bert_jax.weights import nnx as bert_nnx
 from bert_jax.weights import pretrained
 
 from helpers import REPO
-from helpers.hub_server import notebook_hub
+from helpers.hub_server import bert_files
 
 # The shape of the guide's model (tests/helpers/hub_server.py's), so that the tests share the
 # programs JAX compiles for each operation.
@@ -127,21 +127,20 @@ def python_blocks(text: str) -> list[tuple[int, str]]:
 
 
 def test_the_guide_runs(tmp_path, monkeypatch, capsys):
-    """docs/nnx.md's blocks, in order, in one namespace; the Hub model it names is served
-    as a small random BERT by a local Hub."""
+    """docs/nnx.md's blocks, in order, in one namespace, offline; the model it reads,
+    `make demo`'s runs/demo/pretrain, is a small random BERT converted there."""
     with open(os.path.join(REPO, "docs", "nnx.md"), encoding="utf-8") as f:
         blocks = python_blocks(f.read())
     assert len(blocks) == 2, "docs/nnx.md lost its examples"
-    hub = notebook_hub()  # serves hf:google/bert_uncased_L-2_H-128_A-2
-    monkeypatch.setenv("HF_ENDPOINT", hub.url)
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf_cache"))
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    (tmp_path / "hf").mkdir()
+    for name, content in bert_files().items():
+        (tmp_path / "hf" / name).write_bytes(content)
+    pretrained.convert_hf_dir(str(tmp_path / "hf"), str(tmp_path / "runs" / "demo" / "pretrain"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     namespace = {"__name__": "__main__"}
-    try:
-        for line, code in blocks:
-            exec(compile(code, f"docs/nnx.md, block at line {line}", "exec"), namespace)
-    finally:
-        hub.close()
+    for line, code in blocks:
+        exec(compile(code, f"docs/nnx.md, block at line {line}", "exec"), namespace)
     assert namespace["logits"].shape == (4, 2)
     assert np.all(np.isfinite(namespace["logits"]))
     assert "2 " in capsys.readouterr().out  # the third step's loss was printed
