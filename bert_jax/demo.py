@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = flags.ArgumentParser(description=__doc__,
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workdir", default="runs/demo")
-    parser.add_argument("--pretrain_steps", type=flags.count, default=700,
+    parser.add_argument("--pretrain_steps", type=int, default=700,
                         help="about 10 minutes on a 2-core CPU")
     parser.add_argument("--smoke", action="store_true",
                         help="a minute-long run of every stage (what CI executes)")

@@ -63,30 +63,6 @@ class BooleanOptionalAction(argparse.BooleanOptionalAction):
         setattr(namespace, self.dest, option_string not in self.negatives)
 
 
-def count(text: str) -> int:
-    """argparse `type` of a count flag (shards, workers, steps): an integer of at least 1.
-
-    0 or a negative count is refused at parsing, in argparse's line (`argument --workers: ...`,
-    exit 2), rather than reaching a library as `max_workers must be greater than 0`."""
-    return _at_least(text, 1)
-
-
-def index(text: str) -> int:
-    """argparse `type` of an index flag (`--host_index`, `--process_id`): an integer >= 0."""
-    return _at_least(text, 0)
-
-
-def _at_least(text: str, low: int) -> int:
-    """`text` as an int >= `low`, in the words of `errors.check_positive`."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = None
-    if value is None or value < low:
-        raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {text!r}")
-    return value
-
-
 def underscored(option: str) -> str:
     """`--max-seq-length` -> `--max_seq_length` (the leading dashes kept)."""
     return "--" + option[2:].replace("-", "_") if option.startswith("--") else option

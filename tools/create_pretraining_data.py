@@ -33,13 +33,13 @@ def main(argv) -> int:
     parser.add_argument("--vocab_file", required=True)
     parser.add_argument("--do_lower_case", type=_bool, nargs="?", const=True, default=True)
     parser.add_argument("--do_whole_word_mask", type=_bool, nargs="?", const=True, default=False)
-    parser.add_argument("--max_seq_length", type=flags.count, default=128)
-    parser.add_argument("--max_predictions_per_seq", type=flags.count, default=20)
+    parser.add_argument("--max_seq_length", type=int, default=128)
+    parser.add_argument("--max_predictions_per_seq", type=int, default=20)
     parser.add_argument("--random_seed", type=int, default=12345)
-    parser.add_argument("--dupe_factor", type=flags.count, default=10)
+    parser.add_argument("--dupe_factor", type=int, default=10)
     parser.add_argument("--masked_lm_prob", type=float, default=0.15)
     parser.add_argument("--short_seq_prob", type=float, default=0.1)
-    parser.add_argument("--num_workers", type=flags.count, default=1)
+    parser.add_argument("--num_workers", type=int, default=1)
     args = parser.parse_args(argv)
     args.input = [args.input_file]
     args.tokenizer = args.vocab_file

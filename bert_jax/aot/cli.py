@@ -33,13 +33,13 @@ def compile_main(argv: list[str]) -> int:
     parser.add_argument("--topology", required=True,
                         help="a TPU slice (v4-128, v5e-16, v5p-8, v6e-256) or GPU hosts "
                         "(h100-8, h200-16, a100-1)")
-    parser.add_argument("--num_slices", type=flags.count, default=1,
+    parser.add_argument("--num_slices", type=int, default=1,
                         help="slices joined over the data-center network (multi-slice)")
     parser.add_argument("--hlo_out", default="",
                         help="also write the compiled program's HLO text to this file")
     parser.add_argument("--search", action="store_true",
                         help="try mesh splits, remat and accumulation; table + recommendation")
-    parser.add_argument("--workers", type=flags.count, default=2,
+    parser.add_argument("--workers", type=int, default=2,
                         help="with --search: compiles at once (each takes 2-8 GB of RAM)")
     args, overrides = job_cli.split_config_args(argv)
     args = parser.parse_args(args)

@@ -15,7 +15,7 @@ from bert_jax.data import build_vocab, chinese_words, corpus
 from bert_jax.data import create_pretraining_data as cpd
 from bert_jax.data.data_stats import readable_summary
 from bert_jax.data.options import DataOptions
-from bert_jax.errors import UserError
+from bert_jax.errors import UserError, check_positive
 from bert_jax.host import folders, outputs, paths, stopping, workdir_lock
 from bert_jax.tokenization import DEFAULT_VOCAB
 
@@ -58,13 +58,13 @@ def _create_data_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--chinese_ref_file", nargs="+", default=[],
                         help="whole-word masking: reference segmentations (a line of "
                         "space-separated words per input line), one per input file")
-    parser.add_argument("--num_shards", type=flags.count, default=4)
-    parser.add_argument("--num_workers", type=flags.count, default=os.cpu_count() or 1)
+    parser.add_argument("--num_shards", type=int, default=4)
+    parser.add_argument("--num_workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--no_progress", action="store_true")
-    parser.add_argument("--num_hosts", type=flags.count, default=1,
+    parser.add_argument("--num_hosts", type=int, default=1,
                         help="split the input files over this many hosts (one run each, "
                         "writing OUTPUT/parts); then --assemble once")
-    parser.add_argument("--host_index", type=flags.index, default=0,
+    parser.add_argument("--host_index", type=int, default=0,
                         help="this host's index in [0, --num_hosts)")
     parser.add_argument("--assemble", action="store_true",
                         help="make the shards and summary.json from every host's parts")
@@ -127,6 +127,8 @@ def _check_output_dir(output_dir: str) -> None:
 def create_data_main(argv: list[str]) -> int:
     """`bert-jax create-data`: parses `argv`, then converts under the output folder's lock."""
     args = _create_data_args(argv)
+    check_positive("--num_shards", args.num_shards)
+    check_positive("--num_workers", args.num_workers)
     output_files = cpd.shard_paths(args.output, args.num_shards)
     _check_output_dir(args.output)
     # A run on several hosts writes only its own parts: no lock, no shared file.
@@ -152,7 +154,7 @@ def train_tokenizer_main(argv: list[str]) -> int:
     parser.add_argument("--input", nargs="+", default=[corpus.DEFAULT_CORPUS],
                         help="text files or globs (BERT format, .gz accepted); "
                         "default: the embedded corpus")
-    parser.add_argument("--vocab_size", type=flags.count, default=8192)
+    parser.add_argument("--vocab_size", type=int, default=8192)
     parser.add_argument("--type", choices=["wordpiece", "unigram", "bpe"], default="wordpiece")
     parser.add_argument("--cased", action="store_true", help="keep case and accents (WordPiece)")
     parser.add_argument("--output", required=True, help="tokenizer directory to write")

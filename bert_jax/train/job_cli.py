@@ -12,7 +12,6 @@ import argparse
 import sys
 from typing import Any, Callable, Sequence
 
-from bert_jax import flags
 from bert_jax.errors import UserError, is_out_of_memory, out_of_memory
 from bert_jax.host import outputs, workdir_lock
 from bert_jax.train import config_loader, multihost, preemption, run_config
@@ -51,8 +50,8 @@ def add_multihost_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--coordinator_address", default=None,
                         help="multi-process: host:port of process 0 (else from the "
                              "environment, automatic on TPU pods and SLURM)")
-    parser.add_argument("--num_processes", type=flags.count, default=None)
-    parser.add_argument("--process_id", type=flags.index, default=None)
+    parser.add_argument("--num_processes", type=int, default=None)
+    parser.add_argument("--process_id", type=int, default=None)
 
 
 def start_processes(args: argparse.Namespace) -> None:
