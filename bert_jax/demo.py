@@ -144,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="a minute-long run of every stage (what CI executes)")
     parser.add_argument("--fresh", action="store_true", help="delete WORKDIR first")
     args = parser.parse_args(argv)
+    if args.pretrain_steps < 1:
+        parser.error(f"--pretrain_steps must be an integer >= 1, got {args.pretrain_steps}")
     from bert_jax.host import backend_env, compile_cache
     compile_cache.configure()  # before JAX is imported, as every bert-jax command does
     backend_env.configure_backends()

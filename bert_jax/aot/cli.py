@@ -13,7 +13,7 @@ import jax
 from bert_jax import flags
 from bert_jax.aot import compile as aot_compile
 from bert_jax.aot import gpu_hosts, search, tpu_slices
-from bert_jax.errors import memory_levers
+from bert_jax.errors import check_positive, memory_levers
 from bert_jax.train import job_cli
 from bert_jax.train.config_loader import load_config
 
@@ -66,6 +66,7 @@ def compile_main(argv: list[str]) -> int:
 
 
 def _search(args, overrides: list[str], topology) -> int:
+    check_positive("--workers", args.workers)
     headroom = aot_compile.HEADROOM[topology.platform]
     print(f"searching {topology.name} x{args.num_slices} ({args.workers} compiles at once; "
           f"results cached in {search.cache_dir()})", flush=True)

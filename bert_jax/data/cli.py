@@ -129,6 +129,8 @@ def create_data_main(argv: list[str]) -> int:
     args = _create_data_args(argv)
     check_positive("--num_shards", args.num_shards)
     check_positive("--num_workers", args.num_workers)
+    check_positive("--num_hosts", args.num_hosts)
+    check_positive("--host_index", args.host_index, allow_zero=True)
     output_files = cpd.shard_paths(args.output, args.num_shards)
     _check_output_dir(args.output)
     # A run on several hosts writes only its own parts: no lock, no shared file.

@@ -12,7 +12,7 @@ import argparse
 import sys
 from typing import Any, Callable, Sequence
 
-from bert_jax.errors import UserError, is_out_of_memory, out_of_memory
+from bert_jax.errors import UserError, check_positive, is_out_of_memory, out_of_memory
 from bert_jax.host import outputs, workdir_lock
 from bert_jax.train import config_loader, multihost, preemption, run_config
 
@@ -56,6 +56,10 @@ def add_multihost_arguments(parser: argparse.ArgumentParser) -> None:
 
 def start_processes(args: argparse.Namespace) -> None:
     """`multihost.initialize` with the flags of `add_multihost_arguments`."""
+    if args.num_processes is not None:
+        check_positive("--num_processes", args.num_processes)
+    if args.process_id is not None:
+        check_positive("--process_id", args.process_id, allow_zero=True)
     multihost.initialize(args.coordinator_address, args.num_processes, args.process_id)
 
 
