@@ -89,9 +89,10 @@ class BertForPreTraining(nn.Module):
 
     config: BertConfig
     next_sentence_prediction: bool = True
+    pooler: bool = True  # False: an encoder saved without one (a states-only teacher's)
 
     def setup(self):
-        self.bert = BertModel(self.config)
+        self.bert = BertModel(self.config, add_pooling_layer=self.pooler)
         self.mlm = MaskedLMHead(self.config)
         if self.next_sentence_prediction:
             self.nsp = _dense(self.config, 2, "classes", "nsp")

@@ -31,7 +31,6 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from bert_jax.errors import UserError
 from bert_jax.models import losses, matching
@@ -166,18 +165,6 @@ def _encoder(model: BertForPreTraining, input_ids, input_mask, segment_ids, posi
                       deterministic=deterministic)
 
 
-def _states_only(params: dict, target: dict) -> dict:
-    """A headless teacher's parameters as the states-only teacher `target` holds them.
-
-    Its other heads (an ELECTRA discriminator's) left out; a missing pooler (ELECTRA's
-    discriminator has none) as zeros: the teacher's pooled output is never matched."""
-    encoder = params["bert"]
-    if "pooler" not in encoder:
-        zeros = jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), target["bert"]["pooler"])
-        encoder = {**encoder, "pooler": zeros}
-    return {"bert": encoder}
-
-
 def _check_headless(config, path: str) -> None:
     """UserError unless a teacher without an MLM head has something to teach.
 
@@ -238,15 +225,18 @@ def load_distillation(config, teacher: pretrained.ModelRef, student: BertPretrai
     bert_config = teacher_bert_config(config, teacher)
     check_inputs_fit(bert_config, f"teacher {path}", max_seq_length=config.max_seq_length,
                      vocab_size=student.model.config.vocab_size)
-    model = BertForPreTraining(bert_config, next_sentence_prediction=False)
+    # A headless teacher teaches its states only: its other heads (an ELECTRA discriminator's)
+    # are left out, and an encoder saved without a pooler (ELECTRA's) is built without one.
+    encoder = loaded.params["bert"]
+    model = BertForPreTraining(bert_config, next_sentence_prediction=False,
+                               pooler=mlm_head or "pooler" in encoder)
     ids = jnp.zeros((1, config.max_seq_length), jnp.int32)
     positions = jnp.zeros((1, config.max_predictions_per_seq), jnp.int32)
     inputs = (ids, ids, ids, positions) if mlm_head else (ids, ids, ids)
     method = {} if mlm_head else {"method": _encoder}
     boxed = jax.eval_shape(lambda: model.init(jax.random.key(0), *inputs, **method)["params"])
     shardings = partitioner.shardings_of(nn.get_partition_spec(boxed))
-    teacher_params = _states_only(loaded.params, nn.unbox(boxed)) if not mlm_head \
-        else loaded.params
+    teacher_params = loaded.params if mlm_head else {"bert": encoder}
     params = pretrained.init_params(nn.unbox(boxed), teacher_params, shardings, drop=("nsp",),
                                     source=f"teacher {path}")
     settings = {k: float(config[k]) for k in ("temperature", "alpha", "hidden_weight",
