@@ -170,7 +170,11 @@ def main(argv: list[str] | None = None) -> int:
     when the reader of the output stops reading (`| head`), as for a shell's SIGPIPE. `--debug` or
     BERT_JAX_DEBUG=1 lets the exception's traceback through; `--verbose` shows the libraries' INFO
     logs."""
-    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv is None:  # the process's own command line: the process ends with the command
+        end = stopping.ProcessEnd()
+        end.ended(main(sys.argv[1:]))
+        return end.code
+    argv = list(argv)
     debug = "--debug" in argv or bool(os.environ.get("BERT_JAX_DEBUG"))
     verbose = "--verbose" in argv
     argv = [a for a in argv if a not in ("--debug", "--verbose")]

@@ -9,8 +9,12 @@ libtpu, loaded then even on a machine without a TPU, installs a crash handler (a
 `jax.distributed`'s preemption notice (multi-process runs) replaces ours, as it must."""
 from __future__ import annotations
 
+import atexit
 import contextlib
+import logging
+import os
 import signal
+import sys
 import threading
 
 from bert_jax.errors import Interrupted
@@ -63,3 +67,33 @@ def deferred_stops():
             signal.signal(signum, handler)
     if arrived:  # now to the handler in place before
         signal.raise_signal(arrived[0])
+
+
+
+class ProcessEnd:
+    """For a command that is its process's whole life (`bert-jax ...`): after the command, the
+    process ends promptly with its exit code and a stop cannot kill it with no word.
+
+    Built before JAX is imported, so that its exit handler runs after every library's (they run in
+    reverse order): Python's exit handlers and the command's files are done by then; what it skips
+    is the libraries' C++ teardown (XLA's and tensorstore's thread pools, a second or more), during
+    which Python's signal handlers are gone and Ctrl-C would kill the process by the signal. A
+    Ctrl-C or SIGTERM after the command's end, while Python still runs, ends it at once likewise."""
+
+    def __init__(self):
+        self.code = 1  # until `ended` says otherwise: an exception let through (`--debug`)
+        atexit.register(self._exit)
+
+    def ended(self, code: int) -> None:
+        """Records the command's exit code; from now on a stop ends the process with it."""
+        self.code = code
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(signum, lambda signum, frame: self._exit())
+
+    def _exit(self) -> None:
+        logging.shutdown()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):  # a closed or broken stream: nothing to keep
+                stream.flush()
+        os._exit(self.code)

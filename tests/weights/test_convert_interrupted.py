@@ -53,9 +53,9 @@ def test_a_stop_while_writing_leaves_no_temporary_folder(hf_model, tmp_path, sig
     run.send_signal(signum)
     _, err = run.communicate(timeout=120)
     assert _hidden(out) == [], err
-    if run.returncode == 0:  # the write ended before the signal arrived
-        assert os.path.isdir(out / "m" / "params")
-    else:
-        assert run.returncode == 130, err
-        assert not (out / "m").exists()
+    # A stop after the write has ended leaves the whole model; the exit code says whether the
+    # command had ended too (0; the process ends at once, stopping.ProcessEnd) or not (130).
+    assert run.returncode in (0, 130), err
+    assert not (out / "m").exists() or os.path.isdir(out / "m" / "params")
+    if run.returncode == 130:
         assert err.strip().count("\n") == 0, err  # one line
