@@ -86,6 +86,13 @@ def pieces(spec: str) -> List[str]:
                         f"network access run `tfds build {name}` there (or copy a prepared "
                         f"folder, or set TFDS_DATA_DIR); {type(e).__name__}: "
                         f"{str(e).splitlines()[0][:200]}") from None
+    except ValueError as e:  # tfds' words for a split it cannot read
+        if "corresponds to no data" in str(e):
+            raise UserError(f"tfds:{name}:{split} holds no records: choose another split") \
+                from None
+        raise UserError(f"tfds:{name}:{split} is not a split of it (its splits: "
+                        f"{', '.join(builder.info.splits)}; a part of one is written like "
+                        f"train[:10%])") from None
     count = _piece_count(builder, name, split)
     return [f"{PREFIX}{name}:{split}#{k}/{count}" for k in range(count)]
 

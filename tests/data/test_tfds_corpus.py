@@ -14,6 +14,8 @@ from bert_jax.data.options import DataOptions
 from bert_jax.host import folders
 from bert_jax.tokenization import DEFAULT_VOCAB
 
+from helpers.words import assert_failure_line
+
 tfds = pytest.importorskip("tensorflow_datasets")
 WIKI = "tfds:wikipedia/20230601.en"
 OPTIONS = DataOptions(max_seq_length=32, max_predictions_per_seq=5, dupe_factor=2)
@@ -52,10 +54,10 @@ def test_an_unprepared_data_set_is_named_with_how_to_prepare_it(tmp_path, capsys
     monkeypatch.setenv("TFDS_DATA_DIR", str(tmp_path / "tfds"))
     out = tmp_path / "records"
     assert cli.main(["create-data", "--input", WIKI, "--output", str(out)]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1, err
-    assert "tfds:wikipedia/20230601.en (split 'train') is not prepared" in err[0]
-    assert "tfds build wikipedia/20230601.en" in err[0]
+    err = capsys.readouterr().err
+    assert_failure_line(err, "create-data")
+    assert "tfds:wikipedia/20230601.en (split 'train') is not prepared" in err
+    assert "tfds build wikipedia/20230601.en" in err
     assert not out.exists() or not os.listdir(out)
 
 
@@ -64,6 +66,7 @@ def test_an_unknown_data_set_is_named(tmp_path, capsys):
     assert cli.main(["create-data", "--input", "tfds:no_such_corpus_xyz", "--output",
                      str(out)]) == 2
     err = capsys.readouterr().err
+    assert_failure_line(err, "create-data")
     assert "tfds:no_such_corpus_xyz: tensorflow-datasets has no data set" in err
 
 
@@ -101,15 +104,40 @@ class TinyCorpus(tfds.core.GeneratorBasedBuilder):
                               f"and a third line ends document {i}."}
 
 
+@pytest.fixture(scope="module")
+def tiny_corpus(tmp_path_factory):
+    """TFDS_DATA_DIR with TinyCorpus prepared."""
+    data_dir = str(tmp_path_factory.mktemp("tfds"))
+    TinyCorpus(data_dir=data_dir).download_and_prepare()
+    return data_dir
+
+
 @pytest.mark.parametrize("split, records", [("train", 40), ("validation", 3)])
-def test_a_split_smaller_than_the_pieces_converts(split, records, tmp_path, monkeypatch):
+def test_a_split_smaller_than_the_pieces_converts(split, records, tiny_corpus, tmp_path,
+                                                  monkeypatch):
     """Cases: a 40-record and a 3-record split (fewer records than the 64 pieces a split is
     read in): one piece a record, every record a document."""
-    data_dir = str(tmp_path / "tfds")
-    TinyCorpus(data_dir=data_dir).download_and_prepare()
-    monkeypatch.setenv("TFDS_DATA_DIR", data_dir)
+    monkeypatch.setenv("TFDS_DATA_DIR", tiny_corpus)
     spec = f"tfds:tiny_corpus:{split}"
     assert len(tfds_source.pieces(spec)) == records
     stats = cpd.create_pretraining_data([spec], cpd.shard_paths(str(tmp_path / "out"), 1),
                                         DEFAULT_VOCAB, OPTIONS, num_workers=1, progress=False)
     assert stats.files == records and stats.documents == records and stats.instances > 0
+
+
+@pytest.mark.parametrize("split, message", [
+    ("train[:0]", "tfds:tiny_corpus:train[:0] holds no records: choose another split"),
+    ("test", "tfds:tiny_corpus:test is not a split of it (its splits: train, validation;")])
+def test_a_split_that_reads_nothing_is_named_in_one_line(split, message, tiny_corpus, tmp_path,
+                                                        monkeypatch, capsys):
+    """Cases: `tfds:tiny_corpus:train[:0]`, a part of no records (tfds' own words: "Instruction
+    [] corresponds to no data!"), and a split the data set does not have."""
+    monkeypatch.setenv("TFDS_DATA_DIR", tiny_corpus)
+    capsys.readouterr()
+    out = tmp_path / "records"
+    assert cli.main(["create-data", "--input", f"tfds:tiny_corpus:{split}", "--output",
+                     str(out)]) == 2
+    err = capsys.readouterr().err
+    assert_failure_line(err, "create-data")
+    assert message in err, err
+    assert not out.exists()
