@@ -69,16 +69,15 @@ def deferred_stops():
         signal.raise_signal(arrived[0])
 
 
-
 class ProcessEnd:
-    """For a command that is its process's whole life (`bert-jax ...`): after the command, the
-    process ends promptly with its exit code and a stop cannot kill it with no word.
+    """Ends a command's process promptly with the command's exit code, whatever stop comes.
 
-    Built before JAX is imported, so that its exit handler runs after every library's (they run in
-    reverse order): Python's exit handlers and the command's files are done by then; what it skips
-    is the libraries' C++ teardown (XLA's and tensorstore's thread pools, a second or more), during
-    which Python's signal handlers are gone and Ctrl-C would kill the process by the signal. A
-    Ctrl-C or SIGTERM after the command's end, while Python still runs, ends it at once likewise."""
+    For a command that is its process's whole life (`bert-jax ...`). Built before JAX is
+    imported, so that its exit handler runs after every library's (they run in reverse order):
+    Python's exit handlers and the command's files are done by then; what it skips is the
+    libraries' C++ teardown (XLA's and tensorstore's thread pools, a second or more), during which
+    Python's signal handlers are gone and Ctrl-C would kill the process by the signal. A Ctrl-C or
+    SIGTERM after the command's end, while Python still runs, ends it at once likewise."""
 
     def __init__(self):
         self.code = 1  # until `ended` says otherwise: an exception let through (`--debug`)
