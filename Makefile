@@ -9,7 +9,7 @@ SMOKE ?=
 PYTEST_ARGS ?=
 SLOW ?=
 
-.PHONY: demo test colab matrix clean
+.PHONY: demo test test-long colab matrix clean
 
 $(VENV)/.runtime: setup.cfg constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,14 +29,17 @@ demo: $(VENV)/.runtime
 	$(PY) -m bert_jax.demo --workdir $(WORKDIR) $(if $(SMOKE),--smoke --fresh) $(DEMO_ARGS)
 
 # Two workers, one per core (a test file stays on one worker so its fixtures are built
-# once). The slow tests (multi-process runs, every mesh, SavedModels) are left out unless
-# SLOW=1: `make test SLOW=1` runs everything. The 15 slowest tests are listed at the end.
-# The linter (ruff, configured in pyproject.toml) runs first; a finding fails the target
-# after the tests have run.
+# once). Left out: the end-to-end runs marked long (`make test-long`, which CI runs too)
+# and the slow tests (multi-process runs, every mesh, SavedModels); `make test SLOW=1`
+# runs everything. The 15 slowest tests are listed at the end. The linter (ruff,
+# configured in pyproject.toml) runs first; a finding fails the target after the tests.
 test: $(VENV)/.test
 	$(PY) -m ruff check .; lint=$$?; \
-	  $(PY) -m pytest -n 2 --dist loadfile --durations=15 $(if $(SLOW),,-m "not slow") \
-	  $(PYTEST_ARGS) && exit $$lint
+	  $(PY) -m pytest -n 2 --dist loadfile --durations=15 \
+	  $(if $(SLOW),,-m "not slow and not long") $(PYTEST_ARGS) && exit $$lint
+
+test-long: $(VENV)/.test
+	$(PY) -m pytest -n 2 --dist loadfile --durations=15 -m "long and not slow" $(PYTEST_ARGS)
 
 # Colab rehearsed (tools/colab/rehearse.py; needs a Python 3.13, takes no .venv): the
 # notebook's install cell and every cell in smoke mode in a venv of Colab's CPU runtime

@@ -121,6 +121,7 @@ def test_compile_for_two_h100_hosts_reports_the_fields(h100_16):
     assert "JAX's 75% of 80 GiB" in result.stdout and "~15% above this plan" in result.stdout
 
 
+@pytest.mark.long
 @needs_plugin
 def test_compiling_the_same_step_again_stays_quiet(tmp_path):
     """The persistent compilation cache is off for compile-only clients: a second run
@@ -133,6 +134,7 @@ def test_compiling_the_same_step_again_stays_quiet(tmp_path):
     assert [r.stderr for r in runs] == ["", ""]
 
 
+@pytest.mark.long
 @needs_plugin
 @pytest.mark.parametrize("fraction, says", [
     ("0.0000001", "does not fit a100-1: its parameters and optimizer state alone"),
@@ -185,6 +187,7 @@ def test_fp8_products_compile_to_cublaslt_fp8_gemms_for_an_h200():
     assert result.stdout.splitlines()[-2:] == ["bf16 0", "fp8 3"], result.stdout
 
 
+@pytest.mark.long
 @needs_plugin
 @pytest.mark.parametrize("topology, cudnn", [("h100-8", True), ("a100-8", False)])
 def test_packed_rows_take_cudnn_packed_attention_from_hopper_on(topology, cudnn):

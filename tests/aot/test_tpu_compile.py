@@ -158,6 +158,7 @@ def test_compile_for_v5e_2x2_reports_the_fields(v5e_4):
     assert "HBM/chip" in result.stdout and "v5 lite" in result.stdout
 
 
+@pytest.mark.long
 @needs_libtpu
 def test_packed_rows_with_fused_attention_compile_to_splash_attention():
     packed = [o for o in MICRO if not o.startswith("max_seq_length")] + [
@@ -299,6 +300,7 @@ def test_the_vocabulary_size_is_init_from_s(tmp_path):
     assert tpu_compile._vocab_size(load_config("configs/pretrain.py:tiny")) == 8192
 
 
+@pytest.mark.long
 @needs_libtpu
 def test_the_modern_recipe_compiles_its_windows_to_splash_attention():
     """modernbert_tiny (packed rows) with fused attention: a global and a sliding-window

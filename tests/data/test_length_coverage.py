@@ -58,6 +58,7 @@ def finetune_auto(tmp_path, *overrides):
     return job.finetune(config, str(tmp_path / "run"))
 
 
+@pytest.mark.long
 def test_auto_max_seq_length_covers_95_percent_and_is_recorded(tmp_path, capsys):
     from bert_jax.weights import pretrained
     results = finetune_auto(tmp_path)

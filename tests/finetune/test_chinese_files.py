@@ -66,6 +66,7 @@ def test_swapped_columns_are_refused(tmp_path):
         _load(path, "columns=text")
 
 
+@pytest.mark.long
 def test_finetunes_from_a_headerless_chinese_file(tmp_path):
     path = _write(tmp_path / "train.txt", REVIEWS[:4] * 4)
     config = micro_config("csv", f"train_file={path}", f"validation_file={path}",

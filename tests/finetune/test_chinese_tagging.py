@@ -142,6 +142,7 @@ def workdir(tmp_path_factory):
     return str(root / "run")
 
 
+@pytest.mark.long
 def test_raw_chinese_text_end_to_end(workdir, tmp_path, capsys):
     texts = ["江泽民在北京会见李鹏", "他说：新华社在上海 ok"]
     with shared_compilation_cache(str(tmp_path.parent / "finetune_jax_cache")):
@@ -187,6 +188,7 @@ def test_saved_model_tags_raw_text_like_predict(workdir, tmp_path):
     assert records[2]["entities"], records  # a training sentence: its entities are learned
 
 
+@pytest.mark.long
 def test_bmes_file_fine_tunes_and_predicts_in_bmes(tmp_path):
     """A B/M/E/S file (MSRA, Weibo, Resume): scored by entity F1, its scheme kept in the
     model, predictions written in B/M/E/S."""

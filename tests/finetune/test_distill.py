@@ -142,6 +142,7 @@ def mean_kl(p, q):
     return float(np.mean(np.sum(p * (np.log(p) - np.log(q)), -1)))
 
 
+@pytest.mark.long
 def test_distill_preset_student_then_evaluate_and_predict(teacher, teacher_cache, tmp_path,
                                                           monkeypatch, capsys):
     teacher_dir, _ = teacher
@@ -180,6 +181,7 @@ def test_distill_preset_student_then_evaluate_and_predict(teacher, teacher_cache
     assert json.loads((tmp_path / "hf" / "config.json").read_text())["num_hidden_layers"] == 1
 
 
+@pytest.mark.long
 def test_distill_teacher_layers_with_hidden_and_attention_matching(teacher, tmp_path):
     teacher_dir, _ = teacher
     config = distill.distill_config(
@@ -201,6 +203,7 @@ NARROW_MODEL = ("{'preset': 'tiny', 'num_hidden_layers': 2, 'hidden_size': 16, "
                 "'num_attention_heads': 1, 'intermediate_size': 32}")
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("student, teacher, albert", [
     ((16, 1), (32, 2), False),  # narrower, fewer heads: heads averaged
     ((312, 12), (768, 12), False),  # TinyBERT's 312-wide student of a BERT-base-wide teacher
@@ -247,6 +250,7 @@ def test_projection_is_trained_across_widths(student, teacher, albert):
         float(metrics["hidden_loss"])
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("shape", [
     dict(num_hidden_layers=3),
     dict(model_type="albert", embedding_size=8, num_hidden_layers=4, num_hidden_groups=2,
@@ -310,6 +314,7 @@ def save_plain_model(path, vocab):
     return str(path)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("args, message", [
     (["--config.temperature=0"], "temperature must be a number > 0, got 0.0"),
     (["--config.alpha=1.5"], "alpha must be between 0 and 1, got 1.5"),
@@ -329,6 +334,7 @@ def test_bad_settings_get_one_line(teacher, tmp_path, capsys, args, message):
     assert len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.long
 def test_bad_teacher_and_vocabulary_mismatch(teacher, tmp_path, capsys):
     teacher_dir, _ = teacher
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b"]

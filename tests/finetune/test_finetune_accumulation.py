@@ -27,6 +27,7 @@ def train_losses(workdir):
                 for r in map(json.loads, f) if "train/loss" in r]
 
 
+@pytest.mark.long
 def test_grad_accumulation_equals_the_whole_batch_for_token_tagging(tmp_path):
     train = write_conll(tmp_path / "train.conll", UNEVEN, repeat=3)
     dev = write_conll(tmp_path / "dev.conll", SENTENCES)

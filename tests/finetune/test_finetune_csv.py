@@ -35,6 +35,7 @@ def compile_cache(tmp_path_factory):
     return str(tmp_path_factory.getbasetemp() / "finetune_jax_cache")
 
 
+@pytest.mark.long
 def test_csv_with_seeds_then_evaluate_and_predict(tmp_path, sentiment_files, compile_cache,
                                                   capsys):
     train, dev = sentiment_files
@@ -76,6 +77,7 @@ def validation_by_epoch(workdir, metric="accuracy"):
     return [line[f"validation/{metric}"] for line in lines if f"validation/{metric}" in line]
 
 
+@pytest.mark.long
 def test_jsonl_pair_regression_with_packing(tmp_path, compile_cache):
     rows = [{"a": a, "b": b, "score": float(len(set(a.split()) & set(b.split()))) + 0.5}
             for a in POSITIVE for b in NEGATIVE]

@@ -20,6 +20,7 @@ def compile_once(tmp_path_factory):
         yield
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_glue_task_end_to_end_on_mock_data(name, tmp_path):
     split, metric_names, submissions = EXPECTED[name]

@@ -11,6 +11,7 @@ import time
 
 import jax
 import numpy as np
+import pytest
 
 from bert_jax.weights import pretrained
 
@@ -40,6 +41,7 @@ def logged_steps(workdir):
         return [r["step"] for r in map(json.loads, f) if "train/loss" in r]
 
 
+@pytest.mark.long
 def test_a_finetune_killed_mid_epoch_resumes_bit_identically(tmp_path):
     straight, killed = tmp_path / "straight", tmp_path / "killed"
     run = subprocess.run(finetune_command(straight, *SETTINGS), env=environment(),

@@ -86,6 +86,7 @@ def test_v2_empty_answer_when_the_null_score_beats_the_best_span_by_the_threshol
     assert scores["NoAns_exact_match"] == (100.0 if empty else 0.0)
 
 
+@pytest.mark.long
 def test_squad_v2_end_to_end_on_json_fixtures(tmp_path):
     train = squad_json(tmp_path / "train.json", True)
     config = micro_config("squad_v2", f"train_file={train}", f"validation_file={train}",

@@ -102,6 +102,7 @@ def test_conll2003_mock_examples(tokenizer):
     assert task.featurize(examples, tokenizer, 32, training=True)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("use_crf", [False, True])
 def test_conll_end_to_end_and_predict(tmp_path, use_crf, capsys):
     train = write_conll(tmp_path / "train.conll", SENTENCES, repeat=4)

@@ -122,6 +122,7 @@ def test_one_line_errors(glue_data, tmp_path):
     assert "WNLI/train.tsv:2: label 'entailment' is not one of 0, 1" in _error("wnli", str(bad))
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("name", ["cola", "mrpc", "stsb", "mnli", "ax"])
 def test_finetune_reads_a_glue_data_folder_end_to_end(name, glue_data, tmp_path):
     """The metrics and submission files of the tfds route (test_finetune_glue.EXPECTED)."""

@@ -22,6 +22,7 @@ from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
 from bert_jax.weights import pretrained
 
 from helpers.finetune import SENTENCES, micro_config, write_conll
+from helpers.words import assert_failure_line
 
 
 @pytest.fixture(scope="module")
@@ -230,7 +231,7 @@ def test_predict_with_a_tagging_model_on_a_classification_csv_exits_2(tmp_path, 
     capsys.readouterr()
     assert cli.main(["predict", "--model", model, "--input", table]) == 2
     error = capsys.readouterr().err
-    assert error.count("\n") == 1, error
+    assert_failure_line(error, "predict")
     assert f"error: --model {model} is a token tagging model (conll-style tags: " in error
     assert f"--input {table} has no 'text' column" in error
 

@@ -142,6 +142,7 @@ def finetuned(tmp_path_factory):
     return workdir, selection.run_finetune(config, workdir), data
 
 
+@pytest.mark.long
 def test_finetuning_learns_the_fixture_then_evaluate_and_predict(finetuned, tmp_path, capsys):
     workdir, results, data = finetuned
     assert results["selection_metric"] == "accuracy"
@@ -193,6 +194,7 @@ def test_finetuning_learns_the_fixture_then_evaluate_and_predict(finetuned, tmp_
     assert "predict reads JSONL rows" in err and "--config" not in err, err
 
 
+@pytest.mark.long
 def test_export_to_transformers_gives_the_same_logits_and_converts_back(finetuned, tmp_path):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
@@ -229,6 +231,7 @@ def test_export_to_transformers_gives_the_same_logits_and_converts_back(finetune
         export.serving_function(saved)
 
 
+@pytest.mark.long
 def test_distills_into_a_student_over_the_choices(finetuned, tmp_path):
     """A multiple-choice teacher distills (KL over the choices) with hidden-state and
     attention matching over the [B * C, L] sequences."""

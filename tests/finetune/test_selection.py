@@ -47,6 +47,7 @@ def run_of(summary, workdir, name):
         return json.load(f)
 
 
+@pytest.mark.long
 def test_grid_selects_on_validation_and_reports_the_selected_test(tmp_path, files):
     workdir = str(tmp_path / "grid")
     config = micro_config("csv", *files, "sweep.learning_rate=1e-6,1e-2", "num_train_epochs=6")
@@ -92,6 +93,7 @@ def test_runs_share_data_and_compiled_step_and_match_fresh_runs(tmp_path, files)
     assert losses[0] == losses[1]
 
 
+@pytest.mark.long
 def test_grid_with_seeds_averages_each_setting(tmp_path, files):
     workdir = str(tmp_path / "grid")
     config = micro_config("csv", *files, "sweep.global_batch_size=8,16", "num_train_epochs=1",

@@ -67,6 +67,7 @@ def counted(monkeypatch):
     return counts
 
 
+@pytest.mark.long
 def test_a_fine_tune_builds_reads_featurizes_and_checks_once(tmp_path, data, counted):
     workdir = tmp_path / "run"
     argv = ["--config", os.path.join(REPO, "configs", "finetune.py") + ":csv,tiny",

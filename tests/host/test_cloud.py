@@ -46,6 +46,7 @@ def bucket_run(tmp_path_factory, text_corpus, gcs):
     return prefix, scratch, env
 
 
+@pytest.mark.long
 def test_pretraining_in_a_bucket_matches_local_paths(tmp_path, text_corpus, gcs, bucket_run):
     """The text is converted into TFRecords in the bucket, streamed back, and every
     step's loss equals the local run's; checkpoints, metrics, TensorBoard events and the

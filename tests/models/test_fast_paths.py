@@ -180,6 +180,7 @@ def test_explicit_position_ids_equal_the_default_positions(params):
 
 # --- dropout RNG implementation ----------------------------------------------------------
 
+@pytest.mark.long
 def test_rng_impl_sets_the_dropout_key_but_not_the_initial_weights():
     model = BertModel(CONFIG.replace(num_hidden_layers=1))  # one layer: three inits compiled
     init_fn = lambda key: model.init(key, jnp.zeros((1, 8), jnp.int32))["params"]
@@ -247,6 +248,7 @@ def test_pretraining_with_rbg_dropout_resumes_exactly(tmp_path, text_corpus):
 
 # --- fast pretraining variants -------------------------------------------------------------
 
+@pytest.mark.long
 @pytest.mark.parametrize("variant", ["gpu_base"] + [
     pytest.param(v, marks=pytest.mark.slow)
     for v in ("gpu_large", "gpu_large_512", "tpu_base", "tpu_large", "gpu_large,faithful")])

@@ -50,6 +50,7 @@ def test_quantize_keeps_zeros_and_never_overflows():
     assert np.isfinite(np.asarray(q, np.float32) * float(scale)).all()
 
 
+@pytest.mark.long
 def test_fp8_model_has_the_bf16_parameters():
     inputs = jnp.ones((2, 16), jnp.int32)
     trees = [jax.tree.map(lambda x: (x.shape, x.dtype), nn.unbox(BertForPreTraining(
@@ -105,6 +106,7 @@ def train_losses(fp8_matmuls, steps=200, seed=0):
     return np.asarray(run(params, batches))
 
 
+@pytest.mark.long
 def test_fp8_training_tracks_bf16():
     bf16, f8 = train_losses(False), train_losses(True)
     assert np.isfinite(f8).all()

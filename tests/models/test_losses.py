@@ -95,6 +95,7 @@ def unpacked_examples():
     return out
 
 
+@pytest.mark.long
 def test_packed_rows_give_the_unpacked_logits_and_loss():
     """Examples (0, 1) and (2, 3) packed into two rows of 32 with `pack_rows`: the MLM
     logits of every real prediction, each example's NSP logits (from its own [CLS]) and

@@ -122,6 +122,7 @@ def test_dropout_only_when_not_deterministic(encoder_params):
     assert not np.allclose(run(False, 0), run(False, 1))
 
 
+@pytest.mark.long
 def test_bfloat16_compute_keeps_float32_params():
     """bf16 compute against fp32 on the same (large, CONFIG's) weights with padded rows:
     the error on real tokens' logits is measured against the logits' spread (bf16 gives
@@ -195,6 +196,7 @@ def head_params():
     return [init(head(CONFIG, **kwargs), *inputs) for head, kwargs, inputs in POOLED_CASES]
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("attention_impl", ["einsum", "fused"])
 def test_pooled_only_last_layer_gives_the_full_models_logits_and_gradients(
         attention_impl, head_params, encoder_params):

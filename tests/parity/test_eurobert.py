@@ -314,6 +314,7 @@ def hub(tmp_path, monkeypatch):
         server.close()
 
 
+@pytest.mark.long
 def test_the_published_names_load_to_transformers_outputs_and_ids(tmp_path, hub):
     """hf:EuroBERT/EuroBERT-210m, hf:jhu-clsp/ettin-encoder-150m and hf:jhu-clsp/mmBERT-base
     (small random models with their published config.json and tokenizer kinds) load to

@@ -63,6 +63,7 @@ CASES = [pytest.param(0, False, PADDED, id="small-unrolled-padded"),
          pytest.param(1, True, UNPADDED, id="medium-scanned-unpadded", marks=pytest.mark.slow)]
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("size, scan, lengths", CASES)
 def test_outputs_match_transformers(size, scan, lengths):
     """Hidden states (every layer's, the last after the final norm) and MLM logits, at
@@ -187,6 +188,7 @@ def test_a_converted_modernbert_fine_tunes_and_embeds(tmp_path):
     assert np.load(vectors).shape == (2, config.hidden_size)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("scan", [False, True], ids=["unrolled", "scanned"])
 def test_fused_attention_applies_the_window_as_the_einsum_path(scan):
     """attention_impl="fused" (jax.nn.dot_product_attention with local_window_size; under

@@ -116,6 +116,7 @@ def _model(generator_size=0.25):
     return model, params, batch
 
 
+@pytest.mark.long
 def test_generator_shares_the_discriminators_embeddings_and_both_losses_train_them():
     model, params, batch = _model()
     assert set(params) == {"bert", "discriminator", "generator"}
@@ -140,6 +141,7 @@ def test_generator_shares_the_discriminators_embeddings_and_both_losses_train_th
     assert all(float(jnp.abs(g).sum()) == 0 for g in jax.tree.leaves(gen))
 
 
+@pytest.mark.long
 def test_labels_mark_the_replaced_real_tokens_only():
     """Labels: the discriminator's input differs from the original text, at masked
     positions only; the replaced share counts real tokens; the same key samples the same."""
@@ -162,6 +164,7 @@ def run(tmp_path_factory, text_corpus):  # noqa: F811
     return workdir, train_and_evaluate(small_config(text_corpus), workdir)
 
 
+@pytest.mark.long
 def test_trains_with_finite_losses_and_saves_both_networks(run):
     workdir, result = run
     records = train_records(workdir)
@@ -180,6 +183,7 @@ def test_trains_with_finite_losses_and_saves_both_networks(run):
         model.params["bert"]["embeddings"]["word_embeddings"]["embedding"])
 
 
+@pytest.mark.long
 def test_resumes_exactly(run, text_corpus, tmp_path, capsys):  # noqa: F811
     straight, _ = run
     resumed = str(tmp_path / "resumed")
@@ -204,6 +208,7 @@ def assert_same_params(got, expected):
     jax.tree.map(np.testing.assert_array_equal, got, expected)  # the same tree, bit for bit
 
 
+@pytest.mark.long
 def test_generator_is_written_with_each_checkpoint(run):
     """WORKDIR/generator is the latest checkpoint's (a stop's too: the SIGTERM test), and
     its temporary copy is gone."""
@@ -220,6 +225,7 @@ def comparable_metrics(workdir):
                  if k != "time" and not k.endswith(("_per_second", "/mfu"))} for line in f]
 
 
+@pytest.mark.long
 def test_sigterm_checkpoints_both_networks_and_the_rerun_resumes_exactly(run, text_corpus,  # noqa: F811
                                                                          tmp_path, capsys):
     """`bert-jax pretrain` SIGTERMed from its first step on: it checkpoints, writes the
@@ -251,6 +257,7 @@ def test_sigterm_checkpoints_both_networks_and_the_rerun_resumes_exactly(run, te
     assert comparable_metrics(workdir) == comparable_metrics(straight)
 
 
+@pytest.mark.long
 def test_embed_reads_the_discriminator(run, tmp_path):
     """`bert-jax embed --model WORKDIR`: the discriminator's [CLS] states."""
     workdir, _ = run
@@ -270,6 +277,7 @@ def test_embed_reads_the_discriminator(run, tmp_path):
         np.testing.assert_allclose(vector, np.asarray(out.sequence_output)[0, 0], atol=1e-5)
 
 
+@pytest.mark.long
 def test_export_reads_the_discriminator(run, tmp_path):
     """`bert-jax export --model WORKDIR` (the jax artifact): the discriminator's encoder."""
     workdir, _ = run
@@ -287,6 +295,7 @@ def test_export_reads_the_discriminator(run, tmp_path):
                                np.asarray(expected)[real], atol=1e-5)
 
 
+@pytest.mark.long
 def test_generator_fine_tunes_with_a_fresh_pooler(run, tmp_path, caplog):
     """The generator is an encoder too (without pooler: the classifier's starts fresh)."""
     workdir, _ = run
@@ -301,6 +310,7 @@ def test_generator_fine_tunes_with_a_fresh_pooler(run, tmp_path, caplog):
     assert tuned.config.hidden_size == 16 and tuned.task["name"] == "spam"
 
 
+@pytest.mark.long
 def test_discriminator_fine_tunes(run, tmp_path):
     workdir, _ = run
     assert cli.main(["finetune", "--config", os.path.join(REPO, "configs", "finetune.py")
@@ -320,6 +330,7 @@ def _inputs(vocab_size):
     return ids * mask, mask, (np.arange(20)[None] >= 8).astype(np.int32) * mask
 
 
+@pytest.mark.long
 def test_converts_to_transformers_with_equal_outputs(run, tmp_path):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
@@ -385,6 +396,7 @@ def test_large_recipe_compiles_for_a_v5p_128(tmp_path):
     assert report["fits"] and report["chips"] == 64, report
 
 
+@pytest.mark.long
 def test_an_electra_run_teaches_general_distillation(run, tmp_path, text_corpus):
     """Case: an ELECTRA pretraining workdir (its discriminator: no MLM head, no pooler) as
     `--config.teacher` of a general distillation that learns its hidden states (alpha 1)."""

@@ -26,6 +26,7 @@ MATCHING = dict(hidden_weight=1.0, attention_weight=1.0, num_train_steps=6,
                 eval_every_steps=0)
 
 
+@pytest.mark.long
 def test_a_narrower_student_learns_the_teacher_s_states_resumes_and_fine_tunes(
         tmp_path, text_corpus, teacher_workdir, capsys):
     straight = str(tmp_path / "straight")
@@ -87,6 +88,7 @@ def headless_teacher(tmp_path, teacher_workdir):
     return path
 
 
+@pytest.mark.long
 def test_a_teacher_without_an_mlm_head_teaches_its_states_with_alpha_1(
         tmp_path, text_corpus, teacher_workdir, headless_teacher):
     settings = dict(MATCHING, alpha=1.0, num_train_steps=4, checkpoint_every_steps=4)

@@ -51,6 +51,7 @@ def log_softmax(x):
     return x - np.log(np.exp(x).sum(-1, keepdims=True))
 
 
+@pytest.mark.long
 def test_the_loss_is_alpha_mlm_plus_the_soft_kl_over_masked_positions():
     config = BertConfig(vocab_size=64, hidden_size=16, num_hidden_layers=1,
                         num_attention_heads=2, intermediate_size=32, max_position_embeddings=32)
@@ -91,6 +92,7 @@ def test_the_loss_is_alpha_mlm_plus_the_soft_kl_over_masked_positions():
     assert abs(float(metrics["soft_loss"])) < 1e-6
 
 
+@pytest.mark.long
 def test_micro_batch_sums_and_weights_add_up_to_the_whole_batch():
     """Every term is a (sum, weight) pair: two halves' pairs add up to the whole batch's,
     so dividing once after accumulation gives the whole batch's means (the first half has

@@ -158,6 +158,7 @@ def mlm_run(tmp_path_factory, text_corpus):
     return workdir, result, stderr.getvalue(), nsp_params
 
 
+@pytest.mark.long
 def test_mlm_only_run_has_no_nsp_head_or_metrics(mlm_run):
     workdir, result, stderr, nsp_params = mlm_run
     assert "the NSP head of" in stderr  # init_from's NSP head dropped, the rest used
@@ -184,6 +185,7 @@ def jax_tree_equal(a, b):
     jax.tree.map(np.testing.assert_array_equal, a, b)
 
 
+@pytest.mark.long
 def test_resume_with_nsp_switched_on_is_refused(mlm_run, text_corpus, capsys):
     workdir = mlm_run[0]
     args = ["pretrain", "--config", os.path.join(REPO, "configs", "pretrain.py") + ":tiny",
@@ -200,6 +202,7 @@ def test_resume_with_nsp_switched_on_is_refused(mlm_run, text_corpus, capsys):
     assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["2"]
 
 
+@pytest.mark.long
 def test_convert_to_hf_gives_a_masked_lm(mlm_run, tmp_path):
     # No NSP head: transformers' BertForMaskedLM (which has no pooler).
     assert cli.main(["convert", "--model", mlm_run[0], "--to_hf", str(tmp_path / "hf")]) == 0
@@ -207,6 +210,7 @@ def test_convert_to_hf_gives_a_masked_lm(mlm_run, tmp_path):
     assert hf_config["architectures"] == ["BertForMaskedLM"]
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_finetuning_starts_from_an_mlm_only_checkpoint(mlm_run, tmp_path):
     config = micro_config("spam", f"init_from={mlm_run[0]}", "model=", "max_train_examples=16",

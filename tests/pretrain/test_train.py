@@ -17,6 +17,7 @@ from bert_jax.pretrain.job import train_and_evaluate
 from helpers.pretrain import SMALL_MODEL, final_params, small_config, train_records
 
 
+@pytest.mark.long
 def test_pretraining_writes_metrics_checkpoints_and_resumes_exactly(tmp_path, text_corpus,
                                                                     capsys):
     straight = str(tmp_path / "straight")
@@ -48,6 +49,7 @@ NO_DROPOUT_MODEL = SMALL_MODEL[:-1] + (", 'hidden_dropout_prob': 0.0, "
                                        "'attention_probs_dropout_prob': 0.0}")
 
 
+@pytest.mark.long
 def test_grad_accumulation_in_the_step_equals_the_whole_batch(tmp_path, text_corpus):
     """grad_accum_steps=2 (two micro-batches of 8 scanned inside the step) ends with the
     parameters and logs the loss and gradient norm of grad_accum_steps=1 on the same

@@ -4,7 +4,10 @@ import os
 import subprocess
 import sys
 
+import pytest
 
+
+@pytest.mark.long
 def test_demo_smoke_runs_every_stage(tmp_path):
     workdir = tmp_path / "demo"
     result = subprocess.run(

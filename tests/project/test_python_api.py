@@ -25,6 +25,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from bert_jax.data import corpus
 from bert_jax.pretrain.job import train_and_evaluate
 from bert_jax.train.config_loader import load_config
@@ -68,6 +70,7 @@ def make_demo_pretraining(workdir: str, corpus_dir) -> None:
     train_and_evaluate(config, workdir)
 
 
+@pytest.mark.long
 def test_every_python_example_of_the_guide_runs(tmp_path):
     with open(GUIDE, encoding="utf-8") as f:
         blocks = python_blocks(f.read())

@@ -30,6 +30,7 @@ from bert_jax.weights import pretrained
 
 from helpers import REPO
 from helpers.finetune import MICRO_MODEL
+from helpers.words import assert_failure_line
 
 PRETRAIN = ["pretrain", "--config", os.path.join(REPO, "configs", "pretrain.py") + ":tiny",
             "--workdir", "{new}", "--config.input_files={corpus}",
@@ -398,12 +399,13 @@ def test_bad_input_gets_one_line_and_leaves_nothing(args, message, paths, tmp_pa
     capsys.readouterr()
     assert cli.main(args) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"bert-jax {args[0]}: error: ") and err.count("\n") == 1, err
+    assert_failure_line(err, args[0])
     assert fill(message, values) in err, err
     assert not os.path.exists(values["new"]), os.listdir(values["new"])
     assert {path: snapshot(path) for path in touched} == before
 
 
+@pytest.mark.long
 def test_a_subprocess_gets_exit_code_2_and_no_traceback(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "bert_jax.cli", "pretrain", "--config",
@@ -581,6 +583,7 @@ def checkpoint_steps(workdir):
     return sorted(int(n) for n in os.listdir(os.path.join(workdir, "checkpoints")) if n.isdigit())
 
 
+@pytest.mark.long
 def test_a_diverging_pretraining_run_stops_with_one_line_and_keeps_its_checkpoints(
         paths, tmp_path, capsys, caplog):
     workdir = str(tmp_path / "diverged")
@@ -607,6 +610,7 @@ def test_a_diverging_pretraining_run_stops_with_one_line_and_keeps_its_checkpoin
     assert all(np.isfinite(x).all() for x in jax.tree.leaves(params))
 
 
+@pytest.mark.long
 def test_a_diverging_finetuning_run_stops_and_writes_no_best_model(paths, tmp_path, capsys):
     rows = "".join(f"a good film {i}\tpos\na bad film {i}\tneg\n" for i in range(24))
     (tmp_path / "train.tsv").write_text("text\tlabel\n" + rows)
@@ -626,6 +630,7 @@ def test_a_diverging_finetuning_run_stops_and_writes_no_best_model(paths, tmp_pa
     assert not os.path.exists(os.path.join(workdir, "eval_results.json"))
 
 
+@pytest.mark.long
 def test_ctrl_c_saves_a_checkpoint_and_exits_with_one_line(paths, tmp_path, capsys, monkeypatch):
     import signal
 

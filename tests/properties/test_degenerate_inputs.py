@@ -59,6 +59,7 @@ from bert_jax.weights import pretrained
 
 from helpers import REPO
 from helpers.finetune import CONFIG, MICRO_MODEL
+from helpers.words import assert_failure_line
 
 CREATE = ["create-data", "--input", "{texts}", "--output", "{new}", "--no_progress"]
 NAN_LINE = "{nan_model}: 3 NaN/Inf values in parameter bert/embeddings/word_embeddings/embedding"
@@ -176,7 +177,7 @@ def test_degenerate_input_gets_one_line_and_writes_nothing(args, message, inputs
     capsys.readouterr()
     assert cli.main(args) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"bert-jax {args[0]}: error: ") and err.count("\n") == 1, err
+    assert_failure_line(err, args[0])
     assert fill(message, values) in err, err
     assert os.listdir(tmp_path) == [], os.listdir(tmp_path)
 

@@ -7,6 +7,7 @@ import pytest
 from bert_jax import cli
 
 from helpers import REPO
+from helpers.words import assert_failure_line
 
 CASES = [  # (argv, the line's message)
     (["compile", "--config", "configs/pretrain.py:tiny", "--topology", "v4-8", "--search",
@@ -30,4 +31,5 @@ def test_a_count_out_of_range_is_refused_in_one_line(argv, message, tmp_path, mo
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
     assert err == f"bert-jax {argv[0]}: error: {message}\n", err
+    assert_failure_line(err, argv[0])
     assert list(tmp_path.iterdir()) == []

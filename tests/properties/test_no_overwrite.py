@@ -214,6 +214,7 @@ def test_create_data_output_may_not_be_a_file(tmp_path, capsys):
     assert text.read_text(encoding="utf-8") == "One sentence.\nAnother one.\n"
 
 
+@pytest.mark.long
 def test_a_rerun_stopped_before_its_first_model_leaves_the_earlier_one(run, tmp_path,
                                                                        monkeypatch, capsys):
     workdir = str(tmp_path / "rerun")

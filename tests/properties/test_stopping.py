@@ -89,6 +89,7 @@ def assert_stopped_cleanly(result, command, folder):
     assert left == [], left  # no .tmp-* file or folder, no partial output
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("command,output", [("predict", "p.jsonl"), ("embed", "e.npy")])
 def test_sigterm_while_an_output_file_is_written(tmp_path, model, command, output):
     workdir, texts = model
@@ -99,6 +100,7 @@ def test_sigterm_while_an_output_file_is_written(tmp_path, model, command, outpu
     assert_stopped_cleanly(result, command, out)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("command,args", [
     ("export", ["--output", "{out}/serving", "--format", "jax", "--platforms", "cpu"]),
     ("convert", ["--to_hf", "{out}/hf"])])
@@ -166,6 +168,7 @@ sys.exit(code)
 """
 
 
+@pytest.mark.long
 def test_a_failed_checkpoint_write_ends_the_process_at_once(tmp_path, text_corpus):
     """Orbax's later writer threads waited for the failed stage for 300 s (its barrier
     timeout) before the process could exit."""

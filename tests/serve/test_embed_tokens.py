@@ -51,6 +51,7 @@ def reference_states(ref, tokenizer, texts):
     return out
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("scan", [False, True], ids=["unrolled", "scanned"])
 def test_layers_and_combinations_match_transformers(reference, scan):
     ref, model = reference

@@ -79,6 +79,7 @@ def people_daily_lines():
                 if line.strip()]
 
 
+@pytest.mark.long
 def test_every_people_daily_line_matches_transformers(people_daily_lines, tmp_path):
     corpus = tmp_path / "pd.txt"
     corpus.write_text("\n".join(people_daily_lines) + "\n", encoding="utf-8")

@@ -23,6 +23,7 @@ def assert_trees_equal(a, b):
                  jax.device_get(a), jax.device_get(b))
 
 
+@pytest.mark.long
 def test_saved_on_8_devices_restores_onto_1_and_4(tmp_path):
     state, _ = state_on(jax.devices(), {"fsdp": 4, "tensor": 2})
     with checkpoint.Checkpointer(str(tmp_path)) as ckpt:

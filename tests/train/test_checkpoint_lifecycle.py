@@ -55,12 +55,14 @@ def source(tmp_path_factory, text_corpus):  # noqa: F811
     return str(workdir), os.path.join(str(workdir), "data", "*.tfrecord*")
 
 
+@pytest.mark.long
 def test_keep_checkpoints_keeps_the_last_n(source):
     workdir, _ = source
     assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["2", "3"]
     assert logged_steps(workdir) == [1, 2, 3]
 
 
+@pytest.mark.long
 def test_resume_from_continues_another_runs_checkpoint(source, tmp_path, capsys):
     """resume_from=SOURCE/checkpoints/2 in a fresh workdir: full state (step, optimizer,
     data position) comes back, so only step 3 runs and it ends on the source's step-3
@@ -76,6 +78,7 @@ def test_resume_from_continues_another_runs_checkpoint(source, tmp_path, capsys)
     assert_trees_equal(params_at(str(resumed)), params_at(workdir, 3))
 
 
+@pytest.mark.long
 def test_init_from_loads_weights_only(source, tmp_path, capsys):
     """init_from=SOURCE (a workdir as model directory): the weights are the source's last
     ones, the step count starts at 0 (steps 1 and 2 run). With learning rate 0 the
@@ -91,6 +94,7 @@ def test_init_from_loads_weights_only(source, tmp_path, capsys):
     assert_trees_equal(params_at(str(target)), params_at(workdir, 3))
 
 
+@pytest.mark.long
 def test_partial_restore_fills_missing_parts_and_is_needed_for_them(source, tmp_path, capsys):
     """A 2-layer model initialised from the 1-layer source: without partial_restore the run
     stops naming the missing layer; with it, every parameter the source has is the
@@ -115,6 +119,7 @@ def test_partial_restore_fills_missing_parts_and_is_needed_for_them(source, tmp_
     assert 0.01 < kernel.std() < 0.03 and not fresh["intermediate"]["bias"].any()
 
 
+@pytest.mark.long
 def test_init_from_keeps_the_models_vocabulary(text_corpus, tmp_path, capsys):  # noqa: F811
     """Continued pretraining reads text with init_from's vocabulary, not the bundled one:
     here one of the same size (two tokens swapped), where the bundled vocabulary would run

@@ -82,6 +82,7 @@ def saved(workdir):
     return pretrained.load(f"{workdir}/best").params
 
 
+@pytest.mark.long
 def test_frozen_encoder_then_unfrozen(tmp_path, files):
     whole = micro_config("csv", *files, "freeze=bert/*")
     session = job.Finetuning(whole)
@@ -118,6 +119,7 @@ def test_bad_freeze_settings(tmp_path, files, overrides, message):
         job.finetune(micro_config("csv", *files, *overrides), str(tmp_path / "run"))
 
 
+@pytest.mark.long
 def test_a_source_without_a_pooler_leaves_the_classifier_s_pooler_fresh():
     # A masked-LM checkpoint (transformers' *ForMaskedLM) has no pooler: fine-tuning a
     # pooled classifier from it keeps the fresh pooler and loads everything else.

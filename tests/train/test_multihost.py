@@ -56,6 +56,7 @@ def free_port():
         return s.getsockname()[1]
 
 
+@pytest.mark.long
 def test_two_processes_match_one(tmp_path, text_corpus):
     port = free_port()
     two, reference = tmp_path / "two", tmp_path / "reference"

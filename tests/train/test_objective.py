@@ -177,6 +177,7 @@ def fine_tuning():
     return TaskObjective().bound(model, task, ()), init(model, ids), None, batch
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("build, models_beside", [
     (bert, []), (lambda: bert(nsp=False), []), (distillation, []), (electra, ["generator"]),
     (fine_tuning, [])], ids=["mlm_nsp", "mlm_only", "mlm_distillation", "electra", "task"])

@@ -46,6 +46,7 @@ def check_preempted_then_resumed(args, env, read_metrics, straight_losses):
     assert losses(read_metrics()) == straight_losses
 
 
+@pytest.mark.long
 def test_sigterm_checkpoints_exits_0_and_the_rerun_resumes_exactly(tmp_path, text_corpus,
                                                                    straight):
     workdir = tmp_path / "preempted"

@@ -94,6 +94,7 @@ def test_every_kind_of_folder_opens_as_a_model(release):
     assert_trees_equal(finetuned.load().params, pretrained.load("finetune/best").params)
 
 
+@pytest.mark.long
 def test_a_pretraining_run_resumes_exactly_where_it_stopped(release, capsys):
     """The run lost its last checkpoint: this release resumes 0.1.0's step 2 and reaches
     the step-4 parameters 0.1.0 saved (to float rounding: 0.1.0 ran on one device, the
@@ -137,6 +138,7 @@ def test_every_kind_of_folder_of_0_2_opens_as_a_model(release_0_2):
     assert finetuned.task["name"] == "csv"
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("run", sorted(RUNS_0_2))
 def test_a_0_2_pretraining_run_resumes_exactly_where_it_stopped(release_0_2, run, capsys):
     """As for 0.1.0: this release resumes 0.2.0's step 2 and reaches its step-4 parameters.

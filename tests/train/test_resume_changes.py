@@ -66,6 +66,7 @@ def largest_change(a, b) -> float:
     return max(jax.tree.leaves(jax.tree.map(lambda x, y: float(np.abs(x - y).max()), a, b)))
 
 
+@pytest.mark.long
 def test_a_learning_rate_changed_on_resume_is_the_one_applied_and_logged(stopped):
     saved = checkpoint.read_params(os.path.join(stopped[1], "checkpoints", str(STOP_AT)))
     params, rates = resume(stopped, "tiny_rate", "learning_rate=1e-9")

@@ -265,6 +265,7 @@ def small_filesystem(tmp_path):
     subprocess.run(["umount", "-l", str(path)], check=True)
 
 
+@pytest.mark.long
 def test_a_full_disk_stops_the_run_at_the_failed_save_with_one_line(
         small_filesystem, text_corpus, capsys, monkeypatch):
     """Checkpoint 2 lands; then the disk is filled to 1 MiB free and checkpoint 4 fails."""

@@ -57,6 +57,7 @@ def single_device():
     return run({"data": 1}, devices=jax.devices()[:1])
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("mesh_shape", [
     pytest.param({"data": 8}, marks=pytest.mark.slow),
     pytest.param({"fsdp": 8}, marks=pytest.mark.slow),

@@ -145,6 +145,7 @@ def test_convert_and_embed_take_a_name(server, models, tmp_path, capsys):
     assert np.load(vectors).shape == (2, 16)
 
 
+@pytest.mark.long
 def test_finetune_from_a_name_on_glue_files_and_offline_exit_2(server, tmp_path, monkeypatch,
                                                                capsys):
     from helpers.glue import PUBLISHED

@@ -88,6 +88,7 @@ def test_a_classifier_on_the_pretrained_encoder(model_dir, tmp_path):
     assert other["classifier"]["kernel"].shape == (CONFIG.hidden_size, 2)
 
 
+@pytest.mark.long
 def test_a_few_nnx_optimizer_steps_lower_the_loss(model_dir):
     module = bert_nnx.nnx_module(model_dir, num_labels=2)
     start = params_of(module)
@@ -126,6 +127,7 @@ def python_blocks(text: str) -> list[tuple[int, str]]:
             for m in re.finditer(r"^```python\n(.*?)^```$", text, re.S | re.M)]
 
 
+@pytest.mark.long
 def test_the_guide_runs(tmp_path, monkeypatch, capsys):
     """docs/nnx.md's blocks, in order, in one namespace, offline; the model it reads,
     `make demo`'s runs/demo/pretrain, is a small random BERT converted there."""
