@@ -172,7 +172,11 @@ def main(argv: list[str] | None = None) -> int:
     logs."""
     if argv is None:  # the process's own command line: the process ends with the command
         end = stopping.ProcessEnd()
-        end.ended(main(sys.argv[1:]))
+        try:
+            end.ended(main(sys.argv[1:]))
+        except SystemExit as e:  # argparse's --help (0) and usage errors (2)
+            end.ended(e.code if isinstance(e.code, int) else int(e.code is not None))
+            raise
         return end.code
     argv = list(argv)
     debug = "--debug" in argv or bool(os.environ.get("BERT_JAX_DEBUG"))

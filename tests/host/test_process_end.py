@@ -6,6 +6,8 @@ import sys
 import textwrap
 import time
 
+import pytest
+
 
 def _run(body):
     started = time.time()
@@ -48,3 +50,11 @@ def test_an_exception_let_through_ends_with_code_1_and_its_traceback():
         """)
     assert run.returncode == 1
     assert "RuntimeError: a bug" in run.stderr
+
+
+@pytest.mark.parametrize("flag, code", [("--help", 0), ("--no_such_flag", 2)])
+def test_a_commands_own_exit_keeps_its_code(flag, code):
+    """Cases: argparse's --help (exit 0) and a usage error (exit 2) through `bert-jax`."""
+    run = subprocess.run([sys.executable, "-m", "bert_jax.cli", "tokenize", flag],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == code, run.stderr
