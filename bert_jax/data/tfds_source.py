@@ -88,8 +88,7 @@ def pieces(spec: str) -> List[str]:
                         f"{str(e).splitlines()[0][:200]}") from None
     except ValueError as e:  # tfds' words for a split it cannot read
         if "corresponds to no data" in str(e):
-            raise UserError(f"tfds:{name}:{split} holds no records: choose another split") \
-                from None
+            raise _no_records(name, split) from None
         raise UserError(f"tfds:{name}:{split} is not a split of it (its splits: "
                         f"{', '.join(builder.info.splits)}; a part of one is written like "
                         f"train[:10%])") from None
@@ -106,8 +105,12 @@ def _piece_count(builder, name: str, split: str) -> int:
     except (KeyError, ValueError, TypeError):  # a split spelling the metadata cannot size
         return PIECES
     if not size:
-        raise UserError(f"tfds:{name}:{split} holds no records: choose another split")
+        raise _no_records(name, split)
     return min(PIECES, size)
+
+
+def _no_records(name: str, split: str) -> UserError:
+    return UserError(f"tfds:{name}:{split} holds no records: choose another split")
 
 
 def identity(piece: str) -> list:
