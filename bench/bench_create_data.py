@@ -1,7 +1,9 @@
 """create-data's scaling with workers, side by side on the same files: wall time, CPU
 time and MB of text per second per worker for 1 and 2 workers (byte-identical outputs
-checked), then more workers simulated from the per-file times of the 1-worker run (each
-worker takes the next file, longest first, as the pool does; assembly measured), and
+checked), the Apache Beam engine beside them where Beam is installed (in-process, and two
+worker processes: the same bytes), then more workers simulated from the per-file times of
+the 1-worker run (each worker takes the next file, longest first, as the pool does;
+assembly measured), and
 the extrapolation to a 20 GB corpus on a 64-core host.
 
     python bench/bench_create_data.py [--files 8] [--dupe_factor 5] [--max_seq_length 128]
@@ -14,6 +16,7 @@ import glob
 import gzip
 import hashlib
 import heapq
+import importlib.util
 import os
 import resource
 import shutil
@@ -61,9 +64,13 @@ def cpu_seconds() -> float:
     return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
 
 
-def run(files, out_dir, options, workers):
+BEAM = {1: "runner=FnApiRunner",
+        2: "runner=FnApiRunner,direct_running_mode=multi_processing,direct_num_workers=2"}
+
+
+def run(files, out_dir, options, workers, beam=False):
     """(wall, CPU, output digest, seconds spent in each file: with 1 worker, in this
-    process, so measured within the same run)."""
+    process, so measured within the same run). `beam`: Beam's engine (`BEAM[workers]`)."""
     shutil.rmtree(out_dir, ignore_errors=True)
     times, convert = [], example_maker.convert_file
 
@@ -73,11 +80,12 @@ def run(files, out_dir, options, workers):
         times.append(time.perf_counter() - start)
         return meta
 
-    example_maker.convert_file = timed if workers == 1 else convert
+    example_maker.convert_file = timed if workers == 1 and not beam else convert
     wall, cpu = time.perf_counter(), cpu_seconds()
     try:
         cpd.create_pretraining_data(files, cpd.shard_paths(out_dir, 8), DEFAULT_VOCAB, options,
-                                    num_workers=workers, progress=False)
+                                    num_workers=workers, progress=False,
+                                    beam_options=BEAM[workers] if beam else None)
     finally:
         example_maker.convert_file = convert
     wall, cpu = time.perf_counter() - wall, cpu_seconds() - cpu
@@ -112,12 +120,16 @@ def main() -> None:
         mb = sum(os.path.getsize(f) for f in files) / 1e6
         print(f"{len(files)} files, {mb:.1f} MB of text, dupe_factor {args.dupe_factor}, "
               f"seq {args.max_seq_length}, {os.cpu_count()} cores")
-        results = {1: [], 2: []}
-        for _ in range(args.repeats):  # interleaved: both see the same machine load
+        results, beam = {1: [], 2: []}, {1: [], 2: []}
+        with_beam = importlib.util.find_spec("apache_beam") is not None
+        for _ in range(args.repeats):  # interleaved: all see the same machine load
             for workers in (1, 2):
                 results[workers].append(run(files, os.path.join(tmp, f"out{workers}"),
                                             options, workers))
-        digests = {r[2] for rs in results.values() for r in rs}
+                if with_beam:
+                    beam[workers].append(run(files, os.path.join(tmp, f"beam{workers}"),
+                                             options, workers, beam=True))
+        digests = {r[2] for rs in (*results.values(), *beam.values()) for r in rs}
         for workers, rs in results.items():
             wall = min(r[0] for r in rs)
             cpu = min(r[1] for r in rs)
@@ -129,6 +141,16 @@ def main() -> None:
               f"{', '.join(f'{r:.2f}' for r in pairs)} (median "
               f"{statistics.median(pairs):.2f}x); outputs "
               f"{'byte-identical' if len(digests) == 1 else 'DIFFER'}")
+
+        for workers, rs in beam.items() if with_beam else ():
+            wall = min(r[0] for r in rs)
+            local_wall = min(r[0] for r in results[workers])
+            print(f"  Beam, {BEAM[workers]}: {wall:.1f} s wall, {mb / wall / workers:.2f} MB/s "
+                  f"per core, {local_wall / wall:.2f}x the local engine with {workers} "
+                  f"worker(s); {workers * wall / 3600 / (mb / 1e3):.2f} core-hours per GB "
+                  "of text at that rate")
+        if not with_beam:
+            print("  Beam: not installed (pip install 'bert_jax[beam]')")
 
         one, _, _, times = min(results[1])  # the fastest 1-worker run, its files' times
         rest = one - sum(times)  # start-up, assembly, summary: outside the files

@@ -11,7 +11,7 @@ import os
 import sys
 
 from bert_jax import flags
-from bert_jax.data import build_vocab, chinese_words, corpus
+from bert_jax.data import build_vocab, chinese_words, corpus, record_formats
 from bert_jax.data import create_pretraining_data as cpd
 from bert_jax.data.data_stats import readable_summary
 from bert_jax.data.options import DataOptions
@@ -61,13 +61,24 @@ def _create_data_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--num_shards", type=int, default=4)
     parser.add_argument("--num_workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--no_progress", action="store_true")
+    parser.add_argument("--format", choices=record_formats.FORMATS, default="tfrecord",
+                        help="the shards' format: TFRecord (what pretraining reads) or "
+                        "ArrayRecord (random access, written with group_size:1)")
+    parser.add_argument("--beam_pipeline_options", default=None, metavar="KEY=VALUE,...",
+                        help="run the conversion as an Apache Beam pipeline with these options "
+                        "(pip install 'bert_jax[beam]'): runner=FnApiRunner (the default, in "
+                        "this process; add direct_running_mode=multi_processing,"
+                        "direct_num_workers=N for N processes), DataflowRunner, FlinkRunner, "
+                        "SparkRunner; the same shards as without it")
     parser.add_argument("--num_hosts", type=int, default=1,
-                        help="split the input files over this many hosts (one run each, "
-                        "writing OUTPUT/parts); then --assemble once")
+                        help="deprecated (use --beam_pipeline_options): split the input files "
+                        "over this many hosts (one run each, writing OUTPUT/parts); then "
+                        "--assemble once")
     parser.add_argument("--host_index", type=int, default=0,
-                        help="this host's index in [0, --num_hosts)")
+                        help="deprecated with --num_hosts: this host's index in [0, --num_hosts)")
     parser.add_argument("--assemble", action="store_true",
-                        help="make the shards and summary.json from every host's parts")
+                        help="deprecated with --num_hosts: make the shards and summary.json "
+                        "from every host's parts")
     return parser.parse_args(argv)
 
 
@@ -88,12 +99,13 @@ def write_and_report(args, options: DataOptions, output_files: list[str],
         chinese_ref_files=getattr(args, "chinese_ref_file", []),
         summary_path=paths.join(summary_dir, folders.DATA_FOLDER.summary) if summary_dir else None,
         parts_dir=paths.join(args.output, folders.DATA_FOLDER.parts) if num_hosts > 1 else None,
-        host_index=host_index, num_hosts=num_hosts)
+        host_index=host_index, num_hosts=num_hosts,
+        beam_options=getattr(args, "beam_pipeline_options", None))
     stale = cpd.remove_stale_shards(summary_dir, output_files) if summary_dir and num_hosts == 1 \
         else []
     if stale:
         print(f"removed {len(stale)} shard(s) of an earlier run from {summary_dir} "
-              f"(written with another --num_shards)", file=sys.stderr)
+              f"(written with another --num_shards or --format)", file=sys.stderr)
     for line in readable_summary(stats):
         print(f"  {line}")
     if num_hosts > 1:
@@ -108,8 +120,25 @@ def write_and_report(args, options: DataOptions, output_files: list[str],
 
 def _last_line(rows: int, output_files: list[str]) -> str:
     folder = paths.dirname(paths.abspath(output_files[0]))
+    if output_files[0].endswith(".array_record"):
+        return (f"wrote {rows:,} rows in {len(output_files)} ArrayRecord shard(s) to {folder} "
+                "(serialized tf.train.Examples, one per record; `bert-jax pretrain` reads the "
+                "TFRecord format: --format tfrecord)")
     return (f"wrote {rows:,} rows in {len(output_files)} shard(s) to {folder}; pretrain on "
             f"them: bert-jax pretrain --config.input_files='{paths.join(folder, '*.tfrecord')}'")
+
+
+def _deprecation(args: argparse.Namespace) -> None:
+    """The hand-run host split is replaced by a Beam pipeline: one line with the equivalent."""
+    if args.num_hosts == 1 and not args.assemble:
+        return
+    inputs = " ".join(args.input)
+    print("bert-jax create-data: --num_hosts, --host_index and --assemble are deprecated and go "
+          "in the next release; one command converts on many machines instead: bert-jax "
+          f"create-data --input {inputs} --output {args.output} --num_shards {args.num_shards} "
+          "--beam_pipeline_options=runner=DataflowRunner,project=PROJECT,region=REGION,"
+          "temp_location=gs://BUCKET/tmp,extra_packages=dist/bert_jax-VERSION.tar.gz "
+          "(docs/pretraining.md, \"Many machines\")", file=sys.stderr)
 
 
 def _check_output_dir(output_dir: str) -> None:
@@ -131,7 +160,11 @@ def create_data_main(argv: list[str]) -> int:
     check_positive("--num_workers", args.num_workers)
     check_positive("--num_hosts", args.num_hosts)
     check_positive("--host_index", args.host_index, allow_zero=True)
-    output_files = cpd.shard_paths(args.output, args.num_shards)
+    if args.beam_pipeline_options is not None and (args.num_hosts > 1 or args.assemble):
+        raise UserError("--beam_pipeline_options runs the whole conversion: leave out "
+                        "--num_hosts, --host_index and --assemble")
+    _deprecation(args)
+    output_files = cpd.shard_paths(args.output, args.num_shards, args.format)
     _check_output_dir(args.output)
     # A run on several hosts writes only its own parts: no lock, no shared file.
     lock = workdir_lock.hold(args.output, "create-data") if args.num_hosts == 1 \

@@ -8,6 +8,7 @@ Latin-1 file would otherwise lose its accented letters.
 import contextlib
 import dataclasses
 import gzip
+import itertools
 import re
 import zlib
 from typing import Callable, Iterable, Iterator, List, Sequence, TypeVar
@@ -63,6 +64,17 @@ def require_text(files: Sequence[str], codec: str = encoding.DEFAULT) -> None:
             return
     shown = ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
     raise UserError(f"no text in the input ({shown}): the files are empty or blank")
+
+
+def check_starts(files: Sequence[str], codec: str = encoding.DEFAULT, lines: int = 1000) -> None:
+    """Reads the first `lines` lines of each local file: bytes that are not text fail now.
+
+    For engines whose workers would find them only later, far from the user (UserError naming the
+    file and line). Files in a bucket are left to the workers."""
+    for path in files:
+        if not paths.is_remote(path):
+            for _ in itertools.islice(iter_lines(path, ReadStats(), codec), lines):
+                pass
 
 
 @contextlib.contextmanager

@@ -51,6 +51,7 @@ import warnings
 from typing import List, Optional, Sequence
 
 from bert_jax.data import (
+    beam_engine,
     chinese_words,
     corpus,
     data_record,
@@ -71,8 +72,10 @@ from bert_jax.tokenization.base import uncovered_text_warning
 log = logging.getLogger(__name__)
 
 
-def shard_paths(output_dir: str, num_shards: int) -> List[str]:
-    return [paths.join(output_dir, DATA_FOLDER.shard(i, num_shards)) for i in range(num_shards)]
+def shard_paths(output_dir: str, num_shards: int, record_format: str = "tfrecord") -> List[str]:
+    """The shards' paths; `record_format`: one of `record_formats.FORMATS`."""
+    return [paths.join(output_dir, DATA_FOLDER.shard(i, num_shards, record_format))
+            for i in range(num_shards)]
 
 
 def _cjk_share(path: str, codec: str, lines: int = 1000) -> float:
@@ -222,7 +225,8 @@ def create_pretraining_data(inputs: Sequence[str], output_files: Sequence[str], 
                             num_workers: int = 1, progress: bool = True,
                             chinese_ref_files: Sequence[str] = (),
                             summary_path: Optional[str] = None, parts_dir: Optional[str] = None,
-                            host_index: int = 0, num_hosts: int = 1) -> Stats:
+                            host_index: int = 0, num_hosts: int = 1,
+                            beam_options: Optional[str] = None) -> Stats:
     """Writes `output_files` (one per shard) and returns the summed Stats.
 
     Each worker converts whole input files into parts and then assembles whole shards
@@ -232,7 +236,9 @@ def create_pretraining_data(inputs: Sequence[str], output_files: Sequence[str], 
     `parts_dir`: a folder that keeps finished parts, so a stopped run resumes there
     (default: a temporary folder, removed). With `num_hosts` > 1 this process converts
     the files of index % num_hosts == host_index into `parts_dir` and writes no shard:
-    `assemble` makes them once every host is done.
+    `assemble` makes them once every host is done. `beam_options`: run the conversion as an
+    Apache Beam pipeline (`beam_engine`) with these `key=value,...` options; the same shards.
+    The shards' format is their names' extension (`shard_paths`).
     `chinese_ref_files`: reference segmentations for whole-word masking, one per
     input file in the sorted order of the expanded inputs. Fails at once
     (FileNotFoundError / TokenizerError / UserError) for a missing input,
@@ -240,7 +246,6 @@ def create_pretraining_data(inputs: Sequence[str], output_files: Sequence[str], 
     empty files and long lines are counted; a reference line that does not spell its
     input line fails.
     """
-    from tqdm import tqdm
     _check_options(options)
     files = _text_files(inputs, options.encoding)
     _check_inputs_apart(files, output_files)
@@ -258,6 +263,11 @@ def create_pretraining_data(inputs: Sequence[str], output_files: Sequence[str], 
         raise UserError(f"--host_index {host_index} is not in [0, --num_hosts {num_hosts})")
     if num_hosts > 1 and parts_dir is None:
         raise ValueError("a run on several hosts writes parts into a shared parts_dir")
+    beam = None
+    if beam_options is not None:
+        beam = beam_engine.pipeline_options(beam_options,
+                                            paths.dirname(paths.abspath(output_files[0])))
+        corpus.check_starts([f for f in files if not tfds_source.is_tfds(f)], options.encoding)
     plan = _plan(files, references, vocab, do_lower_case, options, len(output_files))
     made = sorted({paths.dirname(paths.abspath(p)) for p in output_files
                    if not paths.exists(paths.dirname(paths.abspath(p)))})
@@ -272,9 +282,41 @@ def create_pretraining_data(inputs: Sequence[str], output_files: Sequence[str], 
              for index, path in enumerate(files)
              if index % num_hosts == host_index and index not in done]
     tasks.sort(key=lambda task: -_size(task[1]))  # longest first: the workers end together
-    bar, failed = None, True
+    init_args, failed = (vocab, do_lower_case, options), True
     try:
-        with _workers(num_workers, len(tasks), (vocab, do_lower_case, options)) as run_map:
+        if beam is not None:
+            beam_engine.run(beam, tasks, init_args, parts_dir, output_files,
+                            _record_format(output_files))
+            done.update(shard_parts.finished_parts(parts_dir, plan["plan"]))
+            total = _total([done[i] for i in range(len(files))])
+            _warn_about(total, files, options)
+            _require_rows(total, len(files))
+            _place(beam_engine.shard_targets(parts_dir, output_files), output_files)
+            _write_summary(total, [done[0]], output_files, summary_path)
+        else:
+            total = _convert_here(tasks, done, files, parts_dir, output_files, init_args,
+                                  num_workers, progress, summary_path, host_index, num_hosts)
+        failed = False
+    finally:
+        if not keep_parts:
+            paths.rmtree(parts_dir, missing_ok=True)
+        if failed:
+            _remove_outputs([], made)
+    return total
+
+
+def _record_format(output_files: Sequence[str]) -> str:
+    return output_files[0].rsplit(".", 1)[-1]
+
+
+def _convert_here(tasks, done: dict, files: Sequence[str], parts_dir: str,
+                  output_files: Sequence[str], init_args: tuple, num_workers: int, progress: bool,
+                  summary_path: Optional[str], host_index: int, num_hosts: int) -> Stats:
+    """The local engine: `tasks` converted by `num_workers` processes, then the shards assembled."""
+    from tqdm import tqdm
+    bar = None
+    try:
+        with _workers(num_workers, len(tasks), init_args) as run_map:
             # after the workers start: tqdm's monitor thread would keep them from forking
             bar = tqdm(total=sum(_size(task[1]) for task in tasks), unit="B", unit_scale=True,
                        desc="create-data", disable=not progress, file=sys.stderr)
@@ -284,17 +326,12 @@ def create_pretraining_data(inputs: Sequence[str], output_files: Sequence[str], 
             bar.close()
             mine = [done[i] for i in range(len(files)) if i % num_hosts == host_index]
             total = _total(mine)
-            _warn_about(total, files, options)
+            _warn_about(total, files, init_args[2])
             if num_hosts == 1:
                 _assemble(mine, parts_dir, output_files, run_map, summary_path)
-        failed = False
     finally:
         if bar is not None:
             bar.close()
-        if not keep_parts:
-            paths.rmtree(parts_dir, missing_ok=True)
-        if failed:
-            _remove_outputs([], made)
     return total
 
 
@@ -305,32 +342,50 @@ def _total(metas: Sequence[dict]) -> Stats:
     return total
 
 
+def _require_rows(total: Stats, num_files: int) -> None:
+    """Refuses a data set with no row (it would only fail later)."""
+    if not total.instances:
+        raise UserError(
+            f"no pretraining examples from {num_files} input file(s): {total.documents} "
+            f"documents, {total.sentences} sentences, {total.empty_files} empty file(s); "
+            "the input needs text in BERT's "
+            "format (a sentence per line, a blank line between documents)")
+
+
 def _assemble(metas: Sequence[dict], parts_dir: str, output_files: Sequence[str], run_map,
               summary_path: Optional[str]) -> None:
     """The shards from the parts (`metas`, in input order), renamed into place together.
 
-    Then summary.json and the data's record beside it; refuses a data set with no row
-    (it would only fail later)."""
+    Then summary.json and the data's record beside it."""
     total = _total(metas)
-    if not total.instances:
-        raise UserError(
-            f"no pretraining examples from {len(metas)} input file(s): {total.documents} "
-            f"documents, {total.sentences} sentences, {total.empty_files} empty file(s); "
-            "the input needs text in BERT's "
-            "format (a sentence per line, a blank line between documents)")
+    _require_rows(total, len(metas))
     pieces = shard_parts.shard_pieces(metas, parts_dir, len(output_files))
+    record_format = _record_format(output_files)
     temporary = []
     try:
-        for tmp in run_map(shard_parts.assemble_shard, list(zip(output_files, pieces))):
+        for tmp in run_map(shard_parts.assemble_shard,
+                           [(path, shard, record_format)
+                            for path, shard in zip(output_files, pieces)]):
             temporary.append(tmp)
-        for path in output_files:
-            tmp = next(t for t in temporary
-                       if paths.basename(t).startswith(f".tmp-{paths.basename(path)}-"))
-            paths.move(tmp, path)
-            temporary.remove(tmp)
+        _place([next(t for t in temporary
+                     if paths.basename(t).startswith(f".tmp-{paths.basename(path)}-"))
+                for path in output_files], output_files)
+        temporary.clear()
     finally:
         for tmp in temporary:
             paths.remove(tmp)
+    _write_summary(total, metas, output_files, summary_path)
+
+
+def _place(written: Sequence[str], output_files: Sequence[str]) -> None:
+    """Renames each written shard to its final name, in order (a stop leaves the rest removable)."""
+    for tmp, path in zip(written, output_files):
+        paths.move(tmp, path)
+
+
+def _write_summary(total: Stats, metas: Sequence[dict], output_files: Sequence[str],
+                   summary_path: Optional[str]) -> None:
+    """summary.json, then the data's record beside it (last: it marks the folder complete)."""
     if summary_path:
         summary = dict(total.summary(), output_files=list(output_files))
         paths.write_text(summary_path, json.dumps(summary, indent=2))
@@ -382,12 +437,13 @@ def _remove_outputs(output_files: Sequence[str], made: Sequence[str]) -> None:
 
 
 def remove_stale_shards(output_dir: str, output_files: Sequence[str]) -> List[str]:
-    """Removes the shards an earlier run with another --num_shards left in `output_dir`.
+    """Removes the shards an earlier run with another --num_shards or --format left in `output_dir`.
 
-    These are the `pretrain-*-of-*.tfrecord` that this run did not write: a glob over the directory
+    These are the `pretrain-*-of-*` shards that this run did not write: a glob over the directory
     would train on both sets. Returns their paths."""
     keep = {paths.abspath(p) for p in output_files}
-    stale = [p for p in paths.glob(paths.join(output_dir, DATA_FOLDER.shards))
+    stale = [p for pattern in (DATA_FOLDER.shards, DATA_FOLDER.array_record_shards)
+             for p in paths.glob(paths.join(output_dir, pattern))
              if paths.abspath(p) not in keep]
     for path in stale:
         paths.remove(path)

@@ -18,7 +18,7 @@ import errno
 import json
 from typing import Dict, List, Sequence, Tuple
 
-from bert_jax.data import tfrecord
+from bert_jax.data import record_formats, tfrecord
 from bert_jax.errors import UserError
 from bert_jax.host import paths
 
@@ -106,27 +106,44 @@ def shard_pieces(metas: Sequence[dict], parts_dir: str, num_shards: int) -> List
     return pieces
 
 
-def assemble_shard(task: Tuple[str, List[Piece]]) -> str:
-    """Writes one shard (`task`: its path and pieces) under a temporary name.
+def assemble_shard(task: Tuple[str, List[Piece], str]) -> str:
+    """Writes one shard (`task`: its path, pieces and format) under a temporary name.
 
     Returns that name, renamed by the caller once every shard is complete."""
-    path, pieces = task
+    path, pieces, record_format = task
     tmp = paths.temporary_sibling(path)
-    try:
-        with paths.open(tmp, "wb") as out:
-            for source, start, end in pieces:
-                with paths.open(source, "rb") as f:
-                    f.seek(start)
-                    left = end - start
-                    while left:
-                        chunk = f.read(min(_COPY_CHUNK, left))
-                        if not chunk:
-                            raise UserError(f"{source} is cut short: remove it and its "
-                                            ".json, and run again to remake it")
-                        out.write(chunk)
-                        left -= len(chunk)
-    except OSError as e:
-        if paths.exists(tmp):
-            paths.remove(tmp)
-        raise disk_full(e, path) from e
+    write_shard(tmp, pieces, record_format, path)
     return tmp
+
+
+def write_shard(target: str, pieces: List[Piece], record_format: str, path: str = "") -> None:
+    """Writes the records of `pieces` to `target` in `record_format` (`record_formats`).
+
+    TFRecord pieces are copied as bytes; `path`: the shard's final name, for a full disk's error."""
+    try:
+        if record_format == "tfrecord":
+            with paths.open(target, "wb") as out:
+                for piece in pieces:
+                    _copy_range(piece, out)
+        else:
+            record_formats.write_records(
+                target, (record for source, start, end in pieces
+                         for record in tfrecord.read_range(source, start, end)), record_format)
+    except OSError as e:
+        if paths.exists(target):
+            paths.remove(target)
+        raise disk_full(e, path or target) from e
+
+
+def _copy_range(piece: Piece, out) -> None:
+    source, start, end = piece
+    with paths.open(source, "rb") as f:
+        f.seek(start)
+        left = end - start
+        while left:
+            chunk = f.read(min(_COPY_CHUNK, left))
+            if not chunk:
+                raise UserError(f"{source} is cut short: remove it and its "
+                                ".json, and run again to remake it")
+            out.write(chunk)
+            left -= len(chunk)

@@ -74,6 +74,24 @@ def frame(record: bytes) -> bytes:
             + struct.pack("<I", _masked_crc(record)))
 
 
+def read_range(path: str, start: int, end: int) -> Iterator[bytes]:
+    """The records framed in bytes [start, end) of a TFRecord file (`frame`'s output), in order."""
+    with paths.open(path, "rb") as f:
+        f.seek(start)
+        position = start
+        while position < end:
+            header = f.read(12)
+            length, crc = struct.unpack_from("<QI", header) if len(header) == 12 else (0, None)
+            if crc is None or _masked_crc(header[:8]) != crc:
+                raise CorruptRecordError(f"{path}: the record at byte {position} is cut short "
+                                         "or corrupt")
+            body = f.read(length + 4)
+            if len(body) < length + 4:
+                raise CorruptRecordError(f"{path}: the record at byte {position} is cut short")
+            yield body[:length]
+            position += 12 + length + 4
+
+
 def read_record_lists(path: str, size: int = 256) -> Iterator[list[bytes]]:
     """`read_records(path)` in lists of up to `size` records."""
     records = read_records(path)

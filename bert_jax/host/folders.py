@@ -141,17 +141,20 @@ class DataFolder:
     summary: str = "summary.json"  # create-data's counts
     parts: str = "parts"           # per-input-file parts, until the shards are assembled
     shards: str = "pretrain-*-of-*.tfrecord"
+    array_record_shards: str = "pretrain-*-of-*.array_record"  # --format array_record
     temporaries: str = ".tmp-*"
 
-    def shard(self, index: int, count: int) -> str:
-        return f"pretrain-{index:05d}-of-{count:05d}.tfrecord"
+    def shard(self, index: int, count: int, record_format: str = "tfrecord") -> str:
+        return f"pretrain-{index:05d}-of-{count:05d}.{record_format}"
 
     def recognises(self, names: Collection[str]) -> bool:
-        return self.summary in names and any(n.endswith(".tfrecord") for n in names)
+        return self.summary in names and any(n.endswith((".tfrecord", ".array_record"))
+                                             for n in names)
 
     @property
     def replaced(self) -> tuple[str, ...]:
-        return (self.shards, self.summary, self.record, self.temporaries)
+        return (self.shards, self.array_record_shards, self.summary, self.record,
+                self.temporaries)
 
     def is_replaced(self, name: str) -> bool:
         return any(fnmatch.fnmatch(name, pattern) for pattern in self.replaced)

@@ -90,6 +90,11 @@ def input_files(patterns: str) -> list[str]:
             raise UserError(f"input_files: {pattern!r} matches no file")
         files += matches
     files = sorted(set(files))
+    arrays = [f for f in files if f.endswith(".array_record")]
+    if arrays:
+        raise UserError(f"input_files: {_shown(arrays)} are ArrayRecord shards, which "
+                        "pretraining does not read: make TFRecord shards of the same text "
+                        "(bert-jax create-data --format tfrecord, the default)")
     skipped = [f for f in files if _is_json(f)]
     if skipped and len(skipped) < len(files):  # e.g. data/* catching summary.json
         log.warning("input_files: skipping %d file(s) that are not TFRecords or text: %s",
