@@ -96,6 +96,23 @@ def pipeline_options(text: str, output_dir: str):
     return options
 
 
+def check_reachable(options, files: Sequence[str]) -> None:
+    """Refuses inputs that a cluster runner's workers cannot read: local files, or a corpus by
+    name (`tfds:`) prepared in a local data folder."""
+    runner = options.get_all_options()["runner"]
+    if runner in LOCAL_RUNNERS:
+        return
+    local = [f for f in files if not f.startswith("tfds:") and not paths.is_remote(f)]
+    if local:
+        raise UserError(f"input {local[0]} is a local file, which the workers of runner={runner} "
+                        "cannot read: copy the input to a bucket (gs://...) and give its paths")
+    data_dir = os.environ.get("TFDS_DATA_DIR", "")
+    if len(local) < len(files) and not paths.is_remote(data_dir):
+        raise UserError(f"a tfds: input is read by the workers of runner={runner}, which cannot "
+                        f"reach the local data folder {data_dir or '~/tensorflow_datasets'}: "
+                        "prepare the data set in a bucket and set TFDS_DATA_DIR=gs://...")
+
+
 def _runner_name(beam, name: str) -> str:
     """A runner's class name, as Beam matches it (any case, "Runner" optional; or a dotted path)."""
     if "." in name:
@@ -202,8 +219,12 @@ def _write_shard(task: tuple, parts_dir: str) -> str:
 def _convert_files(beam, init_args: tuple):
     """The DoFn converting input files (defined here: Beam is imported only when used)."""
 
+    data_dir = os.environ.get("TFDS_DATA_DIR")  # where a tfds: input lies, for every worker
+
     class ConvertFiles(beam.DoFn):
         def setup(self):
+            if data_dir:
+                os.environ["TFDS_DATA_DIR"] = data_dir
             example_maker.init_worker(*init_args)
 
         def process(self, task):

@@ -267,6 +267,7 @@ def create_pretraining_data(inputs: Sequence[str], output_files: Sequence[str], 
     if beam_options is not None:
         beam = beam_engine.pipeline_options(beam_options,
                                             paths.dirname(paths.abspath(output_files[0])))
+        beam_engine.check_reachable(beam, files)
         corpus.check_starts([f for f in files if not tfds_source.is_tfds(f)], options.encoding)
     plan = _plan(files, references, vocab, do_lower_case, options, len(output_files))
     made = sorted({paths.dirname(paths.abspath(p)) for p in output_files

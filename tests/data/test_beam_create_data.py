@@ -148,6 +148,18 @@ def test_a_cluster_runner_without_a_way_to_ship_bert_jax_is_refused():
     assert options.get_all_options()["runner"] == "DataflowRunner"
 
 
+def test_a_cluster_runner_is_refused_inputs_its_workers_cannot_read(texts, monkeypatch):
+    options = beam_engine.pipeline_options("runner=SparkRunner,requirements_file=r.txt", "gs://b")
+    with pytest.raises(UserError, match=f"input {texts[0]} is a local file, which the workers"):
+        beam_engine.check_reachable(options, texts)
+    monkeypatch.delenv("TFDS_DATA_DIR", raising=False)
+    with pytest.raises(UserError, match="cannot reach the local data folder ~/tensorflow_datasets"):
+        beam_engine.check_reachable(options, ["tfds:wikipedia/20230601.en:train#0/64"])
+    monkeypatch.setenv("TFDS_DATA_DIR", "gs://b/tensorflow_datasets")
+    beam_engine.check_reachable(options, ["tfds:wikipedia/20230601.en:train#0/64", "gs://b/t.txt"])
+    beam_engine.check_reachable(beam_engine.pipeline_options(IN_PROCESS, "out"), texts)
+
+
 def test_direct_runner_says_that_it_downloads(caplog):
     beam_engine.pipeline_options("runner=DirectRunner", "out")
     assert "downloads a binary" in caplog.text
@@ -232,8 +244,8 @@ def _beam_workers():
 def test_a_stop_ends_the_pipeline_in_one_line_and_leaves_nothing(big_inputs, tmp_path, signum,
                                                                    options):
     out = tmp_path / "out"
-    command = [sys.executable, "-m", "bert_jax.cli", "create-data", "--input", big_inputs, "--output",
-               str(out), "--no_progress", "--beam_pipeline_options", options]
+    command = [sys.executable, "-m", "bert_jax.cli", "create-data", "--input", big_inputs,
+               "--output", str(out), "--no_progress", "--beam_pipeline_options", options]
     before = _beam_workers()
     process = subprocess.Popen(command, cwd=REPO, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 60
