@@ -31,6 +31,23 @@ if "BERT_JAX_CACHE_DIR" not in os.environ:
 # runs do: most tests compile the same tiny train steps.
 compile_cache.configure()
 
+
+def _sentencepiece_schema_for_this_protobuf():
+    """transformers reads SentencePiece models (the reference tokenizers) with sentencepiece's
+    compiled schema, whose gencode 7 refuses the protobuf 6 that apache-beam pins; its own
+    copy of the same schema loads on both, so the tests hand it that one."""
+    import sys
+
+    from google.protobuf import runtime_version
+    try:
+        from sentencepiece import sentencepiece_model_pb2  # noqa: F401
+    except runtime_version.VersionError:
+        from transformers.utils import sentencepiece_model_pb2_new
+        sys.modules["sentencepiece.sentencepiece_model_pb2"] = sentencepiece_model_pb2_new
+
+
+_sentencepiece_schema_for_this_protobuf()
+
 import pytest  # noqa: E402
 
 

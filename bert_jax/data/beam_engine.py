@@ -29,13 +29,15 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import sys
 import tempfile
+import threading
 from typing import Iterator, List, Sequence
 
 from bert_jax.data import example_maker, shard_parts
 from bert_jax.errors import UserError
-from bert_jax.host import library_log, paths, stopping
+from bert_jax.host import library_log, paths
 
 log = logging.getLogger(__name__)
 
@@ -97,8 +99,9 @@ def pipeline_options(text: str, output_dir: str):
 
 
 def check_reachable(options, files: Sequence[str]) -> None:
-    """Refuses inputs that a cluster runner's workers cannot read: local files, or a corpus by
-    name (`tfds:`) prepared in a local data folder."""
+    """Refuses inputs that a cluster runner's workers cannot read.
+
+    Local files, or a corpus by name (`tfds:`) prepared in a local data folder."""
     runner = options.get_all_options()["runner"]
     if runner in LOCAL_RUNNERS:
         return
@@ -175,32 +178,86 @@ def run(options, tasks: Sequence[tuple], init_args: tuple, parts_dir: str,
          | "shard pieces" >> beam.FlatMap(_shard_tasks, parts_dir, targets, record_format)
          | "spread shards" >> beam.Reshuffle()
          | "write shards" >> beam.Map(_write_shard, parts_dir))
+    stops: List[BaseException] = []
     try:
-        with _library_output_to_log():
+        with _library_output_to_log(), _stops_kept(stops):
             pipeline.run().wait_until_finish()
     except Exception as e:
-        raise _in_our_terms(e, parts_dir) from e
+        _end_worker_processes()
+        if stops:  # Beam reports a stop as whatever failed in its wake
+            raise stops[0] from None
+        kept = paths.glob(paths.join(parts_dir, "error-*.txt"))
+        if kept:  # a worker's UserError: from another process Beam reports only text
+            raise UserError(paths.read_text(sorted(kept)[0])) from e
+        raise
 
 
-def _in_our_terms(error: Exception, parts_dir: str) -> BaseException:
-    """The failure of a pipeline as the error it stands for.
+@contextlib.contextmanager
+def _stops_kept(stops: List[BaseException]) -> Iterator[None]:
+    """Keeps in `stops` the exception that Ctrl-C or SIGTERM raised (by the handlers in place).
 
-    A worker's UserError (kept in `parts_dir` by `_kept_errors`: from another process Beam reports
-    only text), or a stop that arrived while this process ran a DoFn, which Beam re-raises with its
-    step's name added (SIGTERM's Interrupted) or as a RuntimeError (Ctrl-C's KeyboardInterrupt)."""
-    kept = paths.glob(paths.join(parts_dir, "error-*.txt"))
-    if kept:
-        return UserError(paths.read_text(sorted(kept)[0]))
-    if isinstance(error, stopping.Interrupted):
-        return stopping.Interrupted(str(error).split(" [while running")[0])
-    if type(error) is RuntimeError and str(error).startswith("KeyboardInterrupt"):
-        return KeyboardInterrupt()
-    return error
+    Raised inside a DoFn running in this process, Beam re-raises it as a RuntimeError or with its
+    step's name added; raised while Beam waits, its threads fail in its wake with their own
+    errors. Either way the run stopped: the caller raises the stop itself."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def keep(signum, frame):
+        handler = previous[signum]
+        _end_worker_processes()  # else Beam's cleanup waits for them to finish their work
+        try:
+            if callable(handler):
+                handler(signum, frame)
+            elif handler == signal.SIG_DFL:
+                raise KeyboardInterrupt if signum == signal.SIGINT else SystemExit(128 + signum)
+        except BaseException as e:
+            stops.append(e)
+            raise
+
+    for signum in previous:
+        signal.signal(signum, keep)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            if signal.getsignal(signum) is keep:
+                signal.signal(signum, handler)
+
+
+def _end_worker_processes() -> None:
+    """Kills this process's Beam worker processes, if any (multi_processing mode; Linux).
+
+    Beam starts each through a shell, and its own stop kills the shell only: the worker would go on
+    converting, orphaned. Found by their parents in /proc."""
+    if not os.path.isdir("/proc"):
+        return
+    children: dict = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue  # ended meanwhile
+        children.setdefault(parent, []).append(int(entry))
+    pending, descendants = [os.getpid()], []
+    while pending:
+        found = children.get(pending.pop(), [])
+        descendants += found
+        pending += found
+    for pid in descendants:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"sdk_worker_main" in f.read():
+                    os.kill(pid, signal.SIGKILL)
+        except OSError:
+            continue
 
 
 @contextlib.contextmanager
 def _kept_errors(parts_dir: str, name: str) -> Iterator[None]:
-    """A UserError on a worker is written to `parts_dir` for the launcher (`_in_our_terms`)."""
+    """A UserError on a worker is written to `parts_dir` for the launcher (`run`)."""
     try:
         yield
     except UserError as e:

@@ -24,8 +24,12 @@ from bert_jax.errors import UserError
 
 from helpers import REPO, words
 
-beam = pytest.importorskip("apache_beam", reason="Apache Beam is not installed: "
-                           "pip install 'bert_jax[beam]'")
+try:
+    import apache_beam as beam
+except ImportError:
+    beam = None
+needs_beam = pytest.mark.skipif(beam is None, reason="Apache Beam is not installed: "
+                                "pip install 'bert_jax[beam]'")
 
 IN_PROCESS = "runner=FnApiRunner"
 TWO_PROCESSES = "runner=FnApiRunner,direct_running_mode=multi_processing,direct_num_workers=2"
@@ -65,6 +69,7 @@ def local(texts, tmp_path_factory):
     return folder
 
 
+@needs_beam
 @pytest.mark.parametrize("options", [IN_PROCESS, TWO_PROCESSES], ids=["in_process", "two_workers"])
 def test_the_pipeline_writes_the_local_engines_shards(texts, local, tmp_path, options):
     assert _create(texts, tmp_path, "--beam_pipeline_options", options) == 0
@@ -75,7 +80,8 @@ def test_the_pipeline_writes_the_local_engines_shards(texts, local, tmp_path, op
     assert sorted(os.listdir(tmp_path)) == sorted(os.listdir(local))  # no hidden folder left
 
 
-@pytest.mark.parametrize("options", [None, IN_PROCESS], ids=["local", "beam"])
+@pytest.mark.parametrize("options", [None, pytest.param(IN_PROCESS, marks=needs_beam)],
+                         ids=["local", "beam"])
 def test_array_record_shards_hold_the_tfrecord_records(texts, local, tmp_path, options):
     extra = ["--beam_pipeline_options", options] if options else []
     assert _create(texts, tmp_path, "--format", "array_record", *extra) == 0
@@ -89,6 +95,7 @@ def test_array_record_shards_hold_the_tfrecord_records(texts, local, tmp_path, o
     assert not glob.glob(f"{tmp_path}/*.tfrecord")
 
 
+@needs_beam
 def test_a_rerun_in_the_other_format_removes_the_first_formats_shards(texts, tmp_path):
     assert _create(texts, tmp_path, "--format", "array_record") == 0
     assert _create(texts, tmp_path, "--beam_pipeline_options", IN_PROCESS) == 0
@@ -105,6 +112,7 @@ def corpus_vocab():
     return DEFAULT_VOCAB
 
 
+@needs_beam
 def test_the_transforms_under_test_pipeline(texts, tmp_path):
     """The conversion DoFn makes each file's part once; the shard step deals every part's records
     into the shards as the local engine does (checked against `shard_parts.shard_pieces`)."""
@@ -127,6 +135,7 @@ def test_the_transforms_under_test_pipeline(texts, tmp_path):
     assert all(records)
 
 
+@needs_beam
 @pytest.mark.parametrize("text, words_of_it", [
     ("runer=FnApiRunner", "runer is not one of Apache Beam's pipeline options"),
     ("runner=Nope", "runner=Nope is not a runner Beam knows"),
@@ -140,6 +149,7 @@ def test_options_are_refused_before_anything_starts(text, words_of_it, tmp_path)
         beam_engine.pipeline_options(text, str(tmp_path))
 
 
+@needs_beam
 def test_a_cluster_runner_without_a_way_to_ship_bert_jax_is_refused():
     with pytest.raises(UserError, match="the workers need bert_jax; add extra_packages="):
         beam_engine.pipeline_options("runner=dataflow,project=p,region=r", "gs://b/data")
@@ -148,6 +158,7 @@ def test_a_cluster_runner_without_a_way_to_ship_bert_jax_is_refused():
     assert options.get_all_options()["runner"] == "DataflowRunner"
 
 
+@needs_beam
 def test_a_cluster_runner_is_refused_inputs_its_workers_cannot_read(texts, monkeypatch):
     options = beam_engine.pipeline_options("runner=SparkRunner,requirements_file=r.txt", "gs://b")
     with pytest.raises(UserError, match=f"input {texts[0]} is a local file, which the workers"):
@@ -160,6 +171,7 @@ def test_a_cluster_runner_is_refused_inputs_its_workers_cannot_read(texts, monke
     beam_engine.check_reachable(beam_engine.pipeline_options(IN_PROCESS, "out"), texts)
 
 
+@needs_beam
 def test_direct_runner_says_that_it_downloads(caplog):
     beam_engine.pipeline_options("runner=DirectRunner", "out")
     assert "downloads a binary" in caplog.text
@@ -174,6 +186,7 @@ def test_without_beam_the_option_names_the_extra(texts, tmp_path, capsys, monkey
     assert not (tmp_path / "out").exists()
 
 
+@needs_beam
 def test_a_binary_file_stops_before_the_pipeline(texts, tmp_path, capsys, monkeypatch):
     binary = tmp_path / "in" / "zz.txt"
     binary.parent.mkdir()
@@ -187,6 +200,7 @@ def test_a_binary_file_stops_before_the_pipeline(texts, tmp_path, capsys, monkey
     assert not (tmp_path / "out").exists()
 
 
+@needs_beam
 @pytest.mark.parametrize("options", [IN_PROCESS, TWO_PROCESSES], ids=["in_process", "two_workers"])
 def test_a_bad_file_found_by_a_worker_is_one_line_and_no_shard(texts, tmp_path, capsys, options):
     """Bytes that are not UTF-8 past the lines the launcher reads: a worker finds them."""
@@ -202,6 +216,7 @@ def test_a_bad_file_found_by_a_worker_is_one_line_and_no_shard(texts, tmp_path, 
     assert os.listdir(out) == []
 
 
+@needs_beam
 def test_the_pipeline_opens_no_network_connection(texts, tmp_path, monkeypatch):
     """In Beam's in-process runner, where every connection this process makes would show."""
     opened = []
@@ -239,6 +254,7 @@ def _beam_workers():
     return set(found.split())
 
 
+@needs_beam
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 @pytest.mark.parametrize("options", [IN_PROCESS, TWO_PROCESSES], ids=["in_process", "two_workers"])
 def test_a_stop_ends_the_pipeline_in_one_line_and_leaves_nothing(big_inputs, tmp_path, signum,
