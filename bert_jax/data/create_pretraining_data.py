@@ -251,14 +251,7 @@ def create_pretraining_data(inputs: Sequence[str], output_files: Sequence[str], 
     _check_inputs_apart(files, output_files)
     load_tokenizer(vocab, do_lower_case)  # fail before starting workers
     chinese_words.make_segmenter(options.chinese_segmenter)
-    references = corpus.expand_inputs(chinese_ref_files) if chinese_ref_files else []
-    if references and not options.whole_units:
-        raise UserError("a Chinese reference segmentation is for whole-word masking: "
-                        "add --whole_word_masking")
-    example_maker.check_knowledge_masking(options, bool(references))
-    if references and len(references) != len(files):
-        raise UserError(f"{len(references)} reference files for {len(files)} input files: "
-                        "give one per input file, in the inputs' sorted order")
+    references = _reference_files(chinese_ref_files, files, options)
     if not 0 <= host_index < num_hosts:
         raise UserError(f"--host_index {host_index} is not in [0, --num_hosts {num_hosts})")
     if num_hosts > 1 and parts_dir is None:
@@ -286,14 +279,8 @@ def create_pretraining_data(inputs: Sequence[str], output_files: Sequence[str], 
     init_args, failed = (vocab, do_lower_case, options), True
     try:
         if beam is not None:
-            beam_engine.run(beam, tasks, init_args, parts_dir, output_files,
-                            _record_format(output_files))
-            done.update(shard_parts.finished_parts(parts_dir, plan["plan"]))
-            total = _total([done[i] for i in range(len(files))])
-            _warn_about(total, files, options)
-            _require_rows(total, len(files))
-            _place(beam_engine.shard_targets(parts_dir, output_files), output_files)
-            _write_summary(total, [done[0]], output_files, summary_path)
+            total = _convert_with_beam(beam, tasks, init_args, done, plan, files, parts_dir,
+                                       output_files, summary_path)
         else:
             total = _convert_here(tasks, done, files, parts_dir, output_files, init_args,
                                   num_workers, progress, summary_path, host_index, num_hosts)
@@ -303,6 +290,33 @@ def create_pretraining_data(inputs: Sequence[str], output_files: Sequence[str], 
             paths.rmtree(parts_dir, missing_ok=True)
         if failed:
             _remove_outputs([], made)
+    return total
+
+
+def _reference_files(chinese_ref_files: Sequence[str], files: Sequence[str],
+                     options: DataOptions) -> List[str]:
+    """The Chinese reference segmentations, one per input file, checked against the options."""
+    references = corpus.expand_inputs(chinese_ref_files) if chinese_ref_files else []
+    if references and not options.whole_units:
+        raise UserError("a Chinese reference segmentation is for whole-word masking: "
+                        "add --whole_word_masking")
+    example_maker.check_knowledge_masking(options, bool(references))
+    if references and len(references) != len(files):
+        raise UserError(f"{len(references)} reference files for {len(files)} input files: "
+                        "give one per input file, in the inputs' sorted order")
+    return references
+
+
+def _convert_with_beam(beam, tasks, init_args, done, plan, files, parts_dir, output_files,
+                       summary_path) -> Stats:
+    """The conversion as a Beam pipeline, then the shards placed and summarised as here."""
+    beam_engine.run(beam, tasks, init_args, parts_dir, output_files, _record_format(output_files))
+    done.update(shard_parts.finished_parts(parts_dir, plan["plan"]))
+    total = _total([done[i] for i in range(len(files))])
+    _warn_about(total, files, init_args[2])
+    _require_rows(total, len(files))
+    _place(beam_engine.shard_targets(parts_dir, output_files), output_files)
+    _write_summary(total, [done[0]], output_files, summary_path)
     return total
 
 
