@@ -18,7 +18,7 @@ import traceback
 from typing import Callable
 
 from bert_jax import __version__
-from bert_jax.errors import Interrupted, NonFiniteError, is_users_error
+from bert_jax.errors import Interrupted, NonFiniteError, is_unreachable, is_users_error
 from bert_jax.host import backend_env, compile_cache, library_log, stopping, tf_host
 
 # Each command: the function that runs it on its flags ("module:function", imported when
@@ -80,6 +80,9 @@ def _quiet_logging(verbose: bool) -> None:
     logging.basicConfig(level=level, format="bert-jax: %(levelname)s: %(message)s")
     for name in ("absl", "orbax", "jax", "tensorflow"):
         logging.getLogger(name).setLevel(level)
+    # gcsfs logs each failed request with its traceback, and its fallbacks, before it raises:
+    # the raised error is the one line we print.
+    logging.getLogger("gcsfs").setLevel(logging.INFO if verbose else logging.CRITICAL)
     if not verbose:
         logging.getLogger("absl").addFilter(_hide_orbax_noise)
 
@@ -225,6 +228,11 @@ def report_failure(prog: str, error: BaseException) -> int:
     message = " ".join(str(error).split())  # one line, whatever the message holds
     if is_users_error(error):
         print(f"{prog}: error: {message}{_LIBRARY_TRACEBACKS.mention(message)}",
+              file=sys.stderr)
+        return 2
+    if is_unreachable(error):
+        print(f"{prog}: error: cannot reach the network: {message} (check the connection; "
+              f"for a bucket, the credentials too){_LIBRARY_TRACEBACKS.mention(message)}",
               file=sys.stderr)
         return 2
     if isinstance(error, NonFiniteError):  # the run diverged: not a bug, nor the input's fault

@@ -3,9 +3,10 @@
 `bert-jax` prints a `UserError` as one line, `bert-jax COMMAND: error: MESSAGE`, and
 exits with code 2; so too the OSErrors a user causes and fixes (`is_users_os_error`:
 a missing file, a file where a folder belongs or the reverse, no permission, a full
-disk), whose messages name the path. A library's exception that means bad input (a file
-that is not JSON, bytes that are not UTF-8, a checkpoint it cannot read, an unknown
-name) is converted into a UserError where it enters our code, naming the file or flag.
+disk), whose messages name the path, and a host that cannot be reached
+(`is_unreachable`). A library's exception that means bad input (a file that is not
+JSON, bytes that are not UTF-8, a checkpoint it cannot read, an unknown name) is converted
+into a UserError where it enters our code, naming the file or flag.
 Any other exception is a bug, a ValueError or KeyError too: one line saying so and
 naming the file that holds its traceback, exit code 1.
 """
@@ -13,6 +14,7 @@ naming the file that holds its traceback, exit code 1.
 from __future__ import annotations
 
 import errno
+import socket
 
 
 class UserError(ValueError):
@@ -44,6 +46,14 @@ def is_users_error(error: BaseException) -> bool:
 
     A UserError or `is_users_os_error`."""
     return isinstance(error, UserError) or is_users_os_error(error)
+
+
+def is_unreachable(error: BaseException) -> bool:
+    """Whether `error` says a host could not be reached: no network, a name that does not resolve,
+    a refused connection or a timeout (a bucket's client, gcsfs, raises aiohttp's). Not a bug and
+    not the input's fault: the user's to fix, where they run (exit 2)."""
+    client = isinstance(error, OSError) and type(error).__module__.split(".")[0] == "aiohttp"
+    return client or isinstance(error, (ConnectionError, TimeoutError, socket.gaierror))
 
 
 def check_positive(name: str, value, *, allow_zero: bool = False) -> None:

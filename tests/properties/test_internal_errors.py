@@ -6,6 +6,7 @@ are the user's (exit 2, one line). The same for tools/create_pretraining_data.py
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 
 import jax
@@ -112,6 +113,26 @@ def test_a_missing_input_file_is_one_line_with_exit_2(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("bert-jax create-data: error: ") and missing in err, err
     assert err.count("\n") == 1 and "internal error" not in err, err
+
+
+def _offline():
+    """A bucket client's failure with no network, as gcsfs raises it (aiohttp's OSError)."""
+    from aiohttp.client_exceptions import ClientOSError
+    return ClientOSError(-2, "Cannot connect to host storage.googleapis.com:443 "
+                             "[Name or service not known]")
+
+
+@pytest.mark.parametrize("error", [_offline, lambda: ConnectionRefusedError(111, "refused")],
+                         ids=["bucket_offline", "refused"])
+def test_a_host_out_of_reach_is_the_users_to_fix(text_file, monkeypatch, capsys, error):
+    """Not a bug: one line saying what could not be reached, exit 2 (and no gcsfs log)."""
+    from bert_jax.host import paths
+    monkeypatch.setattr(paths, "exists", _raises(error()))
+    assert cli.main(_create_data(text_file, "gs://bucket/data")) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("bert-jax create-data: error: cannot reach the network: "), err
+    assert err.count("\n") == 1 and "internal error" not in err, err
+    assert logging.getLogger("gcsfs").getEffectiveLevel() > logging.ERROR
 
 
 @pytest.fixture(scope="module")
