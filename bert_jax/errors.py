@@ -49,9 +49,10 @@ def is_users_error(error: BaseException) -> bool:
 
 
 def is_unreachable(error: BaseException) -> bool:
-    """Whether `error` says a host could not be reached: no network, a name that does not resolve,
-    a refused connection or a timeout (a bucket's client, gcsfs, raises aiohttp's). Not a bug and
-    not the input's fault: the user's to fix, where they run (exit 2)."""
+    """Whether `error` says a host could not be reached (the user's to fix, exit 2).
+
+    No network, a name that does not resolve, a refused connection or a timeout; a bucket's
+    client, gcsfs, raises aiohttp's. Not a bug, and nothing to fix in the input."""
     client = isinstance(error, OSError) and type(error).__module__.split(".")[0] == "aiohttp"
     return client or isinstance(error, (ConnectionError, TimeoutError, socket.gaierror))
 
