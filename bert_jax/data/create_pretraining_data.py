@@ -311,9 +311,10 @@ def _convert_with_beam(beam, tasks, init_args, done, plan, files, parts_dir, out
                        summary_path) -> Stats:
     """The conversion as a Beam pipeline, then the shards placed and summarised as here."""
     beam_engine.run(beam, tasks, init_args, parts_dir, output_files, _record_format(output_files))
+    _, _, options = init_args
     done.update(shard_parts.finished_parts(parts_dir, plan["plan"]))
     total = _total([done[i] for i in range(len(files))])
-    _warn_about(total, files, init_args[2])
+    _warn_about(total, files, options)
     _require_rows(total, len(files))
     _place(beam_engine.shard_targets(parts_dir, output_files), output_files)
     _write_summary(total, [done[0]], output_files, summary_path)
