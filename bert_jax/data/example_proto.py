@@ -1,14 +1,23 @@
-"""tf.train.Example serialization without TensorFlow.
+"""tf.train.Example serialization and parsing without TensorFlow.
 
 The few messages of TensorFlow's example.proto and feature.proto (same field numbers, proto3, packed
 lists), built at import with `protobuf` alone, so create-data's workers skip TensorFlow's ~3 s
-import. Bytes equal TensorFlow's `SerializeToString(deterministic=True)` (a test compares them)."""
+import and the Grain pipeline trains where TensorFlow is absent. Bytes equal TensorFlow's
+`SerializeToString(deterministic=True)`, and `parse_examples` what `tf.io.parse_example` returns
+for the same features (tests compare both).
+
+`pretraining_features` is what a pretraining record holds: the one table both input pipelines
+read it with."""
 from __future__ import annotations
 
-from typing import List
+import dataclasses
+from typing import Dict, List, Sequence
 
 import numpy as np
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf.message import DecodeError
+
+from bert_jax.errors import UserError
 
 
 def _example_class():
@@ -63,3 +72,79 @@ def serialize_examples(rows: dict) -> List[bytes]:
         # Map entries in key order: otherwise the byte order varies between processes.
         serialized.append(example.SerializeToString(deterministic=True))
     return serialized
+
+
+class RecordError(UserError):
+    """A record that is not the Example a reader asks for: `row` (its index in the call), `detail`
+    (what is wrong)."""
+
+    def __init__(self, row: int, detail: str):
+        super().__init__(f"record {row} {detail}")
+        self.row, self.detail = row, detail
+
+
+@dataclasses.dataclass(frozen=True)
+class FixedFeature:
+    """A feature of `length` values in every record (`float_list` when `is_float`, else
+    `int64_list`); a record without it reads `default` in each place (None: it must have it)."""
+
+    length: int
+    is_float: bool = False
+    default: float | None = None
+
+
+def pretraining_features(max_seq_length: int, max_predictions: int, word_starts: bool = True,
+                         unit_starts: bool = True) -> Dict[str, FixedFeature]:
+    """The features of create-data's records that a pretraining pipeline reads.
+
+    The word and unit starts only for the dynamic masking that uses them (a row of defaults costs
+    as much as one of data)."""
+    seq, preds = max_seq_length, max_predictions
+    features = {name: FixedFeature(seq) for name in ("input_ids", "input_mask", "segment_ids")}
+    features.update(
+        # Absent (-1) in MLM-only files (create-data --no_next_sentence_prediction).
+        next_sentence_labels=FixedFeature(1, default=-1),
+        # Present instead in sentence-order files (create-data --sentence_order_prediction).
+        sentence_order_labels=FixedFeature(1, default=-1),
+        # Absent in unmasked files (create-data --dynamic_masking).
+        masked_lm_positions=FixedFeature(preds, default=0),
+        masked_lm_ids=FixedFeature(preds, default=0),
+        masked_lm_weights=FixedFeature(preds, is_float=True, default=0))
+    if word_starts:  # written with whole-word masking (Chinese words need it: the vocabulary
+        # alone cannot tell where they end); absent = any token may start one
+        features["word_start"] = FixedFeature(seq, default=1)
+    if unit_starts:  # written by create-data --knowledge_masking (ERNIE's entity/phrase
+        # units); absent (-1) otherwise
+        features["unit_start"] = FixedFeature(seq, default=-1)
+    return features
+
+
+def parse_examples(serialized: Sequence[bytes],
+                   features: Dict[str, FixedFeature]) -> Dict[str, np.ndarray]:
+    """Serialized tf.train.Examples -> {name: [N, length]} (float32 floats, int32 ints).
+
+    Raises RecordError naming the record (its index here) and feature when one is not an Example,
+    lacks a feature that has no default, or holds another number of values."""
+    columns = {name: np.empty((len(serialized), feature.length),
+                              np.float32 if feature.is_float else np.int64)
+               for name, feature in features.items()}
+    kinds = [(name, feature, columns[name], "float_list" if feature.is_float else "int64_list")
+             for name, feature in features.items()]
+    for row, record in enumerate(serialized):
+        try:
+            found = Example.FromString(record).features.feature
+        except DecodeError:
+            raise RecordError(row, "is not a tf.train.Example") from None
+        for name, feature, column, kind in kinds:
+            if name not in found:
+                if feature.default is None:
+                    raise RecordError(row, f"has no {name!r}")
+                column[row] = feature.default
+                continue
+            values = getattr(found[name], kind).value
+            if len(values) != feature.length:
+                raise RecordError(row, f"holds {len(values)} values of {name!r}, not "
+                                       f"{feature.length}")
+            column[row] = values
+    return {name: column if column.dtype == np.float32 else column.astype(np.int32)
+            for name, column in columns.items()}

@@ -1,24 +1,19 @@
-"""The pretraining input pipeline: TFRecords -> fixed-shape numpy batches per host.
+"""The pretraining input pipeline: record shards -> fixed-shape numpy batches per host.
 
-tf.data reads and parses: the host's files (or, with fewer files than hosts,
-every `process_count`-th record) are interleaved, shuffled with a seed that
-depends on (seed, epoch, host), numbered, batched in chunks and parsed with
-`tf.io.parse_example`. Numpy then does the rest: held-out split, dynamic
-masking (`masking.mask_batch`, keyed by seed, epoch, file and record, so an
-example's masks never depend on batching) and optional packing; the parsed and masked
-chunks are made ahead in a thread of their own, off the training thread.
+A reader puts the records in a seeded order per epoch and host and parses them in chunks: Grain
+(`input_pipeline='grain'`, the default; ArrayRecord or TFRecord shards, no TensorFlow,
+`grain_reader`) or tf.data (`'tf.data'`, TFRecord shards, `tfdata_reader`). Numpy then does the
+rest, the same for both: held-out split, dynamic masking (`masking.mask_batch`, keyed by seed,
+epoch, file and record, so an example's masks never depend on batching or on the reader) and
+optional packing; the chunks are made ahead, off the training thread.
 
-Exact resume: the state is the next example's place in the shuffled stream,
-`{"epoch": e, "position": p}`. Restoring rebuilds epoch e and `skip`s p
-records *before* parsing: the cost is reading p raw records through the
-shuffle buffer (no parsing, no masking), about 60k records/s on a busy
-2-core machine (0.5 s for 30k); no earlier epoch is replayed. Batches may
-span epochs.
-Determinism needs the same files, the same options and TensorFlow's default
-global seed (do not call `tf.random.set_seed` to something else in between).
+Exact resume: the state is the next example's place in the reader's stream,
+`{"epoch": e, "position": p}`, saved in each checkpoint; no earlier epoch is replayed. Batches may
+span epochs. Determinism needs the same files, the same options and the same reader (a run records
+its `input_pipeline`).
 
 The caller passes this host's place (`process_index`, `process_count`): the pipeline
-imports no jax.
+imports no jax (Grain, which does, only when it runs).
 """
 import queue
 import threading
@@ -26,40 +21,13 @@ from typing import Dict, Iterator, List, Optional, Sequence
 
 import numpy as np
 
-from bert_jax.data import masking, packing, tfrecord
+from bert_jax.data import example_proto, masking, packing, record_sources, tfrecord
 from bert_jax.data.options import DataOptions
 from bert_jax.errors import UserError
 from bert_jax.host import paths
 
-_CHUNK = 256  # records parsed per tf.io.parse_example call
-_EPOCHS_PER_BUILD = 8  # epochs per tf.data pipeline: its building (~0.15 s) is paid once
-
-
-def _feature_spec(max_seq_length: int, max_predictions: int, word_starts: bool = True,
-                  unit_starts: bool = True):
-    """What tf.io.parse_example reads.
-
-    The pipeline reads the word and unit starts only for the dynamic masking that uses them (a row
-    of defaults costs as much as one of data)."""
-    import tensorflow as tf
-    seq = lambda: tf.io.FixedLenFeature([max_seq_length], tf.int64)
-    zeros = lambda dtype: tf.io.FixedLenFeature([max_predictions], dtype, [0] * max_predictions)
-    spec = {"input_ids": seq(), "input_mask": seq(), "segment_ids": seq(),
-            # Absent (-1) in MLM-only files (create-data --no_next_sentence_prediction).
-            "next_sentence_labels": tf.io.FixedLenFeature([1], tf.int64, [-1]),
-            # Present instead in sentence-order files (create-data --sentence_order_prediction).
-            "sentence_order_labels": tf.io.FixedLenFeature([1], tf.int64, [-1]),
-            "masked_lm_positions": zeros(tf.int64), "masked_lm_ids": zeros(tf.int64),
-            "masked_lm_weights": zeros(tf.float32)}
-    if word_starts:  # written by create-data with whole-word masking (Chinese words need
-        # it: the vocabulary alone cannot tell where they end); absent = any token may start one
-        spec["word_start"] = tf.io.FixedLenFeature([max_seq_length], tf.int64,
-                                                   [1] * max_seq_length)
-    if unit_starts:  # written by create-data --knowledge_masking (ERNIE's entity/phrase
-        # units); absent (-1) otherwise
-        spec["unit_start"] = tf.io.FixedLenFeature([max_seq_length], tf.int64,
-                                                   [-1] * max_seq_length)
-    return spec
+_CHUNK = 256  # examples gathered beyond a batch when packing
+_EPOCHS_PER_READ = 8  # epochs per reader call: a tf.data pipeline's building is paid once
 
 
 class PretrainIterator:
@@ -81,7 +49,23 @@ class PretrainIterator:
         self.repeat = options.repeat and options.split == "train"
         self.knowledge_masking_prob = (options.knowledge_masking_prob
                                        if options.knowledge_masking != "none" else None)
+        self._reader = self._make_reader()
         self.set_state({"epoch": 0, "position": 0})
+
+    def _make_reader(self):
+        dynamic = self.options.dynamic_masking
+        features = example_proto.pretraining_features(
+            self.max_seq_length, self.max_predictions,
+            word_starts=dynamic and self.word_start_table is not None,
+            unit_starts=dynamic and self.knowledge_masking_prob is not None)
+        place = dict(seed=self.options.seed, shuffle=self.shuffle,
+                     process_index=self.process_index, process_count=self.process_count)
+        if self.options.input_pipeline == "grain":
+            from bert_jax.data.grain_reader import GrainReader
+            return GrainReader(self.files, features, threads=self.options.input_threads, **place)
+        from bert_jax.data.tfdata_reader import TfDataReader
+        return TfDataReader(self.files, features, shuffle_buffer=self.options.shuffle_buffer,
+                            **place)
 
     # -- state ------------------------------------------------------------------
 
@@ -99,88 +83,11 @@ class PretrainIterator:
 
     # -- reading ------------------------------------------------------------------
 
-    def _host_files(self) -> List[int]:
-        indices = list(range(len(self.files)))
-        if len(self.files) >= self.process_count:
-            return indices[self.process_index::self.process_count]
-        return indices
-
-    def _epoch_plan(self, epoch: int) -> tuple:
-        """(this host's files in epoch `epoch`'s order, its shuffle seed)."""
-        host_files = self._host_files()
-        if self.shuffle:  # hosts that split records must agree on the file order
-            host = 0 if len(self.files) < self.process_count else self.process_index
-            rng = np.random.default_rng([self.options.seed, epoch, host])
-            host_files = list(rng.permutation(host_files))
-        key = masking.example_keys(self.options.seed, epoch, self.process_index)[0]
-        return host_files, int(key % (1 << 31))
-
-    def _epochs_dataset(self, epoch: int, skip: int, count: int):
-        """Parsed chunks of epochs epoch .. epoch + count - 1 as one tf.data pipeline.
-
-        The first from its `skip`-th record. Built and traced once, not once per epoch, and the next
-        epoch's reading starts as the last one's parsing ends."""
-        import tensorflow as tf
-        plans = [self._epoch_plan(e) for e in range(epoch, epoch + count)]
-        split_by_record = len(self.files) < self.process_count
-        names = tf.constant(self.files)
-        local = not any(paths.is_remote(f) for f in self.files)
-
-        def file_records(file_index):
-            if local:
-                return tf.data.TFRecordDataset(names[file_index])
-            # tf.data's own gs:// client has no emulator setting: stream through
-            # bert_jax.host.paths,
-            # in lists of records (each crossing from Python into tf.data costs ~0.1 ms).
-            return tf.data.Dataset.from_generator(
-                lambda i: tfrecord.read_record_lists(self.files[int(i)]), args=(file_index,),
-                output_signature=tf.TensorSpec([None], tf.string)).unbatch()
-
-        def records(file_index):
-            return file_records(file_index).enumerate().map(
-                lambda index, record: (file_index, index, record))
-
-        def one_epoch(host_files, shuffle_seed, skip_records, epoch_number):
-            ds = tf.data.Dataset.from_tensor_slices(host_files)
-            ds = ds.interleave(records, cycle_length=max(1, min(len(plans[0][0]), 16)),
-                               block_length=4, num_parallel_calls=tf.data.AUTOTUNE,
-                               deterministic=True)
-            if split_by_record:
-                ds = ds.shard(self.process_count, self.process_index)
-            if self.shuffle:
-                ds = ds.shuffle(self.options.shuffle_buffer, seed=shuffle_seed,
-                                reshuffle_each_iteration=False)
-            ds = ds.enumerate().skip(skip_records).batch(_CHUNK)
-            return ds.map(lambda position, fields: (position, fields, epoch_number))
-
-        ds = tf.data.Dataset.from_tensor_slices((
-            tf.constant([files for files, _ in plans], tf.int64),
-            tf.constant([seed for _, seed in plans], tf.int64),
-            tf.constant([skip] + [0] * (count - 1), tf.int64),
-            tf.range(epoch, epoch + count, dtype=tf.int64))).flat_map(one_epoch)
-        dynamic = self.options.dynamic_masking
-        spec = _feature_spec(self.max_seq_length, self.max_predictions,
-                             word_starts=dynamic and self.word_start_table is not None,
-                             unit_starts=dynamic and self.knowledge_masking_prob is not None)
-
-        def parse(position, fields, epoch_number):
-            file_index, record_index, serialized = fields
-            parsed = tf.io.parse_example(serialized, spec)
-            parsed = {k: tf.cast(v, tf.float32 if k == "masked_lm_weights" else tf.int32)
-                      for k, v in parsed.items()}
-            parsed.update(position=position, file_index=file_index, record_index=record_index,
-                          epoch=tf.fill(tf.shape(position), epoch_number))
-            return parsed
-
-        return ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE).prefetch(4)
-
     def _chunk_stream(self, epoch: int, position: int) -> Iterator[dict]:
         while True:
-            count = _EPOCHS_PER_BUILD if self.repeat else 1
+            count = _EPOCHS_PER_READ if self.repeat else 1
             delivered = 0
-            chunks = self._epochs_dataset(epoch, position, count).as_numpy_iterator()
-            for chunk in _name_bad_file(chunks, [self.files[i] for i in self._host_files()]):
-                chunk = self._prepare(chunk)
+            for chunk in self._reader.read(epoch, position, count, self._prepare):
                 delivered += len(chunk["input_ids"])
                 yield chunk
             if not self.repeat:
@@ -206,7 +113,7 @@ class PretrainIterator:
             chunk = {k: v[keep] for k, v in chunk.items()}
         if not self.options.dynamic_masking:
             if len(chunk["input_ids"]) and not chunk["masked_lm_weights"].any():
-                raise UserError("these TFRecords have no static masks (created with "
+                raise UserError("these records have no static masks (created with "
                                 "--dynamic_masking): use dynamic_masking=True")
             return chunk
         original = masking.unmask(chunk["input_ids"], chunk["masked_lm_positions"],
@@ -337,56 +244,37 @@ def _pair_labels(nsp: np.ndarray, sop: np.ndarray, next_sentence_prediction: boo
     First checks that the records hold that kind: NSP, SOP or none (MLM-only)."""
     if sentence_order_prediction:
         if (sop < 0).any():
-            raise UserError("these TFRecords have no sentence-order labels: make them with "
+            raise UserError("these records have no sentence-order labels: make them with "
                             "bert-jax create-data --sentence_order_prediction, or set "
                             "sentence_order_prediction=False")
         return sop
     if (sop >= 0).any():
-        raise UserError("these TFRecords hold sentence-order pairs (create-data "
+        raise UserError("these records hold sentence-order pairs (create-data "
                         "--sentence_order_prediction): set sentence_order_prediction=True")
     _check_nsp_records(nsp, next_sentence_prediction)
     return nsp
 
 
-def _name_bad_file(chunks: Iterator[dict], files: Sequence[str]) -> Iterator[dict]:
-    """`chunks`, with TensorFlow's error for a bad record turned into a UserError naming the file.
-
-    The error is for a corrupt or truncated record and names no file: on that error, which is rare,
-    the files are read through until one fails."""
-    import tensorflow as tf
-    try:
-        yield from chunks
-    except tf.errors.DataLossError as e:
-        for path in files:
-            try:
-                for _ in tfrecord.read_records(path):
-                    pass
-            except tfrecord.CorruptRecordError as found:
-                detail = str(found).removeprefix(f"{path}: ")
-                raise UserError(f"{path}: corrupt or truncated TFRecord file ({detail}); "
-                                "recreate it with bert-jax create-data or leave it out of "
-                                "input_files") from None
-        raise UserError(f"a corrupt or truncated TFRecord file among {len(files)} "
-                        f"({e.message.splitlines()[0]})") from None
-
-
 def check_record_shapes(files: Sequence[str], max_seq_length: int,
                         max_predictions_per_seq: int) -> None:
-    """Reads the first record of the first and the last file.
+    """Reads the first record of the first and the last file (TFRecord or ArrayRecord).
 
     Raises UserError naming the file and both numbers when its rows or masked positions are not the
     lengths the run asks for, or when it cannot be read (before any step, rather than a shape error
     at the first batch)."""
-    import tensorflow as tf
     for path in sorted({files[0], files[-1]}):
         try:
-            raw = next(iter(tfrecord.read_records(path)), None)
+            records = record_sources.RecordFiles([path])
+            raw = records[0] if len(records) else None
         except tfrecord.CorruptRecordError as e:
             raise UserError(f"{path}: not a readable TFRecord file ({e})") from None
+        except (RuntimeError, ValueError, OSError) as e:  # array_record's reader
+            raise UserError(f"{path}: not a readable ArrayRecord file "
+                            f"({str(e).splitlines()[0]})") from None
         if raw is None:
             continue
         try:
-            features = tf.train.Example.FromString(raw).features.feature
+            features = example_proto.Example.FromString(raw).features.feature
         except Exception:  # noqa: BLE001 - protobuf's DecodeError
             raise UserError(f"{path}: its records are not tf.train.Examples (not made by "
                             "bert-jax create-data)") from None
@@ -408,11 +296,11 @@ def check_record_shapes(files: Sequence[str], max_seq_length: int,
 def _check_nsp_records(labels: np.ndarray, next_sentence_prediction: bool) -> None:
     """Records with NSP labels (-1: none) must meet a run that wants them, and only one."""
     if next_sentence_prediction and (labels < 0).any():
-        raise UserError("these TFRecords are MLM-only (made without next-sentence pairs, "
+        raise UserError("these records are MLM-only (made without next-sentence pairs, "
                         "create-data --no_next_sentence_prediction): set "
                         "next_sentence_prediction=False, or make NSP data")
     if not next_sentence_prediction and (labels >= 0).any():
-        raise UserError("these TFRecords hold next-sentence pairs with NSP labels: with "
+        raise UserError("these records hold next-sentence pairs with NSP labels: with "
                         "next_sentence_prediction=False use MLM-only data (bert-jax "
                         "create-data --no_next_sentence_prediction)")
 
@@ -447,8 +335,6 @@ def make_pretrain_iterator(file_patterns: Sequence[str], options: DataOptions, *
     hash of file and record index; training with the same fraction skips
     them) once, unshuffled; its last batch is padded with all-zero rows.
     """
-    from bert_jax.host.tf_host import tensorflow
-    tensorflow()  # configured before tf.data runs
     if options.split not in ("train", "eval"):
         raise ValueError(f"split must be 'train' or 'eval', not {options.split!r}")
     if options.split == "eval" and options.eval_fraction <= 0:
@@ -457,7 +343,11 @@ def make_pretrain_iterator(file_patterns: Sequence[str], options: DataOptions, *
         raise ValueError(f"process_index {process_index} is not in [0, {process_count})")
     files = sorted({f for pattern in file_patterns for f in paths.glob(pattern)})
     if not files:
-        raise FileNotFoundError(f"no TFRecord files match {list(file_patterns)}")
+        raise FileNotFoundError(f"no record files match {list(file_patterns)}")
+    arrays = [f for f in files if record_sources.is_array_record(f)]
+    if arrays and options.input_pipeline != "grain":
+        raise UserError(f"{arrays[0]} is an ArrayRecord shard, which input_pipeline "
+                        f"{options.input_pipeline!r} does not read: use input_pipeline 'grain'")
     if tokenizer is not None:
         vocab_size, special_ids = tokenizer.vocab_size, tokenizer.special_ids()
         if options.whole_units and word_start_table is None:

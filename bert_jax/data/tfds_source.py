@@ -47,6 +47,7 @@ def _builder(name: str):
 
 @functools.lru_cache(maxsize=None)  # read once per process and data dir, not per piece
 def _cached_builder(name: str, data_dir: str | None):
+    tf_host.tensorflow(f"tfds:{name} (read through tf.data)")
     tf_host.import_quietly()  # tfds imports TensorFlow, whose start-up lines reach the terminal
     import tensorflow_datasets as tfds
     try:

@@ -25,7 +25,7 @@ class CorruptRecordError(UserError):
     """A TFRecord file that is cut short or fails its checksum."""
 
 
-def _masked_crc(data: bytes) -> int:
+def masked_crc(data: bytes) -> int:
     crc = google_crc32c.value(data)
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
@@ -36,7 +36,7 @@ def is_tfrecord_file(path: str) -> bool:
     A length and its masked CRC (1 in 4 billion for other bytes). Reads 12 bytes."""
     with paths.open(path, "rb") as f:
         head = f.read(12)
-    return len(head) == 12 and _masked_crc(head[:8]) == struct.unpack_from("<I", head, 8)[0]
+    return len(head) == 12 and masked_crc(head[:8]) == struct.unpack_from("<I", head, 8)[0]
 
 
 def read_records(path: str) -> Iterator[bytes]:
@@ -52,7 +52,7 @@ def read_records(path: str) -> Iterator[bytes]:
                     raise CorruptRecordError(f"{path}: record {index} is cut short")
             header = buffer[offset:offset + 8]
             length, crc = struct.unpack_from("<QI", buffer, offset)
-            if _masked_crc(header) != crc:
+            if masked_crc(header) != crc:
                 raise CorruptRecordError(f"{path}: record {index} has a corrupt length")
             end = offset + 12 + length + 4
             while len(buffer) < end:
@@ -61,7 +61,7 @@ def read_records(path: str) -> Iterator[bytes]:
                     raise CorruptRecordError(f"{path}: record {index} is cut short")
                 buffer, end, offset = buffer[offset:] + more, end - offset, 0
             data = buffer[offset + 12:end - 4]
-            if _masked_crc(data) != struct.unpack_from("<I", buffer, end - 4)[0]:
+            if masked_crc(data) != struct.unpack_from("<I", buffer, end - 4)[0]:
                 raise CorruptRecordError(f"{path}: record {index} fails its checksum")
             yield data
             offset, index = end, index + 1
@@ -70,8 +70,8 @@ def read_records(path: str) -> Iterator[bytes]:
 def frame(record: bytes) -> bytes:
     """One record as it lies in a TFRecord file."""
     header = struct.pack("<Q", len(record))
-    return (header + struct.pack("<I", _masked_crc(header)) + record
-            + struct.pack("<I", _masked_crc(record)))
+    return (header + struct.pack("<I", masked_crc(header)) + record
+            + struct.pack("<I", masked_crc(record)))
 
 
 def read_range(path: str, start: int, end: int) -> Iterator[bytes]:
@@ -82,7 +82,7 @@ def read_range(path: str, start: int, end: int) -> Iterator[bytes]:
         while position < end:
             header = f.read(12)
             length, crc = struct.unpack_from("<QI", header) if len(header) == 12 else (0, None)
-            if crc is None or _masked_crc(header[:8]) != crc:
+            if crc is None or masked_crc(header[:8]) != crc:
                 raise CorruptRecordError(f"{path}: the record at byte {position} is cut short "
                                          "or corrupt")
             body = f.read(length + 4)

@@ -239,7 +239,7 @@ def tfds_examples(name: str, split: str, *, data_dir: str | None = None,
     import tensorflow_datasets as tfds
 
     from bert_jax.host.tf_host import tensorflow
-    tensorflow()
+    tensorflow(f"the tensorflow-datasets data set {name!r}")
     try:
         ds = tfds.load(name, split=split, data_dir=data_dir or None, download=download)
     except (AssertionError, tfds.core.registered.DatasetNotFoundError, OSError) as e:

@@ -13,11 +13,11 @@ import json
 import logging
 from typing import Callable
 
-from bert_jax.data import corpus, data_record, tfds_source, tfrecord
+from bert_jax.data import corpus, data_record, record_sources, tfds_source, tfrecord
 from bert_jax.data.options import DataOptions
 from bert_jax.data.pipeline import check_record_shapes, make_pretrain_iterator
 from bert_jax.errors import UserError
-from bert_jax.host import compile_cache, paths
+from bert_jax.host import compile_cache, paths, tf_host
 from bert_jax.host.folders import DATA_FOLDER, PRETRAINING_WORKDIR
 
 log = logging.getLogger(__name__)
@@ -30,6 +30,12 @@ def is_tfrecord(path: str) -> bool:
     return _is_tfrecord(path, paths.getsize(path), paths.mtime_ns(path))
 
 
+def is_shard(path: str) -> bool:
+    """Whether `path` is a record shard: a TFRecord file (by content) or an ArrayRecord one (by
+    name, as create-data --format array_record writes them)."""
+    return record_sources.is_array_record(path) or is_tfrecord(path)
+
+
 @functools.lru_cache(maxsize=65536)
 def _is_tfrecord(path: str, size: int, mtime_ns: int) -> bool:
     return size > 0 and tfrecord.is_tfrecord_file(path)
@@ -37,7 +43,7 @@ def _is_tfrecord(path: str, size: int, mtime_ns: int) -> bool:
 
 def _is_json(path: str) -> bool:
     """A JSON file such as create-data's summary.json (small, and parses as JSON)."""
-    if is_tfrecord(path) or not 0 < paths.getsize(path) < (1 << 24):
+    if is_shard(path) or not 0 < paths.getsize(path) < (1 << 24):
         return False
     with paths.open(path, "rb") as f:
         if f.read(1) not in (b"{", b"["):
@@ -90,26 +96,25 @@ def input_files(patterns: str) -> list[str]:
             raise UserError(f"input_files: {pattern!r} matches no file")
         files += matches
     files = sorted(set(files))
-    arrays = [f for f in files if f.endswith(".array_record")]
-    if arrays:
-        raise UserError(f"input_files: {_shown(arrays)} are ArrayRecord shards, which "
-                        "pretraining does not read: make TFRecord shards of the same text "
-                        "(bert-jax create-data --format tfrecord, the default)")
     skipped = [f for f in files if _is_json(f)]
     if skipped and len(skipped) < len(files):  # e.g. data/* catching summary.json
         log.warning("input_files: skipping %d file(s) that are not TFRecords or text: %s",
                     len(skipped), _shown([paths.basename(f) for f in skipped]))
         files = [f for f in files if f not in skipped]
-    records = [f for f in files if is_tfrecord(f)]
-    texts = [f for f in files if not is_tfrecord(f)]
+    records = [f for f in files if is_shard(f)]
+    texts = [f for f in files if not is_shard(f)]
     if texts and not records:
         corpus.require_text(texts)
     if any(paths.getsize(f) == 0 for f in files):
         raise UserError(f"input_files: {next(f for f in files if not paths.getsize(f))} "
                         "is empty")
     if records and texts:
-        raise UserError(f"input_files mixes TFRecord files ({_shown(records)}) and other "
+        raise UserError(f"input_files mixes record shards ({_shown(records)}) and other "
                         f"files, read as text ({_shown(texts)}): name one kind")
+    arrays = [f for f in records if record_sources.is_array_record(f)]
+    if arrays and len(arrays) < len(records):
+        raise UserError(f"input_files mixes ArrayRecord shards ({_shown(arrays)}) and "
+                        "TFRecord ones: name one kind")
     return files
 
 
@@ -119,8 +124,15 @@ def resolve_files(run_input: RunInput) -> list[str]:
     Checked for what reads them next (`prepare_input_files`): TFRecords must have rows and masked
     positions of the run's lengths (`check_record_shapes`, which reads their first records) and have
     been made for its vocabulary and setup (`check_records_made_for`)."""
+    if run_input.options.input_pipeline == "tf.data":
+        tf_host.tensorflow("--config.input_pipeline=tf.data")
     files, options = input_files(run_input.patterns), run_input.options
-    records = [f for f in files if not tfds_source.is_tfds(f) and is_tfrecord(f)]
+    records = [f for f in files if not tfds_source.is_tfds(f) and is_shard(f)]
+    arrays = [f for f in records if record_sources.is_array_record(f)]
+    if arrays and options.input_pipeline != "grain":
+        raise UserError(f"input_files: {_shown(arrays)} are ArrayRecord shards, which "
+                        f"--config.input_pipeline={options.input_pipeline} does not read: "
+                        "set --config.input_pipeline=grain")
     if records:
         check_record_shapes(records, options.max_seq_length, options.max_predictions_per_seq)
     check_records_made_for(files, run_input.tokenizer_path, run_input.vocabulary, options)
@@ -151,12 +163,12 @@ def check_records_made_for(files: list[str], tokenizer_path: str, vocabulary: st
     existed) get one warning line."""
     unchecked = []
     for directory in sorted({paths.dirname(f) for f in files
-                             if not tfds_source.is_tfds(f) and is_tfrecord(f)}):
+                             if not tfds_source.is_tfds(f) and is_shard(f)}):
         record, source = data_record.read_record(directory) or ({}, DATA_FOLDER.record)
         made_with = record.get("vocabulary")
         if made_with and made_with != vocabulary:
             raise UserError(
-                f"the TFRecords in {directory} were made with the vocabulary "
+                f"the record shards in {directory} were made with the vocabulary "
                 f"{record.get('tokenizer', '?')} (its {source}), not this run's "
                 f"{tokenizer_path}: make them again with create-data --tokenizer "
                 f"{tokenizer_path}, or pretrain with --config.tokenizer={record.get('tokenizer')}")
@@ -167,7 +179,7 @@ def check_records_made_for(files: list[str], tokenizer_path: str, vocabulary: st
         if mismatch:
             key, made, want = mismatch
             raise UserError(
-                f"the TFRecords in {directory} were made with {key} {made} (its "
+                f"the record shards in {directory} were made with {key} {made} (its "
                 f"{source}) but this run has {key} {want}: {_SETUP_ADVICE[key]}")
     if unchecked:
         log.warning("input_files: the TFRecords in %s have no record of the settings that "
@@ -220,7 +232,7 @@ def prepare_input_files(run_input: RunInput, files: list[str], workdir: str, *,
     conversion."""
     # Imported when text is converted: it loads the tokenizers.
     from bert_jax.data import create_pretraining_data as cpd
-    if all(not tfds_source.is_tfds(f) and is_tfrecord(f) for f in files):
+    if all(not tfds_source.is_tfds(f) and is_shard(f) for f in files):
         return files
     num_shards = max(8, process_count)
     options, tokenizer_path = run_input.options, run_input.tokenizer_path

@@ -30,7 +30,7 @@ import numpy as np
 from jax import export as jax_export
 
 from bert_jax.errors import UserError
-from bert_jax.host import paths
+from bert_jax.host import paths, tf_host
 from bert_jax.host.atomic import atomic_directory
 from bert_jax.models import jax_compat, task_heads
 from bert_jax.models.config import check_inputs_fit
@@ -398,7 +398,9 @@ def export(workdir: str, out: str, formats=("jax", "savedmodel"), platforms=DEFA
 
     Returns the serving.json contents."""
     from bert_jax.tokenization import load_tokenizer
-
+    if "savedmodel" in formats:
+        tf_host.tensorflow("export --format savedmodel (the default jax,savedmodel; "
+                           "--format jax needs none)")
     model = pretrained.load(workdir)
     tokenizer = load_tokenizer(model.tokenizer_dir)
     check_inputs_fit(model.config, model.tokenizer_dir, vocab_size=tokenizer.vocab_size)

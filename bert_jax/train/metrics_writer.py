@@ -26,6 +26,7 @@ import numpy as np
 from bert_jax.data import tfrecord
 from bert_jax.host import paths
 from bert_jax.host.folders import TRAINING_WORKDIR
+from bert_jax.train import event_proto
 
 _EVENT_FILES = itertools.count()
 
@@ -33,32 +34,21 @@ _EVENT_FILES = itertools.count()
 class _EventFile:
     """A TensorBoard event file written through `bert_jax.host.paths`, so it may lie in a bucket.
 
-    TFRecords of `Event` protos, as tf.summary writes them."""
+    TFRecords of `Event` protos (`event_proto`, no TensorFlow), as tf.summary writes them."""
 
     def __init__(self, directory: str):
-        from tensorflow.core.framework import summary_pb2, types_pb2
-        from tensorflow.core.util import event_pb2
-        self._pb2 = event_pb2, summary_pb2, types_pb2.DT_FLOAT
         paths.makedirs(directory)
         now = time.time()
         name = (f"events.out.tfevents.{int(now)}.{socket.gethostname()}.{os.getpid()}."
                 f"{next(_EVENT_FILES)}.v2")
         self._file = paths.Appender(paths.join(directory, name), binary=True)
-        self._write(event_pb2.Event(wall_time=now, file_version="brain.Event:2"))
-
-    def _write(self, event) -> None:
-        self._file.write(tfrecord.frame(event.SerializeToString()))
+        self._file.write(tfrecord.frame(event_proto.file_version_event(now)))
 
     def scalars(self, step: int, scalars: Mapping[str, float]) -> None:
-        """One event per scalar, as `tf.summary.scalar` records it.
-
-        A float tensor with the scalars plugin's metadata."""
-        event_pb2, summary_pb2, float_dtype = self._pb2
+        """One event per scalar, as `tf.summary.scalar` records it."""
+        now = time.time()
         for name, value in scalars.items():
-            summary = summary_pb2.Summary(value=[summary_pb2.Summary.Value(
-                tag=name, tensor={"dtype": float_dtype, "tensor_shape": {}, "float_val": [value]},
-                metadata={"plugin_data": {"plugin_name": "scalars"}})])
-            self._write(event_pb2.Event(wall_time=time.time(), step=step, summary=summary))
+            self._file.write(tfrecord.frame(event_proto.scalar_event(now, step, name, value)))
         self._file.flush()
 
     def close(self) -> None:
@@ -117,16 +107,6 @@ class MetricsWriter:
                 paths.rmtree(paths.join(workdir, TRAINING_WORKDIR.tensorboard), missing_ok=True)
                 paths.write_text(path, "")
             self._jsonl = paths.Appender(path)
-            if tensorboard:
-                # Imported now (seconds) rather than at the first write, inside the
-                # timed training loop.
-                from bert_jax.host.tf_host import tensorflow
-                try:
-                    tensorflow()
-                except ImportError:  # an accelerator image without TensorFlow still trains
-                    print("metrics.jsonl only: TensorBoard events need TensorFlow, which is "
-                          "not installed", file=self.stream)
-                    self._tensorboard = False
 
     def drop_after(self, step: int) -> None:
         """Removes the records of steps after `step` from metrics.jsonl.

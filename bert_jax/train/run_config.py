@@ -23,6 +23,7 @@ from typing import Any
 
 import ml_collections
 
+from bert_jax.data.options import INPUT_PIPELINES
 from bert_jax.errors import UserError
 from bert_jax.models.config import ATTENTION_IMPLS, REMAT_POLICIES
 from bert_jax.train.axis_rules import DEFAULT_LOGICAL_AXIS_RULES, MESH_AXES
@@ -46,7 +47,9 @@ RENAMED_KEYS = {"dtype": "compute_dtype", "init": "init_from", "pack": "packing"
 ADDED_KEYS = {"next_sentence_prediction": True, "teacher": "", "temperature": 2.0,
               "alpha": 0.5, "dupe_factor": 5, "objective": "mlm",
               "generator_size": 0.25, "disc_weight": 50.0, "hidden_weight": 0.0,
-              "attention_weight": 0.0}
+              "attention_weight": 0.0,
+              # runs before input_pipeline existed read through tf.data
+              "input_pipeline": "tf.data"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,6 +135,11 @@ PRETRAIN: list[Key] = [
             "public-domain corpus"),
         Key("eval_fraction", 0.01, "share of examples held out for evaluation", low=0.0,
             high=1.0),
+        Key("input_pipeline", "grain", "grain: ArrayRecord or TFRecord shards, a global "
+            "shuffle, no TensorFlow; tf.data: TFRecord shards (pip install 'bert_jax[tf]')",
+            choices=INPUT_PIPELINES),
+        Key("input_threads", 0, "grain: threads that read, parse and mask the input (0: one "
+            "per core, up to 8)", low=0, resume=True),
         Key("tokenizer", "", "a tokenizer directory or vocab file; '' = the bundled 8k "
             "WordPiece vocabulary"),
         Key("max_seq_length", 128, "tokens per row", low=MIN_TRAINING_SEQ_LENGTH),

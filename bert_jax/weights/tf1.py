@@ -88,7 +88,8 @@ def read_variables(prefix: str) -> dict[str, np.ndarray]:
 
     Raises CheckpointMismatchError naming the file or the variable that cannot be read.
     """
-    import tensorflow as tf
+    from bert_jax.host.tf_host import tensorflow
+    tf = tensorflow("reading a TensorFlow checkpoint")
     try:
         reader = tf.train.load_checkpoint(prefix)
         names = sorted(n for n in reader.get_variable_to_shape_map()

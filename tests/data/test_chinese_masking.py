@@ -11,10 +11,11 @@ import pytest
 from bert_jax.data import chinese_words, masking
 from bert_jax.data import create_pretraining_data as cpd
 from bert_jax.data.options import DataOptions
-from bert_jax.data.pipeline import _feature_spec, make_pretrain_iterator
+from bert_jax.data.pipeline import make_pretrain_iterator
 from bert_jax.tokenization import WordPieceTokenizer, load_tokenizer
 
 from helpers import REPO
+from helpers.records import read_records
 
 PEOPLE_DAILY = os.path.join(REPO, "..", "shared", "data", "chinese",
                             "people_daily_199801.tagged.txt.gz")
@@ -54,11 +55,7 @@ def _write_corpus(directory, segmented, per_document=1):
 
 
 def _read(paths):
-    import tensorflow as tf
-    spec = _feature_spec(MAX_SEQ, MAX_PRED)
-    parts = list(tf.data.TFRecordDataset(paths).batch(4096).map(
-        lambda s: tf.io.parse_example(s, spec)).as_numpy_iterator())
-    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    return read_records(paths, MAX_SEQ, MAX_PRED)
 
 
 def _reference_words(tok, segmented):

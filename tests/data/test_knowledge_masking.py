@@ -8,8 +8,10 @@ import pytest
 from bert_jax.data import chinese_words, masking
 from bert_jax.data import create_pretraining_data as cpd
 from bert_jax.data.options import DataOptions
-from bert_jax.data.pipeline import _feature_spec, make_pretrain_iterator
+from bert_jax.data.pipeline import make_pretrain_iterator
 from bert_jax.tokenization import WordPieceTokenizer
+
+from helpers.records import read_records
 
 MAX_SEQ, MAX_PRED = 64, 20
 SENTENCES = [  # reference words, separated by spaces
@@ -59,11 +61,7 @@ def _chunk(line):
 
 
 def _read(paths):
-    import tensorflow as tf
-    spec = _feature_spec(MAX_SEQ, MAX_PRED)
-    parts = list(tf.data.TFRecordDataset(paths).batch(4096).map(
-        lambda s: tf.io.parse_example(s, spec)).as_numpy_iterator())
-    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    return read_records(paths, MAX_SEQ, MAX_PRED)
 
 
 def _check_units(rows, tok):

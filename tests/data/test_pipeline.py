@@ -1,15 +1,20 @@
-"""The tf.data pipeline: contents, dynamic masking rules, host split, exact resume, packing."""
+"""The pretraining pipeline through both readers (Grain, tf.data).
+
+Contents, dynamic masking rules, host split, exact resume, packing; the readers agree, and
+ArrayRecord shards read as TFRecord ones."""
+import collections
 import dataclasses
 import glob
 import gzip
 import hashlib
 import itertools
 import json
+import os
 
 import numpy as np
 import pytest
 
-from bert_jax.data import corpus, masking
+from bert_jax.data import corpus, masking, record_formats, record_sources, tfrecord
 from bert_jax.data import create_pretraining_data as cpd
 from bert_jax.data.options import DataOptions
 from bert_jax.data.pipeline import make_pretrain_iterator
@@ -28,6 +33,12 @@ KEYS = {"input_ids": np.int32, "input_mask": np.int32, "segment_ids": np.int32,
         "masked_lm_positions": np.int32, "masked_lm_ids": np.int32,
         "masked_lm_weights": np.float32, "next_sentence_labels": np.int32}
 BATCH = 16
+
+
+@pytest.fixture(scope="module", params=["grain", "tf.data"])
+def reader(request):
+    """The input_pipeline a test reads through."""
+    return request.param
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +63,7 @@ def data(tmp_path_factory):
 def _iterator(pattern, tok, **kwargs):
     args = dict(per_host_batch_size=BATCH, max_seq_length=MAX_SEQ,
                 max_predictions_per_seq=MAX_PRED, tokenizer=tok, seed=3, process_index=0,
-                process_count=1, shuffle_buffer=500)
+                process_count=1, shuffle_buffer=500, input_pipeline="grain")
     args.update(kwargs)
     fields = {f.name for f in dataclasses.fields(DataOptions)}
     options = DataOptions(**{k: v for k, v in args.items() if k in fields})
@@ -72,9 +83,9 @@ def _row_set(ids):
     return sorted(_row_set_keys(ids))
 
 
-def test_static_epoch_has_every_record_once(data, tok):
+def test_static_epoch_has_every_record_once(data, tok, reader):
     records = read_records(glob.glob(data["static"]))
-    batches = list(_iterator(data["static"], tok, repeat=False))
+    batches = list(_iterator(data["static"], tok, input_pipeline=reader, repeat=False))
     for batch in batches:
         assert set(batch) == set(KEYS)
         for key, dtype in KEYS.items():
@@ -85,9 +96,10 @@ def test_static_epoch_has_every_record_once(data, tok):
     assert _row_set(epoch["input_ids"][real]) == _row_set(records["input_ids"])
 
 
-def test_dynamic_masking_follows_bert_rules(data, tok):
+def test_dynamic_masking_follows_bert_rules(data, tok, reader):
     plain = read_records(glob.glob(data["plain"]))
-    batches = list(itertools.islice(_iterator(data["plain"], tok, dynamic_masking=True), 150))
+    batches = list(itertools.islice(_iterator(data["plain"], tok, input_pipeline=reader,
+                                              dynamic_masking=True), 150))
     rows = _concat(batches)
     assert_bert_masking(rows, tok)
     assert abs(rows["next_sentence_labels"].mean() - 0.5) < 0.04
@@ -96,11 +108,12 @@ def test_dynamic_masking_follows_bert_rules(data, tok):
     assert set(_row_set(restored)) <= set(_row_set(plain["input_ids"]))
 
 
-def test_dynamic_masks_change_every_epoch_and_static_files_are_unmasked(data, tok):
+def test_dynamic_masks_change_every_epoch_and_static_files_are_unmasked(data, tok, reader):
     plain = read_records(glob.glob(data["plain"]))
     n = len(plain["input_ids"])
-    from_static = _iterator(data["static"], tok, dynamic_masking=True, shuffle_buffer=1)
-    from_plain = _iterator(data["plain"], tok, dynamic_masking=True, shuffle_buffer=1)
+    same = dict(input_pipeline=reader, dynamic_masking=True, shuffle_buffer=1)
+    from_static = _iterator(data["static"], tok, **same)
+    from_plain = _iterator(data["plain"], tok, **same)
     steps = 2 * (n // BATCH) + 2
     a = _concat(list(itertools.islice(from_static, steps)))
     b = _concat(list(itertools.islice(from_plain, steps)))
@@ -115,17 +128,19 @@ def test_dynamic_masks_change_every_epoch_and_static_files_are_unmasked(data, to
     assert np.mean(changed) > 0.9  # fresh masks in epoch 2
 
 
-def test_dynamic_whole_word_masking(data, tok):
-    it = _iterator(data["plain"], tok, dynamic_masking=True, whole_word_masking=True)
+def test_dynamic_whole_word_masking(data, tok, reader):
+    it = _iterator(data["plain"], tok, input_pipeline=reader, dynamic_masking=True,
+                   whole_word_masking=True)
     rows = _concat(list(itertools.islice(it, 40)))
     assert_whole_words(rows, tok)
     assert abs(mask_statistics(rows, tok)["masked_share"] - 0.15) < 0.01
 
 
 @pytest.mark.parametrize("pack", [False, True])
-def test_exact_resume(data, tok, pack):
+def test_exact_resume(data, tok, reader, pack):
     n = len(read_records(glob.glob(data["plain"]))["input_ids"])
-    make = lambda **kw: _iterator(data["plain"], tok, dynamic_masking=True, packing=pack, **kw)
+    make = lambda **kw: _iterator(data["plain"], tok, input_pipeline=reader,
+                                  dynamic_masking=True, packing=pack, **kw)
     reference = make()
     steps_to_cross_epoch = n // BATCH + 3
     expected = list(itertools.islice(reference, steps_to_cross_epoch + 3))
@@ -143,12 +158,13 @@ def test_exact_resume(data, tok, pack):
 
 
 @pytest.mark.parametrize("count", [2, 4])
-def test_hosts_split_the_data(data, tok, count):
+def test_hosts_split_the_data(data, tok, reader, count):
     """2 hosts split 3 files; 4 hosts (more than files) split records."""
     records = read_records(glob.glob(data["static"]))
     seen = []
     for index in range(count):
-        epoch = _concat(list(_iterator(data["static"], tok, repeat=False, process_index=index,
+        epoch = _concat(list(_iterator(data["static"], tok, input_pipeline=reader,
+                                       repeat=False, process_index=index,
                                        process_count=count)))
         seen.append(_row_set(epoch["input_ids"][epoch["input_mask"][:, 0] == 1]))
     union = sorted(itertools.chain(*seen))
@@ -156,9 +172,11 @@ def test_hosts_split_the_data(data, tok, count):
     assert all(len(s) > 0 for s in seen)
 
 
-def test_eval_split_is_held_out(data, tok):
-    train = _concat(list(_iterator(data["static"], tok, repeat=False, eval_fraction=0.1)))
-    evals = list(_iterator(data["static"], tok, split="eval", eval_fraction=0.1))
+def test_eval_split_is_held_out(data, tok, reader):
+    train = _concat(list(_iterator(data["static"], tok, input_pipeline=reader, repeat=False,
+                                   eval_fraction=0.1)))
+    evals = list(_iterator(data["static"], tok, input_pipeline=reader, split="eval",
+                           eval_fraction=0.1))
     held = _concat(evals)
     train_rows = set(_row_set(train["input_ids"][train["input_mask"][:, 0] == 1]))
     eval_rows = _row_set(held["input_ids"][held["input_mask"][:, 0] == 1])
@@ -166,17 +184,19 @@ def test_eval_split_is_held_out(data, tok):
     assert 0.06 * total < len(eval_rows) < 0.14 * total
     assert len(train_rows) + len(eval_rows) == total
     assert not train_rows & set(eval_rows)
-    again = _concat(list(_iterator(data["static"], tok, split="eval", eval_fraction=0.1)))
+    again = _concat(list(_iterator(data["static"], tok, input_pipeline=reader, split="eval",
+                                   eval_fraction=0.1)))
     np.testing.assert_array_equal(again["input_ids"], held["input_ids"])  # deterministic
 
 
-def test_packing_layout(tmp_path, tok):
+def test_packing_layout(tmp_path, tok, reader):
     shard = sorted(glob.glob(corpus.DEFAULT_CORPUS))[3]
     files = cpd.shard_paths(str(tmp_path), 1)
     cpd.create_pretraining_data([shard], files, DEFAULT_VOCAB,
                                 DataOptions(dupe_factor=1, short_seq_prob=0.6), progress=False)
-    unpacked = _concat(list(_iterator(files[0], tok, repeat=False)))
-    packed = _concat(list(_iterator(files[0], tok, repeat=False, packing=True)))
+    unpacked = _concat(list(_iterator(files[0], tok, input_pipeline=reader, repeat=False)))
+    packed = _concat(list(_iterator(files[0], tok, input_pipeline=reader, repeat=False,
+                                    packing=True)))
     assert packed["input_mask"].sum() == unpacked["input_mask"].sum()
     assert packed["next_sentence_weights"].sum() == (unpacked["input_mask"][:, 0] == 1).sum()
     assert len(packed["input_ids"]) < len(unpacked["input_ids"])
@@ -194,15 +214,15 @@ def test_packing_layout(tmp_path, tok):
         assert (packed["masked_lm_positions"][row][w] < n).all()
 
 
-def test_clear_errors(data, tok, tmp_path):
+def test_clear_errors(data, tok, reader, tmp_path):
     with pytest.raises(ValueError, match="no static masks"):
-        next(_iterator(data["plain"], tok))
+        next(_iterator(data["plain"], tok, input_pipeline=reader))
     with pytest.raises(FileNotFoundError):
-        _iterator(str(tmp_path / "*.tfrecord"), tok)
+        _iterator(str(tmp_path / "*.tfrecord"), tok, input_pipeline=reader)
     empty = tmp_path / "empty.tfrecord"
     empty.write_bytes(b"")
     with pytest.raises(ValueError, match="no train records"):
-        next(_iterator(str(empty), tok))
+        next(_iterator(str(empty), tok, input_pipeline=reader))
 
 
 @pytest.fixture(scope="module")
@@ -216,7 +236,7 @@ def short_rows(tmp_path_factory):
     return files[0].replace("-00000-of-00002", "-*")
 
 
-BATCH_DIGESTS = {  # taken from the pipeline every earlier run used (at ad34b08)
+BATCH_DIGESTS = {  # taken from the tf.data pipeline every earlier run used (at ad34b08)
     (False, False): "c0f6ee56bc404aa35843c1a6017e9bc341d38a1d4892fef31fd56619c04d3722",
     (True, False): "fdb661e9cace9a83f01309b039c08ef6f9c01fa22b36a8757a7d344734a39b28",
     (False, True): "13a19350cd52d5408a45e757c2f285e87b6461a19885c407e7865521056913cf",
@@ -230,7 +250,8 @@ def test_the_batches_of_a_seed_are_those_every_earlier_run_had(short_rows, tok, 
     """A faster pipeline must deliver the same batches: dynamic masks, packing and the
     resume state, compared with digests of the implementation they replace."""
     iterator = _iterator(short_rows, tok, dynamic_masking=True, packing=pack,
-                         whole_word_masking=whole_word, per_host_batch_size=32)
+                         whole_word_masking=whole_word, per_host_batch_size=32,
+                         input_pipeline="tf.data")
     digest = hashlib.sha256()
     for batch in itertools.islice(iterator, 12):
         for key in sorted(batch):
@@ -254,7 +275,7 @@ def few_rows(tmp_path_factory):
     return str(folder / "data" / "*.tfrecord")
 
 
-EPOCHS_DIGESTS = {  # from the pipeline at ad34b08
+EPOCHS_DIGESTS = {  # from the tf.data pipeline at ad34b08
     False: "ae68fe6d906f469f34a7a00b66869881ab0c61a5dd8874bb6d5f6a14a5c8cd1e",
     True: "ea3563ebc5331a07112710d1c94a6d74279dd8ade7a74f1bc2f26a0312523564",
 }
@@ -263,7 +284,7 @@ EPOCHS_DIGESTS = {  # from the pipeline at ad34b08
 @pytest.mark.parametrize("pack", [False, True])
 def test_batches_across_epochs_are_those_every_earlier_run_had(few_rows, tok, pack):
     iterator = _iterator(few_rows, tok, dynamic_masking=True, packing=pack,
-                         per_host_batch_size=32)
+                         per_host_batch_size=32, input_pipeline="tf.data")
     digest = hashlib.sha256()
     for batch in itertools.islice(iterator, 12):
         for key in sorted(batch):
@@ -274,3 +295,116 @@ def test_batches_across_epochs_are_those_every_earlier_run_had(few_rows, tok, pa
     assert state["epoch"] >= 3  # the batches did cross epochs
     digest.update(json.dumps(state, sort_keys=True).encode())
     assert digest.hexdigest() == EPOCHS_DIGESTS[pack]
+
+
+def _digest(iterator, steps=12):
+    digest = hashlib.sha256()
+    for batch in itertools.islice(iterator, steps):
+        for key in sorted(batch):
+            digest.update(key.encode())
+            digest.update(np.ascontiguousarray(batch[key]).tobytes())
+    digest.update(json.dumps(iterator.get_state(), sort_keys=True).encode())
+    iterator.close()
+    return digest.hexdigest()
+
+
+GRAIN_DIGESTS = {  # from the first Grain reader, with 1 and with 4 threads: a run resumed by a
+    # later release continues as it began
+    (False, False): "e33dce5682d5ffc970c2b3370ca40db2701f9f550e749573f25abacf28436e6a",
+    (True, False): "42dc9e43b39221820b6852ef298a2344bb4f10a09ef31558c00a6d4cabfff335",
+    (False, True): "97c80740d4452fa6676888ffabc88db2684ad90efeb29dec90925db4fd57a78c",
+    (True, True): "45d70d802d28fa6596b93339270bb6180567d26dfa0018cd6517586ebc4f5697",
+}
+
+
+@pytest.mark.parametrize("pack,whole_word", sorted(GRAIN_DIGESTS))
+def test_grain_batches_of_a_seed_stay_those_of_its_first_release(short_rows, tok, pack,
+                                                                 whole_word):
+    """Grain's order (a global shuffle), masks, packing and state over 12 batches, compared with
+    digests taken when the reader was written (the same with any number of threads)."""
+    iterator = _iterator(short_rows, tok, dynamic_masking=True, packing=pack,
+                         whole_word_masking=whole_word, per_host_batch_size=32, input_threads=3)
+    assert _digest(iterator) == GRAIN_DIGESTS[(pack, whole_word)]
+
+
+def _epoch(pattern, tok, reader, **kwargs):
+    """Every real row of one unrepeated epoch, as {row bytes of every key: count}."""
+    rows = _concat(list(_iterator(pattern, tok, input_pipeline=reader, repeat=False, **kwargs)))
+    real = rows["input_mask"][:, 0] == 1
+    keys = sorted(rows)
+    return collections.Counter(
+        b"".join(np.ascontiguousarray(rows[k][i]).tobytes() for k in keys)
+        for i in np.flatnonzero(real))
+
+
+def test_the_readers_give_the_same_examples_with_the_same_masks(data, tok):
+    """An example's dynamic masks are keyed by (seed, epoch, file, record), whatever the reader:
+    one epoch through Grain and through tf.data holds the same rows, masks included."""
+    grain_rows = _epoch(data["plain"], tok, "grain", dynamic_masking=True)
+    tf_rows = _epoch(data["plain"], tok, "tf.data", dynamic_masking=True)
+    assert sum(grain_rows.values()) > 1000
+    assert grain_rows == tf_rows
+
+
+@pytest.fixture(scope="module")
+def array_records(data, tmp_path_factory):
+    """data["plain"]'s records, the same files in the same order, as ArrayRecord shards."""
+    folder = tmp_path_factory.mktemp("array_records")
+    for path in sorted(glob.glob(data["plain"])):
+        name = os.path.basename(path).replace(".tfrecord", ".array_record")
+        record_formats.write_records(str(folder / name), tfrecord.read_records(path),
+                                     "array_record")
+    return str(folder / "*.array_record")
+
+
+def test_array_record_shards_give_the_batches_of_their_tfrecords(data, array_records, tok):
+    make = lambda pattern, **kw: _iterator(pattern, tok, dynamic_masking=True, **kw)
+    for kwargs in ({}, {"packing": True}, {"split": "eval", "eval_fraction": 0.2}):
+        assert _digest(make(array_records, **kwargs), 30) == _digest(make(data["plain"], **kwargs),
+                                                                     30)
+    with pytest.raises(ValueError, match="input_pipeline 'tf.data' does not read"):
+        make(array_records, input_pipeline="tf.data")
+
+
+def test_grain_shuffles_all_records_together_anew_each_epoch(data, tok):
+    """A global shuffle: rows of every file from the first batch on, another order each epoch."""
+    records = read_records(sorted(glob.glob(data["plain"])))
+    n = len(records["input_ids"])
+    rows = _concat(list(itertools.islice(_iterator(data["plain"], tok, dynamic_masking=True),
+                                         2 * n // BATCH)))
+    index = {bytes(row): i for i, row in enumerate(np.ascontiguousarray(records["input_ids"]))}
+    restored = masking.unmask(rows["input_ids"], rows["masked_lm_positions"],
+                              rows["masked_lm_ids"], rows["masked_lm_weights"])
+    order = np.array([index[bytes(np.ascontiguousarray(row, records["input_ids"].dtype))]
+                      for row in restored])
+    first, second = order[:n], order[n:2 * n]
+    assert sorted(first) == list(range(n))  # an epoch holds every record once
+    counts = np.bincount(np.searchsorted(np.cumsum(read_counts(data["plain"])), first[:BATCH],
+                                         side="right"), minlength=3)
+    assert (counts > 0).all(), counts  # the first batch draws from all three files
+    assert np.mean(first[:len(second)] == second) < 0.05
+
+
+def read_counts(pattern):
+    return [len(record_sources.RecordFiles([p])) for p in sorted(glob.glob(pattern))]
+
+
+def test_grain_names_a_bad_file_and_record(tmp_path, data, tok):
+    good = sorted(glob.glob(data["static"]))[0]
+    raw = open(good, "rb").read()
+    cut = tmp_path / "cut.tfrecord"
+    cut.write_bytes(raw[:len(raw) // 2])
+    with pytest.raises(ValueError, match=f"{cut}: record [0-9]+ is cut short"):
+        next(_iterator(str(cut), tok))
+    flipped = bytearray(raw)
+    flipped[200] ^= 0xFF  # inside the first record's bytes
+    bad = tmp_path / "flipped.tfrecord"
+    bad.write_bytes(bytes(flipped))
+    with pytest.raises(ValueError, match=f"{bad}: record 0 fails its checksum"):
+        list(_iterator(str(bad), tok, dynamic_masking=True, repeat=False))
+    other = tmp_path / "other.tfrecord"
+    tfrecord_writer = tfrecord.RecordWriter(str(other))
+    tfrecord_writer.write(b"not an example")
+    tfrecord_writer.close()
+    with pytest.raises(ValueError, match=f"{other}: record 0 is not a tf.train.Example"):
+        next(_iterator(str(other), tok, dynamic_masking=True))

@@ -6,15 +6,12 @@ MAX_SEQ, MAX_PRED = 128, 20
 
 
 def read_records(paths, max_seq_length=MAX_SEQ, max_predictions=MAX_PRED):
-    """All examples of TFRecord files as numpy arrays [N, ...] (masks default to zeros)."""
-    import tensorflow as tf
-
-    from bert_jax.data.pipeline import _feature_spec
-    spec = _feature_spec(max_seq_length, max_predictions)
-    ds = tf.data.TFRecordDataset(list(paths)).batch(4096)
-    ds = ds.map(lambda serialized: tf.io.parse_example(serialized, spec))
-    parts = list(ds.as_numpy_iterator())
-    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    """All examples of record shards (TFRecord or ArrayRecord) as numpy arrays [N, ...], in file
+    order (masks default to zeros)."""
+    from bert_jax.data import example_proto, record_sources
+    records = record_sources.RecordFiles(list(paths))
+    features = example_proto.pretraining_features(max_seq_length, max_predictions)
+    return example_proto.parse_examples(records.__getitems__(range(len(records))), features)
 
 
 def mask_statistics(rows, tok):

@@ -184,18 +184,18 @@ CASES = {
         "for 48: set --config.max_seq_length=32, or recreate the data"),
     "pretrain records of another vocabulary": (  # issue 44: the data record's fingerprint
         PRETRAIN + ["--config.input_files={other_vocab_records}/*.tfrecord"],
-        "the TFRecords in {other_vocab_records} were made with the vocabulary /elsewhere/vocab "
+        "the record shards in {other_vocab_records} were made with the vocabulary /elsewhere/vocab "
         "(its options.json), not this run's "),
     # issue 44: the masking setup create-data recorded in options.json
     "pretrain static records made without whole words": (
         PRETRAIN + ["--config.input_files={records}/*.tfrecord", "--config.dynamic_masking=False",
                     "--config.whole_word_masking=True"],
-        "the TFRecords in {records} were made with whole_word_masking False (its options.json) "
+        "the record shards in {records} were made with whole_word_masking False (its options.json) "
         "but this run has whole_word_masking True: their static masks are as made"),
     "pretrain NSP records without NSP": (
         PRETRAIN + ["--config.input_files={records}/*.tfrecord",
                     "--config.next_sentence_prediction=False"],
-        "the TFRecords in {records} were made with next_sentence_prediction True (its "
+        "the record shards in {records} were made with next_sentence_prediction True (its "
         "options.json) but this run has next_sentence_prediction False: "),
     "pretrain NSP records with SOP": (
         PRETRAIN + ["--config.input_files={records}/*.tfrecord",
@@ -205,7 +205,7 @@ CASES = {
     # issue 44: input files told apart by content, not by name
     "pretrain TFRecords mixed with text": (
         PRETRAIN + ["--config.input_files={records}/*.tfrecord,{texts}"],
-        "input_files mixes TFRecord files ({records}/pretrain-00000-of-00002.tfrecord, "
+        "input_files mixes record shards ({records}/pretrain-00000-of-00002.tfrecord, "
         "{records}/pretrain-00001-of-00002.tfrecord) and other files, read as text ({texts}): "
         "name one kind"),
     "create-data into a pretraining workdir": (  # issue 44: shards never among a run's files
@@ -552,7 +552,7 @@ def test_tfrecords_are_known_by_their_content_not_their_name(paths, tmp_path):
     assert inputs.is_tfrecord(str(renamed))
     assert not inputs.is_tfrecord(str(tmp_path / "text.tfrecord"))
     config.input_files = str(tmp_path / "*")
-    with pytest.raises(ValueError, match=r"mixes TFRecord files \(.*shard.bin\) and other "
+    with pytest.raises(ValueError, match=r"mixes record shards \(.*shard.bin\) and other "
                        r"files, read as text \(.*text.tfrecord\)"):
         inputs.input_files(config.input_files)
 

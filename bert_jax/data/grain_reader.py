@@ -1,0 +1,85 @@
+"""The Grain reader of the pretraining pipeline (`input_pipeline='grain'`): no TensorFlow.
+
+Epoch e on host h of n: the global indices of every record of every file (`RecordFiles`), permuted
+with a seed of (seed, e) when training (a global shuffle: any record may follow any other; every
+host draws the same permutation), every n-th from the h-th. A position in that sequence is the
+pipeline's state: resuming at position p starts there at once, nothing is read to get there.
+Chunks of indices are read, parsed (`example_proto.parse_examples`) and prepared (the pipeline's
+held-out split and dynamic masking) in Grain's threads, in order.
+
+Grain imports jax: this module is imported only by a pipeline that runs it.
+"""
+from __future__ import annotations
+
+import os
+from typing import Callable, Dict, Iterator, Sequence
+
+import grain
+import numpy as np
+
+from bert_jax.data import example_proto, masking
+from bert_jax.data.record_sources import RecordFiles
+from bert_jax.errors import UserError
+
+_CHUNK = 256  # records per read, parse and masking call
+
+
+def default_threads() -> int:
+    """Grain threads that read, parse and mask: this process's cores, at most 8."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(8, cores or 1))
+
+
+class GrainReader:
+    """Prepared chunks of `files` for host `process_index` of `process_count` (see module)."""
+
+    def __init__(self, files: Sequence[str], features: Dict[str, example_proto.FixedFeature], *,
+                 seed: int, shuffle: bool, process_index: int, process_count: int,
+                 threads: int = 0):
+        self.records = RecordFiles(files)
+        self.features, self.seed, self.shuffle = features, seed, shuffle
+        self.process_index, self.process_count = process_index, process_count
+        self.threads = threads or default_threads()
+
+    def epoch_order(self, epoch: int):
+        """This host's global record indices in epoch `epoch` (a lazy Grain MapDataset)."""
+        order = grain.MapDataset.range(len(self.records))
+        if self.shuffle:
+            key = masking.example_keys(self.seed, epoch, 0)[0]
+            order = order.shuffle(seed=int(key % (1 << 31)))
+        return order[self.process_index::self.process_count]
+
+    def read(self, epoch: int, skip: int, count: int,
+             prepare: Callable[[dict], dict]) -> Iterator[dict]:
+        """`prepare`d chunks of epochs epoch .. epoch + count - 1, the first from `skip` on."""
+        for number in range(epoch, epoch + count):
+            start = skip if number == epoch else 0
+            chunks = self.epoch_order(number)[start:].batch(_CHUNK).map_with_index(
+                _ChunkReader(self.records, self.features, number, start, prepare))
+            options = grain.ReadOptions(num_threads=self.threads,
+                                        prefetch_buffer_size=2 * self.threads)
+            yield from chunks.to_iter_dataset(options)
+
+
+class _ChunkReader:
+    """Chunk j of an epoch's indices -> its parsed examples, keyed and prepared."""
+
+    def __init__(self, records: RecordFiles, features, epoch: int, start: int,
+                 prepare: Callable[[dict], dict]):
+        self.records, self.features, self.epoch, self.start = records, features, epoch, start
+        self.prepare = prepare
+
+    def __call__(self, chunk_index: int, indices: np.ndarray) -> dict:
+        file_index, record_index = self.records.locate(indices)
+        serialized = self.records.__getitems__(indices.tolist())
+        try:
+            parsed = example_proto.parse_examples(serialized, self.features)
+        except example_proto.RecordError as e:
+            raise UserError(f"{self.records.files[file_index[e.row]]}: record "
+                            f"{record_index[e.row]} {e.detail} (not pretraining data from "
+                            "bert-jax create-data?)") from None
+        parsed.update(
+            position=self.start + chunk_index * _CHUNK + np.arange(len(indices), dtype=np.int64),
+            file_index=file_index.astype(np.int32), record_index=record_index,
+            epoch=np.full(len(indices), self.epoch, np.int64))
+        return self.prepare(parsed)
