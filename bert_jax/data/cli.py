@@ -120,12 +120,10 @@ def write_and_report(args, options: DataOptions, output_files: list[str],
 
 def _last_line(rows: int, output_files: list[str]) -> str:
     folder = paths.dirname(paths.abspath(output_files[0]))
-    if output_files[0].endswith(".array_record"):
-        return (f"wrote {rows:,} rows in {len(output_files)} ArrayRecord shard(s) to {folder} "
-                "(serialized tf.train.Examples, one per record; `bert-jax pretrain` reads the "
-                "TFRecord format: --format tfrecord)")
-    return (f"wrote {rows:,} rows in {len(output_files)} shard(s) to {folder}; pretrain on "
-            f"them: bert-jax pretrain --config.input_files='{paths.join(folder, '*.tfrecord')}'")
+    kind, suffix = (("ArrayRecord shard(s)", "*.array_record")
+                    if output_files[0].endswith(".array_record") else ("shard(s)", "*.tfrecord"))
+    return (f"wrote {rows:,} rows in {len(output_files)} {kind} to {folder}; pretrain on "
+            f"them: bert-jax pretrain --config.input_files='{paths.join(folder, suffix)}'")
 
 
 def _deprecation(args: argparse.Namespace) -> None:

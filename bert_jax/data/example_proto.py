@@ -75,8 +75,9 @@ def serialize_examples(rows: dict) -> List[bytes]:
 
 
 class RecordError(UserError):
-    """A record that is not the Example a reader asks for: `row` (its index in the call), `detail`
-    (what is wrong)."""
+    """A record that is not the Example a reader asks for.
+
+    `row`: its index in the call; `detail`: what is wrong."""
 
     def __init__(self, row: int, detail: str):
         super().__init__(f"record {row} {detail}")
@@ -85,8 +86,10 @@ class RecordError(UserError):
 
 @dataclasses.dataclass(frozen=True)
 class FixedFeature:
-    """A feature of `length` values in every record (`float_list` when `is_float`, else
-    `int64_list`); a record without it reads `default` in each place (None: it must have it)."""
+    """A feature of `length` values in every record.
+
+    A `float_list` when `is_float`, else an `int64_list`; a record without it reads `default`
+    in each place (None: it must have it)."""
 
     length: int
     is_float: bool = False
@@ -124,7 +127,136 @@ def parse_examples(serialized: Sequence[bytes],
     """Serialized tf.train.Examples -> {name: [N, length]} (float32 floats, int32 ints).
 
     Raises RecordError naming the record (its index here) and feature when one is not an Example,
-    lacks a feature that has no default, or holds another number of values."""
+    lacks a feature that has no default, or holds another number of values.
+
+    Records laid out alike (create-data's: the same features in the same order) are walked
+    together, a numpy step per field for all of them, and each feature's values decoded at once;
+    any other layout, and any error, goes through protobuf record by record."""
+    try:
+        return _parse_together(serialized, features)
+    except _Unusual:
+        return _parse_with_protobuf(serialized, features)
+
+
+class _Unusual(Exception):
+    """Records the walk together does not read: protobuf decides."""
+
+
+def _parse_together(serialized: Sequence[bytes],
+                    features: Dict[str, FixedFeature]) -> Dict[str, np.ndarray]:
+    sizes = np.fromiter(map(len, serialized), np.int64, len(serialized))
+    if not len(sizes) or not sizes.all():
+        raise _Unusual
+    buffer = np.frombuffer(b"".join(serialized), np.uint8)
+    ends = np.cumsum(sizes)
+    try:
+        spans = _spans_together(buffer, ends - sizes, ends)
+    except IndexError:  # a length past the end of the bytes
+        raise _Unusual from None
+    return {name: _column(buffer, spans.get(name.encode()), feature, len(sizes))
+            for name, feature in features.items()}
+
+
+def _expect(buffer: np.ndarray, positions: np.ndarray, byte: int) -> None:
+    if (buffer[positions] != byte).any():
+        raise _Unusual
+
+
+def _varints(buffer: np.ndarray, positions: np.ndarray) -> tuple:
+    """(the varint at each position, the position after it), for lengths (at most 5 bytes)."""
+    value = np.zeros(len(positions), np.int64)
+    going = np.ones(len(positions), bool)
+    for i in range(5):
+        byte = buffer[positions].astype(np.int64)
+        value |= np.where(going, (byte & 0x7F) << (7 * i), 0)
+        positions = positions + going
+        going &= byte >= 0x80
+        if not going.any():
+            return value, positions
+    raise _Unusual
+
+
+def _spans_together(buffer: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> dict:
+    """{name (bytes): (wire kind, starts, ends) of its packed values in every record}.
+
+    Walks every record's bytes at once, a map entry at a time: an Example is its `features`
+    (field 1), a map of entries (1) of a key (1) and a Feature (2), one list (1, 2 or 3: bytes,
+    float, int64) of packed values (1)."""
+    _expect(buffer, starts, 0x0A)
+    length, position = _varints(buffer, starts + 1)
+    if (position + length != ends).any():
+        raise _Unusual
+    spans = {}
+    while not (position == ends).all():
+        if (position == ends).any():  # not the same number of features
+            raise _Unusual
+        _expect(buffer, position, 0x0A)
+        length, position = _varints(buffer, position + 1)
+        entry_end = position + length
+        _expect(buffer, position, 0x0A)
+        key_length, position = _varints(buffer, position + 1)
+        size = int(key_length[0])
+        name = buffer[position[0]:position[0] + size]
+        if (key_length != size).any() or (buffer[position[:, None] + np.arange(size)]
+                                          != name).any():
+            raise _Unusual
+        _expect(buffer, position + size, 0x12)
+        length, position = _varints(buffer, position + size + 1)
+        kind = buffer[position]
+        if not length.all() or (kind != kind[0]).any():
+            raise _Unusual
+        length, position = _varints(buffer, position + 1)
+        listed = length > 0
+        if listed.any():
+            _expect(buffer, position[listed], 0x0A)
+            length[listed], position[listed] = _varints(buffer, position[listed] + 1)
+        if (position + length != entry_end).any():
+            raise _Unusual
+        spans[name.tobytes()] = (int(kind[0]), position, entry_end)
+        position = entry_end
+    return spans
+
+
+def _column(buffer: np.ndarray, span, feature: FixedFeature, count: int) -> np.ndarray:
+    """One feature of every record, from its `_spans_together` span."""
+    dtype = np.float32 if feature.is_float else np.int32
+    if span is None:
+        if feature.default is None:
+            raise _Unusual  # protobuf's path names the record
+        return np.full((count, feature.length), feature.default, dtype)
+    kind, starts, ends = span
+    if kind != (0x12 if feature.is_float else 0x1A):
+        raise _Unusual
+    sizes = ends - starts
+    within = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+    payload = buffer[np.repeat(starts, sizes) + within]
+    if feature.is_float:
+        if (sizes != 4 * feature.length).any():
+            raise _Unusual
+        return payload.view("<f4").reshape(count, feature.length).astype(np.float32)
+    last = np.flatnonzero(payload < 0x80)
+    values = feature.length * np.arange(1, count + 1)
+    # every record holds `length` values, the last one ending where its bytes do
+    if len(last) != feature.length * count or not np.array_equal(last[values - 1],
+                                                                 np.cumsum(sizes) - 1):
+        raise _Unusual
+    return _decode_varints(payload, last).reshape(count, feature.length).astype(np.int32)
+
+
+def _decode_varints(payload: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """The int64 values of packed varints whose last bytes lie at `ends`."""
+    if len(ends) == len(payload):  # every value one byte (masks, segments, labels)
+        return payload.astype(np.int64)
+    starts = np.concatenate([[0], ends[:-1] + 1])
+    within = np.arange(len(payload)) - np.repeat(starts, ends - starts + 1)
+    if within.max(initial=0) > 9:
+        raise _Unusual
+    parts = (payload & 0x7F).astype(np.uint64) << (7 * within).astype(np.uint64)
+    return np.add.reduceat(parts, starts).view(np.int64)
+
+
+def _parse_with_protobuf(serialized: Sequence[bytes],
+                         features: Dict[str, FixedFeature]) -> Dict[str, np.ndarray]:
     columns = {name: np.empty((len(serialized), feature.length),
                               np.float32 if feature.is_float else np.int64)
                for name, feature in features.items()}

@@ -5,7 +5,9 @@ with a seed of (seed, e) when training (a global shuffle: any record may follow 
 host draws the same permutation), every n-th from the h-th. A position in that sequence is the
 pipeline's state: resuming at position p starts there at once, nothing is read to get there.
 Chunks of indices are read, parsed (`example_proto.parse_examples`) and prepared (the pipeline's
-held-out split and dynamic masking) in Grain's threads, in order.
+`ChunkPreparer`) in Grain's threads, in order; with `workers`, in that many Grain worker processes
+(started once per `read`, a chunk in turn each: the same chunks in the same order), which is what
+scales past one core, as the parsing and masking hold Python's lock.
 
 Grain imports jax: this module is imported only by a pipeline that runs it.
 """
@@ -24,8 +26,13 @@ from bert_jax.errors import UserError
 _CHUNK = 256  # records per read, parse and masking call
 
 
-def default_threads() -> int:
-    """Grain threads that read, parse and mask: this process's cores, at most 8."""
+def default_threads(workers: int = 0) -> int:
+    """Grain threads per reading process.
+
+    2 in each worker process (one reads while one parses), else this process's cores, at most
+    8."""
+    if workers:
+        return 2
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return max(1, min(8, cores or 1))
 
@@ -35,11 +42,12 @@ class GrainReader:
 
     def __init__(self, files: Sequence[str], features: Dict[str, example_proto.FixedFeature], *,
                  seed: int, shuffle: bool, process_index: int, process_count: int,
-                 threads: int = 0):
+                 threads: int = 0, workers: int = 0):
         self.records = RecordFiles(files)
         self.features, self.seed, self.shuffle = features, seed, shuffle
         self.process_index, self.process_count = process_index, process_count
-        self.threads = threads or default_threads()
+        self.workers = workers
+        self.threads = threads or default_threads(workers)
 
     def epoch_order(self, epoch: int):
         """This host's global record indices in epoch `epoch` (a lazy Grain MapDataset)."""
@@ -52,13 +60,34 @@ class GrainReader:
     def read(self, epoch: int, skip: int, count: int,
              prepare: Callable[[dict], dict]) -> Iterator[dict]:
         """`prepare`d chunks of epochs epoch .. epoch + count - 1, the first from `skip` on."""
+        epochs = []
         for number in range(epoch, epoch + count):
             start = skip if number == epoch else 0
-            chunks = self.epoch_order(number)[start:].batch(_CHUNK).map_with_index(
-                _ChunkReader(self.records, self.features, number, start, prepare))
-            options = grain.ReadOptions(num_threads=self.threads,
-                                        prefetch_buffer_size=2 * self.threads)
-            yield from chunks.to_iter_dataset(options)
+            epochs.append(self.epoch_order(number)[start:].batch(_CHUNK).map_with_index(
+                _ChunkReader(self.records, self.features, number, start, prepare)))
+        chunks = grain.MapDataset.concatenate(epochs).to_iter_dataset(grain.ReadOptions(
+            num_threads=self.threads, prefetch_buffer_size=2 * self.threads))
+        if self.workers:
+            _absl_flags_parsed()
+            chunks = chunks.mp_prefetch(grain.MultiprocessingOptions(
+                num_workers=self.workers, per_worker_buffer_size=2))
+        iterator = iter(chunks)
+        try:
+            for chunk in iterator:
+                # copied out of the workers' shared memory, which is then freed at once
+                yield {k: np.array(v) for k, v in chunk.items()} if self.workers else chunk
+        finally:  # stops the threads and worker processes now, not when the GC runs
+            iterator.close()
+
+
+def _absl_flags_parsed() -> None:
+    """Marks absl's flags parsed (their defaults) where nothing parsed them.
+
+    Grain 0.2.18's worker processes read an absl flag, which fails unless absl's flags were
+    parsed (google/grain#1355)."""
+    from absl import flags
+    if not flags.FLAGS.is_parsed():
+        flags.FLAGS.mark_as_parsed()
 
 
 class _ChunkReader:

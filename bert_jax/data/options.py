@@ -15,7 +15,8 @@ from bert_jax.errors import UserError
 from bert_jax.host import encoding
 
 PIPELINE_FIELDS = ("per_host_batch_size", "packing", "max_examples_per_row", "shuffle_buffer",
-                   "repeat", "split", "eval_fraction", "input_pipeline", "input_threads")
+                   "repeat", "split", "eval_fraction", "input_pipeline", "input_threads",
+                   "input_workers")
 INPUT_PIPELINES = ("grain", "tf.data")
 # The fields a pretraining run config sets, under these names (its schema,
 # bert_jax/train/run_config.py PRETRAIN, holds their run defaults): `from_config` takes
@@ -24,7 +25,7 @@ CONFIG_FIELDS = ("max_seq_length", "max_predictions_per_seq", "masked_lm_prob",
                  "whole_word_masking", "dynamic_masking", "next_sentence_prediction",
                  "sentence_order_prediction", "knowledge_masking", "knowledge_masking_prob",
                  "seed", "packing", "eval_fraction", "dupe_factor", "input_pipeline",
-                 "input_threads")
+                 "input_threads", "input_workers")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,8 +45,9 @@ class DataOptions:
     Pipeline only: per_host_batch_size B; packing up to max_examples_per_row examples in
     a row; split 'eval' reads the eval_fraction held out (once, unshuffled), 'train' the
     rest, forever when repeat; input_pipeline 'grain' (ArrayRecord or TFRecord, no TensorFlow,
-    a global shuffle; input_threads read, parse and mask, 0: one per core up to 8) or 'tf.data'
-    (TFRecord, bert_jax[tf]; shuffle_buffer records shuffled at a time).
+    a global shuffle; input_workers processes read, parse and mask, 0: this one, in
+    input_threads threads, 0: one per core up to 8) or 'tf.data' (TFRecord, bert_jax[tf];
+    shuffle_buffer records shuffled at a time).
 
     The defaults are create-data's, which follow google-research/bert's
     create_pretraining_data.py (static masks, random_seed 12345), and the pipeline's when
@@ -79,6 +81,7 @@ class DataOptions:
     eval_fraction: float = 0.0
     input_pipeline: str = "grain"
     input_threads: int = 0
+    input_workers: int = 0
 
     def __post_init__(self):
         if self.sentence_order_prediction and not self.next_sentence_prediction:
@@ -89,6 +92,10 @@ class DataOptions:
         if self.input_pipeline not in INPUT_PIPELINES:
             raise UserError(f"unknown input_pipeline {self.input_pipeline!r}: use one of "
                             f"{list(INPUT_PIPELINES)}")
+        for name in ("input_threads", "input_workers"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
+                raise UserError(f"{name} must be a whole number >= 0, not "
+                                f"{getattr(self, name)!r}")
         if self.knowledge_masking not in KNOWLEDGE_MASKING:
             raise UserError(f"unknown knowledge_masking {self.knowledge_masking!r}: use one "
                             f"of {list(KNOWLEDGE_MASKING)}")

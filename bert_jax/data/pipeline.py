@@ -21,8 +21,9 @@ from typing import Dict, Iterator, List, Optional, Sequence
 
 import numpy as np
 
-from bert_jax.data import example_proto, masking, packing, record_sources, tfrecord
+from bert_jax.data import example_proto, packing, record_sources, tfrecord
 from bert_jax.data.options import DataOptions
+from bert_jax.data.prepare import ChunkPreparer
 from bert_jax.errors import UserError
 from bert_jax.host import paths
 
@@ -47,8 +48,7 @@ class PretrainIterator:
         self.process_index, self.process_count = process_index, process_count
         self.shuffle = options.split == "train"
         self.repeat = options.repeat and options.split == "train"
-        self.knowledge_masking_prob = (options.knowledge_masking_prob
-                                       if options.knowledge_masking != "none" else None)
+        self._prepare = ChunkPreparer(options, vocab_size, special_ids, word_start_table)
         self._reader = self._make_reader()
         self.set_state({"epoch": 0, "position": 0})
 
@@ -57,12 +57,13 @@ class PretrainIterator:
         features = example_proto.pretraining_features(
             self.max_seq_length, self.max_predictions,
             word_starts=dynamic and self.word_start_table is not None,
-            unit_starts=dynamic and self.knowledge_masking_prob is not None)
+            unit_starts=dynamic and self.options.knowledge_masking != "none")
         place = dict(seed=self.options.seed, shuffle=self.shuffle,
                      process_index=self.process_index, process_count=self.process_count)
         if self.options.input_pipeline == "grain":
             from bert_jax.data.grain_reader import GrainReader
-            return GrainReader(self.files, features, threads=self.options.input_threads, **place)
+            return GrainReader(self.files, features, threads=self.options.input_threads,
+                               workers=self.options.input_workers, **place)
         from bert_jax.data.tfdata_reader import TfDataReader
         return TfDataReader(self.files, features, shuffle_buffer=self.options.shuffle_buffer,
                             **place)
@@ -97,45 +98,6 @@ class PretrainIterator:
                                 f"{self.process_index} in "
                                 f"{len(self.files)} files (empty files, or all held out?)")
             epoch, position = epoch + count, 0
-
-    def _prepare(self, chunk: dict) -> dict:
-        """Held-out split, label squeeze and dynamic masking on one parsed chunk."""
-        labels = _pair_labels(chunk.pop("next_sentence_labels")[:, 0],
-                              chunk.pop("sentence_order_labels")[:, 0],
-                              self.options.next_sentence_prediction,
-                              self.options.sentence_order_prediction)
-        if self.options.next_sentence_prediction:
-            chunk["next_sentence_labels"] = labels
-        if self.options.eval_fraction > 0:
-            draw = masking.example_keys(0x5E1D, chunk["file_index"], chunk["record_index"])
-            held_out = (draw >> np.uint64(11)) * (1.0 / (1 << 53)) < self.options.eval_fraction
-            keep = held_out if self.options.split == "eval" else ~held_out
-            chunk = {k: v[keep] for k, v in chunk.items()}
-        if not self.options.dynamic_masking:
-            if len(chunk["input_ids"]) and not chunk["masked_lm_weights"].any():
-                raise UserError("these records have no static masks (created with "
-                                "--dynamic_masking): use dynamic_masking=True")
-            return chunk
-        original = masking.unmask(chunk["input_ids"], chunk["masked_lm_positions"],
-                                  chunk["masked_lm_ids"], chunk["masked_lm_weights"])
-        keys = masking.example_keys(self.options.seed, chunk["epoch"], chunk["file_index"],
-                                    chunk["record_index"])
-        word_start = None
-        if self.word_start_table is not None:
-            word_start = self.word_start_table[original] & chunk["word_start"].astype(bool)
-        if self.knowledge_masking_prob is not None:
-            if (chunk["unit_start"][:, :1] < 0).any():
-                raise UserError("knowledge_masking needs records made by create-data "
-                                "--knowledge_masking entity|phrase (they carry unit_start)")
-            use = masking.knowledge_rows(keys, self.knowledge_masking_prob)
-            units = self.word_start_table[original] & chunk["unit_start"].astype(bool)
-            word_start = np.where(use[:, None], units, word_start)
-        chunk.update(masking.mask_batch(
-            original, chunk["input_mask"], keys, vocab_size=self.vocab_size,
-            mask_id=self.special_ids["mask"], cls_id=self.special_ids["cls"],
-            sep_id=self.special_ids["sep"], max_predictions=self.max_predictions,
-            masked_lm_prob=self.options.masked_lm_prob, word_start=word_start))
-        return chunk
 
     def _next_example_chunk(self) -> bool:
         for chunk in self._chunks:
@@ -237,24 +199,6 @@ class PretrainIterator:
         return rows + [current]
 
 
-def _pair_labels(nsp: np.ndarray, sop: np.ndarray, next_sentence_prediction: bool,
-                 sentence_order_prediction: bool) -> np.ndarray:
-    """The sentence-pair labels the run wants (-1: none in the records).
-
-    First checks that the records hold that kind: NSP, SOP or none (MLM-only)."""
-    if sentence_order_prediction:
-        if (sop < 0).any():
-            raise UserError("these records have no sentence-order labels: make them with "
-                            "bert-jax create-data --sentence_order_prediction, or set "
-                            "sentence_order_prediction=False")
-        return sop
-    if (sop >= 0).any():
-        raise UserError("these records hold sentence-order pairs (create-data "
-                        "--sentence_order_prediction): set sentence_order_prediction=True")
-    _check_nsp_records(nsp, next_sentence_prediction)
-    return nsp
-
-
 def check_record_shapes(files: Sequence[str], max_seq_length: int,
                         max_predictions_per_seq: int) -> None:
     """Reads the first record of the first and the last file (TFRecord or ArrayRecord).
@@ -291,18 +235,6 @@ def check_record_shapes(files: Sequence[str], max_seq_length: int,
                 raise UserError(f"{path} was written with {flag} {have} but the run asks "
                                 f"for {want}: set --config.{flag}={have}, or recreate the "
                                 f"data with bert-jax create-data --{flag} {want}")
-
-
-def _check_nsp_records(labels: np.ndarray, next_sentence_prediction: bool) -> None:
-    """Records with NSP labels (-1: none) must meet a run that wants them, and only one."""
-    if next_sentence_prediction and (labels < 0).any():
-        raise UserError("these records are MLM-only (made without next-sentence pairs, "
-                        "create-data --no_next_sentence_prediction): set "
-                        "next_sentence_prediction=False, or make NSP data")
-    if not next_sentence_prediction and (labels >= 0).any():
-        raise UserError("these records hold next-sentence pairs with NSP labels: with "
-                        "next_sentence_prediction=False use MLM-only data (bert-jax "
-                        "create-data --no_next_sentence_prediction)")
 
 
 def make_pretrain_iterator(file_patterns: Sequence[str], options: DataOptions, *,

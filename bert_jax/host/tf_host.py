@@ -19,7 +19,7 @@ class MissingTensorFlow(UserError):
     """A feature that needs TensorFlow on an install without it."""
 
 
-def available() -> bool:
+def installed() -> bool:
     """Whether TensorFlow is installed (found, not imported)."""
     return "tensorflow" in sys.modules or importlib.util.find_spec("tensorflow") is not None
 
@@ -30,7 +30,7 @@ def import_quietly() -> None:
     Its C++ start-up lines (oneDNN, 'could not find cuda drivers') are written before any log level
     applies. Commands call it first, and so do the processes they spawn. Without TensorFlow it does
     nothing."""
-    if "tensorflow" in sys.modules or not available():
+    if "tensorflow" in sys.modules or not installed():
         return
     sys.stderr.flush()
     saved = os.dup(2)
@@ -50,7 +50,7 @@ def tensorflow(needed_for: str = "this command"):
 
     Raises MissingTensorFlow naming `needed_for` (what the user asked for) and the extra to install
     when TensorFlow is not installed."""
-    if not available():
+    if not installed():
         raise MissingTensorFlow(f"{needed_for} needs TensorFlow, which is not installed: "
                                 "pip install 'bert_jax[tf]'")
     import tensorflow as tf

@@ -31,8 +31,10 @@ def is_tfrecord(path: str) -> bool:
 
 
 def is_shard(path: str) -> bool:
-    """Whether `path` is a record shard: a TFRecord file (by content) or an ArrayRecord one (by
-    name, as create-data --format array_record writes them)."""
+    """Whether `path` is a record shard.
+
+    A TFRecord file (by content) or an ArrayRecord one (by name, as create-data --format
+    array_record writes them)."""
     return record_sources.is_array_record(path) or is_tfrecord(path)
 
 

@@ -62,8 +62,9 @@ def file_version_event(wall_time: float) -> bytes:
 
 
 def scalar_event(wall_time: float, step: int, tag: str, value: float) -> bytes:
-    """One scalar, as `tf.summary.scalar` records it: a float tensor with the scalars plugin's
-    metadata."""
+    """One scalar event, as `tf.summary.scalar` records it.
+
+    A float tensor with the scalars plugin's metadata."""
     summary = Summary(value=[{"tag": tag, "tensor": {"dtype": DT_FLOAT, "tensor_shape": {},
                                                      "float_val": [value]},
                               "metadata": {"plugin_data": {"plugin_name": "scalars"}}}])

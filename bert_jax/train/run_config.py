@@ -23,7 +23,6 @@ from typing import Any
 
 import ml_collections
 
-from bert_jax.data.options import INPUT_PIPELINES
 from bert_jax.errors import UserError
 from bert_jax.models.config import ATTENTION_IMPLS, REMAT_POLICIES
 from bert_jax.train.axis_rules import DEFAULT_LOGICAL_AXIS_RULES, MESH_AXES
@@ -137,9 +136,12 @@ PRETRAIN: list[Key] = [
             high=1.0),
         Key("input_pipeline", "grain", "grain: ArrayRecord or TFRecord shards, a global "
             "shuffle, no TensorFlow; tf.data: TFRecord shards (pip install 'bert_jax[tf]')",
-            choices=INPUT_PIPELINES),
-        Key("input_threads", 0, "grain: threads that read, parse and mask the input (0: one "
-            "per core, up to 8)", low=0, resume=True),
+            choices=("grain", "tf.data")),  # data.options.INPUT_PIPELINES: no data import here
+        Key("input_workers", 0, "grain: processes that read, parse and mask the input, beside "
+            "training (0: threads in the training process; input-bound: the spare cores)",
+            low=0, resume=True),
+        Key("input_threads", 0, "grain: threads per reading process (0: one per core up to 8, "
+            "or 2 per worker process)", low=0, resume=True),
         Key("tokenizer", "", "a tokenizer directory or vocab file; '' = the bundled 8k "
             "WordPiece vocabulary"),
         Key("max_seq_length", 128, "tokens per row", low=MIN_TRAINING_SEQ_LENGTH),

@@ -35,7 +35,7 @@ KEYS = {"input_ids": np.int32, "input_mask": np.int32, "segment_ids": np.int32,
 BATCH = 16
 
 
-@pytest.fixture(scope="module", params=["grain", "tf.data"])
+@pytest.fixture(scope="module", params=["grain", pytest.param("tf.data", marks=pytest.mark.tf)])
 def reader(request):
     """The input_pipeline a test reads through."""
     return request.param
@@ -244,6 +244,7 @@ BATCH_DIGESTS = {  # taken from the tf.data pipeline every earlier run used (at 
 }
 
 
+@pytest.mark.tf
 @pytest.mark.parametrize("pack,whole_word", sorted(BATCH_DIGESTS))
 def test_the_batches_of_a_seed_are_those_every_earlier_run_had(short_rows, tok, pack,
                                                                whole_word):
@@ -281,6 +282,7 @@ EPOCHS_DIGESTS = {  # from the tf.data pipeline at ad34b08
 }
 
 
+@pytest.mark.tf
 @pytest.mark.parametrize("pack", [False, True])
 def test_batches_across_epochs_are_those_every_earlier_run_had(few_rows, tok, pack):
     iterator = _iterator(few_rows, tok, dynamic_masking=True, packing=pack,
@@ -337,6 +339,7 @@ def _epoch(pattern, tok, reader, **kwargs):
         for i in np.flatnonzero(real))
 
 
+@pytest.mark.tf
 def test_the_readers_give_the_same_examples_with_the_same_masks(data, tok):
     """An example's dynamic masks are keyed by (seed, epoch, file, record), whatever the reader:
     one epoch through Grain and through tf.data holds the same rows, masks included."""
@@ -408,3 +411,18 @@ def test_grain_names_a_bad_file_and_record(tmp_path, data, tok):
     tfrecord_writer.close()
     with pytest.raises(ValueError, match=f"{other}: record 0 is not a tf.train.Example"):
         next(_iterator(str(other), tok, dynamic_masking=True))
+
+
+def test_grain_worker_processes_give_the_batches_and_errors_of_threads(short_rows, data, tok,
+                                                                      tmp_path):
+    """input_workers=2: chunks read, parsed and masked in two worker processes, in turn, are the
+    batches and state made in threads; a bad record read in a worker is named as in threads."""
+    iterator = _iterator(short_rows, tok, dynamic_masking=True, packing=True,
+                         whole_word_masking=True, per_host_batch_size=32, input_workers=2)
+    assert _digest(iterator) == GRAIN_DIGESTS[(True, True)]
+    flipped = bytearray(open(sorted(glob.glob(data["static"]))[0], "rb").read())
+    flipped[200] ^= 0xFF
+    bad = tmp_path / "flipped.tfrecord"
+    bad.write_bytes(bytes(flipped))
+    with pytest.raises(ValueError, match=f"{bad}: record 0 fails its checksum"):
+        list(_iterator(str(bad), tok, repeat=False, input_workers=2))

@@ -87,6 +87,7 @@ RELOAD = textwrap.dedent("""
 
 
 @pytest.mark.slow
+@pytest.mark.tf
 def test_exports_reload_in_a_fresh_process(exported, tmp_path):
     directory, (ids, mask, segments), logits = exported
     spec = json.loads((directory / "serving.json").read_text())
@@ -110,6 +111,7 @@ def test_exports_reload_in_a_fresh_process(exported, tmp_path):
     assert list(out["tf_text_labels"]) == list(out["tf_ids_labels"]) == expected_labels
 
 
+@pytest.mark.tf
 def test_served_model_helper_encodes_texts(exported):
     directory, inputs, logits = exported
     served = export.ServedModel(str(directory))
@@ -141,6 +143,7 @@ def test_encoder_export_any_length_within_positions(tmp_path):
         served(np.zeros((1, 41), np.int32))
 
 
+@pytest.mark.tf
 def test_saved_model_stablehlo_no_newer_than_tensorflows(exported):
     """TensorFlow releases lag jax's: the SavedModel's StableHLO is written for the
     installed TensorFlow's version when jax's default is newer (tensorflow 2.21 cannot
@@ -156,6 +159,7 @@ def test_saved_model_stablehlo_no_newer_than_tensorflows(exported):
     assert set(re.findall(rb"StableHLO_v[0-9.]+", saved)) == {f"StableHLO_v{want}".encode()}
 
 
+@pytest.mark.tf
 def test_saved_model_tensorflow_cannot_run_is_refused(tmp_path, monkeypatch, capsys):
     """A jax much newer than tensorflow writes a model that tensorflow cannot run (seen
     with jax 0.12 and tensorflow 2.21 before `erf_without_composites`, TensorFlow's
@@ -210,6 +214,7 @@ def test_other_heads_export(tmp_path, kind):
         np.testing.assert_allclose(out["end_logits"], want[1], atol=1e-5)
 
 
+@pytest.mark.tf
 def test_head_tail_truncation_in_graph_equals_python():
     import tensorflow as tf
 
@@ -230,6 +235,7 @@ def test_head_tail_truncation_in_graph_equals_python():
 
 
 @pytest.mark.slow
+@pytest.mark.tf
 def test_saved_model_truncates_like_fine_tuning(tmp_path):
     """A model fine-tuned with `truncation=head+tail` is served with the same rows."""
     config = CONFIG.replace(num_hidden_layers=1)
@@ -250,6 +256,7 @@ def test_saved_model_truncates_like_fine_tuning(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.tf
 def test_sentencepiece_tokenizer_in_saved_model(tmp_path):
     from bert_jax.data.build_vocab import train_sentencepiece
     from bert_jax.data.corpus import CORPUS_DIR
@@ -270,6 +277,7 @@ def test_sentencepiece_tokenizer_in_saved_model(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.tf
 def test_minilm_serving_keeps_its_similarity(tmp_path, minilm_dir):
     source = minilm_dir
     assert cli.main(["convert", "--from_hf", source, "--output", str(tmp_path / "minilm")]) == 0
@@ -287,6 +295,7 @@ TAG_TEXTS = ["江泽民在北京会见了代表团", "Apple 公司在 California
 
 
 @pytest.mark.slow
+@pytest.mark.tf
 def test_saved_model_tags_words_like_tag_texts(tmp_path):
     """serve_text of a tagging model: words split in-graph as text_io.split_words does,
     one tag per word, character offsets; word_tag_records gives tag_texts' records.

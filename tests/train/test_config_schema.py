@@ -3,6 +3,7 @@ from it, the resume policy derived from it, and loaded configs checked against i
 
 import pytest
 
+from bert_jax.data.options import INPUT_PIPELINES
 from bert_jax.errors import UserError
 from bert_jax.train import checkpoint, run_config
 from bert_jax.train.config_loader import load_config
@@ -17,11 +18,16 @@ _HAND_WRITTEN = frozenset({
     "init_from", "partial_restore", "start_fresh", "model.dtype", "model.remat_policy",
     "model.fp8", "attention_impl", "attention_probs_dropout_prob", "hidden_dropout_prob",
     "model.attention_impl", "model.attention_probs_dropout_prob", "model.hidden_dropout_prob",
-    "temperature", "alpha"})
+    "temperature", "alpha", "input_threads", "input_workers"})
 
 
 def test_the_resume_policy_is_the_schemas():
     assert checkpoint.CHANGEABLE_KEYS == _HAND_WRITTEN
+
+
+def test_the_input_pipelines_are_the_data_packages():
+    [key] = [k for k in run_config.PRETRAIN if k.name == "input_pipeline"]
+    assert key.choices == INPUT_PIPELINES
 
 
 @pytest.mark.parametrize("schema", [run_config.PRETRAIN, run_config.FINETUNE])

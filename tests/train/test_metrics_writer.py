@@ -30,17 +30,13 @@ def test_resumed_run_appends_and_restarted_run_starts_over(tmp_path):
     assert not run(fresh, [1], append=False).replaced_earlier_run
 
 
-def test_without_tensorflow_the_log_is_still_written(tmp_path, monkeypatch, capsys):
-    """An accelerator image without TensorFlow (the JAX containers) still trains and logs:
-    metrics.jsonl is written and the missing TensorBoard events are said once."""
-    from bert_jax.host import tf_host
-
-    def no_tensorflow():
-        raise ModuleNotFoundError("No module named 'tensorflow'")
-    monkeypatch.setattr(tf_host, "tensorflow", no_tensorflow)
+def test_without_tensorflow_the_tensorboard_events_are_written(tmp_path, monkeypatch):
+    """A base install (no TensorFlow, as on Colab's TPU runtime) logs metrics.jsonl and
+    TensorBoard's event files alike."""
+    import sys
+    monkeypatch.setitem(sys.modules, "tensorflow", None)  # `import tensorflow` fails
     writer = MetricsWriter(str(tmp_path), stream=None)
     writer.write(1, {"loss": 2.0}, prefix="train")
     writer.close()
     assert logged_steps(tmp_path) == [1]
-    assert not (tmp_path / "tensorboard").exists()
-    assert "TensorBoard events need TensorFlow" in capsys.readouterr().err
+    assert list((tmp_path / "tensorboard").glob("*/events.out.tfevents.*"))

@@ -143,10 +143,12 @@ def test_pretrain_resume_checks_the_config_and_logs_each_step_once(tmp_path, tex
                          "eval_every_steps")]
     bigger = "{'preset': 'tiny', 'num_hidden_layers': 1, 'hidden_size': 64, " \
         "'num_attention_heads': 2, 'intermediate_size': 64, 'max_position_embeddings': 64}"
-    assert cli.main(args + [f"--config.model={bigger}", "--config.optimizer=lamb"]) == 2
+    assert cli.main(args + [f"--config.model={bigger}", "--config.optimizer=lamb",
+                            "--config.input_pipeline=tf.data"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "model.hidden_size 32 -> 64" in err, err
     assert "optimizer 'adamw' -> 'lamb'" in err and "cannot change on resume" in err
+    assert "input_pipeline 'grain' -> 'tf.data'" in err  # another order of the examples
     assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["2", "4"]
     assert not os.path.exists(os.path.join(workdir, checkpoint.CORRUPT_DIR))
     assert open(os.path.join(workdir, "model", "bert_jax.json")).read() == model_file
