@@ -54,9 +54,11 @@ colab:
 	  && $(PYTHON) tools/colab/rehearse.py --runtime tpu --install-only --wheel; status=$$?; \
 	  wait $$gpu && exit $$status
 
-# The core tests on Colab's stack (jax 0.7.2, Python 3.13) and on the newest releases.
+# The core tests on Colab's CPU stack (jax 0.7.2, Python 3.13), on its TPU runtime's (a base
+# install: no TensorFlow) and on the newest releases.
 matrix:
 	$(PYTHON) tools/colab/matrix.py colab
+	$(PYTHON) tools/colab/matrix.py tpu
 	$(PYTHON) tools/colab/matrix.py newest
 
 clean:

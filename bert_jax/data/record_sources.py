@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import struct
-import threading
 from typing import List, Sequence
 
 import numpy as np
@@ -25,6 +24,34 @@ def is_array_record(path: str) -> bool:
     return path.endswith(".array_record")
 
 
+_BLOCK = 8 << 20  # bytes per read when indexing a file in a bucket
+
+
+def _headers(path: str):
+    """Each record's 12-byte header (length, its CRC), then the last bytes (fewer than 12).
+
+    A local file is read a header at a time, seeking past each record; a bucket's in blocks (a
+    request per header would take minutes)."""
+    remote = paths.is_remote(path)
+    with paths.open(path, "rb") as f:
+        block, block_start, position = b"", 0, 0
+        while True:
+            if not remote:
+                f.seek(position)
+                header = f.read(12)
+            else:
+                if position + 12 > block_start + len(block):
+                    f.seek(position)
+                    block, block_start = f.read(_BLOCK), position
+                header = block[position - block_start:position - block_start + 12]
+            if not header:
+                return
+            yield header
+            if len(header) < 12:
+                return
+            position += 12 + struct.unpack_from("<Q", header)[0] + 4
+
+
 class _TFRecordFile:
     """One TFRecord file's records by index.
 
@@ -33,18 +60,16 @@ class _TFRecordFile:
 
     def __init__(self, path: str):
         self.path = path
-        self._pid, self._handle, self._lock = None, None, threading.Lock()
+        self._pid, self._handle = None, None
         starts, lengths, position = [], [], 0
-        with paths.open(path, "rb") as f:
-            while header := f.read(12):
-                length, crc = struct.unpack("<QI", header) if len(header) == 12 else (0, None)
-                if crc is None or tfrecord.masked_crc(header[:8]) != crc:
-                    raise tfrecord.CorruptRecordError(
-                        f"{path}: record {len(starts)} is cut short or has a corrupt length")
-                starts.append(position)
-                lengths.append(length)
-                position += 12 + length + 4
-                f.seek(position)
+        for header in _headers(path):
+            length, crc = struct.unpack("<QI", header) if len(header) == 12 else (0, None)
+            if crc is None or tfrecord.masked_crc(header[:8]) != crc:
+                raise tfrecord.CorruptRecordError(
+                    f"{path}: record {len(starts)} is cut short or has a corrupt length")
+            starts.append(position)
+            lengths.append(length)
+            position += 12 + length + 4
         if position > paths.getsize(path):
             raise tfrecord.CorruptRecordError(f"{path}: record {len(starts) - 1} is cut short")
         self.starts, self.lengths = np.array(starts, np.int64), np.array(lengths, np.int64)
@@ -63,21 +88,14 @@ class _TFRecordFile:
         return data
 
     def _read(self, start: int, size: int) -> bytes:
-        if self._pid != os.getpid():  # opened once per process (Grain's workers fork)
-            self._pid = os.getpid()
-            self._handle = (None if paths.is_remote(self.path)
-                            else os.open(self.path, os.O_RDONLY))
-        if self._handle is not None:
-            return os.pread(self._handle, size, start)  # no shared file position: thread-safe
-        with self._lock, paths.open(self.path, "rb") as f:
-            f.seek(start)
-            return f.read(size)
+        if paths.is_remote(self.path):
+            return paths.read_slice(self.path, start, size)
+        if self._pid != os.getpid():  # opened once per process (Grain's workers spawn)
+            self._pid, self._handle = os.getpid(), os.open(self.path, os.O_RDONLY)
+        return os.pread(self._handle, size, start)  # no shared file position: thread-safe
 
     def __getstate__(self) -> dict:  # a worker process opens its own handle
-        return {**self.__dict__, "_pid": None, "_handle": None, "_lock": None}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state, _lock=threading.Lock())
+        return {**self.__dict__, "_pid": None, "_handle": None}
 
 
 class _ArrayRecordFile:

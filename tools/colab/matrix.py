@@ -1,12 +1,16 @@
 """The core tests on the oldest supported stack (Colab's) and on the newest releases.
 
-    python tools/colab/matrix.py colab|newest [pytest arguments]
+    python tools/colab/matrix.py colab|tpu|newest [pytest arguments]
 
-Both run the tests marked slow in tests/serve/test_export.py too (the SavedModel exports).
+Each also runs the tests marked slow in tests/serve/test_export.py (the SavedModel exports;
+skipped on tpu, which has no TensorFlow, as the tests marked tf are).
 
 colab:  Colab's CPU runtime (Python 3.13, jax 0.7.2, flax 0.11.2, tensorflow 2.20, numpy
         2.1.3; rehearse.py's cached venv, copied), plus bert_jax and pytest added within
         the notebook's pins (uv, as for the venvs): nothing Colab has is replaced.
+tpu:    Colab's TPU runtime, a base install: no TensorFlow (jax 0.7.2, grain 0.2.18,
+        array_record 0.8.3, protobuf 7; rehearse.py's cached venv, copied), plus bert_jax
+        without extras and pytest, within its pins.
 newest: Python 3.13 and the newest release of everything (no constraints), in a venv
         cached beside rehearse.py's (rebuilt when setup.cfg changes; delete
         ~/.cache/bert_jax/colab/newest-* to move to newer releases).
@@ -40,6 +44,14 @@ def colab_env(root: str, cache: str, env: str) -> str:
     return env
 
 
+def tpu_env(root: str, cache: str, env: str) -> str:
+    rehearse.copy_env(rehearse.build_env("tpu", cache), env)
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
+        f.writelines(f"{name}=={v}\n" for name, v in rehearse.versions(env).items())
+    rehearse.uv_install(cache, env, "-c", f.name, "-e", root, *TEST_PACKAGES)
+    return env
+
+
 def newest_env(root: str, cache: str) -> str:
     # Per checkout too: bert_jax is installed in editable mode.
     with open(os.path.join(root, "setup.cfg"), "rb") as f:
@@ -57,13 +69,14 @@ def newest_env(root: str, cache: str) -> str:
 
 
 def main() -> int:
-    if len(sys.argv) < 2 or sys.argv[1] not in ("colab", "newest"):
+    if len(sys.argv) < 2 or sys.argv[1] not in ("colab", "tpu", "newest"):
         sys.exit(__doc__.strip().splitlines()[2].strip())
     root, stack = rehearse.ROOT, sys.argv[1]
     cache = os.path.expanduser("~/.cache/bert_jax/colab")
     work = tempfile.mkdtemp(prefix="matrix_")
     try:
-        env = (colab_env(root, cache, os.path.join(work, "venv")) if stack == "colab"
+        make = {"colab": colab_env, "tpu": tpu_env}.get(stack)
+        env = (make(root, cache, os.path.join(work, "venv")) if make
                else newest_env(root, cache))
         return run_tests(env, stack, root)
     finally:
@@ -72,10 +85,11 @@ def main() -> int:
 
 def run_tests(env: str, stack: str, root: str) -> int:
     python = os.path.join(env, "bin", "python")
-    subprocess.run([python, "-c", "import sys, jax, flax, numpy, tensorflow as tf; print("
-                    "f'{sys.argv[1]}: Python {sys.version.split()[0]}, jax {jax.__version__}, "
-                    "flax {flax.__version__}, numpy {numpy.__version__}, tensorflow "
-                    "{tf.__version__}')", stack], check=True)
+    subprocess.run([python, "-c", "import importlib.util, sys, jax, flax, numpy; tf = "
+                    "importlib.util.find_spec('tensorflow') and __import__('tensorflow'); "
+                    "print(f'{sys.argv[1]}: Python {sys.version.split()[0]}, jax "
+                    "{jax.__version__}, flax {flax.__version__}, numpy {numpy.__version__}, "
+                    "tensorflow {tf.__version__ if tf else None}')", stack], check=True)
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
     pytest = [python, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadfile",
               "--durations=10",
