@@ -234,23 +234,65 @@ def tfds_examples(name: str, split: str, *, data_dir: str | None = None,
 
     Without `download` a data set that is not prepared fails at once with a message,
     instead of tfds retrying the network for minutes; `otherwise` ends it with the
-    task's other source ("or read ...").
+    task's other source ("or read ..."). Without TensorFlow a prepared split is still read
+    (`_prepared_examples`); downloading and preparing need it.
     """
     import tensorflow_datasets as tfds
 
-    from bert_jax.host.tf_host import tensorflow
-    tensorflow(f"the tensorflow-datasets data set {name!r}")
+    from bert_jax.host import tf_host
+    if not tf_host.installed() and not download:
+        return _prepared_examples(name, split, data_dir, otherwise)
+    tf_host.tensorflow(f"preparing the tensorflow-datasets data set {name!r}" if download
+                       else f"the tensorflow-datasets data set {name!r}")
     try:
         ds = tfds.load(name, split=split, data_dir=data_dir or None, download=download)
     except (AssertionError, tfds.core.registered.DatasetNotFoundError, OSError) as e:
-        where = data_dir or os.environ.get("TFDS_DATA_DIR") or "~/tensorflow_datasets"
         full_text = library_log.keep(e, f"tfds.load({name!r}, split={split!r})")
-        raise UserError(
-            f"the data set {name!r} (split {split!r}) must be downloaded or prepared first: it "
-            f"is not in {where}. With network access, rerun with --config.tfds_download=true "
-            f"or run `tfds build {name}`; or point --config.tfds_data_dir at a prepared copy"
-            f"{'; ' + otherwise if otherwise else ''}{full_text}") from None
+        raise _not_prepared(name, split, data_dir, otherwise, full_text) from None
     return list(tfds.as_numpy(ds))
+
+
+def _not_prepared(name: str, split: str, data_dir: str | None, otherwise: str,
+                  full_text: str = "") -> UserError:
+    where = data_dir or os.environ.get("TFDS_DATA_DIR") or "~/tensorflow_datasets"
+    return UserError(
+        f"the data set {name!r} (split {split!r}) must be downloaded or prepared first: it "
+        f"is not in {where}. With network access, rerun with --config.tfds_download=true "
+        f"or run `tfds build {name}`; or point --config.tfds_data_dir at a prepared copy"
+        f"{'; ' + otherwise if otherwise else ''}{full_text}")
+
+
+def _prepared_examples(name: str, split: str, data_dir: str | None,
+                       otherwise: str) -> list[dict[str, Any]]:
+    """A prepared split read without TensorFlow, as `tfds.load` reads it (its shards in order).
+
+    Each TFRecord shard's records (bert_jax's reader, CRCs checked) decoded by the data set's
+    own features (tfds' numpy decoder)."""
+    import itertools
+
+    import tensorflow_datasets as tfds
+
+    from bert_jax.data import tfrecord
+    needs = "preparing it needs TensorFlow: pip install 'bert_jax[tf]'"
+    try:
+        builder = tfds.builder(name, data_dir=data_dir or None)
+        splits = builder.info.splits
+    except (AssertionError, tfds.core.registered.DatasetNotFoundError, OSError):
+        splits = {}
+    if not splits:
+        raise _not_prepared(name, split, data_dir, "; ".join(filter(None, [otherwise, needs])))
+    try:
+        instructions = splits[split].file_instructions
+    except (KeyError, ValueError):
+        raise UserError(f"the data set {name!r} has no split {split!r} (it has "
+                        f"{', '.join(sorted(splits))})") from None
+    if builder.info.file_format != tfds.core.file_adapters.FileFormat.TFRECORD:
+        raise UserError(f"the data set {name!r} is prepared as {builder.info.file_format.value}"
+                        ", which bert_jax reads only through TensorFlow: pip install "
+                        "'bert_jax[tf]'")
+    decode = builder.info.features.deserialize_example_np
+    return [decode(record) for f in instructions for record in itertools.islice(
+        tfrecord.read_records(f.filename), f.skip, f.skip + f.take)]
 
 
 def text(value) -> str:

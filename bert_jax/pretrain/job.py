@@ -41,6 +41,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                           {"--config.init_from": config.init_from,
                            "--config.teacher": config.teacher})
     workdir = paths.abspath(workdir)
+    config = start.as_resumed(config, workdir)
     # What init_from names, resolved once (a Hub model fetched and converted, a workdir's
     # model found): the tokenizer and the initial weights both read it.
     init_from = start.open_init_from(config)

@@ -6,6 +6,7 @@ init_from's."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import jax
@@ -14,8 +15,28 @@ import ml_collections
 from bert_jax.errors import UserError
 from bert_jax.models import matching
 from bert_jax.pretrain.setup import Setup
+from bert_jax.train import checkpoint, config_loader, run_config
 from bert_jax.train.train_state import TrainState
 from bert_jax.weights import pretrained
+
+log = logging.getLogger(__name__)
+
+
+def as_resumed(config: ml_collections.ConfigDict, workdir: str) -> ml_collections.ConfigDict:
+    """`config`, with the saved run's value of each key whose default changed since (a run made
+    before `input_pipeline` existed resumes through tf.data, as it began)."""
+    saved = checkpoint.latest_saved_config(workdir)
+    if saved is None:
+        return config
+    defaults = run_config.base_config(run_config.PRETRAIN)
+    kept = {key: saved[key] for key in run_config.FOLLOW_THE_SAVED_RUN
+            if key in saved and config[key] == defaults[key] != saved[key]}
+    if not kept:
+        return config
+    config = config_loader.build_config("pretrain", config.to_dict(), changes=kept)
+    log.warning("resuming %s as it was run: %s", workdir,
+                ", ".join(f"{key} {value!r}" for key, value in kept.items()))
+    return config
 
 
 def init_state(config, run_setup: Setup, writer,

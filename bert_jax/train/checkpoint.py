@@ -380,6 +380,18 @@ def _first_line(error: BaseException) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
+def latest_saved_config(workdir: str) -> dict | None:
+    """The run config saved with WORKDIR's latest checkpoint (old configs in today's terms,
+    ADDED_KEYS filled in); None without a readable one (restoring then says why)."""
+    directory = paths.join(workdir, TRAINING_WORKDIR.checkpoints)
+    try:
+        steps = [int(name) for name in paths.listdir(directory) if name.isdigit()]
+        config = _read_meta(paths.join(directory, str(max(steps))))["config"] if steps else None
+    except (OSError, ValueError, KeyError):
+        return None
+    return {**run_config.ADDED_KEYS, **config} if isinstance(config, dict) else None
+
+
 def _read_meta(step_dir: str) -> dict:
     """A checkpoint's meta JSON, read without restoring (or registering) its state."""
     return json.loads(paths.read_text(paths.join(step_dir, META_ITEM, "metadata")))

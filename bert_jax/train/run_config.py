@@ -49,6 +49,9 @@ ADDED_KEYS = {"next_sentence_prediction": True, "teacher": "", "temperature": 2.
               "attention_weight": 0.0,
               # runs before input_pipeline existed read through tf.data
               "input_pipeline": "tf.data"}
+# Keys whose default changed since runs were saved: a resumed run that leaves one at its default
+# takes the saved run's value (its command, rerun, resumes as it began).
+FOLLOW_THE_SAVED_RUN = ("input_pipeline",)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -95,14 +95,17 @@ def test_every_kind_of_folder_opens_as_a_model(release):
 
 
 @pytest.mark.long
-def test_a_pretraining_run_resumes_exactly_where_it_stopped(release, capsys):
+def test_a_pretraining_run_resumes_exactly_where_it_stopped(release, capsys, caplog):
     """The run lost its last checkpoint: this release resumes 0.1.0's step 2 and reaches
     the step-4 parameters 0.1.0 saved (to float rounding: 0.1.0 ran on one device, the
     tests on eight, which sum gradients in another order)."""
     want = checkpoint.read_params(os.path.abspath("pretrain/checkpoints/4"))
     shutil.rmtree("pretrain/checkpoints/4")
     train_and_evaluate(load_config("pretrain.py:tiny", PRETRAIN_OVERRIDES), "pretrain")
-    assert "resumed from step 2 of" in capsys.readouterr().err  # not trained afresh
+    err = capsys.readouterr().err
+    assert "resumed from step 2 of" in err  # not trained afresh
+    # through tf.data, as the run began (the default is Grain now)
+    assert "as it was run: input_pipeline 'tf.data'" in caplog.text
     assert sorted(os.listdir("pretrain/checkpoints")) == ["2", "4"]
     got = checkpoint.read_params(os.path.abspath("pretrain/checkpoints/4"))
     assert_trees_equal(got, want, atol=1e-7)
