@@ -23,8 +23,9 @@ log = logging.getLogger(__name__)
 
 
 def as_resumed(config: ml_collections.ConfigDict, workdir: str) -> ml_collections.ConfigDict:
-    """`config`, with the saved run's value of each key whose default changed since (a run made
-    before `input_pipeline` existed resumes through tf.data, as it began)."""
+    """`config`, with the saved run's value of each key whose default changed since.
+
+    A run made before `input_pipeline` existed resumes through tf.data, as it began."""
     saved = checkpoint.latest_saved_config(workdir)
     if saved is None:
         return config

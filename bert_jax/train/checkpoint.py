@@ -381,8 +381,10 @@ def _first_line(error: BaseException) -> str:
 
 
 def latest_saved_config(workdir: str) -> dict | None:
-    """The run config saved with WORKDIR's latest checkpoint (old configs in today's terms,
-    ADDED_KEYS filled in); None without a readable one (restoring then says why)."""
+    """The run config saved with WORKDIR's latest checkpoint, or None without a readable one.
+
+    Keys added since are filled in (ADDED_KEYS); an unreadable checkpoint is restoring's to
+    report."""
     directory = paths.join(workdir, TRAINING_WORKDIR.checkpoints)
     try:
         steps = [int(name) for name in paths.listdir(directory) if name.isdigit()]
