@@ -11,7 +11,8 @@ colab:  Colab's CPU runtime (Python 3.13, jax 0.7.2, flax 0.11.2, tensorflow 2.2
 tpu:    Colab's TPU runtime, a base install: no TensorFlow (jax 0.7.2, grain 0.2.18,
         array_record 0.8.3, protobuf 7; rehearse.py's cached venv, copied), plus bert_jax
         without extras and pytest, within its pins.
-newest: Python 3.13 and the newest release of everything (no constraints), in a venv
+newest: Python 3.13 and the newest release of everything (no constraints; TensorFlow through
+        bert_jax[tf]), in a venv
         cached beside rehearse.py's (rebuilt when setup.cfg changes; delete
         ~/.cache/bert_jax/colab/newest-* to move to newer releases).
 """
@@ -31,6 +32,7 @@ TESTS = ["tests/models/test_model.py", "tests/pretrain/test_train.py",
          "tests/finetune/test_finetune_csv.py", "tests/train/test_checkpoint.py",
          "tests/data/test_pipeline.py", "tests/serve/test_export.py"]
 TEST_PACKAGES = ["pytest", "pytest-timeout", "pytest-xdist"]
+NEWEST_EXTRAS = "[tf]"  # the SavedModel exports and tf.data on the newest TensorFlow too
 
 
 def colab_env(root: str, cache: str, env: str) -> str:
@@ -56,14 +58,14 @@ def newest_env(root: str, cache: str) -> str:
     # Per checkout too: bert_jax is installed in editable mode.
     with open(os.path.join(root, "setup.cfg"), "rb") as f:
         key = hashlib.sha256(root.encode() + f.read() + str(TEST_PACKAGES).encode()
-                             + rehearse.UV_VERSION.encode())
+                             + NEWEST_EXTRAS.encode() + rehearse.UV_VERSION.encode())
         key = key.hexdigest()[:12]
     env = os.path.join(cache, "newest-" + key)
     stamp = os.path.join(env, ".built")
     if not os.path.exists(stamp):
         shutil.rmtree(env, ignore_errors=True)
         subprocess.run([rehearse.python313(), "-m", "venv", env], check=True)
-        rehearse.uv_install(cache, env, "-e", root, *TEST_PACKAGES)
+        rehearse.uv_install(cache, env, "-e", root + NEWEST_EXTRAS, *TEST_PACKAGES)
         open(stamp, "w").close()
     return env
 
