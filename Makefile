@@ -44,14 +44,15 @@ test-long: $(VENV)/.test
 
 # Colab rehearsed (tools/colab/rehearse.py; needs a Python 3.13, takes no .venv): the
 # notebook's install cell and every cell in smoke mode in a venv of Colab's CPU runtime
-# (cached in ~/.cache/bert_jax/colab), the TPU runtime's install cell and imports from an
-# uploaded wheel, and the install cell resolved against the GPU runtime (dry_run.py).
+# (cached in ~/.cache/bert_jax/colab), the same in the TPU runtime's packages from an
+# uploaded wheel (on the CPU), and the install cell resolved against the GPU runtime
+# (dry_run.py).
 # The GPU dry run mostly waits on the package index: it runs beside the rehearsals.
 colab:
 	$(PYTHON) tools/colab/rehearse.py --build-only
 	$(PYTHON) tools/colab/dry_run.py --runtime gpu & gpu=$$!; \
 	  $(PYTHON) tools/colab/rehearse.py \
-	  && $(PYTHON) tools/colab/rehearse.py --runtime tpu --install-only --wheel; status=$$?; \
+	  && $(PYTHON) tools/colab/rehearse.py --runtime tpu --wheel; status=$$?; \
 	  wait $$gpu && exit $$status
 
 # The core tests on Colab's CPU stack (jax 0.7.2, Python 3.13), on its TPU runtime's (a base
