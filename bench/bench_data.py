@@ -124,11 +124,11 @@ def bench_readers(plain: str, static: str, args, max_seq_length: int, cores: int
 
 
 def _reader(pipeline: str, cores: int) -> dict:
-    """The options of a `--pipelines` name: grain (threads), grain-workers (a worker process
-    per core), tf.data."""
+    """The options of a `--pipelines` name: grain (its default threads), grain-workers (a
+    worker process per core), tf.data."""
     if pipeline == "grain-workers":
         return {"input_pipeline": "grain", "input_workers": cores}
-    return {"input_pipeline": pipeline, "input_threads": cores if pipeline == "grain" else 0}
+    return {"input_pipeline": pipeline}
 
 
 _ALL_CORES = set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else set()

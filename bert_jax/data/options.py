@@ -46,8 +46,8 @@ class DataOptions:
     a row; split 'eval' reads the eval_fraction held out (once, unshuffled), 'train' the
     rest, forever when repeat; input_pipeline 'grain' (ArrayRecord or TFRecord, no TensorFlow,
     a global shuffle; input_workers processes read, parse and mask, 0: this one, in
-    input_threads threads, 0: one per core up to 8) or 'tf.data' (TFRecord, bert_jax[tf];
-    shuffle_buffer records shuffled at a time).
+    input_threads threads each, 0: 1 for local files, 8 for a bucket's) or 'tf.data' (TFRecord,
+    bert_jax[tf]; shuffle_buffer records shuffled at a time).
 
     The defaults are create-data's, which follow google-research/bert's
     create_pretraining_data.py (static masks, random_seed 12345), and the pipeline's when

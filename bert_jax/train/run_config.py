@@ -143,8 +143,8 @@ PRETRAIN: list[Key] = [
         Key("input_workers", 0, "grain: processes that read, parse and mask the input, beside "
             "training (0: threads in the training process; input-bound: the spare cores)",
             low=0, resume=True),
-        Key("input_threads", 0, "grain: threads per reading process (0: one per core up to 8, "
-            "or 2 per worker process)", low=0, resume=True),
+        Key("input_threads", 0, "grain: threads per reading process (0: 1 for local files, 8 "
+            "for a bucket's)", low=0, resume=True),
         Key("tokenizer", "", "a tokenizer directory or vocab file; '' = the bundled 8k "
             "WordPiece vocabulary"),
         Key("max_seq_length", 128, "tokens per row", low=MIN_TRAINING_SEQ_LENGTH),
