@@ -107,14 +107,16 @@ def mask_batch(input_ids: np.ndarray, input_mask: np.ndarray, keys: np.ndarray, 
     new_ids[r, c] = np.where(action < 0.8, mask_id,
                              np.where(action >= 0.9, random_ids, input_ids[r, c]))
 
-    # The masked positions in order, then padding of weight 0.
-    slot = np.cumsum(masked, axis=1) - 1
-    keep = slot[r, c] < max_predictions
+    # The masked positions in order, then padding of weight 0. np.nonzero lists each row's
+    # positions in order, one row after another: a position's slot is its place in its row.
+    per_row = np.bincount(r, minlength=batch)
+    slot = np.arange(len(r)) - np.repeat(np.cumsum(per_row) - per_row, per_row)
+    keep = slot < max_predictions
     lm_positions = np.zeros((batch, max_predictions), np.int32)
     lm_ids = np.zeros((batch, max_predictions), np.int32)
-    lm_positions[r[keep], slot[r, c][keep]] = c[keep]
-    lm_ids[r[keep], slot[r, c][keep]] = input_ids[r[keep], c[keep]]
-    count = np.minimum(masked.sum(1), max_predictions)
+    lm_positions[r[keep], slot[keep]] = c[keep]
+    lm_ids[r[keep], slot[keep]] = input_ids[r[keep], c[keep]]
+    count = np.minimum(per_row, max_predictions)
     return {
         "input_ids": new_ids,
         "masked_lm_positions": lm_positions,
