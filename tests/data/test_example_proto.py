@@ -50,3 +50,28 @@ def test_a_record_that_is_not_what_is_asked_is_named(records):
     empty = example_proto.Example().SerializeToString()
     with pytest.raises(example_proto.RecordError, match="record 0 has no 'input_ids'"):
         example_proto.parse_examples([empty], features)
+
+
+def test_the_walk_together_reads_every_varint_width_as_protobuf_does(monkeypatch):
+    """Values of 1 to 10 bytes (ids past 2**28, negatives), rows of one-byte values and floats,
+    read by the walk over all records at once (protobuf is not called) as protobuf reads them."""
+    rng = np.random.default_rng(0)
+    n, length = 50, 33
+    widths = rng.integers(0, 63, (n, length))
+    rows = {"input_ids": rng.integers(0, 2, (n, length)) << widths,
+            "input_mask": rng.integers(0, 2, (n, length)),
+            "segment_ids": -rng.integers(1, 2**40, (n, length)),
+            "masked_lm_weights": rng.random((n, 3)).astype(np.float32)}
+    serialized = example_proto.serialize_examples(rows)
+    features = {"input_ids": example_proto.FixedFeature(length),
+                "input_mask": example_proto.FixedFeature(length),
+                "segment_ids": example_proto.FixedFeature(length),
+                "masked_lm_weights": example_proto.FixedFeature(3, is_float=True),
+                "absent": example_proto.FixedFeature(2, default=-1)}
+    expected = example_proto._parse_with_protobuf(serialized, features)
+    monkeypatch.setattr(example_proto, "_parse_with_protobuf", None)  # the walk alone
+    parsed = example_proto.parse_examples(serialized, features)
+    for name in features:
+        np.testing.assert_array_equal(parsed[name], expected[name], err_msg=name)
+    assert (parsed["absent"] == -1).all()
+    np.testing.assert_array_equal(parsed["input_mask"], rows["input_mask"])
