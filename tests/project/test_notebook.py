@@ -1,5 +1,5 @@
-"""notebooks/colab_quickstart.ipynb runs top to bottom in smoke mode (embedded data, tfds
-mock SST-2, a few steps, its Hub model by name from a local Hub server) and leaves its
+"""notebooks/colab_quickstart.ipynb runs top to bottom in smoke mode (embedded data, SST-2's
+zip and its Hub model by name from local servers, a few steps) and leaves its
 metrics and plot behind."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from helpers.glue_server import notebook_glue
 from helpers.hub_server import NOTEBOOK_MODEL, notebook_hub
 
 nbclient = pytest.importorskip("nbclient")
@@ -42,6 +43,8 @@ def test_notebook_runs_in_smoke_mode(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_ENDPOINT", hub.url)
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf_cache"))
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    glue = notebook_glue()
+    monkeypatch.setenv("BERT_JAX_GLUE_URL", glue.url)
     nb = nbformat.read(NOTEBOOK, as_version=4)
     # jupyter_client runs the `python3` kernelspec with sys.executable, so the notebook
     # sees this venv's packages (and the bert_jax under test), not some other python's.
@@ -53,6 +56,7 @@ def test_notebook_runs_in_smoke_mode(tmp_path, monkeypatch):
         client.execute()  # raises CellExecutionError, with the traceback, if a cell fails
     finally:
         hub.close()
+        glue.close()
 
     executable = [c for c in nb.cells if c.cell_type == "code"]
     assert all(c.execution_count for c in executable)
@@ -62,6 +66,7 @@ def test_notebook_runs_in_smoke_mode(tmp_path, monkeypatch):
     assert f"SST-2 validation accuracy from hf:{NOTEBOOK_MODEL}: " in text
     assert any(f"/{NOTEBOOK_MODEL}/resolve/" in path for _, path in hub.requests)
     assert text.count("p(positive)=") == 4
+    assert glue.requests == ["/SST-2.zip"]  # fetched once, read by both fine-tunes
 
     (workdir,) = glob.glob(str(tmp_path / "bert_jax_notebook_*"))
     assert os.path.getsize(os.path.join(workdir, "curves.png")) > 0

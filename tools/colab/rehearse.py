@@ -47,10 +47,9 @@ print("LOADED=" + _j.dumps(sorted({d for n in list(_s.modules)
                                    for d in _d.get(n.split(".")[0], ())})))
 """
 IMPORTS_CELL = """\
-import jax, tensorflow as tf, tensorflow_text, tensorflow_datasets as tfds
-import tensorflow_datasets.testing
+import jax, grain, tensorflow_datasets as tfds
 import bert_jax.pretrain.job, bert_jax.serve.export, bert_jax.finetune.job
-print(jax.__version__, tf.__version__, bert_jax.__file__)
+print(jax.__version__, grain.__version__, bert_jax.__file__)
 """
 
 
@@ -181,11 +180,13 @@ def execute(notebook: str, content: str, install_only: bool) -> int:
     with open(os.path.join(startup, "00-colab.py"), "w") as f:
         f.write("import numpy\nimport PIL.Image\n")
     os.environ.update(JUPYTER_PATH=jupyter, IPYTHONDIR=os.path.join(jupyter, "ipython"))
-    if not install_only:  # the notebook's model by name, from a local Hub (as in
-        sys.path.insert(0, os.path.join(ROOT, "tests"))  # tests/project/test_notebook.py)
+    if not install_only:  # the notebook's model by name and SST-2's zip, from local servers
+        sys.path.insert(0, os.path.join(ROOT, "tests"))  # (as tests/project/test_notebook.py)
+        from helpers.glue_server import notebook_glue
         from helpers.hub_server import notebook_hub
-        hub = notebook_hub()
-        os.environ.update(HF_ENDPOINT=hub.url, HF_HUB_CACHE=os.path.join(content, "hf_cache"))
+        hub, glue = notebook_hub(), notebook_glue()
+        os.environ.update(HF_ENDPOINT=hub.url, HF_HUB_CACHE=os.path.join(content, "hf_cache"),
+                          BERT_JAX_GLUE_URL=glue.url)
     km = jupyter_client.KernelManager(kernel_name="colab")
     client = nbclient.NotebookClient(nb, km=km, timeout=900,
                                      resources={"metadata": {"path": content}})
