@@ -71,7 +71,7 @@ class GrainReader:
             epochs.append(grain.MapDataset.range(chunks).map(
                 _ChunkReader(self, number, start, length, prepare)))
         chunks = grain.MapDataset.concatenate(epochs).to_iter_dataset(grain.ReadOptions(
-            num_threads=self.threads, prefetch_buffer_size=2 * self.threads))
+            num_threads=self.threads, prefetch_buffer_size=self.threads + 1))
         if self.workers:
             _absl_flags_parsed()
             chunks = chunks.mp_prefetch(grain.MultiprocessingOptions(

@@ -8,7 +8,6 @@ shuffle needs; `locate` turns a global index into (file, record), the key of an 
 """
 from __future__ import annotations
 
-import os
 import struct
 from typing import List, Sequence
 
@@ -60,7 +59,6 @@ class _TFRecordFile:
 
     def __init__(self, path: str):
         self.path = path
-        self._pid, self._handle = None, None
         starts, lengths, position = [], [], 0
         for header in _headers(path):
             length, crc = struct.unpack("<QI", header) if len(header) == 12 else (0, None)
@@ -77,25 +75,21 @@ class _TFRecordFile:
     def __len__(self) -> int:
         return len(self.starts)
 
-    def read(self, index: int) -> bytes:
-        start, length = int(self.starts[index]) + 12, int(self.lengths[index])
-        body = self._read(start, length + 4)
+    def read_many(self, indices: Sequence[int]) -> List[bytes]:
+        """The records at `indices`, checked (a bucket's requests all in flight at once)."""
+        indices = np.asarray(indices, np.int64)
+        starts, sizes = (self.starts[indices] + 12).tolist(), (self.lengths[indices] + 4).tolist()
+        bodies = paths.read_slices(self.path, starts, sizes)
+        return [self._checked(index, body, size - 4)
+                for index, body, size in zip(indices.tolist(), bodies, sizes)]
+
+    def _checked(self, index: int, body: bytes, length: int) -> bytes:
         if len(body) < length + 4:
             raise tfrecord.CorruptRecordError(f"{self.path}: record {index} is cut short")
         data = body[:length]
         if tfrecord.masked_crc(data) != struct.unpack_from("<I", body, length)[0]:
             raise tfrecord.CorruptRecordError(f"{self.path}: record {index} fails its checksum")
         return data
-
-    def _read(self, start: int, size: int) -> bytes:
-        if paths.is_remote(self.path):
-            return paths.read_slice(self.path, start, size)
-        if self._pid != os.getpid():  # opened once per process (Grain's workers spawn)
-            self._pid, self._handle = os.getpid(), os.open(self.path, os.O_RDONLY)
-        return os.pread(self._handle, size, start)  # no shared file position: thread-safe
-
-    def __getstate__(self) -> dict:  # a worker process opens its own handle
-        return {**self.__dict__, "_pid": None, "_handle": None}
 
 
 class _ArrayRecordFile:
@@ -150,16 +144,12 @@ class RecordFiles:
         return self.__getitems__([index])[0]
 
     def __getitems__(self, indices: Sequence[int]) -> List[bytes]:
-        """The records at `indices`, in that order (ArrayRecord's read per file at once)."""
+        """The records at `indices`, in that order (one read call per file)."""
         file_index, record_index = self.locate(indices)
         out: List[bytes] = [b""] * len(file_index)
         for f in np.unique(file_index):
             rows = np.flatnonzero(file_index == f)
-            source = self._files[f]
-            if isinstance(source, _ArrayRecordFile):
-                records = source.read_many(record_index[rows].tolist())
-            else:
-                records = [source.read(int(i)) for i in record_index[rows]]
+            records = self._files[f].read_many(record_index[rows].tolist())
             for row, record in zip(rows.tolist(), records):
                 out[row] = record
         return out
