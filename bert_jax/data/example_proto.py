@@ -245,8 +245,9 @@ def _column(buffer: np.ndarray, span, feature: FixedFeature, count: int) -> np.n
 
 
 def _rows(buffer: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
-    """[len(starts), width]: the bytes from each start (a copy of windows of the buffer, much
-    faster than gathering by an index per byte)."""
+    """[len(starts), width]: the bytes from each start.
+
+    A copy of windows of the buffer: much faster than gathering by an index per byte."""
     return np.lib.stride_tricks.sliding_window_view(buffer, width)[starts]
 
 

@@ -1,7 +1,7 @@
 """GLUE's zips fetched into glue_data/ (`glue_download.download`) from a local server: the
 folder it makes reads as `--config.glue_dir`, a second call fetches nothing, and a failed
 fetch (offline, not a zip, another zip, an entry outside the folder, MRPC, a bucket) says so
-in one line and leaves no folder behind."""
+in one line and leaves no folder behind; a bucket's glue_data works as a local one."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 
 from bert_jax.errors import UserError
 from bert_jax.finetune.tasks import glue_download, glue_files
+from bert_jax.host import paths
 
 from helpers.glue import PUBLISHED
 from helpers.glue_server import GlueServer, glue_zip
@@ -63,6 +64,20 @@ def test_offline_and_unsupported_tasks_are_named(monkeypatch, tmp_path):
         glue_download.download("mrpc", str(tmp_path))
     with pytest.raises(UserError, match="no GLUE task 'sst3'.*downloadable: cola, sst2"):
         glue_download.download("sst3", str(tmp_path))
-    with pytest.raises(UserError, match="downloads into a local folder"):
-        glue_download.download("sst2", "gs://bucket/glue_data")
     assert os.listdir(tmp_path) == []
+
+
+def test_a_leftover_of_an_interrupted_download_goes_and_a_bucket_works(server, tmp_path, gcs,
+                                                                      monkeypatch):
+    glue_dir = tmp_path / "glue_data"
+    leftover = glue_dir / ".tmp-SST-2-0123456789ab-999999999"  # a process that has ended
+    (leftover / "SST-2").mkdir(parents=True)
+    glue_download.download("sst2", str(glue_dir))
+    assert sorted(os.listdir(glue_dir)) == ["SST-2"]
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs.url)
+    paths.configure_storage()
+    remote = gcs.uri("glue_download", "glue_data")
+    assert glue_download.download("sst2", remote) == remote + "/SST-2"
+    assert glue_files.load_split(remote, "sst2", "dev", ["negative", "positive"])
+    assert gcs.objects("glue_download/") == [f"glue_download/glue_data/SST-2/{name}"
+                                             for name in ("dev.tsv", "test.tsv", "train.tsv")]

@@ -10,7 +10,7 @@ The environment variable BERT_JAX_GLUE_URL points at a mirror holding the same z
 from __future__ import annotations
 
 import os
-import shutil
+import pathlib
 import tempfile
 import urllib.error
 import urllib.request
@@ -24,53 +24,70 @@ GLUE_URL = "https://dl.fbaipublicfiles.com/glue/data"
 # The zip of each task, named as GLUE publishes it (QNLI's second version unpacks to QNLI/).
 ZIPS = {"cola": "CoLA.zip", "sst2": "SST-2.zip", "qqp": "QQP.zip", "stsb": "STS-B.zip",
         "mnli": "MNLI.zip", "qnli": "QNLIv2.zip", "rte": "RTE.zip", "wnli": "WNLI.zip"}
+_BLOCK = 8 << 20
 
 
 def download(task: str, glue_dir: str, timeout: float = 60) -> str:
-    """The task's folder in the local folder `glue_dir`, fetched and unpacked if missing."""
+    """The task's folder in `glue_dir` (any path, a bucket's too), fetched and unpacked if missing.
+
+    Unpacked beside the folder and renamed into place whole; what an interrupted call left there
+    is removed by the next."""
     if task not in ZIPS:
         other = ("MRPC and the diagnostic set are not published as one zip: read them "
                  "through tensorflow-datasets (pip install 'bert_jax[tf]', "
                  "--config.tfds_download=true) or make glue_data with download_glue_data.py"
                  if task in glue_files.LAYOUTS else f"no GLUE task {task!r}")
         raise UserError(f"cannot download {task!r}: {other} (downloadable: {', '.join(ZIPS)})")
-    if paths.is_remote(glue_dir):
-        raise UserError(f"{glue_dir}: GLUE downloads into a local folder; copy it to the "
-                        "bucket afterwards (gcloud storage cp -r)")
-    folder = os.path.join(glue_dir, glue_files.LAYOUTS[task].folder)
-    if os.path.isfile(os.path.join(folder, "train.tsv")):
+    folder = paths.join(glue_dir, glue_files.LAYOUTS[task].folder)
+    if paths.isfile(paths.join(folder, "train.tsv")):
         return folder
     url = f"{os.environ.get('BERT_JAX_GLUE_URL', GLUE_URL).rstrip('/')}/{ZIPS[task]}"
-    os.makedirs(glue_dir, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".tmp-glue-", dir=glue_dir) as tmp:
-        archive = os.path.join(tmp, ZIPS[task])
+    paths.makedirs(glue_dir)
+    paths.remove_abandoned_siblings(folder)
+    with tempfile.TemporaryFile() as archive:  # scratch space of this process, never a path
+        _fetch(url, archive, task, glue_dir, timeout)
+        tmp = paths.owned_temporary_sibling(folder)
         try:
-            with urllib.request.urlopen(url, timeout=timeout) as response, \
-                    open(archive, "wb") as f:
-                shutil.copyfileobj(response, f)
-        except urllib.error.HTTPError as e:
-            raise UserError(f"cannot download GLUE {task} from {url}: HTTP {e.code} "
-                            f"{e.reason}") from None
-        except (urllib.error.URLError, OSError) as e:
-            raise UserError(f"cannot download GLUE {task} from {url} ({getattr(e, 'reason', e)})"
-                            f": offline, fetch it elsewhere and unzip it into {glue_dir}") from None
-        _unpack(archive, url, os.path.join(tmp, "unpacked"))
-        unpacked = os.path.join(tmp, "unpacked", os.path.basename(folder))
-        if not os.path.isfile(os.path.join(unpacked, "train.tsv")):
-            raise UserError(f"{url} holds no {os.path.basename(folder)}/train.tsv: not GLUE's "
-                            f"{ZIPS[task]}")
-        shutil.rmtree(folder, ignore_errors=True)  # a folder without train.tsv: incomplete
-        os.rename(unpacked, folder)  # whole or not at all
+            _unpack(archive, url, tmp)
+            unpacked = paths.join(tmp, paths.basename(folder))
+            if not paths.isfile(paths.join(unpacked, "train.tsv")):
+                raise UserError(f"{url} holds no {paths.basename(folder)}/train.tsv: not "
+                                f"GLUE's {ZIPS[task]}")
+            paths.rmtree(folder, missing_ok=True)  # a folder without train.tsv: incomplete
+            paths.move(unpacked, folder)
+        finally:
+            paths.rmtree(tmp, missing_ok=True)
     return folder
 
 
-def _unpack(archive: str, url: str, dest: str) -> None:
+def _fetch(url: str, archive, task: str, glue_dir: str, timeout: float) -> None:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            while block := response.read(_BLOCK):
+                archive.write(block)
+    except urllib.error.HTTPError as e:
+        raise UserError(f"cannot download GLUE {task} from {url}: HTTP {e.code} "
+                        f"{e.reason}") from None
+    except (urllib.error.URLError, OSError) as e:
+        raise UserError(f"cannot download GLUE {task} from {url} ({getattr(e, 'reason', e)})"
+                        f": offline, fetch it elsewhere and unzip it into {glue_dir}") from None
+
+
+def _unpack(archive, url: str, dest: str) -> None:
+    """The zip's files under `dest`; an entry that would land outside it is refused."""
     try:
         with zipfile.ZipFile(archive) as z:
-            for name in z.namelist():
-                target = os.path.realpath(os.path.join(dest, name))
-                if not target.startswith(os.path.realpath(dest) + os.sep):
-                    raise UserError(f"{url}: the zip's entry {name!r} points outside its folder")
-            z.extractall(dest)
+            members = [m for m in z.infolist() if not m.is_dir()]
+            for member in members:
+                name = pathlib.PurePosixPath(member.filename)
+                if name.is_absolute() or ".." in name.parts:
+                    raise UserError(f"{url}: the zip's entry {member.filename!r} points outside "
+                                    "its folder")
+            for member in members:
+                target = paths.join(dest, *pathlib.PurePosixPath(member.filename).parts)
+                paths.makedirs(paths.dirname(target))
+                with z.open(member) as source, paths.open(target, "wb") as out:
+                    while block := source.read(_BLOCK):
+                        out.write(block)
     except zipfile.BadZipFile:
         raise UserError(f"{url} is not a zip file (a proxy's page?)") from None
